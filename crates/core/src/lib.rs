@@ -1,0 +1,15 @@
+//! pdcx-core: the data model, region math and wire protocol shared by every pdcx process.
+//! Nothing here performs I/O, so every rule about shapes, bounds and frames is unit-testable.
+
+pub mod dtype;
+pub mod error;
+pub mod model;
+pub mod protocol;
+pub mod query;
+pub mod region;
+
+pub use dtype::Dtype;
+pub use error::{Error, ErrorKind, Result};
+pub use model::{owner_of_name, ContainerInfo, ObjectId, ObjectMeta, TagValue, MAX_DIMS};
+pub use query::Condition;
+pub use region::Region;

@@ -1,0 +1,324 @@
+//! N-d boxes and the copies between buffers laid out over them (C order, last dim fastest).
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::model::MAX_DIMS;
+use serde::{Deserialize, Serialize};
+
+/// A box `offset[d] .. offset[d] + count[d]` in an object's global index space.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Region {
+    pub offset: Vec<u64>,
+    pub count: Vec<u64>,
+}
+
+impl Region {
+    pub fn new(offset: Vec<u64>, count: Vec<u64>) -> Result<Region> {
+        let r = Region { offset, count };
+        r.validate()?;
+        Ok(r)
+    }
+
+    /// The whole of an object with these dims.
+    pub fn whole(dims: &[u64]) -> Region {
+        Region {
+            offset: vec![0; dims.len()],
+            count: dims.to_vec(),
+        }
+    }
+
+    pub fn ndim(&self) -> usize {
+        self.count.len()
+    }
+
+    /// Checks shape sanity that does not depend on an object: rank, emptiness, overflow.
+    pub fn validate(&self) -> Result<()> {
+        let n = self.count.len();
+        if n == 0 || n > MAX_DIMS {
+            return Err(Error::invalid(format!(
+                "a region needs 1..={MAX_DIMS} dims, got {n}"
+            )));
+        }
+        if self.offset.len() != n {
+            return Err(Error::invalid(format!(
+                "region offset has {} dims but count has {n}",
+                self.offset.len()
+            )));
+        }
+        if let Some(d) = self.count.iter().position(|&c| c == 0) {
+            return Err(Error::invalid(format!("region is empty (count[{d}] = 0)")));
+        }
+        for d in 0..n {
+            if self.offset[d].checked_add(self.count[d]).is_none() {
+                return Err(Error::invalid(format!("region overflows u64 in dim {d}")));
+            }
+        }
+        self.checked_num_elements().map(|_| ())
+    }
+
+    fn checked_num_elements(&self) -> Result<u64> {
+        self.count
+            .iter()
+            .try_fold(1u64, |acc, &c| acc.checked_mul(c))
+            .ok_or_else(|| Error::invalid("region has more than 2^64 elements"))
+    }
+
+    pub fn num_elements(&self) -> u64 {
+        self.count.iter().product()
+    }
+
+    /// Bytes needed for this region at `elem_size`, or an error if that overflows.
+    pub fn byte_len(&self, elem_size: usize) -> Result<u64> {
+        self.checked_num_elements()?
+            .checked_mul(elem_size as u64)
+            .ok_or_else(|| Error::invalid("region byte size overflows u64"))
+    }
+
+    /// Validates this region against an object's current dims.
+    pub fn check_within(&self, dims: &[u64]) -> Result<()> {
+        self.validate()?;
+        if self.ndim() != dims.len() {
+            return Err(Error::new(
+                ErrorKind::OutOfBounds,
+                format!(
+                    "region has {} dims but the object has {}",
+                    self.ndim(),
+                    dims.len()
+                ),
+            ));
+        }
+        for d in 0..dims.len() {
+            if self.offset[d] + self.count[d] > dims[d] {
+                return Err(Error::new(
+                    ErrorKind::OutOfBounds,
+                    format!(
+                        "region {} is outside the object's dims {:?} (dim {d}: {}..{} > {})",
+                        self,
+                        dims,
+                        self.offset[d],
+                        self.offset[d] + self.count[d],
+                        dims[d]
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn end(&self, d: usize) -> u64 {
+        self.offset[d] + self.count[d]
+    }
+
+    pub fn intersect(&self, other: &Region) -> Option<Region> {
+        if self.ndim() != other.ndim() {
+            return None;
+        }
+        let mut offset = Vec::with_capacity(self.ndim());
+        let mut count = Vec::with_capacity(self.ndim());
+        for d in 0..self.ndim() {
+            let lo = self.offset[d].max(other.offset[d]);
+            let hi = self.end(d).min(other.end(d));
+            if lo >= hi {
+                return None;
+            }
+            offset.push(lo);
+            count.push(hi - lo);
+        }
+        Some(Region { offset, count })
+    }
+
+    pub fn contains(&self, other: &Region) -> bool {
+        self.ndim() == other.ndim()
+            && (0..self.ndim())
+                .all(|d| other.offset[d] >= self.offset[d] && other.end(d) <= self.end(d))
+    }
+
+    /// Row-major element index of global point `p` inside this box.
+    fn linear_index(&self, p: &[u64]) -> u64 {
+        let mut idx = 0u64;
+        for d in 0..self.ndim() {
+            idx = idx * self.count[d] + (p[d] - self.offset[d]);
+        }
+        idx
+    }
+
+    /// Element range `[first, last + 1)` of this box's layout that covers `sub` (which it contains).
+    /// Reading just this span is enough to copy `sub` out of data stored over `self`.
+    pub fn span_of(&self, sub: &Region) -> (u64, u64) {
+        let last: Vec<u64> = (0..sub.ndim()).map(|d| sub.end(d) - 1).collect();
+        (self.linear_index(&sub.offset), self.linear_index(&last) + 1)
+    }
+}
+
+impl std::fmt::Display for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("[")?;
+        for d in 0..self.ndim() {
+            if d > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{}:{}", self.offset[d], self.end(d))?;
+        }
+        f.write_str("]")
+    }
+}
+
+/// A buffer holding the elements of `region` in row-major order, starting at element `base`
+/// of that layout (so a partial read of a stored extent can be used without padding it).
+pub struct Layout<'a> {
+    pub region: &'a Region,
+    pub base: u64,
+}
+
+/// Copies the elements of `what` (contained in both layouts' regions) from `src` to `dst`,
+/// one contiguous run of the last dimension at a time.
+pub fn copy_region(elem: usize, what: &Region, src: (&Layout, &[u8]), dst: (&Layout, &mut [u8])) {
+    let (src_layout, src_buf) = src;
+    let (dst_layout, dst_buf) = dst;
+    let n = what.ndim();
+    let run = what.count[n - 1] as usize * elem;
+    let mut point = what.offset.clone();
+    loop {
+        let s = ((src_layout.region.linear_index(&point) - src_layout.base) as usize) * elem;
+        let t = ((dst_layout.region.linear_index(&point) - dst_layout.base) as usize) * elem;
+        dst_buf[t..t + run].copy_from_slice(&src_buf[s..s + run]);
+        // Advance the odometer over every dim but the last.
+        let mut d = n - 1;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            point[d] += 1;
+            if point[d] < what.end(d) {
+                break;
+            }
+            point[d] = what.offset[d];
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(o: &[u64], c: &[u64]) -> Region {
+        Region::new(o.to_vec(), c.to_vec()).unwrap()
+    }
+
+    /// Reference: fill a dense `dims` array of u16 ids, extract a box element by element.
+    fn extract(dims: &[u64], b: &Region) -> Vec<u8> {
+        let whole = Region::whole(dims);
+        let mut out = Vec::new();
+        let mut p = b.offset.clone();
+        'outer: loop {
+            let v = whole.linear_index(&p) as u16;
+            out.extend_from_slice(&v.to_le_bytes());
+            let mut d = b.ndim();
+            loop {
+                if d == 0 {
+                    break 'outer;
+                }
+                d -= 1;
+                p[d] += 1;
+                if p[d] < b.end(d) {
+                    break;
+                }
+                p[d] = b.offset[d];
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn validation_rejects_bad_shapes() {
+        assert!(Region::new(vec![], vec![]).is_err());
+        assert!(Region::new(vec![0; 9], vec![1; 9]).is_err());
+        assert!(Region::new(vec![0], vec![1, 2]).is_err());
+        assert!(Region::new(vec![0, 0], vec![3, 0]).is_err());
+        assert!(Region::new(vec![u64::MAX], vec![2]).is_err());
+        assert!(Region::new(vec![0, 0], vec![u64::MAX / 2, 4]).is_err());
+        let e = r(&[5, 0], &[6, 2]).check_within(&[10, 10]).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::OutOfBounds);
+        assert!(e.message.contains("dim 0"), "{e}");
+        assert!(r(&[4, 0], &[6, 2]).check_within(&[10, 10]).is_ok());
+        assert_eq!(
+            r(&[0], &[1]).check_within(&[4, 4]).unwrap_err().kind,
+            ErrorKind::OutOfBounds
+        );
+    }
+
+    #[test]
+    fn intersection_and_containment() {
+        let a = r(&[0, 0], &[4, 4]);
+        let b = r(&[2, 3], &[5, 5]);
+        assert_eq!(a.intersect(&b), Some(r(&[2, 3], &[2, 1])));
+        assert_eq!(a.intersect(&r(&[4, 0], &[1, 1])), None);
+        assert!(a.contains(&r(&[1, 1], &[3, 3])));
+        assert!(!a.contains(&b));
+    }
+
+    #[test]
+    fn copy_matches_elementwise_reference_in_3d() {
+        let dims = [5u64, 6, 7];
+        let src_box = r(&[1, 0, 2], &[4, 5, 5]);
+        let dst_box = r(&[0, 2, 0], &[3, 4, 7]);
+        let what = src_box.intersect(&dst_box).unwrap();
+        let src = extract(&dims, &src_box);
+        let mut dst = vec![0u8; dst_box.num_elements() as usize * 2];
+        let (sl, dl) = (
+            Layout {
+                region: &src_box,
+                base: 0,
+            },
+            Layout {
+                region: &dst_box,
+                base: 0,
+            },
+        );
+        copy_region(2, &what, (&sl, &src), (&dl, &mut dst));
+        // Every element of `what` now holds its global id; every other one is still 0.
+        let whole = Region::whole(&dims);
+        for (i, chunk) in dst.chunks(2).enumerate() {
+            let i = i as u64;
+            let p = [i / 28, (i / 7) % 4 + 2, i % 7];
+            let got = u16::from_le_bytes([chunk[0], chunk[1]]);
+            let inside = (0..3).all(|d| p[d] >= what.offset[d] && p[d] < what.end(d));
+            let want = if inside {
+                whole.linear_index(&p) as u16
+            } else {
+                0
+            };
+            assert_eq!(got, want, "at {p:?}");
+        }
+    }
+
+    #[test]
+    fn span_covers_exactly_the_sub_box() {
+        let b = r(&[0, 0], &[10, 10]);
+        assert_eq!(b.span_of(&r(&[2, 3], &[2, 4])), (23, 37));
+        let src = extract(&[10, 10], &b);
+        let sub = r(&[2, 3], &[2, 4]);
+        let (lo, hi) = b.span_of(&sub);
+        let part = &src[lo as usize * 2..hi as usize * 2];
+        let mut out = vec![0u8; 16];
+        copy_region(
+            2,
+            &sub,
+            (
+                &Layout {
+                    region: &b,
+                    base: lo,
+                },
+                part,
+            ),
+            (
+                &Layout {
+                    region: &sub,
+                    base: 0,
+                },
+                &mut out,
+            ),
+        );
+        assert_eq!(out, extract(&[10, 10], &sub));
+    }
+}

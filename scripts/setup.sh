@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs everything pdcx needs on a fresh Debian machine (run as root). Idempotent:
+# each step checks first, so a second run takes seconds.
+#   scripts/setup.sh           system packages, Python packages, build + install pdcx
+#   scripts/setup.sh --bench   also parallel h5py (for the HDF5 baselines in bench/) and fio
+set -euo pipefail
+cd "$(dirname "$0")/.."
+want_bench=0
+[[ "${1:-}" == "--bench" ]] && want_bench=1
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
+
+apt_pkgs=(openmpi-bin libopenmpi-dev pkg-config)
+[[ $want_bench == 1 ]] && apt_pkgs+=(libhdf5-openmpi-dev fio)
+missing=()
+for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  log "apt-get install ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-python3}
+py_need=()
+for m in numpy mpi4py pytest maturin; do
+  $PY -c "import $m" 2>/dev/null || py_need+=("$m")
+done
+if ((${#py_need[@]})); then
+  log "pip install ${py_need[*]}"
+  $PY -m pip install -q "${py_need[@]}"
+fi
+
+if [[ $want_bench == 1 ]] && ! $PY -c 'import h5py,sys; sys.exit(0 if h5py.get_config().mpi else 1)' 2>/dev/null; then
+  log "building parallel h5py against Debian's libhdf5-openmpi (about 3 minutes)"
+  $PY -m pip install -q -U Cython pkgconfig "setuptools>=77" wheel
+  $PY -m pip uninstall -y -q h5py >/dev/null 2>&1 || true
+  # H5PY_SETUP_REQUIRES=0 keeps it from compiling its own mpi4py (which needs >20 GB of RAM).
+  ( ulimit -v 16000000
+    H5PY_SETUP_REQUIRES=0 CC=mpicc HDF5_MPI=ON HDF5_PKGCONFIG_NAME=hdf5-openmpi \
+      $PY -m pip install -q --no-build-isolation --no-binary=h5py h5py )
+fi
+
+if [[ -f Cargo.toml ]]; then
+  log "building pdcx (release)"
+  cargo build --release -q -p pdcx-cli
+  install -m 0755 target/release/pdcx /usr/local/bin/pdcx
+  log "building and installing the Python package"
+  rm -rf target/wheels
+  $PY -m maturin build --release -q -m crates/python/Cargo.toml -o target/wheels 2>&1 | grep -v '^📦\|^🍹\|^🔗\|^🐍' || true
+  $PY -m pip install -q --force-reinstall --no-deps target/wheels/pdcx-*.whl
+fi
+log "done"
