@@ -431,7 +431,7 @@ mod tests {
         let mut evil = vec![6u8]; // variant ListObjects? any variant with a Vec works below
         evil.extend_from_slice(&[0xff; 16]);
         assert!(decode_body::<Request>(&evil).is_err());
-        let mut r: &[u8] = &[b'P', b'D'];
+        let mut r: &[u8] = b"PD";
         assert_eq!(
             read_frame_head(&mut r, 10).unwrap_err().kind,
             ErrorKind::Unavailable

@@ -134,11 +134,7 @@ impl Region {
 
     /// Row-major element index of global point `p` inside this box.
     fn linear_index(&self, p: &[u64]) -> u64 {
-        let mut idx = 0u64;
-        for d in 0..self.ndim() {
-            idx = idx * self.count[d] + (p[d] - self.offset[d]);
-        }
-        idx
+        (0..self.ndim()).fold(0u64, |idx, d| idx * self.count[d] + (p[d] - self.offset[d]))
     }
 
     /// Element range `[first, last + 1)` of this box's layout that covers `sub` (which it contains).

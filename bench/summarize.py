@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""Summary table of a bench/run.sh run, from the --json outputs of vpic_bdcats.py.
+
+Prints a Markdown table (write/read MB/s of pdcx and hdf5, pdcx/hdf5 ratio,
+each as a % of the fio sequential bandwidth) and, with --append, appends a
+dated block with the machine description, the command and the table to a
+Markdown file (bench/out/last.md) so it can be pasted into RESULTS.md.
+A backend whose JSON is missing (the run failed) is shown as FAILED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+
+
+def load_json(path: str | None) -> dict | None:
+    if not path or not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def load_seqbw(path: str | None) -> dict:
+    """Parses the `key=value ...` line printed by seqbw.sh."""
+    if not path or not os.path.exists(path):
+        return {}
+    with open(path) as fh:
+        return dict(re.findall(r"(\w+)=(\S+)", fh.read()))
+
+
+def fnum(x: float | None, fmt: str = "{:.1f}") -> str:
+    return "n/a" if x is None else fmt.format(x)
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "n/a" if a is None or not b else f"{a / b:.2f}x"
+
+
+def pct(a: float | None, ref: float | None) -> str:
+    return "n/a" if a is None or not ref else f"{100 * a / ref:.0f}%"
+
+
+def table(res: dict, seq: dict) -> str:
+    sw = float(seq["seq_write_MBps"]) if "seq_write_MBps" in seq else None
+    sr = float(seq["seq_read_MBps"]) if "seq_read_MBps" in seq else None
+    rows = [
+        "| | write MB/s | read MB/s | write s | read s | write % of seq "
+        + "| read % of seq |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name in ("pdcx", "hdf5"):
+        r = res.get(name)
+        if r is None:
+            rows.append(f"| {name} | FAILED | FAILED | | | | |")
+            continue
+        w, rd = r["write_MBps"], r["read_MBps"]
+        rows.append(
+            f"| {name} | {w:.1f} | {rd:.1f} | {r['write_s']:.3f} | {r['read_s']:.3f}"
+            f" | {pct(w, sw)} | {pct(rd, sr)} |"
+        )
+    p, h = res.get("pdcx"), res.get("hdf5")
+    rows.append(
+        "| pdcx / hdf5 "
+        f"| {ratio(p and p['write_MBps'], h and h['write_MBps'])} "
+        f"| {ratio(p and p['read_MBps'], h and h['read_MBps'])} | | | | |"
+    )
+    tool = seq.get("tool", "fio")
+    rows.append(f"| {tool} sequential | {fnum(sw)} | {fnum(sr)} | | | 100% | 100% |")
+    return "\n".join(rows)
+
+
+def run(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(
+            cmd, check=False, capture_output=True, text=True, timeout=30
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine(workdir: str | None) -> list[str]:
+    mem = "?"
+    try:
+        with open("/proc/meminfo") as fh:
+            kb = int(re.search(r"MemTotal:\s+(\d+)", fh.read()).group(1))
+        mem = f"{kb / 2**20:.1f} GiB"
+    except (OSError, AttributeError):
+        pass
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            m = re.search(r"model name\s*:\s*(.+)", fh.read())
+        cpu = m.group(1).strip() if m else "?"
+    except OSError:
+        pass
+    lines = [
+        f"- cpus (nproc): {len(os.sched_getaffinity(0))} ({cpu})",
+        f"- memory: {mem}",
+        f"- kernel: {platform.release()}",
+    ]
+    if workdir:
+        src = run(["findmnt", "-no", "SOURCE,FSTYPE", "-T", workdir])
+        dev = src.split()[0] if src else ""
+        disk = run(["lsblk", "-dnPo", "NAME,SIZE,ROTA,MODEL", dev]) if dev else ""
+        lines.append(f"- disk: {src or '?'} ({disk or 'lsblk n/a'})")
+    mpi = run(["mpirun", "--version"]).splitlines()
+    lines.append(f"- mpi: {mpi[0] if mpi else '?'}")
+    try:
+        import h5py
+
+        lines.append(
+            f"- h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version}, "
+            f"mpi={h5py.get_config().mpi}"
+        )
+    except ImportError:
+        lines.append("- h5py: not installed")
+    here = os.path.dirname(os.path.abspath(__file__))
+    rev = run(["git", "-C", here, "describe", "--always", "--dirty"])
+    lines.append(f"- pdcx git: {rev or '?'}")
+    return lines
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--pdcx", help="JSON written by vpic_bdcats.py --backend pdcx")
+    p.add_argument("--hdf5", help="JSON written by vpic_bdcats.py --backend hdf5")
+    p.add_argument("--seqbw", help="file holding the output line of seqbw.sh")
+    p.add_argument("--servers", type=int, help="number of pdcx servers (K)")
+    p.add_argument("--workdir", help="benchmark directory (for the disk description)")
+    p.add_argument("--cmd", help="command line to record")
+    p.add_argument("--append", help="append a dated Markdown block to this file")
+    args = p.parse_args(argv)
+
+    res = {"pdcx": load_json(args.pdcx), "hdf5": load_json(args.hdf5)}
+    seq = load_seqbw(args.seqbw)
+    any_res = res["pdcx"] or res["hdf5"]
+    if any_res:
+        r = any_res
+        params = (
+            f"{r['ranks']} ranks, {args.servers if args.servers else '?'} pdcx "
+            f"servers, {r['particles']} particles/rank, {r['steps']} step(s): "
+            f"{r['bytes'] / 1e6:.1f} MB written and read per backend"
+        )
+        if r.get("evict_cache"):
+            params += "; page cache evicted between write and read"
+        else:
+            params += "; reads may be served by the page cache (both backends)"
+    else:
+        params = "no backend produced results"
+    tab = table(res, seq)
+    note = (
+        "MB = 10^6 bytes. A backend's write ends when its close (hdf5) or "
+        "wait_all (pdcx) returns; no fsync is forced. The sequential write "
+        "includes an fsync and its read starts with the file out of the page cache."
+    )
+    print(params)
+    print(tab)
+    print(note)
+
+    if args.append:
+        when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
+        block = [f"## {when}", "", *machine(args.workdir), ""]
+        if args.cmd:
+            block += ["```", args.cmd, "```", ""]
+        block += [params, "", tab, "", note, "", ""]
+        os.makedirs(os.path.dirname(os.path.abspath(args.append)), exist_ok=True)
+        with open(args.append, "a") as fh:
+            fh.write("\n".join(block))
+    return 0 if res["pdcx"] and res["hdf5"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

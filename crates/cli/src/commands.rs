@@ -1,0 +1,771 @@
+//! Client-side commands: ls, show, put, get, query, tag, and the formatting they share.
+
+use crate::{npy, region_arg};
+use anyhow::{anyhow, bail, Context, Result};
+use pdcx_client::Client;
+use pdcx_core::model::Tags;
+use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
+use pdcx_core::{Condition, ContainerInfo, Dtype, ErrorKind, ObjectMeta, Region, TagValue};
+use serde_json::{json, Value};
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// Largest piece moved in one request.
+pub const SLAB_BYTES: u64 = 64 << 20;
+
+/// A pdcx error as the user should see it: its message, without the kind's debug name.
+pub fn msg(e: pdcx_core::Error) -> anyhow::Error {
+    anyhow!(e.message)
+}
+
+fn connect(root: &Path) -> Result<Client> {
+    Client::connect(Some(root)).map_err(msg)
+}
+
+/// Opens an object by name, or by id written as 0x... hex.
+fn resolve(client: &Client, what: &str) -> Result<ObjectMeta> {
+    match client.open_object(what) {
+        Ok(m) => Ok(m),
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            let id = what
+                .strip_prefix("0x")
+                .and_then(|h| u64::from_str_radix(h, 16).ok());
+            match id {
+                Some(id) => client.get_object(id).map_err(msg),
+                None => Err(anyhow!("{} (see `pdcx ls`)", e.message)),
+            }
+        }
+        Err(e) => Err(msg(e)),
+    }
+}
+
+// ---------------------------------------------------------------- formatting helpers
+
+pub fn dims_str(dims: &[u64]) -> String {
+    dims.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join("x")
+}
+
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+pub fn human_duration(secs: f64) -> String {
+    let s = secs.max(0.0) as u64;
+    match s {
+        0..=59 => format!("{s}s"),
+        60..=3599 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..=86399 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86400, s % 86400 / 3600),
+    }
+}
+
+/// Seconds since the epoch as ISO-8601 UTC, e.g. `2024-05-01T12:34:56Z`.
+pub fn iso8601(t: f64) -> String {
+    if !t.is_finite() {
+        return "?".into();
+    }
+    let secs = t.floor() as i64;
+    let (days, sod) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Days to civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        sod / 3600,
+        sod % 3600 / 60,
+        sod % 60
+    )
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn id_str(id: u64) -> String {
+    format!("{id:#018x}")
+}
+
+fn tags_str(tags: &Tags) -> String {
+    tags.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn tag_json(v: &TagValue) -> Value {
+    match v {
+        TagValue::Str(s) => json!(s),
+        TagValue::Int(i) => json!(i),
+        TagValue::Float(f) => json!(f),
+        TagValue::Bytes(b) => json!(format!("bytes:{}", hex(b))),
+    }
+}
+
+fn tags_json(tags: &Tags) -> Value {
+    Value::Object(tags.iter().map(|(k, v)| (k.clone(), tag_json(v))).collect())
+}
+
+/// One element's bytes shown as its value (for the fill value).
+fn element_str(dtype: Dtype, b: &[u8]) -> String {
+    fn arr<const N: usize>(b: &[u8]) -> Option<[u8; N]> {
+        b.try_into().ok()
+    }
+    let v = match dtype {
+        Dtype::Int8 => arr::<1>(b).map(|a| i8::from_le_bytes(a).to_string()),
+        Dtype::Int16 => arr::<2>(b).map(|a| i16::from_le_bytes(a).to_string()),
+        Dtype::Int32 => arr::<4>(b).map(|a| i32::from_le_bytes(a).to_string()),
+        Dtype::Int64 => arr::<8>(b).map(|a| i64::from_le_bytes(a).to_string()),
+        Dtype::UInt8 => arr::<1>(b).map(|a| a[0].to_string()),
+        Dtype::UInt16 => arr::<2>(b).map(|a| u16::from_le_bytes(a).to_string()),
+        Dtype::UInt32 => arr::<4>(b).map(|a| u32::from_le_bytes(a).to_string()),
+        Dtype::UInt64 => arr::<8>(b).map(|a| u64::from_le_bytes(a).to_string()),
+        Dtype::Float32 => arr::<4>(b).map(|a| f32::from_le_bytes(a).to_string()),
+        Dtype::Float64 => arr::<8>(b).map(|a| f64::from_le_bytes(a).to_string()),
+        Dtype::Bytes => arr::<1>(b).map(|a| format!("{:?}", a[0] as char)),
+    };
+    v.unwrap_or_else(|| format!("bytes:{}", hex(b)))
+}
+
+pub fn print_table(header: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", parts.join("  ").trim_end());
+    };
+    line(header.to_vec());
+    for r in rows {
+        line(r.iter().map(String::as_str).collect());
+    }
+}
+
+fn container_json(c: &ContainerInfo, objects: Option<usize>) -> Value {
+    let mut v = json!({
+        "id": id_str(c.id), "name": c.name, "owner": c.owner, "creator": c.creator,
+        "ctime": c.ctime, "ctime_iso": iso8601(c.ctime), "tags": tags_json(&c.tags),
+    });
+    if let Some(n) = objects {
+        v["objects"] = json!(n);
+    }
+    v
+}
+
+fn object_json(o: &ObjectMeta) -> Value {
+    json!({
+        "id": id_str(o.id), "name": o.name, "owner": o.owner, "creator": o.creator,
+        "ctime": o.ctime, "ctime_iso": iso8601(o.ctime),
+        "mtime": o.mtime, "mtime_iso": iso8601(o.mtime),
+        "dims": o.dims, "dtype": o.dtype.name(), "numpy_dtype": o.dtype.numpy_str(),
+        "size_bytes": o.size_bytes(), "fill": hex(&o.fill),
+        "containers": o.containers, "tags": tags_json(&o.tags),
+    })
+}
+
+// ---------------------------------------------------------------- ls / show
+
+pub fn ls(root: &Path, container: Option<&str>, json_out: bool) -> Result<()> {
+    let client = connect(root)?;
+    let objects = client.list_objects(container).map_err(msg)?;
+    let containers = match container {
+        Some(c) => vec![client.get_container(c).map_err(msg)?],
+        None => client.list_containers().map_err(msg)?,
+    };
+    let count = |c: &ContainerInfo| {
+        objects
+            .iter()
+            .filter(|o| o.containers.contains(&c.name))
+            .count()
+    };
+    if json_out {
+        let doc = json!({
+            "containers": containers.iter().map(|c| container_json(c, Some(count(c)))).collect::<Vec<_>>(),
+            "objects": objects.iter().map(object_json).collect::<Vec<_>>(),
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    if container.is_none() {
+        if containers.is_empty() {
+            println!("no containers yet (`pdcx put FILE.npy` creates \"default\")");
+            return Ok(());
+        }
+        let rows: Vec<Vec<String>> = containers
+            .iter()
+            .map(|c| vec![c.name.clone(), count(c).to_string(), tags_str(&c.tags)])
+            .collect();
+        print_table(&["CONTAINER", "OBJECTS", "TAGS"], &rows);
+        println!();
+    }
+    if objects.is_empty() {
+        println!("no objects");
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = objects
+        .iter()
+        .map(|o| {
+            vec![
+                o.name.clone(),
+                dims_str(&o.dims),
+                o.dtype.name().to_string(),
+                human_bytes(o.size_bytes()),
+                o.containers.join(","),
+                tags_str(&o.tags),
+            ]
+        })
+        .collect();
+    print_table(
+        &["OBJECT", "DIMS", "DTYPE", "SIZE", "CONTAINERS", "TAGS"],
+        &rows,
+    );
+    Ok(())
+}
+
+/// How many of `total` elements the extents cover, counting overlaps twice (so an upper bound).
+fn written_elements(extents: &[pdcx_core::protocol::ExtentInfo], total: u64) -> u64 {
+    extents
+        .iter()
+        .fold(0u64, |a, e| a.saturating_add(e.region.num_elements()))
+        .min(total)
+}
+
+fn segment_name(seg: u64) -> String {
+    format!("seg-{seg:08}.log")
+}
+
+pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
+    let client = connect(root)?;
+    let o = resolve(&client, what)?;
+    let extents = client.extents(o.id).map_err(msg)?;
+    let owner_addr = client
+        .cluster()
+        .servers
+        .get(o.owner as usize)
+        .map_or_else(|| "?".to_string(), |s| s.addr.clone());
+    let total: u64 = o.dims.iter().product();
+    let written = written_elements(&extents, total);
+    let fraction = if total == 0 {
+        1.0
+    } else {
+        written as f64 / total as f64
+    };
+    if json_out {
+        let mut doc = object_json(&o);
+        doc["owner_addr"] = json!(owner_addr);
+        doc["written_fraction_upper_bound"] = json!(fraction);
+        doc["extents"] = extents
+            .iter()
+            .map(|e| {
+                json!({
+                    "seq": e.seq, "offset": e.region.offset, "count": e.region.count,
+                    "server": o.owner, "segment": e.segment, "segment_file": segment_name(e.segment),
+                    "log_offset": e.offset, "len": e.len, "cached": e.cached,
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(());
+    }
+    let fill = element_str(o.dtype, &o.fill);
+    let lines = [
+        ("object", o.name.clone()),
+        ("id", id_str(o.id)),
+        ("owner", format!("server {} ({owner_addr})", o.owner)),
+        ("creator", o.creator.clone()),
+        ("created", iso8601(o.ctime)),
+        ("modified", iso8601(o.mtime)),
+        ("dims", format!("{} ({total} elements)", dims_str(&o.dims))),
+        (
+            "dtype",
+            format!(
+                "{} ({} bytes/element, {} in all)",
+                o.dtype,
+                o.dtype.size(),
+                human_bytes(o.size_bytes())
+            ),
+        ),
+        ("fill", fill),
+        ("containers", o.containers.join(", ")),
+        ("tags", tags_str(&o.tags)),
+    ];
+    for (k, v) in lines {
+        println!("{k:<11}{v}");
+    }
+    println!(
+        "{:<11}{:.1}% of elements (upper bound, overlaps counted)",
+        "written",
+        fraction * 100.0
+    );
+    println!("{:<11}{}", "extents", extents.len());
+    const SHOWN: usize = 100;
+    let rows: Vec<Vec<String>> = extents
+        .iter()
+        .take(SHOWN)
+        .map(|e| {
+            vec![
+                e.seq.to_string(),
+                e.region.to_string(),
+                format!(
+                    "server {} log {} @{} +{} ({})",
+                    o.owner,
+                    segment_name(e.segment),
+                    e.offset,
+                    e.len,
+                    if e.cached { "cached" } else { "on disk" }
+                ),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        println!();
+        print_table(&["SEQ", "REGION", "BYTES AT"], &rows);
+    }
+    if extents.len() > SHOWN {
+        println!("... and {} more (see --json)", extents.len() - SHOWN);
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- put / get
+
+/// Splits `region` into pieces of at most `max_bytes` (when one element fits), each contiguous
+/// in the region's C-order layout and listed in layout order.
+pub fn slabs(region: &Region, elem: usize, max_bytes: u64) -> Vec<Region> {
+    let n = region.ndim();
+    if n == 0 || region.count.contains(&0) {
+        return Vec::new();
+    }
+    // inner[k]: bytes of one step along dim k (all of dims k+1.. at one index of dim k).
+    let mut inner = vec![elem as u64; n];
+    for k in (0..n - 1).rev() {
+        inner[k] = inner[k + 1].saturating_mul(region.count[k + 1]);
+    }
+    let k = (0..n).find(|&k| inner[k] <= max_bytes).unwrap_or(n - 1);
+    let rows = (max_bytes / inner[k]).clamp(1, region.count[k]);
+    let mut out = Vec::new();
+    let mut outer = vec![0u64; k];
+    loop {
+        let mut start = 0;
+        while start < region.count[k] {
+            let len = rows.min(region.count[k] - start);
+            let mut offset = region.offset.clone();
+            let mut count = region.count.clone();
+            for d in 0..k {
+                offset[d] += outer[d];
+                count[d] = 1;
+            }
+            offset[k] += start;
+            count[k] = len;
+            out.push(Region { offset, count });
+            start += len;
+        }
+        // Next index over dims 0..k (odometer); done when it wraps.
+        let mut d = k;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            outer[d] += 1;
+            if outer[d] < region.count[d] {
+                break;
+            }
+            outer[d] = 0;
+        }
+    }
+}
+
+/// Percent and MB/s on stderr, for transfers larger than one slab.
+struct Progress {
+    what: String,
+    total: u64,
+    done: u64,
+    started: Instant,
+    last: Instant,
+    enabled: bool,
+    tty: bool,
+}
+
+impl Progress {
+    fn new(what: String, total: u64) -> Progress {
+        let now = Instant::now();
+        Progress {
+            what,
+            total,
+            done: 0,
+            started: now,
+            last: now,
+            enabled: total > SLAB_BYTES,
+            // SAFETY: isatty only inspects a descriptor.
+            tty: unsafe { libc::isatty(2) } == 1,
+        }
+    }
+
+    fn rate(&self) -> f64 {
+        self.done as f64 / 1e6 / self.started.elapsed().as_secs_f64().max(1e-9)
+    }
+
+    fn add(&mut self, n: u64) {
+        self.done += n;
+        let every = if self.tty { 250 } else { 2000 };
+        if self.enabled
+            && self.done < self.total
+            && self.last.elapsed() >= Duration::from_millis(every)
+        {
+            self.last = Instant::now();
+            let pct = self.done as f64 * 100.0 / self.total.max(1) as f64;
+            let end = if self.tty { "\r" } else { "\n" };
+            eprint!("{}: {pct:5.1}% ({:.1} MB/s){end}", self.what, self.rate());
+        }
+    }
+
+    fn finish(&self) {
+        if self.enabled {
+            eprintln!(
+                "{}: 100.0% ({:.1} MB/s, {:.1} s)   ",
+                self.what,
+                self.rate(),
+                self.started.elapsed().as_secs_f64()
+            );
+        }
+    }
+}
+
+fn parse_tag(kv: &str) -> Result<(String, TagValue)> {
+    let (k, v) = kv
+        .split_once('=')
+        .ok_or_else(|| anyhow!("tag {kv:?} is not key=value"))?;
+    let k = k.trim();
+    if k.is_empty() {
+        bail!("tag {kv:?} has no key before '='");
+    }
+    Ok((k.to_string(), TagValue::parse_literal(v)))
+}
+
+fn ensure_container(client: &Client, name: &str) -> Result<()> {
+    match client.get_container(name) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind == ErrorKind::NotFound => {
+            match client.create_container(name, Vec::new()) {
+                Ok(_) => {
+                    eprintln!("created container {name:?}");
+                    Ok(())
+                }
+                Err(e) if e.kind == ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(msg(e)),
+            }
+        }
+        Err(e) => Err(msg(e)),
+    }
+}
+
+pub fn put(
+    root: &Path,
+    file: &Path,
+    name: Option<&str>,
+    container: &str,
+    tags: &[String],
+) -> Result<()> {
+    let tags: Tags = tags.iter().map(|t| parse_tag(t)).collect::<Result<_>>()?;
+    let f = std::fs::File::open(file).with_context(|| format!("opening {}", file.display()))?;
+    let file_len = f
+        .metadata()
+        .with_context(|| format!("reading {}", file.display()))?
+        .len();
+    let mut reader = BufReader::with_capacity(1 << 20, f);
+    let hdr = npy::read_header(&mut reader).with_context(|| file.display().to_string())?;
+    let data_len = hdr
+        .data_len()
+        .ok_or_else(|| anyhow!("{}: shape {:?} is too large", file.display(), hdr.shape))?;
+    if file_len < hdr.data_offset + data_len {
+        bail!(
+            "{} is truncated: its header promises {data_len} bytes of data, the file holds {}",
+            file.display(),
+            file_len.saturating_sub(hdr.data_offset)
+        );
+    }
+    let name = match name {
+        Some(n) => n.to_string(),
+        None => file
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .map(str::to_string)
+            .ok_or_else(|| {
+                anyhow!(
+                    "cannot derive an object name from {}; pass --name",
+                    file.display()
+                )
+            })?,
+    };
+    // A 0-d array becomes a 1-element 1-d object (pdcx objects have 1..=8 dims).
+    let dims = if hdr.shape.is_empty() {
+        vec![1]
+    } else {
+        hdr.shape.clone()
+    };
+
+    let client = connect(root)?;
+    ensure_container(&client, container)?;
+    let spec = ObjectSpec {
+        name: name.clone(),
+        dims: dims.clone(),
+        dtype: hdr.dtype,
+        fill: None,
+        containers: vec![container.to_string()],
+        tags,
+        creator: String::new(),
+    };
+    let meta = client.create_object(spec).map_err(|e| {
+        if e.kind == ErrorKind::AlreadyExists {
+            anyhow!("{} (pick another --name)", e.message)
+        } else {
+            msg(e)
+        }
+    })?;
+
+    let elem = hdr.dtype.size();
+    let pieces = slabs(&Region::whole(&dims), elem, SLAB_BYTES);
+    let largest = pieces.iter().map(|p| p.num_elements()).max().unwrap_or(0) as usize * elem;
+    let mut buf = vec![0u8; largest];
+    let mut progress = Progress::new(format!("put {name}"), data_len);
+    for piece in &pieces {
+        let len = piece.num_elements() as usize * elem;
+        reader
+            .read_exact(&mut buf[..len])
+            .with_context(|| format!("reading {}", file.display()))?;
+        client
+            .write(meta.id, piece, &buf[..len], Durability::Local)
+            .map_err(|e| {
+                anyhow!(
+                    "writing {piece} of {name} failed after {} of {data_len} bytes: {} \
+                     (the object exists with partial data)",
+                    progress.done,
+                    e.message
+                )
+            })?;
+        progress.add(len as u64);
+    }
+    progress.finish();
+    println!(
+        "put {name}: {} {} ({}) in container {container}, id {}",
+        dims_str(&dims),
+        hdr.dtype,
+        human_bytes(data_len),
+        id_str(meta.id)
+    );
+    Ok(())
+}
+
+pub fn get(root: &Path, what: &str, region: Option<&str>, output: &Path) -> Result<()> {
+    let client = connect(root)?;
+    let o = resolve(&client, what)?;
+    let region = match region {
+        Some(spec) => region_arg::parse(spec, &o.dims)?,
+        None => Region::whole(&o.dims),
+    };
+    let elem = o.dtype.size();
+    let total = region
+        .count
+        .iter()
+        .try_fold(elem as u64, |a, &c| a.checked_mul(c))
+        .ok_or_else(|| anyhow!("region {region} is too large"))?;
+
+    let file_name = output
+        .file_name()
+        .ok_or_else(|| anyhow!("{} is not a file name", output.display()))?;
+    let tmp = output.with_file_name(format!(
+        ".{}.partial-{}",
+        file_name.to_string_lossy(),
+        std::process::id()
+    ));
+    let result = (|| -> Result<()> {
+        let f =
+            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let mut w = BufWriter::with_capacity(1 << 20, f);
+        w.write_all(&npy::encode_header(o.dtype, &region.count))?;
+        let pieces = slabs(&region, elem, SLAB_BYTES);
+        let largest = pieces.iter().map(|p| p.num_elements()).max().unwrap_or(0) as usize * elem;
+        let mut buf = vec![0u8; largest];
+        let mut progress = Progress::new(format!("get {}", o.name), total);
+        for piece in &pieces {
+            let len = piece.num_elements() as usize * elem;
+            client
+                .read_into(o.id, piece, &mut buf[..len])
+                .map_err(|e| anyhow!("reading {piece} of {}: {}", o.name, e.message))?;
+            w.write_all(&buf[..len])
+                .with_context(|| format!("writing {}", tmp.display()))?;
+            progress.add(len as u64);
+        }
+        let f = w
+            .into_inner()
+            .map_err(|e| anyhow!("writing {}: {}", tmp.display(), e.error()))?;
+        f.sync_all()
+            .with_context(|| format!("writing {}", tmp.display()))?;
+        progress.finish();
+        std::fs::rename(&tmp, output).with_context(|| format!("renaming to {}", output.display()))
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result?;
+    println!(
+        "wrote {}: {} {} ({}) from {} region {region}",
+        output.display(),
+        dims_str(&region.count),
+        o.dtype,
+        human_bytes(total),
+        o.name
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------- query / tag
+
+pub fn query(root: &Path, conditions: &[String], json_out: bool) -> Result<()> {
+    let conds: Vec<Condition> = conditions
+        .iter()
+        .map(|c| Condition::parse(c).map_err(msg))
+        .collect::<Result<_>>()?;
+    let client = connect(root)?;
+    let matches = client.query(conds).map_err(msg)?;
+    if json_out {
+        let list: Vec<Value> = matches
+            .iter()
+            .map(|(id, name)| json!({"id": id_str(*id), "name": name}))
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+    } else if matches.is_empty() {
+        eprintln!("no matching objects");
+    } else {
+        for (_, name) in &matches {
+            println!("{name}");
+        }
+    }
+    Ok(())
+}
+
+pub fn tag(root: &Path, what: &str, set: &[String], delete: &[String]) -> Result<()> {
+    if set.is_empty() && delete.is_empty() {
+        bail!("nothing to do: give KEY=VALUE pairs to set and/or --delete KEY");
+    }
+    let tags: Tags = set.iter().map(|t| parse_tag(t)).collect::<Result<_>>()?;
+    let client = connect(root)?;
+    let o = resolve(&client, what)?;
+    if !tags.is_empty() {
+        client
+            .put_tags(TagTarget::Object(o.id), tags)
+            .map_err(msg)?;
+    }
+    for key in delete {
+        client
+            .delete_tag(TagTarget::Object(o.id), key)
+            .map_err(|e| anyhow!("deleting tag {key:?} of {}: {}", o.name, e.message))?;
+    }
+    let o = client.get_object(o.id).map_err(msg)?;
+    println!("{}: {}", o.name, tags_str(&o.tags));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_dates() {
+        assert_eq!(iso8601(0.0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso8601(951_782_400.5), "2000-02-29T00:00:00Z");
+        assert_eq!(iso8601(1e9), "2001-09-09T01:46:40Z");
+        assert_eq!(iso8601(-1.0), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_bytes(0), "0 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(3 << 30), "3.0 GiB");
+        assert_eq!(human_duration(75.0), "1m15s");
+        assert_eq!(dims_str(&[1024, 3]), "1024x3");
+    }
+
+    /// Slabs must tile the region in layout order, each at most the limit.
+    fn check_slabs(offset: &[u64], count: &[u64], elem: usize, max: u64) {
+        let region = Region::new(offset.to_vec(), count.to_vec()).unwrap();
+        let pieces = slabs(&region, elem, max);
+        let mut next = 0u64;
+        for p in &pieces {
+            assert!(region.contains(p), "{p} outside {region}");
+            assert!(
+                p.num_elements() * elem as u64 <= max.max(elem as u64),
+                "{p} too big"
+            );
+            let (lo, hi) = region.span_of(p);
+            assert_eq!(lo, next, "{p} not contiguous after element {next}");
+            assert_eq!(hi - lo, p.num_elements(), "{p} not contiguous");
+            next = hi;
+        }
+        assert_eq!(next, region.num_elements());
+    }
+
+    #[test]
+    fn slabs_tile_regions() {
+        check_slabs(&[0, 0], &[1000, 3], 8, 64 << 20);
+        check_slabs(&[0, 0], &[1000, 3], 8, 100);
+        check_slabs(&[2, 1, 3], &[5, 7, 11], 4, 40);
+        check_slabs(&[2, 1, 3], &[5, 7, 11], 4, 4);
+        check_slabs(&[0], &[10], 8, 1);
+        assert_eq!(
+            slabs(&Region::new(vec![0, 0], vec![10, 4]).unwrap(), 8, 1 << 20).len(),
+            1
+        );
+        assert!(slabs(&Region::whole(&[0, 3]), 8, 100).is_empty());
+    }
+
+    #[test]
+    fn tags_parse() {
+        assert_eq!(
+            parse_tag("step=3").unwrap(),
+            ("step".into(), TagValue::Int(3))
+        );
+        assert_eq!(
+            parse_tag("s=a=b").unwrap(),
+            ("s".into(), TagValue::Str("a=b".into()))
+        );
+        assert!(parse_tag("novalue").is_err());
+        assert!(parse_tag("=3").is_err());
+    }
+
+    #[test]
+    fn fill_values_print_as_numbers() {
+        assert_eq!(element_str(Dtype::Float64, &1.5f64.to_le_bytes()), "1.5");
+        assert_eq!(element_str(Dtype::Int16, &(-2i16).to_le_bytes()), "-2");
+        assert_eq!(element_str(Dtype::Int32, &[1, 2]), "bytes:0102");
+    }
+}

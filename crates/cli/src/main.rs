@@ -1,0 +1,346 @@
+//! `pdcx`: run a deployment's servers and move arrays and tags in and out of it.
+
+mod commands;
+mod daemon;
+mod npy;
+mod region_arg;
+
+use anyhow::{anyhow, Result};
+use clap::{Args, Parser, Subcommand};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+const QUICK_START: &str = "\
+QUICK START:
+  pdcx server start -n 2 --root /tmp/pdcx    # start 2 servers in the background
+  export PDCX_ROOT=/tmp/pdcx                 # every later command finds them through this
+  pdcx put field.npy --tag step=3            # store an array as object \"field\"
+  pdcx query step=3 && pdcx get field --region 0:10,: -o part.npy
+  pdcx server stop                           # flush to disk and stop (data survives restarts)
+
+On a cluster, run one server per node with `mpirun -n N pdcx server --root DIR` or
+`srun pdcx server --root DIR`; clients use the same DIR (a shared file system).";
+
+#[derive(Parser)]
+#[command(
+    name = "pdcx",
+    version,
+    about = "pdcx: object-centric data management for HPC (servers, arrays, tags)",
+    after_help = QUICK_START
+)]
+struct Cli {
+    /// Deployment root directory (shared by the servers and every client).
+    #[arg(long, global = true, env = "PDCX_ROOT", value_name = "DIR")]
+    root: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one server in the foreground, or manage a local deployment (start/stop/status).
+    #[command(after_help = SERVER_EXAMPLES, args_conflicts_with_subcommands = true)]
+    Server(ServerArgs),
+
+    /// List containers and objects.
+    #[command(after_help = LS_EXAMPLES)]
+    Ls {
+        /// Only list the objects of this container.
+        container: Option<String>,
+        /// Print a JSON document with every metadata field.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Show an object's metadata and where its data is stored.
+    #[command(after_help = SHOW_EXAMPLES)]
+    Show {
+        /// Object name (or its id as 0x... hex).
+        object: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Store a .npy file as a new object.
+    #[command(after_help = PUT_EXAMPLES)]
+    Put {
+        /// The .npy file to store (C order, little-endian).
+        file: PathBuf,
+        /// Object name (default: the file name without .npy).
+        #[arg(long)]
+        name: Option<String>,
+        /// Container to put the object in (created if missing).
+        #[arg(long, default_value = "default")]
+        container: String,
+        /// Tag the object: key=value (numbers become numbers); repeatable.
+        #[arg(long = "tag", value_name = "KEY=VALUE")]
+        tags: Vec<String>,
+    },
+
+    /// Read an object (or a region of it) into a .npy file.
+    #[command(after_help = GET_EXAMPLES)]
+    Get {
+        /// Object name (or its id as 0x... hex).
+        object: String,
+        /// Part to read: one item per dim, START:END, : or INDEX (default: everything).
+        #[arg(long, value_name = "SPEC", allow_hyphen_values = true)]
+        region: Option<String>,
+        /// Output .npy file.
+        #[arg(short = 'o', long = "output", value_name = "FILE.npy")]
+        output: PathBuf,
+    },
+
+    /// Find objects whose tags satisfy every condition.
+    #[command(after_help = QUERY_EXAMPLES)]
+    Query {
+        /// Conditions, all of which must hold (see examples).
+        #[arg(required = true, value_name = "COND")]
+        conditions: Vec<String>,
+        /// Print a JSON list of {id, name}.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Set or delete an object's tags.
+    #[command(after_help = TAG_EXAMPLES)]
+    Tag {
+        /// Object name (or its id as 0x... hex).
+        object: String,
+        /// Tags to set.
+        #[arg(value_name = "KEY=VALUE")]
+        tags: Vec<String>,
+        /// Tag to delete; repeatable.
+        #[arg(long = "delete", value_name = "KEY")]
+        delete: Vec<String>,
+    },
+}
+
+#[derive(Args)]
+struct ServerArgs {
+    #[command(subcommand)]
+    action: Option<ServerAction>,
+
+    /// This server's rank (default: from mpirun/srun/PMI, else 0).
+    #[arg(long)]
+    rank: Option<u32>,
+    /// Number of servers in the deployment (default: from mpirun/srun/PMI, else 1).
+    #[arg(long)]
+    size: Option<u32>,
+    /// Address to listen on; port 0 picks a free port.
+    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR")]
+    bind: String,
+    /// Data cache size in MiB.
+    #[arg(long, default_value_t = 256, value_name = "MB")]
+    cache_mb: u64,
+}
+
+#[derive(Subcommand)]
+enum ServerAction {
+    /// Start N servers on this machine in the background.
+    #[command(after_help = START_EXAMPLES)]
+    Start {
+        /// Number of servers.
+        #[arg(short = 'n', long = "servers", value_name = "N")]
+        n: u32,
+        /// Data cache size per server in MiB.
+        #[arg(long, default_value_t = 256, value_name = "MB")]
+        cache_mb: u64,
+        /// Host/IP the servers listen on (each picks a free port).
+        #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
+        bind_host: String,
+    },
+    /// Stop every server of the deployment (data is synced to disk first).
+    #[command(after_help = STOP_EXAMPLES)]
+    Stop {
+        /// Seconds to wait for each server to exit before sending signals.
+        #[arg(long, default_value_t = 30, value_name = "SECS")]
+        timeout: u64,
+    },
+    /// Show each server's state; exit code 0 = all up, 1 = some down, 2 = no deployment.
+    #[command(after_help = STATUS_EXAMPLES)]
+    Status {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+const SERVER_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx server start -n 4 --root /scratch/me/run1   # 4 local servers in the background
+  pdcx server status                               # table of ranks, addresses, load
+  pdcx server stop                                 # sync and stop them all
+  mpirun -n 8 pdcx server --root /lustre/me/run1   # one foreground server per MPI rank
+  srun -N 8 --ntasks-per-node 1 sh -c 'pdcx server --root /lustre/me/run1 --bind $(hostname -i):0'
+  pdcx server --root /tmp/pdcx --rank 0 --size 1   # a single server, Ctrl-C to stop";
+
+const START_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx server start -n 2 --root /tmp/pdcx
+  pdcx server start -n 4 --root /scratch/run1 --cache-mb 1024
+  eval \"$(pdcx server start -n 2 --root /tmp/pdcx | grep ^export)\"
+
+Logs go to ROOT/logs/server-RANK.log. A root keeps its server count: restart it with the same -n.";
+
+const STOP_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx server stop --root /tmp/pdcx
+  PDCX_ROOT=/tmp/pdcx pdcx server stop --timeout 60";
+
+const STATUS_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx server status --root /tmp/pdcx
+  pdcx server status --json | jq '.[] | select(.up == false)'
+  pdcx server status >/dev/null || echo 'deployment is not healthy'";
+
+const LS_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx ls                  # containers, then every object
+  pdcx ls run1             # the objects of container run1
+  pdcx ls --json | jq '.objects[].name'";
+
+const SHOW_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx show field
+  pdcx show run1/x --json | jq .extents";
+
+const PUT_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx put field.npy                                   # object \"field\" in container \"default\"
+  pdcx put x.npy --name run1/x --container run1 --tag step=3 --tag species=electron
+  python -c 'import numpy as n; n.save(\"a.npy\", n.arange(12.).reshape(3, 4))' && pdcx put a.npy";
+
+const GET_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx get field -o field.npy                # the whole object
+  pdcx get field --region 0:10,: -o top.npy  # rows 0..10, all columns
+  pdcx get cube --region :,5,100: -o s.npy   # all of dim 0, index 5 of dim 1, 100..end of dim 2";
+
+const QUERY_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx query step=3                 # tag equals a number (or a string: species=electron)
+  pdcx query energy>=1.5 step<10    # numeric comparisons: < <= > >=; all conditions must hold
+  pdcx query 'species~elec*'        # glob on string tags: * ? [abc]
+  pdcx query 'name~run1/*'          # glob on object names
+  pdcx query units?                 # objects that have the tag at all
+  pdcx query 'step!=3' --json";
+
+const TAG_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx tag field step=4 species=electron   # numbers become numbers, anything else a string
+  pdcx tag field 'label=\"007\"'            # quotes force a string
+  pdcx tag field --delete species";
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Server(_)) {
+        // `pdcx ls | head` should end quietly like other Unix tools. Sockets are unaffected
+        // (std sends with MSG_NOSIGNAL); servers keep ignoring SIGPIPE.
+        // SAFETY: restoring the default disposition of a signal before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    match run(cli) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The deployment root as an absolute path (so it can be handed to background servers).
+fn require_root(root: Option<PathBuf>) -> Result<PathBuf> {
+    let root = root
+        .filter(|r| !r.as_os_str().is_empty())
+        .ok_or_else(|| anyhow!("no deployment root: pass --root DIR or set PDCX_ROOT"))?;
+    absolute(&root)
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    std::path::absolute(p).map_err(|e| anyhow!("cannot resolve {}: {e}", p.display()))
+}
+
+/// Runs a command; the value is the process exit code.
+fn run(cli: Cli) -> Result<u8> {
+    let root = require_root(cli.root)?;
+    match cli.command {
+        Command::Server(args) => match args.action {
+            None => daemon::foreground(daemon::ForegroundOpts {
+                root,
+                rank: args.rank,
+                size: args.size,
+                bind: args.bind,
+                cache_mb: args.cache_mb,
+            })
+            .map(|()| 0),
+            Some(ServerAction::Start {
+                n,
+                cache_mb,
+                bind_host,
+            }) => daemon::start(&root, n, cache_mb, &bind_host).map(|()| 0),
+            Some(ServerAction::Stop { timeout }) => daemon::stop(&root, timeout).map(|()| 0),
+            Some(ServerAction::Status { json }) => daemon::status(&root, json),
+        },
+        Command::Ls { container, json } => {
+            commands::ls(&root, container.as_deref(), json).map(|()| 0)
+        }
+        Command::Show { object, json } => commands::show(&root, &object, json).map(|()| 0),
+        Command::Put {
+            file,
+            name,
+            container,
+            tags,
+        } => commands::put(&root, &file, name.as_deref(), &container, &tags).map(|()| 0),
+        Command::Get {
+            object,
+            region,
+            output,
+        } => commands::get(&root, &object, region.as_deref(), &output).map(|()| 0),
+        Command::Query { conditions, json } => {
+            commands::query(&root, &conditions, json).map(|()| 0)
+        }
+        Command::Tag {
+            object,
+            tags,
+            delete,
+        } => commands::tag(&root, &object, &tags, &delete).map(|()| 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn server_subcommands_parse() {
+        let c = Cli::try_parse_from(["pdcx", "server", "start", "-n", "2", "--root", "/tmp/x"])
+            .unwrap();
+        assert!(matches!(
+            c.command,
+            Command::Server(ServerArgs {
+                action: Some(ServerAction::Start { n: 2, .. }),
+                ..
+            })
+        ));
+        let c = Cli::try_parse_from([
+            "pdcx", "--root", "/r", "server", "--rank", "1", "--size", "3",
+        ])
+        .unwrap();
+        match c.command {
+            Command::Server(a) => assert_eq!(
+                (a.action.is_none(), a.rank, a.size),
+                (true, Some(1), Some(3))
+            ),
+            _ => panic!("not server"),
+        }
+        assert!(Cli::try_parse_from(["pdcx", "server", "--rank", "1", "stop"]).is_err());
+    }
+}

@@ -1,0 +1,237 @@
+//! The cluster file (`ROOT/cluster.json`, mode 0600) tells clients where a deployment's servers
+//! listen and holds the deployment secret every connection must prove it knows.
+
+use pdcx_core::{Error, ErrorKind, Result};
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+pub const CLUSTER_FILE: &str = "cluster.json";
+pub const SECRET_FILE: &str = "secret";
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ServerEntry {
+    pub rank: u32,
+    pub addr: String,
+    pub pid: u32,
+    pub host: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterFile {
+    pub version: u32,
+    pub size: u32,
+    /// Hex of the deployment secret.
+    pub secret: String,
+    pub servers: Vec<ServerEntry>,
+}
+
+impl ClusterFile {
+    pub fn path(root: &Path) -> PathBuf {
+        root.join(CLUSTER_FILE)
+    }
+
+    pub fn load(root: &Path) -> Result<ClusterFile> {
+        let path = Self::path(root);
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!(
+                        "no pdcx deployment at {}: {} does not exist (start one with `pdcx server start -n 2 --root {}`)",
+                        root.display(),
+                        path.display(),
+                        root.display()
+                    ),
+                )
+            } else {
+                Error::io(&format!("reading {}", path.display()), &e)
+            }
+        })?;
+        let cf: ClusterFile = serde_json::from_str(&text).map_err(|e| {
+            Error::invalid(format!(
+                "{} is not a valid cluster file: {e}",
+                path.display()
+            ))
+        })?;
+        cf.validate()
+            .map_err(|e| Error::invalid(format!("{}: {}", path.display(), e.message)))?;
+        Ok(cf)
+    }
+
+    fn validate(&self) -> Result<()> {
+        if self.size == 0 || self.servers.len() != self.size as usize {
+            return Err(Error::invalid(format!(
+                "lists {} servers but size is {}",
+                self.servers.len(),
+                self.size
+            )));
+        }
+        for (i, s) in self.servers.iter().enumerate() {
+            if s.rank as usize != i {
+                return Err(Error::invalid(format!(
+                    "server entry {i} has rank {}",
+                    s.rank
+                )));
+            }
+        }
+        decode_hex(&self.secret).map(|_| ())
+    }
+
+    pub fn secret_bytes(&self) -> Result<Vec<u8>> {
+        decode_hex(&self.secret)
+    }
+
+    /// Publishes atomically (temp file, fsync, rename) with mode 0600.
+    pub fn store(&self, root: &Path) -> Result<()> {
+        let text =
+            serde_json::to_string_pretty(self).map_err(|e| Error::internal(e.to_string()))?;
+        write_private_atomic(&Self::path(root), text.as_bytes())
+    }
+}
+
+/// Writes `data` to `path` so that readers see either the old or the new file, never a torn one.
+pub fn write_private_atomic(path: &Path, data: &[u8]) -> Result<()> {
+    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    let ctx = |e: std::io::Error| Error::io(&format!("writing {}", path.display()), &e);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(ctx)?;
+    f.write_all(data).map_err(ctx)?;
+    f.sync_all().map_err(ctx)?;
+    std::fs::rename(&tmp, path).map_err(ctx)?;
+    if let Some(dir) = path.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(ctx)?;
+    }
+    Ok(())
+}
+
+/// Reads the root's secret, creating it on first use. Several server ranks may race here; the
+/// first `hard_link` wins and everybody reads the winner's secret.
+pub fn load_or_create_secret(root: &Path) -> Result<Vec<u8>> {
+    let path = root.join(SECRET_FILE);
+    let ctx = |e: std::io::Error| Error::io(&format!("secret file {}", path.display()), &e);
+    if !path.exists() {
+        let mut bytes = [0u8; 32];
+        rand::Rng::fill(&mut rand::thread_rng(), &mut bytes);
+        let tmp = root.join(format!(".secret.{}", std::process::id()));
+        {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(ctx)?;
+            f.write_all(encode_hex(&bytes).as_bytes()).map_err(ctx)?;
+            f.sync_all().map_err(ctx)?;
+        }
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        if let Err(e) = linked {
+            if e.kind() != std::io::ErrorKind::AlreadyExists {
+                return Err(ctx(e));
+            }
+        }
+    }
+    let meta = std::fs::metadata(&path).map_err(ctx)?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        return Err(Error::new(
+            ErrorKind::Auth,
+            format!(
+                "{} is readable by other users (mode {:o}); run chmod 600 on it",
+                path.display(),
+                meta.permissions().mode() & 0o777
+            ),
+        ));
+    }
+    decode_hex(std::fs::read_to_string(&path).map_err(ctx)?.trim())
+}
+
+pub fn encode_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+pub fn decode_hex(s: &str) -> Result<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || s.is_empty() {
+        return Err(Error::invalid("secret is not a non-empty hex string"));
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| {
+            u8::from_str_radix(s.get(i..i + 2).unwrap_or("zz"), 16)
+                .map_err(|_| Error::invalid("secret is not hex"))
+        })
+        .collect()
+}
+
+/// The root a client uses: an explicit one, else `PDCX_ROOT`.
+pub fn root_from_env(explicit: Option<&Path>) -> Option<PathBuf> {
+    explicit.map(Path::to_path_buf).or_else(|| {
+        std::env::var_os("PDCX_ROOT")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_is_created_once_and_private() {
+        let dir = std::env::temp_dir().join(format!("pdcx-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let a = load_or_create_secret(&dir).unwrap();
+        let b = load_or_create_secret(&dir).unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.len(), 32);
+        std::fs::set_permissions(
+            dir.join(SECRET_FILE),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
+        assert_eq!(
+            load_or_create_secret(&dir).unwrap_err().kind,
+            ErrorKind::Auth
+        );
+        let cf = ClusterFile {
+            version: 1,
+            size: 1,
+            secret: encode_hex(&a),
+            servers: vec![ServerEntry {
+                rank: 0,
+                addr: "127.0.0.1:1".into(),
+                pid: 1,
+                host: "h".into(),
+            }],
+        };
+        cf.store(&dir).unwrap();
+        assert_eq!(ClusterFile::load(&dir).unwrap(), cf);
+        assert_eq!(
+            std::fs::metadata(ClusterFile::path(&dir))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o600
+        );
+        std::fs::write(ClusterFile::path(&dir), "{\"version\":1}").unwrap();
+        assert!(ClusterFile::load(&dir)
+            .unwrap_err()
+            .message
+            .contains("not a valid cluster file"));
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            ClusterFile::load(&dir).unwrap_err().kind,
+            ErrorKind::Unavailable
+        );
+    }
+}

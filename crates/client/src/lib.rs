@@ -1,0 +1,11 @@
+//! pdcx-client: how a process finds a deployment (the cluster file), talks to its servers
+//! (authenticated framed connections) and moves data (transfers with start/status/wait).
+
+pub mod client;
+pub mod cluster;
+pub mod conn;
+pub mod transfer;
+
+pub use client::Client;
+pub use cluster::ClusterFile;
+pub use transfer::{start_all, wait_all, Status, Transfer};

@@ -1,0 +1,431 @@
+//! Asynchronous transfers. `start` hands a copy of the data to a per-server worker thread and
+//! returns; the worker ships it (`Stage`). `wait` queues a `Commit` behind it on the same
+//! connection, so the server sees stage-then-commit in order, and blocks until it is applied.
+//! Batched `start_all`/`wait_all` send one message per destination server.
+//!
+//! Status: `Pending` while in flight; `Complete` once the server holds the data (for reads: once
+//! the data has arrived); `Failed` with the error. A write becomes visible to other clients
+//! only when `wait` returns: that is the consistency point.
+
+use crate::client::Client;
+use crate::conn::Conn;
+use pdcx_core::protocol::{Durability, ReadItem, Request, StageItem};
+use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Status {
+    /// Created, not started yet.
+    Idle,
+    Pending,
+    Complete,
+    Failed(Error),
+}
+
+#[derive(Debug)]
+enum Phase {
+    Idle,
+    InFlight,
+    Delivered,
+    Done,
+    Failed(Error),
+}
+
+struct State {
+    phase: Mutex<(Phase, Option<Vec<u8>>)>,
+    cv: Condvar,
+}
+
+impl State {
+    fn set(&self, phase: Phase, data: Option<Vec<u8>>) {
+        let mut g = self.phase.lock().unwrap_or_else(|p| p.into_inner());
+        // A failure is final for this round; later news about it must not hide the error.
+        if !matches!(g.0, Phase::Failed(_)) {
+            *g = (phase, data.or(g.1.take()));
+        }
+        self.cv.notify_all();
+    }
+}
+
+enum Job {
+    Stage {
+        items: Vec<StageItem>,
+        data: Vec<Arc<Vec<u8>>>,
+        states: Vec<Arc<State>>,
+    },
+    Commit {
+        txns: Vec<u64>,
+        durability: Durability,
+        states: Vec<Arc<State>>,
+    },
+    Read {
+        items: Vec<ReadItem>,
+        lens: Vec<usize>,
+        states: Vec<Arc<State>>,
+    },
+}
+
+/// Owns one connection to one server and executes jobs in submission order.
+pub(crate) struct Worker {
+    tx: Mutex<mpsc::Sender<Job>>,
+}
+
+impl Worker {
+    fn spawn(client: &Client, rank: u32) -> Worker {
+        let (tx, rx) = mpsc::channel::<Job>();
+        // The thread holds only a weak handle so dropping the last Client ends it.
+        let weak = Arc::downgrade(&client.inner);
+        std::thread::Builder::new()
+            .name(format!("pdcx-xfer-{rank}"))
+            .spawn(move || {
+                let mut conn: Option<Conn> = None;
+                for job in rx {
+                    let Some(inner) = weak.upgrade() else { break };
+                    let client = Client { inner };
+                    run_job(&client, rank, &mut conn, job);
+                }
+            })
+            .expect("spawning a transfer worker thread");
+        Worker { tx: Mutex::new(tx) }
+    }
+
+    fn submit(&self, job: Job) {
+        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
+        if let Err(mpsc::SendError(job)) = tx.send(job) {
+            let err = Error::internal("transfer worker has stopped");
+            for s in job_states(&job) {
+                s.set(Phase::Failed(err.clone()), None);
+            }
+        }
+    }
+}
+
+fn job_states(job: &Job) -> &[Arc<State>] {
+    match job {
+        Job::Stage { states, .. } | Job::Commit { states, .. } | Job::Read { states, .. } => states,
+    }
+}
+
+fn run_job(client: &Client, rank: u32, conn: &mut Option<Conn>, job: Job) {
+    if conn.is_none() {
+        match client.open_conn(rank) {
+            Ok(c) => *conn = Some(c),
+            Err(e) => {
+                job_states(&job)
+                    .iter()
+                    .for_each(|s| s.set(Phase::Failed(e.clone()), None));
+                return;
+            }
+        }
+    }
+    let c = conn.as_mut().expect("connection just opened");
+    let result = match &job {
+        Job::Stage {
+            items,
+            data,
+            states,
+        } => {
+            let parts: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+            c.call(
+                &Request::Stage {
+                    items: items.clone(),
+                },
+                &parts,
+            )
+            .map(|_| {
+                states.iter().for_each(|s| s.set(Phase::Delivered, None));
+            })
+        }
+        Job::Commit {
+            txns,
+            durability,
+            states,
+        } => c
+            .call(
+                &Request::Commit {
+                    txns: txns.clone(),
+                    durability: *durability,
+                },
+                &[],
+            )
+            .map(|_| {
+                states.iter().for_each(|s| s.set(Phase::Done, None));
+            }),
+        Job::Read {
+            items,
+            lens,
+            states,
+        } => c
+            .call(
+                &Request::Read {
+                    items: items.clone(),
+                },
+                &[],
+            )
+            .and_then(|(_, data)| {
+                let total: usize = lens.iter().sum();
+                if data.len() != total {
+                    return Err(Error::protocol(format!(
+                        "read reply has {} bytes, expected {total}",
+                        data.len()
+                    )));
+                }
+                let mut at = 0;
+                for (s, len) in states.iter().zip(lens) {
+                    s.set(Phase::Done, Some(data[at..at + len].to_vec()));
+                    at += len;
+                }
+                Ok(())
+            }),
+    };
+    if let Err(e) = result {
+        if matches!(
+            e.kind,
+            ErrorKind::Unavailable | ErrorKind::Io | ErrorKind::Protocol
+        ) {
+            *conn = None;
+        }
+        job_states(&job)
+            .iter()
+            .for_each(|s| s.set(Phase::Failed(e.clone()), None));
+    }
+}
+
+/// One region of one object moving in one direction.
+pub struct Transfer {
+    client: Client,
+    pub id: ObjectId,
+    pub region: Region,
+    pub is_write: bool,
+    pub durability: Durability,
+    owner: u32,
+    byte_len: usize,
+    txn: u64,
+    data: Option<Arc<Vec<u8>>>,
+    state: Arc<State>,
+}
+
+impl Transfer {
+    /// A transfer on object `id` whose current dims and dtype the caller already knows (the
+    /// server re-checks both, so stale knowledge gives an error, never a wrong write).
+    pub fn for_object(
+        client: &Client,
+        id: ObjectId,
+        dtype: Dtype,
+        dims: &[u64],
+        region: Region,
+        is_write: bool,
+    ) -> Result<Transfer> {
+        region.check_within(dims)?;
+        let byte_len = region.byte_len(dtype.size())?;
+        Ok(Transfer {
+            client: client.clone(),
+            id,
+            owner: client.id_owner(id)?,
+            byte_len: usize::try_from(byte_len)
+                .map_err(|_| Error::invalid("region too large for this machine"))?,
+            region,
+            is_write,
+            durability: Durability::default(),
+            txn: 0,
+            data: None,
+            state: Arc::new(State {
+                phase: Mutex::new((Phase::Idle, None)),
+                cv: Condvar::new(),
+            }),
+        })
+    }
+
+    fn new(client: &Client, meta: &ObjectMeta, region: Region, is_write: bool) -> Result<Transfer> {
+        Self::for_object(client, meta.id, meta.dtype, &meta.dims, region, is_write)
+    }
+
+    pub fn write(client: &Client, meta: &ObjectMeta, region: Region) -> Result<Transfer> {
+        Self::new(client, meta, region, true)
+    }
+
+    pub fn read(client: &Client, meta: &ObjectMeta, region: Region) -> Result<Transfer> {
+        Self::new(client, meta, region, false)
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.byte_len
+    }
+
+    /// Gives a write transfer the bytes its next `start` sends (the caller's copy).
+    pub fn load(&mut self, data: Vec<u8>) -> Result<()> {
+        if !self.is_write {
+            return Err(Error::invalid("load() is for write transfers"));
+        }
+        if data.len() != self.byte_len {
+            return Err(Error::new(
+                ErrorKind::DtypeMismatch,
+                format!(
+                    "buffer has {} bytes but region {} needs {}",
+                    data.len(),
+                    self.region,
+                    self.byte_len
+                ),
+            ));
+        }
+        self.data = Some(Arc::new(data));
+        Ok(())
+    }
+
+    pub fn start(&mut self) -> Result<()> {
+        start_all(&mut [self])
+    }
+
+    pub fn wait(&mut self) -> Result<()> {
+        wait_all(&mut [self])
+    }
+
+    pub fn status(&self) -> Status {
+        let g = self.state.phase.lock().unwrap_or_else(|p| p.into_inner());
+        match &g.0 {
+            Phase::Idle => Status::Idle,
+            Phase::InFlight => Status::Pending,
+            Phase::Delivered | Phase::Done => Status::Complete,
+            Phase::Failed(e) => Status::Failed(e.clone()),
+        }
+    }
+
+    /// The bytes a read transfer brought back (after `wait`); None before or for writes.
+    pub fn take_result(&mut self) -> Option<Vec<u8>> {
+        self.state
+            .phase
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .1
+            .take()
+    }
+
+    fn worker(&self) -> &Worker {
+        self.client.inner.workers[self.owner as usize]
+            .get_or_init(|| Worker::spawn(&self.client, self.owner))
+    }
+}
+
+/// Starts every transfer, sending one `Stage` and one `Read` message per destination server.
+pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
+    for t in transfers.iter() {
+        let g = t.state.phase.lock().unwrap_or_else(|p| p.into_inner());
+        if matches!(g.0, Phase::InFlight | Phase::Delivered) {
+            return Err(Error::invalid(format!(
+                "transfer on region {} is already started; wait() before restarting",
+                t.region
+            )));
+        }
+        drop(g);
+        if t.is_write && t.data.is_none() {
+            return Err(Error::invalid("write transfer has no data loaded"));
+        }
+    }
+    type Batch = (
+        Vec<StageItem>,
+        Vec<Arc<Vec<u8>>>,
+        Vec<Arc<State>>,
+        Vec<ReadItem>,
+        Vec<usize>,
+        Vec<Arc<State>>,
+    );
+    let mut per_server: BTreeMap<u32, Batch> = BTreeMap::new();
+    for t in transfers.iter_mut() {
+        *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::InFlight, None);
+        let b = per_server.entry(t.owner).or_default();
+        if t.is_write {
+            t.txn = t.client.next_txn();
+            b.0.push(StageItem {
+                txn: t.txn,
+                id: t.id,
+                region: t.region.clone(),
+                len: t.byte_len as u64,
+            });
+            b.1.push(t.data.clone().expect("checked above"));
+            b.2.push(t.state.clone());
+        } else {
+            b.3.push(ReadItem {
+                id: t.id,
+                region: t.region.clone(),
+            });
+            b.4.push(t.byte_len);
+            b.5.push(t.state.clone());
+        }
+    }
+    for (owner, (items, data, wstates, reads, lens, rstates)) in per_server {
+        let t = transfers
+            .iter()
+            .find(|t| t.owner == owner)
+            .expect("owner from a transfer");
+        let w = t.worker();
+        if !items.is_empty() {
+            w.submit(Job::Stage {
+                items,
+                data,
+                states: wstates,
+            });
+        }
+        if !reads.is_empty() {
+            w.submit(Job::Read {
+                items: reads,
+                lens,
+                states: rstates,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Commits grouped by (server, local durability?): txns and the transfers waiting on them.
+type Commits = BTreeMap<(u32, bool), (Vec<u64>, Vec<Arc<State>>)>;
+
+/// The consistency point for a batch: one `Commit` per server for the started writes, then
+/// blocks until every transfer is done. Returns the first failure (all are still waited for).
+pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
+    let mut commits: Commits = BTreeMap::new();
+    for t in transfers.iter() {
+        let g = t.state.phase.lock().unwrap_or_else(|p| p.into_inner());
+        if t.is_write && matches!(g.0, Phase::InFlight | Phase::Delivered) {
+            let c = commits
+                .entry((t.owner, t.durability == Durability::Local))
+                .or_default();
+            c.0.push(t.txn);
+            c.1.push(t.state.clone());
+        }
+    }
+    for ((owner, local), (txns, states)) in commits {
+        let t = transfers
+            .iter()
+            .find(|t| t.owner == owner)
+            .expect("owner from a transfer");
+        let durability = if local {
+            Durability::Local
+        } else {
+            Durability::Memory
+        };
+        t.worker().submit(Job::Commit {
+            txns,
+            durability,
+            states,
+        });
+    }
+    let mut first_err = None;
+    for t in transfers.iter_mut() {
+        let mut g = t.state.phase.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            match &g.0 {
+                Phase::InFlight | Phase::Delivered => {
+                    g = t.state.cv.wait(g).unwrap_or_else(|p| p.into_inner())
+                }
+                Phase::Failed(e) => {
+                    first_err.get_or_insert_with(|| e.clone());
+                    break;
+                }
+                Phase::Done | Phase::Idle => break,
+            }
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}

@@ -1,0 +1,547 @@
+"""pdcx: object-centric data management for scientific computing.
+
+Quick start::
+
+    import numpy as np, pdcx
+    client = pdcx.connect()                      # private server unless PDCX_ROOT is set
+    cont = client.create_container("run1", tags={"app": "vpic"})
+    obj = cont.create_object("run1/energy", shape=(1000, 3), dtype="float64", tags={"step": 0})
+    obj[:500] = np.random.rand(500, 3)           # synchronous write (a consistency point)
+    t = obj.write_async(np.ones((500, 3)), offset=(500, 0))
+    t.wait()                                     # visible to every later reader from here on
+    print(obj[::100, 0])                         # numpy indexing: ints, slices with steps, ...
+    print(client.query("step=0", app=None))      # tag queries across all servers
+
+A transfer's ``start`` copies the caller's data, so the buffer is reusable at once; ``wait``
+is the consistency point. ``pdcx.start_all`` / ``pdcx.wait_all`` batch many transfers into
+one message per server.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, MutableMapping
+from typing import Any
+
+import numpy as np
+
+from . import _native
+from ._native import (
+    AlreadyExistsError,
+    AuthError,
+    DtypeMismatchError,
+    InvalidArgumentError,
+    NoSpaceError,
+    NotFoundError,
+    OutOfBoundsError,
+    PdcxError,
+    ProtocolError,
+    UnavailableError,
+)
+
+__all__ = [
+    "connect",
+    "Client",
+    "Container",
+    "Object",
+    "Transfer",
+    "start_all",
+    "wait_all",
+    "PdcxError",
+    "NotFoundError",
+    "AlreadyExistsError",
+    "InvalidArgumentError",
+    "OutOfBoundsError",
+    "DtypeMismatchError",
+    "UnavailableError",
+    "AuthError",
+    "NoSpaceError",
+    "ProtocolError",
+]
+
+_NUMPY_DTYPES = {
+    "int8": "i1",
+    "int16": "<i2",
+    "int32": "<i4",
+    "int64": "<i8",
+    "uint8": "u1",
+    "uint16": "<u2",
+    "uint32": "<u4",
+    "uint64": "<u8",
+    "float32": "<f4",
+    "float64": "<f8",
+    "bytes": "S1",
+}
+
+
+def _np_dtype(name: str) -> np.dtype:
+    return np.dtype(_NUMPY_DTYPES[name])
+
+
+def _pdcx_dtype(dtype: Any) -> str:
+    if isinstance(dtype, str) and dtype in _NUMPY_DTYPES:
+        return dtype
+    dt = np.dtype(dtype)
+    if dt.kind == "S" and dt.itemsize == 1:
+        return "bytes"
+    for name, code in _NUMPY_DTYPES.items():
+        if np.dtype(code) == dt.newbyteorder("<"):
+            return name
+    raise InvalidArgumentError(f"unsupported dtype {dt}; supported: {', '.join(_NUMPY_DTYPES)}")
+
+
+def _decode_tags(raw: dict) -> dict:
+    return {k: bytes(v["__bytes__"]) if isinstance(v, dict) else v for k, v in raw.items()}
+
+
+def _tag_items(tags: dict | None) -> list:
+    if not tags:
+        return []
+    if not isinstance(tags, dict):
+        raise InvalidArgumentError("tags must be a dict of name -> str/int/float/bytes")
+    return [(str(k), v) for k, v in tags.items()]
+
+
+class _Embedded:
+    """The private deployment `connect()` starts when none is configured."""
+
+    def __init__(self) -> None:
+        self.dir = tempfile.mkdtemp(prefix="pdcx-embedded-")
+        self.server = _native.EmbeddedServer(self.dir)
+        atexit.register(self.close)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+            self.server = None
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def connect(root: str | os.PathLike | None = None) -> Client:
+    """Connects to a pdcx deployment.
+
+    - ``connect(root="/path")`` joins the deployment whose servers were started with that root
+      (``pdcx server start -n 2 --root /path`` or ``mpirun -n 2 pdcx server --root /path``).
+    - ``connect()`` with ``PDCX_ROOT`` set joins that one.
+    - ``connect()`` with neither starts a private server in this process, in a temporary
+      directory that is removed at exit (the embedded default: nothing to set up).
+    """
+    if root is None and not os.environ.get("PDCX_ROOT"):
+        if int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1"))) > 1:
+            raise UnavailableError(
+                "running under MPI with no deployment: start servers first "
+                "(pdcx server start -n 2 --root DIR) and set PDCX_ROOT=DIR, so all ranks share them"
+            )
+        emb = _Embedded()
+        client = Client(_native.Client(emb.dir))
+        client._embedded = emb
+        return client
+    return Client(_native.Client(None if root is None else os.fspath(root)))
+
+
+class Client:
+    """A connection to one deployment. Create it with :func:`pdcx.connect`."""
+
+    def __init__(self, native: _native.Client):
+        self._c = native
+        self._embedded: _Embedded | None = None
+
+    @property
+    def servers(self) -> int:
+        """Number of servers in the deployment."""
+        return self._c.size
+
+    @property
+    def root(self) -> str | None:
+        r = self._c.root
+        return None if r is None else os.fspath(r)
+
+    def create_container(self, name: str, tags: dict | None = None) -> Container:
+        """Creates a container; raises AlreadyExistsError if the name is taken."""
+        return Container(self, json.loads(self._c.create_container(name, _tag_items(tags))))
+
+    def open_container(self, name: str) -> Container:
+        return Container(self, json.loads(self._c.get_container(name)))
+
+    def containers(self) -> list[Container]:
+        return [Container(self, c) for c in json.loads(self._c.list_containers())]
+
+    def open_object(self, name: str) -> Object:
+        """Opens an object by its deployment-wide unique name."""
+        return Object(self, json.loads(self._c.open_object(name)))
+
+    def objects(self, container: str | None = None) -> list[Object]:
+        return [Object(self, o) for o in json.loads(self._c.list_objects(container))]
+
+    def query(self, *conditions: str, **equals: Any) -> list[str]:
+        """Names of the objects whose tags satisfy every condition.
+
+        Conditions are strings such as ``"step=3"``, ``"energy>=1.5"``, ``"species~elec*"``
+        (glob; ``abc*`` is a prefix match), ``"units?"`` (tag exists), ``"name~run1/*"``.
+        Keyword arguments are equality tests, or inclusive ranges when given a ``(lo, hi)``
+        tuple: ``client.query(step=(2, 4), species="electron")``.
+        """
+        conds = list(conditions)
+        for key, value in equals.items():
+            if isinstance(value, tuple) and len(value) == 2:
+                lo, hi = value
+                if lo is not None:
+                    conds.append(f"{key}>={lo!r}")
+                if hi is not None:
+                    conds.append(f"{key}<={hi!r}")
+            elif isinstance(value, str):
+                conds.append(f'{key}="{value}"')
+            elif isinstance(value, bytes):
+                conds.append(f"{key}=bytes:{value.hex()}")
+            else:
+                conds.append(f"{key}={value!r}")
+        return [name for _, name in self._c.query(conds)]
+
+    def stats(self) -> list[dict]:
+        """Per-server statistics (objects, extents, log and cache bytes, ...)."""
+        return [json.loads(self._c.stats(r)) for r in range(self.servers)]
+
+    def close(self) -> None:
+        """Stops the private server of an embedded client; a no-op otherwise."""
+        if self._embedded is not None:
+            self._embedded.close()
+            self._embedded = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = "embedded" if self._embedded else self.root
+        return f"<pdcx.Client {where} servers={self.servers}>"
+
+
+class Container:
+    """A named, tagged collection of objects."""
+
+    def __init__(self, client: Client, info: dict):
+        self._client = client
+        self._info = info
+
+    @property
+    def name(self) -> str:
+        return self._info["name"]
+
+    @property
+    def tags(self) -> TagView:
+        return TagView(self._client, container=self.name, initial=self._info["tags"])
+
+    def create_object(
+        self,
+        name: str,
+        shape: int | Iterable[int],
+        dtype: Any = "float64",
+        tags: dict | None = None,
+        fill: Any = None,
+    ) -> Object:
+        """Creates an N-d array object (1..8 dims) in this container.
+
+        ``fill`` is returned for never-written elements (default 0). Dims may grow later
+        (``obj.resize``), so a size unknown up front is fine.
+        """
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+        dt = _pdcx_dtype(dtype)
+        fill_bytes = None if fill is None else np.asarray(fill, dtype=_np_dtype(dt)).tobytes()
+        meta = self._client._c.create_object(name, list(shape), dt, [self.name], _tag_items(tags), fill_bytes)
+        return Object(self._client, json.loads(meta))
+
+    def add(self, obj: Object) -> None:
+        """Adds an existing object to this container too (objects may be in several)."""
+        self._client._c.add_to_container(obj.id, self.name)
+
+    def objects(self) -> list[Object]:
+        return self._client.objects(self.name)
+
+    def __repr__(self) -> str:
+        return f"<pdcx.Container {self.name!r} tags={self._info['tags']}>"
+
+
+class TagView(MutableMapping):
+    """Dict-like, write-through view of an object's or container's tags."""
+
+    def __init__(self, client: Client, obj: Object | None = None, container: str | None = None, initial=None):
+        self._client, self._obj, self._container = client, obj, container
+        self._cache = _decode_tags(initial or {})
+
+    def _refresh(self) -> dict:
+        if self._obj is not None:
+            self._obj._meta = json.loads(self._client._c.get_object(self._obj.id))
+            self._cache = _decode_tags(self._obj._meta["tags"])
+        else:
+            self._cache = _decode_tags(json.loads(self._client._c.get_container(self._container))["tags"])
+        return self._cache
+
+    def __getitem__(self, key: str) -> Any:
+        return self._refresh()[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if self._obj is not None:
+            self._client._c.put_object_tags(self._obj.id, [(key, value)])
+        else:
+            self._client._c.put_container_tags(self._container, [(key, value)])
+
+    def update(self, other=(), /, **kw) -> None:  # one round trip for many tags
+        items = _tag_items({**dict(other), **kw})
+        if self._obj is not None:
+            self._client._c.put_object_tags(self._obj.id, items)
+        else:
+            self._client._c.put_container_tags(self._container, items)
+
+    def __delitem__(self, key: str) -> None:
+        try:
+            if self._obj is not None:
+                self._client._c.delete_object_tag(self._obj.id, key)
+            else:
+                self._client._c.delete_container_tag(self._container, key)
+        except NotFoundError as e:
+            raise KeyError(key) from e
+
+    def __iter__(self):
+        return iter(self._refresh())
+
+    def __len__(self) -> int:
+        return len(self._refresh())
+
+    def __repr__(self) -> str:
+        return f"TagView({self._refresh()!r})"
+
+
+def _normalize_index(key: Any, shape: tuple) -> tuple[list, list, list, list]:
+    """numpy basic indexing -> (offset, count, step, dims to drop) over the object's shape."""
+    if not isinstance(key, tuple):
+        key = (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have a single ellipsis ('...')")
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1 :]
+    if len(key) > len(shape):
+        raise IndexError(f"too many indices: object has {len(shape)} dims, got {len(key)}")
+    key = key + (slice(None),) * (len(shape) - len(key))
+    offset, count, step, drop = [], [], [], []
+    for d, (k, n) in enumerate(zip(key, shape)):
+        if isinstance(k, (int, np.integer)):
+            k = int(k)
+            if k < -n or k >= n:
+                raise IndexError(f"index {k} is out of bounds for dim {d} with size {n}")
+            offset.append(k % n)
+            count.append(1)
+            step.append(1)
+            drop.append(d)
+        elif isinstance(k, slice):
+            start, stop, st = k.indices(n)
+            if st <= 0:
+                raise IndexError("negative slice steps are not supported")
+            c = len(range(start, stop, st))
+            offset.append(start)
+            count.append(0 if c == 0 else (c - 1) * st + 1)
+            step.append(st)
+        else:
+            raise IndexError(f"unsupported index {k!r}: use ints, slices and '...'")
+    return offset, count, step, drop
+
+
+class Object:
+    """A typed N-d array stored in pdcx. Index it like a numpy array."""
+
+    def __init__(self, client: Client, meta: dict):
+        self._client = client
+        self._meta = meta
+
+    @property
+    def id(self) -> int:
+        return self._meta["id"]
+
+    @property
+    def name(self) -> str:
+        return self._meta["name"]
+
+    @property
+    def shape(self) -> tuple:
+        return tuple(self._meta["dims"])
+
+    @property
+    def ndim(self) -> int:
+        return len(self._meta["dims"])
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return _np_dtype(self._meta["dtype"])
+
+    @property
+    def fill_value(self) -> Any:
+        return np.frombuffer(bytes(self._meta["fill"]), dtype=self.dtype)[0]
+
+    @property
+    def tags(self) -> TagView:
+        return TagView(self._client, obj=self, initial=self._meta["tags"])
+
+    @property
+    def metadata(self) -> dict:
+        """System metadata: id, name, owner server, creator, ctime, mtime, dims, dtype, containers."""
+        self._meta = json.loads(self._client._c.get_object(self.id))
+        return {k: v for k, v in self._meta.items() if k not in ("tags", "fill")}
+
+    def resize(self, shape: Iterable[int]) -> None:
+        """Grows the object's dims (they may not shrink)."""
+        self._meta = json.loads(self._client._c.set_dims(self.id, [int(s) for s in shape]))
+
+    def refresh(self) -> None:
+        """Reloads metadata (e.g. dims grown by another client)."""
+        self._meta = json.loads(self._client._c.get_object(self.id))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __array__(self, dtype=None, copy=None):
+        a = self[...]
+        return a if dtype is None else a.astype(dtype)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        offset, count, step, drop = _normalize_index(key, self.shape)
+        out = np.empty(count, dtype=self.dtype)
+        if out.size:
+            self._client._c.read_into(self.id, offset, count, memoryview(out.reshape(-1).view(np.uint8)))
+        out = out[tuple(slice(None, None, s) for s in step)]
+        return out.reshape([c for d, c in enumerate(out.shape) if d not in drop]) if drop else out
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        offset, count, step, _ = _normalize_index(key, self.shape)
+        if 0 in count:
+            return
+        if any(s != 1 for s in step):
+            # Strided write: read the bounding box, assign, write it back. Not atomic against a
+            # concurrent writer of the elements in between the strides.
+            box = self[tuple(slice(o, o + c) for o, c in zip(offset, count))]
+            box[tuple(slice(None, None, s) for s in step)] = value
+            data = box
+        else:
+            data = np.broadcast_to(np.asarray(value, dtype=self.dtype), count)
+        buf = np.ascontiguousarray(data, dtype=self.dtype)
+        self._client._c.write(self.id, offset, count, memoryview(buf.reshape(-1).view(np.uint8)), "local")
+
+    def _region(self, offset, shape) -> tuple[list, list]:
+        offset = [0] * self.ndim if offset is None else [int(o) for o in np.atleast_1d(offset)]
+        if shape is None:
+            shape = [n - o for n, o in zip(self.shape, offset)]
+        return offset, [int(s) for s in np.atleast_1d(shape)]
+
+    def transfer(self, mode: str, array=None, offset=None, shape=None, durability: str = "local") -> Transfer:
+        """Creates an unstarted transfer (``mode`` "w" or "r") of the region at ``offset``."""
+        if mode == "w":
+            if array is None:
+                raise InvalidArgumentError("a write transfer needs an array")
+            array = np.asarray(array)
+            shape = array.shape if shape is None else shape
+        elif mode != "r":
+            raise InvalidArgumentError("mode must be 'w' or 'r'")
+        off, cnt = self._region(offset, shape)
+        native = self._client._c.transfer(self.id, self._meta["dtype"], list(self.shape), off, cnt, mode == "w", durability)
+        return Transfer(self, native, array, tuple(cnt))
+
+    def write_async(self, array, offset=None, durability: str = "local") -> Transfer:
+        """Starts writing ``array`` at ``offset``; the array may be reused as soon as this returns."""
+        t = self.transfer("w", array, offset, durability=durability)
+        t.start()
+        return t
+
+    def read_async(self, offset=None, shape=None) -> Transfer:
+        """Starts reading a region; ``.wait()`` (or ``.result()``) returns it as an array."""
+        t = self.transfer("r", offset=offset, shape=shape)
+        t.start()
+        return t
+
+    def extents(self) -> list[dict]:
+        """Where the bytes are: the committed extents of this object on its server."""
+        return json.loads(self._client._c.extents(self.id))
+
+    def __repr__(self) -> str:
+        return f"<pdcx.Object {self.name!r} shape={self.shape} dtype={self._meta['dtype']}>"
+
+
+class Transfer:
+    """One region of one object moving one way: ``start`` -> ``status`` -> ``wait``."""
+
+    def __init__(self, obj: Object, native: _native.Transfer, array, shape: tuple):
+        self.object = obj
+        self._t = native
+        self._array = array
+        self._shape = shape
+        self._result = None
+
+    def _load(self) -> None:
+        if self._t.is_write:
+            buf = np.ascontiguousarray(self._array, dtype=self.object.dtype)
+            self._t.load(memoryview(buf.reshape(-1).view(np.uint8)))
+
+    def start(self) -> None:
+        """Copies the data now (writes) and sends it in the background. May be restarted after wait."""
+        self._load()
+        self._t.start()
+
+    def status(self) -> str:
+        """"idle" (not started), "pending", "complete" (the server holds the data) or "failed"."""
+        return self._t.status()[0]
+
+    @property
+    def error(self) -> str | None:
+        _, kind, message = self._t.status()
+        return None if kind is None else f"{kind}: {message}"
+
+    def wait(self) -> np.ndarray | None:
+        """The consistency point: after it, a write is visible to every later transfer."""
+        self._t.wait()
+        return self._collect()
+
+    def _collect(self):
+        if not self._t.is_write:
+            buf = self._t.take_result()
+            if buf is not None:
+                self._result = np.frombuffer(buf, dtype=self.object.dtype).reshape(self._shape)
+            return self._result
+        return None
+
+    def result(self) -> np.ndarray:
+        """The data of a read transfer (waits if needed)."""
+        if self._t.is_write:
+            raise InvalidArgumentError("result() is for read transfers")
+        if self._result is None:
+            self.wait()
+        return self._result
+
+    def __repr__(self) -> str:
+        kind = "write" if self._t.is_write else "read"
+        return f"<pdcx.Transfer {kind} {self.object.name!r} shape={self._shape} {self.status()}>"
+
+
+def start_all(transfers: Iterable[Transfer]) -> None:
+    """Starts many transfers with one message per destination server."""
+    ts = list(transfers)
+    for t in ts:
+        t._load()
+    _native.start_all([t._t for t in ts])
+
+
+def wait_all(transfers: Iterable[Transfer]) -> None:
+    """Waits for many transfers with one commit per server; raises the first failure."""
+    ts = list(transfers)
+    try:
+        _native.wait_all([t._t for t in ts])
+    finally:
+        for t in ts:
+            t._collect()

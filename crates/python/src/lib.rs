@@ -1,0 +1,544 @@
+//! The native half of `import pdcx`. It exposes the Rust client almost one to one; shapes,
+//! numpy dtypes and indexing live in the pure-Python layer (python/pdcx). Metadata crosses as
+//! JSON text so this file needs no per-field conversions. Every blocking call releases the GIL.
+
+use pdcx_client::{Client as RustClient, Status, Transfer as RustTransfer};
+use pdcx_core::model::Tags;
+use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
+use pdcx_core::{Condition, ContainerInfo, Dtype, ErrorKind, ObjectMeta, Region, TagValue};
+use pdcx_server::{Server, ServerConfig, ServerHandle};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+
+pyo3::create_exception!(_native, PdcxError, PyException);
+pyo3::create_exception!(_native, NotFoundError, PdcxError);
+pyo3::create_exception!(_native, AlreadyExistsError, PdcxError);
+pyo3::create_exception!(_native, InvalidArgumentError, PdcxError);
+pyo3::create_exception!(_native, OutOfBoundsError, InvalidArgumentError);
+pyo3::create_exception!(_native, DtypeMismatchError, InvalidArgumentError);
+pyo3::create_exception!(_native, UnavailableError, PdcxError);
+pyo3::create_exception!(_native, AuthError, PdcxError);
+pyo3::create_exception!(_native, NoSpaceError, PdcxError);
+pyo3::create_exception!(_native, ProtocolError, PdcxError);
+
+fn to_py(e: pdcx_core::Error) -> PyErr {
+    let m = e.message;
+    match e.kind {
+        ErrorKind::NotFound => NotFoundError::new_err(m),
+        ErrorKind::AlreadyExists => AlreadyExistsError::new_err(m),
+        ErrorKind::InvalidArgument => InvalidArgumentError::new_err(m),
+        ErrorKind::OutOfBounds => OutOfBoundsError::new_err(m),
+        ErrorKind::DtypeMismatch => DtypeMismatchError::new_err(m),
+        ErrorKind::Unavailable => UnavailableError::new_err(m),
+        ErrorKind::Auth => AuthError::new_err(m),
+        ErrorKind::NoSpace => NoSpaceError::new_err(m),
+        ErrorKind::Protocol => ProtocolError::new_err(m),
+        ErrorKind::Io | ErrorKind::Internal => PdcxError::new_err(m),
+    }
+}
+
+type R<T> = PyResult<T>;
+
+fn tag_json(v: &TagValue) -> Value {
+    match v {
+        TagValue::Str(s) => json!(s),
+        TagValue::Int(i) => json!(i),
+        TagValue::Float(f) => json!(f),
+        TagValue::Bytes(b) => json!({ "__bytes__": b }),
+    }
+}
+
+fn tags_json(tags: &Tags) -> Value {
+    Value::Object(tags.iter().map(|(k, v)| (k.clone(), tag_json(v))).collect())
+}
+
+fn object_json(o: &ObjectMeta) -> String {
+    json!({
+        "id": o.id, "name": o.name, "owner": o.owner, "creator": o.creator, "ctime": o.ctime,
+        "mtime": o.mtime, "dims": o.dims, "dtype": o.dtype.name(), "fill": o.fill,
+        "containers": o.containers, "tags": tags_json(&o.tags),
+    })
+    .to_string()
+}
+
+fn container_json(c: &ContainerInfo) -> Value {
+    json!({"id": c.id, "name": c.name, "owner": c.owner, "creator": c.creator, "ctime": c.ctime, "tags": tags_json(&c.tags)})
+}
+
+/// Python tag values: str, int (bool counts as int), float, bytes.
+fn extract_tags(items: Vec<(String, Bound<'_, PyAny>)>) -> R<Tags> {
+    items
+        .into_iter()
+        .map(|(k, v)| {
+            let value = if let Ok(b) = v.downcast::<PyBytes>() {
+                TagValue::Bytes(b.as_bytes().to_vec())
+            } else if let Ok(s) = v.extract::<String>() {
+                TagValue::Str(s)
+            } else if let Ok(i) = v.extract::<i64>() {
+                TagValue::Int(i)
+            } else if let Ok(f) = v.extract::<f64>() {
+                TagValue::Float(f)
+            } else {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "tag {k:?}: values must be str, int, float or bytes, not {}",
+                    v.get_type().name()?
+                )));
+            };
+            Ok((k, value))
+        })
+        .collect()
+}
+
+fn region(offset: Vec<u64>, count: Vec<u64>) -> R<Region> {
+    Region::new(offset, count).map_err(to_py)
+}
+
+fn durability(s: &str) -> R<Durability> {
+    match s {
+        "memory" => Ok(Durability::Memory),
+        "local" => Ok(Durability::Local),
+        _ => Err(InvalidArgumentError::new_err(format!(
+            "durability must be 'memory' or 'local', not {s:?}"
+        ))),
+    }
+}
+
+/// A contiguous byte view of a Python buffer (C-contiguous, format 'B').
+fn byte_view(buf: &PyBuffer<u8>) -> R<(usize, usize)> {
+    if !buf.is_c_contiguous() {
+        return Err(InvalidArgumentError::new_err("buffer must be C-contiguous"));
+    }
+    Ok((buf.buf_ptr() as usize, buf.len_bytes()))
+}
+
+#[pyclass(module = "pdcx._native")]
+struct Client {
+    inner: RustClient,
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (root=None))]
+    fn new(py: Python<'_>, root: Option<PathBuf>) -> R<Self> {
+        let inner = py
+            .allow_threads(|| RustClient::connect(root.as_deref()))
+            .map_err(to_py)?;
+        Ok(Client { inner })
+    }
+
+    #[getter]
+    fn size(&self) -> u32 {
+        self.inner.size()
+    }
+
+    #[getter]
+    fn root(&self) -> Option<PathBuf> {
+        self.inner.root().map(|p| p.to_path_buf())
+    }
+
+    fn create_container(
+        &self,
+        py: Python<'_>,
+        name: String,
+        tags: Vec<(String, Bound<'_, PyAny>)>,
+    ) -> R<String> {
+        let tags = extract_tags(tags)?;
+        let c = py
+            .allow_threads(|| self.inner.create_container(&name, tags))
+            .map_err(to_py)?;
+        Ok(container_json(&c).to_string())
+    }
+
+    fn get_container(&self, py: Python<'_>, name: String) -> R<String> {
+        let c = py
+            .allow_threads(|| self.inner.get_container(&name))
+            .map_err(to_py)?;
+        Ok(container_json(&c).to_string())
+    }
+
+    fn list_containers(&self, py: Python<'_>) -> R<String> {
+        let cs = py
+            .allow_threads(|| self.inner.list_containers())
+            .map_err(to_py)?;
+        Ok(Value::Array(cs.iter().map(container_json).collect()).to_string())
+    }
+
+    #[pyo3(signature = (name, dims, dtype, containers, tags, fill=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_object(
+        &self,
+        py: Python<'_>,
+        name: String,
+        dims: Vec<u64>,
+        dtype: &str,
+        containers: Vec<String>,
+        tags: Vec<(String, Bound<'_, PyAny>)>,
+        fill: Option<Vec<u8>>,
+    ) -> R<String> {
+        let spec = ObjectSpec {
+            name,
+            dims,
+            dtype: Dtype::parse(dtype).map_err(to_py)?,
+            fill,
+            containers,
+            tags: extract_tags(tags)?,
+            creator: String::new(),
+        };
+        let o = py
+            .allow_threads(|| self.inner.create_object(spec))
+            .map_err(to_py)?;
+        Ok(object_json(&o))
+    }
+
+    fn open_object(&self, py: Python<'_>, name: String) -> R<String> {
+        py.allow_threads(|| self.inner.open_object(&name))
+            .map(|o| object_json(&o))
+            .map_err(to_py)
+    }
+
+    fn get_object(&self, py: Python<'_>, id: u64) -> R<String> {
+        py.allow_threads(|| self.inner.get_object(id))
+            .map(|o| object_json(&o))
+            .map_err(to_py)
+    }
+
+    #[pyo3(signature = (container=None))]
+    fn list_objects(&self, py: Python<'_>, container: Option<String>) -> R<String> {
+        let os = py
+            .allow_threads(|| self.inner.list_objects(container.as_deref()))
+            .map_err(to_py)?;
+        Ok(format!(
+            "[{}]",
+            os.iter().map(object_json).collect::<Vec<_>>().join(",")
+        ))
+    }
+
+    fn set_dims(&self, py: Python<'_>, id: u64, dims: Vec<u64>) -> R<String> {
+        py.allow_threads(|| self.inner.set_dims(id, dims))
+            .map(|o| object_json(&o))
+            .map_err(to_py)
+    }
+
+    fn add_to_container(&self, py: Python<'_>, id: u64, container: String) -> R<()> {
+        py.allow_threads(|| self.inner.add_to_container(id, &container))
+            .map_err(to_py)
+    }
+
+    fn put_object_tags(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        tags: Vec<(String, Bound<'_, PyAny>)>,
+    ) -> R<()> {
+        let tags = extract_tags(tags)?;
+        py.allow_threads(|| self.inner.put_tags(TagTarget::Object(id), tags))
+            .map_err(to_py)
+    }
+
+    fn put_container_tags(
+        &self,
+        py: Python<'_>,
+        name: String,
+        tags: Vec<(String, Bound<'_, PyAny>)>,
+    ) -> R<()> {
+        let tags = extract_tags(tags)?;
+        py.allow_threads(|| self.inner.put_tags(TagTarget::Container(name), tags))
+            .map_err(to_py)
+    }
+
+    fn delete_object_tag(&self, py: Python<'_>, id: u64, key: String) -> R<()> {
+        py.allow_threads(|| self.inner.delete_tag(TagTarget::Object(id), &key))
+            .map_err(to_py)
+    }
+
+    fn delete_container_tag(&self, py: Python<'_>, name: String, key: String) -> R<()> {
+        py.allow_threads(|| self.inner.delete_tag(TagTarget::Container(name), &key))
+            .map_err(to_py)
+    }
+
+    /// Conditions as text (see `pdcx query --help`); all must hold.
+    fn query(&self, py: Python<'_>, conditions: Vec<String>) -> R<Vec<(u64, String)>> {
+        let conds = conditions
+            .iter()
+            .map(|c| Condition::parse(c))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(to_py)?;
+        py.allow_threads(|| self.inner.query(conds)).map_err(to_py)
+    }
+
+    fn extents(&self, py: Python<'_>, id: u64) -> R<String> {
+        let ex = py.allow_threads(|| self.inner.extents(id)).map_err(to_py)?;
+        let v: Vec<Value> = ex
+            .iter()
+            .map(|e| json!({"seq": e.seq, "offset": e.region.offset, "count": e.region.count, "segment": e.segment, "log_offset": e.offset, "len": e.len, "cached": e.cached}))
+            .collect();
+        Ok(Value::Array(v).to_string())
+    }
+
+    fn stats(&self, py: Python<'_>, rank: u32) -> R<String> {
+        let s = py.allow_threads(|| self.inner.stats(rank)).map_err(to_py)?;
+        Ok(json!({"rank": s.rank, "size": s.size, "pid": s.pid, "addr": s.addr, "objects": s.objects,
+            "containers": s.containers, "extents": s.extents, "log_bytes": s.log_bytes,
+            "cache_bytes": s.cache_bytes, "cache_capacity": s.cache_capacity, "uptime_s": s.uptime_s})
+        .to_string())
+    }
+
+    /// Synchronous write of a C-contiguous byte buffer, sent without an intermediate copy.
+    fn write(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        offset: Vec<u64>,
+        count: Vec<u64>,
+        data: PyBuffer<u8>,
+        durability_level: &str,
+    ) -> R<()> {
+        let r = region(offset, count)?;
+        let d = durability(durability_level)?;
+        let (ptr, len) = byte_view(&data)?;
+        py.allow_threads(|| {
+            // SAFETY: `data` (a PyBuffer) keeps the exporter's memory alive and pinned until it drops after this call.
+            let bytes = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+            self.inner.write(id, &r, bytes, d)
+        })
+        .map_err(to_py)
+    }
+
+    /// Synchronous read straight into a writable C-contiguous byte buffer of the exact size.
+    fn read_into(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        offset: Vec<u64>,
+        count: Vec<u64>,
+        out: PyBuffer<u8>,
+    ) -> R<()> {
+        let r = region(offset, count)?;
+        if out.readonly() {
+            return Err(InvalidArgumentError::new_err("output buffer is read-only"));
+        }
+        let (ptr, len) = byte_view(&out)?;
+        py.allow_threads(|| {
+            // SAFETY: as in write(); the buffer is writable and exported to us alone for this call.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+            self.inner.read_into(id, &r, bytes)
+        })
+        .map_err(to_py)
+    }
+
+    #[pyo3(signature = (id, dtype, dims, offset, count, is_write, durability_level="local"))]
+    #[allow(clippy::too_many_arguments)]
+    fn transfer(
+        &self,
+        id: u64,
+        dtype: &str,
+        dims: Vec<u64>,
+        offset: Vec<u64>,
+        count: Vec<u64>,
+        is_write: bool,
+        durability_level: &str,
+    ) -> R<Transfer> {
+        let dtype = Dtype::parse(dtype).map_err(to_py)?;
+        let mut t = RustTransfer::for_object(
+            &self.inner,
+            id,
+            dtype,
+            &dims,
+            region(offset, count)?,
+            is_write,
+        )
+        .map_err(to_py)?;
+        t.durability = durability(durability_level)?;
+        Ok(Transfer { inner: t })
+    }
+}
+
+#[pyclass(module = "pdcx._native")]
+struct Transfer {
+    inner: RustTransfer,
+}
+
+#[pymethods]
+impl Transfer {
+    /// Copies the caller's data now: after this the caller may reuse its buffer.
+    fn load(&mut self, py: Python<'_>, data: PyBuffer<u8>) -> R<()> {
+        let (ptr, len) = byte_view(&data)?;
+        // SAFETY: `data` keeps the memory alive for the duration of the copy.
+        let copy = py.allow_threads(|| {
+            unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }.to_vec()
+        });
+        self.inner.load(copy).map_err(to_py)
+    }
+
+    fn start(&mut self) -> R<()> {
+        self.inner.start().map_err(to_py)
+    }
+
+    fn wait(&mut self, py: Python<'_>) -> R<()> {
+        let t = &mut self.inner;
+        py.allow_threads(|| t.wait()).map_err(to_py)
+    }
+
+    /// ("idle"|"pending"|"complete"|"failed", error kind or None, message or None)
+    fn status(&self) -> (String, Option<String>, Option<String>) {
+        match self.inner.status() {
+            Status::Idle => ("idle".into(), None, None),
+            Status::Pending => ("pending".into(), None, None),
+            Status::Complete => ("complete".into(), None, None),
+            Status::Failed(e) => (
+                "failed".into(),
+                Some(format!("{:?}", e.kind)),
+                Some(e.message),
+            ),
+        }
+    }
+
+    /// The bytes a read brought back, as a zero-copy buffer (once per wait).
+    fn take_result(&mut self) -> Option<Buffer> {
+        self.inner.take_result().map(|data| Buffer { data })
+    }
+
+    #[getter]
+    fn is_write(&self) -> bool {
+        self.inner.is_write
+    }
+}
+
+/// Bytes owned by Rust, exported through the buffer protocol so numpy can wrap them without
+/// copying (`np.frombuffer`).
+#[pyclass(module = "pdcx._native")]
+struct Buffer {
+    data: Vec<u8>,
+}
+
+#[pymethods]
+impl Buffer {
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut pyo3::ffi::Py_buffer,
+        flags: std::os::raw::c_int,
+    ) -> PyResult<()> {
+        let (ptr, len) = {
+            let mut b = slf.borrow_mut();
+            (b.data.as_mut_ptr(), b.data.len())
+        };
+        // SAFETY: the Vec is never resized after creation; PyBuffer_FillInfo takes a reference
+        // to `slf`, which keeps the memory alive as long as any view exists.
+        if pyo3::ffi::PyBuffer_FillInfo(
+            view,
+            slf.as_ptr(),
+            ptr as *mut std::ffi::c_void,
+            len as isize,
+            0,
+            flags,
+        ) != 0
+        {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut pyo3::ffi::Py_buffer) {}
+
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+}
+
+fn with_transfers<T>(
+    py: Python<'_>,
+    list: Vec<PyRefMut<'_, Transfer>>,
+    f: impl FnOnce(&mut [&mut RustTransfer]) -> pdcx_core::Result<T> + Send,
+) -> R<T>
+where
+    T: Send,
+{
+    let mut list = list;
+    let mut refs: Vec<&mut RustTransfer> = list.iter_mut().map(|t| &mut t.inner).collect();
+    py.allow_threads(move || f(&mut refs)).map_err(to_py)
+}
+
+/// Starts transfers, one message per destination server.
+#[pyfunction]
+fn start_all(py: Python<'_>, transfers: Vec<PyRefMut<'_, Transfer>>) -> R<()> {
+    with_transfers(py, transfers, pdcx_client::start_all)
+}
+
+/// Waits for transfers (one commit message per server); raises the first failure.
+#[pyfunction]
+fn wait_all(py: Python<'_>, transfers: Vec<PyRefMut<'_, Transfer>>) -> R<()> {
+    with_transfers(py, transfers, pdcx_client::wait_all)
+}
+
+/// A private single-server deployment inside this process (the embedded default).
+#[pyclass(module = "pdcx._native")]
+struct EmbeddedServer {
+    handle: Option<ServerHandle>,
+    root: PathBuf,
+}
+
+#[pymethods]
+impl EmbeddedServer {
+    #[new]
+    #[pyo3(signature = (root, cache_bytes=256 << 20))]
+    fn new(py: Python<'_>, root: PathBuf, cache_bytes: u64) -> R<Self> {
+        let r = root.clone();
+        let handle = py
+            .allow_threads(move || -> pdcx_core::Result<ServerHandle> {
+                let mut cfg = ServerConfig::new(&r, 0, 1);
+                cfg.cache_bytes = cache_bytes;
+                let h = Server::start(cfg)?;
+                h.server.publish_rank_file()?;
+                pdcx_server::launch::assemble_cluster(&r, 1, std::time::Duration::from_secs(30))?;
+                Ok(h)
+            })
+            .map_err(to_py)?;
+        Ok(EmbeddedServer {
+            handle: Some(handle),
+            root,
+        })
+    }
+
+    #[getter]
+    fn root(&self) -> PathBuf {
+        self.root.clone()
+    }
+
+    /// Makes everything durable and stops the server; idempotent.
+    fn stop(&mut self, py: Python<'_>) -> R<()> {
+        match self.handle.take() {
+            Some(h) => py.allow_threads(|| h.shutdown()).map_err(to_py),
+            None => Ok(()),
+        }
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Client>()?;
+    m.add_class::<Transfer>()?;
+    m.add_class::<Buffer>()?;
+    m.add_class::<EmbeddedServer>()?;
+    m.add_function(wrap_pyfunction!(start_all, m)?)?;
+    m.add_function(wrap_pyfunction!(wait_all, m)?)?;
+    m.add("PdcxError", py.get_type::<PdcxError>())?;
+    m.add("NotFoundError", py.get_type::<NotFoundError>())?;
+    m.add("AlreadyExistsError", py.get_type::<AlreadyExistsError>())?;
+    m.add(
+        "InvalidArgumentError",
+        py.get_type::<InvalidArgumentError>(),
+    )?;
+    m.add("OutOfBoundsError", py.get_type::<OutOfBoundsError>())?;
+    m.add("DtypeMismatchError", py.get_type::<DtypeMismatchError>())?;
+    m.add("UnavailableError", py.get_type::<UnavailableError>())?;
+    m.add("AuthError", py.get_type::<AuthError>())?;
+    m.add("NoSpaceError", py.get_type::<NoSpaceError>())?;
+    m.add("ProtocolError", py.get_type::<ProtocolError>())?;
+    Ok(())
+}

@@ -1,0 +1,247 @@
+//! pdcx-server: the daemon. One process per node (or per `-n` locally); each is the metadata
+//! owner of the names that hash to its rank and stores the data written to those objects.
+//!
+//! Root directory layout (shared by all ranks of a deployment):
+//! ```text
+//! ROOT/secret            deployment secret (0600), created by the first rank to start
+//! ROOT/cluster.json      rank -> address map + secret (0600), written by rank 0 once all ranks answer
+//! ROOT/run/rank-N.json   each running rank's address and pid (removed at clean shutdown)
+//! ROOT/server-NNNN/      one rank's state: LOCK, meta.sqlite (+WAL), log/ (segments + MANIFEST)
+//! ```
+
+pub mod engine;
+pub mod launch;
+pub mod metadata;
+mod rpc;
+
+use engine::Engine;
+use metadata::Metadata;
+use pdcx_client::cluster::{load_or_create_secret, write_private_atomic, ServerEntry};
+use pdcx_core::{owner_of_name, Error, ErrorKind, Result};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub root: PathBuf,
+    pub rank: u32,
+    pub size: u32,
+    /// Address to listen on; port 0 picks a free one.
+    pub bind: String,
+    pub cache_bytes: u64,
+    /// Largest bulk payload accepted in one frame.
+    pub max_payload: u64,
+}
+
+impl ServerConfig {
+    pub fn new(root: &Path, rank: u32, size: u32) -> ServerConfig {
+        ServerConfig {
+            root: root.to_path_buf(),
+            rank,
+            size,
+            bind: "127.0.0.1:0".into(),
+            cache_bytes: 256 << 20,
+            max_payload: 4 << 30,
+        }
+    }
+}
+
+pub struct Server {
+    pub config: ServerConfig,
+    pub meta: Arc<Metadata>,
+    pub engine: Engine,
+    pub addr: SocketAddr,
+    pub dir: PathBuf,
+    secret: Vec<u8>,
+    started: Instant,
+    connections: AtomicU64,
+    shutdown_requested: AtomicBool,
+    _lock: std::fs::File,
+}
+
+/// A running server: its accept loop runs on a background thread.
+pub struct ServerHandle {
+    pub server: Arc<Server>,
+    acceptor: Option<std::thread::JoinHandle<()>>,
+}
+
+pub fn rank_dir(root: &Path, rank: u32) -> PathBuf {
+    root.join(format!("server-{rank:04}"))
+}
+
+pub fn rank_file(root: &Path, rank: u32) -> PathBuf {
+    root.join("run").join(format!("rank-{rank}.json"))
+}
+
+fn io<'a>(ctx: &str, path: &'a Path) -> impl Fn(std::io::Error) -> Error + 'a {
+    let ctx = ctx.to_string();
+    move |e| Error::io(&format!("{ctx} {}", path.display()), &e)
+}
+
+/// Takes the rank directory's lock so two servers can never share one log. The kernel drops it
+/// when the process dies, even by SIGKILL, so a crashed run never blocks a restart.
+fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let path = dir.join("LOCK");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .read(true)
+        .open(&path)
+        .map_err(io("opening", &path))?;
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let holder = std::fs::read_to_string(&path).unwrap_or_default();
+        return Err(Error::new(
+            ErrorKind::AlreadyExists,
+            format!(
+                "{} is in use by another pdcx server (pid {}); stop it first",
+                dir.display(),
+                holder.trim()
+            ),
+        ));
+    }
+    f.set_len(0).map_err(io("writing", &path))?;
+    std::io::Write::write_all(&mut &f, std::process::id().to_string().as_bytes())
+        .map_err(io("writing", &path))?;
+    Ok(f)
+}
+
+impl Server {
+    /// Opens (recovering if needed) this rank's state, binds, and starts accepting.
+    pub fn start(config: ServerConfig) -> Result<ServerHandle> {
+        if config.size == 0 || config.rank >= config.size {
+            return Err(Error::invalid(format!(
+                "rank {} is not in 0..{}",
+                config.rank, config.size
+            )));
+        }
+        let dir = rank_dir(&config.root, config.rank);
+        std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
+        std::fs::create_dir_all(config.root.join("run")).map_err(io("creating", &config.root))?;
+        let lock = lock_dir(&dir)?;
+        let secret = load_or_create_secret(&config.root)?;
+        let meta = Arc::new(Metadata::open(
+            &dir.join("meta.sqlite"),
+            config.rank,
+            config.size,
+        )?);
+        let (engine, recovery, dropped) =
+            Engine::open(&dir.join("log"), meta.clone(), config.cache_bytes)?;
+        if recovery.discarded_bytes > 0 || dropped > 0 || recovery.removed_segments > 0 {
+            eprintln!(
+                "pdcx server {}: recovery discarded {} uncommitted log bytes, {} segments and {} never-synced extents",
+                config.rank, recovery.discarded_bytes, recovery.removed_segments, dropped
+            );
+        }
+        let listener = TcpListener::bind(&config.bind)
+            .map_err(|e| Error::io(&format!("binding {}", config.bind), &e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Error::io("local_addr", &e))?;
+        let server = Arc::new(Server {
+            config,
+            meta,
+            engine,
+            addr,
+            dir,
+            secret,
+            started: Instant::now(),
+            connections: AtomicU64::new(0),
+            shutdown_requested: AtomicBool::new(false),
+            _lock: lock,
+        });
+        let s = server.clone();
+        let acceptor = std::thread::Builder::new()
+            .name("pdcx-accept".into())
+            .spawn(move || {
+                for stream in listener.incoming() {
+                    if s.shutdown_requested.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(stream) = stream else { continue };
+                    let s2 = s.clone();
+                    let _ = std::thread::Builder::new()
+                        .name("pdcx-conn".into())
+                        .spawn(move || rpc::serve_connection(&s2, stream));
+                }
+            })
+            .map_err(|e| Error::io("spawning accept thread", &e))?;
+        Ok(ServerHandle {
+            server,
+            acceptor: Some(acceptor),
+        })
+    }
+
+    fn check_owner(&self, name: &str) -> Result<()> {
+        let owner = owner_of_name(name, self.config.size);
+        if owner != self.config.rank {
+            return Err(Error::invalid(format!(
+                "object {name:?} belongs to server {owner}, not {}",
+                self.config.rank
+            )));
+        }
+        Ok(())
+    }
+
+    fn wake_acceptor(&self) {
+        let _ = TcpStream::connect(self.addr);
+    }
+
+    /// The address clients should dial: a wildcard bind advertises this host's first
+    /// non-loopback address, since `0.0.0.0` is unreachable from other nodes.
+    fn advertised_addr(&self) -> String {
+        if !self.addr.ip().is_unspecified() {
+            return self.addr.to_string();
+        }
+        use std::net::ToSocketAddrs;
+        (launch::hostname().as_str(), self.addr.port())
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut it| it.find(|a| !a.ip().is_loopback()))
+            .unwrap_or(self.addr)
+            .to_string()
+    }
+
+    pub fn entry(&self) -> ServerEntry {
+        ServerEntry {
+            rank: self.config.rank,
+            addr: self.advertised_addr(),
+            pid: std::process::id(),
+            host: launch::hostname(),
+        }
+    }
+
+    /// Publishes this rank's address for rank 0 (and `pdcx server status`) to find.
+    pub fn publish_rank_file(&self) -> Result<()> {
+        let text =
+            serde_json::to_string(&self.entry()).map_err(|e| Error::internal(e.to_string()))?;
+        write_private_atomic(
+            &rank_file(&self.config.root, self.config.rank),
+            text.as_bytes(),
+        )
+    }
+
+    pub fn shutdown_requested(&self) -> bool {
+        self.shutdown_requested.load(Ordering::SeqCst)
+    }
+}
+
+impl ServerHandle {
+    pub fn addr(&self) -> SocketAddr {
+        self.server.addr
+    }
+
+    /// Stops accepting, makes all staged data durable and joins the accept thread.
+    pub fn shutdown(mut self) -> Result<()> {
+        self.server.shutdown_requested.store(true, Ordering::SeqCst);
+        self.server.wake_acceptor();
+        if let Some(t) = self.acceptor.take() {
+            let _ = t.join();
+        }
+        self.server.engine.sync()
+    }
+}

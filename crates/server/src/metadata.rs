@@ -1,0 +1,713 @@
+//! The metadata shard: one SQLite database (WAL, synchronous=FULL) per server holding the
+//! containers and objects whose names hash to this server, their tags, and the extent map of
+//! the data this server stores. Objects are also cached in memory: every data request checks
+//! bounds and dtype against them.
+
+use pdcx_core::model::{make_object_id, validate_dims, Tags};
+use pdcx_core::protocol::{ObjectSpec, TagTarget};
+use pdcx_core::query::CmpOp;
+use pdcx_core::{
+    Condition, ContainerInfo, Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result,
+    TagValue,
+};
+use pdcx_store::Location;
+use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Mutex, RwLock};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS containers (
+    lid INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE NOT NULL, creator TEXT NOT NULL, ctime REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS objects (
+    lid INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE NOT NULL, dtype INTEGER NOT NULL,
+    dims TEXT NOT NULL, fill BLOB NOT NULL, creator TEXT NOT NULL, ctime REAL NOT NULL, mtime REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS memberships (
+    object_lid INTEGER NOT NULL, container TEXT NOT NULL, PRIMARY KEY (object_lid, container));
+-- kind 0 = object, 1 = container; vtype 0 str, 1 int, 2 float, 3 bytes.
+CREATE TABLE IF NOT EXISTS tags (
+    kind INTEGER NOT NULL, lid INTEGER NOT NULL, key TEXT NOT NULL, vtype INTEGER NOT NULL,
+    ival INTEGER, num REAL, sval TEXT, bval BLOB, PRIMARY KEY (kind, lid, key));
+CREATE INDEX IF NOT EXISTS tags_num ON tags (kind, key, num);
+CREATE INDEX IF NOT EXISTS tags_str ON tags (kind, key, sval);
+CREATE TABLE IF NOT EXISTS extents (
+    seq INTEGER PRIMARY KEY, object_lid INTEGER NOT NULL, region BLOB NOT NULL,
+    segment INTEGER NOT NULL, offset INTEGER NOT NULL, len INTEGER NOT NULL, crc INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS extents_obj ON extents (object_lid, seq);
+";
+
+pub struct Metadata {
+    db: Mutex<Connection>,
+    objects: RwLock<HashMap<ObjectId, ObjectMeta>>,
+    pub rank: u32,
+}
+
+/// A committed extent as the engine indexes it.
+#[derive(Debug, Clone)]
+pub struct ExtentRow {
+    pub id: ObjectId,
+    pub seq: u64,
+    pub region: Region,
+    pub loc: Location,
+}
+
+fn db_err(e: rusqlite::Error) -> Error {
+    if let rusqlite::Error::SqliteFailure(f, _) = &e {
+        if f.code == rusqlite::ErrorCode::DiskFull {
+            return Error::new(ErrorKind::NoSpace, format!("metadata store: {e}"));
+        }
+    }
+    Error::new(ErrorKind::Io, format!("metadata store: {e}"))
+}
+
+fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+fn lid_of(id: ObjectId) -> i64 {
+    (id & ((1 << 48) - 1)) as i64
+}
+
+impl Metadata {
+    /// Opens the shard, refusing a directory that belongs to another rank or deployment size:
+    /// name hashing depends on both, so serving it would hide objects.
+    pub fn open(path: &Path, rank: u32, size: u32) -> Result<Metadata> {
+        let db = Connection::open(path).map_err(db_err)?;
+        db.execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
+        )
+        .map_err(db_err)?;
+        db.execute_batch(SCHEMA).map_err(db_err)?;
+        for (key, want) in [("rank", rank), ("size", size)] {
+            let have: Option<String> = db
+                .query_row("SELECT value FROM settings WHERE key=?1", [key], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(db_err)?;
+            match have {
+                None => {
+                    db.execute("INSERT INTO settings VALUES (?1, ?2)", params![key, want.to_string()]).map_err(db_err)?;
+                }
+                Some(v) if v == want.to_string() => {}
+                Some(v) => {
+                    return Err(Error::invalid(format!(
+                        "{} was created for {key} {v} but this server has {key} {want}; a deployment must restart with the same server count and ranks",
+                        path.display()
+                    )))
+                }
+            }
+        }
+        let md = Metadata {
+            db: Mutex::new(db),
+            objects: RwLock::new(HashMap::new()),
+            rank,
+        };
+        md.load_objects()?;
+        Ok(md)
+    }
+
+    fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.db.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn load_objects(&self) -> Result<()> {
+        let lids: Vec<i64> = {
+            let db = self.db();
+            let mut st = db.prepare("SELECT lid FROM objects").map_err(db_err)?;
+            let rows = st.query_map([], |r| r.get(0)).map_err(db_err)?;
+            rows.collect::<std::result::Result<_, _>>()
+                .map_err(db_err)?
+        };
+        for lid in lids {
+            let meta = self.read_object(&self.db(), lid)?;
+            self.objects
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(meta.id, meta);
+        }
+        Ok(())
+    }
+
+    fn read_object(&self, db: &Connection, lid: i64) -> Result<ObjectMeta> {
+        let (name, dtype, dims, fill, creator, ctime, mtime): (
+            String,
+            u8,
+            String,
+            Vec<u8>,
+            String,
+            f64,
+            f64,
+        ) = db
+            .query_row(
+                "SELECT name, dtype, dims, fill, creator, ctime, mtime FROM objects WHERE lid=?1",
+                [lid],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ))
+                },
+            )
+            .map_err(db_err)?;
+        let dims: Vec<u64> = serde_json::from_str(&dims)
+            .map_err(|e| Error::internal(format!("stored dims: {e}")))?;
+        let mut st = db
+            .prepare("SELECT container FROM memberships WHERE object_lid=?1 ORDER BY container")
+            .map_err(db_err)?;
+        let containers = st
+            .query_map([lid], |r| r.get(0))
+            .map_err(db_err)?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(db_err)?;
+        Ok(ObjectMeta {
+            id: make_object_id(self.rank, lid as u64),
+            name,
+            owner: self.rank,
+            creator,
+            ctime,
+            mtime,
+            dims,
+            dtype: Dtype::from_code(dtype)?,
+            fill,
+            containers,
+            tags: read_tags(db, 0, lid)?,
+        })
+    }
+
+    fn refresh(&self, id: ObjectId) -> Result<ObjectMeta> {
+        let meta = self.read_object(&self.db(), lid_of(id))?;
+        self.objects
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, meta.clone());
+        Ok(meta)
+    }
+
+    pub fn create_container(
+        &self,
+        name: &str,
+        tags: &Tags,
+        creator: &str,
+    ) -> Result<ContainerInfo> {
+        {
+            let mut db = self.db();
+            let tx = db.transaction().map_err(db_err)?;
+            let inserted = tx
+                .execute(
+                    "INSERT OR IGNORE INTO containers (name, creator, ctime) VALUES (?1, ?2, ?3)",
+                    params![name, creator, now()],
+                )
+                .map_err(db_err)?;
+            if inserted == 0 {
+                return Err(Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("container {name:?} already exists"),
+                ));
+            }
+            let lid = tx.last_insert_rowid();
+            write_tags(&tx, 1, lid, tags)?;
+            tx.commit().map_err(db_err)?;
+        }
+        self.get_container(name)
+    }
+
+    pub fn get_container(&self, name: &str) -> Result<ContainerInfo> {
+        let db = self.db();
+        let row: Option<(i64, String, f64)> = db
+            .query_row(
+                "SELECT lid, creator, ctime FROM containers WHERE name=?1",
+                [name],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(db_err)?;
+        let (lid, creator, ctime) =
+            row.ok_or_else(|| Error::not_found(format!("no container named {name:?}")))?;
+        Ok(ContainerInfo {
+            id: make_object_id(self.rank, lid as u64),
+            name: name.to_string(),
+            owner: self.rank,
+            creator,
+            ctime,
+            tags: read_tags(&db, 1, lid)?,
+        })
+    }
+
+    pub fn list_containers(&self) -> Result<Vec<ContainerInfo>> {
+        let names: Vec<String> = {
+            let db = self.db();
+            let mut st = db
+                .prepare("SELECT name FROM containers ORDER BY name")
+                .map_err(db_err)?;
+            let rows = st.query_map([], |r| r.get(0)).map_err(db_err)?;
+            rows.collect::<std::result::Result<_, _>>()
+                .map_err(db_err)?
+        };
+        names.iter().map(|n| self.get_container(n)).collect()
+    }
+
+    pub fn create_object(&self, spec: &ObjectSpec) -> Result<ObjectMeta> {
+        validate_dims(&spec.dims)?;
+        let fill = match &spec.fill {
+            None => vec![0u8; spec.dtype.size()],
+            Some(f) if f.len() == spec.dtype.size() => f.clone(),
+            Some(f) => {
+                return Err(Error::new(
+                    ErrorKind::DtypeMismatch,
+                    format!(
+                        "fill value has {} bytes but {} elements have {}",
+                        f.len(),
+                        spec.dtype,
+                        spec.dtype.size()
+                    ),
+                ))
+            }
+        };
+        let lid = {
+            let mut db = self.db();
+            let tx = db.transaction().map_err(db_err)?;
+            let dims =
+                serde_json::to_string(&spec.dims).map_err(|e| Error::internal(e.to_string()))?;
+            let t = now();
+            let inserted = tx
+                .execute(
+                    "INSERT OR IGNORE INTO objects (name, dtype, dims, fill, creator, ctime, mtime) VALUES (?1,?2,?3,?4,?5,?6,?6)",
+                    params![spec.name, spec.dtype as u8, dims, fill, spec.creator, t],
+                )
+                .map_err(db_err)?;
+            if inserted == 0 {
+                return Err(Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("object {:?} already exists", spec.name),
+                ));
+            }
+            let lid = tx.last_insert_rowid();
+            for c in &spec.containers {
+                tx.execute(
+                    "INSERT OR IGNORE INTO memberships VALUES (?1, ?2)",
+                    params![lid, c],
+                )
+                .map_err(db_err)?;
+            }
+            write_tags(&tx, 0, lid, &spec.tags)?;
+            tx.commit().map_err(db_err)?;
+            lid
+        };
+        self.refresh(make_object_id(self.rank, lid as u64))
+    }
+
+    pub fn object(&self, id: ObjectId) -> Result<ObjectMeta> {
+        self.objects
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))
+    }
+
+    pub fn object_by_name(&self, name: &str) -> Result<ObjectMeta> {
+        let lid: Option<i64> = self
+            .db()
+            .query_row("SELECT lid FROM objects WHERE name=?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(db_err)?;
+        let lid = lid.ok_or_else(|| Error::not_found(format!("no object named {name:?}")))?;
+        self.object(make_object_id(self.rank, lid as u64))
+    }
+
+    pub fn list_objects(&self, container: Option<&str>) -> Result<Vec<ObjectMeta>> {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<ObjectMeta> = objects
+            .values()
+            .filter(|o| container.is_none_or(|c| o.containers.iter().any(|x| x == c)))
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(v)
+    }
+
+    /// Dims may only grow: shrinking would silently hide written data.
+    pub fn set_dims(&self, id: ObjectId, dims: &[u64]) -> Result<ObjectMeta> {
+        validate_dims(dims)?;
+        let cur = self.object(id)?;
+        if dims.len() != cur.dims.len() {
+            return Err(Error::invalid(format!(
+                "object {} has {} dims; cannot change to {}",
+                cur.name,
+                cur.dims.len(),
+                dims.len()
+            )));
+        }
+        if let Some(d) = (0..dims.len()).find(|&d| dims[d] < cur.dims[d]) {
+            return Err(Error::invalid(format!(
+                "dims can only grow: dim {d} of {} is {} and cannot shrink to {}",
+                cur.name, cur.dims[d], dims[d]
+            )));
+        }
+        let text = serde_json::to_string(dims).map_err(|e| Error::internal(e.to_string()))?;
+        self.db()
+            .execute(
+                "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
+                params![text, now(), lid_of(id)],
+            )
+            .map_err(db_err)?;
+        self.refresh(id)
+    }
+
+    pub fn add_to_container(&self, id: ObjectId, container: &str) -> Result<()> {
+        self.object(id)?;
+        self.db()
+            .execute(
+                "INSERT OR IGNORE INTO memberships VALUES (?1, ?2)",
+                params![lid_of(id), container],
+            )
+            .map_err(db_err)?;
+        self.refresh(id).map(|_| ())
+    }
+
+    fn target_lid(&self, target: &TagTarget) -> Result<(i64, i64)> {
+        match target {
+            TagTarget::Object(id) => self.object(*id).map(|_| (0, lid_of(*id))),
+            TagTarget::Container(name) => self.get_container(name).map(|c| (1, lid_of(c.id))),
+        }
+    }
+
+    pub fn put_tags(&self, target: &TagTarget, tags: &Tags) -> Result<()> {
+        let (kind, lid) = self.target_lid(target)?;
+        {
+            let mut db = self.db();
+            let tx = db.transaction().map_err(db_err)?;
+            write_tags(&tx, kind, lid, tags)?;
+            tx.commit().map_err(db_err)?;
+        }
+        if let TagTarget::Object(id) = target {
+            self.refresh(*id)?;
+        }
+        Ok(())
+    }
+
+    pub fn delete_tag(&self, target: &TagTarget, key: &str) -> Result<()> {
+        let (kind, lid) = self.target_lid(target)?;
+        let n = self
+            .db()
+            .execute(
+                "DELETE FROM tags WHERE kind=?1 AND lid=?2 AND key=?3",
+                params![kind, lid, key],
+            )
+            .map_err(db_err)?;
+        if n == 0 {
+            return Err(Error::not_found(format!("no tag {key:?}")));
+        }
+        if let TagTarget::Object(id) = target {
+            self.refresh(*id)?;
+        }
+        Ok(())
+    }
+
+    /// Objects of this shard matching all conditions. The tag name `name` matches the object's
+    /// own name, so `name~run1/*` selects by name pattern.
+    pub fn query(&self, conditions: &[Condition]) -> Result<Vec<(ObjectId, String)>> {
+        let mut sql = String::from("SELECT o.lid, o.name FROM objects o WHERE 1=1");
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        for c in conditions {
+            let (clause, mut a) = condition_sql(c);
+            sql.push_str(" AND ");
+            sql.push_str(&clause);
+            args.append(&mut a);
+        }
+        sql.push_str(" ORDER BY o.name");
+        let db = self.db();
+        let mut st = db.prepare(&sql).map_err(db_err)?;
+        let rows = st
+            .query_map(rusqlite::params_from_iter(args), |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(db_err)?;
+        rows.map(|r| {
+            r.map(|(lid, name)| (make_object_id(self.rank, lid as u64), name))
+                .map_err(db_err)
+        })
+        .collect()
+    }
+
+    /// Records committed extents in one transaction and bumps the objects' mtime.
+    pub fn insert_extents(&self, rows: &[ExtentRow]) -> Result<()> {
+        let t = now();
+        let mut db = self.db();
+        let tx = db.transaction().map_err(db_err)?;
+        {
+            let mut ins = tx
+                .prepare_cached("INSERT INTO extents (seq, object_lid, region, segment, offset, len, crc) VALUES (?1,?2,?3,?4,?5,?6,?7)")
+                .map_err(db_err)?;
+            for r in rows {
+                let region =
+                    bincode::serialize(&r.region).map_err(|e| Error::internal(e.to_string()))?;
+                ins.execute(params![
+                    r.seq as i64,
+                    lid_of(r.id),
+                    region,
+                    r.loc.segment as i64,
+                    r.loc.offset as i64,
+                    r.loc.len as i64,
+                    r.loc.crc
+                ])
+                .map_err(db_err)?;
+            }
+            let mut touch = tx
+                .prepare_cached("UPDATE objects SET mtime=?1 WHERE lid=?2")
+                .map_err(db_err)?;
+            for r in rows {
+                touch.execute(params![t, lid_of(r.id)]).map_err(db_err)?;
+            }
+        }
+        tx.commit().map_err(db_err)?;
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        for r in rows {
+            if let Some(o) = objects.get_mut(&r.id) {
+                o.mtime = t;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn load_extents(&self) -> Result<Vec<ExtentRow>> {
+        let db = self.db();
+        let mut st = db.prepare("SELECT seq, object_lid, region, segment, offset, len, crc FROM extents ORDER BY seq").map_err(db_err)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                    r.get::<_, u32>(6)?,
+                ))
+            })
+            .map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, lid, region, segment, offset, len, crc) = row.map_err(db_err)?;
+            let region: Region = bincode::deserialize(&region)
+                .map_err(|e| Error::internal(format!("stored region: {e}")))?;
+            out.push(ExtentRow {
+                id: make_object_id(self.rank, lid as u64),
+                seq: seq as u64,
+                region,
+                loc: Location {
+                    segment: segment as u64,
+                    offset: offset as u64,
+                    len: len as u64,
+                    crc,
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    /// Drops extents whose data the log does not hold as committed (written with `memory`
+    /// durability just before a crash).
+    pub fn delete_extents(&self, seqs: &[u64]) -> Result<()> {
+        let mut db = self.db();
+        let tx = db.transaction().map_err(db_err)?;
+        for s in seqs {
+            tx.execute("DELETE FROM extents WHERE seq=?1", [*s as i64])
+                .map_err(db_err)?;
+        }
+        tx.commit().map_err(db_err)
+    }
+
+    pub fn counts(&self) -> Result<(u64, u64)> {
+        let db = self.db();
+        let c: i64 = db
+            .query_row("SELECT COUNT(*) FROM containers", [], |r| r.get(0))
+            .map_err(db_err)?;
+        Ok((
+            self.objects.read().unwrap_or_else(|p| p.into_inner()).len() as u64,
+            c as u64,
+        ))
+    }
+}
+
+fn write_tags(tx: &rusqlite::Transaction, kind: i64, lid: i64, tags: &Tags) -> Result<()> {
+    let mut st = tx
+        .prepare_cached("INSERT OR REPLACE INTO tags (kind, lid, key, vtype, ival, num, sval, bval) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)")
+        .map_err(db_err)?;
+    for (key, value) in tags {
+        if key.is_empty() {
+            return Err(Error::invalid("tag names must not be empty"));
+        }
+        let none = rusqlite::types::Null;
+        match value {
+            TagValue::Str(s) => st.execute(params![kind, lid, key, 0, none, none, s, none]),
+            TagValue::Int(i) => st.execute(params![kind, lid, key, 1, i, *i as f64, none, none]),
+            TagValue::Float(f) => st.execute(params![kind, lid, key, 2, none, f, none, none]),
+            TagValue::Bytes(b) => st.execute(params![kind, lid, key, 3, none, none, none, b]),
+        }
+        .map_err(db_err)?;
+    }
+    Ok(())
+}
+
+fn read_tags(db: &Connection, kind: i64, lid: i64) -> Result<Tags> {
+    let mut st = db
+        .prepare_cached("SELECT key, vtype, ival, num, sval, bval FROM tags WHERE kind=?1 AND lid=?2 ORDER BY key")
+        .map_err(db_err)?;
+    let rows = st
+        .query_map(params![kind, lid], |r| {
+            let key: String = r.get(0)?;
+            let v = match r.get::<_, i64>(1)? {
+                0 => TagValue::Str(r.get(4)?),
+                1 => TagValue::Int(r.get(2)?),
+                2 => TagValue::Float(r.get(3)?),
+                _ => TagValue::Bytes(r.get(5)?),
+            };
+            Ok((key, v))
+        })
+        .map_err(db_err)?;
+    rows.collect::<std::result::Result<_, _>>().map_err(db_err)
+}
+
+/// SQL for one condition over `objects o`, with its bind values.
+fn condition_sql(c: &Condition) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value as V;
+    let key = c.key().to_string();
+    if key == "name" {
+        match c {
+            Condition::Eq(_, TagValue::Str(s)) => {
+                return ("o.name = ?".into(), vec![V::Text(s.clone())])
+            }
+            Condition::Ne(_, TagValue::Str(s)) => {
+                return ("o.name != ?".into(), vec![V::Text(s.clone())])
+            }
+            Condition::Glob(_, g) => return ("o.name GLOB ?".into(), vec![V::Text(g.clone())]),
+            _ => {}
+        }
+    }
+    let eq = |v: &TagValue| -> (String, Vec<V>) {
+        match v {
+            TagValue::Str(s) => ("vtype=0 AND sval=?".into(), vec![V::Text(s.clone())]),
+            TagValue::Int(i) => (
+                "((vtype=1 AND ival=?) OR (vtype=2 AND num=?))".into(),
+                vec![V::Integer(*i), V::Real(*i as f64)],
+            ),
+            TagValue::Float(f) => ("vtype IN (1,2) AND num=?".into(), vec![V::Real(*f)]),
+            TagValue::Bytes(b) => ("vtype=3 AND bval=?".into(), vec![V::Blob(b.clone())]),
+        }
+    };
+    let (pred, mut vals) = match c {
+        Condition::Eq(_, v) => eq(v),
+        Condition::Ne(_, v) => {
+            let (p, v) = eq(v);
+            (format!("NOT ({p})"), v)
+        }
+        Condition::Cmp(_, op, x) => {
+            let op = match op {
+                CmpOp::Lt => "<",
+                CmpOp::Le => "<=",
+                CmpOp::Gt => ">",
+                CmpOp::Ge => ">=",
+            };
+            (format!("vtype IN (1,2) AND num {op} ?"), vec![V::Real(*x)])
+        }
+        Condition::Glob(_, g) => ("vtype=0 AND sval GLOB ?".into(), vec![V::Text(g.clone())]),
+        Condition::Exists(_) => ("1=1".into(), vec![]),
+    };
+    let mut args = vec![V::Text(key)];
+    args.append(&mut vals);
+    (
+        format!("o.lid IN (SELECT lid FROM tags WHERE kind=0 AND key=? AND {pred})"),
+        args,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str, tags: Tags) -> ObjectSpec {
+        ObjectSpec {
+            name: name.into(),
+            dims: vec![10],
+            dtype: Dtype::Float32,
+            fill: None,
+            containers: vec!["c".into()],
+            tags,
+            creator: "t".into(),
+        }
+    }
+
+    #[test]
+    fn tag_queries_cover_equality_ranges_and_globs() {
+        let dir = tempfile::tempdir().unwrap();
+        let md = Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap();
+        for s in 0..5i64 {
+            let tags = vec![
+                ("step".into(), TagValue::Int(s)),
+                (
+                    "species".into(),
+                    TagValue::Str(if s % 2 == 0 {
+                        "electron".into()
+                    } else {
+                        "ion".into()
+                    }),
+                ),
+                ("t".into(), TagValue::Float(s as f64 * 0.5)),
+            ];
+            md.create_object(&spec(&format!("run/s{s}"), tags)).unwrap();
+        }
+        let q = |conds: &[&str]| -> Vec<String> {
+            let c: Vec<Condition> = conds.iter().map(|t| Condition::parse(t).unwrap()).collect();
+            md.query(&c).unwrap().into_iter().map(|x| x.1).collect()
+        };
+        assert_eq!(q(&["step=3"]), vec!["run/s3"]);
+        assert_eq!(q(&["step>=3"]), vec!["run/s3", "run/s4"]);
+        assert_eq!(q(&["t<1", "species=electron"]), vec!["run/s0"]);
+        assert_eq!(q(&["species~elec*"]).len(), 3);
+        assert_eq!(q(&["species!=ion"]).len(), 3);
+        assert_eq!(q(&["name~run/s[12]"]), vec!["run/s1", "run/s2"]);
+        assert_eq!(q(&["step=1.0"]), vec!["run/s1"]);
+        assert!(q(&["missing?"]).is_empty());
+        assert_eq!(q(&["step?"]).len(), 5);
+    }
+
+    #[test]
+    fn duplicates_shrinks_and_wrong_rank_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.db");
+        let md = Metadata::open(&path, 0, 2).unwrap();
+        let o = md.create_object(&spec("a", vec![])).unwrap();
+        assert_eq!(
+            md.create_object(&spec("a", vec![])).unwrap_err().kind,
+            ErrorKind::AlreadyExists
+        );
+        assert!(md.set_dims(o.id, &[5]).is_err());
+        assert_eq!(md.set_dims(o.id, &[20]).unwrap().dims, vec![20]);
+        let mut bad = spec("b", vec![]);
+        bad.fill = Some(vec![1, 2]);
+        assert_eq!(
+            md.create_object(&bad).unwrap_err().kind,
+            ErrorKind::DtypeMismatch
+        );
+        drop(md);
+        let err = Metadata::open(&path, 0, 3)
+            .err()
+            .expect("size change must be refused");
+        assert!(err.message.contains("same server count"), "{err}");
+        let md = Metadata::open(&path, 0, 2).unwrap();
+        assert_eq!(md.object_by_name("a").unwrap().dims, vec![20]);
+    }
+}

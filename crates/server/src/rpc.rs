@@ -1,0 +1,289 @@
+//! One thread per connection: authenticate, then read request frames and answer each one.
+//! A malformed body gets an error reply and the connection goes on (the framing is intact);
+//! a malformed header, a wrong version or a failed handshake closes the connection.
+
+use crate::engine::Staged;
+use crate::Server;
+use pdcx_core::protocol::{self, FrameKind, Request, Response, ServerStats};
+use pdcx_core::{Error, ErrorKind, Result};
+use std::collections::HashMap;
+use std::io::{BufReader, BufWriter, Read};
+use std::net::TcpStream;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+type Reader = BufReader<TcpStream>;
+type Writer = BufWriter<TcpStream>;
+
+pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, read_half);
+    let mut writer = BufWriter::with_capacity(256 << 10, stream);
+    if let Err(e) = handshake(server, &mut reader, &mut writer) {
+        let _ = reply(&mut writer, 0, &Response::Error(e), &[]);
+        return;
+    }
+    server.connections.fetch_add(1, Ordering::Relaxed);
+    // Writes staged by this connection and not committed yet; dropped if it disconnects.
+    let mut pending: HashMap<u64, Staged> = HashMap::new();
+    loop {
+        let (head, body) = match protocol::read_frame_head(&mut reader, server.config.max_payload) {
+            Ok(x) => x,
+            Err(e) if e.kind == ErrorKind::Unavailable => break,
+            Err(e) => {
+                let _ = reply(&mut writer, 0, &Response::Error(e), &[]);
+                break;
+            }
+        };
+        if head.kind != FrameKind::Request {
+            let e = Error::protocol(format!("expected a request frame, got {:?}", head.kind));
+            let _ = reply(&mut writer, head.request_id, &Response::Error(e), &[]);
+            break;
+        }
+        let outcome = match protocol::decode_body::<Request>(&body) {
+            Ok(req) => handle(server, req, head.payload_len, &mut reader, &mut pending),
+            Err(e) => drain(&mut reader, head.payload_len).and(Err(e)),
+        };
+        let (resp, payload, shutdown) = match outcome {
+            Ok((resp, payload)) => {
+                let shut = matches!(resp, Response::Ok)
+                    && server.shutdown_requested.load(Ordering::SeqCst);
+                (resp, payload, shut)
+            }
+            // The peer vanished mid-frame: nothing to answer.
+            Err(e) if e.kind == ErrorKind::Unavailable => break,
+            Err(e) => (Response::Error(e), Vec::new(), false),
+        };
+        if reply(&mut writer, head.request_id, &resp, &payload).is_err() {
+            break;
+        }
+        if shutdown {
+            server.wake_acceptor();
+            break;
+        }
+    }
+    server.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Result<()> {
+    let nonce: [u8; protocol::NONCE_LEN] = rand::random();
+    protocol::write_frame(writer, FrameKind::Challenge, 0, &nonce, &[])
+        .map_err(|e| Error::io("sending challenge", &e))?;
+    reader
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| Error::io("socket", &e))?;
+    let (head, tag) = protocol::read_frame_head(reader, 0)?;
+    if head.kind != FrameKind::Auth || !protocol::auth_verify(&server.secret, &nonce, &tag) {
+        return Err(Error::new(
+            ErrorKind::Auth,
+            "authentication failed: this client does not hold the deployment secret",
+        ));
+    }
+    reader
+        .get_ref()
+        .set_read_timeout(None)
+        .map_err(|e| Error::io("socket", &e))?;
+    reply(
+        writer,
+        0,
+        &Response::Welcome {
+            rank: server.config.rank,
+            size: server.config.size,
+        },
+        &[],
+    )
+    .map_err(|e| Error::io("sending welcome", &e))
+}
+
+fn reply(w: &mut Writer, id: u64, resp: &Response, payload: &[u8]) -> std::io::Result<()> {
+    let body = protocol::encode_body(resp).map_err(|e| std::io::Error::other(e.message))?;
+    protocol::write_frame(w, FrameKind::Response, id, &body, &[payload])
+}
+
+fn drain(r: &mut Reader, n: u64) -> Result<()> {
+    let copied = std::io::copy(&mut r.take(n), &mut std::io::sink())
+        .map_err(|e| Error::io("reading payload", &e))?;
+    if copied < n {
+        return Err(Error::new(
+            ErrorKind::Unavailable,
+            "connection closed mid-payload",
+        ));
+    }
+    Ok(())
+}
+
+fn no_payload(r: &mut Reader, n: u64) -> Result<()> {
+    if n > 0 {
+        drain(r, n)?;
+        return Err(Error::protocol("this request takes no payload"));
+    }
+    Ok(())
+}
+
+fn handle(
+    server: &Server,
+    req: Request,
+    payload_len: u64,
+    reader: &mut Reader,
+    pending: &mut HashMap<u64, Staged>,
+) -> Result<(Response, Vec<u8>)> {
+    let md = &server.meta;
+    if let Request::Stage { items } = req {
+        return stage(server, items, payload_len, reader, pending);
+    }
+    no_payload(reader, payload_len)?;
+    let resp = match req {
+        Request::Ping => Response::Welcome {
+            rank: server.config.rank,
+            size: server.config.size,
+        },
+        Request::CreateContainer {
+            name,
+            tags,
+            creator,
+        } => Response::Container(md.create_container(&name, &tags, &creator)?),
+        Request::GetContainer { name } => Response::Container(md.get_container(&name)?),
+        Request::ListContainers => Response::Containers(md.list_containers()?),
+        Request::CreateObject(spec) => {
+            server.check_owner(&spec.name)?;
+            Response::Object(md.create_object(&spec)?)
+        }
+        Request::OpenObject { name } => Response::Object(md.object_by_name(&name)?),
+        Request::GetObject { id } => Response::Object(md.object(id)?),
+        Request::ListObjects { container } => {
+            Response::Objects(md.list_objects(container.as_deref())?)
+        }
+        Request::SetDims { id, dims } => Response::Object(md.set_dims(id, &dims)?),
+        Request::AddToContainer { id, container } => {
+            md.add_to_container(id, &container)?;
+            Response::Ok
+        }
+        Request::PutTags { target, tags } => {
+            md.put_tags(&target, &tags)?;
+            Response::Ok
+        }
+        Request::DeleteTag { target, key } => {
+            md.delete_tag(&target, &key)?;
+            Response::Ok
+        }
+        Request::Query { conditions } => Response::Matches(md.query(&conditions)?),
+        Request::Stage { .. } => unreachable!("handled above"),
+        Request::Commit { txns, durability } => {
+            let mut staged = Vec::with_capacity(txns.len());
+            for t in &txns {
+                match pending.remove(t) {
+                    Some(s) => staged.push(s),
+                    None => {
+                        return Err(Error::not_found(format!(
+                            "transfer {t:#x} was not staged on this connection (lost connection or already waited?)"
+                        )))
+                    }
+                }
+            }
+            server.engine.commit(&staged, durability)?;
+            Response::Committed {
+                count: staged.len() as u64,
+            }
+        }
+        Request::Read { items } => return read(server, items),
+        Request::Extents { id } => {
+            md.object(id)?;
+            Response::Extents(server.engine.extents(id))
+        }
+        Request::Stats => Response::Stats(stats(server)?),
+        Request::Shutdown => {
+            server.shutdown_requested.store(true, Ordering::SeqCst);
+            Response::Ok
+        }
+    };
+    Ok((resp, Vec::new()))
+}
+
+fn stage(
+    server: &Server,
+    items: Vec<protocol::StageItem>,
+    payload_len: u64,
+    reader: &mut Reader,
+    pending: &mut HashMap<u64, Staged>,
+) -> Result<(Response, Vec<u8>)> {
+    let total = items.iter().try_fold(0u64, |a, i| a.checked_add(i.len));
+    if total != Some(payload_len) {
+        drain(reader, payload_len)?;
+        return Err(Error::protocol(format!(
+            "stage items declare {total:?} bytes but the frame carries {payload_len}"
+        )));
+    }
+    // Read every item first so the stream stays framed even if one item is rejected.
+    let mut bodies = Vec::with_capacity(items.len());
+    for item in &items {
+        let mut buf = vec![0u8; item.len as usize];
+        reader.read_exact(&mut buf).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::new(ErrorKind::Unavailable, "client disconnected mid-transfer")
+            } else {
+                Error::io("reading write payload", &e)
+            }
+        })?;
+        bodies.push(buf);
+    }
+    for (item, body) in items.into_iter().zip(bodies) {
+        let staged = server.engine.stage(item.txn, item.id, &item.region, body)?;
+        pending.insert(item.txn, staged);
+    }
+    Ok((
+        Response::Staged {
+            count: pending.len() as u64,
+        },
+        Vec::new(),
+    ))
+}
+
+fn read(server: &Server, items: Vec<protocol::ReadItem>) -> Result<(Response, Vec<u8>)> {
+    let mut sizes = Vec::with_capacity(items.len());
+    let mut total = 0u64;
+    for item in &items {
+        let obj = server.meta.object(item.id)?;
+        item.region.check_within(&obj.dims)?;
+        let n = item.region.byte_len(obj.dtype.size())?;
+        total = total.saturating_add(n);
+        sizes.push(n as usize);
+    }
+    if total > server.config.max_payload {
+        return Err(Error::invalid(format!(
+            "read of {total} bytes exceeds the server's limit of {}",
+            server.config.max_payload
+        )));
+    }
+    let mut out = vec![0u8; total as usize];
+    let mut at = 0;
+    for (item, n) in items.iter().zip(sizes) {
+        server
+            .engine
+            .read(item.id, &item.region, &mut out[at..at + n])?;
+        at += n;
+    }
+    Ok((Response::Data, out))
+}
+
+fn stats(server: &Server) -> Result<ServerStats> {
+    let (objects, containers) = server.meta.counts()?;
+    Ok(ServerStats {
+        rank: server.config.rank,
+        size: server.config.size,
+        pid: std::process::id(),
+        addr: server.addr.to_string(),
+        dir: server.dir.display().to_string(),
+        uptime_s: server.started.elapsed().as_secs_f64(),
+        objects,
+        containers,
+        extents: server.engine.extent_count(),
+        log_bytes: server.engine.log_bytes(),
+        cache_bytes: server.engine.cache().bytes(),
+        cache_capacity: server.engine.cache().capacity(),
+        connections: server.connections.load(Ordering::Relaxed),
+    })
+}

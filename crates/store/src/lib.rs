@@ -1,0 +1,16 @@
+//! pdcx-store: the storage engine under a pdcx server.
+//!
+//! Data lives in an append-only log of checksummed records split into segment files, with a
+//! MANIFEST that is replaced atomically at each commit (ParaLog-style crash consistency):
+//! appends are cheap buffered writes, [`SegmentLog::commit`] is the one durability point, and
+//! recovery keeps exactly what the last commit covered. [`Cache`] keeps hot payloads in
+//! memory under a byte budget. See [`record`] for the on-disk format.
+
+pub mod cache;
+pub mod log;
+pub mod manifest;
+pub mod record;
+
+pub use cache::Cache;
+pub use log::{LogOptions, Recovery, SegmentLog};
+pub use record::{scan_segment, Location, RecordInfo};

@@ -1,0 +1,131 @@
+//! The MANIFEST: the single source of truth for which log bytes are committed.
+//!
+//! `{"version":1,"segments":[{"id":1,"committed_len":N}, ...]}` lists every segment and the
+//! length up to which it is durable and valid. It is replaced atomically (write a temp file,
+//! fsync, rename, fsync the directory), so after a crash it always describes one complete
+//! commit: bytes past `committed_len`, and segments it does not list, were never committed.
+
+use pdcx_core::{Error, ErrorKind, Result};
+use serde::{Deserialize, Serialize};
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::Path;
+
+pub const MANIFEST: &str = "MANIFEST";
+pub const MANIFEST_TMP: &str = "MANIFEST.tmp";
+pub const VERSION: u32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentEntry {
+    pub id: u64,
+    pub committed_len: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub version: u32,
+    pub segments: Vec<SegmentEntry>,
+}
+
+/// Reads `dir/MANIFEST`; Ok(None) if there is none yet. A MANIFEST that exists but does not
+/// parse is an error: resetting would silently drop every committed byte.
+pub fn load(dir: &Path) -> Result<Option<Manifest>> {
+    let path = dir.join(MANIFEST);
+    let text = match fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(&format!("read {}", path.display()), &e)),
+    };
+    let corrupt = |why: String| {
+        Error::new(
+            ErrorKind::Io,
+            format!(
+                "{} is corrupt ({why}); refusing to open the log rather than lose committed data",
+                path.display()
+            ),
+        )
+    };
+    let m: Manifest = serde_json::from_slice(&text).map_err(|e| corrupt(e.to_string()))?;
+    if m.version != VERSION {
+        return Err(corrupt(format!("unsupported version {}", m.version)));
+    }
+    if m.segments.windows(2).any(|w| w[0].id >= w[1].id) || m.segments.iter().any(|s| s.id == 0) {
+        return Err(corrupt(
+            "segment ids are not positive and increasing".into(),
+        ));
+    }
+    Ok(Some(m))
+}
+
+/// Why a commit of the manifest failed, which decides whether the log can go on.
+pub(crate) enum StoreError {
+    /// The old MANIFEST is intact and nothing was fsynced badly; the commit may be retried.
+    Write(Error),
+    /// An fsync failed. The kernel may have dropped the dirty pages and will report success
+    /// next time, so no later fsync can be trusted to prove durability.
+    Sync(String, io::Error),
+}
+
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Atomically replaces `dir/MANIFEST` with `m`: write MANIFEST.tmp, fsync it, rename it over
+/// MANIFEST, fsync the directory (which also makes newly created segment files durable).
+pub(crate) fn store(dir: &Path, m: &Manifest) -> Result<(), StoreError> {
+    let tmp = dir.join(MANIFEST_TMP);
+    let write_err = |what: &str, e: io::Error| {
+        StoreError::Write(Error::io(&format!("{what} {}", tmp.display()), &e))
+    };
+    let json = serde_json::to_vec(m)
+        .map_err(|e| StoreError::Write(Error::internal(format!("encode manifest: {e}"))))?;
+    let mut file = File::create(&tmp).map_err(|e| write_err("create", e))?;
+    if let Err(e) = file.write_all(&json) {
+        let _ = fs::remove_file(&tmp);
+        return Err(write_err("write", e));
+    }
+    file.sync_all()
+        .map_err(|e| StoreError::Sync(format!("fsync {}", tmp.display()), e))?;
+    fs::rename(&tmp, dir.join(MANIFEST)).map_err(|e| write_err("rename", e))?;
+    sync_dir(dir).map_err(|e| StoreError::Sync(format!("fsync directory {}", dir.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_then_load_roundtrips_and_corruption_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(load(dir.path()).unwrap(), None);
+        let m = Manifest {
+            version: VERSION,
+            segments: vec![
+                SegmentEntry {
+                    id: 1,
+                    committed_len: 100,
+                },
+                SegmentEntry {
+                    id: 2,
+                    committed_len: 7,
+                },
+            ],
+        };
+        assert!(store(dir.path(), &m).is_ok());
+        assert_eq!(load(dir.path()).unwrap(), Some(m));
+        assert!(!dir.path().join(MANIFEST_TMP).exists());
+        let text = fs::read_to_string(dir.path().join(MANIFEST)).unwrap();
+        assert!(text.contains(r#""committed_len":100"#), "{text}");
+
+        fs::write(dir.path().join(MANIFEST), b"{\"version\":1,\"segm").unwrap();
+        let e = load(dir.path()).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Io);
+        assert!(e.message.contains("corrupt"), "{e}");
+        let unordered =
+            r#"{"version":1,"segments":[{"id":2,"committed_len":1},{"id":1,"committed_len":1}]}"#;
+        fs::write(dir.path().join(MANIFEST), unordered).unwrap();
+        assert!(load(dir.path()).is_err());
+        fs::write(dir.path().join(MANIFEST), r#"{"version":2,"segments":[]}"#).unwrap();
+        assert!(load(dir.path()).is_err());
+    }
+}
