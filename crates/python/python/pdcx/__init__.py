@@ -25,7 +25,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterable, MutableMapping
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -44,23 +44,23 @@ from ._native import (
 )
 
 __all__ = [
-    "connect",
+    "AlreadyExistsError",
+    "AuthError",
     "Client",
     "Container",
+    "DtypeMismatchError",
+    "InvalidArgumentError",
+    "NoSpaceError",
+    "NotFoundError",
     "Object",
+    "OutOfBoundsError",
+    "PdcxError",
+    "ProtocolError",
     "Transfer",
+    "UnavailableError",
+    "connect",
     "start_all",
     "wait_all",
-    "PdcxError",
-    "NotFoundError",
-    "AlreadyExistsError",
-    "InvalidArgumentError",
-    "OutOfBoundsError",
-    "DtypeMismatchError",
-    "UnavailableError",
-    "AuthError",
-    "NoSpaceError",
-    "ProtocolError",
 ]
 
 _NUMPY_DTYPES = {
@@ -211,7 +211,7 @@ class Client:
             self._embedded.close()
             self._embedded = None
 
-    def __enter__(self) -> Client:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -451,7 +451,9 @@ class Object:
         elif mode != "r":
             raise InvalidArgumentError("mode must be 'w' or 'r'")
         off, cnt = self._region(offset, shape)
-        native = self._client._c.transfer(self.id, self._meta["dtype"], list(self.shape), off, cnt, mode == "w", durability)
+        native = self._client._c.transfer(
+            self.id, self._meta["dtype"], list(self.shape), off, cnt, mode == "w", durability
+        )
         return Transfer(self, native, array, tuple(cnt))
 
     def write_async(self, array, offset=None, durability: str = "local") -> Transfer:
@@ -495,7 +497,7 @@ class Transfer:
         self._t.start()
 
     def status(self) -> str:
-        """"idle" (not started), "pending", "complete" (the server holds the data) or "failed"."""
+        """ "idle" (not started), "pending", "complete" (the server holds the data) or "failed"."""
         return self._t.status()[0]
 
     @property

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs every check CI runs: installs what is missing, then formatting and lint (Rust + Python),
+# Rust unit/integration tests, and the Python integration tests that start real server
+# processes and real MPI launches.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+python3 -c 'import ruff' 2>/dev/null || python3 -m pip install -q ruff
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+echo "== rust: fmt, clippy"
+cargo fmt --all --check
+cargo clippy -q --workspace --all-targets -- -D warnings
+echo "== python: ruff"
+python3 -m ruff check tests bench examples crates/python/python
+python3 -m ruff format --check tests bench examples crates/python/python
+echo "== rust: tests"
+cargo test -q --workspace 2>&1 | tee /tmp/pdcx-cargo-test.log | grep -E '^(test result|running|error|failures)|FAILED|panicked' || true
+[[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "cargo test failed; full log in /tmp/pdcx-cargo-test.log"; exit 1; }
+echo "== python: integration tests (real servers, mpirun)"
+python3 -m pytest -q tests
