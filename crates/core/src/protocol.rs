@@ -446,3 +446,64 @@ mod tests {
         assert!(!auth_verify(b"secret", b"nonce", &tag[..31]));
     }
 }
+
+/// Poor man's fuzzing without extra dependencies: random and mutated frames must decode to a
+/// value or an error, never panic or allocate unboundedly.
+#[cfg(test)]
+mod fuzz {
+    use super::*;
+
+    struct Lcg(u64);
+    impl Lcg {
+        fn next(&mut self) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            self.0 >> 33
+        }
+    }
+
+    #[test]
+    fn random_and_mutated_bodies_never_panic() {
+        let mut rng = Lcg(7);
+        let seeds: Vec<Vec<u8>> = vec![
+            encode_body(&Request::Stage {
+                items: vec![StageItem {
+                    txn: 1,
+                    id: 2,
+                    region: Region::new(vec![0, 0], vec![4, 4]).unwrap(),
+                    len: 128,
+                }],
+            })
+            .unwrap(),
+            encode_body(&Request::Query {
+                conditions: vec![Condition::parse("a>=1").unwrap()],
+            })
+            .unwrap(),
+            encode_body(&Response::Objects(vec![])).unwrap(),
+        ];
+        for round in 0..20_000 {
+            let mut b = if round % 4 == 0 {
+                (0..rng.next() % 64).map(|_| rng.next() as u8).collect()
+            } else {
+                seeds[round % seeds.len()].clone()
+            };
+            for _ in 0..1 + rng.next() % 4 {
+                if !b.is_empty() {
+                    let i = (rng.next() as usize) % b.len();
+                    b[i] = rng.next() as u8;
+                }
+            }
+            let _ = decode_body::<Request>(&b);
+            let _ = decode_body::<Response>(&b);
+            let mut h = [0u8; HEADER_LEN];
+            h.iter_mut()
+                .zip(b.iter().chain(std::iter::repeat(&0)))
+                .for_each(|(d, s)| *d = *s);
+            h[0..4].copy_from_slice(&MAGIC);
+            h[4..6].copy_from_slice(&VERSION.to_le_bytes());
+            let _ = Header::decode(&h, 1 << 20);
+        }
+    }
+}
