@@ -60,20 +60,25 @@ def test_mpirun_launches_servers_that_clients_find(tmp_path):
         assert client.servers == 3
         cont = client.create_container("launched")
         owners = set()
-        for i in range(12):
+        for i in range(24):
             obj = cont.create_object(f"launched/{i}", shape=(8,), dtype="int64")
             obj[:] = np.arange(8) * i
             owners.add(obj.metadata["owner"])
         assert owners == {0, 1, 2}, "names should spread over all three servers"
-        assert all(np.array_equal(client.open_object(f"launched/{i}")[:], np.arange(8) * i) for i in range(12))
+        assert all(np.array_equal(client.open_object(f"launched/{i}")[:], np.arange(8) * i) for i in range(24))
         run("server", "stop", "--root", str(root))
         out, _ = launcher.communicate(timeout=30)
         assert launcher.returncode == 0, out
         assert out.count("data synced") == 3, out
     finally:
         if launcher.poll() is None:
-            launcher.kill()
-            launcher.wait()
+            # Killing mpirun alone would orphan the servers it launched.
+            run("server", "stop", "--root", str(root), "--timeout", "10", check=False)
+            try:
+                launcher.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                launcher.wait()
 
 
 def test_start_refuses_a_running_deployment_and_replaces_a_crashed_one(tmp_path):

@@ -18,6 +18,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 pub(crate) struct Inner {
     pub cluster: ClusterFile,
+    /// Where each server listens now: the cluster file's address, refreshed from the root's
+    /// cluster file when a server cannot be reached (a restarted deployment has new ports).
+    addrs: Vec<Mutex<String>>,
     pub secret: Vec<u8>,
     pub root: Option<PathBuf>,
     conns: Vec<Mutex<Option<Conn>>>,
@@ -67,6 +70,11 @@ impl Client {
             secret,
             root: None,
             conns: (0..n).map(|_| Mutex::new(None)).collect(),
+            addrs: cluster
+                .servers
+                .iter()
+                .map(|s| Mutex::new(s.addr.clone()))
+                .collect(),
             workers: (0..n).map(|_| OnceLock::new()).collect(),
             cluster,
             txn_base,
@@ -96,13 +104,40 @@ impl Client {
     }
 
     pub(crate) fn open_conn(&self, rank: u32) -> Result<Conn> {
-        let entry = self
+        let slot = self
             .inner
-            .cluster
-            .servers
+            .addrs
             .get(rank as usize)
             .ok_or_else(|| Error::invalid(format!("no server with rank {rank}")))?;
-        Conn::connect(&entry.addr, &self.inner.secret)
+        let addr = slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match Conn::connect(&addr, &self.inner.secret) {
+            Err(e) if e.kind == ErrorKind::Unavailable => {
+                // The deployment may have been restarted on new ports: look again, once.
+                let Some(fresh) = self.current_addr(rank).filter(|a| *a != addr) else {
+                    return Err(e);
+                };
+                let conn = Conn::connect(&fresh, &self.inner.secret)?;
+                if conn.rank != rank {
+                    return Err(Error::new(
+                        ErrorKind::Unavailable,
+                        format!("{fresh} answers as server {}, not {rank}", conn.rank),
+                    ));
+                }
+                *slot.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
+                Ok(conn)
+            }
+            r => r,
+        }
+    }
+
+    /// Server `rank`'s address in the root's cluster file as it is now, if that file still
+    /// describes this deployment (same size and secret).
+    fn current_addr(&self, rank: u32) -> Option<String> {
+        let cf = ClusterFile::load(self.inner.root.as_deref()?).ok()?;
+        if cf.size != self.size() || cf.secret_bytes().ok()? != self.inner.secret {
+            return None;
+        }
+        cf.servers.get(rank as usize).map(|s| s.addr.clone())
     }
 
     /// Runs `f` on the pooled connection to `rank`, reconnecting once if the pooled one is dead.

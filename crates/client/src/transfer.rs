@@ -109,6 +109,7 @@ fn job_states(job: &Job) -> &[Arc<State>] {
 }
 
 fn run_job(client: &Client, rank: u32, conn: &mut Option<Conn>, job: Job) {
+    let pooled = conn.is_some();
     if conn.is_none() {
         match client.open_conn(rank) {
             Ok(c) => *conn = Some(c),
@@ -121,7 +122,33 @@ fn run_job(client: &Client, rank: u32, conn: &mut Option<Conn>, job: Job) {
         }
     }
     let c = conn.as_mut().expect("connection just opened");
-    let result = match &job {
+    let mut result = execute(c, &job);
+    // A pooled connection may have died with a server restart. A stage or a read is safe to
+    // send once more on a new connection; a commit is not (its writes were staged on the dead
+    // connection and are gone, which the original error says).
+    if let Err(e) = &result {
+        if pooled && e.kind == ErrorKind::Unavailable && !matches!(job, Job::Commit { .. }) {
+            result = client.open_conn(rank).and_then(|c| {
+                let c = conn.insert(c);
+                execute(c, &job)
+            });
+        }
+    }
+    if let Err(e) = result {
+        if matches!(
+            e.kind,
+            ErrorKind::Unavailable | ErrorKind::Io | ErrorKind::Protocol
+        ) {
+            *conn = None;
+        }
+        job_states(&job)
+            .iter()
+            .for_each(|s| s.set(Phase::Failed(e.clone()), None));
+    }
+}
+
+fn execute(c: &mut Conn, job: &Job) -> Result<()> {
+    match job {
         Job::Stage {
             items,
             data,
@@ -179,17 +206,6 @@ fn run_job(client: &Client, rank: u32, conn: &mut Option<Conn>, job: Job) {
                 }
                 Ok(())
             }),
-    };
-    if let Err(e) = result {
-        if matches!(
-            e.kind,
-            ErrorKind::Unavailable | ErrorKind::Io | ErrorKind::Protocol
-        ) {
-            *conn = None;
-        }
-        job_states(&job)
-            .iter()
-            .for_each(|s| s.set(Phase::Failed(e.clone()), None));
     }
 }
 

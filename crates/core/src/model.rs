@@ -18,14 +18,23 @@ pub fn owner_of_id(id: ObjectId) -> u32 {
     (id >> 48) as u32
 }
 
-/// Stable owner of a name: FNV-1a 64 of its UTF-8 bytes modulo the server count. Part of the
-/// on-disk contract: a deployment must restart with the same server count.
+/// Stable owner of a name: FNV-1a 64 of its UTF-8 bytes, mixed by MurmurHash3's 64-bit
+/// finalizer, modulo the server count. Part of the on-disk contract: a deployment must restart
+/// with the same server count.
+///
+/// The finalizer matters: the low k bits of plain FNV-1a depend only on the low k bits of each
+/// byte, so modulo a power of two `run1/x`, `run3/x`, `run5/x`, ... would all land on one server.
 pub fn owner_of_name(name: &str, servers: u32) -> u32 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.as_bytes() {
         h ^= *b as u64;
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^= h >> 33;
     (h % servers.max(1) as u64) as u32
 }
 
@@ -107,7 +116,7 @@ fn decode_hex(s: &str) -> Option<Vec<u8>> {
     }
     (0..s.len())
         .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
         .collect()
 }
 
@@ -175,6 +184,11 @@ mod tests {
             .map(|i| owner_of_name(&format!("obj{i}"), 4))
             .collect();
         assert_eq!(spread.len(), 4);
+        // Names differing only by an even step in one byte must still spread over 2 servers.
+        let evens: std::collections::HashSet<u32> = (0..16u8)
+            .map(|i| owner_of_name(&format!("run{}/x", (b'a' + 2 * i) as char), 2))
+            .collect();
+        assert_eq!(evens.len(), 2);
     }
 
     #[test]

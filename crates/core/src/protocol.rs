@@ -143,10 +143,26 @@ pub fn write_frame<W: Write>(
 
 /// Reads a header and its body; the caller then reads `payload_len` bytes of payload itself.
 pub fn read_frame_head<R: Read>(r: &mut R, max_payload: u64) -> Result<(Header, Vec<u8>)> {
+    read_frame_head_limited(r, MAX_BODY, max_payload)
+}
+
+/// Like `read_frame_head` with a tighter body limit, for peers not yet authenticated: they must
+/// not make us buffer more than a handshake needs.
+pub fn read_frame_head_limited<R: Read>(
+    r: &mut R,
+    max_body: u32,
+    max_payload: u64,
+) -> Result<(Header, Vec<u8>)> {
     let mut hb = [0u8; HEADER_LEN];
     r.read_exact(&mut hb)
         .map_err(|e| read_error("frame header", &e))?;
     let h = Header::decode(&hb, max_payload)?;
+    if h.body_len > max_body {
+        return Err(Error::protocol(format!(
+            "frame body of {} bytes exceeds {max_body} at this stage",
+            h.body_len
+        )));
+    }
     let mut body = vec![0u8; h.body_len as usize];
     r.read_exact(&mut body)
         .map_err(|e| read_error("frame body", &e))?;

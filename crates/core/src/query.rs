@@ -37,40 +37,43 @@ impl Condition {
     /// Parses one condition written the way the CLI and `client.query("...")` take it.
     pub fn parse(text: &str) -> Result<Condition> {
         let t = text.trim();
-        if let Some(k) = t.strip_suffix('?') {
-            return Ok(Condition::Exists(check_key(k, text)?));
-        }
-        // Longest operators first so `<=` is not read as `<`.
-        for op in ["!=", "<=", ">=", "==", "=", "<", ">", "~"] {
-            if let Some(pos) = t.find(op) {
-                let key = check_key(&t[..pos], text)?;
-                let raw = t[pos + op.len()..].trim();
-                if raw.is_empty() {
-                    return Err(Error::invalid(format!("condition {text:?} has no value")));
-                }
-                let value = TagValue::parse_literal(raw);
-                return Ok(match op {
-                    "=" | "==" => Condition::Eq(key, value),
-                    "!=" => Condition::Ne(key, value),
-                    "~" => Condition::Glob(key, raw.trim_matches(['"', '\'']).to_string()),
-                    _ => {
-                        let v = value.as_f64().ok_or_else(|| {
-                            Error::invalid(format!("{op} needs a number in {text:?}, got {raw:?}"))
-                        })?;
-                        let op = match op {
-                            "<" => CmpOp::Lt,
-                            "<=" => CmpOp::Le,
-                            ">" => CmpOp::Gt,
-                            _ => CmpOp::Ge,
-                        };
-                        Condition::Cmp(key, op, v)
-                    }
-                });
+        // The operator is the first one in the text (the longest one at that position, so `<=`
+        // is not read as `<`): values may contain operator characters, as in `path="a<=b"`.
+        let first = ["!=", "<=", ">=", "==", "=", "<", ">", "~"]
+            .into_iter()
+            .filter_map(|op| t.find(op).map(|pos| (pos, op)))
+            .min_by_key(|&(pos, op)| (pos, std::cmp::Reverse(op.len())));
+        let Some((pos, op)) = first else {
+            if let Some(k) = t.strip_suffix('?') {
+                return Ok(Condition::Exists(check_key(k, text)?));
             }
+            return Err(Error::invalid(format!(
+                "cannot parse condition {text:?}; examples: 'step=3', 'energy>=1.5', 'species~elec*', 'units?'"
+            )));
+        };
+        let key = check_key(&t[..pos], text)?;
+        let raw = t[pos + op.len()..].trim();
+        if raw.is_empty() {
+            return Err(Error::invalid(format!("condition {text:?} has no value")));
         }
-        Err(Error::invalid(format!(
-            "cannot parse condition {text:?}; examples: 'step=3', 'energy>=1.5', 'species~elec*', 'units?'"
-        )))
+        let value = TagValue::parse_literal(raw);
+        Ok(match op {
+            "=" | "==" => Condition::Eq(key, value),
+            "!=" => Condition::Ne(key, value),
+            "~" => Condition::Glob(key, raw.trim_matches(['"', '\'']).to_string()),
+            _ => {
+                let v = value.as_f64().ok_or_else(|| {
+                    Error::invalid(format!("{op} needs a number in {text:?}, got {raw:?}"))
+                })?;
+                let op = match op {
+                    "<" => CmpOp::Lt,
+                    "<=" => CmpOp::Le,
+                    ">" => CmpOp::Gt,
+                    _ => CmpOp::Ge,
+                };
+                Condition::Cmp(key, op, v)
+            }
+        })
     }
 }
 
@@ -118,5 +121,18 @@ mod tests {
         assert!(Condition::parse("step>abc").is_err());
         assert!(Condition::parse("justaword").is_err());
         assert!(Condition::parse("step=").is_err());
+        // The first operator splits key from value; a trailing `?` in a value is a glob.
+        assert_eq!(
+            Condition::parse("path=\"a<=b\"").unwrap(),
+            Condition::Eq("path".into(), TagValue::Str("a<=b".into()))
+        );
+        assert_eq!(
+            Condition::parse("name~run/a=?").unwrap(),
+            Condition::Glob("name".into(), "run/a=?".into())
+        );
+        assert_eq!(
+            Condition::parse("k=bytes:a\u{e9}1").unwrap(),
+            Condition::Eq("k".into(), TagValue::Str("bytes:a\u{e9}1".into()))
+        );
     }
 }

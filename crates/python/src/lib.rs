@@ -80,6 +80,11 @@ fn extract_tags(items: Vec<(String, Bound<'_, PyAny>)>) -> R<Tags> {
                 TagValue::Str(s)
             } else if let Ok(i) = v.extract::<i64>() {
                 TagValue::Int(i)
+            } else if v.hasattr("__index__")? {
+                // An integer beyond int64 would silently turn into a rounded float.
+                return Err(InvalidArgumentError::new_err(format!(
+                    "tag {k:?}: integer {v} does not fit in int64"
+                )));
             } else if let Ok(f) = v.extract::<f64>() {
                 TagValue::Float(f)
             } else {

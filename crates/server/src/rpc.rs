@@ -76,7 +76,8 @@ fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Resul
         .get_ref()
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| Error::io("socket", &e))?;
-    let (head, tag) = protocol::read_frame_head(reader, 0)?;
+    // An HMAC-SHA256 tag is 32 bytes; allow a little slack, never megabytes.
+    let (head, tag) = protocol::read_frame_head_limited(reader, 256, 0)?;
     if head.kind != FrameKind::Auth || !protocol::auth_verify(&server.secret, &nonce, &tag) {
         return Err(Error::new(
             ErrorKind::Auth,

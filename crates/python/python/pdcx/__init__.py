@@ -193,6 +193,8 @@ class Client:
                     conds.append(f"{key}>={lo!r}")
                 if hi is not None:
                     conds.append(f"{key}<={hi!r}")
+            elif isinstance(value, bool):  # stored as an int tag
+                conds.append(f"{key}={int(value)}")
             elif isinstance(value, str):
                 conds.append(f'{key}="{value}"')
             elif isinstance(value, bytes):
@@ -421,9 +423,14 @@ class Object:
         return out.reshape([c for d, c in enumerate(out.shape) if d not in drop]) if drop else out
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        offset, count, step, _ = _normalize_index(key, self.shape)
+        offset, count, step, drop = _normalize_index(key, self.shape)
         if 0 in count:
             return
+        # Broadcast like numpy against the selection's shape (int-indexed dims dropped), then
+        # put those dims back as length 1 so the value lines up with the region.
+        picked = [len(range(0, c, s)) for c, s in zip(count, step)]
+        kept = [n for d, n in enumerate(picked) if d not in drop]
+        value = np.broadcast_to(np.asarray(value, dtype=self.dtype), kept).reshape(picked)
         if any(s != 1 for s in step):
             # Strided write: read the bounding box, assign, write it back. Not atomic against a
             # concurrent writer of the elements in between the strides.
@@ -431,7 +438,7 @@ class Object:
             box[tuple(slice(None, None, s) for s in step)] = value
             data = box
         else:
-            data = np.broadcast_to(np.asarray(value, dtype=self.dtype), count)
+            data = value
         buf = np.ascontiguousarray(data, dtype=self.dtype)
         self._client._c.write(self.id, offset, count, memoryview(buf.reshape(-1).view(np.uint8)), "local")
 
@@ -531,9 +538,14 @@ class Transfer:
         return f"<pdcx.Transfer {kind} {self.object.name!r} shape={self._shape} {self.status()}>"
 
 
+def _unique(transfers: Iterable[Transfer]) -> list[Transfer]:
+    """The transfers in order, each once (the native layer borrows each one mutably)."""
+    return list({id(t): t for t in transfers}.values())
+
+
 def start_all(transfers: Iterable[Transfer]) -> None:
     """Starts many transfers with one message per destination server."""
-    ts = list(transfers)
+    ts = _unique(transfers)
     for t in ts:
         t._load()
     _native.start_all([t._t for t in ts])
@@ -541,7 +553,7 @@ def start_all(transfers: Iterable[Transfer]) -> None:
 
 def wait_all(transfers: Iterable[Transfer]) -> None:
     """Waits for many transfers with one commit per server; raises the first failure."""
-    ts = list(transfers)
+    ts = _unique(transfers)
     try:
         _native.wait_all([t._t for t in ts])
     finally:

@@ -1,0 +1,354 @@
+"""Shared fixtures: real pdcx deployments (background server processes) on fresh roots.
+
+The binary is $PDCX_BIN, else `pdcx` on PATH, else target/release/pdcx. Every subprocess call
+has its own timeout, so a hung server fails one test instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import time
+from pathlib import Path
+
+import pdcx
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+TESTS = Path(__file__).resolve().parent
+
+
+def pdcx_bin() -> str:
+    found = os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
+    if not Path(found).exists():
+        pytest.skip("pdcx binary not built (run scripts/setup.sh)")
+    return found
+
+
+def run_pdcx(*args, check: bool = True, timeout: float = 60, env: dict | None = None, cwd=None):
+    """Runs `pdcx ARGS` and returns the CompletedProcess (text mode)."""
+    p = subprocess.run(
+        [pdcx_bin(), *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=cwd,
+    )
+    if check and p.returncode != 0:
+        raise AssertionError(f"pdcx {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def pid_alive(pid: int) -> bool:
+    """True if `pid` exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return not stat.rsplit(")", 1)[1].strip().startswith("Z")
+    except OSError:
+        return False
+
+
+def wait_until(pred, timeout: float, what: str, interval: float = 0.02) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+class Deployment:
+    """N local servers started with `pdcx server start` on `root`."""
+
+    def __init__(self, root: Path, n: int, cache_mb: int | None = None):
+        self.root = Path(root)
+        self.n = n
+        self.cache_mb = cache_mb
+        self._seen_pids: set[int] = set()
+        self._clients: list[pdcx.Client] = []
+        self.running = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        extra = [] if self.cache_mb is None else ["--cache-mb", self.cache_mb]
+        run_pdcx("server", "start", "-n", self.n, "--root", self.root, *extra, timeout=90)
+        self.running = True
+        self._seen_pids.update(self.pids())
+
+    def stop(self) -> None:
+        """Clean stop: every server syncs its log and exits."""
+        pids = self.pids() if self.cluster_file.exists() else []
+        run_pdcx("server", "stop", "--root", self.root, timeout=90)
+        for pid in pids:
+            wait_until(lambda pid=pid: not pid_alive(pid), 30, f"server pid {pid} to exit")
+        self.running = False
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def kill9(self) -> list[int]:
+        """SIGKILLs every server (no sync, no cleanup) and waits until they are gone."""
+        pids = self.pids()
+        for pid in pids:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            wait_until(lambda pid=pid: not pid_alive(pid), 30, f"killed server pid {pid} to vanish")
+        self.running = False
+        return pids
+
+    # -- views -------------------------------------------------------------------------------
+    @property
+    def cluster_file(self) -> Path:
+        return self.root / "cluster.json"
+
+    def cluster(self) -> dict:
+        return json.loads(self.cluster_file.read_text())
+
+    def pids(self) -> list[int]:
+        return [s["pid"] for s in self.cluster()["servers"]]
+
+    def addr(self, rank: int) -> tuple[str, int]:
+        host, port = self.cluster()["servers"][rank]["addr"].rsplit(":", 1)
+        return host, int(port)
+
+    def secret(self) -> bytes:
+        return bytes.fromhex(self.cluster()["secret"])
+
+    def client(self) -> pdcx.Client:
+        c = pdcx.connect(self.root)
+        self._clients.append(c)
+        return c
+
+    def env(self) -> dict:
+        return dict(os.environ, PDCX_ROOT=str(self.root))
+
+    def server_log(self, rank: int) -> str:
+        p = self.root / "logs" / f"server-{rank}.log"
+        return p.read_text() if p.exists() else ""
+
+    # -- teardown ----------------------------------------------------------------------------
+    def cleanup(self) -> None:
+        if self.cluster_file.exists():
+            try:
+                self._seen_pids.update(self.pids())
+            except (OSError, ValueError, KeyError):
+                pass
+        for pid in self._seen_pids:  # a SIGSTOPped server would ignore the stop request
+            if pid_alive(pid):
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass
+        try:
+            run_pdcx("server", "stop", "--root", self.root, "--timeout", "10", check=False, timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+        for pid in self._seen_pids:
+            if pid_alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+@pytest.fixture
+def deployment(tmp_path):
+    """Factory: `dep = deployment(n=2)` starts N servers on a fresh root (or on `root=`;
+    `cache_mb=` sets the servers' cache size, `start=False` leaves them unstarted).
+    Every deployment made is stopped at teardown, by request and then by pid."""
+    made: list[Deployment] = []
+
+    def make(n: int = 2, root: Path | None = None, start: bool = True, cache_mb: int | None = None) -> Deployment:
+        r = Path(root) if root is not None else tmp_path / f"root{len(made)}"
+        r.mkdir(parents=True, exist_ok=True)
+        dep = Deployment(r, n, cache_mb)
+        made.append(dep)
+        if start:
+            dep.start()
+        return dep
+
+    yield make
+    for dep in made:
+        dep.cleanup()
+
+
+def names_on_every_server(prefix: str, n_servers: int, per_server: int = 1) -> list[str]:
+    """Object names whose owners cover every server `per_server` times."""
+    picked, count = [], [0] * n_servers
+    i = 0
+    while min(count) < per_server:
+        name = f"{prefix}/{i}"
+        if count[owner_of_name(name, n_servers)] < per_server:
+            picked.append(name)
+            count[owner_of_name(name, n_servers)] += 1
+        i += 1
+    return picked
+
+
+def owner_of_name(name: str, n: int) -> int:
+    """pdcx_core::owner_of_name, for choosing names that land on given servers."""
+    h = 0xCBF29CE484222325
+    for b in name.encode():
+        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    for mult in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53):
+        h = ((h ^ (h >> 33)) * mult) & 0xFFFFFFFFFFFFFFFF
+    h ^= h >> 33
+    return h % n
+
+
+# -- raw wire protocol helpers (tests that speak to a server without the client library) -----
+
+MAGIC = b"PDCX"
+VERSION = 1
+CHALLENGE, AUTH, REQUEST, RESPONSE = 1, 2, 3, 4
+ERROR_KINDS = [
+    "NotFound",
+    "AlreadyExists",
+    "InvalidArgument",
+    "OutOfBounds",
+    "DtypeMismatch",
+    "Protocol",
+    "Auth",
+    "NoSpace",
+    "Unavailable",
+    "Io",
+    "Internal",
+]
+# Variant indices of protocol::Request and protocol::Response (bincode encodes them as varints).
+REQ = {"Ping": 0, "GetObject": 6, "Stage": 13, "Commit": 14, "Read": 15, "Stats": 17}
+RESP_WELCOME, RESP_STAGED, RESP_COMMITTED, RESP_DATA, RESP_ERROR = 1, 7, 8, 9, 12
+
+
+def header(kind: int, body_len: int, request_id: int = 1, payload_len: int = 0, *, magic=MAGIC, version=VERSION):
+    return struct.pack("<4sHHIIQQ", magic, version, kind, 0, body_len, request_id, payload_len)
+
+
+def varint(n: int) -> bytes:
+    """bincode's varint encoding of an unsigned integer (DefaultOptions)."""
+    if n < 251:
+        return bytes([n])
+    if n < 1 << 16:
+        return b"\xfb" + struct.pack("<H", n)
+    if n < 1 << 32:
+        return b"\xfc" + struct.pack("<I", n)
+    return b"\xfd" + struct.pack("<Q", n)
+
+
+def read_varint(b: bytes, i: int) -> tuple[int, int]:
+    tag = b[i]
+    if tag < 251:
+        return tag, i + 1
+    size = {251: 2, 252: 4, 253: 8}[tag]
+    return int.from_bytes(b[i + 1 : i + 1 + size], "little"), i + 1 + size
+
+
+def enc_u64s(xs) -> bytes:
+    return varint(len(xs)) + b"".join(varint(x) for x in xs)
+
+
+def enc_region(offset, count) -> bytes:
+    return enc_u64s(offset) + enc_u64s(count)
+
+
+def enc_stage(items) -> bytes:
+    """items: (txn, object id, offset, count, byte length)."""
+    out = varint(REQ["Stage"]) + varint(len(items))
+    for txn, oid, off, cnt, n in items:
+        out += varint(txn) + varint(oid) + enc_region(off, cnt) + varint(n)
+    return out
+
+
+def enc_commit(txns, local: bool = True) -> bytes:
+    return varint(REQ["Commit"]) + enc_u64s(txns) + varint(1 if local else 0)
+
+
+def enc_read(oid: int, off, cnt) -> bytes:
+    return varint(REQ["Read"]) + varint(1) + varint(oid) + enc_region(off, cnt)
+
+
+class RawConn:
+    """A socket speaking the pdcx framing by hand: 32-byte header, bincode body, payload."""
+
+    def __init__(self, addr: tuple[str, int], timeout: float = 10):
+        self.sock = socket.create_connection(addr, timeout=timeout)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send_frame(self, kind: int, body: bytes, payload: bytes = b"", request_id: int = 1, **kw) -> None:
+        self.send(header(kind, len(body), request_id, len(payload), **kw) + body + payload)
+
+    def recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise ConnectionError(f"closed after {len(buf)} of {n} bytes")
+            buf += chunk
+        return bytes(buf)
+
+    def recv_frame(self) -> tuple[int, int, bytes, bytes]:
+        """-> (kind, request_id, body, payload)"""
+        magic, version, kind, _flags, body_len, rid, payload_len = struct.unpack("<4sHHIIQQ", self.recv_exact(32))
+        assert magic == MAGIC and version == VERSION, (magic, version)
+        body = self.recv_exact(body_len)
+        payload = self.recv_exact(payload_len) if payload_len else b""
+        return kind, rid, body, payload
+
+    def closed_by_peer(self, timeout: float = 10) -> bool:
+        """True if the server closes the connection (EOF or reset) within `timeout`."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                if not self.sock.recv(65536):
+                    return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except TimeoutError:
+            return False
+
+    def handshake(self, secret: bytes) -> tuple[int, int]:
+        """Answers the server's challenge; returns (rank, size) from its Welcome."""
+        import hashlib
+        import hmac
+
+        kind, _, nonce, _ = self.recv_frame()
+        assert kind == CHALLENGE and len(nonce) == 32
+        self.send_frame(AUTH, hmac.new(secret, nonce, hashlib.sha256).digest(), request_id=0)
+        kind, _, body, _ = self.recv_frame()
+        assert kind == RESPONSE and body[0] == RESP_WELCOME, decode_error(body)
+        rank, i = read_varint(body, 1)
+        size, _ = read_varint(body, i)
+        return rank, size
+
+    def call(self, body: bytes, payload: bytes = b"", request_id: int = 7) -> tuple[bytes, bytes]:
+        self.send_frame(REQUEST, body, payload, request_id=request_id)
+        kind, rid, rbody, rpayload = self.recv_frame()
+        assert kind == RESPONSE and rid == request_id, (kind, rid)
+        return rbody, rpayload
+
+
+def decode_error(body: bytes) -> tuple[str, str] | None:
+    """(kind, message) of a Response::Error body, else None."""
+    if not body or body[0] != RESP_ERROR:
+        return None
+    k, i = read_varint(body, 1)
+    n, i = read_varint(body, i)
+    return ERROR_KINDS[k], body[i : i + n].decode()

@@ -1,0 +1,91 @@
+"""Light checks of the `pdcx` command line against a real deployment."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+from conftest import run_pdcx
+
+
+def test_help_teaches_how_to_start(tmp_path):
+    top = run_pdcx("--help").stdout
+    for word in ("server", "ls", "put", "get", "query", "tag", "QUICK START", "PDCX_ROOT"):
+        assert word in top, word
+    for sub in (["server", "start"], ["server", "stop"], ["ls"], ["put"], ["get"], ["query"], ["tag"]):
+        out = run_pdcx(*sub, "--help").stdout
+        assert "EXAMPLES:" in out and "pdcx " + sub[0] in out, sub
+    missing = run_pdcx("ls", check=False, env={"PATH": "/usr/bin:/bin"}, cwd=tmp_path)
+    assert missing.returncode != 0 and "PDCX_ROOT" in missing.stderr
+    nothing = run_pdcx("ls", "--root", tmp_path / "none", check=False)
+    assert nothing.returncode != 0 and "server start" in nothing.stderr
+
+
+def test_put_get_ls_query_tag_round_trip(deployment, tmp_path):
+    dep = deployment(n=2)
+    env = dep.env()
+    a = np.random.default_rng(5).standard_normal((30, 7)).astype("<f4")
+    src = tmp_path / "a.npy"
+    np.save(src, a)
+    run_pdcx("put", src, "--name", "run1/a", "--container", "run1", "--tag", "step=3", "--tag", "species=ion", env=env)
+    b = np.arange(24, dtype="<i2").reshape(2, 3, 4)
+    np.save(tmp_path / "b.npy", b)
+    run_pdcx("put", tmp_path / "b.npy", "--name", "run1/b", "--container", "run1", "--tag", "step=4", env=env)
+
+    out = tmp_path / "out.npy"
+    run_pdcx("get", "run1/a", "-o", out, env=env)
+    got = np.load(out)
+    assert got.dtype == a.dtype and got.tobytes() == a.tobytes()
+    run_pdcx("get", "run1/a", "--region", "5:9,2:", "-o", out, env=env)
+    assert np.load(out).tobytes() == np.ascontiguousarray(a[5:9, 2:]).tobytes()
+    run_pdcx("get", "run1/b", "--region", ":,1,1:3", "-o", out, env=env)
+    assert np.load(out).tolist() == b[:, 1:2, 1:3].tolist()  # an INDEX item keeps its dim
+
+    listing = json.loads(run_pdcx("ls", "--json", env=env).stdout)
+    assert [c["name"] for c in listing["containers"]] == ["run1"]
+    objs = {o["name"]: o for o in listing["objects"]}
+    assert set(objs) == {"run1/a", "run1/b"}
+    assert objs["run1/a"]["dims"] == [30, 7] and objs["run1/a"]["dtype"] == "float32"
+    assert objs["run1/a"]["tags"] == {"step": 3, "species": "ion"}
+    assert objs["run1/b"]["containers"] == ["run1"]
+    assert {o["owner"] for o in objs.values()} <= {0, 1}
+
+    q = json.loads(run_pdcx("query", "step>=3", "species~i*", "--json", env=env).stdout)
+    assert [m["name"] for m in q] == ["run1/a"]
+    run_pdcx("tag", "run1/b", "species=electron", "--delete", "step", env=env)
+    q = json.loads(run_pdcx("query", "species~*on", "--json", env=env).stdout)
+    assert [m["name"] for m in q] == ["run1/a", "run1/b"]
+    assert json.loads(run_pdcx("query", "step?", "--json", env=env).stdout)[0]["name"] == "run1/a"
+
+    # What the CLI stored, the Python client reads (and the other way round).
+    client = dep.client()
+    assert client.open_object("run1/a")[...].tobytes() == a.tobytes()
+    assert dict(client.open_object("run1/b").tags) == {"species": "electron"}
+    client.open_object("run1/b")[1] = -1
+    run_pdcx("get", "run1/b", "-o", out, env=env)
+    b[1] = -1
+    assert np.load(out).tolist() == b.tolist()
+
+    dup = run_pdcx("put", src, "--name", "run1/a", env=env, check=False)
+    assert dup.returncode != 0 and "already exists" in dup.stderr
+    bad = run_pdcx("get", "run1/a", "--region", "0:99,:", "-o", out, env=env, check=False)
+    assert bad.returncode != 0 and bad.stderr.startswith("error:")
+    status = json.loads(run_pdcx("server", "status", "--json", env=env).stdout)
+    assert [s["up"] for s in status] == [True, True]
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_server_status_reports_a_dead_server(deployment, fmt):
+    dep = deployment(n=2)
+    pid = dep.pids()[1]
+    os.kill(pid, signal.SIGKILL)
+    args = ["server", "status", "--root", dep.root] + (["--json"] if fmt == "json" else [])
+    p = run_pdcx(*args, check=False)
+    assert p.returncode == 1
+    if fmt == "json":
+        assert [s["up"] for s in json.loads(p.stdout)] == [True, False]
+    else:
+        assert "DOWN" in p.stdout
