@@ -406,8 +406,53 @@ impl Client {
     }
 }
 
+/// The creator recorded in system metadata: `$USER`, else the passwd name of the uid (batch
+/// jobs and containers often run without `$USER`), else `uid<N>`.
 pub fn current_user() -> String {
-    std::env::var("USER")
-        .or_else(|_| std::env::var("LOGNAME"))
-        .unwrap_or_else(|_| format!("uid{}", unsafe { libc::getuid() }))
+    if let Ok(u) = std::env::var("USER").or_else(|_| std::env::var("LOGNAME")) {
+        if !u.is_empty() {
+            return u;
+        }
+    }
+    let uid = unsafe { libc::getuid() };
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    let mut buf = vec![0 as libc::c_char; 4096];
+    // SAFETY: getpwuid_r writes only into `pw` and `buf`, which outlive the call.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pw, buf.as_mut_ptr(), buf.len(), &mut result) };
+    if rc == 0 && !result.is_null() && !pw.pw_name.is_null() {
+        // SAFETY: on success pw_name points to a NUL-terminated string inside `buf`.
+        let name = unsafe { std::ffi::CStr::from_ptr(pw.pw_name) };
+        return name.to_string_lossy().into_owned();
+    }
+    format!("uid{uid}")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn creator_falls_back_to_the_passwd_name() {
+        let saved = (std::env::var_os("USER"), std::env::var_os("LOGNAME"));
+        std::env::remove_var("USER");
+        std::env::remove_var("LOGNAME");
+        let name = super::current_user();
+        if let Some(v) = saved.0 {
+            std::env::set_var("USER", v);
+        }
+        if let Some(v) = saved.1 {
+            std::env::set_var("LOGNAME", v);
+        }
+        // This machine's uid has a passwd entry (root in CI), so the fallback must find it.
+        let uid = unsafe { libc::getuid() };
+        let in_passwd = std::fs::read_to_string("/etc/passwd")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                l.split(':').nth(2) == Some(&uid.to_string()) && l.starts_with(&format!("{name}:"))
+            });
+        assert!(
+            in_passwd,
+            "expected a passwd name for uid {uid}, got {name:?}"
+        );
+    }
 }
