@@ -16,6 +16,8 @@ import json
 import os
 import platform
 import re
+import shutil
+import statistics
 import subprocess
 import sys
 
@@ -25,6 +27,14 @@ def load_json(path: str | None) -> dict | None:
         return None
     with open(path) as fh:
         return json.load(fh)
+
+
+def load_runs(paths: list[str] | None) -> list[dict] | None:
+    """The JSON of every repetition of one backend; None if any is missing (a failure)."""
+    runs = [load_json(p) for p in paths or []]
+    if not runs or any(r is None for r in runs):
+        return None
+    return runs
 
 
 def load_seqbw(path: str | None) -> dict:
@@ -39,6 +49,22 @@ def fnum(x: float | None, fmt: str = "{:.1f}") -> str:
     return "n/a" if x is None else fmt.format(x)
 
 
+def med(runs: list[dict] | None, key: str) -> float | None:
+    vals = [r[key] for r in runs or [] if r.get(key) is not None]
+    return statistics.median(vals) if vals else None
+
+
+def cell(runs: list[dict], key: str, fmt: str = "{:.1f}") -> str:
+    """Median, and with several repetitions its min-max range."""
+    vals = [r[key] for r in runs if r.get(key) is not None]
+    if not vals:
+        return "n/a"
+    m = fmt.format(statistics.median(vals))
+    if len(vals) == 1:
+        return m
+    return f"{m} ({fmt.format(min(vals))}–{fmt.format(max(vals))})"
+
+
 def ratio(a: float | None, b: float | None) -> str:
     return "n/a" if a is None or not b else f"{a / b:.2f}x"
 
@@ -48,29 +74,38 @@ def pct(a: float | None, ref: float | None) -> str:
 
 
 def table(res: dict, seq: dict) -> str:
+    """res maps backend -> list of per-repetition results (or None if it failed)."""
     sw = float(seq["seq_write_MBps"]) if "seq_write_MBps" in seq else None
     sr = float(seq["seq_read_MBps"]) if "seq_read_MBps" in seq else None
     rows = [
-        "| | write MB/s | read MB/s | write s | read s | write % of seq "
-        + "| read % of seq |",
+        "| | write MB/s | read MB/s | write s | read s | write % of seq " + "| read % of seq |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name in ("pdcx", "hdf5"):
-        r = res.get(name)
-        if r is None:
+        runs = res.get(name)
+        if runs is None:
             rows.append(f"| {name} | FAILED | FAILED | | | | |")
             continue
-        w, rd = r["write_MBps"], r["read_MBps"]
+        w, rd = med(runs, "write_MBps"), med(runs, "read_MBps")
+        label = name
+        if name == "pdcx":
+            label = f"pdcx ({runs[0].get('durability', 'local')} durability)"
         rows.append(
-            f"| {name} | {w:.1f} | {rd:.1f} | {r['write_s']:.3f} | {r['read_s']:.3f}"
+            f"| {label} | {cell(runs, 'write_MBps')} | {cell(runs, 'read_MBps')}"
+            f" | {cell(runs, 'write_s', '{:.3f}')} | {cell(runs, 'read_s', '{:.3f}')}"
             f" | {pct(w, sw)} | {pct(rd, sr)} |"
         )
+        if name == "hdf5" and med(runs, "write_fsync_MBps") is not None:
+            wf = med(runs, "write_fsync_MBps")
+            rows.append(
+                f"| hdf5, write + fsync | {cell(runs, 'write_fsync_MBps')} | "
+                f"| {cell(runs, 'write_fsync_s', '{:.3f}')} | | {pct(wf, sw)} | |"
+            )
     p, h = res.get("pdcx"), res.get("hdf5")
-    rows.append(
-        "| pdcx / hdf5 "
-        f"| {ratio(p and p['write_MBps'], h and h['write_MBps'])} "
-        f"| {ratio(p and p['read_MBps'], h and h['read_MBps'])} | | | | |"
-    )
+    pw, pr = med(p, "write_MBps"), med(p, "read_MBps")
+    rows.append(f"| pdcx / hdf5 | {ratio(pw, med(h, 'write_MBps'))} | {ratio(pr, med(h, 'read_MBps'))} | | | | |")
+    if h and med(h, "write_fsync_MBps") is not None:
+        rows.append(f"| pdcx / (hdf5 + fsync) | {ratio(pw, med(h, 'write_fsync_MBps'))} | | | | | |")
     tool = seq.get("tool", "fio")
     rows.append(f"| {tool} sequential | {fnum(sw)} | {fnum(sr)} | | | 100% | 100% |")
     return "\n".join(rows)
@@ -78,15 +113,13 @@ def table(res: dict, seq: dict) -> str:
 
 def run(cmd: list[str]) -> str:
     try:
-        out = subprocess.run(
-            cmd, check=False, capture_output=True, text=True, timeout=30
-        )
+        out = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=30)
         return out.stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
 
 
-def machine(workdir: str | None) -> list[str]:
+def machine(workdir: str | None, load_start: str | None = None) -> list[str]:
     mem = "?"
     try:
         with open("/proc/meminfo") as fh:
@@ -116,39 +149,59 @@ def machine(workdir: str | None) -> list[str]:
     try:
         import h5py
 
-        lines.append(
-            f"- h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version}, "
-            f"mpi={h5py.get_config().mpi}"
-        )
+        lines.append(f"- h5py {h5py.__version__}, HDF5 {h5py.version.hdf5_version}, mpi={h5py.get_config().mpi}")
     except ImportError:
         lines.append("- h5py: not installed")
     here = os.path.dirname(os.path.abspath(__file__))
     rev = run(["git", "-C", here, "describe", "--always", "--dirty"])
     lines.append(f"- pdcx git: {rev or '?'}")
+    # What actually ran: the installed binary and module, which need not match the checkout.
+    for what, path in (("pdcx binary", shutil.which("pdcx")), ("pdcx python", _native_path())):
+        if path and os.path.exists(path):
+            t = datetime.datetime.fromtimestamp(os.path.getmtime(path)).astimezone()
+            lines.append(f"- {what}: {path} (built {t:%Y-%m-%d %H:%M %Z})")
+    if load_start:
+        lines.append(f"- load average before the run (1/5/15 min): {load_start}")
     return lines
+
+
+def _native_path() -> str | None:
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("pdcx._native")
+        return spec.origin if spec else None
+    except (ImportError, ValueError):
+        return None
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--pdcx", help="JSON written by vpic_bdcats.py --backend pdcx")
-    p.add_argument("--hdf5", help="JSON written by vpic_bdcats.py --backend hdf5")
+    p.add_argument("--pdcx", nargs="*", help="JSON(s) written by vpic_bdcats.py --backend pdcx, one per repetition")
+    p.add_argument("--hdf5", nargs="*", help="JSON(s) written by vpic_bdcats.py --backend hdf5, one per repetition")
     p.add_argument("--seqbw", help="file holding the output line of seqbw.sh")
     p.add_argument("--servers", type=int, help="number of pdcx servers (K)")
+    p.add_argument("--cache-mb", type=int, help="data cache of each pdcx server, MiB")
+    p.add_argument("--load-start", help="/proc/loadavg before the run started")
     p.add_argument("--workdir", help="benchmark directory (for the disk description)")
     p.add_argument("--cmd", help="command line to record")
     p.add_argument("--append", help="append a dated Markdown block to this file")
     args = p.parse_args(argv)
 
-    res = {"pdcx": load_json(args.pdcx), "hdf5": load_json(args.hdf5)}
+    res = {"pdcx": load_runs(args.pdcx), "hdf5": load_runs(args.hdf5)}
     seq = load_seqbw(args.seqbw)
     any_res = res["pdcx"] or res["hdf5"]
     if any_res:
-        r = any_res
+        r = any_res[0]
+        cache = "" if args.cache_mb is None else f" ({args.cache_mb} MiB data cache each)"
         params = (
             f"{r['ranks']} ranks, {args.servers if args.servers else '?'} pdcx "
-            f"servers, {r['particles']} particles/rank, {r['steps']} step(s): "
+            f"servers{cache}, {r['particles']} particles/rank, {r['steps']} step(s): "
             f"{r['bytes'] / 1e6:.1f} MB written and read per backend"
         )
+        nrep = max(len(res["pdcx"] or []), len(res["hdf5"] or []))
+        if nrep > 1:
+            params += f"; {nrep} repetitions, median (min–max)"
         if r.get("evict_cache"):
             params += "; page cache evicted between write and read"
         else:
@@ -158,8 +211,11 @@ def main(argv=None) -> int:
     tab = table(res, seq)
     note = (
         "MB = 10^6 bytes. A backend's write ends when its close (hdf5) or "
-        "wait_all (pdcx) returns; no fsync is forced. The sequential write "
-        "includes an fsync and its read starts with the file out of the page cache."
+        "wait_all (pdcx) returns. pdcx with local durability has fdatasync'ed its "
+        "log by then; HDF5's close does not fsync, so its data may still be in the "
+        "page cache: the 'hdf5, write + fsync' row adds an fsync of the file, the same "
+        "guarantee. The sequential write includes an fsync and its read starts with "
+        "the file out of the page cache."
     )
     print(params)
     print(tab)
@@ -167,7 +223,7 @@ def main(argv=None) -> int:
 
     if args.append:
         when = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-        block = [f"## {when}", "", *machine(args.workdir), ""]
+        block = [f"## {when}", "", *machine(args.workdir, args.load_start), ""]
         if args.cmd:
             block += ["```", args.cmd, "```", ""]
         block += [params, "", tab, "", note, "", ""]
