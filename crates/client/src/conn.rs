@@ -82,6 +82,39 @@ impl Conn {
         Ok((resp, data))
     }
 
+    /// Like `call`, but the reply payload is split into one freshly allocated Vec per entry of
+    /// `lens` (which must add up to its size): each byte is received once, straight into the
+    /// buffer that is handed to the caller, with no intermediate whole-reply buffer.
+    pub fn call_split(
+        &mut self,
+        req: &Request,
+        payload: &[&[u8]],
+        lens: &[usize],
+    ) -> Result<(Response, Vec<Vec<u8>>)> {
+        self.send(req, payload)?;
+        let want: u64 = lens.iter().map(|&l| l as u64).sum();
+        let mut parts = Vec::with_capacity(lens.len());
+        let resp = self.read_response(&mut |r, len| {
+            if len != want {
+                return Err(Error::protocol(format!(
+                    "read reply has {len} bytes, expected {want}"
+                )));
+            }
+            for &l in lens {
+                let mut v = vec![0u8; l];
+                r.read_exact(&mut v)
+                    .map_err(|e| Error::io("reading reply payload", &e))?;
+                parts.push(v);
+            }
+            Ok(())
+        })?;
+        if parts.is_empty() {
+            // An all-empty reply carries no payload, so the callback never ran.
+            parts = lens.iter().map(|_| Vec::new()).collect();
+        }
+        Ok((resp, parts))
+    }
+
     /// Like `call`, but the reply payload lands directly in `out`, which must be its exact size.
     pub fn call_into(
         &mut self,

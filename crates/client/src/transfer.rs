@@ -185,26 +185,17 @@ fn execute(c: &mut Conn, job: &Job) -> Result<()> {
             lens,
             states,
         } => c
-            .call(
+            .call_split(
                 &Request::Read {
                     items: items.clone(),
                 },
                 &[],
+                lens,
             )
-            .and_then(|(_, data)| {
-                let total: usize = lens.iter().sum();
-                if data.len() != total {
-                    return Err(Error::protocol(format!(
-                        "read reply has {} bytes, expected {total}",
-                        data.len()
-                    )));
+            .map(|(_, parts)| {
+                for (s, data) in states.iter().zip(parts) {
+                    s.set(Phase::Done, Some(data));
                 }
-                let mut at = 0;
-                for (s, len) in states.iter().zip(lens) {
-                    s.set(Phase::Done, Some(data[at..at + len].to_vec()));
-                    at += len;
-                }
-                Ok(())
             }),
     }
 }

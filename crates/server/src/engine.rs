@@ -40,6 +40,9 @@ pub struct Engine {
 /// Reads within this many bytes of each other are merged into one log read.
 const MERGE_GAP: u64 = 64 << 10;
 
+/// Writes up to this size are also kept in the cache when staged from a borrowed buffer.
+const CACHE_COPY_MAX: usize = 1 << 20;
+
 impl Engine {
     pub fn open(
         dir: &Path,
@@ -73,12 +76,42 @@ impl Engine {
     }
 
     /// Checks a write against the object and appends it to the log; it stays invisible.
+    /// The bytes are kept in the cache.
     pub fn stage(
         &self,
         txn: u64,
         id: ObjectId,
         region: &Region,
         payload: Vec<u8>,
+    ) -> Result<Staged> {
+        let staged = self.append_checked(txn, id, region, &payload)?;
+        self.cache.insert(staged.loc, Arc::new(payload));
+        Ok(staged)
+    }
+
+    /// Like `stage`, but from a borrowed buffer (the connection's reused receive buffer). Small
+    /// writes are copied into the cache; large ones are not, since copying them costs more than
+    /// reading them back from the log, which the OS page cache still holds.
+    pub fn stage_slice(
+        &self,
+        txn: u64,
+        id: ObjectId,
+        region: &Region,
+        payload: &[u8],
+    ) -> Result<Staged> {
+        let staged = self.append_checked(txn, id, region, payload)?;
+        if payload.len() <= CACHE_COPY_MAX {
+            self.cache.insert(staged.loc, Arc::new(payload.to_vec()));
+        }
+        Ok(staged)
+    }
+
+    fn append_checked(
+        &self,
+        txn: u64,
+        id: ObjectId,
+        region: &Region,
+        payload: &[u8],
     ) -> Result<Staged> {
         let obj = self.meta.object(id)?;
         region.check_within(&obj.dims)?;
@@ -99,8 +132,7 @@ impl Engine {
             .log
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .append(id, txn, region, &payload)?;
-        self.cache.insert(loc, Arc::new(payload));
+            .append(id, txn, region, payload)?;
         Ok(Staged {
             txn,
             id,
@@ -119,10 +151,20 @@ impl Engine {
     pub fn commit(&self, staged: &[Staged], durability: Durability) -> Result<()> {
         let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
         if durability == Durability::Local {
-            self.log
+            // The fdatasync runs without the log lock, so other connections keep appending;
+            // commits stay serialised by `next_seq`.
+            let plan = self
+                .log
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
-                .commit()?;
+                .prepare_commit()?;
+            if let Some(plan) = plan {
+                let synced = plan.sync();
+                self.log
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .finish_commit(plan, synced)?;
+            }
         }
         let rows: Vec<ExtentRow> = staged
             .iter()

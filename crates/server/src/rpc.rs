@@ -29,6 +29,11 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
     server.connections.fetch_add(1, Ordering::Relaxed);
     // Writes staged by this connection and not committed yet; dropped if it disconnects.
     let mut pending: HashMap<u64, Staged> = HashMap::new();
+    // Stage payloads are received into this buffer, reused from one request to the next.
+    let mut recv: Vec<u8> = Vec::new();
+    // Read replies are assembled in this buffer, kept from one request to the next so a
+    // steady stream of reads does not page-fault fresh memory for every reply.
+    let mut scratch: Vec<u8> = Vec::new();
     loop {
         let (head, body) = match protocol::read_frame_head(&mut reader, server.config.max_payload) {
             Ok(x) => x,
@@ -44,7 +49,15 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
             break;
         }
         let outcome = match protocol::decode_body::<Request>(&body) {
-            Ok(req) => handle(server, req, head.payload_len, &mut reader, &mut pending),
+            Ok(req) => handle(
+                server,
+                req,
+                head.payload_len,
+                &mut reader,
+                &mut pending,
+                &mut recv,
+                &mut scratch,
+            ),
             Err(e) => drain(&mut reader, head.payload_len).and(Err(e)),
         };
         let (resp, payload, shutdown) = match outcome {
@@ -59,6 +72,9 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
         };
         if reply(&mut writer, head.request_id, &resp, &payload).is_err() {
             break;
+        }
+        if payload.capacity() <= SCRATCH_KEEP && payload.capacity() > scratch.capacity() {
+            scratch = payload;
         }
         if shutdown {
             server.wake_acceptor();
@@ -117,6 +133,9 @@ fn drain(r: &mut Reader, n: u64) -> Result<()> {
     Ok(())
 }
 
+/// Largest receive buffer a connection keeps between stage requests.
+const RECV_KEEP: usize = 256 << 20;
+
 fn no_payload(r: &mut Reader, n: u64) -> Result<()> {
     if n > 0 {
         drain(r, n)?;
@@ -131,10 +150,16 @@ fn handle(
     payload_len: u64,
     reader: &mut Reader,
     pending: &mut HashMap<u64, Staged>,
+    recv: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
 ) -> Result<(Response, Vec<u8>)> {
     let md = &server.meta;
     if let Request::Stage { items } = req {
-        return stage(server, items, payload_len, reader, pending);
+        let r = stage(server, items, payload_len, reader, pending, recv);
+        if recv.capacity() > RECV_KEEP {
+            *recv = Vec::new();
+        }
+        return r;
     }
     no_payload(reader, payload_len)?;
     let resp = match req {
@@ -190,7 +215,7 @@ fn handle(
                 count: staged.len() as u64,
             }
         }
-        Request::Read { items } => return read(server, items),
+        Request::Read { items } => return read(server, items, scratch),
         Request::Extents { id } => {
             md.object(id)?;
             Response::Extents(server.engine.extents(id))
@@ -210,6 +235,7 @@ fn stage(
     payload_len: u64,
     reader: &mut Reader,
     pending: &mut HashMap<u64, Staged>,
+    recv: &mut Vec<u8>,
 ) -> Result<(Response, Vec<u8>)> {
     let total = items.iter().try_fold(0u64, |a, i| a.checked_add(i.len));
     if total != Some(payload_len) {
@@ -218,21 +244,27 @@ fn stage(
             "stage items declare {total:?} bytes but the frame carries {payload_len}"
         )));
     }
-    // Read every item first so the stream stays framed even if one item is rejected.
-    let mut bodies = Vec::with_capacity(items.len());
-    for item in &items {
-        let mut buf = vec![0u8; item.len as usize];
-        reader.read_exact(&mut buf).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                Error::new(ErrorKind::Unavailable, "client disconnected mid-transfer")
-            } else {
-                Error::io("reading write payload", &e)
-            }
-        })?;
-        bodies.push(buf);
+    // Read every item first so the stream stays framed even if one item is rejected. The
+    // buffer is reused, so a steady stream of writes does not page-fault fresh memory.
+    let n = payload_len as usize;
+    if recv.len() < n {
+        recv.resize(n, 0);
     }
-    for (item, body) in items.into_iter().zip(bodies) {
-        let staged = server.engine.stage(item.txn, item.id, &item.region, body)?;
+    reader.read_exact(&mut recv[..n]).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+            Error::new(ErrorKind::Unavailable, "client disconnected mid-transfer")
+        } else {
+            Error::io("reading write payload", &e)
+        }
+    })?;
+    let mut at = 0usize;
+    for item in items {
+        let len = item.len as usize;
+        let body = &recv[at..at + len];
+        at += len;
+        let staged = server
+            .engine
+            .stage_slice(item.txn, item.id, &item.region, body)?;
         pending.insert(item.txn, staged);
     }
     Ok((
@@ -243,7 +275,14 @@ fn stage(
     ))
 }
 
-fn read(server: &Server, items: Vec<protocol::ReadItem>) -> Result<(Response, Vec<u8>)> {
+/// Largest read buffer a connection keeps for its next reply.
+const SCRATCH_KEEP: usize = 64 << 20;
+
+fn read(
+    server: &Server,
+    items: Vec<protocol::ReadItem>,
+    scratch: &mut Vec<u8>,
+) -> Result<(Response, Vec<u8>)> {
     let mut sizes = Vec::with_capacity(items.len());
     let mut total = 0u64;
     for item in &items {
@@ -259,7 +298,9 @@ fn read(server: &Server, items: Vec<protocol::ReadItem>) -> Result<(Response, Ve
             server.config.max_payload
         )));
     }
-    let mut out = vec![0u8; total as usize];
+    let mut out = std::mem::take(scratch);
+    out.clear();
+    out.resize(total as usize, 0);
     let mut at = 0;
     for (item, n) in items.iter().zip(sizes) {
         server

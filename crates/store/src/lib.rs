@@ -12,5 +12,5 @@ pub mod manifest;
 pub mod record;
 
 pub use cache::Cache;
-pub use log::{LogOptions, Recovery, SegmentLog};
+pub use log::{CommitPlan, LogOptions, Recovery, SegmentLog};
 pub use record::{scan_segment, Location, RecordInfo};

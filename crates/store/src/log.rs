@@ -12,6 +12,9 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
+/// Records at least this large start their writeback as soon as they are appended.
+const WRITE_BEHIND_MIN: u64 = 256 << 10;
+
 const POISONED: &str = "log is poisoned after a failed sync; restart the server";
 
 #[derive(Debug, Clone)]
@@ -51,6 +54,33 @@ struct Segment {
 enum Fault {
     PayloadWrite,
     SegmentSync,
+}
+
+/// What one commit makes durable; see [`SegmentLog::prepare_commit`].
+pub struct CommitPlan {
+    files: Vec<(u64, PathBuf, File)>,
+    manifest: Manifest,
+    fail_sync: bool,
+}
+
+impl CommitPlan {
+    /// fdatasync every segment of the plan. Needs no lock on the log.
+    pub fn sync(&self) -> Result<()> {
+        for (_, path, file) in &self.files {
+            let synced = if self.fail_sync {
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            } else {
+                file.sync_data()
+            };
+            if let Err(e) = synced {
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    format!("fdatasync {}: {e}; {POISONED}", path.display()),
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 pub struct SegmentLog {
@@ -294,6 +324,20 @@ impl SegmentLog {
         }
         seg.len = start + rec_len;
         self.dirty.insert(id);
+        // Write-behind: start writeback of this record now (asynchronous, does not wait), so
+        // the fdatasync at the next commit finds little left to write and the disk works
+        // while the network still delivers the rest of the batch.
+        if rec_len >= WRITE_BEHIND_MIN {
+            // SAFETY: plain syscall on an fd that `seg.file` keeps open.
+            unsafe {
+                libc::sync_file_range(
+                    seg.file.as_raw_fd(),
+                    start as libc::off64_t,
+                    rec_len as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
         Ok(Location {
             segment: id,
             offset: payload_at,
@@ -315,31 +359,37 @@ impl SegmentLog {
     /// leaves the old MANIFEST in place and may simply be retried. Nothing appended since the
     /// last commit makes this a no-op.
     pub fn commit(&mut self) -> Result<()> {
+        match self.prepare_commit()? {
+            None => Ok(()),
+            Some(plan) => {
+                let synced = plan.sync();
+                self.finish_commit(plan, synced)
+            }
+        }
+    }
+
+    /// First part of [`commit`](Self::commit), under the caller's lock: snapshots what the
+    /// commit covers (the dirty segments and every segment's current length). The slow part,
+    /// [`CommitPlan::sync`], needs no access to the log, so appends can go on meanwhile; the
+    /// manifest then names exactly the snapshotted lengths, never bytes appended later.
+    pub fn prepare_commit(&mut self) -> Result<Option<CommitPlan>> {
         self.check_poisoned()?;
         if self.dirty.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let fail_sync = self.fault(Fault::SegmentSync);
+        let mut files = Vec::with_capacity(self.dirty.len());
         for &id in &self.dirty {
             let seg = self
                 .segments
                 .get(&id)
                 .ok_or_else(|| Error::internal(format!("segment {id} vanished")))?;
-            let synced = if fail_sync {
-                Err(io::Error::from_raw_os_error(libc::EIO))
-            } else {
-                seg.file.sync_data()
-            };
-            if let Err(e) = synced {
-                self.poisoned = true;
-                let path = self.segment_path(id);
-                return Err(Error::new(
-                    ErrorKind::Io,
-                    format!("fdatasync {}: {e}; {POISONED}", path.display()),
-                ));
-            }
+            let f = seg
+                .file
+                .try_clone()
+                .map_err(|e| Error::io(&format!("dup {}", self.segment_path(id).display()), &e))?;
+            files.push((id, self.segment_path(id), f));
         }
-        let m = Manifest {
+        let manifest = Manifest {
             version: manifest::VERSION,
             segments: self
                 .segments
@@ -350,9 +400,35 @@ impl SegmentLog {
                 })
                 .collect(),
         };
-        match manifest::store(&self.dir, &m) {
+        self.dirty.clear();
+        Ok(Some(CommitPlan {
+            files,
+            manifest,
+            fail_sync: self.fault(Fault::SegmentSync),
+        }))
+    }
+
+    /// Last part of [`commit`](Self::commit), under the caller's lock again: poisons the log
+    /// if the sync failed, else publishes the manifest of the plan.
+    pub fn finish_commit(&mut self, plan: CommitPlan, synced: Result<()>) -> Result<()> {
+        let retry = |log: &mut Self| {
+            for (id, _, _) in &plan.files {
+                if log.segments.contains_key(id) {
+                    log.dirty.insert(*id);
+                }
+            }
+        };
+        if let Err(e) = synced {
+            self.poisoned = true;
+            return Err(e);
+        }
+        self.check_poisoned()?;
+        match manifest::store(&self.dir, &plan.manifest) {
             Ok(()) => {}
-            Err(StoreError::Write(e)) => return Err(e),
+            Err(StoreError::Write(e)) => {
+                retry(self);
+                return Err(e);
+            }
             Err(StoreError::Sync(what, e)) => {
                 self.poisoned = true;
                 return Err(Error::new(
@@ -361,10 +437,11 @@ impl SegmentLog {
                 ));
             }
         }
-        for seg in self.segments.values_mut() {
-            seg.committed = seg.len;
+        for entry in &plan.manifest.segments {
+            if let Some(seg) = self.segments.get_mut(&entry.id) {
+                seg.committed = seg.committed.max(entry.committed_len);
+            }
         }
-        self.dirty.clear();
         Ok(())
     }
 
@@ -559,6 +636,31 @@ mod tests {
         assert_eq!(rec.discarded_bytes, 0);
         assert_eq!(objects(&path), [1, 2, 4]);
         assert_eq!(log.read_payload(&loc4).unwrap(), payload(4, 64));
+    }
+
+    #[test]
+    fn split_commit_covers_only_what_was_appended_before_prepare() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut log, _) = open(tmp.path());
+        let first = log.append(1, 1, &r(&[0], &[4]), b"aaaa").unwrap();
+        let plan = log.prepare_commit().unwrap().expect("something to commit");
+        // Appended while the sync of the plan runs without the log lock.
+        let during = log.append(2, 2, &r(&[4], &[4]), b"bbbb").unwrap();
+        let synced = plan.sync();
+        log.finish_commit(plan, synced).unwrap();
+        assert!(log.is_committed(&first));
+        assert!(
+            !log.is_committed(&during),
+            "bytes after the snapshot stay uncommitted"
+        );
+        assert!(
+            log.prepare_commit().unwrap().is_some(),
+            "the later append is still dirty"
+        );
+        drop(log);
+        let (log, rec) = open(tmp.path());
+        assert!(rec.discarded_bytes > 0);
+        assert_eq!(objects(&log.segment_path(1)), [1]);
     }
 
     #[test]
