@@ -394,6 +394,7 @@ def test_status_pending_complete_failed(deployment):
     server rejects and a server killed mid-transfer both make them failed."""
     dep = deployment(n=2)
     client = dep.client()
+    client.placement = "object-static"  # the owner gets the data too, so stopping it stalls both
     cont = client.create_container("st")
     obj = cont.create_object("st/x", (64,), "float32")
     pid = owner_pid(dep, obj)
@@ -443,6 +444,7 @@ def test_status_pending_complete_failed(deployment):
 def test_batches_span_servers(deployment):
     dep = deployment(n=2)
     client = dep.client()
+    client.placement = "object-static"  # data on each object's owner, so the batch spans both
     cont = client.create_container("batch")
     objs = [cont.create_object(f"batch/{i}", (50, 4), "int32") for i in range(8)]
     assert {o.metadata["owner"] for o in objs} == {0, 1}

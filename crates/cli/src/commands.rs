@@ -286,7 +286,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
             .map(|e| {
                 json!({
                     "seq": e.seq, "offset": e.region.offset, "count": e.region.count,
-                    "server": o.owner, "segment": e.segment, "segment_file": segment_name(e.segment),
+                    "server": e.holder, "segment": e.segment, "segment_file": segment_name(e.segment),
                     "log_offset": e.offset, "len": e.len, "cached": e.cached,
                 })
             })
@@ -335,7 +335,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
                 e.region.to_string(),
                 format!(
                     "server {} log {} @{} +{} ({})",
-                    o.owner,
+                    e.holder,
                     segment_name(e.segment),
                     e.offset,
                     e.len,

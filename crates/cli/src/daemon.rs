@@ -36,6 +36,7 @@ pub struct ForegroundOpts {
     pub size: Option<u32>,
     pub bind: String,
     pub cache_mb: u64,
+    pub node: Option<String>,
 }
 
 /// `pdcx server`: runs one server until it is asked to shut down or gets SIGTERM/SIGINT.
@@ -54,6 +55,9 @@ pub fn foreground(o: ForegroundOpts) -> Result<()> {
     }
     let mut config = ServerConfig::new(&root, rank, size);
     config.bind = o.bind;
+    if let Some(node) = o.node.filter(|n| !n.trim().is_empty()) {
+        config.node = node.trim().to_string();
+    }
     config.cache_bytes = o
         .cache_mb
         .checked_mul(1 << 20)

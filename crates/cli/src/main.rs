@@ -134,6 +134,10 @@ struct ServerArgs {
     /// Data cache size in MiB.
     #[arg(long, default_value_t = 256, value_name = "MB")]
     cache_mb: u64,
+    /// Node this server serves: clients whose PDCX_NODE (or host name) matches send their
+    /// data here. Default: $PDCX_NODE, else the host name.
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -273,6 +277,7 @@ fn run(cli: Cli) -> Result<u8> {
                 size: args.size,
                 bind: args.bind,
                 cache_mb: args.cache_mb,
+                node: args.node,
             })
             .map(|()| 0),
             Some(ServerAction::Start {

@@ -5,15 +5,17 @@ use crate::cluster::{root_from_env, ClusterFile};
 use crate::conn::Conn;
 use crate::transfer::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
+use pdcx_core::placement::{data_server, PlacementInput};
 use pdcx_core::protocol::{
-    Durability, ExtentInfo, ObjectSpec, ReadItem, Request, Response, ServerStats, StageItem,
-    TagTarget,
+    Durability, ExtentInfo, ObjectSpec, Pieces, ReadItem, Request, Response, ServerStats,
+    StageItem, TagTarget,
 };
 use pdcx_core::{
-    owner_of_name, Condition, ContainerInfo, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result,
+    owner_of_name, Condition, ContainerInfo, Error, ErrorKind, ObjectId, ObjectMeta, Placement,
+    Region, Result,
 };
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub(crate) struct Inner {
@@ -27,6 +29,11 @@ pub(crate) struct Inner {
     pub(crate) workers: Vec<OnceLock<Worker>>,
     txn_base: u64,
     txn_counter: AtomicU64,
+    /// This client's node-local server.
+    local: u32,
+    placement: AtomicU8,
+    /// Write bytes started but not yet delivered, per server (region-dynamic placement).
+    pub(crate) in_flight: Vec<AtomicU64>,
 }
 
 /// A handle to one deployment. Cheap to clone; safe to share between threads.
@@ -66,7 +73,15 @@ impl Client {
         let secret = cluster.secret_bytes()?;
         let n = cluster.size as usize;
         let txn_base = (rand::random::<u32>() as u64) << 32;
+        let placement = match std::env::var("PDCX_PLACEMENT") {
+            Ok(v) if !v.trim().is_empty() => Placement::parse(&v)
+                .map_err(|e| Error::invalid(format!("PDCX_PLACEMENT: {}", e.message)))?,
+            _ => Placement::default(),
+        };
         let inner = Inner {
+            local: local_server(&cluster),
+            placement: AtomicU8::new(placement_code(placement)),
+            in_flight: (0..n).map(|_| AtomicU64::new(0)).collect(),
             secret,
             root: None,
             conns: (0..n).map(|_| Mutex::new(None)).collect(),
@@ -97,6 +112,44 @@ impl Client {
 
     pub fn root(&self) -> Option<&Path> {
         self.inner.root.as_deref()
+    }
+
+    /// This client's node-local server: the one that receives its data under region-local
+    /// placement.
+    pub fn local_server(&self) -> u32 {
+        self.inner.local
+    }
+
+    pub fn placement(&self) -> Placement {
+        PLACEMENTS[self.inner.placement.load(Ordering::Relaxed) as usize]
+    }
+
+    /// Where the data of later writes goes (default region-local, or `PDCX_PLACEMENT`).
+    pub fn set_placement(&self, p: Placement) {
+        self.inner
+            .placement
+            .store(placement_code(p), Ordering::Relaxed);
+    }
+
+    /// The server that stores the bytes of a write of `region` of object `id`.
+    pub fn data_server(&self, id: ObjectId, region: &Region) -> Result<u32> {
+        let owner = self.id_owner(id)?;
+        let in_flight: Vec<u64> = self
+            .inner
+            .in_flight
+            .iter()
+            .map(|a| a.load(Ordering::Relaxed))
+            .collect();
+        Ok(data_server(
+            self.placement(),
+            &PlacementInput {
+                owner,
+                local: self.inner.local,
+                size: self.size(),
+                region,
+                in_flight: &in_flight,
+            },
+        ))
     }
 
     pub(crate) fn next_txn(&self) -> u64 {
@@ -330,8 +383,35 @@ impl Client {
         Ok(all)
     }
 
+    /// Where the bytes of object `id` are, in sequence order: the owner's region map, with
+    /// the log location of each extent filled in by the server that holds it.
     pub fn extents(&self, id: ObjectId) -> Result<Vec<ExtentInfo>> {
-        match self.call(self.id_owner(id)?, &Request::Extents { id }, &[])? {
+        let owner = self.id_owner(id)?;
+        let mut all = self.extents_on(owner, id)?;
+        let mut holders: Vec<u32> = all
+            .iter()
+            .map(|e| e.holder)
+            .filter(|&h| h != owner)
+            .collect();
+        holders.sort_unstable();
+        holders.dedup();
+        for h in holders {
+            let detail: std::collections::HashMap<u64, ExtentInfo> = self
+                .extents_on(h, id)?
+                .into_iter()
+                .map(|e| (e.seq, e))
+                .collect();
+            for e in all.iter_mut().filter(|e| e.holder == h) {
+                if let Some(d) = detail.get(&e.seq) {
+                    *e = d.clone();
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    fn extents_on(&self, rank: u32, id: ObjectId) -> Result<Vec<ExtentInfo>> {
+        match self.call(rank, &Request::Extents { id }, &[])? {
             Response::Extents(e) => Ok(e),
             r => Err(unexpected("extents", r)),
         }
@@ -358,6 +438,31 @@ impl Client {
         Ok(o)
     }
 
+    /// Server to server: records regions that `holder` committed of objects `owner` owns;
+    /// returns the first of the consecutive sequence numbers the owner assigned them.
+    pub fn register(&self, owner: u32, holder: u32, items: &[(ObjectId, Region)]) -> Result<u64> {
+        let req = Request::Register {
+            holder,
+            items: items.to_vec(),
+        };
+        match self.call(owner, &req, &[])? {
+            Response::Registered { first_seq } => Ok(first_seq),
+            r => Err(unexpected("register", r)),
+        }
+    }
+
+    /// Server to server: `holder`'s committed pieces of `region` of object `id`.
+    pub fn read_pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
+        let req = Request::ReadPieces {
+            id,
+            region: region.clone(),
+        };
+        match self.with_conn(holder, &mut |c| c.call(&req, &[]))? {
+            (Response::Pieces(list), bytes) => Ok((list, bytes)),
+            (r, _) => Err(unexpected("read pieces", r)),
+        }
+    }
+
     /// Synchronous write: stage and commit in one go (strong consistency for this call).
     pub fn write(
         &self,
@@ -373,8 +478,8 @@ impl Client {
             region: region.clone(),
             len: data.len() as u64,
         };
-        let owner = self.id_owner(id)?;
-        self.with_conn(owner, &mut |c| {
+        let dest = self.data_server(id, region)?;
+        self.with_conn(dest, &mut |c| {
             c.call(
                 &Request::Stage {
                     items: vec![item.clone()],
@@ -404,6 +509,55 @@ impl Client {
             c.call_into(&req, &[], out).map(|_| ())
         })
     }
+}
+
+const PLACEMENTS: [Placement; 4] = [
+    Placement::ObjectStatic,
+    Placement::RegionStatic,
+    Placement::RegionDynamic,
+    Placement::RegionLocal,
+];
+
+fn placement_code(p: Placement) -> u8 {
+    PLACEMENTS.iter().position(|&x| x == p).unwrap_or(3) as u8
+}
+
+/// The node this process runs on: `PDCX_NODE`, else the host name.
+pub fn this_node() -> String {
+    match std::env::var("PDCX_NODE") {
+        Ok(n) if !n.trim().is_empty() => n.trim().to_string(),
+        _ => crate::cluster::hostname(),
+    }
+}
+
+/// Picks this process's node-local server: among the servers on this node, the one at
+/// (node-local rank from the launcher, else pid) modulo their count, so the ranks of a node
+/// spread over its servers. A process on a node without servers (a login node) spreads over
+/// all of them the same way.
+fn local_server(cluster: &ClusterFile) -> u32 {
+    let node = this_node();
+    let mut on_node: Vec<u32> = cluster
+        .servers
+        .iter()
+        .filter(|s| s.node() == node)
+        .map(|s| s.rank)
+        .collect();
+    if on_node.is_empty() {
+        on_node = cluster.servers.iter().map(|s| s.rank).collect();
+    }
+    let pick = [
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "SLURM_LOCALID",
+        "PMI_LOCAL_RANK",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse::<usize>().ok())
+    .unwrap_or(std::process::id() as usize);
+    on_node
+        .get(pick % on_node.len().max(1))
+        .copied()
+        .unwrap_or(0)
 }
 
 /// The creator recorded in system metadata: `$USER`, else the passwd name of the uid (batch

@@ -16,6 +16,20 @@ pub struct ServerEntry {
     pub addr: String,
     pub pid: u32,
     pub host: String,
+    /// The node this server serves as node-local server (`--node` / `PDCX_NODE`, else the
+    /// host name). Clients on the same node send their data here.
+    #[serde(default)]
+    pub node: String,
+}
+
+impl ServerEntry {
+    pub fn node(&self) -> &str {
+        if self.node.is_empty() {
+            &self.host
+        } else {
+            &self.node
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -181,6 +195,17 @@ pub fn root_from_env(explicit: Option<&Path>) -> Option<PathBuf> {
     })
 }
 
+/// This machine's host name.
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    if unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } == 0 {
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        return String::from_utf8_lossy(&buf[..end]).into_owned();
+    }
+    "localhost".into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +236,7 @@ mod tests {
                 addr: "127.0.0.1:1".into(),
                 pid: 1,
                 host: "h".into(),
+                node: String::new(),
             }],
         };
         cf.store(&dir).unwrap();

@@ -12,6 +12,7 @@ use crate::conn::Conn;
 use pdcx_core::protocol::{Durability, ReadItem, Request, StageItem};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -109,12 +110,36 @@ fn job_states(job: &Job) -> &[Arc<State>] {
 }
 
 fn run_job(client: &Client, rank: u32, conn: &mut Option<Conn>, job: Job) {
+    if let Job::Stage { data, .. } = &job {
+        let bytes: u64 = data.iter().map(|d| d.len() as u64).sum();
+        let _done = InFlightGuard {
+            counter: &client.inner.in_flight[rank as usize],
+            bytes,
+        };
+        return run_job_inner(client, rank, conn, &job);
+    }
+    run_job_inner(client, rank, conn, &job)
+}
+
+/// Takes a stage's bytes off its server's in-flight count however the job ends.
+struct InFlightGuard<'a> {
+    counter: &'a AtomicU64,
+    bytes: u64,
+}
+
+impl Drop for InFlightGuard<'_> {
+    fn drop(&mut self) {
+        self.counter.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+fn run_job_inner(client: &Client, rank: u32, conn: &mut Option<Conn>, job: &Job) {
     let pooled = conn.is_some();
     if conn.is_none() {
         match client.open_conn(rank) {
             Ok(c) => *conn = Some(c),
             Err(e) => {
-                job_states(&job)
+                job_states(job)
                     .iter()
                     .for_each(|s| s.set(Phase::Failed(e.clone()), None));
                 return;
@@ -122,7 +147,7 @@ fn run_job(client: &Client, rank: u32, conn: &mut Option<Conn>, job: Job) {
         }
     }
     let c = conn.as_mut().expect("connection just opened");
-    let mut result = execute(c, &job);
+    let mut result = execute(c, job);
     // A pooled connection may have died with a server restart. A stage or a read is safe to
     // send once more on a new connection; a commit is not (its writes were staged on the dead
     // connection and are gone, which the original error says).
@@ -130,7 +155,7 @@ fn run_job(client: &Client, rank: u32, conn: &mut Option<Conn>, job: Job) {
         if pooled && e.kind == ErrorKind::Unavailable && !matches!(job, Job::Commit { .. }) {
             result = client.open_conn(rank).and_then(|c| {
                 let c = conn.insert(c);
-                execute(c, &job)
+                execute(c, job)
             });
         }
     }
@@ -141,7 +166,7 @@ fn run_job(client: &Client, rank: u32, conn: &mut Option<Conn>, job: Job) {
         ) {
             *conn = None;
         }
-        job_states(&job)
+        job_states(job)
             .iter()
             .for_each(|s| s.set(Phase::Failed(e.clone()), None));
     }
@@ -207,7 +232,9 @@ pub struct Transfer {
     pub region: Region,
     pub is_write: bool,
     pub durability: Durability,
-    owner: u32,
+    /// The server this transfer talks to: the object's owner for reads; for writes the data
+    /// server the placement chose at the last `start`.
+    dest: u32,
     byte_len: usize,
     txn: u64,
     data: Option<Arc<Vec<u8>>>,
@@ -230,7 +257,7 @@ impl Transfer {
         Ok(Transfer {
             client: client.clone(),
             id,
-            owner: client.id_owner(id)?,
+            dest: client.id_owner(id)?,
             byte_len: usize::try_from(byte_len)
                 .map_err(|_| Error::invalid("region too large for this machine"))?,
             region,
@@ -310,8 +337,8 @@ impl Transfer {
     }
 
     fn worker(&self) -> &Worker {
-        self.client.inner.workers[self.owner as usize]
-            .get_or_init(|| Worker::spawn(&self.client, self.owner))
+        self.client.inner.workers[self.dest as usize]
+            .get_or_init(|| Worker::spawn(&self.client, self.dest))
     }
 }
 
@@ -340,9 +367,16 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
     );
     let mut per_server: BTreeMap<u32, Batch> = BTreeMap::new();
     for t in transfers.iter_mut() {
-        *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::InFlight, None);
-        let b = per_server.entry(t.owner).or_default();
         if t.is_write {
+            t.dest = t.client.data_server(t.id, &t.region)?;
+        }
+    }
+    for t in transfers.iter_mut() {
+        *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::InFlight, None);
+        let b = per_server.entry(t.dest).or_default();
+        if t.is_write {
+            t.client.inner.in_flight[t.dest as usize]
+                .fetch_add(t.byte_len as u64, Ordering::Relaxed);
             t.txn = t.client.next_txn();
             b.0.push(StageItem {
                 txn: t.txn,
@@ -361,11 +395,11 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             b.5.push(t.state.clone());
         }
     }
-    for (owner, (items, data, wstates, reads, lens, rstates)) in per_server {
+    for (dest, (items, data, wstates, reads, lens, rstates)) in per_server {
         let t = transfers
             .iter()
-            .find(|t| t.owner == owner)
-            .expect("owner from a transfer");
+            .find(|t| t.dest == dest)
+            .expect("destination from a transfer");
         let w = t.worker();
         if !items.is_empty() {
             w.submit(Job::Stage {
@@ -396,17 +430,17 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
         let g = t.state.phase.lock().unwrap_or_else(|p| p.into_inner());
         if t.is_write && matches!(g.0, Phase::InFlight | Phase::Delivered) {
             let c = commits
-                .entry((t.owner, t.durability == Durability::Local))
+                .entry((t.dest, t.durability == Durability::Local))
                 .or_default();
             c.0.push(t.txn);
             c.1.push(t.state.clone());
         }
     }
-    for ((owner, local), (txns, states)) in commits {
+    for ((dest, local), (txns, states)) in commits {
         let t = transfers
             .iter()
-            .find(|t| t.owner == owner)
-            .expect("owner from a transfer");
+            .find(|t| t.dest == dest)
+            .expect("destination from a transfer");
         let durability = if local {
             Durability::Local
         } else {

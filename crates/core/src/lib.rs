@@ -4,6 +4,7 @@
 pub mod dtype;
 pub mod error;
 pub mod model;
+pub mod placement;
 pub mod protocol;
 pub mod query;
 pub mod region;
@@ -11,5 +12,6 @@ pub mod region;
 pub use dtype::Dtype;
 pub use error::{Error, ErrorKind, Result};
 pub use model::{owner_of_name, ContainerInfo, ObjectId, ObjectMeta, TagValue, MAX_DIMS};
+pub use placement::Placement;
 pub use query::Condition;
 pub use region::Region;

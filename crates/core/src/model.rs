@@ -150,7 +150,8 @@ pub struct ContainerInfo {
 pub struct ObjectMeta {
     pub id: ObjectId,
     pub name: String,
-    /// Rank of the server that owns this object's metadata (and, for now, its data).
+    /// Rank of the server that owns this object's metadata and its region map. The data of a
+    /// region lives on whichever server the writer's placement chose (see `Placement`).
     pub owner: u32,
     pub creator: String,
     pub ctime: f64,

@@ -293,7 +293,24 @@ pub enum Request {
     },
     Stats,
     Shutdown,
+    /// Server to server: a holder tells the objects' owner that it committed these regions of
+    /// objects the owner is responsible for. The owner records them in its region map and
+    /// answers with the first of `items.len()` consecutive sequence numbers, which order them
+    /// against every other write of the same objects.
+    Register {
+        holder: u32,
+        items: Vec<(ObjectId, Region)>,
+    },
+    /// Server to server: the holder's committed pieces of `region` of a (foreign) object,
+    /// each with its sequence number, so the owner can merge several holders' data.
+    ReadPieces {
+        id: ObjectId,
+        region: Region,
+    },
 }
+
+/// One server's committed pieces of a region: (seq, piece) and their bytes back to back.
+pub type Pieces = (Vec<(u64, Region)>, Vec<u8>);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExtentInfo {
@@ -303,6 +320,10 @@ pub struct ExtentInfo {
     pub offset: u64,
     pub len: u64,
     pub cached: bool,
+    /// Server rank whose log holds the bytes. `segment`/`offset`/`len` are only known to
+    /// that server; the owner lists other holders' extents with them set to 0.
+    #[serde(default)]
+    pub holder: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -345,6 +366,12 @@ pub enum Response {
     Extents(Vec<ExtentInfo>),
     Stats(ServerStats),
     Error(Error),
+    /// First of the consecutive sequence numbers assigned by a `Register`.
+    Registered {
+        first_seq: u64,
+    },
+    /// Answer to `ReadPieces`: the payload holds each piece's elements back to back.
+    Pieces(Vec<(u64, Region)>),
 }
 
 #[cfg(test)]

@@ -146,6 +146,23 @@ impl Client {
         self.inner.root().map(|p| p.to_path_buf())
     }
 
+    #[getter]
+    fn local_server(&self) -> u32 {
+        self.inner.local_server()
+    }
+
+    #[getter]
+    fn get_placement(&self) -> &'static str {
+        self.inner.placement().name()
+    }
+
+    #[setter]
+    fn set_placement(&self, name: &str) -> R<()> {
+        let p = pdcx_core::Placement::parse(name).map_err(to_py)?;
+        self.inner.set_placement(p);
+        Ok(())
+    }
+
     fn create_container(
         &self,
         py: Python<'_>,
@@ -280,7 +297,7 @@ impl Client {
         let ex = py.allow_threads(|| self.inner.extents(id)).map_err(to_py)?;
         let v: Vec<Value> = ex
             .iter()
-            .map(|e| json!({"seq": e.seq, "offset": e.region.offset, "count": e.region.count, "segment": e.segment, "log_offset": e.offset, "len": e.len, "cached": e.cached}))
+            .map(|e| json!({"seq": e.seq, "offset": e.region.offset, "count": e.region.count, "segment": e.segment, "log_offset": e.offset, "len": e.len, "cached": e.cached, "server": e.holder}))
             .collect();
         Ok(Value::Array(v).to_string())
     }

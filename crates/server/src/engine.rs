@@ -1,15 +1,44 @@
 //! The data engine: staged writes go to the segment log (buffered) and the cache; a commit
 //! makes them durable and visible; reads assemble a region from every visible extent that
 //! overlaps it, newest last, fetching from the cache or with merged log reads.
+//!
+//! A server holds the bytes of any object its clients placed here (region-local placement),
+//! not only of the objects it owns. For a foreign object the owner assigns the sequence
+//! numbers at commit (`Peers::register`) and keeps a region map of which server holds what;
+//! a read at the owner merges its own extents with the pieces of every other holder.
 
 use crate::metadata::{ExtentRow, Metadata};
+use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Durability, ExtentInfo};
 use pdcx_core::region::{copy_region, Layout};
-use pdcx_core::{Error, ErrorKind, ObjectId, Region, Result};
+use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use pdcx_store::{Cache, Location, LogOptions, Recovery, SegmentLog};
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+
+/// What the engine needs from the other servers of the deployment.
+pub trait Peers: Send + Sync {
+    /// Metadata of an object another server owns; `fresh` bypasses any cached copy (its
+    /// dims may have grown).
+    fn object(&self, id: ObjectId, fresh: bool) -> Result<ObjectMeta>;
+    /// Tells `owner` that this server committed these regions of its objects; returns the
+    /// first of `items.len()` consecutive sequence numbers the owner assigned.
+    fn register(&self, owner: u32, items: &[(ObjectId, Region)]) -> Result<u64>;
+    /// `holder`'s committed pieces of `region` (seq, piece) and their bytes back to back.
+    fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces>;
+}
+
+pub use pdcx_core::protocol::Pieces;
+
+/// An owner's record that another server holds a region of one of its objects.
+#[derive(Debug, Clone)]
+struct RemoteExtent {
+    seq: u64,
+    holder: u32,
+    region: Region,
+}
 
 /// A write that reached the log but is not visible until committed.
 #[derive(Debug, Clone)]
@@ -30,11 +59,17 @@ struct Extent {
 pub struct Engine {
     log: Mutex<SegmentLog>,
     cache: Cache,
-    /// Visible extents per object, in commit (seq) order.
+    /// Visible extents per object whose bytes are in this server's log, in seq order.
     index: RwLock<HashMap<ObjectId, Vec<Extent>>>,
-    /// Serialises commits: seq order is visibility order is manifest order.
+    /// Owner side: regions of this server's objects held by other servers, in seq order.
+    remote: RwLock<HashMap<ObjectId, Vec<RemoteExtent>>>,
+    /// Serialises commits, so a holder's commit order is also the order of its registrations.
+    commit_lock: Mutex<()>,
+    /// Next sequence number this server assigns (to its own objects' writes, wherever held).
     next_seq: Mutex<u64>,
     meta: Arc<Metadata>,
+    rank: u32,
+    peers: OnceLock<Arc<dyn Peers>>,
 }
 
 /// Reads within this many bytes of each other are merged into one log read.
@@ -55,8 +90,21 @@ impl Engine {
         // never expose bytes that a crash may have torn.
         let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) =
             rows.into_iter().partition(|r| log.is_committed(&r.loc));
-        meta.delete_extents(&lost.iter().map(|r| r.seq).collect::<Vec<_>>())?;
-        let next_seq = keep.last().map_or(1, |r| r.seq + 1);
+        meta.delete_extents(&lost.iter().map(|r| (r.id, r.seq)).collect::<Vec<_>>())?;
+        let rank = meta.rank;
+        let mut remote: HashMap<ObjectId, Vec<RemoteExtent>> = HashMap::new();
+        let mut max_seq = 0;
+        for (id, seq, holder, region) in meta.load_region_map()? {
+            max_seq = max_seq.max(seq);
+            remote.entry(id).or_default().push(RemoteExtent {
+                seq,
+                holder,
+                region,
+            });
+        }
+        for r in keep.iter().filter(|r| owner_of_id(r.id) == rank) {
+            max_seq = max_seq.max(r.seq);
+        }
         let mut index: HashMap<ObjectId, Vec<Extent>> = HashMap::new();
         for r in keep {
             index.entry(r.id).or_default().push(Extent {
@@ -69,10 +117,52 @@ impl Engine {
             log: Mutex::new(log),
             cache: Cache::new(cache_bytes),
             index: RwLock::new(index),
-            next_seq: Mutex::new(next_seq),
+            remote: RwLock::new(remote),
+            commit_lock: Mutex::new(()),
+            next_seq: Mutex::new(max_seq + 1),
             meta,
+            rank,
+            peers: OnceLock::new(),
         };
         Ok((engine, recovery, lost.len()))
+    }
+
+    /// Connects the engine to the rest of the deployment (once; later calls are ignored).
+    pub fn set_peers(&self, peers: Arc<dyn Peers>) {
+        let _ = self.peers.set(peers);
+    }
+
+    fn peers(&self) -> Result<&Arc<dyn Peers>> {
+        self.peers.get().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "this server cannot reach the other servers yet (no cluster file)",
+            )
+        })
+    }
+
+    /// Metadata of any object: from the local shard if this server owns it, else its owner's.
+    pub fn object_meta(&self, id: ObjectId, fresh: bool) -> Result<ObjectMeta> {
+        if owner_of_id(id) == self.rank {
+            self.meta.object(id)
+        } else {
+            self.peers()?.object(id, fresh)
+        }
+    }
+
+    /// Checks `region` against the object's dims; a foreign object's cached dims are
+    /// refreshed once before a region is refused (it may have grown since).
+    fn checked_meta(&self, id: ObjectId, region: &Region) -> Result<ObjectMeta> {
+        let obj = self.object_meta(id, false)?;
+        match region.check_within(&obj.dims) {
+            Ok(()) => Ok(obj),
+            Err(_) if owner_of_id(id) != self.rank => {
+                let obj = self.object_meta(id, true)?;
+                region.check_within(&obj.dims)?;
+                Ok(obj)
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Checks a write against the object and appends it to the log; it stays invisible.
@@ -113,8 +203,7 @@ impl Engine {
         region: &Region,
         payload: &[u8],
     ) -> Result<Staged> {
-        let obj = self.meta.object(id)?;
-        region.check_within(&obj.dims)?;
+        let obj = self.checked_meta(id, region)?;
         let want = region.byte_len(obj.dtype.size())?;
         if payload.len() as u64 != want {
             return Err(Error::new(
@@ -148,8 +237,13 @@ impl Engine {
     /// 3. publish them in the in-memory index, which is what reads consult.
     ///
     /// A crash after 1 leaves unreferenced log bytes (garbage); after 2 the write is complete.
+    ///
+    /// Writes of objects owned elsewhere get their sequence numbers from the owner between 1
+    /// and 2 (`Peers::register`, under the commit lock, so this server's order of commits is
+    /// the order the owner sees). A crash after the owner recorded them but before 2 leaves a
+    /// region-map entry naming no extent here, which reads skip.
     pub fn commit(&self, staged: &[Staged], durability: Durability) -> Result<()> {
-        let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
         if durability == Durability::Local {
             // The fdatasync runs without the log lock, so other connections keep appending;
             // commits stay serialised by `next_seq`.
@@ -166,18 +260,41 @@ impl Engine {
                     .finish_commit(plan, synced)?;
             }
         }
+        let mut seqs = vec![0u64; staged.len()];
+        let mut foreign: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        {
+            let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+            for (i, s) in staged.iter().enumerate() {
+                let owner = owner_of_id(s.id);
+                if owner == self.rank {
+                    seqs[i] = *next_seq;
+                    *next_seq += 1;
+                } else {
+                    foreign.entry(owner).or_default().push(i);
+                }
+            }
+        }
+        for (owner, idx) in &foreign {
+            let items: Vec<(ObjectId, Region)> = idx
+                .iter()
+                .map(|&i| (staged[i].id, staged[i].region.clone()))
+                .collect();
+            let first = self.peers()?.register(*owner, &items)?;
+            for (k, &i) in idx.iter().enumerate() {
+                seqs[i] = first + k as u64;
+            }
+        }
         let rows: Vec<ExtentRow> = staged
             .iter()
-            .enumerate()
-            .map(|(i, s)| ExtentRow {
+            .zip(&seqs)
+            .map(|(s, &seq)| ExtentRow {
                 id: s.id,
-                seq: *next_seq + i as u64,
+                seq,
                 region: s.region.clone(),
                 loc: s.loc,
             })
             .collect();
         self.meta.insert_extents(&rows)?;
-        *next_seq += rows.len() as u64;
         let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
         for r in rows {
             index.entry(r.id).or_default().push(Extent {
@@ -191,44 +308,39 @@ impl Engine {
 
     /// Makes every staged byte durable (used at shutdown).
     pub fn sync(&self) -> Result<()> {
-        let _g = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.log.lock().unwrap_or_else(|p| p.into_inner()).commit()
     }
 
     /// Fills `out` with `region` of object `id`: fill value where nothing was written, else the
-    /// last committed write covering each element.
+    /// last committed write covering each element, wherever it is held. Reads are served by the
+    /// owner, which knows every holder from its region map.
     pub fn read(&self, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
+        let owner = owner_of_id(id);
+        if owner != self.rank {
+            return Err(Error::invalid(format!(
+                "object {id:#x} is owned by server {owner}, not {}: read it there",
+                self.rank
+            )));
+        }
         let obj = self.meta.object(id)?;
         region.check_within(&obj.dims)?;
         let elem = obj.dtype.size();
         if out.len() as u64 != region.byte_len(elem)? {
             return Err(Error::internal("read buffer size does not match region"));
         }
-        let pieces: Vec<(Extent, Region)> = {
-            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-            index
-                .get(&id)
-                .map(|v| {
-                    v.iter()
-                        .filter_map(|e| e.region.intersect(region).map(|i| (e.clone(), i)))
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
+        let pieces = self.local_pieces(id, region);
+        let holders = self.remote_holders(id, region);
+        let spans = piece_spans(&pieces, elem);
+        if !holders.is_empty() {
+            return self.read_merged(&obj, region, out, &pieces, &spans, &holders);
+        }
         let covered = pieces.iter().any(|(_, i)| i == region);
         if !covered || pieces.len() > 1 {
             fill(out, &obj.fill);
         }
         let out_layout = Layout { region, base: 0 };
-        // Each piece needs bytes [lo, hi) of its extent's payload.
-        let spans: Vec<(u64, u64)> = pieces
-            .iter()
-            .map(|(e, inter)| {
-                let (lo, hi) = e.region.span_of(inter);
-                (lo * elem as u64, hi * elem as u64)
-            })
-            .collect();
-        let fetched = self.fetch(region, &pieces, &spans, out)?;
+        let fetched = self.fetch(Some(region), &pieces, &spans, out)?;
         for (i, (e, inter)) in pieces.iter().enumerate() {
             let Some(bytes) = &fetched[i] else { continue }; // read directly into `out`
             let src_layout = Layout {
@@ -240,12 +352,157 @@ impl Engine {
         Ok(())
     }
 
+    /// Read of a region that other servers hold parts of: gathers every holder's pieces and
+    /// paints them with the local ones in sequence order (newest last).
+    fn read_merged(
+        &self,
+        obj: &ObjectMeta,
+        region: &Region,
+        out: &mut [u8],
+        pieces: &[(Extent, Region)],
+        spans: &[(u64, u64)],
+        holders: &[u32],
+    ) -> Result<()> {
+        let elem = obj.dtype.size();
+        fill(out, &obj.fill);
+        let fetched = self.fetch(None, pieces, spans, out)?;
+        let remote: Vec<Pieces> = holders
+            .iter()
+            .map(|&h| self.peers()?.pieces(h, obj.id, region))
+            .collect::<Result<_>>()?;
+        // (seq, bytes, layout region, base element of the piece within its bytes, piece)
+        let mut paint: Vec<(u64, &[u8], &Region, u64, &Region)> = Vec::new();
+        for (i, (e, inter)) in pieces.iter().enumerate() {
+            let bytes = fetched[i]
+                .as_deref()
+                .ok_or_else(|| Error::internal("merged read fetched no bytes"))?;
+            paint.push((e.seq, bytes, &e.region, spans[i].0 / elem as u64, inter));
+        }
+        for (h, (list, bytes)) in holders.iter().zip(&remote) {
+            let mut at = 0usize;
+            for (seq, piece) in list {
+                let n = piece.byte_len(elem)? as usize;
+                let inside = piece.intersect(region).as_ref() == Some(piece);
+                if !inside || at + n > bytes.len() {
+                    return Err(Error::protocol(format!(
+                        "server {h} sent a piece {piece} that does not fit the read of {region}"
+                    )));
+                }
+                paint.push((*seq, &bytes[at..at + n], piece, 0, piece));
+                at += n;
+            }
+        }
+        paint.sort_by_key(|p| p.0);
+        let out_layout = Layout { region, base: 0 };
+        for (_, bytes, src_region, base, piece) in paint {
+            let src = Layout {
+                region: src_region,
+                base,
+            };
+            copy_region(elem, piece, (&src, bytes), (&out_layout, out));
+        }
+        Ok(())
+    }
+
+    /// Holder side of a merged read: this server's committed pieces of `region` of `id`,
+    /// each with its sequence number, bytes back to back.
+    pub fn pieces(&self, id: ObjectId, region: &Region) -> Result<Pieces> {
+        let obj = self.object_meta(id, false)?;
+        let elem = obj.dtype.size();
+        let pieces = self.local_pieces(id, region);
+        let spans = piece_spans(&pieces, elem);
+        let fetched = self.fetch(None, &pieces, &spans, &mut [])?;
+        let mut out = Vec::new();
+        let mut list = Vec::with_capacity(pieces.len());
+        for (i, (e, inter)) in pieces.iter().enumerate() {
+            let bytes = fetched[i]
+                .as_deref()
+                .ok_or_else(|| Error::internal("piece read fetched no bytes"))?;
+            let at = out.len();
+            out.resize(at + inter.byte_len(elem)? as usize, 0);
+            let src = Layout {
+                region: &e.region,
+                base: spans[i].0 / elem as u64,
+            };
+            let dst = Layout {
+                region: inter,
+                base: 0,
+            };
+            copy_region(elem, inter, (&src, bytes), (&dst, &mut out[at..]));
+            list.push((e.seq, inter.clone()));
+        }
+        Ok((list, out))
+    }
+
+    /// Owner side of a holder's commit: records where the regions live and assigns them
+    /// sequence numbers, returning the first of `items.len()` consecutive ones.
+    pub fn register(&self, holder: u32, items: &[(ObjectId, Region)]) -> Result<u64> {
+        for (id, region) in items {
+            if owner_of_id(*id) != self.rank {
+                return Err(Error::invalid(format!(
+                    "server {holder} registered object {id:#x} with server {}, which does not own it",
+                    self.rank
+                )));
+            }
+            region.check_within(&self.meta.object(*id)?.dims)?;
+        }
+        let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let first = *next_seq;
+        let rows: Vec<(u64, ObjectId, Region)> = items
+            .iter()
+            .enumerate()
+            .map(|(k, (id, r))| (first + k as u64, *id, r.clone()))
+            .collect();
+        self.meta.insert_region_map(holder, &rows)?;
+        *next_seq += rows.len() as u64;
+        let mut remote = self.remote.write().unwrap_or_else(|p| p.into_inner());
+        for (seq, id, region) in rows {
+            remote.entry(id).or_default().push(RemoteExtent {
+                seq,
+                holder,
+                region,
+            });
+        }
+        Ok(first)
+    }
+
+    /// This server's visible extents of `id` that overlap `region`, with the overlap.
+    fn local_pieces(&self, id: ObjectId, region: &Region) -> Vec<(Extent, Region)> {
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        index
+            .get(&id)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|e| e.region.intersect(region).map(|i| (e.clone(), i)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Other servers holding committed data of `id` inside `region`.
+    fn remote_holders(&self, id: ObjectId, region: &Region) -> Vec<u32> {
+        let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
+        let mut holders: Vec<u32> = remote
+            .get(&id)
+            .map(|v| {
+                v.iter()
+                    .filter(|r| r.holder != self.rank && r.region.intersect(region).is_some())
+                    .map(|r| r.holder)
+                    .collect()
+            })
+            .unwrap_or_default();
+        holders.sort_unstable();
+        holders.dedup();
+        holders
+    }
+
     /// Gets each piece's span from the cache or the log. Uncached spans are sorted by location
-    /// and merged so the log sees few large reads. A lone piece that is exactly the requested
-    /// region and contiguous in its extent is read straight into `out` (returned as None).
+    /// and merged so the log sees few large reads. With `direct` (the requested region), a lone
+    /// piece that is exactly that region and contiguous in its extent is read straight into
+    /// `out` (returned as None).
     fn fetch(
         &self,
-        region: &Region,
+        direct: Option<&Region>,
         pieces: &[(Extent, Region)],
         spans: &[(u64, u64)],
         out: &mut [u8],
@@ -266,7 +523,7 @@ impl Engine {
             }
         }
         let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        if pieces.len() == 1 && misses.len() == 1 {
+        if let (Some(region), 1, 1) = (direct, pieces.len(), misses.len()) {
             let (e, inter) = &pieces[0];
             let (lo, hi) = spans[0];
             if inter == region && hi - lo == out.len() as u64 {
@@ -306,9 +563,11 @@ impl Engine {
         Ok(fetched)
     }
 
+    /// Where the bytes of `id` are: this server's extents, and at the owner also the regions
+    /// other servers hold.
     pub fn extents(&self, id: ObjectId) -> Vec<ExtentInfo> {
         let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-        index
+        let mut out = index
             .get(&id)
             .map(|v| {
                 v.iter()
@@ -319,10 +578,25 @@ impl Engine {
                         offset: e.loc.offset,
                         len: e.loc.len,
                         cached: self.cache.contains(&e.loc),
+                        holder: self.rank,
                     })
-                    .collect()
+                    .collect::<Vec<_>>()
             })
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
+        for r in remote.get(&id).into_iter().flatten() {
+            out.push(ExtentInfo {
+                seq: r.seq,
+                region: r.region.clone(),
+                segment: 0,
+                offset: 0,
+                len: 0,
+                cached: false,
+                holder: r.holder,
+            });
+        }
+        out.sort_by_key(|e| e.seq);
+        out
     }
 
     pub fn extent_count(&self) -> u64 {
@@ -352,6 +626,17 @@ impl Engine {
             .dir()
             .to_path_buf()
     }
+}
+
+/// Bytes [lo, hi) of its extent's payload that each piece needs.
+fn piece_spans(pieces: &[(Extent, Region)], elem: usize) -> Vec<(u64, u64)> {
+    pieces
+        .iter()
+        .map(|(e, inter)| {
+            let (lo, hi) = e.region.span_of(inter);
+            (lo * elem as u64, hi * elem as u64)
+        })
+        .collect()
 }
 
 fn fill(out: &mut [u8], pattern: &[u8]) {

@@ -28,14 +28,7 @@ pub fn rank_from_env() -> Option<(u32, u32, &'static str)> {
     None
 }
 
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    if unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) } == 0 {
-        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-        return String::from_utf8_lossy(&buf[..end]).into_owned();
-    }
-    "localhost".into()
-}
+pub use pdcx_client::cluster::hostname;
 
 /// Rank 0: waits until every rank's file names a server that answers with the right rank,
 /// then publishes the cluster file. Files left by a crashed run name dead addresses and are

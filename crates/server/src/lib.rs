@@ -12,6 +12,7 @@
 pub mod engine;
 pub mod launch;
 pub mod metadata;
+pub mod peers;
 mod rpc;
 
 use engine::Engine;
@@ -34,6 +35,8 @@ pub struct ServerConfig {
     pub cache_bytes: u64,
     /// Largest bulk payload accepted in one frame.
     pub max_payload: u64,
+    /// The node whose clients send their data here (default `PDCX_NODE`, else the host name).
+    pub node: String,
 }
 
 impl ServerConfig {
@@ -45,6 +48,7 @@ impl ServerConfig {
             bind: "127.0.0.1:0".into(),
             cache_bytes: 256 << 20,
             max_payload: 4 << 30,
+            node: pdcx_client::client::this_node(),
         }
     }
 }
@@ -131,6 +135,10 @@ impl Server {
         )?);
         let (engine, recovery, dropped) =
             Engine::open(&dir.join("log"), meta.clone(), config.cache_bytes)?;
+        engine.set_peers(Arc::new(peers::ClusterPeers::new(
+            config.root.clone(),
+            config.rank,
+        )));
         if recovery.discarded_bytes > 0 || dropped > 0 || recovery.removed_segments > 0 {
             eprintln!(
                 "pdcx server {}: recovery discarded {} uncommitted log bytes, {} segments and {} never-synced extents",
@@ -212,6 +220,7 @@ impl Server {
             addr: self.advertised_addr(),
             pid: std::process::id(),
             host: launch::hostname(),
+            node: self.config.node.clone(),
         }
     }
 

@@ -3,7 +3,7 @@
 //! the data this server stores. Objects are also cached in memory: every data request checks
 //! bounds and dtype against them.
 
-use pdcx_core::model::{make_object_id, validate_dims, Tags};
+use pdcx_core::model::{make_object_id, owner_of_id, validate_dims, Tags};
 use pdcx_core::protocol::{ObjectSpec, TagTarget};
 use pdcx_core::query::CmpOp;
 use pdcx_core::{
@@ -31,10 +31,16 @@ CREATE TABLE IF NOT EXISTS tags (
     ival INTEGER, num REAL, sval TEXT, bval BLOB, PRIMARY KEY (kind, lid, key));
 CREATE INDEX IF NOT EXISTS tags_num ON tags (kind, key, num);
 CREATE INDEX IF NOT EXISTS tags_str ON tags (kind, key, sval);
-CREATE TABLE IF NOT EXISTS extents (
-    seq INTEGER PRIMARY KEY, object_lid INTEGER NOT NULL, region BLOB NOT NULL,
-    segment INTEGER NOT NULL, offset INTEGER NOT NULL, len INTEGER NOT NULL, crc INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS extents_obj ON extents (object_lid, seq);
+-- Extents whose bytes are in this server's log, of any object (the owner may be another
+-- server: region-local placement). seq orders writes of one object; the owner assigns it.
+CREATE TABLE IF NOT EXISTS extent_map (
+    object INTEGER NOT NULL, seq INTEGER NOT NULL, region BLOB NOT NULL,
+    segment INTEGER NOT NULL, offset INTEGER NOT NULL, len INTEGER NOT NULL, crc INTEGER NOT NULL,
+    PRIMARY KEY (object, seq));
+-- The owner's region map: regions of its objects whose bytes another server holds.
+CREATE TABLE IF NOT EXISTS region_map (
+    object INTEGER NOT NULL, seq INTEGER NOT NULL, holder INTEGER NOT NULL, region BLOB NOT NULL,
+    PRIMARY KEY (object, seq));
 ";
 
 pub struct Metadata {
@@ -81,6 +87,20 @@ impl Metadata {
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;",
         )
         .map_err(db_err)?;
+        let old_format: bool = db
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='extents'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(db_err)?
+            > 0;
+        if old_format {
+            return Err(Error::invalid(format!(
+                "{} was written by an older pdcx (before region placement); export its objects with that version",
+                path.display()
+            )));
+        }
         db.execute_batch(SCHEMA).map_err(db_err)?;
         for (key, want) in [("rank", rank), ("size", size)] {
             let have: Option<String> = db
@@ -449,14 +469,14 @@ impl Metadata {
         let tx = db.transaction().map_err(db_err)?;
         {
             let mut ins = tx
-                .prepare_cached("INSERT INTO extents (seq, object_lid, region, segment, offset, len, crc) VALUES (?1,?2,?3,?4,?5,?6,?7)")
+                .prepare_cached("INSERT INTO extent_map (seq, object, region, segment, offset, len, crc) VALUES (?1,?2,?3,?4,?5,?6,?7)")
                 .map_err(db_err)?;
             for r in rows {
                 let region =
                     bincode::serialize(&r.region).map_err(|e| Error::internal(e.to_string()))?;
                 ins.execute(params![
                     r.seq as i64,
-                    lid_of(r.id),
+                    r.id as i64,
                     region,
                     r.loc.segment as i64,
                     r.loc.offset as i64,
@@ -468,7 +488,7 @@ impl Metadata {
             let mut touch = tx
                 .prepare_cached("UPDATE objects SET mtime=?1 WHERE lid=?2")
                 .map_err(db_err)?;
-            for r in rows {
+            for r in rows.iter().filter(|r| owner_of_id(r.id) == self.rank) {
                 touch.execute(params![t, lid_of(r.id)]).map_err(db_err)?;
             }
         }
@@ -484,7 +504,7 @@ impl Metadata {
 
     pub fn load_extents(&self) -> Result<Vec<ExtentRow>> {
         let db = self.db();
-        let mut st = db.prepare("SELECT seq, object_lid, region, segment, offset, len, crc FROM extents ORDER BY seq").map_err(db_err)?;
+        let mut st = db.prepare("SELECT seq, object, region, segment, offset, len, crc FROM extent_map ORDER BY object, seq").map_err(db_err)?;
         let rows = st
             .query_map([], |r| {
                 Ok((
@@ -500,11 +520,11 @@ impl Metadata {
             .map_err(db_err)?;
         let mut out = Vec::new();
         for row in rows {
-            let (seq, lid, region, segment, offset, len, crc) = row.map_err(db_err)?;
+            let (seq, id, region, segment, offset, len, crc) = row.map_err(db_err)?;
             let region: Region = bincode::deserialize(&region)
                 .map_err(|e| Error::internal(format!("stored region: {e}")))?;
             out.push(ExtentRow {
-                id: make_object_id(self.rank, lid as u64),
+                id: id as u64,
                 seq: seq as u64,
                 region,
                 loc: Location {
@@ -520,14 +540,72 @@ impl Metadata {
 
     /// Drops extents whose data the log does not hold as committed (written with `memory`
     /// durability just before a crash).
-    pub fn delete_extents(&self, seqs: &[u64]) -> Result<()> {
+    pub fn delete_extents(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
         let mut db = self.db();
         let tx = db.transaction().map_err(db_err)?;
-        for s in seqs {
-            tx.execute("DELETE FROM extents WHERE seq=?1", [*s as i64])
-                .map_err(db_err)?;
+        for (id, seq) in keys {
+            tx.execute(
+                "DELETE FROM extent_map WHERE object=?1 AND seq=?2",
+                params![*id as i64, *seq as i64],
+            )
+            .map_err(db_err)?;
         }
         tx.commit().map_err(db_err)
+    }
+
+    /// Owner side: records that `holder` committed these regions (seq, object, region) of
+    /// objects this server owns, in one transaction.
+    pub fn insert_region_map(&self, holder: u32, rows: &[(u64, ObjectId, Region)]) -> Result<()> {
+        let mut db = self.db();
+        let tx = db.transaction().map_err(db_err)?;
+        {
+            let mut ins = tx
+                .prepare_cached(
+                    "INSERT INTO region_map (object, seq, holder, region) VALUES (?1,?2,?3,?4)",
+                )
+                .map_err(db_err)?;
+            for (seq, id, region) in rows {
+                let region =
+                    bincode::serialize(region).map_err(|e| Error::internal(e.to_string()))?;
+                ins.execute(params![*id as i64, *seq as i64, holder as i64, region])
+                    .map_err(db_err)?;
+            }
+        }
+        tx.commit().map_err(db_err)?;
+        let t = now();
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        for (_, id, _) in rows {
+            if let Some(o) = objects.get_mut(id) {
+                o.mtime = t;
+            }
+        }
+        Ok(())
+    }
+
+    /// The region map as (object, seq, holder, region), ordered by object and seq.
+    pub fn load_region_map(&self) -> Result<Vec<(ObjectId, u64, u32, Region)>> {
+        let db = self.db();
+        let mut st = db
+            .prepare("SELECT object, seq, holder, region FROM region_map ORDER BY object, seq")
+            .map_err(db_err)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Vec<u8>>(3)?,
+                ))
+            })
+            .map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, seq, holder, region) = row.map_err(db_err)?;
+            let region: Region = bincode::deserialize(&region)
+                .map_err(|e| Error::internal(format!("stored region: {e}")))?;
+            out.push((id as u64, seq as u64, holder as u32, region));
+        }
+        Ok(out)
     }
 
     pub fn counts(&self) -> Result<(u64, u64)> {

@@ -66,8 +66,9 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
                     && server.shutdown_requested.load(Ordering::SeqCst);
                 (resp, payload, shut)
             }
-            // The peer vanished mid-frame: nothing to answer.
-            Err(e) if e.kind == ErrorKind::Unavailable => break,
+            // The client vanished mid-frame: nothing to answer. (Other servers being unavailable
+            // is an ordinary error, reported to the client.)
+            Err(e) if client_gone(&e) => break,
             Err(e) => (Response::Error(e), Vec::new(), false),
         };
         if reply(&mut writer, head.request_id, &resp, &payload).is_err() {
@@ -121,14 +122,20 @@ fn reply(w: &mut Writer, id: u64, resp: &Response, payload: &[u8]) -> std::io::R
     protocol::write_frame(w, FrameKind::Response, id, &body, &[payload])
 }
 
+const GONE_MID_PAYLOAD: &str = "connection closed mid-payload";
+const GONE_MID_TRANSFER: &str = "client disconnected mid-transfer";
+
+/// The error says this connection's client went away (so no reply can reach it).
+fn client_gone(e: &Error) -> bool {
+    e.kind == ErrorKind::Unavailable
+        && (e.message == GONE_MID_PAYLOAD || e.message == GONE_MID_TRANSFER)
+}
+
 fn drain(r: &mut Reader, n: u64) -> Result<()> {
     let copied = std::io::copy(&mut r.take(n), &mut std::io::sink())
         .map_err(|e| Error::io("reading payload", &e))?;
     if copied < n {
-        return Err(Error::new(
-            ErrorKind::Unavailable,
-            "connection closed mid-payload",
-        ));
+        return Err(Error::new(ErrorKind::Unavailable, GONE_MID_PAYLOAD));
     }
     Ok(())
 }
@@ -217,13 +224,34 @@ fn handle(
         }
         Request::Read { items } => return read(server, items, scratch),
         Request::Extents { id } => {
-            md.object(id)?;
+            if pdcx_core::model::owner_of_id(id) == server.config.rank {
+                md.object(id)?;
+            }
             Response::Extents(server.engine.extents(id))
         }
         Request::Stats => Response::Stats(stats(server)?),
         Request::Shutdown => {
             server.shutdown_requested.store(true, Ordering::SeqCst);
             Response::Ok
+        }
+        Request::Register { holder, items } => {
+            if holder >= server.config.size {
+                return Err(Error::invalid(format!("no server with rank {holder}")));
+            }
+            Response::Registered {
+                first_seq: server.engine.register(holder, &items)?,
+            }
+        }
+        Request::ReadPieces { id, region } => {
+            let (list, bytes) = server.engine.pieces(id, &region)?;
+            if bytes.len() as u64 > server.config.max_payload {
+                return Err(Error::invalid(format!(
+                    "pieces of {} bytes exceed the server's limit of {}",
+                    bytes.len(),
+                    server.config.max_payload
+                )));
+            }
+            return Ok((Response::Pieces(list), bytes));
         }
     };
     Ok((resp, Vec::new()))
@@ -252,7 +280,7 @@ fn stage(
     }
     reader.read_exact(&mut recv[..n]).map_err(|e| {
         if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            Error::new(ErrorKind::Unavailable, "client disconnected mid-transfer")
+            Error::new(ErrorKind::Unavailable, GONE_MID_TRANSFER)
         } else {
             Error::io("reading write payload", &e)
         }
@@ -286,6 +314,13 @@ fn read(
     let mut sizes = Vec::with_capacity(items.len());
     let mut total = 0u64;
     for item in &items {
+        let owner = pdcx_core::model::owner_of_id(item.id);
+        if owner != server.config.rank {
+            return Err(Error::invalid(format!(
+                "object {:#x} is owned by server {owner}, not {}: read it there",
+                item.id, server.config.rank
+            )));
+        }
         let obj = server.meta.object(item.id)?;
         item.region.check_within(&obj.dims)?;
         let n = item.region.byte_len(obj.dtype.size())?;

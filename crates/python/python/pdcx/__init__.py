@@ -160,6 +160,23 @@ class Client:
         r = self._c.root
         return None if r is None else os.fspath(r)
 
+    @property
+    def local_server(self) -> int:
+        """Rank of this process's node-local server (where region-local writes go)."""
+        return self._c.local_server
+
+    @property
+    def placement(self) -> str:
+        """Where the data of writes goes: ``"region-local"`` (default: the node-local server),
+        ``"object-static"`` (the object's metadata owner), ``"region-static"`` (spread by region
+        offset) or ``"region-dynamic"`` (least data in flight). Set it, or ``PDCX_PLACEMENT``.
+        Reads find the data wherever it was placed."""
+        return self._c.placement
+
+    @placement.setter
+    def placement(self, name: str) -> None:
+        self._c.placement = name
+
     def create_container(self, name: str, tags: dict | None = None) -> Container:
         """Creates a container; raises AlreadyExistsError if the name is taken."""
         return Container(self, json.loads(self._c.create_container(name, _tag_items(tags))))
@@ -476,7 +493,8 @@ class Object:
         return t
 
     def extents(self) -> list[dict]:
-        """Where the bytes are: the committed extents of this object on its server."""
+        """Where the bytes are: the committed extents of this object, each with the ``server``
+        whose log holds it (extents on the owner also give their log location)."""
         return json.loads(self._client._c.extents(self.id))
 
     def __repr__(self) -> str:

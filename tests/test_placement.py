@@ -1,0 +1,141 @@
+"""Region placement: data goes to the writer's node-local server (or where the placement mode
+says) while the owner keeps the region map; reads merge every holder's pieces, overlapping
+writes from different holders resolve to the last one waited, and all of it survives restart
+and kill -9. Three real server processes on one host: a client's "node-local" server is picked
+by its launcher's local rank, which these tests set explicitly."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pdcx
+import pytest
+from conftest import owner_of_name, run_pdcx
+
+
+def client_on(dep, local: int, placement: str = "region-local") -> pdcx.Client:
+    """A client whose node-local server is `local` (all servers share this host)."""
+    saved = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
+    os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = str(local)
+    try:
+        c = dep.client()
+    finally:
+        if saved is None:
+            del os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+        else:
+            os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = saved
+    assert c.local_server == local
+    c.placement = placement
+    return c
+
+
+def name_owned_by(rank: int, n: int, prefix: str) -> str:
+    return next(f"{prefix}{i}" for i in range(1000) if owner_of_name(f"{prefix}{i}", n) == rank)
+
+
+def holders(obj) -> list[int]:
+    return [e["server"] for e in obj.extents()]
+
+
+def test_region_local_writes_land_on_the_writers_server_and_read_back_anywhere(deployment):
+    dep = deployment(n=3)
+    name = name_owned_by(0, 3, "loc")
+    w1 = client_on(dep, 1)
+    obj = w1.create_container("c").create_object(name, (100, 8), "float64")
+    a = np.arange(800, dtype=np.float64).reshape(100, 8)
+    obj[:50] = a[:50]
+    t = obj.write_async(a[50:], offset=(50, 0))
+    t.wait()
+    assert holders(obj) == [1, 1], obj.extents()
+    for reader in (dep.client(), client_on(dep, 2)):
+        got = reader.open_object(name)
+        np.testing.assert_array_equal(got[...], a)
+        np.testing.assert_array_equal(got[10:90:7, 1::3], a[10:90:7, 1::3])
+        np.testing.assert_array_equal(got.read_async(offset=(40, 0), shape=(20, 8)).wait(), a[40:60])
+    shown = run_pdcx("show", name, "--root", dep.root).stdout
+    assert "server 1 log seg-" in shown, shown
+
+
+def test_overlapping_writes_from_several_holders_resolve_to_the_last_waited(deployment):
+    dep = deployment(n=3)
+    name = name_owned_by(1, 3, "ovl")
+    writers = [client_on(dep, 0), client_on(dep, 2), client_on(dep, 1, "object-static")]
+    obj0 = writers[0].create_container("c").create_object(name, (200,), "int32", fill=-1)
+    want = np.full(200, -1, dtype=np.int32)
+    plan = [(0, 0, 100, 1), (1, 50, 150, 2), (2, 25, 75, 3), (0, 140, 160, 4), (1, 0, 10, 5)]
+    for who, lo, hi, value in plan:
+        o = writers[who].open_object(name)
+        o.write_async(np.full(hi - lo, value, dtype=np.int32), offset=(lo,)).wait()
+        want[lo:hi] = value
+    assert sorted(set(holders(obj0))) == [0, 1, 2]
+    np.testing.assert_array_equal(dep.client().open_object(name)[...], want)
+    # Partial reads that cut through pieces of several holders.
+    np.testing.assert_array_equal(dep.client().open_object(name)[45:155:3], want[45:155:3])
+
+    dep.restart()
+    np.testing.assert_array_equal(dep.client().open_object(name)[...], want)
+
+
+def test_batched_writes_to_many_objects_from_two_nodes(deployment):
+    dep = deployment(n=3)
+    names = [name_owned_by(r, 3, f"batch{r}-") for r in range(3)]
+    a, b = client_on(dep, 0), client_on(dep, 2)
+    cont = a.create_container("c")
+    for n in names:
+        cont.create_object(n, (64, 64), "float32")
+    data = {n: np.random.default_rng(i).random((64, 64), dtype=np.float32) for i, n in enumerate(names)}
+    ts = []
+    for n in names:  # top half from a, bottom half from b, all in one batch per client
+        ts.append(a.open_object(n).write_async(data[n][:32], offset=(0, 0)))
+        ts.append(b.open_object(n).write_async(data[n][32:], offset=(32, 0)))
+    pdcx.start_all([])  # an empty batch is fine
+    pdcx.wait_all(ts)
+    for n in names:
+        np.testing.assert_array_equal(dep.client().open_object(n)[...], data[n])
+        assert sorted(holders(dep.client().open_object(n))) == [0, 2]
+
+
+def test_foreign_writes_survive_kill9_of_every_server(deployment):
+    dep = deployment(n=3)
+    name = name_owned_by(2, 3, "k9p")
+    w = client_on(dep, 0)
+    obj = w.create_container("c").create_object(name, (1000,), "uint16")
+    data = np.arange(1000, dtype=np.uint16)
+    obj[:600] = data[:600]
+    obj.write_async(data[600:], offset=(600,)).wait()
+    dep.kill9()
+    dep.start()
+    got = dep.client().open_object(name)
+    np.testing.assert_array_equal(got[...], data)
+    assert holders(got) == [0, 0]
+
+
+def test_a_missing_holder_is_a_clear_error_not_wrong_data(deployment):
+    dep = deployment(n=3)
+    name = name_owned_by(0, 3, "gone")
+    w = client_on(dep, 1)
+    obj = w.create_container("c").create_object(name, (10,), "int64")
+    obj[...] = np.arange(10)
+    holder_pid = dep.pids()[1]
+    os.kill(holder_pid, 9)
+    with pytest.raises(pdcx.PdcxError) as e:
+        dep.client().open_object(name)[...]
+    assert "server 1" in str(e.value) or "unavailable" in str(e.value).lower(), e.value
+
+
+def test_region_static_and_dynamic_spread_and_read_back(deployment):
+    dep = deployment(n=3)
+    name = name_owned_by(0, 3, "spread")
+    c = client_on(dep, 2, "region-static")
+    obj = c.create_container("c").create_object(name, (3000,), "float32")
+    data = np.random.default_rng(7).random(3000, dtype=np.float32)
+    for i in range(30):
+        obj[i * 100 : (i + 1) * 100] = data[i * 100 : (i + 1) * 100]
+    assert len(set(holders(obj))) == 3, holders(obj)
+    c.placement = "region-dynamic"
+    ts = [obj.write_async(data[i * 100 : (i + 1) * 100] * 2, offset=(i * 100,)) for i in range(30)]
+    pdcx.wait_all(ts)
+    np.testing.assert_array_equal(dep.client().open_object(name)[...], data * 2)
+    with pytest.raises(pdcx.InvalidArgumentError):
+        c.placement = "nearest"
