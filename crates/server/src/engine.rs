@@ -264,6 +264,15 @@ impl Engine {
         Ok(fetched)
     }
 
+    /// Forgets every visible extent of a deleted object (its log bytes become garbage).
+    pub fn forget(&self, id: ObjectId) -> usize {
+        self.index
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+            .map_or(0, |v| v.len())
+    }
+
     pub fn extents(&self, id: ObjectId) -> Vec<ExtentInfo> {
         let index = self.index.read().unwrap_or_else(|p| p.into_inner());
         index
