@@ -227,3 +227,116 @@ pub extern "C" fn PDCclose(pdc_id: PdcId) -> Perr {
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::*;
+    use pdcx_core::{Dtype, TagValue};
+
+    #[test]
+    fn panics_and_errors_become_failure_values() {
+        assert_eq!(ffi("t", 7, || -> R<i32> { panic!("boom") }), 7);
+        assert_eq!(ffi_err("t", || Err("bad".into())), FAIL);
+        assert_eq!(ffi_err("t", || Ok(())), SUCCEED);
+    }
+
+    #[test]
+    fn handle_ids_are_never_zero_and_never_look_like_object_ids() {
+        let mut st = State::default();
+        let a = st.insert(Handle::Pdc);
+        let b = st.insert(Handle::Pdc);
+        assert!(a >= FIRST_HANDLE && b > a);
+        assert!(st.get(0).is_err());
+        assert!(st.get(pdcx_core::model::make_object_id(255, 1)).is_err());
+    }
+
+    #[test]
+    fn var_types_round_trip_through_dtypes() {
+        for d in pdcx_core::dtype::ALL_DTYPES {
+            assert_eq!(dtype_of(var_type_of(d)).unwrap(), d);
+        }
+        assert_eq!(dtype_of(PDC_LONG).unwrap(), Dtype::Int64);
+        assert_eq!(dtype_of(PDC_INT).unwrap().size(), 4);
+        assert!(dtype_of(PDC_UNKNOWN).is_err());
+        assert!(dtype_of(PDC_STRING).is_err());
+        assert!(dtype_of(99).is_err());
+    }
+
+    #[test]
+    fn tags_convert_both_ways() {
+        let s = b"abc\0";
+        // SAFETY: pointers into live local arrays of the given sizes.
+        let v = unsafe { cont::tag_from_c(s.as_ptr() as *const _, PDC_STRING, 4) }.unwrap();
+        assert_eq!(v, TagValue::Str("abc".into()));
+        assert_eq!(cont::tag_to_c(&v), (s.to_vec(), PDC_STRING));
+        let i = 5i32.to_ne_bytes();
+        let v = unsafe { cont::tag_from_c(i.as_ptr() as *const _, PDC_INT, 4) }.unwrap();
+        assert_eq!(v, TagValue::Bytes(i.to_vec()));
+        assert_eq!(
+            cont::tag_to_c(&TagValue::Int(-2)),
+            ((-2i64).to_ne_bytes().to_vec(), PDC_INT64)
+        );
+        assert_eq!(cont::tag_to_c(&TagValue::Float(0.5)).1, PDC_DOUBLE);
+        assert!(unsafe { cont::tag_from_c(std::ptr::null(), PDC_INT, 4) }.is_err());
+    }
+
+    /// End to end through the exported functions against an in-process server.
+    #[test]
+    fn write_and_read_back_through_the_c_entry_points() {
+        let dir = tempfile::tempdir().unwrap();
+        let h =
+            pdcx_server::Server::start(pdcx_server::ServerConfig::new(dir.path(), 0, 1)).unwrap();
+        h.server.publish_rank_file().unwrap();
+        pdcx_server::launch::assemble_cluster(dir.path(), 1, std::time::Duration::from_secs(30))
+            .unwrap();
+        std::env::set_var("PDCX_ROOT", dir.path());
+        // SAFETY: valid C strings and arrays that outlive each call.
+        unsafe {
+            let pdc = PDCinit(c"t".as_ptr());
+            assert_ne!(pdc, 0);
+            let cp = prop::PDCprop_create(PDC_CONT_CREATE, pdc);
+            let cont = cont::PDCcont_create(c"c".as_ptr(), cp);
+            assert_ne!(cont, 0);
+            let op = prop::PDCprop_create(PDC_OBJ_CREATE, pdc);
+            let mut dims = [3u64, 4];
+            assert_eq!(
+                prop::PDCprop_set_obj_dims(op, 2, dims.as_mut_ptr()),
+                SUCCEED
+            );
+            assert_eq!(prop::PDCprop_set_obj_type(op, PDC_INT16), SUCCEED);
+            let obj = obj::PDCobj_create(cont, c"c/o".as_ptr(), op);
+            assert_ne!(obj, 0);
+            let mut zero = [0u64, 0];
+            let all = region::PDCregion_create(2, zero.as_mut_ptr(), dims.as_mut_ptr());
+            let mut w: Vec<i16> = (0..12).collect();
+            let t = region::PDCregion_transfer_create(
+                w.as_mut_ptr() as *mut _,
+                PDC_WRITE,
+                obj,
+                all,
+                all,
+            );
+            assert_eq!(region::PDCregion_transfer_start(t), SUCCEED);
+            assert_eq!(region::PDCregion_transfer_wait(t), SUCCEED);
+            let (mut off, mut cnt) = ([1u64, 1], [2u64, 2]);
+            let sub = region::PDCregion_create(2, off.as_mut_ptr(), cnt.as_mut_ptr());
+            let mut lz = [0u64, 0];
+            let local = region::PDCregion_create(2, lz.as_mut_ptr(), cnt.as_mut_ptr());
+            let mut r = [0i16; 4];
+            let t2 = region::PDCregion_transfer_create(
+                r.as_mut_ptr() as *mut _,
+                PDC_READ,
+                obj,
+                local,
+                sub,
+            );
+            assert_eq!(region::PDCregion_transfer_start(t2), SUCCEED);
+            assert_eq!(region::PDCregion_transfer_wait(t2), SUCCEED);
+            assert_eq!(r, [5, 6, 9, 10]);
+            assert_eq!(obj::PDCobj_close(obj), SUCCEED);
+            assert_eq!(PDCclose(pdc), SUCCEED);
+        }
+        h.shutdown().unwrap();
+    }
+}
