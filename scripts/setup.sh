@@ -48,5 +48,7 @@ if [[ -f Cargo.toml ]]; then
   rm -rf target/wheels
   $PY -m maturin build --release -q -m crates/python/Cargo.toml -o target/wheels 2>&1 | grep -v '^📦\|^🍹\|^🔗\|^🐍' || true
   $PY -m pip install -q --force-reinstall --no-deps target/wheels/pdcx-*.whl
+  log "building and installing libpdcx (C API) under /usr/local"
+  bash scripts/install-capi.sh /usr/local >/dev/null
 fi
 log "done"

@@ -342,6 +342,40 @@ impl Client {
         Ok(())
     }
 
+    /// Deletes an object: metadata, memberships, tags and extents. The data bytes stay in the
+    /// owner's log as garbage until compaction exists.
+    pub fn delete_object(&self, id: ObjectId) -> Result<()> {
+        self.call(self.id_owner(id)?, &Request::DeleteObject { id }, &[])?;
+        Ok(())
+    }
+
+    /// Deletes a container and its tags, then drops its memberships on every server. The
+    /// member objects stay (they may belong to other containers or none).
+    pub fn delete_container(&self, name: &str) -> Result<()> {
+        self.call(
+            self.container_owner(name),
+            &Request::DeleteContainer { name: name.into() },
+            &[],
+        )?;
+        self.call_all(&Request::DropMemberships {
+            container: name.into(),
+        })?;
+        Ok(())
+    }
+
+    /// Removes object `id` from `container`; NotFound if it was not a member.
+    pub fn remove_from_container(&self, id: ObjectId, container: &str) -> Result<()> {
+        self.call(
+            self.id_owner(id)?,
+            &Request::RemoveFromContainer {
+                id,
+                container: container.into(),
+            },
+            &[],
+        )?;
+        Ok(())
+    }
+
     fn target_owner(&self, target: &TagTarget) -> Result<u32> {
         match target {
             TagTarget::Object(id) => self.id_owner(*id),

@@ -293,6 +293,26 @@ pub enum Request {
     },
     Stats,
     Shutdown,
+    // Appended variants (bincode encodes the variant index: never reorder the ones above).
+    /// Removes an object: metadata, memberships, tags and extents. Its log bytes become
+    /// unreferenced garbage (reclaimed by compaction, which does not exist yet).
+    DeleteObject {
+        id: ObjectId,
+    },
+    /// Removes a container and its tags at its owner. Memberships live with the objects'
+    /// owners: the client follows up with `DropMemberships` on every server.
+    DeleteContainer {
+        name: String,
+    },
+    /// Removes one object from one container (the object itself stays).
+    RemoveFromContainer {
+        id: ObjectId,
+        container: String,
+    },
+    /// Removes every membership in `container` held by this server's objects.
+    DropMemberships {
+        container: String,
+    },
     /// Server to server: a holder tells the objects' owner that it committed these regions of
     /// objects the owner is responsible for. The owner records them in its region map and
     /// answers with the first of `items.len()` consecutive sequence numbers, which order them

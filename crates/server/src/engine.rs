@@ -563,6 +563,21 @@ impl Engine {
         Ok(fetched)
     }
 
+    /// Forgets every visible extent of a deleted object, here and in the region map (log
+    /// bytes become garbage, also on other holders, which keep their index entries until
+    /// compaction exists).
+    pub fn forget(&self, id: ObjectId) -> usize {
+        self.remote
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        self.index
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id)
+            .map_or(0, |v| v.len())
+    }
+
     /// Where the bytes of `id` are: this server's extents, and at the owner also the regions
     /// other servers hold.
     pub fn extents(&self, id: ObjectId) -> Vec<ExtentInfo> {

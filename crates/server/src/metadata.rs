@@ -397,6 +397,88 @@ impl Metadata {
         self.refresh(id).map(|_| ())
     }
 
+    /// Removes one object with its memberships, tags, extent rows and region map (one
+    /// transaction). The caller drops the engine's in-memory extents; the log bytes become
+    /// garbage, here and on other servers holding regions of it (ids are never reused, so
+    /// their leftover extents are never read).
+    pub fn delete_object(&self, id: ObjectId) -> Result<ObjectMeta> {
+        let meta = self.object(id)?;
+        let lid = lid_of(id);
+        {
+            let mut db = self.db();
+            let tx = db.transaction().map_err(db_err)?;
+            tx.execute("DELETE FROM memberships WHERE object_lid=?1", [lid])
+                .map_err(db_err)?;
+            tx.execute("DELETE FROM tags WHERE kind=0 AND lid=?1", [lid])
+                .map_err(db_err)?;
+            tx.execute("DELETE FROM extent_map WHERE object=?1", [id as i64])
+                .map_err(db_err)?;
+            tx.execute("DELETE FROM region_map WHERE object=?1", [id as i64])
+                .map_err(db_err)?;
+            tx.execute("DELETE FROM objects WHERE lid=?1", [lid])
+                .map_err(db_err)?;
+            tx.commit().map_err(db_err)?;
+        }
+        self.objects
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        Ok(meta)
+    }
+
+    /// Removes a container and its tags. Memberships naming it are dropped separately on
+    /// every server (`drop_memberships`), since they live with the objects' owners.
+    pub fn delete_container(&self, name: &str) -> Result<()> {
+        let c = self.get_container(name)?;
+        let lid = lid_of(c.id);
+        let mut db = self.db();
+        let tx = db.transaction().map_err(db_err)?;
+        tx.execute("DELETE FROM tags WHERE kind=1 AND lid=?1", [lid])
+            .map_err(db_err)?;
+        tx.execute("DELETE FROM containers WHERE lid=?1", [lid])
+            .map_err(db_err)?;
+        tx.commit().map_err(db_err)
+    }
+
+    /// Removes object `id` from `container`; NotFound if it was not a member.
+    pub fn remove_from_container(&self, id: ObjectId, container: &str) -> Result<()> {
+        let o = self.object(id)?;
+        let n = self
+            .db()
+            .execute(
+                "DELETE FROM memberships WHERE object_lid=?1 AND container=?2",
+                params![lid_of(id), container],
+            )
+            .map_err(db_err)?;
+        if n == 0 {
+            return Err(Error::not_found(format!(
+                "object {:?} is not in container {container:?}",
+                o.name
+            )));
+        }
+        self.refresh(id).map(|_| ())
+    }
+
+    /// Drops every membership in `container` of this shard's objects; returns how many.
+    pub fn drop_memberships(&self, container: &str) -> Result<u64> {
+        let lids: Vec<i64> = {
+            let db = self.db();
+            let mut st = db
+                .prepare("SELECT object_lid FROM memberships WHERE container=?1")
+                .map_err(db_err)?;
+            let rows = st.query_map([container], |r| r.get(0)).map_err(db_err)?;
+            rows.collect::<std::result::Result<_, _>>()
+                .map_err(db_err)?
+        };
+        self.db()
+            .execute("DELETE FROM memberships WHERE container=?1", [container])
+            .map_err(db_err)?;
+        for lid in &lids {
+            self.refresh(make_object_id(self.rank, *lid as u64))?;
+        }
+        Ok(lids.len() as u64)
+    }
+
     fn target_lid(&self, target: &TagTarget) -> Result<(i64, i64)> {
         match target {
             TagTarget::Object(id) => self.object(*id).map(|_| (0, lid_of(*id))),
@@ -760,6 +842,70 @@ mod tests {
         assert_eq!(q(&["step=1.0"]), vec!["run/s1"]);
         assert!(q(&["missing?"]).is_empty());
         assert_eq!(q(&["step?"]).len(), 5);
+    }
+
+    #[test]
+    fn deletes_remove_objects_containers_and_memberships() {
+        let dir = tempfile::tempdir().unwrap();
+        let md = Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap();
+        md.create_container("c", &vec![("k".into(), TagValue::Int(1))], "t")
+            .unwrap();
+        md.create_container("d", &vec![], "t").unwrap();
+        let a = md
+            .create_object(&spec("a", vec![("x".into(), TagValue::Int(1))]))
+            .unwrap();
+        let b = md.create_object(&spec("b", vec![])).unwrap();
+        md.add_to_container(b.id, "d").unwrap();
+        md.insert_extents(&[ExtentRow {
+            id: a.id,
+            seq: 1,
+            region: Region::whole(&[10]),
+            loc: Location {
+                segment: 0,
+                offset: 0,
+                len: 40,
+                crc: 0,
+            },
+        }])
+        .unwrap();
+        // Object delete: gone by id and name, no tags, no extents, not listed, name reusable.
+        md.delete_object(a.id).unwrap();
+        assert_eq!(md.object(a.id).unwrap_err().kind, ErrorKind::NotFound);
+        assert_eq!(
+            md.object_by_name("a").unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+        assert!(md.load_extents().unwrap().is_empty());
+        assert!(md
+            .query(&[Condition::parse("x=1").unwrap()])
+            .unwrap()
+            .is_empty());
+        assert_eq!(
+            md.delete_object(a.id).unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+        let a2 = md.create_object(&spec("a", vec![])).unwrap();
+        assert_ne!(a2.id, a.id, "ids are never reused");
+        // Remove from one container: the object stays, in its other containers.
+        md.remove_from_container(b.id, "d").unwrap();
+        assert_eq!(md.object(b.id).unwrap().containers, vec!["c".to_string()]);
+        assert_eq!(
+            md.remove_from_container(b.id, "d").unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+        // Container delete + membership drop.
+        md.delete_container("c").unwrap();
+        assert_eq!(md.get_container("c").unwrap_err().kind, ErrorKind::NotFound);
+        assert_eq!(md.drop_memberships("c").unwrap(), 2);
+        assert!(md.object(b.id).unwrap().containers.is_empty());
+        assert!(md.list_objects(Some("c")).unwrap().is_empty());
+        assert_eq!(md.list_containers().unwrap().len(), 1);
+        // The container name is free again, without the old tags.
+        assert!(md
+            .create_container("c", &vec![], "t")
+            .unwrap()
+            .tags
+            .is_empty());
     }
 
     #[test]

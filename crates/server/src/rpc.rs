@@ -230,6 +230,23 @@ fn handle(
             Response::Extents(server.engine.extents(id))
         }
         Request::Stats => Response::Stats(stats(server)?),
+        Request::DeleteObject { id } => {
+            md.delete_object(id)?;
+            server.engine.forget(id);
+            Response::Ok
+        }
+        Request::DeleteContainer { name } => {
+            md.delete_container(&name)?;
+            Response::Ok
+        }
+        Request::RemoveFromContainer { id, container } => {
+            md.remove_from_container(id, &container)?;
+            Response::Ok
+        }
+        Request::DropMemberships { container } => {
+            md.drop_memberships(&container)?;
+            Response::Ok
+        }
         Request::Shutdown => {
             server.shutdown_requested.store(true, Ordering::SeqCst);
             Response::Ok

@@ -1,0 +1,639 @@
+//! PDCobj_*: objects, their tags and dims, whole-object put/get, and the object iterator.
+
+use crate::cont::{cont_name, get_tag_value, link_nodes, tag_from_c, tag_to_c, IterNode};
+use crate::mpi;
+use crate::prop::obj_prop_mut;
+use crate::types::*;
+use crate::{client, cstr, err, ffi, ffi_err, malloc_copy, state, Handle, PdcId, Perr, State, R};
+use libc::{c_char, c_int, c_void};
+use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
+use pdcx_core::{Condition, Dtype, ObjectMeta, Region, TagValue};
+use std::collections::HashSet;
+
+pub struct Obj {
+    pub meta: ObjectMeta,
+    /// Dims declared `PDC_SIZE_UNLIMITED` at creation here: transfers beyond them grow the object.
+    pub unlimited: Vec<bool>,
+    pub info: Box<ObjInfoBlock>,
+    /// Started transfers not waited yet (PDCobj_close waits for them).
+    pub pending: HashSet<PdcId>,
+    pub buf: usize,
+}
+
+pub fn obj_mut(st: &mut State, id: PdcId) -> R<&mut Obj> {
+    match st.get_mut(id)? {
+        Handle::Obj(o) => Ok(o),
+        h => Err(format!("id {id:#x} is a {}, not an object", h.kind())),
+    }
+}
+
+pub fn obj_meta(st: &mut State, id: PdcId) -> R<ObjectMeta> {
+    obj_mut(st, id).map(|o| o.meta.clone())
+}
+
+/// Registers an object handle; `prop` gives the public property fields when known.
+fn register(
+    meta: ObjectMeta,
+    unlimited: Vec<bool>,
+    prop: PdcId,
+    partition: c_int,
+    consistency: c_int,
+    buf: usize,
+) -> PdcId {
+    let mut st = state();
+    let id = st.insert(Handle::Pdc); // placeholder until the handle is built with its own id
+    let info = ObjInfoBlock::new(&meta, id, prop, partition, consistency);
+    st.handles.insert(
+        id,
+        Handle::Obj(Box::new(Obj {
+            meta,
+            unlimited,
+            info,
+            pending: HashSet::new(),
+            buf,
+        })),
+    );
+    id
+}
+
+/// Refreshes the cached metadata (dims may have been grown elsewhere).
+pub fn refresh(id: PdcId) -> R<ObjectMeta> {
+    let oid = obj_meta(&mut state(), id)?.id;
+    let meta = client()?.get_object(oid).map_err(err)?;
+    let mut st = state();
+    let o = obj_mut(&mut st, id)?;
+    o.meta = meta.clone();
+    o.info.prop.set_dims(&meta.dims);
+    Ok(meta)
+}
+
+struct Plan {
+    spec: ObjectSpec,
+    unlimited: Vec<bool>,
+    partition: c_int,
+    consistency: c_int,
+    buf: usize,
+}
+
+fn plan(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<Plan> {
+    let mut st = state();
+    let cont = cont_name(&st, cont_id)?;
+    let p = obj_prop_mut(&mut st, prop_id)?;
+    if p.dims.is_empty() {
+        return Err(format!(
+            "object property {prop_id:#x} has no dims; call PDCprop_set_obj_dims first"
+        ));
+    }
+    let t = p.dtype.ok_or_else(|| {
+        format!("object property {prop_id:#x} has no type; call PDCprop_set_obj_type first")
+    })?;
+    let mut tags = Vec::new();
+    if let Some(v) = p.time_step {
+        tags.push(("time_step".to_string(), TagValue::Int(v as i64)));
+    }
+    if let Some(v) = p.user_id {
+        tags.push(("user_id".to_string(), TagValue::Int(v as i64)));
+    }
+    for (k, v) in [
+        ("app_name", &p.app_name),
+        ("data_loc", &p.data_loc),
+        ("tags", &p.tags),
+    ] {
+        if let Some(v) = v {
+            tags.push((k.to_string(), TagValue::Str(v.clone())));
+        }
+    }
+    let unlimited: Vec<bool> = p.dims.iter().map(|&d| d == PDC_SIZE_UNLIMITED).collect();
+    Ok(Plan {
+        spec: ObjectSpec {
+            name: name.to_string(),
+            dims: p
+                .dims
+                .iter()
+                .map(|&d| if d == PDC_SIZE_UNLIMITED { 0 } else { d })
+                .collect(),
+            dtype: dtype_of(t)?,
+            fill: None,
+            containers: vec![cont],
+            tags,
+            creator: String::new(),
+        },
+        unlimited,
+        partition: p.partition,
+        consistency: p.consistency,
+        buf: p.buf,
+    })
+}
+
+fn create(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<PdcId> {
+    let p = plan(cont_id, name, prop_id)?;
+    let meta = client()?.create_object(p.spec).map_err(err)?;
+    Ok(register(
+        meta,
+        p.unlimited,
+        prop_id,
+        p.partition,
+        p.consistency,
+        p.buf,
+    ))
+}
+
+/// # Safety
+/// `name` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_create(
+    cont_id: PdcId,
+    name: *const c_char,
+    prop_id: PdcId,
+) -> PdcId {
+    ffi("PDCobj_create", 0, || {
+        // SAFETY: the caller promises a C string.
+        let name = unsafe { cstr(name, "object name") }?;
+        create(cont_id, name, prop_id)
+    })
+}
+
+/// Rank `rank_id` of `comm` creates the object; the others receive its id and open it.
+///
+/// # Safety
+/// `name` must be a NUL-terminated string; `comm` an MPI communicator (or anything when the
+/// process has no MPI).
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_create_mpi(
+    cont_id: PdcId,
+    name: *const c_char,
+    prop_id: PdcId,
+    rank_id: c_int,
+    comm: *mut c_void,
+) -> PdcId {
+    ffi("PDCobj_create_mpi", 0, || {
+        // SAFETY: the caller promises a C string.
+        let name = unsafe { cstr(name, "object name") }?;
+        if !mpi::active() {
+            return create(cont_id, name, prop_id);
+        }
+        let comm = mpi::Comm(comm);
+        let me = mpi::rank(comm)?;
+        let mut msg = [0u8; 9];
+        let mut local_err = None;
+        if me == rank_id {
+            match plan(cont_id, name, prop_id).and_then(|p| {
+                let meta = client()?.create_object(p.spec.clone()).map_err(err)?;
+                Ok((meta, p))
+            }) {
+                Ok((meta, p)) => {
+                    msg[0] = 1;
+                    msg[1..].copy_from_slice(&meta.id.to_le_bytes());
+                    local_err = Some(Ok(register(
+                        meta,
+                        p.unlimited,
+                        prop_id,
+                        p.partition,
+                        p.consistency,
+                        p.buf,
+                    )));
+                }
+                Err(e) => local_err = Some(Err(e)),
+            }
+        }
+        mpi::bcast(&mut msg, rank_id, comm)?;
+        if let Some(r) = local_err {
+            return r;
+        }
+        if msg[0] != 1 {
+            return Err(format!("rank {rank_id} failed to create object {name:?}"));
+        }
+        let oid = u64::from_le_bytes(
+            msg[1..]
+                .try_into()
+                .map_err(|_| "bad broadcast".to_string())?,
+        );
+        let meta = client()?.get_object(oid).map_err(err)?;
+        let (unlimited, partition, consistency, buf) = {
+            let mut st = state();
+            match obj_prop_mut(&mut st, prop_id) {
+                Ok(p) => (
+                    p.dims.iter().map(|&d| d == PDC_SIZE_UNLIMITED).collect(),
+                    p.partition,
+                    p.consistency,
+                    p.buf,
+                ),
+                Err(_) => (vec![false; meta.dims.len()], 0, 0, 0),
+            }
+        };
+        Ok(register(
+            meta,
+            unlimited,
+            prop_id,
+            partition,
+            consistency,
+            buf,
+        ))
+    })
+}
+
+/// PDC's later name for [`PDCobj_create_mpi`].
+///
+/// # Safety
+/// As for [`PDCobj_create_mpi`].
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_create_coll(
+    cont_id: PdcId,
+    name: *const c_char,
+    prop_id: PdcId,
+    rank_id: c_int,
+    comm: *mut c_void,
+) -> PdcId {
+    // SAFETY: forwarded caller contract.
+    unsafe { PDCobj_create_mpi(cont_id, name, prop_id, rank_id, comm) }
+}
+
+unsafe fn open(fname: &str, name: *const c_char, pdc: PdcId) -> PdcId {
+    ffi(fname, 0, || {
+        // SAFETY: the caller promises a C string.
+        let name = unsafe { cstr(name, "object name") }?;
+        let _ = pdc;
+        let meta = client()?.open_object(name).map_err(err)?;
+        let n = meta.dims.len();
+        Ok(register(meta, vec![false; n], 0, 0, 0, 0))
+    })
+}
+
+/// # Safety
+/// `name` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_open(name: *const c_char, pdc: PdcId) -> PdcId {
+    // SAFETY: forwarded caller contract.
+    unsafe { open("PDCobj_open", name, pdc) }
+}
+
+/// Every rank opens by name (the name is global, so no broadcast is needed).
+///
+/// # Safety
+/// `name` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_open_col(name: *const c_char, pdc: PdcId) -> PdcId {
+    // SAFETY: forwarded caller contract.
+    unsafe { open("PDCobj_open_col", name, pdc) }
+}
+
+fn wait_pending(id: PdcId) -> R<()> {
+    let pending: Vec<PdcId> = obj_mut(&mut state(), id)?.pending.drain().collect();
+    crate::region::wait_ids(&pending)
+}
+
+/// Waits for the object's started transfers, then frees the handle.
+#[no_mangle]
+pub extern "C" fn PDCobj_close(id: PdcId) -> Perr {
+    ffi_err("PDCobj_close", || {
+        obj_mut(&mut state(), id)?;
+        let r = wait_pending(id);
+        state().handles.remove(&id);
+        r
+    })
+}
+
+/// Deletes the object (metadata, tags, memberships, extents; its log bytes become garbage on
+/// the server). The handle stays valid for PDCobj_close.
+#[no_mangle]
+pub extern "C" fn PDCobj_del(id: PdcId) -> Perr {
+    ffi_err("PDCobj_del", || {
+        let oid = obj_meta(&mut state(), id)?.id;
+        wait_pending(id)?;
+        client()?.delete_object(oid).map_err(err)
+    })
+}
+
+/// Data is durable at each transfer's wait; there is nothing to flush.
+#[no_mangle]
+pub extern "C" fn PDCobj_flush_start(id: PdcId) -> Perr {
+    ffi_err("PDCobj_flush_start", || {
+        obj_mut(&mut state(), id).map(|_| ())
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn PDCobj_flush_all_start() -> Perr {
+    SUCCEED_
+}
+
+const SUCCEED_: Perr = crate::SUCCEED;
+
+/// Grows the object's dims (pdcx never shrinks an object: that would hide written data).
+///
+/// # Safety
+/// `dims` must point to `ndim` values.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_set_dims(id: PdcId, ndim: c_int, dims: *mut u64) -> Perr {
+    ffi_err("PDCobj_set_dims", || {
+        let meta = obj_meta(&mut state(), id)?;
+        if ndim < 0 || ndim as usize != meta.dims.len() {
+            return Err(format!(
+                "object {} has {} dims, got ndim {ndim}",
+                meta.name,
+                meta.dims.len()
+            ));
+        }
+        // SAFETY: the caller promises `ndim` values.
+        let dims = unsafe { crate::u64s(dims, ndim as usize, "dims") }?;
+        let new = client()?.set_dims(meta.id, dims).map_err(err)?;
+        let mut st = state();
+        let o = obj_mut(&mut st, id)?;
+        o.info.prop.set_dims(&new.dims);
+        o.meta = new;
+        Ok(())
+    })
+}
+
+/// Current dims in a malloc'd array the caller frees.
+///
+/// # Safety
+/// `ndim` and `dims` must be writable.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_get_dims(id: PdcId, ndim: *mut c_int, dims: *mut *mut u64) -> Perr {
+    ffi_err("PDCobj_get_dims", || {
+        if ndim.is_null() || dims.is_null() {
+            return Err("ndim and dims must not be NULL".into());
+        }
+        let meta = refresh(id)?;
+        let bytes: Vec<u8> = meta.dims.iter().flat_map(|d| d.to_ne_bytes()).collect();
+        let p = malloc_copy(&bytes)?;
+        // SAFETY: checked non-null; the caller promises writable out pointers.
+        unsafe {
+            *ndim = meta.dims.len() as c_int;
+            *dims = p as *mut u64;
+        }
+        Ok(())
+    })
+}
+
+/// Pointer to the object's info; valid until PDCobj_close.
+#[no_mangle]
+pub extern "C" fn PDCobj_get_info(id: PdcId) -> *mut PdcObjInfo {
+    ffi("PDCobj_get_info", std::ptr::null_mut(), || {
+        refresh(id)?;
+        let mut st = state();
+        let o = obj_mut(&mut st, id)?;
+        Ok(&mut o.info.info as *mut PdcObjInfo)
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn PDCobj_get_dtype(id: PdcId) -> c_int {
+    ffi("PDCobj_get_dtype", PDC_UNKNOWN, || {
+        Ok(var_type_of(obj_meta(&mut state(), id)?.dtype))
+    })
+}
+
+/// Address of the buffer set with PDCprop_set_obj_buf (a pointer to the stored pointer).
+#[no_mangle]
+pub extern "C" fn PDCobj_buf_retrieve(id: PdcId) -> *mut *mut c_void {
+    ffi("PDCobj_buf_retrieve", std::ptr::null_mut(), || {
+        let mut st = state();
+        let o = obj_mut(&mut st, id)?;
+        Ok(&mut o.buf as *mut usize as *mut *mut c_void)
+    })
+}
+
+/// Creates object `name` (bytes, `size` long) in the container, writes `data`, and returns
+/// its handle.
+///
+/// # Safety
+/// `name` must be a C string and `data` point to `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_put_data(
+    name: *const c_char,
+    data: *mut c_void,
+    size: u64,
+    cont_id: PdcId,
+) -> PdcId {
+    ffi("PDCobj_put_data", 0, || {
+        // SAFETY: the caller promises a C string.
+        let name = unsafe { cstr(name, "object name") }?;
+        if data.is_null() {
+            return Err("data is NULL".into());
+        }
+        if size == 0 {
+            return Err("size is 0".into());
+        }
+        let cont = cont_name(&state(), cont_id)?;
+        let n = usize::try_from(size).map_err(|_| "size too large".to_string())?;
+        // SAFETY: the caller promises `size` readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, n) };
+        let c = client()?;
+        let meta = c
+            .create_object(ObjectSpec {
+                name: name.to_string(),
+                dims: vec![size],
+                dtype: Dtype::Bytes,
+                fill: None,
+                containers: vec![cont],
+                tags: vec![],
+                creator: String::new(),
+            })
+            .map_err(err)?;
+        c.write(meta.id, &Region::whole(&[size]), bytes, Durability::Local)
+            .map_err(err)?;
+        Ok(register(meta, vec![false], 0, 0, 0, 0))
+    })
+}
+
+/// Reads the first `size` bytes of the object (or all of it, if smaller) into `data`.
+///
+/// # Safety
+/// `data` must point to `size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_get_data(id: PdcId, data: *mut c_void, size: u64) -> Perr {
+    ffi_err("PDCobj_get_data", || {
+        if data.is_null() {
+            return Err("data is NULL".into());
+        }
+        let meta = refresh(id)?;
+        if meta.dims.contains(&0) {
+            return Ok(());
+        }
+        let mut all = vec![0u8; meta.size_bytes() as usize];
+        client()?
+            .read_into(meta.id, &Region::whole(&meta.dims), &mut all)
+            .map_err(err)?;
+        let n = all.len().min(usize::try_from(size).unwrap_or(usize::MAX));
+        // SAFETY: the caller promises `size` writable bytes; n <= size.
+        unsafe { std::ptr::copy_nonoverlapping(all.as_ptr(), data as *mut u8, n) };
+        Ok(())
+    })
+}
+
+// ---- tags --------------------------------------------------------------------------------
+
+fn obj_target(id: PdcId) -> R<TagTarget> {
+    Ok(TagTarget::Object(obj_meta(&mut state(), id)?.id))
+}
+
+/// # Safety
+/// `name` must be a C string and `value` point to `size` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_put_tag(
+    id: PdcId,
+    name: *mut c_char,
+    value: *mut c_void,
+    type_: c_int,
+    size: u64,
+) -> Perr {
+    ffi_err("PDCobj_put_tag", || {
+        // SAFETY: forwarded caller contract.
+        let (key, v) = unsafe { (cstr(name, "tag name")?, tag_from_c(value, type_, size)?) };
+        client()?
+            .put_tags(obj_target(id)?, vec![(key.to_string(), v)])
+            .map_err(err)
+    })
+}
+
+/// Tag value in a malloc'd buffer the caller frees.
+///
+/// # Safety
+/// `name` must be a C string; the out pointers must be writable (`type_` may be NULL).
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_get_tag(
+    id: PdcId,
+    name: *mut c_char,
+    value: *mut *mut c_void,
+    type_: *mut c_int,
+    size: *mut u64,
+) -> Perr {
+    ffi_err("PDCobj_get_tag", || {
+        // SAFETY: the caller promises a C string.
+        let key = unsafe { cstr(name, "tag name") }?;
+        if value.is_null() || size.is_null() {
+            return Err("tag_value and value_size must not be NULL".into());
+        }
+        let v = get_tag_value(&obj_target(id)?, key)?;
+        let (bytes, t) = tag_to_c(&v);
+        let p = malloc_copy(&bytes)?;
+        // SAFETY: checked non-null; the caller promises writable out pointers.
+        unsafe {
+            *value = p;
+            *size = bytes.len() as u64;
+            if !type_.is_null() {
+                *type_ = t;
+            }
+        }
+        Ok(())
+    })
+}
+
+/// # Safety
+/// `name` must be a C string.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_del_tag(id: PdcId, name: *mut c_char) -> Perr {
+    ffi_err("PDCobj_del_tag", || {
+        // SAFETY: the caller promises a C string.
+        let key = unsafe { cstr(name, "tag name") }?;
+        client()?.delete_tag(obj_target(id)?, key).map_err(err)
+    })
+}
+
+/// Objects whose tag `tag_name` equals the given bytes (or, for text, the string): their
+/// pdcx object ids in a malloc'd array the caller frees.
+///
+/// # Safety
+/// `tag_name` must be a C string, `tag_value` point to `value_size` bytes, the outs writable.
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_get_id(
+    tag_name: *const c_char,
+    tag_value: *mut c_void,
+    value_size: c_int,
+    n_res: *mut c_int,
+    pdc_ids: *mut *mut u64,
+) -> Perr {
+    ffi_err("PDCobj_get_id", || {
+        // SAFETY: the caller promises a C string.
+        let key = unsafe { cstr(tag_name, "tag name") }?;
+        if n_res.is_null() || pdc_ids.is_null() || value_size < 0 {
+            return Err("n_res and pdc_ids must not be NULL, value_size not negative".into());
+        }
+        // SAFETY: the caller promises `value_size` bytes.
+        let v = unsafe { tag_from_c(tag_value, PDC_CHAR, value_size as u64) }?;
+        let c = client()?;
+        let mut hits = c
+            .query(vec![Condition::Eq(key.to_string(), v.clone())])
+            .map_err(err)?;
+        if let TagValue::Bytes(b) = &v {
+            let text = b.split(|x| *x == 0).next().unwrap_or(&[]);
+            if let Ok(s) = std::str::from_utf8(text) {
+                hits.extend(
+                    c.query(vec![Condition::Eq(
+                        key.to_string(),
+                        TagValue::Str(s.to_string()),
+                    )])
+                    .map_err(err)?,
+                );
+            }
+        }
+        let bytes: Vec<u8> = hits.iter().flat_map(|(id, _)| id.to_ne_bytes()).collect();
+        let p = malloc_copy(&bytes)?;
+        // SAFETY: checked non-null.
+        unsafe {
+            *n_res = hits.len() as c_int;
+            *pdc_ids = p as *mut u64;
+        }
+        Ok(())
+    })
+}
+
+// ---- iterator ----------------------------------------------------------------------------
+
+/// The objects of a container (all objects for id 0), by name.
+#[no_mangle]
+pub extern "C" fn PDCobj_iter_start(cont_id: PdcId) -> *mut IterNode {
+    ffi("PDCobj_iter_start", std::ptr::null_mut(), || {
+        let cont = if cont_id == 0 {
+            None
+        } else {
+            Some(cont_name(&state(), cont_id)?)
+        };
+        let objs = client()?.list_objects(cont.as_deref()).map_err(err)?;
+        let mut st = state();
+        let nodes = objs
+            .iter()
+            .map(|m| IterNode {
+                next: std::ptr::null_mut(),
+                cont: None,
+                obj: Some(ObjInfoBlock::new(m, 0, 0, 0, 0)),
+            })
+            .collect();
+        Ok(link_nodes(&mut st, nodes))
+    })
+}
+
+#[no_mangle]
+pub extern "C" fn PDCobj_iter_null(h: *mut IterNode) -> bool {
+    h.is_null()
+}
+
+/// # Safety
+/// `h` must be NULL or an iterator position from this library (others are refused).
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_iter_next(h: *mut IterNode, cont_id: PdcId) -> *mut IterNode {
+    let _ = cont_id;
+    ffi("PDCobj_iter_next", std::ptr::null_mut(), || {
+        let st = state();
+        crate::cont::check_node(&st, h)?;
+        // SAFETY: validated as a live node owned by the state.
+        Ok(unsafe { (*h).next })
+    })
+}
+
+/// # Safety
+/// `h` must be NULL or an iterator position from this library (others are refused).
+#[no_mangle]
+pub unsafe extern "C" fn PDCobj_iter_get_info(h: *mut IterNode) -> *mut PdcObjInfo {
+    ffi("PDCobj_iter_get_info", std::ptr::null_mut(), || {
+        let st = state();
+        crate::cont::check_node(&st, h)?;
+        // SAFETY: validated as a live node owned by the state.
+        match unsafe { (*h).obj.as_mut() } {
+            Some(o) => Ok(&mut o.info as *mut PdcObjInfo),
+            None => Err("this is a container iterator; use PDCcont_iter_get_info".into()),
+        }
+    })
+}

@@ -1,0 +1,186 @@
+"""The PDC-compatible C API (libpdcx): C programs in tests/c, compiled with mpicc against the
+INSTALLED library through `pkg-config --cflags --libs pdcx`, run against a real 2-server
+deployment. The session installs the current libpdcx first (scripts/install-capi.sh, an
+incremental release build) unless PDCX_CAPI_NO_INSTALL is set."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import REPO, TESTS
+
+C_DIR = TESTS / "c"
+RANKS = 4
+
+
+@pytest.fixture(scope="session")
+def capi_flags() -> list[str]:
+    if shutil.which("mpicc") is None or shutil.which("pkg-config") is None:
+        pytest.skip("mpicc / pkg-config not installed (run scripts/setup.sh)")
+    if not os.environ.get("PDCX_CAPI_NO_INSTALL"):
+        prefix = os.environ.get("PDCX_CAPI_PREFIX", "/usr/local")
+        p = subprocess.run(
+            ["bash", str(REPO / "scripts/install-capi.sh"), prefix],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
+        )
+        assert p.returncode == 0, p.stdout + p.stderr
+    p = subprocess.run(["pkg-config", "--cflags", "--libs", "pdcx"], capture_output=True, text=True, check=False)
+    assert p.returncode == 0, f"pkg-config does not know pdcx: {p.stderr}"
+    flags = p.stdout.split()
+    assert "-lpdcx" in flags and any(f.startswith("-I") for f in flags), flags
+    return flags
+
+
+@pytest.fixture(scope="session")
+def server_bin() -> None:
+    """The servers must speak this tree's protocol: use its release `pdcx` unless told otherwise."""
+    if os.environ.get("PDCX_BIN"):
+        return
+    p = subprocess.run(
+        ["cargo", "build", "--release", "-q", "-p", "pdcx-cli"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    os.environ["PDCX_BIN"] = str(REPO / "target/release/pdcx")
+
+
+@pytest.fixture(scope="session")
+def build(capi_flags, tmp_path_factory):
+    out = tmp_path_factory.mktemp("capi_bin")
+
+    def compile_one(name: str) -> Path:
+        exe = out / name
+        if not exe.exists():
+            p = subprocess.run(
+                ["mpicc", "-Wall", "-Wextra", "-Werror", "-o", str(exe), str(C_DIR / f"{name}.c"), *capi_flags],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                check=False,
+            )
+            assert p.returncode == 0, p.stderr
+        return exe
+
+    return compile_one
+
+
+@pytest.fixture
+def dep(deployment, server_bin):
+    return deployment(n=2)
+
+
+def run(cmd, env, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.mark.parametrize("prog", ["obj_create_rw", "region_partial_overlap", "transfer_restart"])
+def test_c_program(build, dep, prog):
+    p = run([str(build(prog))], dep.env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.strip().endswith(f"{prog}: ok"), p.stdout
+
+
+def test_c_data_is_visible_from_python(build, dep):
+    p = run([str(build("obj_create_rw"))], dep.env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    import numpy as np
+
+    client = dep.client()
+    o = client.open_object("rw/2d")
+    assert o.shape == (30, 40) and str(o.dtype) == "float64"
+    np.testing.assert_array_equal(o[...], np.arange(1200, dtype="f8").reshape(30, 40) * 0.5)
+    three = client.open_object("rw/3d")
+    np.testing.assert_array_equal(three[1, 2], np.arange(336, dtype="f4").reshape(6, 7, 8)[1, 2] + 0.25)
+    assert dict(client.open_object("rw/1d").tags)["time_step"] == 3
+
+
+def test_cont_tags_iter_and_python_tags(build, dep):
+    client = dep.client()
+    cont = client.create_container("pyside")
+    obj = cont.create_object("pyside/tagged", shape=(2,), dtype="int32")
+    obj.tags["species"] = "electron"
+    obj.tags["step"] = 7
+    obj.tags["dt"] = 0.125
+    obj.tags["blob"] = b"\x01\x02\x03"
+    p = run([str(build("cont_tags_iter")), "pyside/tagged"], dep.env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "cont_tags_iter: ok" in p.stdout
+    # Failures the program provoked on purpose are reported, never silent.
+    assert 'PDCobj_open: no object named "ct/c"' in p.stderr
+    tags = dict(client.open_object("pyside/tagged").tags)
+    assert tags["from_c"] == "yes"
+    assert tags["c_int"] == (-5).to_bytes(4, "little", signed=True)
+    assert [o.name for o in client.open_container("ct/one").objects()] == ["ct/a", "ct/b", "ct/blob"]
+    assert "ct/two" not in [c.name for c in client.containers()]
+
+
+def test_mpi_collective(build, dep):
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed")
+    exe = build("mpi_collective")
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(RANKS), str(exe)]
+    p = run(cmd, dep.env(), timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(re.findall(r"rank \d+/\d+: ok", p.stdout)) == [f"rank {r}/{RANKS}: ok" for r in range(RANKS)]
+    import numpy as np
+
+    o = dep.client().open_object("mpi/field")
+    want = np.arange(RANKS * 8)[:, None] * 1000.0 + np.arange(33)[None, :]
+    np.testing.assert_array_equal(o[...], want)
+
+
+def test_bad_input_fails_cleanly(build, dep):
+    p = run([str(build("bad_input"))], dep.env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "bad_input: ok" in p.stdout
+    err = p.stderr
+    for expected in [
+        "PDCcont_create: container name is NULL",
+        "PDCobj_close: unknown id",
+        "is a container property (PDC_CONT_CREATE)",
+        "is outside the object's dims [4, 4]",
+        "has 15 elements but remote region",
+        "pdcx: value queries are not supported yet",
+        "dims can only grow",
+        "PDCinit has not been called",
+    ]:
+        assert expected in err, f"missing {expected!r} in:\n{err}"
+    assert "panic" not in err.lower()
+
+
+def test_init_without_deployment(build, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PDCX_ROOT"}
+    p = run([str(build("obj_create_rw"))], env)
+    assert p.returncode != 0
+    assert "pdcx: PDCinit: cannot join a pdcx deployment" in p.stderr
+    assert "PDCX_ROOT" in p.stderr
+
+
+def test_static_library_links(capi_flags, dep, tmp_path):
+    """The .a with the documented extra libs builds a working program too."""
+    libdir = next(f[2:] for f in capi_flags if f.startswith("-L"))
+    inc = [f for f in capi_flags if f.startswith("-I")]
+    exe = tmp_path / "static_rw"
+    p = subprocess.run(
+        ["mpicc", "-o", str(exe), str(C_DIR / "transfer_restart.c"), *inc, f"{libdir}/libpdcx.a"]
+        + ["-lpthread", "-ldl", "-lm", "-lgcc_s", "-lutil", "-lrt"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    p = run([str(exe)], dep.env())
+    assert p.returncode == 0, p.stdout + p.stderr
