@@ -27,7 +27,7 @@ int main(int argc, char **argv)
     xfer_t       xf[2][VPIC_NVARS];
     pdcid_t      objs[2][VPIC_NVARS], props[VPIC_NVARS], ids[VPIC_NVARS], pdc, cont;
     char         name[256];
-    double       t0, t_end, compute = 0, tc, io, elapsed;
+    double       t0, t_end, compute = 0, tc, io, elapsed, create = 0, tcr;
 
     MPI_CHECK(MPI_Init(&argc, &argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
@@ -44,7 +44,9 @@ int main(int argc, char **argv)
 
     t0 = phase_start();
     snprintf(name, sizeof(name), "%s-vpic", o.prefix);
+    tcr  = now();
     cont = cont_create(pdc, name);
+    create += now() - tcr;
     for (s = 0; s < o.steps; s++) {
         b  = s % 2;
         tc = now();
@@ -65,10 +67,12 @@ int main(int argc, char **argv)
         compute += now() - tc;
 
         for (v = 0; v < VPIC_NVARS; v++) {
+            tcr      = now();
             props[v] = obj_prop_1d(pdc, vpic_types[v], total, (uint32_t)s);
             obj_name(name, sizeof(name), o.prefix, "vpic", s, vpic_names[v]);
             PDC_ID(objs[b][v], PDCobj_create_mpi(cont, name, props[v], 0, MPI_COMM_WORLD));
             PDC_OK(PDCprop_close(props[v]));
+            create += now() - tcr;
             xfer_create(&xf[b][v], buf[b][v], PDC_WRITE, objs[b][v], start, o.particles);
         }
         xfers_start_all(xf[b], VPIC_NVARS, ids);
@@ -84,10 +88,12 @@ int main(int argc, char **argv)
     io      = max_all(t_end - t0 - compute);
     elapsed = max_all(t_end - t0);
     compute = max_all(compute);
+    create  = max_all(create);
 
     report("vpic", "pdc", total * bpp * (uint64_t)o.steps, io,
-           "steps=%d particles=%" PRIu64 " compute_s=%.3f elapsed_s=%.6f servers=%d mode=async-start_all/wait_all",
-           o.steps, o.particles, compute, elapsed, o.servers);
+           "steps=%d particles=%" PRIu64 " compute_s=%.3f elapsed_s=%.6f create_s=%.6f servers=%d "
+           "mode=async-start_all/wait_all",
+           o.steps, o.particles, compute, elapsed, create, o.servers);
 
     PDC_OK(PDCclose(pdc));
     for (b = 0; b < 2; b++)
