@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# One command for the C benchmark kernels: build, fio reference, every kernel on
+# pdcx (PDC C API) and on parallel HDF5 in the same directory, ratio table
+# against the issue's targets. See bench/c/README.md.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+Usage: bench/c/run.sh [--ranks R] [--servers S] [--nodes K] [--particles N]
+                      [--steps S] [--compute SEC] [--objects M] [--cache-mb MB]
+                      [--only pdc|hdf5] [--quick] [--keep]
+
+  --ranks R       MPI ranks of the kernels (default 4; the latency probe uses 1)
+  --servers S     pdcx servers (default 2)
+  --nodes K       nodes (default 1). K > 1 is not wired yet: hook for
+                  scripts/netns.sh (see start_servers / mpi_run below)
+  --particles N   particles per rank for VPIC/BDCATS/HACC (default 1048576:
+                  32 MiB per rank per VPIC step, 38 MiB per rank for HACC)
+  --steps S       steps of the multi-step VPIC run (default 5)
+  --compute SEC   emulated compute between steps (default 1.0)
+  --objects M     objects of the metadata probe (default 20000)
+  --cache-mb MB   data cache of each pdcx server (default: 0 when the page
+                  cache can be dropped, so reads come from storage; else the
+                  server default)
+  --only B        run only the pdc or the hdf5 kernels
+  --quick         small sizes for a smoke run (N=131072, M=2000, 200 ops)
+  --keep          keep the data directory
+
+Environment: PDC_CFLAGS / PDC_LIBS override `pkg-config pdcx` for the PDC
+kernels (e.g. a libpdcx built elsewhere); PDCX points to the pdcx binary.
+Output: bench/out/c-run-<date>-XXXX/{pdc,hdf5}.log (RESULT lines), table.md;
+the table is also appended to bench/out/c-last.md. Exits nonzero if a built
+kernel failed or its read-back verification failed.
+EOF
+}
+
+ranks=4 servers=2 nodes=1 particles=1048576 steps=5 compute=1.0 objects=20000 ops_small=1000
+cache_mb="" only="" quick=0 keep=0
+cmdline="bench/c/run.sh $*"
+while (($#)); do
+  case $1 in
+    --ranks) ranks=${2:?--ranks needs a value}; shift 2 ;;
+    --servers) servers=${2:?--servers needs a value}; shift 2 ;;
+    --nodes) nodes=${2:?--nodes needs a value}; shift 2 ;;
+    --particles) particles=${2:?--particles needs a value}; shift 2 ;;
+    --steps) steps=${2:?--steps needs a value}; shift 2 ;;
+    --compute) compute=${2:?--compute needs a value}; shift 2 ;;
+    --objects) objects=${2:?--objects needs a value}; shift 2 ;;
+    --cache-mb) cache_mb=${2:?--cache-mb needs a value}; shift 2 ;;
+    --only) only=${2:?--only needs pdc or hdf5}; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --keep) keep=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) echo "run.sh: unknown argument: $1" >&2; usage >&2; exit 2 ;;
+  esac
+done
+if ((quick)); then
+  particles=131072 objects=2000 ops_small=200 compute=0.3
+fi
+for v in ranks servers nodes particles steps objects; do
+  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --$v must be a positive integer" >&2; exit 2; }
+done
+[[ $compute =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "run.sh: --compute must be a number of seconds" >&2; exit 2; }
+[[ -z $cache_mb || $cache_mb =~ ^[0-9]+$ ]] || { echo "run.sh: --cache-mb must be an integer" >&2; exit 2; }
+[[ -z $only || $only == pdc || $only == hdf5 ]] || { echo "run.sh: --only must be pdc or hdf5" >&2; exit 2; }
+if ((nodes > 1)); then
+  # TODO(lead): multi-node runs. Wire start_servers/mpi_run below to scripts/netns.sh
+  # (one network namespace per emulated node: servers spread over K nodes, ranks
+  # placed with a hostfile). Not implemented here on purpose.
+  echo "run.sh: --nodes $nodes > 1 is not wired yet (hook: scripts/netns.sh, see start_servers/mpi_run)" >&2
+  exit 2
+fi
+
+cdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+repo=$(cd "$cdir/../.." && pwd)
+cd "$repo"
+log() { printf '\033[1m[bench/c]\033[0m %s\n' "$*"; }
+
+# ---- build ---------------------------------------------------------------
+log "make hdf5"
+make -s -C "$cdir" hdf5
+have_pdc=0
+if [[ $only != hdf5 ]]; then
+  if [[ -n ${PDC_LIBS:-} ]] || pkg-config --exists pdcx 2>/dev/null; then
+    log "make pdc"
+    if make -s -C "$cdir" pdc; then have_pdc=1; else echo "run.sh: building the PDC kernels failed" >&2; fi
+  else
+    echo "run.sh: NOTE: libpdcx not found (pkg-config pdcx; or set PDC_CFLAGS/PDC_LIBS): PDC kernels skipped" >&2
+  fi
+fi
+pdcx_bin=${PDCX:-$(command -v pdcx || true)}
+if ((have_pdc)) && [[ -z $pdcx_bin ]]; then
+  for c in "$repo/target/release/pdcx" /work/main/target/release/pdcx; do
+    if [[ -x $c ]]; then pdcx_bin=$c; break; fi
+  done
+  if [[ -z $pdcx_bin ]]; then
+    echo "run.sh: the pdcx command is not installed (bash scripts/setup.sh): PDC kernels skipped" >&2
+    have_pdc=0
+  fi
+fi
+bin=$cdir/build
+
+# ---- work dir, cleanup ---------------------------------------------------
+mkdir -p "$repo/bench/out"
+work=$(mktemp -d "$repo/bench/out/c-run-$(date +%Y%m%d-%H%M%S)-XXXX")
+data=$work/data
+mkdir -p "$data"
+log "work dir: $work"
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+pdcx_root=$data/pdcx
+servers_up=0
+failed=()
+
+stop_servers() {
+  if ((servers_up)); then
+    log "pdcx server stop"
+    "$pdcx_bin" server stop --root "$pdcx_root" || echo "run.sh: pdcx server stop failed" >&2
+    servers_up=0
+    if [[ -d $pdcx_root/logs ]]; then cp -r "$pdcx_root/logs" "$work/pdcx-logs" || true; fi
+  fi
+}
+cleanup() {
+  local rc=$?
+  stop_servers
+  if ((!keep)); then rm -rf "$data"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Drop the page cache (needs root); the kernels' own -D does the same inside HACC.
+can_drop=0
+if [[ -w /proc/sys/vm/drop_caches ]]; then can_drop=1; fi
+drop_caches() {
+  sync
+  if ! { echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null; then
+    echo "NOTE drop_caches failed: reads may be served by the page cache" | tee -a "$work/notes.txt"
+  fi
+}
+if ((!can_drop)); then
+  echo "NOTE /proc/sys/vm/drop_caches is not writable: reads may be served by the page cache" | tee -a "$work/notes.txt"
+fi
+# pdcx servers keep written data in their own memory unless --cache-mb 0: with the page
+# cache dropped, run them without it so pdcx reads come from storage like HDF5's.
+if [[ -z $cache_mb ]] && ((can_drop)); then cache_mb=0; fi
+server_opts=()
+if [[ -n $cache_mb ]]; then server_opts+=(--cache-mb "$cache_mb"); fi
+
+# Launch hooks. TODO(lead) for --nodes > 1: run these through scripts/netns.sh.
+start_servers() {
+  servers_up=1 # set first: a start that fails half way may leave some running
+  "$pdcx_bin" server start -n "$servers" --root "$pdcx_root" "${server_opts[@]}"
+}
+mpi_run() { # mpi_run NRANKS prog args...
+  local n=$1
+  shift
+  mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
+    -x PDCX_ROOT -n "$n" "$@"
+}
+
+# run_kernel BACKEND NAME NRANKS args...: output to BACKEND.log; failure recorded.
+run_kernel() {
+  local be=$1 name=$2 n=$3
+  shift 3
+  log "$be: $name (-n $n) $*"
+  if ! mpi_run "$n" "$bin/${name}_$be" "$@" 2>&1 | tee -a "$work/$be.log"; then
+    echo "FAILED kernel=$name backend=$be" | tee -a "$work/$be.log"
+    failed+=("$name/$be")
+  fi
+}
+
+# All kernels of one backend, in one order.
+run_backend() {
+  local be=$1 d=$2
+  local common=(-d "$d" -S "$servers")
+  run_kernel "$be" vpic "$ranks" "${common[@]}" -n "$particles" -p one
+  ((can_drop)) && drop_caches
+  run_kernel "$be" bdcats "$ranks" "${common[@]}" -n "$particles" -p one
+  run_kernel "$be" vpic "$ranks" "${common[@]}" -n "$particles" -p multi -s "$steps" -c "$compute"
+  run_kernel "$be" hacc "$ranks" "${common[@]}" -n "$particles" -p hacc -D
+  run_kernel "$be" small 1 "${common[@]}" -p small -k "$ops_small"
+  run_kernel "$be" consist "$ranks" "${common[@]}" -p consist
+  run_kernel "$be" meta "$ranks" "${common[@]}" -p meta -m "$objects"
+}
+
+# ---- fio reference --------------------------------------------------------
+vol_mib=$((ranks * particles * 38 / 1048576))
+seq_mib=$((vol_mib > 512 ? vol_mib : 512))
+log "seqbw.sh ($seq_mib MiB)"
+bash "$repo/bench/seqbw.sh" "$data/seqbw" "$seq_mib" | tee "$work/seqbw.txt"
+
+# ---- pdc -------------------------------------------------------------------
+if ((have_pdc)) && [[ $only != hdf5 ]]; then
+  log "pdcx: $servers servers (cache ${cache_mb:-default} MiB), $ranks ranks"
+  export PDCX_ROOT=$pdcx_root
+  if start_servers; then
+    run_backend pdc "$data/pdc-files"
+  else
+    echo "run.sh: pdcx server start failed" >&2
+    failed+=(servers)
+  fi
+  stop_servers
+  if ((!keep)); then rm -rf "$pdcx_root"; fi
+fi
+
+# ---- hdf5 ------------------------------------------------------------------
+if [[ $only != pdc ]]; then
+  export PDCX_ROOT="" # unused by the HDF5 kernels
+  mkdir -p "$data/hdf5"
+  log "hdf5: $ranks ranks, $data/hdf5"
+  run_backend hdf5 "$data/hdf5"
+fi
+
+# ---- table -------------------------------------------------------------------
+log "summary (also appended to bench/out/c-last.md)"
+touch "$work/pdc.log" "$work/hdf5.log"
+python3 "$cdir/summarize.py" --pdc "$work/pdc.log" --hdf5 "$work/hdf5.log" --seqbw "$work/seqbw.txt" \
+  --ranks "$ranks" --servers "$servers" --particles "$particles" --cache-mb "${cache_mb:-default}" \
+  --load-start "$load_start" --cmd "$cmdline" --notes "$work/notes.txt" --pdc-built "$have_pdc" \
+  --append "$repo/bench/out/c-last.md" | tee "$work/table.md"
+
+if ((${#failed[@]})); then
+  echo "run.sh: FAILED: ${failed[*]} (logs in $work)" >&2
+  exit 1
+fi
+log "done; logs in $work"
