@@ -139,3 +139,29 @@ def test_region_static_and_dynamic_spread_and_read_back(deployment):
     np.testing.assert_array_equal(dep.client().open_object(name)[...], data * 2)
     with pytest.raises(pdcx.InvalidArgumentError):
         c.placement = "nearest"
+
+
+def test_large_reads_go_straight_to_a_sole_holder_and_merge_otherwise(deployment):
+    """Reads of >= 256 KiB ask the owner where the region lives: one holder other than the
+    owner is read directly (ReadHeld), several are merged by the owner. Both must agree."""
+    dep = deployment(n=3)
+    name = name_owned_by(0, 3, "big")
+    w1, w2 = client_on(dep, 1), client_on(dep, 2)
+    obj = w1.create_container("c").create_object(name, (512, 1024), "float32")
+    data = np.random.default_rng(3).random((512, 1024), dtype=np.float32)
+    obj[:256] = data[:256]  # held by server 1 only
+    w2.open_object(name).write_async(data[256:], offset=(256, 0)).wait()  # held by server 2
+    reader = client_on(dep, 0)
+    r = reader.open_object(name)
+    before = [s["read_bytes"] for s in reader.stats()]
+    np.testing.assert_array_equal(r[:256], data[:256])  # sole holder 1, read there
+    served = [s["read_bytes"] - b for s, b in zip(reader.stats(), before)]
+    assert served == [0, 256 * 1024 * 4, 0], served
+    np.testing.assert_array_equal(r.read_async(offset=(256, 0), shape=(256, 1024)).wait(), data[256:])
+    np.testing.assert_array_equal(r[...], data)  # two holders: merged at the owner
+    # The object grows and server 1 gets more of it: it must learn the new dims (its cached
+    # metadata is stale) before accepting the write and serving the direct read.
+    r.resize((1024, 1024))
+    more = np.random.default_rng(4).random((512, 1024), dtype=np.float32)
+    w1.open_object(name)[512:] = more
+    np.testing.assert_array_equal(reader.open_object(name)[512:], more)

@@ -531,17 +531,35 @@ impl Client {
         })
     }
 
-    /// Synchronous read straight into `out` (exactly the region's byte size).
+    /// The servers holding committed data of each region, from the objects' `owner`.
+    pub fn locate(&self, owner: u32, items: Vec<ReadItem>) -> Result<Vec<Vec<u32>>> {
+        let n = items.len();
+        match self.call(owner, &Request::Locate { items }, &[])? {
+            Response::Located(h) if h.len() == n => Ok(h),
+            r => Err(unexpected("locate", r)),
+        }
+    }
+
+    /// Synchronous read straight into `out` (exactly the region's byte size). A large region
+    /// that one server other than the owner holds alone is read from that server directly.
     pub fn read_into(&self, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
-        let req = Request::Read {
-            items: vec![ReadItem {
-                id,
-                region: region.clone(),
-            }],
+        let owner = self.id_owner(id)?;
+        let items = vec![ReadItem {
+            id,
+            region: region.clone(),
+        }];
+        let mut dest = owner;
+        if out.len() >= crate::transfer::LOCATE_MIN_BYTES && self.size() > 1 {
+            if let [only] = self.locate(owner, items.clone())?[0][..] {
+                dest = only;
+            }
+        }
+        let req = if dest == owner {
+            Request::Read { items }
+        } else {
+            Request::ReadHeld { items }
         };
-        self.with_conn(self.id_owner(id)?, &mut |c| {
-            c.call_into(&req, &[], out).map(|_| ())
-        })
+        self.with_conn(dest, &mut |c| c.call_into(&req, &[], out).map(|_| ()))
     }
 }
 

@@ -65,6 +65,8 @@ enum Job {
         items: Vec<ReadItem>,
         lens: Vec<usize>,
         states: Vec<Arc<State>>,
+        /// Sent to the regions' only holder (`ReadHeld`) rather than the owner (`Read`).
+        held: bool,
     },
 }
 
@@ -209,10 +211,17 @@ fn execute(c: &mut Conn, job: &Job) -> Result<()> {
             items,
             lens,
             states,
+            held,
         } => c
             .call_split(
-                &Request::Read {
-                    items: items.clone(),
+                &if *held {
+                    Request::ReadHeld {
+                        items: items.clone(),
+                    }
+                } else {
+                    Request::Read {
+                        items: items.clone(),
+                    }
                 },
                 &[],
                 lens,
@@ -235,6 +244,8 @@ pub struct Transfer {
     /// The server this transfer talks to: the object's owner for reads; for writes the data
     /// server the placement chose at the last `start`.
     dest: u32,
+    /// A read planned to go straight to the region's only data server (not the owner).
+    held: bool,
     byte_len: usize,
     txn: u64,
     data: Option<Arc<Vec<u8>>>,
@@ -258,6 +269,7 @@ impl Transfer {
             client: client.clone(),
             id,
             dest: client.id_owner(id)?,
+            held: false,
             byte_len: usize::try_from(byte_len)
                 .map_err(|_| Error::invalid("region too large for this machine"))?,
             region,
@@ -357,20 +369,13 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             return Err(Error::invalid("write transfer has no data loaded"));
         }
     }
-    type Batch = (
-        Vec<StageItem>,
-        Vec<Arc<Vec<u8>>>,
-        Vec<Arc<State>>,
-        Vec<ReadItem>,
-        Vec<usize>,
-        Vec<Arc<State>>,
-    );
-    let mut per_server: BTreeMap<u32, Batch> = BTreeMap::new();
     for t in transfers.iter_mut() {
         if t.is_write {
             t.dest = t.client.data_server(t.id, &t.region)?;
         }
     }
+    plan_reads(transfers)?;
+    let mut per_server: BTreeMap<u32, Batch> = BTreeMap::new();
     for t in transfers.iter_mut() {
         *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::InFlight, None);
         let b = per_server.entry(t.dest).or_default();
@@ -378,42 +383,99 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             t.client.inner.in_flight[t.dest as usize]
                 .fetch_add(t.byte_len as u64, Ordering::Relaxed);
             t.txn = t.client.next_txn();
-            b.0.push(StageItem {
+            b.stage_items.push(StageItem {
                 txn: t.txn,
                 id: t.id,
                 region: t.region.clone(),
                 len: t.byte_len as u64,
             });
-            b.1.push(t.data.clone().expect("checked above"));
-            b.2.push(t.state.clone());
+            b.stage_data.push(t.data.clone().expect("checked above"));
+            b.stage_states.push(t.state.clone());
         } else {
-            b.3.push(ReadItem {
+            let r = &mut b.reads[t.held as usize];
+            r.0.push(ReadItem {
                 id: t.id,
                 region: t.region.clone(),
             });
-            b.4.push(t.byte_len);
-            b.5.push(t.state.clone());
+            r.1.push(t.byte_len);
+            r.2.push(t.state.clone());
         }
     }
-    for (dest, (items, data, wstates, reads, lens, rstates)) in per_server {
+    for (dest, batch) in per_server {
         let t = transfers
             .iter()
             .find(|t| t.dest == dest)
             .expect("destination from a transfer");
         let w = t.worker();
-        if !items.is_empty() {
+        if !batch.stage_items.is_empty() {
             w.submit(Job::Stage {
-                items,
-                data,
-                states: wstates,
+                items: batch.stage_items,
+                data: batch.stage_data,
+                states: batch.stage_states,
             });
         }
-        if !reads.is_empty() {
-            w.submit(Job::Read {
-                items: reads,
-                lens,
-                states: rstates,
-            });
+        for (held, (items, lens, states)) in batch.reads.into_iter().enumerate() {
+            if !items.is_empty() {
+                w.submit(Job::Read {
+                    items,
+                    lens,
+                    states,
+                    held: held == 1,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What one `start_all` sends to one server: stages, and reads via the owner ([0]) or
+/// straight to the only holder ([1]).
+#[derive(Default)]
+struct Batch {
+    stage_items: Vec<StageItem>,
+    stage_data: Vec<Arc<Vec<u8>>>,
+    stage_states: Vec<Arc<State>>,
+    reads: [ReadBatch; 2],
+}
+
+/// Read items, their byte lengths and the transfers waiting for them.
+type ReadBatch = (Vec<ReadItem>, Vec<usize>, Vec<Arc<State>>);
+
+/// Reads at least this large ask the owner where their region lives (one small round trip per
+/// owner per batch) so that a region held by one other server is read there directly; smaller
+/// ones go through the owner, which merges for them.
+pub(crate) const LOCATE_MIN_BYTES: usize = 256 << 10;
+
+/// Routes each read: to the only server holding its region when the owner says there is one,
+/// else to the owner.
+fn plan_reads(transfers: &mut [&mut Transfer]) -> Result<()> {
+    let mut by_owner: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, t) in transfers.iter_mut().enumerate() {
+        if t.is_write {
+            continue;
+        }
+        t.dest = t.client.id_owner(t.id)?;
+        t.held = false;
+        if t.byte_len >= LOCATE_MIN_BYTES && t.client.size() > 1 {
+            by_owner.entry(t.dest).or_default().push(i);
+        }
+    }
+    for (owner, idx) in by_owner {
+        let items: Vec<ReadItem> = idx
+            .iter()
+            .map(|&i| ReadItem {
+                id: transfers[i].id,
+                region: transfers[i].region.clone(),
+            })
+            .collect();
+        let holders = transfers[idx[0]].client.locate(owner, items)?;
+        for (&i, h) in idx.iter().zip(holders) {
+            if let [only] = h[..] {
+                if only != owner {
+                    transfers[i].dest = only;
+                    transfers[i].held = true;
+                }
+            }
         }
     }
     Ok(())

@@ -327,6 +327,15 @@ pub enum Request {
         id: ObjectId,
         region: Region,
     },
+    /// Asks an object's owner which servers hold data of each region (read planning).
+    Locate {
+        items: Vec<ReadItem>,
+    },
+    /// A read sent to a data server the owner named as the only holder of the regions: it
+    /// answers from its own extents (fill value elsewhere), like `Read`.
+    ReadHeld {
+        items: Vec<ReadItem>,
+    },
 }
 
 /// One server's committed pieces of a region: (seq, piece) and their bytes back to back.
@@ -361,6 +370,8 @@ pub struct ServerStats {
     pub cache_bytes: u64,
     pub cache_capacity: u64,
     pub connections: u64,
+    /// Bytes of read replies this server has sent since it started.
+    pub read_bytes: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -392,6 +403,8 @@ pub enum Response {
     },
     /// Answer to `ReadPieces`: the payload holds each piece's elements back to back.
     Pieces(Vec<(u64, Region)>),
+    /// Answer to `Locate`: the holders of each item's region, in request order.
+    Located(Vec<Vec<u32>>),
 }
 
 #[cfg(test)]

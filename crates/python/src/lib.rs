@@ -305,7 +305,7 @@ impl Client {
     fn stats(&self, py: Python<'_>, rank: u32) -> R<String> {
         let s = py.allow_threads(|| self.inner.stats(rank)).map_err(to_py)?;
         Ok(json!({"rank": s.rank, "size": s.size, "pid": s.pid, "addr": s.addr, "objects": s.objects,
-            "containers": s.containers, "extents": s.extents, "log_bytes": s.log_bytes,
+            "containers": s.containers, "extents": s.extents, "log_bytes": s.log_bytes, "read_bytes": s.read_bytes,
             "cache_bytes": s.cache_bytes, "cache_capacity": s.cache_capacity, "uptime_s": s.uptime_s})
         .to_string())
     }

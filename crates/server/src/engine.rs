@@ -152,7 +152,7 @@ impl Engine {
 
     /// Checks `region` against the object's dims; a foreign object's cached dims are
     /// refreshed once before a region is refused (it may have grown since).
-    fn checked_meta(&self, id: ObjectId, region: &Region) -> Result<ObjectMeta> {
+    pub fn checked_meta(&self, id: ObjectId, region: &Region) -> Result<ObjectMeta> {
         let obj = self.object_meta(id, false)?;
         match region.check_within(&obj.dims) {
             Ok(()) => Ok(obj),
@@ -325,15 +325,52 @@ impl Engine {
         }
         let obj = self.meta.object(id)?;
         region.check_within(&obj.dims)?;
+        let holders = self.remote_holders(id, region);
+        self.read_here(&obj, region, out, &holders)
+    }
+
+    /// Read of a region the client learned (from the owner's `locate`) is held by this server
+    /// alone: fill value plus this server's extents, also for objects owned elsewhere.
+    pub fn read_held(&self, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
+        let obj = self.checked_meta(id, region)?;
+        self.read_here(&obj, region, out, &[])
+    }
+
+    /// Owner side of a client's read planning: the servers holding committed data of each
+    /// region (this one included when it does), so a region with one holder is read there
+    /// directly.
+    pub fn locate(&self, id: ObjectId, region: &Region) -> Result<Vec<u32>> {
+        let owner = owner_of_id(id);
+        if owner != self.rank {
+            return Err(Error::invalid(format!(
+                "object {id:#x} is owned by server {owner}, not {}: locate it there",
+                self.rank
+            )));
+        }
+        region.check_within(&self.meta.object(id)?.dims)?;
+        let mut holders = self.remote_holders(id, region);
+        if !self.local_pieces(id, region).is_empty() {
+            holders.push(self.rank);
+            holders.sort_unstable();
+        }
+        Ok(holders)
+    }
+
+    fn read_here(
+        &self,
+        obj: &ObjectMeta,
+        region: &Region,
+        out: &mut [u8],
+        holders: &[u32],
+    ) -> Result<()> {
         let elem = obj.dtype.size();
         if out.len() as u64 != region.byte_len(elem)? {
             return Err(Error::internal("read buffer size does not match region"));
         }
-        let pieces = self.local_pieces(id, region);
-        let holders = self.remote_holders(id, region);
+        let pieces = self.local_pieces(obj.id, region);
         let spans = piece_spans(&pieces, elem);
         if !holders.is_empty() {
-            return self.read_merged(&obj, region, out, &pieces, &spans, &holders);
+            return self.read_merged(obj, region, out, &pieces, &spans, holders);
         }
         let covered = pieces.iter().any(|(_, i)| i == region);
         if !covered || pieces.len() > 1 {

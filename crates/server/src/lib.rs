@@ -62,6 +62,8 @@ pub struct Server {
     secret: Vec<u8>,
     started: Instant,
     connections: AtomicU64,
+    /// Bytes of read replies served (owner reads and direct reads of held regions).
+    read_bytes: AtomicU64,
     shutdown_requested: AtomicBool,
     _lock: std::fs::File,
 }
@@ -159,6 +161,7 @@ impl Server {
             secret,
             started: Instant::now(),
             connections: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
             shutdown_requested: AtomicBool::new(false),
             _lock: lock,
         });

@@ -222,7 +222,14 @@ fn handle(
                 count: staged.len() as u64,
             }
         }
-        Request::Read { items } => return read(server, items, scratch),
+        Request::Read { items } => return read(server, items, scratch, false),
+        Request::ReadHeld { items } => return read(server, items, scratch, true),
+        Request::Locate { items } => Response::Located(
+            items
+                .iter()
+                .map(|i| server.engine.locate(i.id, &i.region))
+                .collect::<Result<_>>()?,
+        ),
         Request::Extents { id } => {
             if pdcx_core::model::owner_of_id(id) == server.config.rank {
                 md.object(id)?;
@@ -323,23 +330,30 @@ fn stage(
 /// Largest read buffer a connection keeps for its next reply.
 const SCRATCH_KEEP: usize = 64 << 20;
 
+/// `Read` (at the owner, which merges other holders' pieces) or, with `held`, `ReadHeld` (at
+/// a data server the owner named as the regions' only holder).
 fn read(
     server: &Server,
     items: Vec<protocol::ReadItem>,
     scratch: &mut Vec<u8>,
+    held: bool,
 ) -> Result<(Response, Vec<u8>)> {
     let mut sizes = Vec::with_capacity(items.len());
     let mut total = 0u64;
     for item in &items {
         let owner = pdcx_core::model::owner_of_id(item.id);
-        if owner != server.config.rank {
+        let obj = if held {
+            server.engine.checked_meta(item.id, &item.region)?
+        } else if owner != server.config.rank {
             return Err(Error::invalid(format!(
                 "object {:#x} is owned by server {owner}, not {}: read it there",
                 item.id, server.config.rank
             )));
-        }
-        let obj = server.meta.object(item.id)?;
-        item.region.check_within(&obj.dims)?;
+        } else {
+            let obj = server.meta.object(item.id)?;
+            item.region.check_within(&obj.dims)?;
+            obj
+        };
         let n = item.region.byte_len(obj.dtype.size())?;
         total = total.saturating_add(n);
         sizes.push(n as usize);
@@ -355,11 +369,15 @@ fn read(
     out.resize(total as usize, 0);
     let mut at = 0;
     for (item, n) in items.iter().zip(sizes) {
-        server
-            .engine
-            .read(item.id, &item.region, &mut out[at..at + n])?;
+        let dst = &mut out[at..at + n];
+        if held {
+            server.engine.read_held(item.id, &item.region, dst)?;
+        } else {
+            server.engine.read(item.id, &item.region, dst)?;
+        }
         at += n;
     }
+    server.read_bytes.fetch_add(total, Ordering::Relaxed);
     Ok((Response::Data, out))
 }
 
@@ -379,5 +397,6 @@ fn stats(server: &Server) -> Result<ServerStats> {
         cache_bytes: server.engine.cache().bytes(),
         cache_capacity: server.engine.cache().capacity(),
         connections: server.connections.load(Ordering::Relaxed),
+        read_bytes: server.read_bytes.load(Ordering::Relaxed),
     })
 }
