@@ -327,6 +327,12 @@ pub enum Request {
         id: ObjectId,
         region: Region,
     },
+    /// Creates many objects this server owns in one metadata transaction (one fsync). Answered
+    /// with `ObjectsCreated`, one result per spec in order: a duplicate or invalid spec fails
+    /// only itself.
+    CreateObjects {
+        specs: Vec<ObjectSpec>,
+    },
 }
 
 /// One server's committed pieces of a region: (seq, piece) and their bytes back to back.
@@ -392,6 +398,8 @@ pub enum Response {
     },
     /// Answer to `ReadPieces`: the payload holds each piece's elements back to back.
     Pieces(Vec<(u64, Region)>),
+    /// Answer to `CreateObjects`: one result per spec, in request order.
+    ObjectsCreated(Vec<std::result::Result<ObjectMeta, Error>>),
 }
 
 #[cfg(test)]
