@@ -662,6 +662,37 @@ def test_duplicates_and_unknown_names(deployment):
         client.open_container("nope")
 
 
+def test_batched_creates_fail_per_object(deployment):
+    dep = deployment(n=2)
+    client = dep.client()
+    cont = client.create_container("bc")
+    cont.create_object("bc/taken", (2,), "int8")
+    specs = [
+        {"name": f"bc/o{i}", "shape": (i + 1, 2), "dtype": "float32", "tags": {"i": i, "s": "x"}} for i in range(50)
+    ]
+    specs.insert(7, {"name": "bc/taken", "shape": 3})
+    specs.insert(9, {"name": "", "shape": 3})
+    specs.append({"name": "bc/filled", "shape": 4, "dtype": "int16", "fill": 5})
+    out = cont.create_objects(specs)
+    assert len(out) == len(specs)
+    assert isinstance(out[7], pdcx.AlreadyExistsError)
+    assert isinstance(out[9], pdcx.InvalidArgumentError)
+    made = [o for o in out if isinstance(o, pdcx.Object)]
+    assert len(made) == 51
+    assert {o.metadata["owner"] for o in made} == {0, 1}, "the batch spans both servers"
+    for spec, o in zip(specs, out):
+        if isinstance(o, pdcx.Object):
+            again = dep.client().open_object(spec["name"])
+            assert again.metadata == o.metadata
+            assert again.metadata["containers"] == ["bc"]
+    assert client.open_object("bc/o3").shape == (4, 2) and client.open_object("bc/o3").tags["i"] == 3
+    assert client.open_object("bc/filled")[...].tolist() == [5, 5, 5, 5]
+    assert sorted(client.query("i>=48")) == ["bc/o48", "bc/o49"]
+    assert cont.create_objects([]) == []
+    with pytest.raises(pdcx.AlreadyExistsError):
+        cont.create_objects([{"name": "bc/o1", "shape": 1}], raise_on_error=True)
+
+
 def test_embedded_default_leaves_nothing_behind(tmp_path):
     """`pdcx.connect()` with PDCX_ROOT unset starts a private server in the process; when the
     script exits (without calling close) its temp directory is gone and nothing listens."""

@@ -42,6 +42,10 @@ pub struct Client {
     pub(crate) inner: Arc<Inner>,
 }
 
+/// Objects per `CreateObjects` request: large enough to amortise the round trip and the fsync,
+/// small enough to stay far below the 64 MiB body limit with generous tags.
+const CREATE_BATCH: usize = 4096;
+
 fn unexpected(what: &str, r: Response) -> Error {
     Error::protocol(format!("unexpected reply to {what}: {r:?}"))
 }
@@ -288,6 +292,91 @@ impl Client {
             Response::Object(o) => Ok(o),
             r => Err(unexpected("create_object", r)),
         }
+    }
+
+    /// Creates many objects: grouped per owning server, one request and one metadata
+    /// transaction (one fsync) per group of up to `CREATE_BATCH` objects, the servers working in
+    /// parallel. One result per spec, in order: a duplicate name or a bad spec fails only that
+    /// object. Each successful object is durable when this returns, as with `create_object`.
+    pub fn create_objects(&self, specs: Vec<ObjectSpec>) -> Vec<Result<ObjectMeta>> {
+        let n = specs.len();
+        let mut results: Vec<Option<Result<ObjectMeta>>> = (0..n).map(|_| None).collect();
+        // Containers are checked once each, not once per object.
+        let mut containers: std::collections::BTreeMap<String, Result<()>> = Default::default();
+        for s in &specs {
+            for c in &s.containers {
+                if !containers.contains_key(c) {
+                    let ok = self.get_container(c).map(|_| ());
+                    containers.insert(c.clone(), ok);
+                }
+            }
+        }
+        let user = current_user();
+        let mut groups: Vec<Vec<(usize, ObjectSpec)>> =
+            (0..self.size()).map(|_| Vec::new()).collect();
+        for (i, mut spec) in specs.into_iter().enumerate() {
+            let bad_container = spec
+                .containers
+                .iter()
+                .find_map(|c| containers.get(c).and_then(|r| r.as_ref().err()).cloned());
+            if let Err(e) = validate_name("object", &spec.name) {
+                results[i] = Some(Err(e));
+            } else if let Some(e) = bad_container {
+                results[i] = Some(Err(e));
+            } else {
+                if spec.creator.is_empty() {
+                    spec.creator = user.clone();
+                }
+                let owner = owner_of_name(&spec.name, self.size()) as usize;
+                groups[owner].push((i, spec));
+            }
+        }
+        let answers: Vec<Vec<(usize, Result<ObjectMeta>)>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = groups
+                .into_iter()
+                .enumerate()
+                .filter(|(_, g)| !g.is_empty())
+                .map(|(owner, g)| scope.spawn(move || self.create_group(owner as u32, g)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Vec::new()))
+                .collect()
+        });
+        for (i, r) in answers.into_iter().flatten() {
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| Err(Error::internal("create_objects: no result for an object")))
+            })
+            .collect()
+    }
+
+    fn create_group(
+        &self,
+        owner: u32,
+        group: Vec<(usize, ObjectSpec)>,
+    ) -> Vec<(usize, Result<ObjectMeta>)> {
+        let mut out = Vec::with_capacity(group.len());
+        let mut it = group.into_iter().peekable();
+        while it.peek().is_some() {
+            let (idx, specs): (Vec<usize>, Vec<ObjectSpec>) =
+                it.by_ref().take(CREATE_BATCH).unzip();
+            let n = specs.len();
+            match self.call(owner, &Request::CreateObjects { specs }, &[]) {
+                Ok(Response::ObjectsCreated(rs)) if rs.len() == n => {
+                    out.extend(idx.into_iter().zip(rs))
+                }
+                Ok(r) => {
+                    let e = unexpected("create_objects", r);
+                    out.extend(idx.into_iter().map(|i| (i, Err(e.clone()))));
+                }
+                Err(e) => out.extend(idx.into_iter().map(|i| (i, Err(e.clone())))),
+            }
+        }
+        out
     }
 
     pub fn open_object(&self, name: &str) -> Result<ObjectMeta> {

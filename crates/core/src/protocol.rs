@@ -336,6 +336,12 @@ pub enum Request {
     ReadHeld {
         items: Vec<ReadItem>,
     },
+    /// Creates many objects this server owns in one metadata transaction (one fsync). Answered
+    /// with `ObjectsCreated`, one result per spec in order: a duplicate or invalid spec fails
+    /// only itself.
+    CreateObjects {
+        specs: Vec<ObjectSpec>,
+    },
 }
 
 /// One server's committed pieces of a region: (seq, piece) and their bytes back to back.
@@ -405,6 +411,8 @@ pub enum Response {
     Pieces(Vec<(u64, Region)>),
     /// Answer to `Locate`: the holders of each item's region, in request order.
     Located(Vec<Vec<u32>>),
+    /// Answer to `CreateObjects`: one result per spec, in request order.
+    ObjectsCreated(Vec<std::result::Result<ObjectMeta, Error>>),
 }
 
 #[cfg(test)]

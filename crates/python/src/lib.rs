@@ -217,6 +217,44 @@ impl Client {
         Ok(object_json(&o))
     }
 
+    /// Many objects in one go: specs are (name, dims, dtype, containers, tags, fill). Returns
+    /// one item per spec, in order: the object's JSON, or the exception for that object (a
+    /// duplicate or bad spec fails only itself).
+    #[allow(clippy::type_complexity)]
+    fn create_objects(
+        &self,
+        py: Python<'_>,
+        specs: Vec<(
+            String,
+            Vec<u64>,
+            String,
+            Vec<String>,
+            Vec<(String, Bound<'_, PyAny>)>,
+            Option<Vec<u8>>,
+        )>,
+    ) -> R<Vec<PyObject>> {
+        let mut parsed = Vec::with_capacity(specs.len());
+        for (name, dims, dtype, containers, tags, fill) in specs {
+            parsed.push(ObjectSpec {
+                name,
+                dims,
+                dtype: Dtype::parse(&dtype).map_err(to_py)?,
+                fill,
+                containers,
+                tags: extract_tags(tags)?,
+                creator: String::new(),
+            });
+        }
+        let results = py.allow_threads(|| self.inner.create_objects(parsed));
+        results
+            .into_iter()
+            .map(|r| match r {
+                Ok(o) => Ok(object_json(&o).into_pyobject(py)?.into_any().unbind()),
+                Err(e) => Ok(to_py(e).into_value(py).into_any()),
+            })
+            .collect()
+    }
+
     fn open_object(&self, py: Python<'_>, name: String) -> R<String> {
         py.allow_threads(|| self.inner.open_object(&name))
             .map(|o| object_json(&o))

@@ -233,8 +233,9 @@ impl Engine {
     /// The consistency point. Order (a crash between any two steps loses nothing acknowledged
     /// and exposes nothing torn):
     /// 1. `local` durability: fdatasync the log and publish its manifest (SegmentLog::commit);
-    /// 2. record the extents in the metadata shard (one SQLite transaction, synchronous=FULL);
-    /// 3. publish them in the in-memory index, which is what reads consult.
+    /// 2. record the extents in the metadata shard (one SQLite transaction in the WAL);
+    /// 3. publish them in the in-memory index, which is what reads consult;
+    /// 4. `local` durability: wait until a (shared) fsync of the metadata WAL covers step 2.
     ///
     /// A crash after 1 leaves unreferenced log bytes (garbage); after 2 the write is complete.
     ///
@@ -294,22 +295,38 @@ impl Engine {
                 loc: s.loc,
             })
             .collect();
-        self.meta.insert_extents(&rows)?;
-        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-        for r in rows {
-            index.entry(r.id).or_default().push(Extent {
-                seq: r.seq,
-                region: r.region,
-                loc: r.loc,
-            });
+        let ticket = self.meta.insert_extents(&rows)?;
+        {
+            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+            for r in rows {
+                index.entry(r.id).or_default().push(Extent {
+                    seq: r.seq,
+                    region: r.region,
+                    loc: r.loc,
+                });
+            }
+        }
+        drop(_commit);
+        // `local`: the extent rows must be on stable storage before the ack. The wait runs
+        // outside the commit lock, so commits of other connections share this WAL fsync.
+        // `memory`: the rows are in the WAL (they survive kill -9, but recovery keeps them only
+        // if the log bytes were committed too); the next sync makes them durable.
+        if durability == Durability::Local {
+            self.meta.wait_durable(ticket)?;
         }
         Ok(())
     }
 
     /// Makes every staged byte durable (used at shutdown).
     pub fn sync(&self) -> Result<()> {
-        let _g = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
-        self.log.lock().unwrap_or_else(|p| p.into_inner()).commit()
+        {
+            let _g = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.log
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .commit()?;
+        }
+        self.meta.sync()
     }
 
     /// Fills `out` with `region` of object `id`: fill value where nothing was written, else the

@@ -10,6 +10,7 @@
 //! ```
 
 pub mod engine;
+mod groupsync;
 pub mod launch;
 pub mod metadata;
 pub mod peers;

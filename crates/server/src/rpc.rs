@@ -277,6 +277,29 @@ fn handle(
             }
             return Ok((Response::Pieces(list), bytes));
         }
+        Request::CreateObjects { specs } => {
+            // Misrouted names fail individually; the rest go in one transaction.
+            let mut results: Vec<Option<Result<pdcx_core::ObjectMeta>>> = specs
+                .iter()
+                .map(|s| server.check_owner(&s.name).err().map(Err))
+                .collect();
+            let ok: Vec<protocol::ObjectSpec> = specs
+                .into_iter()
+                .zip(&results)
+                .filter(|(_, r)| r.is_none())
+                .map(|(s, _)| s)
+                .collect();
+            let mut created = md.create_objects(&ok).into_iter();
+            for r in results.iter_mut().filter(|r| r.is_none()) {
+                *r = created.next();
+            }
+            Response::ObjectsCreated(
+                results
+                    .into_iter()
+                    .map(|r| r.unwrap_or_else(|| Err(Error::internal("missing create result"))))
+                    .collect(),
+            )
+        }
     };
     Ok((resp, Vec::new()))
 }

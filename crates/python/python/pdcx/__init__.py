@@ -275,6 +275,34 @@ class Container:
         meta = self._client._c.create_object(name, list(shape), dt, [self.name], _tag_items(tags), fill_bytes)
         return Object(self._client, json.loads(meta))
 
+    def create_objects(self, specs: Iterable[dict], *, raise_on_error: bool = False) -> list[Object | PdcxError]:
+        """Creates many objects in this container with one request and one metadata
+        transaction per server (much faster than ``create_object`` in a loop).
+
+        Each spec is a dict with the arguments of ``create_object``: ``name``, ``shape`` and
+        optionally ``dtype``, ``tags``, ``fill``. Returns one item per spec, in order: the
+        ``Object``, or the exception for that object (e.g. ``AlreadyExistsError``): one bad
+        spec does not fail the others. With ``raise_on_error=True`` the first such exception is
+        raised instead (after every other object was created). Every returned object is durable.
+        """
+        native = []
+        for spec in specs:
+            shape = spec["shape"]
+            shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
+            dt = _pdcx_dtype(spec.get("dtype", "float64"))
+            fill = spec.get("fill")
+            fill_bytes = None if fill is None else np.asarray(fill, dtype=_np_dtype(dt)).tobytes()
+            native.append((spec["name"], list(shape), dt, [self.name], _tag_items(spec.get("tags")), fill_bytes))
+        out: list[Object | PdcxError] = []
+        for r in self._client._c.create_objects(native):
+            if isinstance(r, str):
+                out.append(Object(self._client, json.loads(r)))
+            elif raise_on_error:
+                raise r
+            else:
+                out.append(r)
+        return out
+
     def add(self, obj: Object) -> None:
         """Adds an existing object to this container too (objects may be in several)."""
         self._client._c.add_to_container(obj.id, self.name)
