@@ -15,6 +15,11 @@ Usage: scripts/netns.sh COMMAND [--prefix P] ...
         Default K=3, no delay.
   down                  remove everything `up` made (idempotent, also after a partial up)
   exec I CMD...         run CMD in node I's namespace with PDCX_NODE=nI exported
+  mpirun N MPIRUN_ARGS... PROG...
+        one Open MPI job of N ranks over all nodes, ceil(N/K) consecutive ranks per node
+        (rank r on node r / ceil(N/K)), each rank in its node's namespace with PDCX_NODE set;
+        MPI traffic is TCP over the bridge (the shared-memory BTL is off: every namespace has
+        the same host name, so its segment names would collide)
   addr I                print node I's address
   nodes                 print the node count of a deployment that is up
   servers ROOT [--cache-mb M] [--pdcx BIN]
@@ -53,8 +58,8 @@ parse() {
       --pdcx) pdcx=${2:?--pdcx needs a value}; shift 2 ;;
       --) shift; args+=("$@"); break ;;
       *)
-        # exec I CMD...: everything after the node index belongs to CMD.
-        if [[ $cmd == exec ]]; then args+=("$@"); break; fi
+        # exec I CMD..., mpirun N ARGS..., agent HOST CMD...: the rest belongs to CMD.
+        if [[ $cmd == exec || $cmd == mpirun || $cmd == agent ]]; then args+=("$@"); break; fi
         args+=("$1"); shift ;;
     esac
   done
@@ -129,7 +134,7 @@ cmd_down() {
   for l in $(ip -o link show | awk -F': ' '{print $2}' | cut -d@ -f1); do
     if [[ $l =~ ^${prefix}v[0-9]+$ || $l == "${prefix}br" ]]; then ip link del "$l" 2>/dev/null || true; fi
   done
-  rm -f "$(conf)"
+  rm -f "$(conf)" "$state_dir/$prefix"-*.hosts
   brnf_restore
 }
 
@@ -190,6 +195,33 @@ cmd_exec() {
   local i=${args[0]}
   ((${#args[@]} > 1)) || die "exec needs a command: exec I CMD..."
   exec ip netns exec "$(ns "$i")" env PDCX_NODE="n$i" "${args[@]:1}"
+}
+
+# Open MPI's rsh agent (plm_rsh_agent): `agent HOST CMD...` runs the orted command line CMD in
+# the namespace of the node whose address is HOST.
+cmd_agent() {
+  load_conf
+  local host=${args[0]:-} i
+  [[ $host == "$subnet".* ]] || die "agent: not a node address of '$prefix': $host"
+  i=$((${host##*.} - 1))
+  check_index "$i"
+  exec ip netns exec "$(ns "$i")" env PDCX_NODE="n$i" PDCX_NETNS_PREFIX="$prefix" sh -c "${args[*]:1}"
+}
+
+cmd_mpirun() {
+  need_root
+  load_conf
+  local n=${args[0]:-} per i hosts
+  [[ $n =~ ^[1-9][0-9]*$ ]] || die "mpirun needs the rank count: mpirun N MPIRUN_ARGS... PROG..."
+  ((${#args[@]} > 1)) || die "mpirun needs a program: mpirun N MPIRUN_ARGS... PROG..."
+  per=$(((n + nodes - 1) / nodes))
+  hosts=$state_dir/$prefix-$per.hosts
+  for ((i = 0; i < nodes; i++)); do echo "$subnet.$((i + 1)) slots=$per"; done >"$hosts"
+  export PDCX_NETNS_PREFIX=$prefix
+  exec mpirun --allow-run-as-root --oversubscribe --hostfile "$hosts" --map-by slot -n "$n" \
+    --mca plm_rsh_agent "$repo/scripts/netns.sh agent" \
+    --mca btl self,tcp --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
+    "${args[@]:1}"
 }
 
 cmd_addr() {
@@ -264,6 +296,8 @@ case $cmd in
   up) cmd_up ;;
   down) cmd_down ;;
   exec) cmd_exec ;;
+  mpirun) cmd_mpirun ;;
+  agent) cmd_agent ;;
   addr) cmd_addr ;;
   nodes) load_conf; echo "$nodes" ;;
   servers) cmd_servers ;;

@@ -209,6 +209,34 @@ def test_reader_on_node2_reads_data_held_on_node0_owned_by_node1(nodes, tmp_path
     np.testing.assert_array_equal(np.load(out), want_shared(w.shared_names(NODES).index(name))[:rows])
 
 
+WORLD = """
+import os, sys, numpy as np, pdcx
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+node = int(os.environ["PDCX_NODE"][1:])
+c = pdcx.connect()
+assert c.local_server == node, (c.local_server, node)
+o = c.open_object(sys.argv[1])
+o[comm.rank : comm.rank + 1] = np.array([node * 100 + comm.rank], dtype="int64")
+assert comm.allreduce(1) == comm.size
+print("world rank", comm.rank, "node", node, "ok", flush=True)
+"""
+
+
+def test_one_mpi_job_across_all_nodes(nodes):
+    """`netns.sh mpirun`: one MPI world over every namespace (what bench/c/run.sh --nodes uses)."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed (run scripts/setup.sh)")
+    pytest.importorskip("mpi4py")
+    n = NODES * RANKS
+    obj = nodes.client().open_container("ns").create_object("ns/world", (n,), "int64", tags={"kind": "world"})
+    p = nodes.sh("mpirun", n, sys.executable, "-c", WORLD, "ns/world", timeout=120)
+    assert p.stdout.count(" ok") == n, p.stdout + p.stderr
+    want = [(r // RANKS) * 100 + r for r in range(n)]  # RANKS consecutive ranks per node
+    np.testing.assert_array_equal(obj[...], want)
+    assert [e["server"] for e in sorted(obj.extents(), key=lambda e: e["offset"])] == [r // RANKS for r in range(n)]
+
+
 def test_kill9_of_one_node_then_restart_keeps_every_byte(nodes):
     before = snapshot(nodes.client())
     assert before[w.shared_names(NODES)[0]] == want_shared(0).tobytes()
