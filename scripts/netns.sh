@@ -219,7 +219,7 @@ cmd_mpirun() {
   for ((i = 0; i < nodes; i++)); do echo "$subnet.$((i + 1)) slots=$per"; done >"$hosts"
   export PDCX_NETNS_PREFIX=$prefix
   exec mpirun --allow-run-as-root --oversubscribe --hostfile "$hosts" --map-by slot -n "$n" \
-    --mca plm_rsh_agent "$repo/scripts/netns.sh agent" \
+    --mca plm_rsh_agent "$repo/scripts/netns.sh agent" --mca plm_rsh_no_tree_spawn 1 --mca routed direct \
     --mca btl self,tcp --mca btl_tcp_if_include "$subnet.0/24" --mca oob_tcp_if_include "$subnet.0/24" \
     "${args[@]:1}"
 }

