@@ -12,8 +12,11 @@ Usage: bench/c/run.sh [--ranks R] [--servers S] [--nodes K] [--particles N]
 
   --ranks R       MPI ranks of the kernels (default 4; the latency probe uses 1)
   --servers S     pdcx servers (default 2)
-  --nodes K       nodes (default 1). K > 1 is not wired yet: hook for
-                  scripts/netns.sh (see start_servers / mpi_run below)
+  --nodes K       nodes (default 1). K > 1 emulates K nodes with network
+                  namespaces (scripts/netns.sh, needs root): one pdcx server
+                  per node (--servers is set to K), the kernels as one MPI job
+                  over all nodes (ceil(R/K) consecutive ranks per node, MPI
+                  over TCP on the bridge), HDF5 kernels the same way
   --particles N   particles per rank for VPIC/BDCATS/HACC (default 1048576:
                   32 MiB per rank per VPIC step, 38 MiB per rank for HACC)
   --steps S       steps of the multi-step VPIC run (default 5)
@@ -64,11 +67,11 @@ done
 [[ -z $cache_mb || $cache_mb =~ ^[0-9]+$ ]] || { echo "run.sh: --cache-mb must be an integer" >&2; exit 2; }
 [[ -z $only || $only == pdc || $only == hdf5 ]] || { echo "run.sh: --only must be pdc or hdf5" >&2; exit 2; }
 if ((nodes > 1)); then
-  # TODO(lead): multi-node runs. Wire start_servers/mpi_run below to scripts/netns.sh
-  # (one network namespace per emulated node: servers spread over K nodes, ranks
-  # placed with a hostfile). Not implemented here on purpose.
-  echo "run.sh: --nodes $nodes > 1 is not wired yet (hook: scripts/netns.sh, see start_servers/mpi_run)" >&2
-  exit 2
+  ((EUID == 0)) || { echo "run.sh: --nodes $nodes needs root (network namespaces)" >&2; exit 2; }
+  if ((servers != nodes)); then
+    echo "run.sh: --nodes $nodes: one server per node, so --servers $nodes" >&2
+    servers=$nodes
+  fi
 fi
 
 cdir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -119,9 +122,11 @@ stop_servers() {
     if [[ -d $pdcx_root/logs ]]; then cp -r "$pdcx_root/logs" "$work/pdcx-logs" || true; fi
   fi
 }
+netns_up=0
 cleanup() {
   local rc=$?
   stop_servers
+  if ((netns_up)); then bash "$repo/scripts/netns.sh" down || true; fi
   if ((!keep)); then rm -rf "$data"; fi
   exit "$rc"
 }
@@ -146,16 +151,35 @@ if [[ -z $cache_mb ]] && ((can_drop)); then cache_mb=0; fi
 server_opts=()
 if [[ -n $cache_mb ]]; then server_opts+=(--cache-mb "$cache_mb"); fi
 
-# Launch hooks. TODO(lead) for --nodes > 1: run these through scripts/netns.sh.
+# Launch hooks. --nodes K > 1: K network namespaces (scripts/netns.sh) on a bridge, one
+# server per node in its namespace, and every kernel as ONE mpirun over all of them (an rsh
+# agent starts Open MPI's daemons inside the namespaces), so barriers and reductions span
+# all ranks exactly as on a cluster. Ranks are placed ceil(R/K) per node, in rank order.
+netns=(bash "$repo/scripts/netns.sh")
+if ((nodes > 1)); then
+  export PDCX_NETNS_PREFIX=bc$(($$ % 1000000)) PDCX_BIN=$pdcx_bin
+  log "netns: $nodes nodes (prefix $PDCX_NETNS_PREFIX)"
+  netns_up=1
+  "${netns[@]}" up --nodes "$nodes" --subnet "10.76.$(($$ % 250))"
+  echo "NOTE --nodes $nodes: network namespaces on one host (scripts/netns.sh); MPI over TCP, 1 server per node" >>"$work/notes.txt"
+fi
 start_servers() {
   servers_up=1 # set first: a start that fails half way may leave some running
-  "$pdcx_bin" server start -n "$servers" --root "$pdcx_root" "${server_opts[@]}"
+  if ((nodes > 1)); then
+    "${netns[@]}" servers "$pdcx_root" ${cache_mb:+--cache-mb "$cache_mb"}
+  else
+    "$pdcx_bin" server start -n "$servers" --root "$pdcx_root" "${server_opts[@]}"
+  fi
 }
 mpi_run() { # mpi_run NRANKS prog args...
   local n=$1
   shift
-  mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-    -x PDCX_ROOT -n "$n" "$@"
+  if ((nodes > 1)); then
+    "${netns[@]}" mpirun "$n" --bind-to none --mca mpi_yield_when_idle 1 -x PDCX_ROOT "$@"
+  else
+    mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
+      -x PDCX_ROOT -n "$n" "$@"
+  fi
 }
 
 # run_kernel BACKEND NAME NRANKS args...: output to BACKEND.log; failure recorded.
