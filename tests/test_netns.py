@@ -220,6 +220,30 @@ print("world rank", comm.rank, "node", node, "ok", flush=True)
 """
 
 
+def mpirun_across_nodes(nodes, n: int, *argv, attempts: int = 3, timeout: float = 30) -> subprocess.CompletedProcess:
+    """`netns.sh mpirun`, retried: about one start in seven of Open MPI's daemons across
+    namespaces hangs before any rank runs (cause not found yet; see docs/MULTINODE.md). A hung
+    attempt is killed as a whole process group. The ranks' writes are idempotent, so a retry
+    after a partial run is safe."""
+    for attempt in range(attempts):
+        proc = subprocess.Popen(
+            ["bash", str(NETNS), "mpirun", str(n), *map(str, argv)],
+            env=nodes.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            print(f"netns mpirun attempt {attempt + 1} hung for {timeout}s; killed", file=sys.stderr)
+    raise AssertionError(f"netns mpirun hung in all {attempts} attempts")
+
+
 def test_one_mpi_job_across_all_nodes(nodes):
     """`netns.sh mpirun`: one MPI world over every namespace (what bench/c/run.sh --nodes uses)."""
     if shutil.which("mpirun") is None:
@@ -227,8 +251,8 @@ def test_one_mpi_job_across_all_nodes(nodes):
     pytest.importorskip("mpi4py")
     n = NODES * RANKS
     obj = nodes.client().open_container("ns").create_object("ns/world", (n,), "int64", tags={"kind": "world"})
-    p = nodes.sh("mpirun", n, sys.executable, "-c", WORLD, "ns/world", timeout=60)
-    assert p.returncode == 0  # ranks assert inside; their output lines may interleave, so no parsing
+    p = mpirun_across_nodes(nodes, n, sys.executable, "-c", WORLD, "ns/world")
+    assert p.returncode == 0, p.stdout + p.stderr  # ranks assert inside; output lines interleave
     want = [(r // RANKS) * 100 + r for r in range(n)]  # RANKS consecutive ranks per node
     np.testing.assert_array_equal(obj[...], want)
     assert [e["server"] for e in sorted(obj.extents(), key=lambda e: e["offset"])] == [r // RANKS for r in range(n)]
