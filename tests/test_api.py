@@ -748,3 +748,14 @@ def test_metadata_is_reported(deployment):
     stats = client.stats()
     assert [s["rank"] for s in stats] == [0, 1] and sum(s["objects"] for s in stats) == 1
     assert json.loads(json.dumps(stats))  # plain JSON-able dicts
+
+
+def test_region_arguments_must_be_integers_and_say_how_to_slice():
+    client = pdcx.connect()
+    obj = client.create_container("args").create_object("args/x", (10, 4), "int32")
+    obj[...] = np.arange(40).reshape(10, 4)
+    with pytest.raises(pdcx.InvalidArgumentError, match=r"obj\[10:20"):
+        obj.read_async((slice(2, 4), slice(None)))
+    with pytest.raises(pdcx.InvalidArgumentError, match="shape must be integers"):
+        obj.read_async(offset=(0, 0), shape=(2.5, 4))
+    assert obj.read_async(offset=np.array([2, 0]), shape=(2, 4)).wait().tolist() == [[8, 9, 10, 11], [12, 13, 14, 15]]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import json
+import operator
 import os
 import shutil
 import tempfile
@@ -399,6 +400,17 @@ def _normalize_index(key: Any, shape: tuple) -> tuple[list, list, list, list]:
     return offset, count, step, drop
 
 
+def _ints(what: str, values) -> list[int]:
+    """A region's offset or shape as ints, with an error that says how to pass slices."""
+    try:
+        return [operator.index(v) for v in np.atleast_1d(np.asarray(values, dtype=object))]
+    except TypeError:
+        raise InvalidArgumentError(
+            f"{what} must be integers, one per dimension (got {values!r}); for slices index the "
+            "object instead: obj[10:20, ::2]"
+        ) from None
+
+
 class Object:
     """A typed N-d array stored in pdcx. Index it like a numpy array."""
 
@@ -488,10 +500,10 @@ class Object:
         self._client._c.write(self.id, offset, count, memoryview(buf.reshape(-1).view(np.uint8)), "local")
 
     def _region(self, offset, shape) -> tuple[list, list]:
-        offset = [0] * self.ndim if offset is None else [int(o) for o in np.atleast_1d(offset)]
+        offset = [0] * self.ndim if offset is None else _ints("offset", offset)
         if shape is None:
             shape = [n - o for n, o in zip(self.shape, offset)]
-        return offset, [int(s) for s in np.atleast_1d(shape)]
+        return offset, _ints("shape", shape)
 
     def transfer(self, mode: str, array=None, offset=None, shape=None, durability: str = "local") -> Transfer:
         """Creates an unstarted transfer (``mode`` "w" or "r") of the region at ``offset``."""
