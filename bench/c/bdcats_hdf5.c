@@ -14,7 +14,7 @@ int main(int argc, char **argv)
 {
     bench_opts_t o;
     int          rank, size, s, v;
-    uint64_t     total, start, count, bpp, got = 0, want = 0, bad = 0;
+    uint64_t     total, start, count, bpp;
     void       **buf;
     hid_t        fapl, file, dxpl, grp;
     char         path[4096], gname[64];
@@ -52,19 +52,7 @@ int main(int argc, char **argv)
     H5OK(H5Pclose(fapl));
     t = max_all(now() - t0);
 
-    for (s = 0; s < o.steps; s++)
-        for (v = 0; v < VPIC_NVARS; v++) {
-            uint64_t g, w, first;
-            first = verify_var(buf[s * VPIC_NVARS + v], vpic_types[v], v, start, count, s, &g, &w);
-            got += g;
-            want += w;
-            if (first != UINT64_MAX) {
-                bad++;
-                fprintf(stderr, "MISMATCH rank %d step %d var %s: first bad element at global index %" PRIu64 "\n",
-                        rank, s, vpic_names[v], start + first);
-            }
-        }
-    verify_global("bdcats", got, want, bad);
+    verify_vpic_read(buf, o.steps, start, count);
     report("bdcats", "hdf5", total * bpp * (uint64_t)o.steps, t,
            "steps=%d writers=%d particles=%" PRIu64 " mode=mpio-collective", o.steps, o.writers, o.particles);
 

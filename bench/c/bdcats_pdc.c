@@ -16,7 +16,7 @@ int main(int argc, char **argv)
 {
     bench_opts_t o;
     int          rank, size, s, v, n;
-    uint64_t     total, start, count, bpp, got = 0, want = 0, bad = 0;
+    uint64_t     total, start, count, bpp;
     void       **buf;
     xfer_t      *xf;
     pdcid_t     *objs, *ids, pdc;
@@ -61,19 +61,7 @@ int main(int argc, char **argv)
     }
     t = max_all(now() - t0);
 
-    for (s = 0; s < o.steps; s++)
-        for (v = 0; v < VPIC_NVARS; v++) {
-            uint64_t g, w, first;
-            first = verify_var(buf[s * VPIC_NVARS + v], vpic_types[v], v, start, count, s, &g, &w);
-            got += g;
-            want += w;
-            if (first != UINT64_MAX) {
-                bad++;
-                fprintf(stderr, "MISMATCH rank %d step %d var %s: first bad element at global index %" PRIu64 "\n",
-                        rank, s, vpic_names[v], start + first);
-            }
-        }
-    verify_global("bdcats", got, want, bad);
+    verify_vpic_read(buf, o.steps, start, count);
     report("bdcats", "pdc", total * bpp * (uint64_t)o.steps, t,
            "steps=%d writers=%d particles=%" PRIu64 " servers=%d mode=start_all/wait_all", o.steps, o.writers,
            o.particles, o.servers);

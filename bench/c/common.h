@@ -427,6 +427,30 @@ static inline void split_range(uint64_t total, int size, int part, uint64_t *sta
 static const char *const vpic_names[VPIC_NVARS]  = {"x", "y", "z", "px", "py", "pz", "id1", "id2"};
 static const vtype_t     vpic_types[VPIC_NVARS]  = {VT_F32, VT_F32, VT_F32, VT_F32, VT_F32, VT_F32, VT_I32, VT_I32};
 
+/*
+ * BDCATS check: buf[s * VPIC_NVARS + v] holds global particles [start, start + count) of
+ * variable v at step s; every mismatch is reported, then verify_global fails the run.
+ */
+static inline void verify_vpic_read(void *const *buf, int steps, uint64_t start, uint64_t count)
+{
+    uint64_t got = 0, want = 0, bad = 0;
+    int      rank = 0, s, v;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (s = 0; s < steps; s++)
+        for (v = 0; v < VPIC_NVARS; v++) {
+            uint64_t g, w, first;
+            first = verify_var(buf[s * VPIC_NVARS + v], vpic_types[v], v, start, count, s, &g, &w);
+            got += g;
+            want += w;
+            if (first != UINT64_MAX) {
+                bad++;
+                fprintf(stderr, "MISMATCH rank %d step %d var %s: first bad element at global index %" PRIu64 "\n",
+                        rank, s, vpic_names[v], start + first);
+            }
+        }
+    verify_global("bdcats", got, want, bad);
+}
+
 /* HACC-IO variables: xx yy zz vx vy vz phi (float32), pid (int64), mask (uint16): 38 bytes/particle. */
 #define HACC_NVARS 9
 static const char *const hacc_names[HACC_NVARS] = {"xx", "yy", "zz", "vx", "vy", "vz", "phi", "pid", "mask"};

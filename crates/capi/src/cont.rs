@@ -2,7 +2,10 @@
 //! tag conversions shared with objects.
 
 use crate::types::*;
-use crate::{client, cstr, err, ffi, ffi_err, malloc_copy, state, Handle, PdcId, Perr, State, R};
+use crate::{
+    client, cstr, err, ffi, ffi_err, give_u64_array, malloc_copy, state, Handle, PdcId, Perr,
+    State, R,
+};
 use libc::{c_char, c_int, c_void};
 use pdcx_core::protocol::TagTarget;
 use pdcx_core::{ContainerInfo, ErrorKind, TagValue};
@@ -379,14 +382,9 @@ pub unsafe extern "C" fn PDCcont_get_objids(
         }
         let cname = cont_name(&state(), id)?;
         let objs = client()?.list_objects(Some(&cname)).map_err(err)?;
-        let bytes: Vec<u8> = objs.iter().flat_map(|o| o.id.to_ne_bytes()).collect();
-        let p = malloc_copy(&bytes)?;
+        let list: Vec<u64> = objs.iter().map(|o| o.id).collect();
         // SAFETY: checked non-null; the caller promises writable out pointers.
-        unsafe {
-            *nobj = objs.len() as c_int;
-            *ids = p as *mut PdcId;
-        }
-        Ok(())
+        unsafe { give_u64_array(&list, nobj, ids) }
     })
 }
 

@@ -171,6 +171,27 @@ pub fn malloc_copy(bytes: &[u8]) -> R<*mut libc::c_void> {
     }
 }
 
+/// Hands a malloc'd array of `values` and its length to a C caller (who frees it), the way
+/// PDC returns dims and id lists.
+///
+/// # Safety
+/// `len_out` and `array_out` must be non-NULL and writable.
+pub unsafe fn give_u64_array(
+    values: &[u64],
+    len_out: *mut libc::c_int,
+    array_out: *mut *mut u64,
+) -> R<()> {
+    let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_ne_bytes()).collect();
+    let len = libc::c_int::try_from(values.len()).map_err(|_| "too many values for a C int")?;
+    let p = malloc_copy(&bytes)?;
+    // SAFETY: the caller promises writable out pointers.
+    unsafe {
+        *len_out = len;
+        *array_out = p as *mut u64;
+    }
+    Ok(())
+}
+
 /// Initializes the library and joins the deployment named by `PDCX_ROOT`.
 ///
 /// # Safety

@@ -4,7 +4,10 @@ use crate::cont::{cont_name, get_tag_value, link_nodes, tag_from_c, tag_to_c, It
 use crate::mpi;
 use crate::prop::obj_prop_mut;
 use crate::types::*;
-use crate::{client, cstr, err, ffi, ffi_err, malloc_copy, state, Handle, PdcId, Perr, State, R};
+use crate::{
+    client, cstr, err, ffi, ffi_err, give_u64_array, malloc_copy, state, Handle, PdcId, Perr,
+    State, R,
+};
 use libc::{c_char, c_int, c_void};
 use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
 use pdcx_core::{Condition, Dtype, ObjectMeta, Region, TagValue};
@@ -356,14 +359,8 @@ pub unsafe extern "C" fn PDCobj_get_dims(id: PdcId, ndim: *mut c_int, dims: *mut
             return Err("ndim and dims must not be NULL".into());
         }
         let meta = refresh(id)?;
-        let bytes: Vec<u8> = meta.dims.iter().flat_map(|d| d.to_ne_bytes()).collect();
-        let p = malloc_copy(&bytes)?;
         // SAFETY: checked non-null; the caller promises writable out pointers.
-        unsafe {
-            *ndim = meta.dims.len() as c_int;
-            *dims = p as *mut u64;
-        }
-        Ok(())
+        unsafe { give_u64_array(&meta.dims, ndim, dims) }
     })
 }
 
@@ -569,14 +566,9 @@ pub unsafe extern "C" fn PDCobj_get_id(
                 );
             }
         }
-        let bytes: Vec<u8> = hits.iter().flat_map(|(id, _)| id.to_ne_bytes()).collect();
-        let p = malloc_copy(&bytes)?;
-        // SAFETY: checked non-null.
-        unsafe {
-            *n_res = hits.len() as c_int;
-            *pdc_ids = p as *mut u64;
-        }
-        Ok(())
+        let list: Vec<u64> = hits.iter().map(|(id, _)| *id).collect();
+        // SAFETY: checked non-null; the caller promises writable out pointers.
+        unsafe { give_u64_array(&list, n_res, pdc_ids) }
     })
 }
 

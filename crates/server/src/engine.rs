@@ -165,30 +165,11 @@ impl Engine {
         }
     }
 
-    /// Checks a write against the object and appends it to the log; it stays invisible.
-    /// The bytes are kept in the cache.
-    pub fn stage(
-        &self,
-        txn: u64,
-        id: ObjectId,
-        region: &Region,
-        payload: Vec<u8>,
-    ) -> Result<Staged> {
-        let staged = self.append_checked(txn, id, region, &payload)?;
-        self.cache.insert(staged.loc, Arc::new(payload));
-        Ok(staged)
-    }
-
-    /// Like `stage`, but from a borrowed buffer (the connection's reused receive buffer). Small
-    /// writes are copied into the cache; large ones are not, since copying them costs more than
+    /// Checks a write against the object and appends it to the log; it stays invisible until
+    /// committed. `payload` is borrowed (the connection's reused receive buffer). Small writes
+    /// are copied into the cache; large ones are not, since copying them costs more than
     /// reading them back from the log, which the OS page cache still holds.
-    pub fn stage_slice(
-        &self,
-        txn: u64,
-        id: ObjectId,
-        region: &Region,
-        payload: &[u8],
-    ) -> Result<Staged> {
+    pub fn stage(&self, txn: u64, id: ObjectId, region: &Region, payload: &[u8]) -> Result<Staged> {
         let staged = self.append_checked(txn, id, region, payload)?;
         if payload.len() <= CACHE_COPY_MAX {
             self.cache.insert(staged.loc, Arc::new(payload.to_vec()));

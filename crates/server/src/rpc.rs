@@ -337,9 +337,7 @@ fn stage(
         let len = item.len as usize;
         let body = &recv[at..at + len];
         at += len;
-        let staged = server
-            .engine
-            .stage_slice(item.txn, item.id, &item.region, body)?;
+        let staged = server.engine.stage(item.txn, item.id, &item.region, body)?;
         pending.insert(item.txn, staged);
     }
     Ok((

@@ -52,8 +52,8 @@ fn overlaps_resolve_by_commit_order_not_stage_order() {
     let id = object(&meta, vec![4, 6], 9);
     let a = r(&[0, 0], &[2, 4]);
     let b = r(&[1, 2], &[2, 4]);
-    let sa = engine.stage(1, id, &a, constant(&a, 1)).unwrap();
-    let sb = engine.stage(2, id, &b, constant(&b, 2)).unwrap();
+    let sa = engine.stage(1, id, &a, &constant(&a, 1)).unwrap();
+    let sb = engine.stage(2, id, &b, &constant(&b, 2)).unwrap();
     // Staged but not committed: invisible.
     assert!(read(&engine, id, &r(&[0, 0], &[4, 6]))
         .iter()
@@ -85,9 +85,9 @@ fn memory_durability_commits_do_not_survive_an_unsynced_crash() {
     let (meta, engine) = open(dir.path());
     let id = object(&meta, vec![8], 0);
     let whole = r(&[0], &[8]);
-    let first = engine.stage(1, id, &whole, constant(&whole, 5)).unwrap();
+    let first = engine.stage(1, id, &whole, &constant(&whole, 5)).unwrap();
     engine.commit(&[first], Durability::Local).unwrap();
-    let second = engine.stage(2, id, &whole, constant(&whole, 6)).unwrap();
+    let second = engine.stage(2, id, &whole, &constant(&whole, 6)).unwrap();
     engine.commit(&[second], Durability::Memory).unwrap();
     assert_eq!(read(&engine, id, &whole), vec![6; 8]);
     // "Crash": drop without sync, then cut the unsynced tail as a power loss could.
