@@ -1,0 +1,107 @@
+//! Storage tiers behind one interface.
+//!
+//! A tier stores immutable blobs under `/`-separated keys and serves byte ranges of them.
+//! The server's segment log is where writes land first (crash-consistent, host-side); tiers
+//! are where committed extents live after a flush: memory (fast, volatile), a node-local
+//! directory (SSD / burst buffer), a shared directory (parallel file system) and S3-compatible
+//! object storage. One module per backend; [`open`] builds one from its [`TierConfig`].
+//!
+//! Blobs are written whole and never modified in place (a new version gets a new key), which
+//! is what lets every backend, including S3, be used the same way.
+
+pub mod config;
+#[doc(hidden)]
+pub mod conformance;
+pub mod localdir;
+pub mod memory;
+
+pub use config::{parse_size, DeploymentConfig, TierConfig, TierKind};
+pub use pdcx_core::{Error, ErrorKind, Result};
+
+use std::sync::Arc;
+
+/// One storage tier. Implementations are thread-safe; calls block the calling thread.
+pub trait Tier: Send + Sync {
+    /// The name the deployment config gave this tier (`pdcx show` prints it).
+    fn name(&self) -> &str;
+    fn kind(&self) -> TierKind;
+    /// True if a blob survives the death of the server process (everything but memory).
+    fn durable(&self) -> bool {
+        self.kind() != TierKind::Memory
+    }
+    /// Stores `data` under `key`, replacing any blob there. Atomic: a reader sees the old
+    /// blob, the new one or none, never a torn one. `NoSpace` if the tier's configured capacity
+    /// (or the device) cannot take it; the caller then spills to the next tier.
+    fn put(&self, key: &str, data: &[u8]) -> Result<()>;
+    /// Fills `out` with the bytes of `key` starting at `offset`. `OutOfBounds` if the blob is
+    /// shorter than `offset + out.len()`.
+    fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()>;
+    /// The whole blob.
+    fn get(&self, key: &str) -> Result<Vec<u8>> {
+        let len = self.len(key)?;
+        let mut out =
+            vec![0u8; usize::try_from(len).map_err(|_| Error::internal("blob too large"))?];
+        self.get_range(key, 0, &mut out)?;
+        Ok(out)
+    }
+    /// Length of the blob under `key` (`NotFound` if there is none).
+    fn len(&self, key: &str) -> Result<u64>;
+    /// Removes `key`; removing a missing key is not an error (deletes are retried after crashes).
+    fn delete(&self, key: &str) -> Result<()>;
+    /// Keys under `prefix` with their lengths, sorted.
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>>;
+    /// Configured capacity in bytes, `None` if unbounded.
+    fn capacity(&self) -> Option<u64>;
+    /// Bytes this tier currently holds for this deployment (as far as this process knows).
+    fn used(&self) -> u64;
+}
+
+/// Builds the tier a config entry describes.
+pub fn open(cfg: &TierConfig) -> Result<Arc<dyn Tier>> {
+    match cfg.kind {
+        TierKind::Memory => Ok(Arc::new(memory::MemoryTier::new(&cfg.name, cfg.capacity))),
+        TierKind::Local | TierKind::Shared => Ok(Arc::new(localdir::DirTier::open(cfg)?)),
+        TierKind::S3 => Err(Error::invalid(format!(
+            "tier {:?}: the S3 backend is not built into this binary yet",
+            cfg.name
+        ))),
+    }
+}
+
+/// Rejects keys that could escape a directory tier or that S3 would treat differently from a
+/// file system: empty segments, `.`/`..`, a leading `/`, and characters outside a safe set.
+pub fn check_key(key: &str) -> Result<()> {
+    let bad = |why: &str| Err(Error::invalid(format!("bad tier key {key:?}: {why}")));
+    if key.is_empty() || key.len() > 1024 {
+        return bad("length must be 1..=1024");
+    }
+    for seg in key.split('/') {
+        if seg.is_empty() || seg == "." || seg == ".." {
+            return bad("empty, '.' or '..' path segment");
+        }
+        if !seg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        {
+            return bad("only ASCII letters, digits, '-', '_', '.' and '/' are allowed");
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_cannot_escape() {
+        for bad in [
+            "", "/a", "a//b", "a/../b", "..", "a/./b", "a b", "a\\b", "a/b/",
+        ] {
+            assert!(check_key(bad).is_err(), "{bad:?} accepted");
+        }
+        for good in ["a", "srv-0001/obj-12/ext-5.z", "x_y-z.bin"] {
+            check_key(good).unwrap();
+        }
+    }
+}

@@ -1,0 +1,289 @@
+//! Directory tiers: a node-local directory (SSD, burst buffer) or a shared one (parallel file
+//! system). A blob is a file under the tier's path; writes go to a temporary name, are
+//! fsynced and renamed into place, so a crash leaves the old blob or the new one.
+
+use crate::config::TierConfig;
+use crate::{check_key, Tier, TierKind};
+use pdcx_core::{Error, ErrorKind, Result};
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+/// Temporary files carry this marker; they are never listed and are removed at open.
+const TMP_MARK: &str = ".pdcx-tmp-";
+
+pub struct DirTier {
+    name: String,
+    kind: TierKind,
+    root: PathBuf,
+    capacity: Option<u64>,
+    used: AtomicU64,
+    /// Serialises capacity checks with the puts that pass them.
+    reserve: Mutex<()>,
+    tmp_counter: AtomicU64,
+}
+
+impl DirTier {
+    pub fn open(cfg: &TierConfig) -> Result<Self> {
+        let root = cfg
+            .path
+            .clone()
+            .ok_or_else(|| Error::invalid(format!("tier {:?}: no path", cfg.name)))?;
+        fs::create_dir_all(&root).map_err(|e| {
+            Error::io(
+                &format!("tier {:?}: creating {}", cfg.name, root.display()),
+                &e,
+            )
+        })?;
+        let mut used = 0;
+        scan(&root, &mut |p, len| {
+            if p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.contains(TMP_MARK))
+            {
+                let _ = fs::remove_file(p); // a put that died before its rename
+            } else {
+                used += len;
+            }
+        })
+        .map_err(|e| {
+            Error::io(
+                &format!("tier {:?}: scanning {}", cfg.name, root.display()),
+                &e,
+            )
+        })?;
+        Ok(DirTier {
+            name: cfg.name.clone(),
+            kind: cfg.kind,
+            root,
+            capacity: cfg.capacity,
+            used: AtomicU64::new(used),
+            reserve: Mutex::new(()),
+            tmp_counter: AtomicU64::new(0),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    fn path(&self, key: &str) -> Result<PathBuf> {
+        check_key(key)?;
+        Ok(self.root.join(key))
+    }
+
+    fn ctx(&self, what: &str, key: &str) -> String {
+        format!("tier {:?}: {what} {key:?}", self.name)
+    }
+
+    fn not_found(&self, key: &str) -> Error {
+        Error::not_found(format!("tier {:?}: no blob {key:?}", self.name))
+    }
+
+    fn open_blob(&self, key: &str) -> Result<File> {
+        File::open(self.path(key)?).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                self.not_found(key)
+            } else {
+                Error::io(&self.ctx("opening", key), &e)
+            }
+        })
+    }
+}
+
+/// Calls `f(path, len)` for every regular file under `dir`.
+fn scan(dir: &Path, f: &mut dyn FnMut(&Path, u64)) -> std::io::Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let ft = entry.file_type()?;
+        if ft.is_dir() {
+            scan(&entry.path(), f)?;
+        } else if ft.is_file() {
+            f(&entry.path(), entry.metadata()?.len());
+        }
+    }
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+impl Tier for DirTier {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn kind(&self) -> TierKind {
+        self.kind
+    }
+
+    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+        let path = self.path(key)?;
+        let old = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let grow = (data.len() as u64).saturating_sub(old);
+        let _reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
+        let used = self.used.load(Ordering::Relaxed);
+        if let Some(cap) = self.capacity {
+            if used + grow > cap {
+                return Err(Error::new(
+                    ErrorKind::NoSpace,
+                    format!(
+                        "tier {:?} ({}) is full: {used} of {cap} bytes used, {} more needed",
+                        self.name,
+                        self.root.display(),
+                        grow
+                    ),
+                ));
+            }
+        }
+        let parent = path.parent().unwrap_or(&self.root).to_path_buf();
+        fs::create_dir_all(&parent)
+            .map_err(|e| Error::io(&self.ctx("creating the directory of", key), &e))?;
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
+        let tmp = parent.join(format!("{file_name}{TMP_MARK}{}-{n}", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            f.write_all(data)?;
+            f.sync_data()?;
+            fs::rename(&tmp, &path)?;
+            sync_dir(&parent)
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(&self.ctx("writing", key), &e));
+        }
+        self.used
+            .store(used - old.min(used) + data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()> {
+        let f = self.open_blob(key)?;
+        let len = f
+            .metadata()
+            .map_err(|e| Error::io(&self.ctx("stat", key), &e))?
+            .len();
+        if offset
+            .checked_add(out.len() as u64)
+            .is_none_or(|end| end > len)
+        {
+            return Err(Error::new(
+                ErrorKind::OutOfBounds,
+                format!(
+                    "tier {:?}: range {offset}+{} past the end of {key:?} ({len} bytes)",
+                    self.name,
+                    out.len()
+                ),
+            ));
+        }
+        f.read_exact_at(out, offset)
+            .map_err(|e| Error::io(&self.ctx("reading", key), &e))
+    }
+
+    fn len(&self, key: &str) -> Result<u64> {
+        Ok(self
+            .open_blob(key)?
+            .metadata()
+            .map_err(|e| Error::io(&self.ctx("stat", key), &e))?
+            .len())
+    }
+
+    fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key)?;
+        let _reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
+        match fs::metadata(&path) {
+            Ok(m) => {
+                fs::remove_file(&path).map_err(|e| Error::io(&self.ctx("deleting", key), &e))?;
+                let _ = self
+                    .used
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                        Some(u.saturating_sub(m.len()))
+                    });
+                Ok(())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(&self.ctx("deleting", key), &e)),
+        }
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        let mut out = Vec::new();
+        // Only the directory that can contain the prefix is walked.
+        let dir_part = prefix.rfind('/').map_or("", |i| &prefix[..i]);
+        let start = if dir_part.is_empty() {
+            self.root.clone()
+        } else {
+            self.root.join(dir_part)
+        };
+        if !start.is_dir() {
+            return Ok(out);
+        }
+        scan(&start, &mut |p, len| {
+            let Ok(rel) = p.strip_prefix(&self.root) else {
+                return;
+            };
+            let Some(key) = rel.to_str() else { return };
+            if key.starts_with(prefix) && !key.contains(TMP_MARK) {
+                out.push((key.to_string(), len));
+            }
+        })
+        .map_err(|e| Error::io(&format!("tier {:?}: listing {prefix:?}", self.name), &e))?;
+        out.sort();
+        Ok(out)
+    }
+
+    fn capacity(&self) -> Option<u64> {
+        self.capacity
+    }
+    fn used(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance;
+
+    fn cfg(dir: &Path, capacity: Option<u64>) -> TierConfig {
+        TierConfig {
+            name: "ssd".into(),
+            kind: TierKind::Local,
+            path: Some(dir.to_path_buf()),
+            capacity,
+            endpoint: None,
+            bucket: None,
+            region: None,
+            prefix: None,
+            part_size: None,
+        }
+    }
+
+    #[test]
+    fn behaves_like_a_tier() {
+        let dir = tempfile::tempdir().unwrap();
+        conformance::check(&DirTier::open(&cfg(dir.path(), None)).unwrap());
+    }
+
+    #[test]
+    fn capacity_survives_reopen_and_leftover_temporaries_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = DirTier::open(&cfg(dir.path(), Some(1000))).unwrap();
+        t.put("a/b", &[1; 600]).unwrap();
+        assert_eq!(
+            t.put("a/c", &[1; 600]).unwrap_err().kind,
+            ErrorKind::NoSpace
+        );
+        fs::write(dir.path().join(format!("a/c{TMP_MARK}1-1")), [0u8; 10]).unwrap();
+        drop(t);
+        let t = DirTier::open(&cfg(dir.path(), Some(1000))).unwrap();
+        assert_eq!(t.used(), 600);
+        assert_eq!(t.list("a/").unwrap(), vec![("a/b".to_string(), 600)]);
+        t.put("a/b", &[2; 1000]).unwrap(); // replacing: only the growth counts
+        assert_eq!(t.used(), 1000);
+    }
+}
