@@ -19,12 +19,12 @@ pub fn msg(e: pdcx_core::Error) -> anyhow::Error {
     anyhow!(e.message)
 }
 
-fn connect(root: &Path) -> Result<Client> {
+pub fn connect(root: &Path) -> Result<Client> {
     Client::connect(Some(root)).map_err(msg)
 }
 
 /// Opens an object by name, or by id written as 0x... hex.
-fn resolve(client: &Client, what: &str) -> Result<ObjectMeta> {
+pub fn resolve(client: &Client, what: &str) -> Result<ObjectMeta> {
     match client.open_object(what) {
         Ok(m) => Ok(m),
         Err(e) if e.kind == ErrorKind::NotFound => {
@@ -288,6 +288,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
                     "seq": e.seq, "offset": e.region.offset, "count": e.region.count,
                     "server": e.holder, "segment": e.segment, "segment_file": segment_name(e.segment),
                     "log_offset": e.offset, "len": e.len, "cached": e.cached,
+                    "tier": e.tier, "codec": e.codec, "stored_len": e.stored_len,
                 })
             })
             .collect();
@@ -330,9 +331,20 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
         .iter()
         .take(SHOWN)
         .map(|e| {
+            let tier = if e.codec.is_empty() || e.codec == "none" {
+                e.tier.clone()
+            } else {
+                format!(
+                    "{} {} {:.2}x",
+                    e.tier,
+                    e.codec,
+                    e.len as f64 / e.stored_len.max(1) as f64
+                )
+            };
             vec![
                 e.seq.to_string(),
                 e.region.to_string(),
+                tier,
                 format!(
                     "server {} log {} @{} +{} ({})",
                     e.holder,
@@ -346,7 +358,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
         .collect();
     if !rows.is_empty() {
         println!();
-        print_table(&["SEQ", "REGION", "BYTES AT"], &rows);
+        print_table(&["SEQ", "REGION", "TIER", "BYTES AT"], &rows);
     }
     if extents.len() > SHOWN {
         println!("... and {} more (see --json)", extents.len() - SHOWN);

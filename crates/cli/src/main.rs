@@ -4,6 +4,7 @@ mod commands;
 mod daemon;
 mod npy;
 mod region_arg;
+mod tiers_cmd;
 
 use anyhow::{anyhow, Result};
 use clap::{Args, Parser, Subcommand};
@@ -101,6 +102,41 @@ enum Command {
         /// Print a JSON list of {id, name}.
         #[arg(long)]
         json: bool,
+    },
+
+    /// Flush committed data from the servers' logs to their storage tiers, with progress.
+    #[command(after_help = FLUSH_EXAMPLES)]
+    Flush {
+        /// Give up (exit 1) after this many seconds without progress (a tier is failing).
+        #[arg(long, default_value_t = 30, value_name = "SECS")]
+        stall: u64,
+        /// No progress line.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+
+    /// Move an object's data to another tier.
+    #[command(after_help = MIGRATE_EXAMPLES)]
+    Migrate {
+        /// Object name (or its id as 0x... hex).
+        object: String,
+        /// Target tier (a name from the deployment's pdcx.toml).
+        #[arg(long)]
+        tier: String,
+    },
+
+    /// Live view of the servers: log, cache, flush queue, tier usage and throughput.
+    #[command(after_help = TOP_EXAMPLES)]
+    Top {
+        /// Seconds between samples.
+        #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+        interval: f64,
+        /// Print this many samples, then exit.
+        #[arg(long, short = 'n', value_name = "N")]
+        count: Option<u64>,
+        /// CSV rows (one per server and tier per sample) instead of tables.
+        #[arg(long)]
+        csv: bool,
     },
 
     /// Set or delete an object's tags.
@@ -237,6 +273,26 @@ EXAMPLES:
   pdcx tag field 'label=\"007\"'            # quotes force a string
   pdcx tag field --delete species";
 
+const FLUSH_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx flush                 # everything committed goes to its home tier; progress on stderr
+  pdcx flush --stall 120 -q  # in a job script: wait up to 2 min without progress
+
+Tiers are declared in ROOT/pdcx.toml (or $PDCX_CONFIG); see docs/TIERS.md.";
+
+const MIGRATE_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx migrate run1/x --tier s3     # demote to object storage
+  pdcx migrate run1/x --tier ssd    # promote back to the node-local tier
+
+Placement for new data is set per object with tags: pdcx tag run1/x pdcx.tier=ssd:25%,s3";
+
+const TOP_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx top                          # refresh every second
+  pdcx top -n 1                     # one snapshot
+  pdcx top --csv --interval 0.5 > usage.csv   # cache/tier usage over time for plotting";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if !matches!(cli.command, Command::Server(_)) {
@@ -311,6 +367,18 @@ fn run(cli: Cli) -> Result<u8> {
             tags,
             delete,
         } => commands::tag(&root, &object, &tags, &delete).map(|()| 0),
+        Command::Flush { stall, quiet } => tiers_cmd::flush(&root, stall, quiet).map(|()| 0),
+        Command::Migrate { object, tier } => tiers_cmd::migrate(&root, &object, &tier).map(|()| 0),
+        Command::Top {
+            interval,
+            count,
+            csv,
+        } => {
+            if !(interval > 0.0 && interval.is_finite()) {
+                anyhow::bail!("--interval must be a positive number of seconds");
+            }
+            tiers_cmd::top(&root, interval, count, csv).map(|()| 0)
+        }
     }
 }
 

@@ -7,8 +7,8 @@ use crate::transfer::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
 use pdcx_core::placement::{data_server, PlacementInput};
 use pdcx_core::protocol::{
-    Durability, ExtentInfo, ObjectSpec, Pieces, ReadItem, Request, Response, ServerStats,
-    StageItem, TagTarget,
+    Durability, ExtentInfo, FlushReport, ObjectSpec, Pieces, ReadItem, Request, Response,
+    ServerStats, StageItem, TagTarget,
 };
 use pdcx_core::{
     owner_of_name, Condition, ContainerInfo, Error, ErrorKind, ObjectId, ObjectMeta, Placement,
@@ -545,6 +545,35 @@ impl Client {
             Response::Stats(s) => Ok(s),
             r => Err(unexpected("stats", r)),
         }
+    }
+
+    /// Asks server `rank` to flush committed extents to its tiers: with `wait`, returns once
+    /// nothing is pending or a tier fails; without, wakes its flusher and returns the queue.
+    pub fn flush_server(&self, rank: u32, wait: bool) -> Result<FlushReport> {
+        match self.call(rank, &Request::Flush { wait }, &[])? {
+            Response::Flushed(r) => Ok(r),
+            r => Err(unexpected("flush", r)),
+        }
+    }
+
+    /// Moves every extent of `id`, on every server holding some, to tier `tier`. Returns the
+    /// extents and raw bytes moved.
+    pub fn migrate(&self, id: ObjectId, tier: &str) -> Result<(u64, u64)> {
+        let (mut n, mut bytes) = (0, 0);
+        for rank in 0..self.size() {
+            let req = Request::Migrate {
+                id,
+                tier: tier.to_string(),
+            };
+            match self.call(rank, &req, &[])? {
+                Response::Migrated { extents, bytes: b } => {
+                    n += extents;
+                    bytes += b;
+                }
+                r => return Err(unexpected("migrate", r)),
+            }
+        }
+        Ok((n, bytes))
     }
 
     pub fn shutdown_server(&self, rank: u32) -> Result<()> {

@@ -342,6 +342,17 @@ pub enum Request {
     CreateObjects {
         specs: Vec<ObjectSpec>,
     },
+    /// Flushes committed extents to their home tiers now. With `wait`, returns after passes
+    /// until nothing is pending or a tier fails (answered with `Flushed`); without, only wakes
+    /// the background flusher (answered with `Flushed` of the current queue).
+    Flush {
+        wait: bool,
+    },
+    /// Moves every extent of `id` this server holds to tier `tier` (answered with `Migrated`).
+    Migrate {
+        id: ObjectId,
+        tier: String,
+    },
 }
 
 /// One server's committed pieces of a region: (seq, piece) and their bytes back to back.
@@ -359,9 +370,17 @@ pub struct ExtentInfo {
     /// that server; the owner lists other holders' extents with them set to 0.
     #[serde(default)]
     pub holder: u32,
+    /// Where the holder keeps it: "log", a tier name, or "log+TIER" while both hold a copy.
+    #[serde(default)]
+    pub tier: String,
+    /// Bytes as stored on the tier (after the codec); `len` is the raw size.
+    #[serde(default)]
+    pub stored_len: u64,
+    #[serde(default)]
+    pub codec: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServerStats {
     pub rank: u32,
     pub size: u32,
@@ -378,6 +397,50 @@ pub struct ServerStats {
     pub connections: u64,
     /// Bytes of read replies this server has sent since it started.
     pub read_bytes: u64,
+    /// The tiers behind the log (empty when none are configured).
+    #[serde(default)]
+    pub tiers: Vec<TierStat>,
+    /// Committed extents without a durable home yet (bytes, count): the flush queue.
+    #[serde(default)]
+    pub flush_pending_bytes: u64,
+    #[serde(default)]
+    pub flush_pending_extents: u64,
+    /// Raw bytes the flusher has copied to tiers since start, and log bytes it retired.
+    #[serde(default)]
+    pub flushed_bytes: u64,
+    #[serde(default)]
+    pub retired_bytes: u64,
+    /// The flusher's last tier error, if the last attempt failed.
+    #[serde(default)]
+    pub flush_error: Option<String>,
+}
+
+/// What a flush did and what is left.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FlushReport {
+    pub extents: u64,
+    /// Raw bytes homed, and the bytes stored for them (after codecs).
+    pub bytes: u64,
+    pub stored_bytes: u64,
+    /// Extents still without a durable home (and their raw bytes).
+    pub pending_extents: u64,
+    pub pending_bytes: u64,
+    pub retired_segments: u64,
+    /// Why something could not be flushed (a tier error); the data stays in the log.
+    pub error: Option<String>,
+}
+
+/// One tier's usage and traffic, as a server sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TierStat {
+    pub name: String,
+    pub kind: String,
+    pub used: u64,
+    pub capacity: Option<u64>,
+    pub put_bytes: u64,
+    pub get_bytes: u64,
+    /// Measured write bandwidth (bytes/s), 0 until measured.
+    pub put_bandwidth: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -413,6 +476,11 @@ pub enum Response {
     Located(Vec<Vec<u32>>),
     /// Answer to `CreateObjects`: one result per spec, in request order.
     ObjectsCreated(Vec<std::result::Result<ObjectMeta, Error>>),
+    Flushed(FlushReport),
+    Migrated {
+        extents: u64,
+        bytes: u64,
+    },
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! a read at the owner merges its own extents with the pieces of every other holder.
 
 use crate::metadata::{ExtentRow, Metadata};
+use crate::tiering::{Home, Tiering};
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Durability, ExtentInfo};
 use pdcx_core::region::{copy_region, Layout};
@@ -47,29 +48,83 @@ pub struct Staged {
     pub id: ObjectId,
     pub region: Region,
     pub loc: Location,
+    /// Keeps the segment from being retired until the write is committed or dropped.
+    _pin: Arc<SegmentPin>,
+}
+
+/// Counts staged-but-uncommitted writes per log segment: a segment with any is not retired.
+#[derive(Debug, Default)]
+pub(crate) struct Pins(Mutex<HashMap<u64, usize>>);
+
+#[derive(Debug)]
+struct SegmentPin {
+    pins: Arc<Pins>,
+    segment: u64,
+}
+
+impl Pins {
+    fn pin(self: &Arc<Self>, segment: u64) -> Arc<SegmentPin> {
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(segment)
+            .or_default() += 1;
+        Arc::new(SegmentPin {
+            pins: self.clone(),
+            segment,
+        })
+    }
+
+    pub(crate) fn pinned(&self, segment: u64) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&segment)
+            .is_some_and(|&n| n > 0)
+    }
+}
+
+impl Drop for SegmentPin {
+    fn drop(&mut self) {
+        let mut m = self.pins.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = m.get_mut(&self.segment) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.segment);
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
-struct Extent {
-    seq: u64,
-    region: Region,
-    loc: Location,
+pub(crate) struct Extent {
+    pub(crate) seq: u64,
+    pub(crate) region: Region,
+    pub(crate) loc: Location,
+    /// The tier copy made by the flusher, if any.
+    pub(crate) home: Option<Home>,
+    /// False once the log segment holding it was retired (then `home` is durable).
+    pub(crate) in_log: bool,
 }
 
 pub struct Engine {
-    log: Mutex<SegmentLog>,
-    cache: Cache,
-    /// Visible extents per object whose bytes are in this server's log, in seq order.
-    index: RwLock<HashMap<ObjectId, Vec<Extent>>>,
+    pub(crate) log: Mutex<SegmentLog>,
+    pub(crate) cache: Cache,
+    /// Visible extents per object whose bytes this server holds (log or tiers), in seq order.
+    pub(crate) index: RwLock<HashMap<ObjectId, Vec<Extent>>>,
     /// Owner side: regions of this server's objects held by other servers, in seq order.
     remote: RwLock<HashMap<ObjectId, Vec<RemoteExtent>>>,
     /// Serialises commits, so a holder's commit order is also the order of its registrations.
-    commit_lock: Mutex<()>,
+    pub(crate) commit_lock: Mutex<()>,
     /// Next sequence number this server assigns (to its own objects' writes, wherever held).
     next_seq: Mutex<u64>,
-    meta: Arc<Metadata>,
+    pub(crate) meta: Arc<Metadata>,
     rank: u32,
     peers: OnceLock<Arc<dyn Peers>>,
+    /// The storage hierarchy behind the log; None when the config declares no tiers.
+    pub(crate) tiering: Option<Arc<Tiering>>,
+    pub(crate) pins: Arc<Pins>,
 }
 
 /// Reads within this many bytes of each other are merged into one log read.
@@ -84,12 +139,26 @@ impl Engine {
         meta: Arc<Metadata>,
         cache_bytes: u64,
     ) -> Result<(Engine, Recovery, usize)> {
-        let (log, recovery) = SegmentLog::open(dir, LogOptions::default())?;
+        Self::open_with(dir, meta, cache_bytes, LogOptions::default(), None)
+    }
+
+    /// [`open`](Self::open) with log options and the tiers behind the log.
+    pub fn open_with(
+        dir: &Path,
+        meta: Arc<Metadata>,
+        cache_bytes: u64,
+        log_opts: LogOptions,
+        tiering: Option<Tiering>,
+    ) -> Result<(Engine, Recovery, usize)> {
+        let (log, recovery) = SegmentLog::open(dir, log_opts)?;
         let rows = meta.load_extents()?;
+        let homes = crate::tiering::load_homes(&meta, tiering.as_ref())?;
         // Extents of `memory`-durability commits that the log never made durable are dropped:
-        // never expose bytes that a crash may have torn.
-        let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) =
-            rows.into_iter().partition(|r| log.is_committed(&r.loc));
+        // never expose bytes that a crash may have torn. Extents whose segment was retired
+        // live on through their durable home.
+        let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) = rows
+            .into_iter()
+            .partition(|r| log.is_committed(&r.loc) || homes.contains_key(&(r.id, r.seq)));
         meta.delete_extents(&lost.iter().map(|r| (r.id, r.seq)).collect::<Vec<_>>())?;
         let rank = meta.rank;
         let mut remote: HashMap<ObjectId, Vec<RemoteExtent>> = HashMap::new();
@@ -109,6 +178,8 @@ impl Engine {
         for r in keep {
             index.entry(r.id).or_default().push(Extent {
                 seq: r.seq,
+                in_log: log.is_committed(&r.loc),
+                home: homes.get(&(r.id, r.seq)).cloned(),
                 region: r.region,
                 loc: r.loc,
             });
@@ -123,6 +194,8 @@ impl Engine {
             meta,
             rank,
             peers: OnceLock::new(),
+            tiering: tiering.map(Arc::new),
+            pins: Arc::default(),
         };
         Ok((engine, recovery, lost.len()))
     }
@@ -198,16 +271,19 @@ impl Engine {
                 ),
             ));
         }
-        let loc = self
-            .log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .append(id, txn, region, payload)?;
+        // Pinned under the log lock: the flusher checks pins under it too, so a sealed
+        // segment is never retired between this append and its pin.
+        let (loc, pin) = {
+            let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+            let loc = log.append(id, txn, region, payload)?;
+            (loc, self.pins.pin(loc.segment))
+        };
         Ok(Staged {
             txn,
             id,
             region: region.clone(),
             loc,
+            _pin: pin,
         })
     }
 
@@ -284,6 +360,8 @@ impl Engine {
                     seq: r.seq,
                     region: r.region,
                     loc: r.loc,
+                    home: None,
+                    in_log: true,
                 });
             }
         }
@@ -375,7 +453,7 @@ impl Engine {
             fill(out, &obj.fill);
         }
         let out_layout = Layout { region, base: 0 };
-        let fetched = self.fetch(Some(region), &pieces, &spans, out)?;
+        let fetched = self.fetch(obj, Some(region), &pieces, &spans, out)?;
         for (i, (e, inter)) in pieces.iter().enumerate() {
             let Some(bytes) = &fetched[i] else { continue }; // read directly into `out`
             let src_layout = Layout {
@@ -400,7 +478,7 @@ impl Engine {
     ) -> Result<()> {
         let elem = obj.dtype.size();
         fill(out, &obj.fill);
-        let fetched = self.fetch(None, pieces, spans, out)?;
+        let fetched = self.fetch(obj, None, pieces, spans, out)?;
         let remote: Vec<Pieces> = holders
             .iter()
             .map(|&h| self.peers()?.pieces(h, obj.id, region))
@@ -446,7 +524,7 @@ impl Engine {
         let elem = obj.dtype.size();
         let pieces = self.local_pieces(id, region);
         let spans = piece_spans(&pieces, elem);
-        let fetched = self.fetch(None, &pieces, &spans, &mut [])?;
+        let fetched = self.fetch(&obj, None, &pieces, &spans, &mut [])?;
         let mut out = Vec::new();
         let mut list = Vec::with_capacity(pieces.len());
         for (i, (e, inter)) in pieces.iter().enumerate() {
@@ -537,6 +615,7 @@ impl Engine {
     /// `out` (returned as None).
     fn fetch(
         &self,
+        obj: &ObjectMeta,
         direct: Option<&Region>,
         pieces: &[(Extent, Region)],
         spans: &[(u64, u64)],
@@ -557,8 +636,32 @@ impl Engine {
                 None => misses.push(i),
             }
         }
-        let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        if let (Some(region), 1, 1) = (direct, pieces.len(), misses.len()) {
+        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        // Extents whose segment was retired are read from their home tier, after the log
+        // lock is released (a tier read may be a slow network request).
+        let mut from_tier: Vec<(usize, Home)> = Vec::new();
+        if self.tiering.is_some() {
+            let mut in_log = Vec::with_capacity(misses.len());
+            for i in misses {
+                let e = &pieces[i].0;
+                if e.in_log && log.has_segment(e.loc.segment) {
+                    in_log.push(i);
+                } else {
+                    from_tier.push((i, self.current_home(obj.id, e)?));
+                }
+            }
+            misses = in_log;
+        }
+        if !from_tier.is_empty() {
+            drop(log);
+            for (i, home) in &from_tier {
+                fetched[*i] = Some(self.read_from_tier(obj, &pieces[*i].0, home, spans[*i])?);
+            }
+            log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+        }
+        if let (Some(region), 1, 1, true) =
+            (direct, pieces.len(), misses.len(), from_tier.is_empty())
+        {
             let (e, inter) = &pieces[0];
             let (lo, hi) = spans[0];
             if inter == region && hi - lo == out.len() as u64 {
@@ -606,11 +709,14 @@ impl Engine {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
-        self.index
+        let gone = self
+            .index
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id)
-            .map_or(0, |v| v.len())
+            .unwrap_or_default();
+        self.drop_tier_copies(id, &gone);
+        gone.len()
     }
 
     /// Where the bytes of `id` are: this server's extents, and at the owner also the regions
@@ -629,6 +735,12 @@ impl Engine {
                         len: e.loc.len,
                         cached: self.cache.contains(&e.loc),
                         holder: self.rank,
+                        tier: self.tier_label(e),
+                        stored_len: e.home.as_ref().map_or(e.loc.len, |h| h.stored_len),
+                        codec: e
+                            .home
+                            .as_ref()
+                            .map_or_else(|| "none".into(), |h| h.codec.clone()),
                     })
                     .collect::<Vec<_>>()
             })
@@ -643,6 +755,9 @@ impl Engine {
                 len: 0,
                 cached: false,
                 holder: r.holder,
+                tier: String::new(),
+                stored_len: 0,
+                codec: String::new(),
             });
         }
         out.sort_by_key(|e| e.seq);

@@ -15,6 +15,7 @@ pub mod launch;
 pub mod metadata;
 pub mod peers;
 mod rpc;
+pub mod tiering;
 
 use engine::Engine;
 use metadata::Metadata;
@@ -38,6 +39,9 @@ pub struct ServerConfig {
     pub max_payload: u64,
     /// The node whose clients send their data here (default `PDCX_NODE`, else the host name).
     pub node: String,
+    /// The deployment config (tiers, flush, log); default `PDCX_CONFIG`, else `ROOT/pdcx.toml`.
+    /// A missing file means no tiers: the log is the only store.
+    pub config_file: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -50,6 +54,7 @@ impl ServerConfig {
             cache_bytes: 256 << 20,
             max_payload: 4 << 30,
             node: pdcx_client::client::this_node(),
+            config_file: std::env::var_os("PDCX_CONFIG").map(PathBuf::from),
         }
     }
 }
@@ -73,6 +78,7 @@ pub struct Server {
 pub struct ServerHandle {
     pub server: Arc<Server>,
     acceptor: Option<std::thread::JoinHandle<()>>,
+    flusher: Option<std::thread::JoinHandle<()>>,
 }
 
 pub fn rank_dir(root: &Path, rank: u32) -> PathBuf {
@@ -136,8 +142,27 @@ impl Server {
             config.rank,
             config.size,
         )?);
-        let (engine, recovery, dropped) =
-            Engine::open(&dir.join("log"), meta.clone(), config.cache_bytes)?;
+        let config_path = config
+            .config_file
+            .clone()
+            .unwrap_or_else(|| config.root.join("pdcx.toml"));
+        let deployment = pdcx_tiers::DeploymentConfig::load(&config_path)?;
+        let tiering = tiering::Tiering::open(
+            &deployment,
+            &tiering::deployment_id(&config.root)?,
+            config.rank,
+        )?;
+        let mut log_opts = pdcx_store::LogOptions::default();
+        if let Some(b) = deployment.log.segment_bytes {
+            log_opts.segment_bytes = b;
+        }
+        let (engine, recovery, dropped) = Engine::open_with(
+            &dir.join("log"),
+            meta.clone(),
+            config.cache_bytes,
+            log_opts,
+            tiering,
+        )?;
         engine.set_peers(Arc::new(peers::ClusterPeers::new(
             config.root.clone(),
             config.rank,
@@ -182,9 +207,38 @@ impl Server {
                 }
             })
             .map_err(|e| Error::io("spawning accept thread", &e))?;
+        let flusher = match server.engine.tiering.clone() {
+            None => None,
+            Some(t) => {
+                let s = server.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("pdcx-flush".into())
+                        .spawn(move || {
+                            let mut seen = 0;
+                            while !s.shutdown_requested.load(Ordering::SeqCst) {
+                                t.wait_kick(&mut seen);
+                                if s.shutdown_requested.load(Ordering::SeqCst) {
+                                    break;
+                                }
+                                // Errors are recorded in the flush state (and printed once
+                                // per change); the next pass retries.
+                                if let Err(e) = s.engine.flush_pass(1 << 30) {
+                                    eprintln!(
+                                        "pdcx server {}: flush pass failed: {e}",
+                                        s.config.rank
+                                    );
+                                }
+                            }
+                        })
+                        .map_err(|e| Error::io("spawning flush thread", &e))?,
+                )
+            }
+        };
         Ok(ServerHandle {
             server,
             acceptor: Some(acceptor),
+            flusher,
         })
     }
 
@@ -255,6 +309,51 @@ impl ServerHandle {
         if let Some(t) = self.acceptor.take() {
             let _ = t.join();
         }
-        self.server.engine.sync()
+        if let Some(t) = &self.server.engine.tiering {
+            t.kick();
+        }
+        if let Some(f) = self.flusher.take() {
+            let _ = f.join();
+        }
+        self.server.engine.sync()?;
+        self.final_flush()
+    }
+
+    /// At shutdown everything committed goes to its home tier, with progress on stderr. A
+    /// failing tier does not block shutdown: the data is safe in the log and the next start
+    /// flushes it.
+    fn final_flush(&self) -> Result<()> {
+        let engine = &self.server.engine;
+        if engine.tiering.is_none() {
+            return Ok(());
+        }
+        let rank = self.server.config.rank;
+        let start = Instant::now();
+        let mut last = Instant::now();
+        let report = engine.flush_all(&mut |r, done| {
+            if last.elapsed().as_secs_f64() >= 1.0 || r.pending_extents == 0 {
+                eprintln!(
+                    "pdcx server {rank}: flushing at shutdown: {:.1} MiB written, {:.1} MiB to go",
+                    done as f64 / (1 << 20) as f64,
+                    r.pending_bytes as f64 / (1 << 20) as f64
+                );
+                last = Instant::now();
+            }
+        })?;
+        if let Some(e) = &report.error {
+            eprintln!(
+                "pdcx server {rank}: shutdown flush incomplete ({} extents, {:.1} MiB stay in the log and are flushed at the next start): {e}",
+                report.pending_extents,
+                report.pending_bytes as f64 / (1 << 20) as f64
+            );
+        } else if report.extents > 0 {
+            eprintln!(
+                "pdcx server {rank}: flushed {} extents ({:.1} MiB) at shutdown in {:.1} s",
+                report.extents,
+                report.bytes as f64 / (1 << 20) as f64,
+                start.elapsed().as_secs_f64()
+            );
+        }
+        Ok(())
     }
 }

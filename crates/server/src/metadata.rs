@@ -65,7 +65,7 @@ pub struct ExtentRow {
     pub loc: Location,
 }
 
-fn db_err(e: rusqlite::Error) -> Error {
+pub(crate) fn db_err(e: rusqlite::Error) -> Error {
     if let rusqlite::Error::SqliteFailure(f, _) = &e {
         if f.code == rusqlite::ErrorCode::DiskFull {
             return Error::new(ErrorKind::NoSpace, format!("metadata store: {e}"));
@@ -166,7 +166,10 @@ impl Metadata {
 
     /// Runs `f` in one write transaction and returns once it is durable (group commit). An
     /// error from `f` rolls the transaction back.
-    fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction) -> Result<T>) -> Result<T> {
+    pub(crate) fn write<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction) -> Result<T>,
+    ) -> Result<T> {
         let (v, ticket) = self.write_nowait(f)?;
         self.sync.wait(ticket)?;
         Ok(v)
@@ -174,7 +177,7 @@ impl Metadata {
 
     /// Like [`write`](Self::write) but returns at commit (in the WAL, not yet fsynced) with the
     /// ticket to [`wait_durable`](Self::wait_durable) for.
-    fn write_nowait<T>(
+    pub(crate) fn write_nowait<T>(
         &self,
         f: impl FnOnce(&rusqlite::Transaction) -> Result<T>,
     ) -> Result<(T, u64)> {

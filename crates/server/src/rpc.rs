@@ -237,6 +237,11 @@ fn handle(
             Response::Extents(server.engine.extents(id))
         }
         Request::Stats => Response::Stats(stats(server)?),
+        Request::Flush { wait } => Response::Flushed(flush(server, wait)?),
+        Request::Migrate { id, tier } => {
+            let (extents, bytes) = server.engine.migrate(id, &tier)?;
+            Response::Migrated { extents, bytes }
+        }
         Request::DeleteObject { id } => {
             md.delete_object(id)?;
             server.engine.forget(id);
@@ -402,9 +407,29 @@ fn read(
     Ok((Response::Data, out))
 }
 
+fn flush(server: &Server, wait: bool) -> Result<pdcx_core::protocol::FlushReport> {
+    let Some(t) = &server.engine.tiering else {
+        return Err(Error::invalid(
+            "this deployment has no tiers configured: add [[tier]] entries to ROOT/pdcx.toml",
+        ));
+    };
+    if wait {
+        server.engine.flush_all(&mut |_, _| {})
+    } else {
+        t.kick();
+        let st = stats(server)?;
+        Ok(pdcx_core::protocol::FlushReport {
+            pending_extents: st.flush_pending_extents,
+            pending_bytes: st.flush_pending_bytes,
+            error: st.flush_error,
+            ..Default::default()
+        })
+    }
+}
+
 fn stats(server: &Server) -> Result<ServerStats> {
     let (objects, containers) = server.meta.counts()?;
-    Ok(ServerStats {
+    let mut st = ServerStats {
         rank: server.config.rank,
         size: server.config.size,
         pid: std::process::id(),
@@ -419,5 +444,8 @@ fn stats(server: &Server) -> Result<ServerStats> {
         cache_capacity: server.engine.cache().capacity(),
         connections: server.connections.load(Ordering::Relaxed),
         read_bytes: server.read_bytes.load(Ordering::Relaxed),
-    })
+        ..ServerStats::default()
+    };
+    server.engine.fill_tier_stats(&mut st);
+    Ok(st)
 }

@@ -423,7 +423,12 @@ impl SegmentLog {
             return Err(e);
         }
         self.check_poisoned()?;
-        match manifest::store(&self.dir, &plan.manifest) {
+        // A segment retired while this plan synced must not be listed again.
+        let mut listed = plan.manifest.clone();
+        listed
+            .segments
+            .retain(|e| self.segments.contains_key(&e.id));
+        match manifest::store(&self.dir, &listed) {
             Ok(()) => {}
             Err(StoreError::Write(e)) => {
                 retry(self);
@@ -443,6 +448,76 @@ impl SegmentLog {
             }
         }
         Ok(())
+    }
+
+    /// Removes sealed, fully committed segments whose every record now lives elsewhere (the
+    /// caller has made copies durable on a storage tier). The MANIFEST is replaced first
+    /// (fsynced, renamed, directory fsynced), then the files are unlinked; a crash in between
+    /// leaves unlisted files, which the next open deletes. The active (last) segment and
+    /// segments with uncommitted or unsynced bytes are refused. Returns the bytes freed.
+    pub fn retire(&mut self, ids: &[u64]) -> Result<u64> {
+        self.check_poisoned()?;
+        let last = self.segments.last_key_value().map(|(&id, _)| id);
+        for id in ids {
+            let seg = self
+                .segments
+                .get(id)
+                .ok_or_else(|| Error::invalid(format!("segment {id} is not part of the log")))?;
+            if Some(*id) == last || self.dirty.contains(id) || seg.len != seg.committed {
+                return Err(Error::invalid(format!(
+                    "segment {id} is active or has uncommitted bytes; only sealed segments can be retired"
+                )));
+            }
+        }
+        let manifest = Manifest {
+            version: manifest::VERSION,
+            segments: self
+                .segments
+                .iter()
+                .filter(|(id, _)| !ids.contains(id))
+                .map(|(&id, s)| SegmentEntry {
+                    id,
+                    committed_len: s.committed,
+                })
+                .collect(),
+        };
+        match manifest::store(&self.dir, &manifest) {
+            Ok(()) => {}
+            Err(StoreError::Write(e)) => return Err(e),
+            Err(StoreError::Sync(what, e)) => {
+                self.poisoned = true;
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    format!("{what}: {e}; {POISONED}"),
+                ));
+            }
+        }
+        let mut freed = 0;
+        for id in ids {
+            if let Some(seg) = self.segments.remove(id) {
+                freed += seg.len;
+                // Already unlisted: if the unlink fails, the next open removes the file.
+                let _ = fs::remove_file(self.segment_path(*id));
+            }
+        }
+        Ok(freed)
+    }
+
+    /// Ids of segments that no longer take appends and whose bytes are all committed.
+    pub fn sealed_segments(&self) -> Vec<u64> {
+        let last = self.segments.last_key_value().map(|(&id, _)| id);
+        self.segments
+            .iter()
+            .filter(|(id, s)| {
+                Some(**id) != last && !self.dirty.contains(id) && s.len == s.committed
+            })
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// True while `segment` is part of the log (not retired).
+    pub fn has_segment(&self, segment: u64) -> bool {
+        self.segments.contains_key(&segment)
     }
 
     /// Reads `buf.len()` bytes at `offset` of `segment`. Errors if that is past the log's end.
@@ -710,6 +785,46 @@ mod tests {
             .unwrap();
         assert!(e.message.contains("seg-00000001.log"), "{e}");
         assert!(e.message.contains(&format!("offset {valid}")), "{e}");
+    }
+
+    #[test]
+    fn retired_segments_leave_the_manifest_and_stay_gone_after_reopen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let opts = || LogOptions {
+            segment_bytes: 1000,
+        };
+        let (mut log, _) = SegmentLog::open(tmp.path(), opts()).unwrap();
+        let region = r(&[0], &[100]);
+        let locs: Vec<Location> = (0..30u64)
+            .map(|i| log.append(i, i, &region, &payload(i as u8, 100)).unwrap())
+            .collect();
+        // Uncommitted segments cannot be retired.
+        let first = locs[0].segment;
+        assert!(log.retire(&[first]).is_err());
+        log.commit().unwrap();
+        let sealed = log.sealed_segments();
+        let last = *log.segment_ids().last().unwrap();
+        assert!(
+            !sealed.contains(&last),
+            "the active segment is never sealed"
+        );
+        assert!(log.retire(&[last]).is_err());
+        // A commit prepared before the retirement must not list the retired segment again.
+        log.append(99, 99, &region, &payload(9, 100)).unwrap();
+        let plan = log.prepare_commit().unwrap().unwrap();
+        let freed = log.retire(&sealed[..2]).unwrap();
+        assert!(freed > 0);
+        let synced = plan.sync();
+        log.finish_commit(plan, synced).unwrap();
+        assert!(!log.has_segment(sealed[0]) && !log.segment_path(sealed[0]).exists());
+        drop(log);
+        let (log, rec) = SegmentLog::open(tmp.path(), opts()).unwrap();
+        assert_eq!(rec.removed_segments, 0);
+        assert!(!log.has_segment(sealed[1]));
+        for loc in locs.iter().filter(|l| !sealed[..2].contains(&l.segment)) {
+            assert!(log.is_committed(loc));
+            log.read_payload(loc).unwrap();
+        }
     }
 
     #[test]

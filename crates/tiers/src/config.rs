@@ -27,6 +27,9 @@
 //!
 //! [flush]
 //! interval_ms = 200       # how often the background flusher looks for committed extents
+//!
+//! [log]
+//! segment_bytes = "256MiB" # flushed log space is freed a whole sealed segment at a time
 //! ```
 //!
 //! Any tier field can be overridden with `PDCX_TIER_<NAME>_<FIELD>` (name upper-cased, `-` as
@@ -101,6 +104,16 @@ impl Default for FlushConfig {
     }
 }
 
+/// The host-side log in front of the tiers.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogConfig {
+    /// Roll to a new segment after this many bytes. Only sealed segments are retired once
+    /// flushed, so smaller segments free log space sooner (default 1GiB).
+    #[serde(default, deserialize_with = "de_size", serialize_with = "ser_size")]
+    pub segment_bytes: Option<u64>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentConfig {
@@ -108,6 +121,8 @@ pub struct DeploymentConfig {
     pub tiers: Vec<TierConfig>,
     #[serde(default)]
     pub flush: FlushConfig,
+    #[serde(default)]
+    pub log: LogConfig,
 }
 
 impl DeploymentConfig {
@@ -212,6 +227,9 @@ impl DeploymentConfig {
                     return bad("part_size must be at least 5MiB (S3's minimum part size)");
                 }
             }
+        }
+        if self.log.segment_bytes.is_some_and(|b| b < 1 << 20) {
+            return Err(Error::invalid("log.segment_bytes must be at least 1MiB"));
         }
         if self.flush.interval_ms == 0 {
             return Err(Error::invalid("flush.interval_ms must be > 0"));

@@ -1,0 +1,451 @@
+//! The flusher and the read path below the log: copies committed extents to their home tier,
+//! retires log segments whose every extent has a durable home, reads retired extents back,
+//! and moves an object's extents between tiers (`pdcx migrate`).
+
+use super::homes::HomeRow;
+use super::placement::{candidates, parse_hint, TierHint, TierView, TIER_TAG};
+use super::{codec, Home, Tiering};
+use crate::engine::{Engine, Extent};
+use pdcx_core::model::TagValue;
+use pdcx_core::protocol::TierStat;
+use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+pub use pdcx_core::protocol::FlushReport;
+
+fn tag_str<'a>(obj: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    obj.tags
+        .iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| match v {
+            TagValue::Str(s) => Some(s.as_str()),
+            _ => None,
+        })
+}
+
+impl Engine {
+    fn tiers(&self) -> Result<&Arc<Tiering>> {
+        self.tiering
+            .as_ref()
+            .ok_or_else(|| Error::invalid("this deployment has no tiers configured (pdcx.toml)"))
+    }
+
+    /// The home of `e` as the index knows it now (a reader's copy of `e` may predate it).
+    pub(crate) fn current_home(&self, id: ObjectId, e: &Extent) -> Result<Home> {
+        if let Some(h) = &e.home {
+            return Ok(h.clone());
+        }
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        index
+            .get(&id)
+            .and_then(|v| v.iter().find(|x| x.seq == e.seq))
+            .and_then(|x| x.home.clone())
+            .ok_or_else(|| {
+                Error::internal(format!(
+                    "extent {} of object {id:#x} is neither in the log nor on a tier",
+                    e.seq
+                ))
+            })
+    }
+
+    /// Bytes `[lo, hi)` of extent `e`'s raw payload from its home tier: a byte-range read for
+    /// uncompressed blobs, else the whole blob decoded (and cached, so neighbouring pieces of
+    /// the same read hit the cache).
+    pub(crate) fn read_from_tier(
+        &self,
+        obj: &ObjectMeta,
+        e: &Extent,
+        home: &Home,
+        (lo, hi): (u64, u64),
+    ) -> Result<Arc<Vec<u8>>> {
+        let t = self.tiers()?;
+        let key = t.key(obj.id, e.seq);
+        if home.codec == "none" {
+            let mut buf = vec![0u8; (hi - lo) as usize];
+            t.get_range(home.tier, &key, lo, &mut buf)?;
+            return Ok(Arc::new(buf));
+        }
+        let mut blob = vec![0u8; home.stored_len as usize];
+        t.get_range(home.tier, &key, 0, &mut blob)?;
+        let raw = codec::decode(&home.codec, obj.dtype, &e.region, &blob, e.loc.len)?;
+        let raw = Arc::new(raw);
+        self.cache.insert(e.loc, raw.clone());
+        Ok(if lo == 0 && hi == raw.len() as u64 {
+            raw
+        } else {
+            Arc::new(raw[lo as usize..hi as usize].to_vec())
+        })
+    }
+
+    /// The whole raw payload of an extent, wherever it is.
+    fn extent_bytes(&self, obj: &ObjectMeta, e: &Extent) -> Result<Arc<Vec<u8>>> {
+        if let Some(d) = self.cache.get(&e.loc) {
+            return Ok(d);
+        }
+        {
+            let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+            if e.in_log && log.has_segment(e.loc.segment) {
+                return Ok(Arc::new(log.read_payload(&e.loc)?));
+            }
+        }
+        let home = self.current_home(obj.id, e)?;
+        self.read_from_tier(obj, e, &home, (0, e.loc.len))
+    }
+
+    fn views(&self, t: &Tiering) -> Vec<TierView> {
+        t.tiers
+            .iter()
+            .zip(&t.counters)
+            .map(|(tier, c)| TierView {
+                free: tier.capacity().map(|cap| cap.saturating_sub(tier.used())),
+                bandwidth: c.put_bandwidth(),
+            })
+            .collect()
+    }
+
+    /// Raw bytes of each of `ids`' extents per tier (for quotas).
+    fn placed(&self, t: &Tiering, ids: &HashSet<ObjectId>) -> HashMap<ObjectId, Vec<u64>> {
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        ids.iter()
+            .map(|id| {
+                let mut per = vec![0u64; t.tiers.len()];
+                for e in index.get(id).into_iter().flatten() {
+                    if let Some(h) = &e.home {
+                        per[h.tier] += e.loc.len;
+                    }
+                }
+                (*id, per)
+            })
+            .collect()
+    }
+
+    /// One flush pass: homes up to `max_bytes` of extents that have none, then retires the
+    /// log segments that no longer hold anything unflushed.
+    pub fn flush_pass(&self, max_bytes: u64) -> Result<FlushReport> {
+        let mut report = FlushReport::default();
+        let Some(t) = self.tiering.clone() else {
+            return Ok(report);
+        };
+        let mut todo: Vec<(ObjectId, Extent)> = {
+            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+            index
+                .iter()
+                .flat_map(|(id, v)| {
+                    v.iter()
+                        .filter(|e| e.home.is_none())
+                        .map(|e| (*id, e.clone()))
+                })
+                .collect()
+        };
+        // Log order: the flusher reads the log sequentially.
+        todo.sort_by_key(|(_, e)| (e.loc.segment, e.loc.offset));
+        let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
+        let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
+        let mut placed = self.placed(&t, &ids);
+        let mut metas: HashMap<ObjectId, Option<ObjectMeta>> = HashMap::new();
+        let mut failed: HashSet<usize> = HashSet::new();
+        let mut rows = Vec::new();
+        let mut done: Vec<(ObjectId, u64, Home)> = Vec::new();
+        for (id, e) in &todo {
+            if report.bytes >= max_bytes {
+                break;
+            }
+            let meta = metas
+                .entry(*id)
+                .or_insert_with(|| self.object_meta(*id, false).ok())
+                .clone();
+            let Some(meta) = meta else { continue }; // deleted meanwhile
+            let hint = match tag_str(&meta, TIER_TAG).map(|s| parse_hint(s, &names)) {
+                None => TierHint::Auto,
+                Some(Ok(h)) => h,
+                Some(Err(err)) => {
+                    report.error = Some(format!(
+                        "object {}: {}; placing it automatically",
+                        meta.name, err.message
+                    ));
+                    TierHint::Auto
+                }
+            };
+            let codec_spec = codec::spec_for(&meta);
+            let raw = self.extent_bytes(&meta, e)?;
+            let stored = codec::encode(&codec_spec, meta.dtype, &e.region, &raw)?;
+            let key = t.key(*id, e.seq);
+            let per = placed.entry(*id).or_insert_with(|| vec![0; t.tiers.len()]);
+            let mut home = None;
+            for tier in candidates(&hint, stored.len() as u64, per, &self.views(&t)) {
+                if failed.contains(&tier) {
+                    break; // keep the placement order: wait for this tier rather than skip it
+                }
+                match t.put(tier, &key, &stored) {
+                    Ok(()) => {
+                        home = Some(Home {
+                            tier,
+                            codec: codec_spec.clone(),
+                            stored_len: stored.len() as u64,
+                        });
+                        break;
+                    }
+                    Err(err) if err.kind == ErrorKind::NoSpace => continue,
+                    Err(err) => {
+                        failed.insert(tier);
+                        report.error = Some(format!("tier {:?}: {}", t.name(tier), err.message));
+                        break;
+                    }
+                }
+            }
+            let Some(home) = home else { continue };
+            per[home.tier] += e.loc.len;
+            report.extents += 1;
+            report.bytes += e.loc.len;
+            report.stored_bytes += home.stored_len;
+            if t.is_durable(home.tier) {
+                rows.push(HomeRow {
+                    id: *id,
+                    seq: e.seq,
+                    tier: t.name(home.tier).to_string(),
+                    codec: home.codec.clone(),
+                    stored_len: home.stored_len,
+                });
+            }
+            done.push((*id, e.seq, home));
+        }
+        if !rows.is_empty() {
+            let ticket = self.meta.put_homes(&rows)?;
+            self.meta.wait_durable(ticket)?;
+        }
+        self.set_homes(&t, done);
+        {
+            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+            for e in index.values().flatten() {
+                if !e.home.as_ref().is_some_and(|h| t.is_durable(h.tier)) {
+                    report.pending_extents += 1;
+                    report.pending_bytes += e.loc.len;
+                }
+            }
+        }
+        report.retired_segments = self.retire_flushed(&t)?;
+        let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
+        st.passes += 1;
+        st.flushed_bytes += report.bytes;
+        st.flushed_extents += report.extents;
+        if report.error.is_none() && failed.is_empty() {
+            st.last_error = None;
+        } else if let Some(e) = &report.error {
+            st.last_error = Some(e.clone());
+        }
+        Ok(report)
+    }
+
+    /// Publishes new homes in the index; a home for an extent that vanished meanwhile (object
+    /// deleted) is undone.
+    fn set_homes(&self, t: &Tiering, done: Vec<(ObjectId, u64, Home)>) {
+        let mut orphans = Vec::new();
+        {
+            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+            for (id, seq, home) in done {
+                match index
+                    .get_mut(&id)
+                    .and_then(|v| v.iter_mut().find(|x| x.seq == seq))
+                {
+                    Some(x) => x.home = Some(home),
+                    None => orphans.push((id, seq, home)),
+                }
+            }
+        }
+        for (id, seq, home) in orphans {
+            let _ = t.delete(home.tier, &t.key(id, seq));
+            let _ = self.meta.delete_homes(&[(id, seq)]);
+        }
+    }
+
+    /// Retires sealed log segments whose every visible extent has a durable home and that no
+    /// staged write still needs. Runs under the commit lock (no extent can appear meanwhile);
+    /// pins are checked under the log lock, which appends also hold while pinning.
+    fn retire_flushed(&self, t: &Tiering) -> Result<u64> {
+        let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut blocked = HashSet::new();
+        {
+            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+            for e in index.values().flatten() {
+                if e.in_log && !e.home.as_ref().is_some_and(|h| t.is_durable(h.tier)) {
+                    blocked.insert(e.loc.segment);
+                }
+            }
+        }
+        let ready: Vec<u64> = {
+            let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
+            let ready: Vec<u64> = log
+                .sealed_segments()
+                .into_iter()
+                .filter(|s| !blocked.contains(s) && !self.pins.pinned(*s))
+                .collect();
+            if ready.is_empty() {
+                return Ok(0);
+            }
+            let freed = log.retire(&ready)?;
+            let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.retired_segments += ready.len() as u64;
+            st.retired_bytes += freed;
+            ready
+        };
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        for e in index.values_mut().flatten() {
+            if ready.contains(&e.loc.segment) {
+                e.in_log = false;
+            }
+        }
+        Ok(ready.len() as u64)
+    }
+
+    /// Moves every extent of `id` held here to tier `tier_name` (re-encoding with the object's
+    /// current codec). Returns (extents moved, raw bytes).
+    pub fn migrate(&self, id: ObjectId, tier_name: &str) -> Result<(u64, u64)> {
+        let t = self.tiers()?.clone();
+        let tier = t.tier_index(tier_name).ok_or_else(|| {
+            Error::invalid(format!(
+                "no tier named {tier_name:?} (tiers: {})",
+                t.tiers
+                    .iter()
+                    .map(|x| x.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?;
+        let extents: Vec<Extent> = self
+            .index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+            .unwrap_or_default();
+        if extents.is_empty() {
+            return Ok((0, 0));
+        }
+        let meta = self.object_meta(id, false)?;
+        let codec_spec = codec::spec_for(&meta);
+        let (mut n, mut bytes) = (0, 0);
+        for e in extents {
+            if e.home.as_ref().is_some_and(|h| h.tier == tier) {
+                continue;
+            }
+            if !t.is_durable(tier) && !e.in_log {
+                return Err(Error::invalid(format!(
+                    "tier {tier_name:?} is not durable and extent {} of {} is no longer in the log: it would be the only copy",
+                    e.seq, meta.name
+                )));
+            }
+            let raw = self.extent_bytes(&meta, &e)?;
+            let stored = codec::encode(&codec_spec, meta.dtype, &e.region, &raw)?;
+            let key = t.key(id, e.seq);
+            let old = e.home.clone();
+            // The new copy is written (and its home made durable) before the old one goes.
+            t.put(tier, &key, &stored)?;
+            let home = Home {
+                tier,
+                codec: codec_spec.clone(),
+                stored_len: stored.len() as u64,
+            };
+            if t.is_durable(tier) {
+                let ticket = self.meta.put_homes(&[HomeRow {
+                    id,
+                    seq: e.seq,
+                    tier: tier_name.to_string(),
+                    codec: codec_spec.clone(),
+                    stored_len: home.stored_len,
+                }])?;
+                self.meta.wait_durable(ticket)?;
+            } else {
+                self.meta.delete_homes(&[(id, e.seq)])?;
+            }
+            self.set_homes(&t, vec![(id, e.seq, home)]);
+            if let Some(old) = old {
+                let _ = t.delete(old.tier, &key);
+            }
+            n += 1;
+            bytes += e.loc.len;
+        }
+        Ok((n, bytes))
+    }
+
+    /// Deletes the tier copies and home rows of a deleted object's extents.
+    pub(crate) fn drop_tier_copies(&self, id: ObjectId, gone: &[Extent]) {
+        let Some(t) = &self.tiering else { return };
+        let mut keys = Vec::new();
+        for e in gone {
+            if let Some(h) = &e.home {
+                let _ = t.delete(h.tier, &t.key(id, e.seq));
+                keys.push((id, e.seq));
+            }
+        }
+        if !keys.is_empty() {
+            let _ = self.meta.delete_homes(&keys);
+        }
+    }
+
+    /// Tier usage, the flush queue and the flusher's health, for `pdcx top` and tests.
+    pub fn fill_tier_stats(&self, st: &mut pdcx_core::protocol::ServerStats) {
+        let Some(t) = &self.tiering else { return };
+        st.tiers = tier_stats(t);
+        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+        for e in index.values().flatten() {
+            if !e.home.as_ref().is_some_and(|h| t.is_durable(h.tier)) {
+                st.flush_pending_extents += 1;
+                st.flush_pending_bytes += e.loc.len;
+            }
+        }
+        let fs = t.state();
+        st.flushed_bytes = fs.flushed_bytes;
+        st.retired_bytes = fs.retired_bytes;
+        st.flush_error = fs.last_error;
+    }
+
+    /// "log", "log+TIER" or "TIER" for `pdcx show`.
+    pub(crate) fn tier_label(&self, e: &Extent) -> String {
+        match (&self.tiering, &e.home) {
+            (Some(t), Some(h)) if e.in_log => format!("log+{}", t.name(h.tier)),
+            (Some(t), Some(h)) => t.name(h.tier).to_string(),
+            _ => "log".to_string(),
+        }
+    }
+
+    /// Flushes until nothing is pending or a pass makes no progress (a tier is failing).
+    /// Progress goes to `progress` after each pass.
+    pub fn flush_all(&self, progress: &mut dyn FnMut(&FlushReport, u64)) -> Result<FlushReport> {
+        let mut total = FlushReport::default();
+        let mut done = 0u64;
+        loop {
+            let r = self.flush_pass(256 << 20)?;
+            done += r.bytes;
+            total.extents += r.extents;
+            total.bytes += r.bytes;
+            total.stored_bytes += r.stored_bytes;
+            total.retired_segments += r.retired_segments;
+            total.pending_extents = r.pending_extents;
+            total.pending_bytes = r.pending_bytes;
+            total.error = r.error.clone();
+            progress(&r, done);
+            if r.pending_extents == 0 || r.extents == 0 {
+                return Ok(total);
+            }
+        }
+    }
+}
+
+/// Per-tier numbers for stats.
+pub fn tier_stats(t: &Tiering) -> Vec<TierStat> {
+    t.tiers
+        .iter()
+        .zip(&t.counters)
+        .map(|(x, c)| TierStat {
+            name: x.name().to_string(),
+            kind: x.kind().to_string(),
+            used: x.used(),
+            capacity: x.capacity(),
+            put_bytes: c.put_bytes.load(Ordering::Relaxed),
+            get_bytes: c.get_bytes.load(Ordering::Relaxed),
+            put_bandwidth: c.put_bandwidth().unwrap_or(0.0),
+        })
+        .collect()
+}

@@ -1,0 +1,271 @@
+//! The storage hierarchy behind a server's log.
+//!
+//! Writes land in the segment log (crash-consistent, host-side). A background **flusher**
+//! copies committed extents to the tier the placement picks (`placement.rs`), records each
+//! extent's *home* durably (`homes.rs`), and then **retires** log segments whose every extent
+//! has a durable home, so the log stays the size of the unflushed data. Reads fall through
+//! cache → log → home tier (byte ranges; whole blob + decode for compressed ones).
+//! A tier that fails (S3 outage, bad credentials) is retried on later passes: the data stays
+//! in the log and nothing is acknowledged differently.
+
+mod codec;
+mod flush;
+pub(crate) mod homes;
+pub mod placement;
+
+use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_tiers::{DeploymentConfig, Tier};
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+pub use flush::{tier_stats, FlushReport};
+
+/// Where an extent's bytes live besides (or instead of) the log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Home {
+    /// Index into [`Tiering::tiers`].
+    pub tier: usize,
+    pub codec: String,
+    pub stored_len: u64,
+}
+
+/// Per-tier traffic counters (since start).
+#[derive(Default)]
+pub struct TierCounters {
+    pub put_bytes: AtomicU64,
+    pub put_nanos: AtomicU64,
+    pub get_bytes: AtomicU64,
+    pub extents: AtomicU64,
+}
+
+impl TierCounters {
+    /// Measured write bandwidth in bytes/s, once at least 1 MiB was written.
+    pub fn put_bandwidth(&self) -> Option<f64> {
+        let (b, ns) = (
+            self.put_bytes.load(Ordering::Relaxed),
+            self.put_nanos.load(Ordering::Relaxed),
+        );
+        (b >= 1 << 20 && ns > 0).then(|| b as f64 / (ns as f64 / 1e9))
+    }
+}
+
+/// Flusher progress and health, shown by `pdcx top` / `pdcx flush`.
+#[derive(Default, Debug, Clone)]
+pub struct FlushState {
+    pub flushed_bytes: u64,
+    pub flushed_extents: u64,
+    pub retired_segments: u64,
+    pub retired_bytes: u64,
+    /// The last tier error, cleared by the next successful put to that tier.
+    pub last_error: Option<String>,
+    pub passes: u64,
+}
+
+pub struct Tiering {
+    pub tiers: Vec<Arc<dyn Tier>>,
+    pub counters: Vec<TierCounters>,
+    /// Blob keys start with this: the deployment id and this server's rank, so deployments
+    /// (and ranks) sharing a bucket or a directory never collide.
+    prefix: String,
+    pub interval: Duration,
+    pub state: Mutex<FlushState>,
+    /// Wakes the flusher early (`pdcx flush`, shutdown).
+    pub(crate) kick: (Mutex<u64>, Condvar),
+}
+
+impl Tiering {
+    /// Opens every tier the config declares; `None` when it declares none (log only).
+    pub fn open(cfg: &DeploymentConfig, deployment: &str, rank: u32) -> Result<Option<Tiering>> {
+        if cfg.tiers.is_empty() {
+            return Ok(None);
+        }
+        let mut tiers = Vec::new();
+        for t in &cfg.tiers {
+            tiers.push(pdcx_tiers::open(t).map_err(|e| {
+                Error::new(
+                    e.kind,
+                    format!("opening tier {:?} ({}): {}", t.name, t.kind, e.message),
+                )
+            })?);
+        }
+        let counters = tiers.iter().map(|_| TierCounters::default()).collect();
+        Ok(Some(Tiering {
+            tiers,
+            counters,
+            prefix: format!("{deployment}/s{rank:04}"),
+            interval: Duration::from_millis(cfg.flush.interval_ms),
+            state: Mutex::new(FlushState::default()),
+            kick: (Mutex::new(0), Condvar::new()),
+        }))
+    }
+
+    pub fn tier_index(&self, name: &str) -> Option<usize> {
+        self.tiers.iter().position(|t| t.name() == name)
+    }
+
+    pub fn name(&self, tier: usize) -> &str {
+        self.tiers.get(tier).map_or("?", |t| t.name())
+    }
+
+    pub fn is_durable(&self, tier: usize) -> bool {
+        self.tiers.get(tier).is_some_and(|t| t.durable())
+    }
+
+    /// The blob key of extent `seq` of object `id`.
+    pub fn key(&self, id: u64, seq: u64) -> String {
+        format!("{}/{id:016x}/{seq:016x}", self.prefix)
+    }
+
+    /// Key prefix of every blob of object `id` (for deletion).
+    pub fn object_prefix(&self, id: u64) -> String {
+        format!("{}/{id:016x}/", self.prefix)
+    }
+
+    pub fn state(&self) -> FlushState {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn note_error(&self, tier: usize, e: &Error) {
+        let msg = format!(
+            "tier {:?} ({}): {}; unflushed data stays in the log and the flush is retried",
+            self.name(tier),
+            self.tiers[tier].kind(),
+            e.message
+        );
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if st.last_error.as_deref() != Some(msg.as_str()) {
+            eprintln!("pdcx: {msg}");
+        }
+        st.last_error = Some(msg);
+    }
+
+    fn clear_error(&self, tier: usize) {
+        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let prefix = format!("tier {:?}", self.name(tier));
+        if st
+            .last_error
+            .as_deref()
+            .is_some_and(|m| m.starts_with(&prefix))
+        {
+            eprintln!("pdcx: tier {:?} is reachable again", self.name(tier));
+            st.last_error = None;
+        }
+    }
+
+    /// Stores a blob on `tier`, counting traffic and bandwidth.
+    pub(crate) fn put(&self, tier: usize, key: &str, data: &[u8]) -> Result<()> {
+        let t0 = std::time::Instant::now();
+        let r = self.tiers[tier].put(key, data);
+        match &r {
+            Ok(()) => {
+                let c = &self.counters[tier];
+                c.put_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                c.put_nanos
+                    .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                c.extents.fetch_add(1, Ordering::Relaxed);
+                self.clear_error(tier);
+            }
+            Err(e) if e.kind == ErrorKind::NoSpace => {}
+            Err(e) => self.note_error(tier, e),
+        }
+        r
+    }
+
+    pub(crate) fn get_range(
+        &self,
+        tier: usize,
+        key: &str,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        self.tiers[tier].get_range(key, offset, out)?;
+        self.counters[tier]
+            .get_bytes
+            .fetch_add(out.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    pub(crate) fn delete(&self, tier: usize, key: &str) -> Result<()> {
+        self.tiers[tier].delete(key)?;
+        let _ =
+            self.counters[tier]
+                .extents
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_sub(1))
+                });
+        Ok(())
+    }
+
+    /// Wakes the flusher now instead of at its next interval.
+    pub fn kick(&self) {
+        let (m, cv) = &self.kick;
+        *m.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        cv.notify_all();
+    }
+
+    /// Sleeps until kicked or the interval passes.
+    pub(crate) fn wait_kick(&self, seen: &mut u64) {
+        let (m, cv) = &self.kick;
+        let g = m.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = cv
+            .wait_timeout_while(g, self.interval, |k| *k == *seen)
+            .unwrap_or_else(|p| p.into_inner());
+        *seen = *g;
+    }
+}
+
+/// Reads `ROOT/deployment-id`, creating it (random hex) on first start. Every rank reads the
+/// same id; the first writer wins a create-new race.
+pub fn deployment_id(root: &Path) -> Result<String> {
+    use std::io::Write;
+    let path = root.join("deployment-id");
+    let read = || std::fs::read_to_string(&path).map(|s| s.trim().to_string());
+    match read() {
+        Ok(id) if !id.is_empty() => return Ok(id),
+        _ => {}
+    }
+    let id = format!("pdcx-{:016x}", rand::random::<u64>());
+    let tmp = root.join(format!("deployment-id.tmp-{}", std::process::id()));
+    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io("writing deployment-id", &e))?;
+    f.write_all(id.as_bytes())
+        .and_then(|()| f.sync_all())
+        .map_err(|e| Error::io("writing deployment-id", &e))?;
+    // hard_link fails if another rank created it first; then theirs wins.
+    let _ = std::fs::hard_link(&tmp, &path);
+    let _ = std::fs::remove_file(&tmp);
+    match read() {
+        Ok(id) if !id.is_empty() => Ok(id),
+        Ok(_) => Err(Error::internal("deployment-id is empty")),
+        Err(e) => Err(Error::io("reading deployment-id", &e)),
+    }
+}
+
+/// Durable homes by extent, resolved against the configured tiers. A home on a tier the
+/// config no longer declares is an error: that data would be unreachable.
+pub(crate) fn load_homes(
+    meta: &crate::metadata::Metadata,
+    tiering: Option<&Tiering>,
+) -> Result<std::collections::HashMap<(u64, u64), Home>> {
+    meta.ensure_home_table()?;
+    let rows = meta.load_homes()?;
+    let mut out = std::collections::HashMap::with_capacity(rows.len());
+    for r in rows {
+        let tier = tiering.and_then(|t| t.tier_index(&r.tier)).ok_or_else(|| {
+            Error::invalid(format!(
+                "extent {} of object {:#x} lives on tier {:?}, which the config (pdcx.toml) does not declare; restore that tier's entry",
+                r.seq, r.id, r.tier
+            ))
+        })?;
+        out.insert(
+            (r.id, r.seq),
+            Home {
+                tier,
+                codec: r.codec,
+                stored_len: r.stored_len,
+            },
+        );
+    }
+    Ok(out)
+}
