@@ -400,7 +400,7 @@ pub struct ServerStats {
     /// The tiers behind the log (empty when none are configured).
     #[serde(default)]
     pub tiers: Vec<TierStat>,
-    /// Committed extents without a durable home yet (bytes, count): the flush queue.
+    /// Committed extents the flusher has not placed on a tier yet (bytes, count): the flush queue.
     #[serde(default)]
     pub flush_pending_bytes: u64,
     #[serde(default)]
@@ -422,7 +422,7 @@ pub struct FlushReport {
     /// Raw bytes homed, and the bytes stored for them (after codecs).
     pub bytes: u64,
     pub stored_bytes: u64,
-    /// Extents still without a durable home (and their raw bytes).
+    /// Extents not yet placed on a tier (and their raw bytes).
     pub pending_extents: u64,
     pub pending_bytes: u64,
     pub retired_segments: u64,

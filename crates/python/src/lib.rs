@@ -335,17 +335,23 @@ impl Client {
         let ex = py.allow_threads(|| self.inner.extents(id)).map_err(to_py)?;
         let v: Vec<Value> = ex
             .iter()
-            .map(|e| json!({"seq": e.seq, "offset": e.region.offset, "count": e.region.count, "segment": e.segment, "log_offset": e.offset, "len": e.len, "cached": e.cached, "server": e.holder}))
+            .map(|e| json!({"seq": e.seq, "offset": e.region.offset, "count": e.region.count, "segment": e.segment, "log_offset": e.offset, "len": e.len, "cached": e.cached, "server": e.holder, "tier": e.tier, "codec": e.codec, "stored_len": e.stored_len}))
             .collect();
         Ok(Value::Array(v).to_string())
     }
 
     fn stats(&self, py: Python<'_>, rank: u32) -> R<String> {
         let s = py.allow_threads(|| self.inner.stats(rank)).map_err(to_py)?;
-        Ok(json!({"rank": s.rank, "size": s.size, "pid": s.pid, "addr": s.addr, "objects": s.objects,
-            "containers": s.containers, "extents": s.extents, "log_bytes": s.log_bytes, "read_bytes": s.read_bytes,
-            "cache_bytes": s.cache_bytes, "cache_capacity": s.cache_capacity, "uptime_s": s.uptime_s})
-        .to_string())
+        // Every field of the server's stats, tiers and flush queue included.
+        serde_json::to_string(&s).map_err(|e| to_py(pdcx_core::Error::internal(e.to_string())))
+    }
+
+    /// Flushes server `rank`'s committed extents to its tiers (JSON report).
+    fn flush(&self, py: Python<'_>, rank: u32, wait: bool) -> R<String> {
+        let r = py
+            .allow_threads(|| self.inner.flush_server(rank, wait))
+            .map_err(to_py)?;
+        serde_json::to_string(&r).map_err(|e| to_py(pdcx_core::Error::internal(e.to_string())))
     }
 
     /// Synchronous write of a C-contiguous byte buffer, sent without an intermediate copy.

@@ -138,8 +138,9 @@ fn flushed_segments_are_retired_and_reads_come_from_tiers_after_restart() {
 #[test]
 fn full_fast_tier_spills_and_quota_splits_vertically() {
     let dir = tempfile::tempdir().unwrap();
-    // Room for 3 of the 16 extents on the fast tier.
-    let cfg = config(dir.path(), "1600KiB");
+    // Room for 3 of the 16 extents on the fast tier, which then stays below the 90% that
+    // would trigger demotion.
+    let cfg = config(dir.path(), "1800KiB");
     let (meta, engine) = open(dir.path(), &cfg);
     let n = 16 * 65_536;
     let spill = object(&meta, "spill", n, vec![]);
@@ -168,4 +169,49 @@ fn full_fast_tier_spills_and_quota_splits_vertically() {
     assert_eq!((on(quota, "fast"), on(quota, "slow")), (3, 13));
     assert_eq!(read_all(&engine, spill, n), a);
     assert_eq!(read_all(&engine, quota, n), b);
+}
+
+#[test]
+fn full_tiers_demote_cold_extents_and_hot_ones_come_back_up() {
+    let dir = tempfile::tempdir().unwrap();
+    // The fast tier takes 8 of the 16 extents of 512 KiB.
+    let cfg = config(dir.path(), "4MiB");
+    let (meta, engine) = open(dir.path(), &cfg);
+    let n = 16 * 65_536;
+    let id = object(
+        &meta,
+        "x",
+        n,
+        vec![("pdcx.tier".into(), TagValue::Str("fast".into()))],
+    );
+    let data = write_all(&engine, id);
+    let on_fast = |engine: &Engine| {
+        engine
+            .extents(id)
+            .into_iter()
+            .filter(|e| e.tier.ends_with("fast"))
+            .map(|e| e.seq)
+            .collect::<Vec<_>>()
+    };
+    engine.flush_pass(u64::MAX).unwrap();
+    // Filled to 100% (> 90%), then demoted below 60%: 4 extents (2 MiB) stay.
+    let fast = on_fast(&engine);
+    assert_eq!(fast.len(), 4, "{fast:?}");
+    assert_eq!(read_all(&engine, id, n), data);
+    // Reading one slow extent three times makes it hot: the next pass promotes it, since the
+    // fast tier stays below 75% with it.
+    let slow = engine
+        .extents(id)
+        .into_iter()
+        .find(|e| e.tier.ends_with("slow"))
+        .unwrap();
+    let mut buf = vec![0u8; slow.len as usize];
+    for _ in 0..3 {
+        engine.read(id, &slow.region, &mut buf).unwrap();
+    }
+    engine.flush_pass(u64::MAX).unwrap();
+    let fast_after = on_fast(&engine);
+    assert_eq!(fast_after.len(), 5, "{fast_after:?}");
+    assert!(fast_after.contains(&slow.seq));
+    assert_eq!(read_all(&engine, id, n), data);
 }

@@ -13,6 +13,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// Reads from a slower tier between two passes that make an extent hot enough to promote.
+pub const PROMOTE_READS: u32 = 3;
+
 pub use pdcx_core::protocol::FlushReport;
 
 fn tag_str<'a>(obj: &'a ObjectMeta, key: &str) -> Option<&'a str> {
@@ -62,6 +65,7 @@ impl Engine {
     ) -> Result<Arc<Vec<u8>>> {
         let t = self.tiers()?;
         let key = t.key(obj.id, e.seq);
+        t.note_read(obj.id, e.seq);
         if home.codec == "none" {
             let mut buf = vec![0u8; (hi - lo) as usize];
             t.get_range(home.tier, &key, lo, &mut buf)?;
@@ -101,6 +105,7 @@ impl Engine {
             .map(|(tier, c)| TierView {
                 free: tier.capacity().map(|cap| cap.saturating_sub(tier.used())),
                 bandwidth: c.put_bandwidth(),
+                durable: tier.durable(),
             })
             .collect()
     }
@@ -219,11 +224,14 @@ impl Engine {
         {
             let index = self.index.read().unwrap_or_else(|p| p.into_inner());
             for e in index.values().flatten() {
-                if !e.home.as_ref().is_some_and(|h| t.is_durable(h.tier)) {
+                if e.home.is_none() {
                     report.pending_extents += 1;
                     report.pending_bytes += e.loc.len;
                 }
             }
+        }
+        if let Err(e) = self.rebalance() {
+            report.error = Some(format!("moving extents between tiers: {}", e.message));
         }
         report.retired_segments = self.retire_flushed(&t)?;
         let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
@@ -313,6 +321,12 @@ impl Engine {
                     .join(", ")
             ))
         })?;
+        if !t.is_durable(tier) {
+            // A memory copy may be the only one once the log segment is retired.
+            return Err(Error::invalid(format!(
+                "tier {tier_name:?} is not durable; migrate to a durable tier (memory tiers fill from flushes and act as a cache)"
+            )));
+        }
         let extents: Vec<Extent> = self
             .index
             .read()
@@ -324,49 +338,129 @@ impl Engine {
             return Ok((0, 0));
         }
         let meta = self.object_meta(id, false)?;
-        let codec_spec = codec::spec_for(&meta);
         let (mut n, mut bytes) = (0, 0);
         for e in extents {
             if e.home.as_ref().is_some_and(|h| h.tier == tier) {
                 continue;
             }
-            if !t.is_durable(tier) && !e.in_log {
-                return Err(Error::invalid(format!(
-                    "tier {tier_name:?} is not durable and extent {} of {} is no longer in the log: it would be the only copy",
-                    e.seq, meta.name
-                )));
-            }
-            let raw = self.extent_bytes(&meta, &e)?;
-            let stored = codec::encode(&codec_spec, meta.dtype, &e.region, &raw)?;
-            let key = t.key(id, e.seq);
-            let old = e.home.clone();
-            // The new copy is written (and its home made durable) before the old one goes.
-            t.put(tier, &key, &stored)?;
-            let home = Home {
-                tier,
-                codec: codec_spec.clone(),
-                stored_len: stored.len() as u64,
-            };
-            if t.is_durable(tier) {
-                let ticket = self.meta.put_homes(&[HomeRow {
-                    id,
-                    seq: e.seq,
-                    tier: tier_name.to_string(),
-                    codec: codec_spec.clone(),
-                    stored_len: home.stored_len,
-                }])?;
-                self.meta.wait_durable(ticket)?;
-            } else {
-                self.meta.delete_homes(&[(id, e.seq)])?;
-            }
-            self.set_homes(&t, vec![(id, e.seq, home)]);
-            if let Some(old) = old {
-                let _ = t.delete(old.tier, &key);
-            }
+            self.move_extent(&t, &meta, &e, tier)?;
             n += 1;
             bytes += e.loc.len;
         }
         Ok((n, bytes))
+    }
+
+    /// Puts a copy of `e` on durable tier `tier`, makes that its durable home, then deletes
+    /// the old tier copy: at every point some durable copy is reachable.
+    fn move_extent(&self, t: &Tiering, meta: &ObjectMeta, e: &Extent, tier: usize) -> Result<()> {
+        let codec_spec = codec::spec_for(meta);
+        let raw = self.extent_bytes(meta, e)?;
+        let stored = codec::encode(&codec_spec, meta.dtype, &e.region, &raw)?;
+        let key = t.key(meta.id, e.seq);
+        let old = self.current_home(meta.id, e).ok();
+        t.put(tier, &key, &stored)?;
+        let home = Home {
+            tier,
+            codec: codec_spec.clone(),
+            stored_len: stored.len() as u64,
+        };
+        let ticket = self.meta.put_homes(&[HomeRow {
+            id: meta.id,
+            seq: e.seq,
+            tier: t.name(tier).to_string(),
+            codec: codec_spec,
+            stored_len: home.stored_len,
+        }])?;
+        self.meta.wait_durable(ticket)?;
+        self.set_homes(t, vec![(meta.id, e.seq, home)]);
+        if let Some(old) = old.filter(|o| o.tier != tier) {
+            let _ = t.delete(old.tier, &key);
+        }
+        Ok(())
+    }
+
+    /// Background moves between durable tiers: a tier above 90% of its capacity demotes its
+    /// coldest extents (fewest reads, then oldest) to the next durable tier until it is below
+    /// 60%; an extent read from a tier at least `PROMOTE_READS` times since the last pass moves
+    /// up to the fastest durable tier that stays below 75% with it. Returns extents moved.
+    pub fn rebalance(&self) -> Result<u64> {
+        let Some(t) = self.tiering.clone() else {
+            return Ok(0);
+        };
+        let hits = t.take_hits();
+        let mut moved = 0;
+        let n = t.tiers.len();
+        for tier in 0..n {
+            let Some(cap) = t.tiers[tier].capacity() else {
+                continue;
+            };
+            if !t.is_durable(tier) || (t.tiers[tier].used() as f64) <= 0.9 * cap as f64 {
+                continue;
+            }
+            let Some(target) = (tier + 1..n).find(|&i| t.is_durable(i)) else {
+                continue;
+            };
+            let mut cold: Vec<(u32, u64, ObjectId, Extent)> = {
+                let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+                index
+                    .iter()
+                    .flat_map(|(id, v)| v.iter().map(move |e| (*id, e)))
+                    .filter(|(_, e)| e.home.as_ref().is_some_and(|h| h.tier == tier))
+                    .map(|(id, e)| {
+                        (
+                            hits.get(&(id, e.seq)).copied().unwrap_or(0),
+                            e.seq,
+                            id,
+                            e.clone(),
+                        )
+                    })
+                    .collect()
+            };
+            cold.sort_by_key(|c| (c.0, c.1));
+            for (_, _, id, e) in cold {
+                if (t.tiers[tier].used() as f64) < 0.6 * cap as f64 {
+                    break;
+                }
+                let Ok(meta) = self.object_meta(id, false) else {
+                    continue;
+                };
+                self.move_extent(&t, &meta, &e, target)?;
+                moved += 1;
+            }
+        }
+        for ((id, seq), count) in hits {
+            if count < PROMOTE_READS {
+                continue;
+            }
+            let e = {
+                let index = self.index.read().unwrap_or_else(|p| p.into_inner());
+                index
+                    .get(&id)
+                    .and_then(|v| v.iter().find(|x| x.seq == seq))
+                    .cloned()
+            };
+            let Some(e) = e else { continue };
+            let Some(h) = e.home.clone() else { continue };
+            let up = (0..h.tier).find(|&i| {
+                t.is_durable(i)
+                    && t.tiers[i].capacity().is_none_or(|cap| {
+                        ((t.tiers[i].used() + h.stored_len) as f64) < 0.75 * cap as f64
+                    })
+            });
+            let Some(up) = up else { continue };
+            let Ok(meta) = self.object_meta(id, false) else {
+                continue;
+            };
+            self.move_extent(&t, &meta, &e, up)?;
+            moved += 1;
+        }
+        if moved > 0 {
+            t.state
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .moved_extents += moved;
+        }
+        Ok(moved)
     }
 
     /// Deletes the tier copies and home rows of a deleted object's extents.
@@ -390,7 +484,7 @@ impl Engine {
         st.tiers = tier_stats(t);
         let index = self.index.read().unwrap_or_else(|p| p.into_inner());
         for e in index.values().flatten() {
-            if !e.home.as_ref().is_some_and(|h| t.is_durable(h.tier)) {
+            if e.home.is_none() {
                 st.flush_pending_extents += 1;
                 st.flush_pending_bytes += e.loc.len;
             }

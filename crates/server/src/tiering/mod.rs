@@ -15,6 +15,7 @@ pub mod placement;
 
 use pdcx_core::{Error, ErrorKind, Result};
 use pdcx_tiers::{DeploymentConfig, Tier};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -58,6 +59,8 @@ pub struct FlushState {
     pub flushed_extents: u64,
     pub retired_segments: u64,
     pub retired_bytes: u64,
+    /// Extents moved between tiers by demotion/promotion.
+    pub moved_extents: u64,
     /// The last tier error, cleared by the next successful put to that tier.
     pub last_error: Option<String>,
     pub passes: u64,
@@ -73,6 +76,8 @@ pub struct Tiering {
     pub state: Mutex<FlushState>,
     /// Wakes the flusher early (`pdcx flush`, shutdown).
     pub(crate) kick: (Mutex<u64>, Condvar),
+    /// Reads served from tiers per extent since the last rebalance (promotion heat).
+    hits: Mutex<HashMap<(u64, u64), u32>>,
 }
 
 impl Tiering {
@@ -98,6 +103,7 @@ impl Tiering {
             interval: Duration::from_millis(cfg.flush.interval_ms),
             state: Mutex::new(FlushState::default()),
             kick: (Mutex::new(0), Condvar::new()),
+            hits: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -196,6 +202,19 @@ impl Tiering {
                     Some(n.saturating_sub(1))
                 });
         Ok(())
+    }
+
+    pub(crate) fn note_read(&self, id: u64, seq: u64) {
+        *self
+            .hits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry((id, seq))
+            .or_default() += 1;
+    }
+
+    pub(crate) fn take_hits(&self) -> HashMap<(u64, u64), u32> {
+        std::mem::take(&mut *self.hits.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Wakes the flusher now instead of at its next interval.

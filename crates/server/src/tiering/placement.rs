@@ -72,6 +72,7 @@ pub fn parse_hint(spec: &str, names: &[&str]) -> Result<TierHint> {
 pub struct TierView {
     pub free: Option<u64>,
     pub bandwidth: Option<f64>,
+    pub durable: bool,
 }
 
 /// Tiers to try for an extent of `len` bytes, best first, spill targets after.
@@ -92,7 +93,12 @@ pub fn candidates(hint: &TierHint, len: u64, placed: &[u64], tiers: &[TierView])
                 .unwrap_or(0)
         }
         TierHint::Auto => {
-            let roomy: Vec<usize> = (0..n).filter(|&i| has_room(i)).collect();
+            // Automatic placement only picks a volatile (memory) tier when nothing else exists:
+            // a memory home pins the log copy and never reaches durable storage.
+            let any_durable = tiers.iter().any(|t| t.durable);
+            let roomy: Vec<usize> = (0..n)
+                .filter(|&i| has_room(i) && (tiers[i].durable || !any_durable))
+                .collect();
             if !roomy.is_empty() && roomy.iter().all(|&i| tiers[i].bandwidth.is_some()) {
                 *roomy
                     .iter()
@@ -105,7 +111,11 @@ pub fn candidates(hint: &TierHint, len: u64, placed: &[u64], tiers: &[TierView])
                     })
                     .unwrap_or(&0)
             } else {
-                roomy.first().copied().unwrap_or(0)
+                roomy
+                    .first()
+                    .copied()
+                    .or_else(|| (0..n).find(|&i| tiers[i].durable))
+                    .unwrap_or(0)
             }
         }
     };
@@ -125,6 +135,7 @@ mod tests {
             .map(|&f| TierView {
                 free: f,
                 bandwidth: None,
+                durable: true,
             })
             .collect()
     }
@@ -173,6 +184,15 @@ mod tests {
         assert_eq!(candidates(&TierHint::Auto, 100, &[0; 3], &v), vec![0, 1, 2]);
         let v = views([Some(0), Some(0), Some(0)]);
         assert_eq!(candidates(&TierHint::Auto, 100, &[0; 3], &v), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn auto_skips_volatile_tiers_when_a_durable_one_exists() {
+        let mut v = views([None, None, None]);
+        v[0].durable = false;
+        assert_eq!(candidates(&TierHint::Auto, 1, &[0; 3], &v), vec![1, 2]);
+        let explicit = parse_hint("mem", &NAMES).unwrap();
+        assert_eq!(candidates(&explicit, 1, &[0; 3], &v)[0], 0);
     }
 
     #[test]
