@@ -436,6 +436,12 @@ fn version_1_extents_stay_readable() {
         let enc = from_hex(hex);
         let codec: Codec = spec.parse().unwrap();
         assert_eq!(Header::parse(&enc).unwrap().codec, codec, "{spec}");
+        if codec.is_lossy() && pdcx_codec::zfp_word_bits() != 8 {
+            // Written by Debian's libzfp (8-bit stream words); another build says so clearly.
+            let e = decode_to_vec(Dtype::Float32, &[4, 4], &enc).unwrap_err();
+            assert!(matches!(e, CodecError::Unsupported(_)), "{e:?}");
+            continue;
+        }
         let back = decode_to_vec(Dtype::Float32, &[4, 4], &enc).unwrap();
         if let Codec::ZfpAccuracy { tolerance } = codec {
             assert!(max_abs_err(Dtype::Float32, &raw, &back) <= tolerance);
