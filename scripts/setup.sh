@@ -10,7 +10,7 @@ want_bench=0
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
-apt_pkgs=(openmpi-bin libopenmpi-dev pkg-config iproute2)
+apt_pkgs=(openmpi-bin libopenmpi-dev pkg-config iproute2 libzfp-dev)
 [[ $want_bench == 1 ]] && apt_pkgs+=(libhdf5-openmpi-dev fio)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
