@@ -151,3 +151,27 @@ def test_flush_without_tiers_says_how_to_configure(deployment):
     dep = deployment(n=1)
     p = run_pdcx("flush", "--root", dep.root, check=False)
     assert p.returncode == 1 and "pdcx.toml" in p.stderr
+
+
+def test_codec_and_tier_tags_are_checked_when_set(deployment, tmp_path):
+    import pdcx
+
+    dep = deployment(n=1, start=False)
+    write_config(dep.root, tmp_path)
+    dep.start()
+    c = dep.client().create_container("t")
+    with pytest.raises(pdcx.InvalidArgumentError, match="zfp"):
+        c.create_object("t/ints", 100, "int32", tags={"pdcx.codec": "zfp-rate:16"})
+    with pytest.raises(pdcx.InvalidArgumentError, match="no tier named"):
+        c.create_object("t/tape", 100, "float64", tags={"pdcx.tier": "tape"})
+    obj = c.create_object("t/z", 4 * CHUNK, "float64", tags={"pdcx.codec": "zstd:5"})
+    with pytest.raises(pdcx.InvalidArgumentError, match="zstd level"):
+        obj.tags["pdcx.codec"] = "zstd:99"
+    data = np.repeat(np.arange(4 * CHUNK // 64, dtype="f8"), 64)  # compressible
+    obj[:] = data
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    show = run_pdcx("show", "t/z", "--root", dep.root).stdout
+    assert "zstd:5" in show and "x" in show
+    ext = json.loads(run_pdcx("show", "t/z", "--json", "--root", dep.root).stdout)["extents"]
+    assert all(e["stored_len"] < e["len"] / 4 for e in ext), ext
+    assert np.array_equal(obj[:], data)

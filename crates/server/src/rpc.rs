@@ -183,6 +183,7 @@ fn handle(
         Request::ListContainers => Response::Containers(md.list_containers()?),
         Request::CreateObject(spec) => {
             server.check_owner(&spec.name)?;
+            crate::tiering::check_tags(server.engine.tiering.as_deref(), spec.dtype, &spec.tags)?;
             Response::Object(md.create_object(&spec)?)
         }
         Request::OpenObject { name } => Response::Object(md.object_by_name(&name)?),
@@ -196,6 +197,10 @@ fn handle(
             Response::Ok
         }
         Request::PutTags { target, tags } => {
+            if let protocol::TagTarget::Object(id) = &target {
+                let dtype = md.object(*id)?.dtype;
+                crate::tiering::check_tags(server.engine.tiering.as_deref(), dtype, &tags)?;
+            }
             md.put_tags(&target, &tags)?;
             Response::Ok
         }

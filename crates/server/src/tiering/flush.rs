@@ -173,9 +173,15 @@ impl Engine {
                     TierHint::Auto
                 }
             };
-            let codec_spec = codec::spec_for(&meta);
+            let chosen = match codec::codec_for(&meta) {
+                Ok(c) => c,
+                Err(err) => {
+                    report.error = Some(format!("{}; storing it uncompressed", err.message));
+                    None
+                }
+            };
             let raw = self.extent_bytes(&meta, e)?;
-            let stored = codec::encode(&codec_spec, meta.dtype, &e.region, &raw)?;
+            let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
             let key = t.key(*id, e.seq);
             let per = placed.entry(*id).or_insert_with(|| vec![0; t.tiers.len()]);
             let mut home = None;
@@ -187,7 +193,7 @@ impl Engine {
                     Ok(()) => {
                         home = Some(Home {
                             tier,
-                            codec: codec_spec.clone(),
+                            codec: codec_used.clone(),
                             stored_len: stored.len() as u64,
                         });
                         break;
@@ -353,22 +359,33 @@ impl Engine {
     /// Puts a copy of `e` on durable tier `tier`, makes that its durable home, then deletes
     /// the old tier copy: at every point some durable copy is reachable.
     fn move_extent(&self, t: &Tiering, meta: &ObjectMeta, e: &Extent, tier: usize) -> Result<()> {
-        let codec_spec = codec::spec_for(meta);
-        let raw = self.extent_bytes(meta, e)?;
-        let stored = codec::encode(&codec_spec, meta.dtype, &e.region, &raw)?;
         let key = t.key(meta.id, e.seq);
         let old = self.current_home(meta.id, e).ok();
+        // A homed extent moves as stored (a lossy codec is never applied twice); one still
+        // only in the log is encoded with the object's codec.
+        let (stored, codec_used) = match &old {
+            Some(h) => {
+                let mut blob = vec![0u8; h.stored_len as usize];
+                t.get_range(h.tier, &key, 0, &mut blob)?;
+                (blob, h.codec.clone())
+            }
+            None => {
+                let raw = self.extent_bytes(meta, e)?;
+                let chosen = codec::codec_for(meta).unwrap_or(None);
+                codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?
+            }
+        };
         t.put(tier, &key, &stored)?;
         let home = Home {
             tier,
-            codec: codec_spec.clone(),
+            codec: codec_used.clone(),
             stored_len: stored.len() as u64,
         };
         let ticket = self.meta.put_homes(&[HomeRow {
             id: meta.id,
             seq: e.seq,
             tier: t.name(tier).to_string(),
-            codec: codec_spec,
+            codec: codec_used,
             stored_len: home.stored_len,
         }])?;
         self.meta.wait_durable(ticket)?;

@@ -8,7 +8,7 @@
 //! A tier that fails (S3 outage, bad credentials) is retried on later passes: the data stays
 //! in the log and nothing is acknowledged differently.
 
-mod codec;
+pub mod codec;
 mod flush;
 pub(crate) mod homes;
 pub mod placement;
@@ -287,4 +287,41 @@ pub(crate) fn load_homes(
         );
     }
     Ok(out)
+}
+
+/// Refuses `pdcx.codec` / `pdcx.tier` tag values that the flusher could not honour, when they
+/// are set (instead of falling back silently at flush time).
+pub fn check_tags(
+    tiering: Option<&Tiering>,
+    dtype: pdcx_core::Dtype,
+    tags: &[(String, pdcx_core::TagValue)],
+) -> Result<()> {
+    use pdcx_core::TagValue;
+    for (k, v) in tags {
+        let text = match v {
+            TagValue::Str(s) => s.as_str(),
+            _ if k == codec::CODEC_TAG || k == placement::TIER_TAG => {
+                return Err(Error::invalid(format!("tag {k} must be a string")))
+            }
+            _ => continue,
+        };
+        if k == codec::CODEC_TAG && !matches!(text.trim(), "" | "none") {
+            pdcx_codec::Codec::parse_for(text.trim(), dtype)
+                .map_err(|e| Error::invalid(format!("tag {k}: {e}")))?;
+        } else if k == placement::TIER_TAG {
+            match tiering {
+                Some(t) => {
+                    let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
+                    placement::parse_hint(text, &names)?;
+                }
+                None if !matches!(text.trim(), "" | "auto") => {
+                    return Err(Error::invalid(format!(
+                        "tag {k}={text:?}: this deployment has no tiers (declare them in ROOT/pdcx.toml)"
+                    )))
+                }
+                None => {}
+            }
+        }
+    }
+    Ok(())
 }
