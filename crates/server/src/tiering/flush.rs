@@ -11,7 +11,7 @@ use pdcx_core::protocol::TierStat;
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// Reads from a slower tier between two passes that make an extent hot enough to promote.
 pub const PROMOTE_READS: u32 = 3;
@@ -150,77 +150,94 @@ impl Engine {
         let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
         let mut placed = self.placed(&t, &ids);
         let mut metas: HashMap<ObjectId, Option<ObjectMeta>> = HashMap::new();
-        let mut failed: HashSet<usize> = HashSet::new();
+        let failed: Mutex<HashSet<usize>> = Mutex::new(HashSet::new());
+        let put_error: Mutex<Option<String>> = Mutex::new(None);
         let mut rows = Vec::new();
         let mut done: Vec<(ObjectId, u64, Home)> = Vec::new();
-        for (id, e) in &todo {
-            if report.bytes >= max_bytes {
-                break;
+        let mut batch: Vec<PutJob> = Vec::new();
+        let mut batch_bytes = 0u64;
+        let mut considered = 0u64;
+        let last = todo.len();
+        for (k, (id, e)) in todo.iter().enumerate() {
+            if considered < max_bytes {
+                let meta = metas
+                    .entry(*id)
+                    .or_insert_with(|| self.object_meta(*id, false).ok())
+                    .clone();
+                if let Some(meta) = meta {
+                    // deleted objects (None) are skipped
+                    let hint = match tag_str(&meta, TIER_TAG).map(|s| parse_hint(s, &names)) {
+                        None => TierHint::Auto,
+                        Some(Ok(h)) => h,
+                        Some(Err(err)) => {
+                            report.error = Some(format!(
+                                "object {}: {}; placing it automatically",
+                                meta.name, err.message
+                            ));
+                            TierHint::Auto
+                        }
+                    };
+                    let chosen = match codec::codec_for(&meta) {
+                        Ok(c) => c,
+                        Err(err) => {
+                            report.error =
+                                Some(format!("{}; storing it uncompressed", err.message));
+                            None
+                        }
+                    };
+                    let raw = self.extent_bytes(&meta, e)?;
+                    let (stored, codec_used) =
+                        codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
+                    let per = placed.entry(*id).or_insert_with(|| vec![0; t.tiers.len()]);
+                    let order = candidates(&hint, stored.len() as u64, per, &self.views(&t));
+                    // Assume the first choice takes it (later quota decisions of this batch
+                    // see it); corrected below if the put spilled or failed.
+                    per[order[0]] += e.loc.len;
+                    considered += e.loc.len;
+                    batch_bytes += stored.len() as u64;
+                    batch.push(PutJob {
+                        id: *id,
+                        seq: e.seq,
+                        raw_len: e.loc.len,
+                        key: t.key(*id, e.seq),
+                        stored,
+                        codec: codec_used,
+                        order,
+                    });
+                }
             }
-            let meta = metas
-                .entry(*id)
-                .or_insert_with(|| self.object_meta(*id, false).ok())
-                .clone();
-            let Some(meta) = meta else { continue }; // deleted meanwhile
-            let hint = match tag_str(&meta, TIER_TAG).map(|s| parse_hint(s, &names)) {
-                None => TierHint::Auto,
-                Some(Ok(h)) => h,
-                Some(Err(err)) => {
-                    report.error = Some(format!(
-                        "object {}: {}; placing it automatically",
-                        meta.name, err.message
-                    ));
-                    TierHint::Auto
-                }
-            };
-            let chosen = match codec::codec_for(&meta) {
-                Ok(c) => c,
-                Err(err) => {
-                    report.error = Some(format!("{}; storing it uncompressed", err.message));
-                    None
-                }
-            };
-            let raw = self.extent_bytes(&meta, e)?;
-            let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
-            let key = t.key(*id, e.seq);
-            let per = placed.entry(*id).or_insert_with(|| vec![0; t.tiers.len()]);
-            let mut home = None;
-            for tier in candidates(&hint, stored.len() as u64, per, &self.views(&t)) {
-                if failed.contains(&tier) {
-                    break; // keep the placement order: wait for this tier rather than skip it
-                }
-                match t.put(tier, &key, &stored) {
-                    Ok(()) => {
-                        home = Some(Home {
-                            tier,
-                            codec: codec_used.clone(),
-                            stored_len: stored.len() as u64,
-                        });
-                        break;
-                    }
-                    Err(err) if err.kind == ErrorKind::NoSpace => continue,
-                    Err(err) => {
-                        failed.insert(tier);
-                        report.error = Some(format!("tier {:?}: {}", t.name(tier), err.message));
-                        break;
-                    }
-                }
+            if batch.is_empty()
+                || (batch_bytes < PUT_BATCH_BYTES && k + 1 < last && considered < max_bytes)
+            {
+                continue;
             }
-            let Some(home) = home else { continue };
-            per[home.tier] += e.loc.len;
-            report.extents += 1;
-            report.bytes += e.loc.len;
-            report.stored_bytes += home.stored_len;
-            if t.is_durable(home.tier) {
-                rows.push(HomeRow {
-                    id: *id,
-                    seq: e.seq,
-                    tier: t.name(home.tier).to_string(),
-                    codec: home.codec.clone(),
-                    stored_len: home.stored_len,
-                });
+            let homes = run_puts(&t, &batch, &failed, &put_error);
+            for (job, home) in batch.drain(..).zip(homes) {
+                let per = placed
+                    .entry(job.id)
+                    .or_insert_with(|| vec![0; t.tiers.len()]);
+                per[job.order[0]] -= job.raw_len;
+                let Some(home) = home else { continue };
+                per[home.tier] += job.raw_len;
+                report.extents += 1;
+                report.bytes += job.raw_len;
+                report.stored_bytes += home.stored_len;
+                if t.is_durable(home.tier) {
+                    rows.push(HomeRow {
+                        id: job.id,
+                        seq: job.seq,
+                        tier: t.name(home.tier).to_string(),
+                        codec: home.codec.clone(),
+                        stored_len: home.stored_len,
+                    });
+                }
+                done.push((job.id, job.seq, home));
             }
-            done.push((*id, e.seq, home));
+            batch_bytes = 0;
+        }
+        let failed = failed.into_inner().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = put_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            report.error = Some(e);
         }
         if !rows.is_empty() {
             let ticket = self.meta.put_homes(&rows)?;
@@ -558,5 +575,78 @@ pub fn tier_stats(t: &Tiering) -> Vec<TierStat> {
             get_bytes: c.get_bytes.load(Ordering::Relaxed),
             put_bandwidth: c.put_bandwidth().unwrap_or(0.0),
         })
+        .collect()
+}
+
+/// Bytes of encoded extents the flusher puts in parallel before recording their homes.
+const PUT_BATCH_BYTES: u64 = 64 << 20;
+/// Concurrent puts per flush batch (S3 and parallel file systems want several in flight).
+const PUT_THREADS: usize = 4;
+
+/// One extent on its way to a tier.
+struct PutJob {
+    id: ObjectId,
+    seq: u64,
+    raw_len: u64,
+    key: String,
+    stored: Vec<u8>,
+    codec: String,
+    /// Tiers to try: the placement's choice, then spill targets.
+    order: Vec<usize>,
+}
+
+/// Puts a batch with a few threads. Each job tries its tiers in order: full → next tier;
+/// any other error marks the tier failed for the rest of the pass (its extents wait in the
+/// log rather than skip to a tier the placement did not choose).
+fn run_puts(
+    t: &Tiering,
+    jobs: &[PutJob],
+    failed: &Mutex<HashSet<usize>>,
+    error: &Mutex<Option<String>>,
+) -> Vec<Option<Home>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<Mutex<Option<Home>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+    let work = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(job) = jobs.get(i) else { return };
+        for &tier in &job.order {
+            if failed
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(&tier)
+            {
+                break;
+            }
+            match t.put(tier, &job.key, &job.stored) {
+                Ok(()) => {
+                    *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(Home {
+                        tier,
+                        codec: job.codec.clone(),
+                        stored_len: job.stored.len() as u64,
+                    });
+                    break;
+                }
+                Err(err) if err.kind == ErrorKind::NoSpace => continue,
+                Err(err) => {
+                    failed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(tier);
+                    *error.lock().unwrap_or_else(|p| p.into_inner()) =
+                        Some(format!("tier {:?}: {}", t.name(tier), err.message));
+                    break;
+                }
+            }
+        }
+    };
+    std::thread::scope(|s| {
+        for _ in 1..PUT_THREADS.min(jobs.len()) {
+            s.spawn(work);
+        }
+        work();
+    });
+    results
+        .into_iter()
+        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
         .collect()
 }
