@@ -5,7 +5,8 @@
 //!
 //! Status: `Pending` while in flight; `Complete` once the server holds the data (for reads: once
 //! the data has arrived); `Failed` with the error. A write becomes visible to other clients
-//! only when `wait` returns: that is the consistency point.
+//! only when `wait` returns: that is the consistency point (under relaxed consistency `wait`
+//! makes it durable, and `Client::sync` is the consistency point).
 
 use crate::client::commit_request;
 use crate::client::Client;

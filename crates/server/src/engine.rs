@@ -12,7 +12,7 @@
 //! number and kept off the index (invisible) until `register_deferred` registers it, batched
 //! with the others, and renumbers it with the owner's answer.
 
-use crate::metadata::{ExtentRow, Metadata};
+use crate::metadata::{ExtentRow, Metadata, Registration};
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Consistency, Durability, ExtentInfo, RegisterItem};
 use pdcx_core::region::{copy_region, Layout};
@@ -106,13 +106,16 @@ pub struct Engine {
     index: RwLock<HashMap<ObjectId, Vec<Extent>>>,
     /// Owner side: regions of this server's objects held by other servers, in seq order.
     remote: RwLock<HashMap<ObjectId, Vec<RemoteExtent>>>,
-    /// Holder side of relaxed consistency: deferred writes in commit order. Changed only under
-    /// `commit_lock`.
+    /// Holder side of relaxed consistency: deferred writes in commit order. Added to under
+    /// `commit_lock`, taken off under the owner's `register_lock`.
     deferred: Mutex<Vec<Deferred>>,
+    /// One lock per owner, held while registering with it: this server's registrations reach
+    /// each owner one at a time, in commit order (order: `commit_lock`, then these).
+    register_locks: Mutex<HashMap<u32, Arc<Mutex<()>>>>,
     next_provisional: AtomicU64,
     pub counters: RegisterCounters,
-    /// Serialises commits and registrations, so a holder's commit order is also the order of
-    /// its registrations (deferred writes included).
+    /// Serialises commits, so a holder's commit order is also the order of its registrations
+    /// (with the register locks, also for deferred writes registered later).
     commit_lock: Mutex<()>,
     /// Next sequence number this server assigns (to its own objects' writes, wherever held).
     next_seq: Mutex<u64>,
@@ -183,6 +186,7 @@ impl Engine {
             index: RwLock::new(index),
             remote: RwLock::new(remote),
             deferred: Mutex::new(deferred),
+            register_locks: Mutex::new(HashMap::new()),
             next_provisional: AtomicU64::new(next_provisional),
             counters: RegisterCounters::default(),
             commit_lock: Mutex::new(()),
@@ -347,6 +351,8 @@ impl Engine {
             }
         }
         for (owner, idx) in &foreign {
+            let lock = self.register_lock(*owner);
+            let _registering = lock.lock().unwrap_or_else(|p| p.into_inner());
             let earlier = self.deferred_where(|d| owner_of_id(d.id) == *owner);
             let mut items: Vec<RegisterItem> = earlier.iter().map(Deferred::item).collect();
             items.extend(idx.iter().map(|&i| RegisterItem {
@@ -441,6 +447,15 @@ impl Engine {
         due
     }
 
+    fn register_lock(&self, owner: u32) -> Arc<Mutex<()>> {
+        self.register_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(owner)
+            .or_default()
+            .clone()
+    }
+
     /// Copies of the deferred writes matching `f`, in commit order.
     fn deferred_where(&self, f: impl Fn(&Deferred) -> bool) -> Vec<Deferred> {
         self.deferred
@@ -475,7 +490,7 @@ impl Engine {
 
     /// Applies the owners' answer to registered deferred writes: renumbers their rows, makes
     /// them visible (index), drops those whose object is gone, and takes them off the list.
-    /// Caller holds the commit lock.
+    /// Caller holds the owner's register lock.
     fn publish_registered(&self, done: &[Deferred], seqs: &[Option<u64>]) -> Result<()> {
         if done.is_empty() {
             return Ok(());
@@ -508,18 +523,26 @@ impl Engine {
     /// Registers this server's deferred writes of `ids` (all of them when None) with their
     /// owners: one `RegisterBatch` per owner (per 65536 writes), in commit order. Returns how
     /// many were registered; on an owner's failure its writes stay deferred (the others are
-    /// still registered) and the first error is returned.
+    /// still registered) and the first error is returned. Commits go on meanwhile, except
+    /// strong ones that must register with an owner this is waiting for.
     pub fn register_deferred(&self, ids: Option<&[ObjectId]>) -> Result<usize> {
-        let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
         let wanted: Option<HashSet<ObjectId>> = ids.map(|v| v.iter().copied().collect());
-        let todo = self.deferred_where(|d| wanted.as_ref().is_none_or(|w| w.contains(&d.id)));
-        let mut by_owner: BTreeMap<u32, Vec<Deferred>> = BTreeMap::new();
-        for d in todo {
-            by_owner.entry(owner_of_id(d.id)).or_default().push(d);
-        }
+        let mut owners: Vec<u32> = self
+            .deferred_where(|d| wanted.as_ref().is_none_or(|w| w.contains(&d.id)))
+            .iter()
+            .map(|d| owner_of_id(d.id))
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
         let mut done = 0;
         let mut first_err = None;
-        for (owner, list) in by_owner {
+        for owner in owners {
+            let lock = self.register_lock(owner);
+            let _registering = lock.lock().unwrap_or_else(|p| p.into_inner());
+            // Under the owner's lock: a strong commit may have registered some meanwhile.
+            let list = self.deferred_where(|d| {
+                owner_of_id(d.id) == owner && wanted.as_ref().is_none_or(|w| w.contains(&d.id))
+            });
             for chunk in list.chunks(REGISTER_CHUNK) {
                 let items: Vec<RegisterItem> = chunk.iter().map(Deferred::item).collect();
                 let r = self
@@ -736,7 +759,7 @@ impl Engine {
         self.counters
             .regions
             .fetch_add(items.len() as u64, Ordering::Relaxed);
-        let mut live: Vec<(ObjectId, &Region, Option<(u64, u64)>)> = Vec::new();
+        let mut live: Vec<Registration<'_>> = Vec::new();
         let mut at: Vec<usize> = Vec::new();
         for (k, item) in items.iter().enumerate() {
             if owner_of_id(item.id) != self.rank {

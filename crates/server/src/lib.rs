@@ -352,6 +352,11 @@ fn registrar(server: Weak<Server>) {
         if s.engine.deferred_count() == 0 {
             continue;
         }
+        if !pdcx_client::ClusterFile::path(&s.config.root).exists() {
+            // The deployment is still starting (rank 0 publishes the file once all answer).
+            delay = retry;
+            continue;
+        }
         match s.engine.register_deferred(None) {
             Ok(n) if failing => {
                 failing = false;

@@ -62,6 +62,10 @@ pub struct Metadata {
     pub rank: u32,
 }
 
+/// One region an owner records for a holder: object, region, and the token of a deferred
+/// write (its location in the holder's log), if it is one.
+pub type Registration<'a> = (ObjectId, &'a Region, Option<(u64, u64)>);
+
 /// A committed extent as the engine indexes it.
 #[derive(Debug, Clone)]
 pub struct ExtentRow {
@@ -775,7 +779,7 @@ impl Metadata {
     pub fn register_regions(
         &self,
         holder: u32,
-        items: &[(ObjectId, &Region, Option<(u64, u64)>)],
+        items: &[Registration<'_>],
         next_seq: &mut u64,
     ) -> Result<Vec<(u64, bool)>> {
         let start = *next_seq;
