@@ -184,3 +184,41 @@ def test_static_library_links(capi_flags, dep, tmp_path):
     assert p.returncode == 0, p.stderr
     p = run([str(exe)], dep.env())
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_open_col_looks_up_once_for_all_ranks(build, dep):
+    """PDCobj_open_col / PDCcont_open_col: rank 0 looks up and broadcasts (PDC's collective
+    open), so the servers answer a fixed number of lookups however many ranks open."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed")
+    client = dep.client()
+    client.create_container("colc").create_object("colc/obj", shape=(8,), dtype="int32")
+
+    def lookups() -> int:
+        return sum(s["lookups"] for s in client.stats())
+
+    before = lookups()
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(RANKS)]
+    p = run([*cmd, str(build("mpi_open_col")), "colc", "colc/obj"], dep.env(), timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(re.findall(r"rank \d+/\d+: ok", p.stdout)) == [f"rank {r}/{RANKS}: ok" for r in range(RANKS)]
+    # rank 0: the open, its PDCobj_get_info refresh, the open of a missing name.
+    assert lookups() - before == 3
+    assert 'PDCobj_open_col: no object named "no/such/object"' in p.stderr
+
+
+def test_relaxed_consistency_through_the_c_api(build, deployment, server_bin, monkeypatch):
+    from conftest import owner_of_name
+
+    monkeypatch.setenv("PDCX_LAZY_FLUSH_MS", "60000")  # only the program's own consistency points
+    dep = deployment(n=2)
+    names = [n for n in (f"capi_lazy/{i}" for i in range(100)) if owner_of_name(n, 2) == 0][:2]
+    env = dict(dep.env(), OMPI_COMM_WORLD_LOCAL_RANK="1")  # data server 1, owner 0
+    client = dep.client()
+    regs = client.stats()[0]["registers"]
+    p = run([str(build("obj_lazy")), *names], env)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "obj_lazy: ok" in p.stdout
+    # flush, close, and the expected-writes batch (plus the batch the 8th write triggered).
+    assert client.stats()[0]["registers"] - regs == 3
+    assert client.stats()[1]["unregistered"] == 0

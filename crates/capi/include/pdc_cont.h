@@ -21,6 +21,7 @@ struct pdc_cont_info {
 pdcid_t PDCcont_create(const char *cont_name, pdcid_t cont_create_prop);
 pdcid_t PDCcont_create_col(const char *cont_name, pdcid_t cont_prop_id);
 pdcid_t PDCcont_open(const char *cont_name, pdcid_t pdc_id);
+/* Collective over MPI_COMM_WORLD: rank 0 looks the name up and broadcasts it. */
 pdcid_t PDCcont_open_col(const char *cont_name, pdcid_t pdc_id);
 perr_t  PDCcont_close(pdcid_t cont_id);
 /* Owned by the library, valid until PDCclose. */

@@ -47,13 +47,18 @@ struct pdc_obj_info {
 pdcid_t PDCobj_create(pdcid_t cont_id, const char *obj_name, pdcid_t obj_create_prop);
 
 pdcid_t PDCobj_open(const char *obj_name, pdcid_t pdc_id);
+/* Collective over MPI_COMM_WORLD: rank 0 looks the name up (other ranks may pass NULL) and
+ * broadcasts the metadata, so one request reaches the servers. */
 pdcid_t PDCobj_open_col(const char *obj_name, pdcid_t pdc_id);
 
-/* No-ops: data is durable when a transfer is waited. */
+/* Data is durable when a transfer is waited. For objects with relaxed consistency
+ * (PDC_CONSISTENCY_SESSION / _EVENTUAL) these are the consistency point: this process's
+ * waited writes become visible to every reader before they return. */
 perr_t PDCobj_flush_start(pdcid_t obj_id);
 perr_t PDCobj_flush_all_start(void);
 
-/* Waits for the object's started transfers, then frees the handle. */
+/* Waits for the object's started transfers (and, under relaxed consistency, makes this
+ * process's writes of it visible), then frees the handle. */
 perr_t PDCobj_close(pdcid_t obj_id);
 
 /* Owned by the library, valid until PDCobj_close. */
@@ -71,7 +76,14 @@ perr_t PDCprop_set_obj_tags(pdcid_t obj_prop, char *tags);
 perr_t PDCprop_set_obj_dims(pdcid_t obj_prop, PDC_int_t ndim, uint64_t *dims);
 perr_t PDCprop_set_obj_type(pdcid_t obj_prop, pdc_var_type_t type);
 perr_t PDCprop_set_obj_transfer_region_type(pdcid_t obj_prop, pdc_region_partition_t region_partition);
+/* PDC_CONSISTENCY_SESSION and _EVENTUAL select relaxed consistency: a waited write is durable,
+ * and becomes visible once its data server registers it with the object's owner (batched:
+ * after the expected number of writes, at PDCobj_flush_start / PDCobj_close, or on the
+ * server's timer). The others are strong: visible when the wait returns. */
 perr_t PDCprop_set_obj_consistency_semantics(pdcid_t obj_prop, pdc_consistency_t consistency);
+/* pdcx extension (not in PDC): under relaxed consistency, a data server registers an object's
+ * writes as soon as it holds this many of them (0, the default: no count). */
+perr_t PDCXprop_set_obj_expected_writes(pdcid_t obj_prop, uint64_t expected_writes);
 perr_t PDCprop_set_obj_buf(pdcid_t obj_prop, void *buf);
 
 /* Grows the object (pdcx refuses to shrink one). */

@@ -102,12 +102,27 @@ pub unsafe extern "C" fn PDCcont_open(name: *const c_char, pdc: PdcId) -> PdcId 
     unsafe { open("PDCcont_open", name, pdc) }
 }
 
+/// Collective over MPI_COMM_WORLD, as in PDC: rank 0 looks the container up and broadcasts
+/// it (the other ranks' `name` is not read). Without MPI this is `PDCcont_open`.
+///
 /// # Safety
-/// `name` must be a NUL-terminated string.
+/// On rank 0 (or without MPI) `name` must be a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn PDCcont_open_col(name: *const c_char, pdc: PdcId) -> PdcId {
-    // SAFETY: forwarded caller contract.
-    unsafe { open("PDCcont_open_col", name, pdc) }
+    if !crate::mpi::active() {
+        // SAFETY: forwarded caller contract.
+        return unsafe { open("PDCcont_open_col", name, pdc) };
+    }
+    ffi("PDCcont_open_col", 0, || {
+        let body = crate::mpi::root_answers(|| {
+            // SAFETY: the caller promises a C string on rank 0.
+            let name = unsafe { cstr(name, "container name") }?;
+            let info = client()?.get_container(name).map_err(err)?;
+            pdcx_core::protocol::encode_body(&info).map_err(err)
+        })?;
+        let info: ContainerInfo = pdcx_core::protocol::decode_body(&body).map_err(err)?;
+        Ok(register(&info))
+    })
 }
 
 /// # Safety

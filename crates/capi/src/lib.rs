@@ -239,13 +239,15 @@ pub extern "C" fn PDCclose(pdc_id: PdcId) -> Perr {
             }
         }
         region::wait_everything();
+        // The consistency point of every relaxed write left (PDCclose ends the session).
+        let synced = client().and_then(|c| c.sync_all().map_err(err));
         let mut st = state();
         st.handles.clear();
         st.arena.clear();
         st.iter_nodes.clear();
         st.client = None;
         st.pdc_id = 0;
-        Ok(())
+        synced
     })
 }
 

@@ -106,3 +106,49 @@ pub fn bcast(buf: &mut [u8], root: c_int, comm: Comm) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Broadcasts `root`'s variable-length answer — its bytes, or its error text, so every rank
+/// fails with the root's reason — to every rank of `comm` (two broadcasts: length, then
+/// bytes). What the other ranks pass is ignored.
+pub fn bcast_result(
+    msg: Result<Vec<u8>, String>,
+    root: c_int,
+    comm: Comm,
+) -> Result<Result<Vec<u8>, String>, String> {
+    let me = rank(comm)?;
+    let (ok, body) = match msg {
+        Ok(b) => (1u8, b),
+        Err(e) => (0u8, e.into_bytes()),
+    };
+    let mut head = [0u8; 9];
+    if me == root {
+        head[0] = ok;
+        head[1..].copy_from_slice(&(body.len() as u64).to_le_bytes());
+    }
+    bcast(&mut head, root, comm)?;
+    let mut len = [0u8; 8];
+    len.copy_from_slice(&head[1..]);
+    let n = usize::try_from(u64::from_le_bytes(len))
+        .map_err(|_| "broadcast length does not fit in memory".to_string())?;
+    let mut buf = if me == root { body } else { vec![0u8; n] };
+    if n > 0 {
+        bcast(&mut buf, root, comm)?;
+    }
+    Ok(if head[0] == 1 {
+        Ok(buf)
+    } else {
+        Err(String::from_utf8_lossy(&buf).into_owned())
+    })
+}
+
+/// Rank 0 of MPI_COMM_WORLD runs `f` (say, one lookup at the servers) and every rank returns
+/// its answer or its error: the collective `*_open_col` calls.
+pub fn root_answers(f: impl FnOnce() -> Result<Vec<u8>, String>) -> Result<Vec<u8>, String> {
+    let comm = Comm::world();
+    let msg = if rank(comm)? == 0 {
+        f()
+    } else {
+        Ok(Vec::new())
+    };
+    bcast_result(msg, 0, comm)?
+}

@@ -9,7 +9,7 @@ use crate::{
     State, R,
 };
 use libc::{c_char, c_int, c_void};
-use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
+use pdcx_core::protocol::{self, Consistency, Durability, ObjectSpec, TagTarget};
 use pdcx_core::{Condition, Dtype, ObjectMeta, Region, TagValue};
 use std::collections::HashSet;
 
@@ -21,6 +21,19 @@ pub struct Obj {
     /// Started transfers not waited yet (PDCobj_close waits for them).
     pub pending: HashSet<PdcId>,
     pub buf: usize,
+    /// When this handle's writes become visible (from the property's consistency semantics).
+    pub consistency: Consistency,
+}
+
+/// pdcx's consistency for a PDC `pdc_consistency_t`: SESSION (visible at the end of the
+/// session, i.e. at close) and EVENTUAL are relaxed; DEFAULT, POSIX and COMMIT are strong
+/// (visible at wait).
+pub fn consistency_of(c: c_int, expected_writes: u64) -> Consistency {
+    if c == PDC_CONSISTENCY_SESSION || c == PDC_CONSISTENCY_EVENTUAL {
+        Consistency::Relaxed { expected_writes }
+    } else {
+        Consistency::Strong
+    }
 }
 
 pub fn obj_mut(st: &mut State, id: PdcId) -> R<&mut Obj> {
@@ -41,6 +54,7 @@ fn register(
     prop: PdcId,
     partition: c_int,
     consistency: c_int,
+    expected_writes: u64,
     buf: usize,
 ) -> PdcId {
     let mut st = state();
@@ -54,6 +68,7 @@ fn register(
             info,
             pending: HashSet::new(),
             buf,
+            consistency: consistency_of(consistency, expected_writes),
         })),
     );
     id
@@ -75,6 +90,7 @@ struct Plan {
     unlimited: Vec<bool>,
     partition: c_int,
     consistency: c_int,
+    expected_writes: u64,
     buf: usize,
 }
 
@@ -124,6 +140,7 @@ fn plan(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<Plan> {
         unlimited,
         partition: p.partition,
         consistency: p.consistency,
+        expected_writes: p.expected_writes,
         buf: p.buf,
     })
 }
@@ -137,6 +154,7 @@ fn create(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<PdcId> {
         prop_id,
         p.partition,
         p.consistency,
+        p.expected_writes,
         p.buf,
     ))
 }
@@ -193,6 +211,7 @@ pub unsafe extern "C" fn PDCobj_create_mpi(
                         prop_id,
                         p.partition,
                         p.consistency,
+                        p.expected_writes,
                         p.buf,
                     )));
                 }
@@ -212,16 +231,17 @@ pub unsafe extern "C" fn PDCobj_create_mpi(
                 .map_err(|_| "bad broadcast".to_string())?,
         );
         let meta = client()?.get_object(oid).map_err(err)?;
-        let (unlimited, partition, consistency, buf) = {
+        let (unlimited, partition, consistency, expected, buf) = {
             let mut st = state();
             match obj_prop_mut(&mut st, prop_id) {
                 Ok(p) => (
                     p.dims.iter().map(|&d| d == PDC_SIZE_UNLIMITED).collect(),
                     p.partition,
                     p.consistency,
+                    p.expected_writes,
                     p.buf,
                 ),
-                Err(_) => (vec![false; meta.dims.len()], 0, 0, 0),
+                Err(_) => (vec![false; meta.dims.len()], 0, 0, 0, 0),
             }
         };
         Ok(register(
@@ -230,6 +250,7 @@ pub unsafe extern "C" fn PDCobj_create_mpi(
             prop_id,
             partition,
             consistency,
+            expected,
             buf,
         ))
     })
@@ -258,7 +279,7 @@ unsafe fn open(fname: &str, name: *const c_char, pdc: PdcId) -> PdcId {
         let _ = pdc;
         let meta = client()?.open_object(name).map_err(err)?;
         let n = meta.dims.len();
-        Ok(register(meta, vec![false; n], 0, 0, 0, 0))
+        Ok(register(meta, vec![false; n], 0, 0, 0, 0, 0))
     })
 }
 
@@ -270,14 +291,29 @@ pub unsafe extern "C" fn PDCobj_open(name: *const c_char, pdc: PdcId) -> PdcId {
     unsafe { open("PDCobj_open", name, pdc) }
 }
 
-/// Every rank opens by name (the name is global, so no broadcast is needed).
+/// Collective over MPI_COMM_WORLD, as in PDC: rank 0 looks the name up and broadcasts the
+/// metadata, so the servers see one request however many ranks open (the other ranks' `name`
+/// is not read and may be NULL). Without MPI in the process this is `PDCobj_open`.
 ///
 /// # Safety
-/// `name` must be a NUL-terminated string.
+/// On rank 0 (or without MPI) `name` must be a NUL-terminated string.
 #[no_mangle]
 pub unsafe extern "C" fn PDCobj_open_col(name: *const c_char, pdc: PdcId) -> PdcId {
-    // SAFETY: forwarded caller contract.
-    unsafe { open("PDCobj_open_col", name, pdc) }
+    if !mpi::active() {
+        // SAFETY: forwarded caller contract.
+        return unsafe { open("PDCobj_open_col", name, pdc) };
+    }
+    ffi("PDCobj_open_col", 0, || {
+        let body = mpi::root_answers(|| {
+            // SAFETY: the caller promises a C string on rank 0.
+            let name = unsafe { cstr(name, "object name") }?;
+            let meta = client()?.open_object(name).map_err(err)?;
+            protocol::encode_body(&meta).map_err(err)
+        })?;
+        let meta: ObjectMeta = protocol::decode_body(&body).map_err(err)?;
+        let n = meta.dims.len();
+        Ok(register(meta, vec![false; n], 0, 0, 0, 0, 0))
+    })
 }
 
 fn wait_pending(id: PdcId) -> R<()> {
@@ -285,12 +321,13 @@ fn wait_pending(id: PdcId) -> R<()> {
     crate::region::wait_ids(&pending)
 }
 
-/// Waits for the object's started transfers, then frees the handle.
+/// Waits for the object's started transfers and makes this process's relaxed writes of it
+/// visible (the consistency point; nothing to do for strong objects), then frees the handle.
 #[no_mangle]
 pub extern "C" fn PDCobj_close(id: PdcId) -> Perr {
     ffi_err("PDCobj_close", || {
-        obj_mut(&mut state(), id)?;
-        let r = wait_pending(id);
+        let oid = obj_meta(&mut state(), id)?.id;
+        let r = wait_pending(id).and_then(|()| client()?.sync(&[oid]).map_err(err));
         state().handles.remove(&id);
         r
     })
@@ -307,20 +344,23 @@ pub extern "C" fn PDCobj_del(id: PdcId) -> Perr {
     })
 }
 
-/// Data is durable at each transfer's wait; there is nothing to flush.
+/// Data is durable at each transfer's wait. For relaxed objects this is the consistency
+/// point: this process's waited writes of the object are visible when it returns.
 #[no_mangle]
 pub extern "C" fn PDCobj_flush_start(id: PdcId) -> Perr {
     ffi_err("PDCobj_flush_start", || {
-        obj_mut(&mut state(), id).map(|_| ())
+        let oid = obj_meta(&mut state(), id)?.id;
+        client()?.sync(&[oid]).map_err(err)
     })
 }
 
+/// [`PDCobj_flush_start`] of every object this process wrote with relaxed consistency.
 #[no_mangle]
 pub extern "C" fn PDCobj_flush_all_start() -> Perr {
-    SUCCEED_
+    ffi_err("PDCobj_flush_all_start", || {
+        client()?.sync_all().map_err(err)
+    })
 }
-
-const SUCCEED_: Perr = crate::SUCCEED;
 
 /// Grows the object's dims (pdcx never shrinks an object: that would hide written data).
 ///
@@ -431,7 +471,7 @@ pub unsafe extern "C" fn PDCobj_put_data(
             .map_err(err)?;
         c.write(meta.id, &Region::whole(&[size]), bytes, Durability::Local)
             .map_err(err)?;
-        Ok(register(meta, vec![false], 0, 0, 0, 0))
+        Ok(register(meta, vec![false], 0, 0, 0, 0, 0))
     })
 }
 

@@ -14,6 +14,8 @@ pub struct ObjProp {
     pub tags: Option<String>,
     pub partition: c_int,
     pub consistency: c_int,
+    /// pdcx extension: relaxed writes a data server collects before registering them.
+    pub expected_writes: u64,
     pub buf: usize,
     /// What PDCobj_prop_get_info points to.
     pub public: Box<ObjPropBlock>,
@@ -31,6 +33,7 @@ impl ObjProp {
             tags: None,
             partition: 0,
             consistency: 0,
+            expected_writes: 0,
             buf: 0,
             public: ObjPropBlock::new(id, &[], PDC_UNKNOWN, 0, 0),
         }
@@ -139,6 +142,7 @@ pub extern "C" fn PDCprop_obj_dup(prop_id: PdcId) -> PdcId {
         copy.tags = src.tags.clone();
         copy.partition = src.partition;
         copy.consistency = src.consistency;
+        copy.expected_writes = src.expected_writes;
         copy.buf = src.buf;
         let id = st.insert(Handle::Prop(Box::new(Prop {
             kind: PropKind::Obj(copy),
@@ -286,6 +290,16 @@ pub extern "C" fn PDCprop_set_obj_consistency_semantics(
             return Err(format!("unknown pdc_consistency_t {consistency}"));
         }
         p.consistency = consistency;
+        Ok(())
+    })
+}
+
+/// pdcx extension: under relaxed consistency, the data server registers the object's writes
+/// once it holds this many (0: no count; registered at flush/close or on the server's timer).
+#[no_mangle]
+pub extern "C" fn PDCXprop_set_obj_expected_writes(prop_id: PdcId, expected_writes: u64) -> Perr {
+    set_obj("PDCXprop_set_obj_expected_writes", prop_id, |p| {
+        p.expected_writes = expected_writes;
         Ok(())
     })
 }

@@ -188,7 +188,7 @@ pub unsafe extern "C" fn PDCregion_transfer_create(
         }
         let local_shape =
             Region::whole(&(0..local.ndim()).map(|d| local.end(d)).collect::<Vec<_>>());
-        let t = Transfer::for_object(
+        let mut t = Transfer::for_object(
             &client()?,
             meta.id,
             meta.dtype,
@@ -197,6 +197,7 @@ pub unsafe extern "C" fn PDCregion_transfer_create(
             is_write,
         )
         .map_err(crate::err)?;
+        t.consistency = obj_mut(&mut state(), obj_id)?.consistency;
         let x = Xfer {
             buf: buf as usize,
             obj: obj_id,

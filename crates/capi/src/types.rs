@@ -40,6 +40,10 @@ pub const PDC_TRANSFER_STATUS_COMPLETE: c_int = 0;
 pub const PDC_TRANSFER_STATUS_PENDING: c_int = 1;
 pub const PDC_TRANSFER_STATUS_NOT_FOUND: c_int = 2;
 
+// pdc_consistency_t (the relaxed ones; the others are strong)
+pub const PDC_CONSISTENCY_SESSION: c_int = 3;
+pub const PDC_CONSISTENCY_EVENTUAL: c_int = 4;
+
 // pdc_lifetime_t
 pub const PDC_PERSIST: c_int = 0;
 pub const PDC_TRANSIENT: c_int = 1;

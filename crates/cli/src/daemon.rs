@@ -37,6 +37,8 @@ pub struct ForegroundOpts {
     pub bind: String,
     pub cache_mb: u64,
     pub node: Option<String>,
+    pub agg_window: Duration,
+    pub lazy_interval: Duration,
 }
 
 /// `pdcx server`: runs one server until it is asked to shut down or gets SIGTERM/SIGINT.
@@ -62,6 +64,8 @@ pub fn foreground(o: ForegroundOpts) -> Result<()> {
         .cache_mb
         .checked_mul(1 << 20)
         .ok_or_else(|| anyhow!("--cache-mb {} is too large", o.cache_mb))?;
+    config.agg_window = o.agg_window;
+    config.lazy_interval = o.lazy_interval;
     install_stop_handlers();
     let handle = Server::start(config).map_err(msg)?;
     if let Err(e) = handle.server.publish_rank_file() {
@@ -699,6 +703,12 @@ pub fn status(root: &Path, json: bool) -> Result<u8> {
                             "cache_bytes": st.cache_bytes, "cache_capacity": st.cache_capacity,
                             "connections": st.connections, "uptime_s": st.uptime_s,
                             "dir": st.dir, "size": st.size,
+                            "lookups": st.lookups, "lookups_forwarded": st.lookups_forwarded,
+                            "lookups_forwarded_clients": st.lookups_forwarded_clients,
+                            "lookups_relayed": st.lookups_relayed,
+                            "lookups_coalesced": st.lookups_coalesced,
+                            "registers": st.registers, "registered_regions": st.registered_regions,
+                            "registers_sent": st.registers_sent, "unregistered": st.unregistered,
                         })
                     }
                     Err(e) => v["error"] = serde_json::json!(e),

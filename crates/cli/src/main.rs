@@ -174,6 +174,19 @@ struct ServerArgs {
     /// data here. Default: $PDCX_NODE, else the host name.
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
+    /// How long the first of identical object lookups this server forwards for its node's
+    /// clients waits for others to share the request (0: no wait).
+    #[arg(
+        long,
+        env = "PDCX_AGG_WINDOW_US",
+        default_value_t = 1000,
+        value_name = "US"
+    )]
+    agg_window_us: u64,
+    /// How often relaxed-consistency writes held here are registered with their owners.
+    #[arg(long, env = "PDCX_LAZY_FLUSH_MS", default_value_t = 100, value_name = "MS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    lazy_flush_ms: u64,
 }
 
 #[derive(Subcommand)]
@@ -334,6 +347,8 @@ fn run(cli: Cli) -> Result<u8> {
                 bind: args.bind,
                 cache_mb: args.cache_mb,
                 node: args.node,
+                agg_window: std::time::Duration::from_micros(args.agg_window_us),
+                lazy_interval: std::time::Duration::from_millis(args.lazy_flush_ms),
             })
             .map(|()| 0),
             Some(ServerAction::Start {

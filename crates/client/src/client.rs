@@ -1,5 +1,8 @@
 //! The client: routes metadata calls to the owning server (name hash / id prefix), fans
 //! deployment-wide listings and queries out to every server, and does synchronous I/O.
+//! Lookups of objects (open by name, metadata by id) owned by another server go through the
+//! node-local server, which aggregates identical ones from this node's clients (`relay.rs` in
+//! the server).
 
 use crate::cluster::{root_from_env, ClusterFile};
 use crate::conn::Conn;
@@ -7,15 +10,16 @@ use crate::transfer::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
 use pdcx_core::placement::{data_server, PlacementInput};
 use pdcx_core::protocol::{
-    Durability, ExtentInfo, FlushReport, ObjectSpec, Pieces, ReadItem, Request, Response,
-    ServerStats, StageItem, TagTarget,
+    Consistency, Durability, ExtentInfo, FlushReport, ObjectKey, ObjectSpec, Pieces, ReadItem,
+    RegisterItem, Request, Response, ServerStats, StageItem, TagTarget,
 };
 use pdcx_core::{
     owner_of_name, Condition, ContainerInfo, Error, ErrorKind, ObjectId, ObjectMeta, Placement,
     Region, Result,
 };
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 pub(crate) struct Inner {
@@ -30,7 +34,15 @@ pub(crate) struct Inner {
     txn_base: u64,
     txn_counter: AtomicU64,
     /// This client's node-local server.
-    local: u32,
+    local: AtomicU32,
+    /// Send lookups of objects owned elsewhere through the node-local server (on when that
+    /// server is on this node and `PDCX_AGGREGATE` is not 0).
+    aggregate: AtomicBool,
+    /// Per-object consistency of this client's writes (absent: strong).
+    consistency: Mutex<HashMap<ObjectId, Consistency>>,
+    /// Servers holding relaxed writes of each object that this client waited and has not
+    /// synced yet (where `sync` must go).
+    relaxed_at: Mutex<HashMap<ObjectId, BTreeSet<u32>>>,
     placement: AtomicU8,
     /// Write bytes started but not yet delivered, per server (region-dynamic placement).
     pub(crate) in_flight: Vec<AtomicU64>,
@@ -82,8 +94,21 @@ impl Client {
                 .map_err(|e| Error::invalid(format!("PDCX_PLACEMENT: {}", e.message)))?,
             _ => Placement::default(),
         };
+        let local = local_server(&cluster);
+        let on_node = cluster
+            .servers
+            .get(local as usize)
+            .is_some_and(|s| s.node() == this_node());
+        let aggregate = on_node
+            && !matches!(
+                std::env::var("PDCX_AGGREGATE").as_deref().map(str::trim),
+                Ok("0" | "off" | "false" | "no")
+            );
         let inner = Inner {
-            local: local_server(&cluster),
+            local: AtomicU32::new(local),
+            aggregate: AtomicBool::new(aggregate),
+            consistency: Mutex::new(HashMap::new()),
+            relaxed_at: Mutex::new(HashMap::new()),
             placement: AtomicU8::new(placement_code(placement)),
             in_flight: (0..n).map(|_| AtomicU64::new(0)).collect(),
             secret,
@@ -121,7 +146,113 @@ impl Client {
     /// This client's node-local server: the one that receives its data under region-local
     /// placement.
     pub fn local_server(&self) -> u32 {
-        self.inner.local
+        self.inner.local.load(Ordering::Relaxed)
+    }
+
+    /// Makes server `rank` this client's node-local server (placement and lookups), e.g. for
+    /// a launcher this library cannot read the node-local rank of.
+    pub fn set_local_server(&self, rank: u32) -> Result<()> {
+        if rank >= self.size() {
+            return Err(Error::invalid(format!(
+                "no server with rank {rank} (the deployment has {})",
+                self.size()
+            )));
+        }
+        self.inner.local.store(rank, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Whether lookups of objects owned by other servers go through the node-local server,
+    /// which aggregates identical ones of this node's clients.
+    pub fn aggregation(&self) -> bool {
+        self.inner.aggregate.load(Ordering::Relaxed)
+    }
+
+    pub fn set_aggregation(&self, on: bool) {
+        self.inner.aggregate.store(on, Ordering::Relaxed);
+    }
+
+    /// The consistency of this client's later writes of object `id` (default strong).
+    pub fn consistency(&self, id: ObjectId) -> Consistency {
+        self.inner
+            .consistency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    /// Sets the consistency of this client's later writes of object `id` (transfers take it
+    /// when they are created). Relaxed writes are durable at `wait` and visible after the
+    /// next [`sync`](Self::sync), after `expected_writes` of them, or on the data server's
+    /// timer (see `ARCHITECTURE.md`).
+    pub fn set_consistency(&self, id: ObjectId, c: Consistency) {
+        let mut map = self
+            .inner
+            .consistency
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match c {
+            Consistency::Strong => map.remove(&id),
+            c => map.insert(id, c),
+        };
+    }
+
+    /// Remembers that server `dest` holds a relaxed write of `id` waited by this client.
+    pub(crate) fn note_relaxed(&self, id: ObjectId, dest: u32) {
+        self.inner
+            .relaxed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id)
+            .or_default()
+            .insert(dest);
+    }
+
+    /// The consistency point of relaxed writes: each server holding relaxed writes of `ids`
+    /// that this client waited registers them (and any other deferred writes of those objects
+    /// it holds) with the owners. When this returns they are visible to every reader. Strong
+    /// objects and objects without such writes cost nothing.
+    pub fn sync(&self, ids: &[ObjectId]) -> Result<()> {
+        let mut per_server: BTreeMap<u32, Vec<ObjectId>> = BTreeMap::new();
+        {
+            // Taken out before the requests: a relaxed write waited meanwhile puts its server
+            // back, so it is not forgotten by this sync.
+            let mut at = self
+                .inner
+                .relaxed_at
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for id in ids {
+                for s in at.remove(id).into_iter().flatten() {
+                    per_server.entry(s).or_default().push(*id);
+                }
+            }
+        }
+        let mut first_err = None;
+        for (server, ids) in per_server {
+            if let Err(e) = self.call(server, &Request::SyncObjects { ids: ids.clone() }, &[]) {
+                for id in ids {
+                    self.note_relaxed(id, server);
+                }
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// [`sync`](Self::sync) of every object with relaxed writes this client has not synced.
+    pub fn sync_all(&self) -> Result<()> {
+        let ids: Vec<ObjectId> = self
+            .inner
+            .relaxed_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .copied()
+            .collect();
+        self.sync(&ids)
     }
 
     pub fn placement(&self) -> Placement {
@@ -148,7 +279,7 @@ impl Client {
             self.placement(),
             &PlacementInput {
                 owner,
-                local: self.inner.local,
+                local: self.local_server(),
                 size: self.size(),
                 region,
                 in_flight: &in_flight,
@@ -380,17 +511,53 @@ impl Client {
     }
 
     pub fn open_object(&self, name: &str) -> Result<ObjectMeta> {
-        let owner = owner_of_name(name, self.size());
-        match self.call(owner, &Request::OpenObject { name: name.into() }, &[])? {
-            Response::Object(o) => Ok(o),
-            r => Err(unexpected("open_object", r)),
-        }
+        self.lookup(ObjectKey::Name(name.into()))
     }
 
     pub fn get_object(&self, id: ObjectId) -> Result<ObjectMeta> {
-        match self.call(self.id_owner(id)?, &Request::GetObject { id }, &[])? {
+        self.lookup(ObjectKey::Id(id))
+    }
+
+    /// An object's metadata: from the owner, through the node-local server when aggregation
+    /// is on and the owner is another server (straight to the owner if the local server
+    /// cannot be reached).
+    fn lookup(&self, key: ObjectKey) -> Result<ObjectMeta> {
+        let owner = match &key {
+            ObjectKey::Name(n) => owner_of_name(n, self.size()),
+            ObjectKey::Id(id) => self.id_owner(*id)?,
+        };
+        let local = self.local_server();
+        if owner != local && self.aggregation() {
+            let req = Request::LookupObject {
+                key: key.clone(),
+                relayed_for: 0,
+            };
+            match self.call(local, &req, &[]) {
+                Ok(Response::Object(o)) => return Ok(o),
+                Ok(r) => return Err(unexpected("lookup", r)),
+                Err(e) if e.kind == ErrorKind::Unavailable => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let req = match key {
+            ObjectKey::Name(name) => Request::OpenObject { name },
+            ObjectKey::Id(id) => Request::GetObject { id },
+        };
+        match self.call(owner, &req, &[])? {
             Response::Object(o) => Ok(o),
-            r => Err(unexpected("get_object", r)),
+            r => Err(unexpected("lookup", r)),
+        }
+    }
+
+    /// Server to server: forwards a lookup to its owner for `riders` client requests.
+    pub fn lookup_relayed(&self, owner: u32, key: &ObjectKey, riders: u32) -> Result<ObjectMeta> {
+        let req = Request::LookupObject {
+            key: key.clone(),
+            relayed_for: riders.max(1),
+        };
+        match self.call(owner, &req, &[])? {
+            Response::Object(o) => Ok(o),
+            r => Err(unexpected("lookup", r)),
         }
     }
 
@@ -603,6 +770,24 @@ impl Client {
         }
     }
 
+    /// Server to server: registers regions `holder` committed of objects `owner` owns (see
+    /// `Request::RegisterBatch`); one sequence number per item.
+    pub fn register_batch(
+        &self,
+        owner: u32,
+        holder: u32,
+        items: &[RegisterItem],
+    ) -> Result<Vec<Option<u64>>> {
+        let req = Request::RegisterBatch {
+            holder,
+            items: items.to_vec(),
+        };
+        match self.call(owner, &req, &[])? {
+            Response::Seqs(s) if s.len() == items.len() => Ok(s),
+            r => Err(unexpected("register", r)),
+        }
+    }
+
     /// Server to server: `holder`'s committed pieces of `region` of object `id`.
     pub fn read_pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
         let req = Request::ReadPieces {
@@ -615,7 +800,8 @@ impl Client {
         }
     }
 
-    /// Synchronous write: stage and commit in one go (strong consistency for this call).
+    /// Synchronous write: stage and commit in one go, with the object's consistency (strong
+    /// unless [`set_consistency`](Self::set_consistency) said otherwise).
     pub fn write(
         &self,
         id: ObjectId,
@@ -631,22 +817,22 @@ impl Client {
             len: data.len() as u64,
         };
         let dest = self.data_server(id, region)?;
-        self.with_conn(dest, &mut |c| {
+        let foreign = dest != owner_of_id(id);
+        let commit = commit_request(vec![txn], durability, self.consistency(id), foreign);
+        let r = self.with_conn(dest, &mut |c| {
             c.call(
                 &Request::Stage {
                     items: vec![item.clone()],
                 },
                 &[data],
             )?;
-            c.call(
-                &Request::Commit {
-                    txns: vec![txn],
-                    durability,
-                },
-                &[],
-            )?;
+            c.call(&commit, &[])?;
             Ok(())
-        })
+        });
+        if r.is_ok() && matches!(commit, Request::CommitRelaxed { .. }) {
+            self.note_relaxed(id, dest);
+        }
+        r
     }
 
     /// The servers holding committed data of each region, from the objects' `owner`.
@@ -678,6 +864,24 @@ impl Client {
             Request::ReadHeld { items }
         };
         self.with_conn(dest, &mut |c| c.call_into(&req, &[], out).map(|_| ()))
+    }
+}
+
+/// The commit for writes with `consistency` at a data server; `foreign`: the server is not the
+/// objects' owner (only then is there a registration to defer).
+pub(crate) fn commit_request(
+    txns: Vec<u64>,
+    durability: Durability,
+    consistency: Consistency,
+    foreign: bool,
+) -> Request {
+    match consistency {
+        Consistency::Relaxed { expected_writes } if foreign => Request::CommitRelaxed {
+            txns,
+            durability,
+            expected_writes,
+        },
+        _ => Request::Commit { txns, durability },
     }
 }
 

@@ -5,11 +5,14 @@
 //!
 //! Status: `Pending` while in flight; `Complete` once the server holds the data (for reads: once
 //! the data has arrived); `Failed` with the error. A write becomes visible to other clients
-//! only when `wait` returns: that is the consistency point.
+//! only when `wait` returns: that is the consistency point (under relaxed consistency `wait`
+//! makes it durable, and `Client::sync` is the consistency point).
 
+use crate::client::commit_request;
 use crate::client::Client;
 use crate::conn::Conn;
-use pdcx_core::protocol::{Durability, ReadItem, Request, StageItem};
+use pdcx_core::model::owner_of_id;
+use pdcx_core::protocol::{Consistency, Durability, ReadItem, Request, StageItem};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -57,8 +60,8 @@ enum Job {
         states: Vec<Arc<State>>,
     },
     Commit {
-        txns: Vec<u64>,
-        durability: Durability,
+        /// `Commit` or `CommitRelaxed`.
+        request: Request,
         states: Vec<Arc<State>>,
     },
     Read {
@@ -192,21 +195,9 @@ fn execute(c: &mut Conn, job: &Job) -> Result<()> {
                 states.iter().for_each(|s| s.set(Phase::Delivered, None));
             })
         }
-        Job::Commit {
-            txns,
-            durability,
-            states,
-        } => c
-            .call(
-                &Request::Commit {
-                    txns: txns.clone(),
-                    durability: *durability,
-                },
-                &[],
-            )
-            .map(|_| {
-                states.iter().for_each(|s| s.set(Phase::Done, None));
-            }),
+        Job::Commit { request, states } => c.call(request, &[]).map(|_| {
+            states.iter().for_each(|s| s.set(Phase::Done, None));
+        }),
         Job::Read {
             items,
             lens,
@@ -241,6 +232,9 @@ pub struct Transfer {
     pub region: Region,
     pub is_write: bool,
     pub durability: Durability,
+    /// For writes: when other clients see them (from the client's setting for the object
+    /// when the transfer is created).
+    pub consistency: Consistency,
     /// The server this transfer talks to: the object's owner for reads; for writes the data
     /// server the placement chose at the last `start`.
     dest: u32,
@@ -275,6 +269,7 @@ impl Transfer {
             region,
             is_write,
             durability: Durability::default(),
+            consistency: client.consistency(id),
             txn: 0,
             data: None,
             state: Arc::new(State {
@@ -481,8 +476,9 @@ fn plan_reads(transfers: &mut [&mut Transfer]) -> Result<()> {
     Ok(())
 }
 
-/// Commits grouped by (server, local durability?): txns and the transfers waiting on them.
-type Commits = BTreeMap<(u32, bool), (Vec<u64>, Vec<Arc<State>>)>;
+/// Commits grouped by (server, local durability?, relaxed with this expected count?): txns,
+/// the transfers waiting on them and their objects.
+type Commits = BTreeMap<(u32, bool, Option<u64>), (Vec<u64>, Vec<Arc<State>>, Vec<ObjectId>)>;
 
 /// The consistency point for a batch: one `Commit` per server for the started writes, then
 /// blocks until every transfer is done. Returns the first failure (all are still waited for).
@@ -491,14 +487,19 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
     for t in transfers.iter() {
         let g = t.state.phase.lock().unwrap_or_else(|p| p.into_inner());
         if t.is_write && matches!(g.0, Phase::InFlight | Phase::Delivered) {
+            let relaxed = match t.consistency {
+                Consistency::Relaxed { expected_writes } => Some(expected_writes),
+                Consistency::Strong => None,
+            };
             let c = commits
-                .entry((t.dest, t.durability == Durability::Local))
+                .entry((t.dest, t.durability == Durability::Local, relaxed))
                 .or_default();
             c.0.push(t.txn);
             c.1.push(t.state.clone());
+            c.2.push(t.id);
         }
     }
-    for ((dest, local), (txns, states)) in commits {
+    for ((dest, local, relaxed), (txns, states, ids)) in commits {
         let t = transfers
             .iter()
             .find(|t| t.dest == dest)
@@ -508,11 +509,22 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
         } else {
             Durability::Memory
         };
-        t.worker().submit(Job::Commit {
-            txns,
-            durability,
-            states,
+        let foreign: Vec<ObjectId> = ids
+            .into_iter()
+            .filter(|&id| owner_of_id(id) != dest)
+            .collect();
+        let consistency = relaxed.map_or(Consistency::Strong, |expected_writes| {
+            Consistency::Relaxed { expected_writes }
         });
+        let request = commit_request(txns, durability, consistency, !foreign.is_empty());
+        if matches!(request, Request::CommitRelaxed { .. }) {
+            // Noted before the outcome is known: a sync sent for a write that failed costs
+            // one request and changes nothing.
+            for id in foreign {
+                t.client.note_relaxed(id, dest);
+            }
+        }
+        t.worker().submit(Job::Commit { request, states });
     }
     let mut first_err = None;
     for t in transfers.iter_mut() {

@@ -353,6 +353,66 @@ pub enum Request {
         id: ObjectId,
         tier: String,
     },
+    /// Client to its node-local server: the metadata of one object. The server answers if it
+    /// owns the object; otherwise it forwards the lookup to the owner, and concurrent
+    /// identical lookups from its clients share one forwarded request (per-node aggregation).
+    /// The forwarded copy carries `relayed_for` = the client requests it stands for (> 0); an
+    /// owner answers such a copy itself and never forwards it again.
+    LookupObject {
+        key: ObjectKey,
+        relayed_for: u32,
+    },
+    /// `Commit` under relaxed consistency: the writes are durable and acknowledged without
+    /// waiting for their owners; registering them in the owners' region maps (what makes them
+    /// visible) is deferred and batched. The server registers an object's deferred writes once
+    /// it holds `expected_writes` of them (0: no count), at `SyncObjects`, on its timer and at
+    /// shutdown.
+    CommitRelaxed {
+        txns: Vec<u64>,
+        durability: Durability,
+        expected_writes: u64,
+    },
+    /// Server to server: `Register` with one answer per item (`Seqs`). Items with a `token`
+    /// are deferred (relaxed) writes: registering one twice returns its first sequence number,
+    /// and an item whose object no longer exists is answered with None.
+    RegisterBatch {
+        holder: u32,
+        items: Vec<RegisterItem>,
+    },
+    /// The consistency point of relaxed writes: this server registers its deferred writes of
+    /// these objects (of every object when empty) with their owners before answering `Ok`.
+    SyncObjects {
+        ids: Vec<ObjectId>,
+    },
+}
+
+/// How a lookup names an object.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ObjectKey {
+    Name(String),
+    Id(ObjectId),
+}
+
+/// One region a holder registers with the object's owner.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RegisterItem {
+    pub id: ObjectId,
+    pub region: Region,
+    /// For a deferred write: where its bytes are in the holder's log (segment, offset), which
+    /// never names another write, so the owner recognises a registration it already made.
+    pub token: Option<(u64, u64)>,
+}
+
+/// When the writes of an object become visible to other clients.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+pub enum Consistency {
+    /// Visible when `wait` returns (the data server registers the write with the owner first).
+    #[default]
+    Strong,
+    /// Durable when `wait` returns; visible once the data server has registered it with the
+    /// object's owner: after `expected_writes` writes of the object (0: no count), at the
+    /// next sync (object close / flush), or on the server's timer.
+    Relaxed { expected_writes: u64 },
 }
 
 /// One server's committed pieces of a region: (seq, piece) and their bytes back to back.
@@ -397,6 +457,32 @@ pub struct ServerStats {
     pub connections: u64,
     /// Bytes of read replies this server has sent since it started.
     pub read_bytes: u64,
+    /// Object lookups (open by name, metadata by id) this server answered as the owner.
+    #[serde(default)]
+    pub lookups: u64,
+    /// Of those, lookups other servers forwarded for their clients (`LookupObject` relayed).
+    #[serde(default)]
+    pub lookups_forwarded: u64,
+    /// Client requests those forwarded lookups stood for.
+    #[serde(default)]
+    pub lookups_forwarded_clients: u64,
+    /// Lookups this server forwarded to other owners for its clients.
+    #[serde(default)]
+    pub lookups_relayed: u64,
+    /// Client lookups answered by joining another client's forwarded lookup.
+    #[serde(default)]
+    pub lookups_coalesced: u64,
+    /// Register requests this server answered as owner, and the regions they carried.
+    #[serde(default)]
+    pub registers: u64,
+    #[serde(default)]
+    pub registered_regions: u64,
+    /// Register requests this server sent to owners as a holder.
+    #[serde(default)]
+    pub registers_sent: u64,
+    /// Relaxed writes held here: durable and acknowledged, not registered with the owner yet.
+    #[serde(default)]
+    pub unregistered: u64,
     /// The tiers behind the log (empty when none are configured).
     #[serde(default)]
     pub tiers: Vec<TierStat>,
@@ -481,6 +567,9 @@ pub enum Response {
         extents: u64,
         bytes: u64,
     },
+    /// Answer to `RegisterBatch`: each item's sequence number, None for a deferred write
+    /// whose object no longer exists.
+    Seqs(Vec<Option<u64>>),
 }
 
 #[cfg(test)]

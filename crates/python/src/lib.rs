@@ -4,7 +4,7 @@
 
 use pdcx_client::{Client as RustClient, Status, Transfer as RustTransfer};
 use pdcx_core::model::Tags;
-use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
+use pdcx_core::protocol::{Consistency, Durability, ObjectSpec, TagTarget};
 use pdcx_core::{Condition, ContainerInfo, Dtype, ErrorKind, ObjectMeta, Region, TagValue};
 use pdcx_server::{Server, ServerConfig, ServerHandle};
 use pyo3::buffer::PyBuffer;
@@ -112,6 +112,16 @@ fn durability(s: &str) -> R<Durability> {
     }
 }
 
+fn consistency(mode: &str, expected_writes: u64) -> R<Consistency> {
+    match mode {
+        "strong" => Ok(Consistency::Strong),
+        "relaxed" => Ok(Consistency::Relaxed { expected_writes }),
+        _ => Err(InvalidArgumentError::new_err(format!(
+            "consistency must be 'strong' or 'relaxed', not {mode:?}"
+        ))),
+    }
+}
+
 /// A contiguous byte view of a Python buffer (C-contiguous, format 'B').
 fn byte_view(buf: &PyBuffer<u8>) -> R<(usize, usize)> {
     if !buf.is_c_contiguous() {
@@ -149,6 +159,43 @@ impl Client {
     #[getter]
     fn local_server(&self) -> u32 {
         self.inner.local_server()
+    }
+
+    #[getter]
+    fn get_aggregation(&self) -> bool {
+        self.inner.aggregation()
+    }
+
+    #[setter]
+    fn set_aggregation(&self, on: bool) {
+        self.inner.set_aggregation(on)
+    }
+
+    /// Consistency of this client's later writes of object `id`: "strong" or "relaxed"
+    /// (with the number of expected writes after which the data server registers them).
+    #[pyo3(signature = (id, mode, expected_writes=0))]
+    fn set_consistency(&self, id: u64, mode: &str, expected_writes: u64) -> R<()> {
+        self.inner
+            .set_consistency(id, consistency(mode, expected_writes)?);
+        Ok(())
+    }
+
+    /// (mode, expected_writes) of object `id` for this client.
+    fn consistency(&self, id: u64) -> (&'static str, u64) {
+        match self.inner.consistency(id) {
+            Consistency::Strong => ("strong", 0),
+            Consistency::Relaxed { expected_writes } => ("relaxed", expected_writes),
+        }
+    }
+
+    /// The consistency point of this client's relaxed writes of `ids` (all when None).
+    #[pyo3(signature = (ids=None))]
+    fn sync(&self, py: Python<'_>, ids: Option<Vec<u64>>) -> R<()> {
+        py.allow_threads(|| match ids {
+            Some(ids) => self.inner.sync(&ids),
+            None => self.inner.sync_all(),
+        })
+        .map_err(to_py)
     }
 
     #[getter]

@@ -6,17 +6,23 @@
 //! not only of the objects it owns. For a foreign object the owner assigns the sequence
 //! numbers at commit (`Peers::register`) and keeps a region map of which server holds what;
 //! a read at the owner merges its own extents with the pieces of every other holder.
+//!
+//! Under relaxed consistency (`commit_with`, `Consistency::Relaxed`) a foreign write is made
+//! durable and acknowledged without the owner: it is stored under a provisional sequence
+//! number and kept off the index (invisible) until `register_deferred` registers it, batched
+//! with the others, and renumbers it with the owner's answer.
 
-use crate::metadata::{ExtentRow, Metadata};
+use crate::metadata::{ExtentRow, Metadata, Registration};
 use crate::tiering::{Home, Tiering};
 use pdcx_core::model::owner_of_id;
-use pdcx_core::protocol::{Durability, ExtentInfo};
+use pdcx_core::protocol::{Consistency, Durability, ExtentInfo, RegisterItem};
 use pdcx_core::region::{copy_region, Layout};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use pdcx_store::{Cache, Location, LogOptions, Recovery, SegmentLog};
 use std::collections::BTreeMap;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 /// What the engine needs from the other servers of the deployment.
@@ -25,8 +31,8 @@ pub trait Peers: Send + Sync {
     /// dims may have grown).
     fn object(&self, id: ObjectId, fresh: bool) -> Result<ObjectMeta>;
     /// Tells `owner` that this server committed these regions of its objects; returns the
-    /// first of `items.len()` consecutive sequence numbers the owner assigned.
-    fn register(&self, owner: u32, items: &[(ObjectId, Region)]) -> Result<u64>;
+    /// sequence number the owner assigned each (None: a deferred write of a deleted object).
+    fn register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>>;
     /// `holder`'s committed pieces of `region` (seq, piece) and their bytes back to back.
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces>;
 }
@@ -108,6 +114,43 @@ pub(crate) struct Extent {
     pub(crate) in_log: bool,
 }
 
+/// A relaxed write of a foreign object: committed (durable per its durability, stored under
+/// a provisional sequence number) but not registered with the owner yet, so invisible.
+#[derive(Debug, Clone)]
+struct Deferred {
+    id: ObjectId,
+    region: Region,
+    loc: Location,
+    provisional: u64,
+}
+
+impl Deferred {
+    fn item(&self) -> RegisterItem {
+        RegisterItem {
+            id: self.id,
+            region: self.region.clone(),
+            token: Some((self.loc.segment, self.loc.offset)),
+        }
+    }
+}
+
+/// Provisional sequence numbers (of deferred writes, in `extent_map`) start here; the owners'
+/// real numbers never get near it.
+const PROVISIONAL_BASE: u64 = 1 << 62;
+
+/// Items per `RegisterBatch` request when registering deferred writes (far below the body limit).
+const REGISTER_CHUNK: usize = 65536;
+
+/// Registration counters, for `Stats`.
+#[derive(Debug, Default)]
+pub struct RegisterCounters {
+    /// Register requests answered as owner, and the regions they carried.
+    pub received: AtomicU64,
+    pub regions: AtomicU64,
+    /// Register requests sent to owners as a holder.
+    pub sent: AtomicU64,
+}
+
 pub struct Engine {
     pub(crate) log: Mutex<SegmentLog>,
     pub(crate) cache: Cache,
@@ -115,7 +158,16 @@ pub struct Engine {
     pub(crate) index: RwLock<HashMap<ObjectId, Vec<Extent>>>,
     /// Owner side: regions of this server's objects held by other servers, in seq order.
     remote: RwLock<HashMap<ObjectId, Vec<RemoteExtent>>>,
-    /// Serialises commits, so a holder's commit order is also the order of its registrations.
+    /// Holder side of relaxed consistency: deferred writes in commit order. Added to under
+    /// `commit_lock`, taken off under the owner's `register_lock`.
+    deferred: Mutex<Vec<Deferred>>,
+    /// One lock per owner, held while registering with it: this server's registrations reach
+    /// each owner one at a time, in commit order (order: `commit_lock`, then these).
+    register_locks: Mutex<HashMap<u32, Arc<Mutex<()>>>>,
+    next_provisional: AtomicU64,
+    pub counters: RegisterCounters,
+    /// Serialises commits, so a holder's commit order is also the order of its registrations
+    /// (with the register locks, also for deferred writes registered later).
     pub(crate) commit_lock: Mutex<()>,
     /// Next sequence number this server assigns (to its own objects' writes, wherever held).
     next_seq: Mutex<u64>,
@@ -161,6 +213,21 @@ impl Engine {
             .partition(|r| log.is_committed(&r.loc) || homes.contains_key(&(r.id, r.seq)));
         meta.delete_extents(&lost.iter().map(|r| (r.id, r.seq)).collect::<Vec<_>>())?;
         let rank = meta.rank;
+        let (pending, keep): (Vec<ExtentRow>, Vec<ExtentRow>) =
+            keep.into_iter().partition(|r| r.seq >= PROVISIONAL_BASE);
+        let mut deferred: Vec<Deferred> = pending
+            .into_iter()
+            .map(|r| Deferred {
+                id: r.id,
+                region: r.region,
+                loc: r.loc,
+                provisional: r.seq,
+            })
+            .collect();
+        deferred.sort_by_key(|d| d.provisional);
+        let next_provisional = deferred
+            .last()
+            .map_or(PROVISIONAL_BASE, |d| d.provisional + 1);
         let mut remote: HashMap<ObjectId, Vec<RemoteExtent>> = HashMap::new();
         let mut max_seq = 0;
         for (id, seq, holder, region) in meta.load_region_map()? {
@@ -189,6 +256,10 @@ impl Engine {
             cache: Cache::new(cache_bytes),
             index: RwLock::new(index),
             remote: RwLock::new(remote),
+            deferred: Mutex::new(deferred),
+            register_locks: Mutex::new(HashMap::new()),
+            next_provisional: AtomicU64::new(next_provisional),
+            counters: RegisterCounters::default(),
             commit_lock: Mutex::new(()),
             next_seq: Mutex::new(max_seq + 1),
             meta,
@@ -287,6 +358,11 @@ impl Engine {
         })
     }
 
+    /// The consistency point of strong writes: `commit_with(.., Consistency::Strong)`.
+    pub fn commit(&self, staged: &[Staged], durability: Durability) -> Result<()> {
+        self.commit_with(staged, durability, Consistency::Strong)
+    }
+
     /// The consistency point. Order (a crash between any two steps loses nothing acknowledged
     /// and exposes nothing torn):
     /// 1. `local` durability: fdatasync the log and publish its manifest (SegmentLog::commit);
@@ -298,13 +374,27 @@ impl Engine {
     ///
     /// Writes of objects owned elsewhere get their sequence numbers from the owner between 1
     /// and 2 (`Peers::register`, under the commit lock, so this server's order of commits is
-    /// the order the owner sees). A crash after the owner recorded them but before 2 leaves a
-    /// region-map entry naming no extent here, which reads skip.
-    pub fn commit(&self, staged: &[Staged], durability: Durability) -> Result<()> {
-        let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
+    /// the order the owner sees; this server's deferred writes for that owner go first in the
+    /// same request). A crash after the owner recorded them but before 2 leaves a region-map
+    /// entry naming no extent here, which reads skip.
+    ///
+    /// Relaxed: foreign writes skip the owner. Step 2 stores them under provisional sequence
+    /// numbers and step 3 puts them on the deferred list instead of the index, so they are
+    /// durable (per `durability`) and acknowledged but invisible until `register_deferred`.
+    /// If `expected_writes` > 0 and this server now holds that many deferred writes of an
+    /// object, they are registered before this returns (a failure there leaves them deferred
+    /// for the timer and does not fail the commit: the data is safe).
+    pub fn commit_with(
+        &self,
+        staged: &[Staged],
+        durability: Durability,
+        consistency: Consistency,
+    ) -> Result<()> {
+        let relaxed = matches!(consistency, Consistency::Relaxed { .. });
+        let commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
         if durability == Durability::Local {
             // The fdatasync runs without the log lock, so other connections keep appending;
-            // commits stay serialised by `next_seq`.
+            // commits stay serialised by the commit lock.
             let plan = self
                 .log
                 .lock()
@@ -319,6 +409,7 @@ impl Engine {
             }
         }
         let mut seqs = vec![0u64; staged.len()];
+        let mut deferred = vec![false; staged.len()];
         let mut foreign: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
         {
             let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
@@ -327,19 +418,34 @@ impl Engine {
                 if owner == self.rank {
                     seqs[i] = *next_seq;
                     *next_seq += 1;
+                } else if relaxed {
+                    seqs[i] = self.next_provisional.fetch_add(1, Ordering::Relaxed);
+                    deferred[i] = true;
                 } else {
                     foreign.entry(owner).or_default().push(i);
                 }
             }
         }
         for (owner, idx) in &foreign {
-            let items: Vec<(ObjectId, Region)> = idx
-                .iter()
-                .map(|&i| (staged[i].id, staged[i].region.clone()))
-                .collect();
-            let first = self.peers()?.register(*owner, &items)?;
-            for (k, &i) in idx.iter().enumerate() {
-                seqs[i] = first + k as u64;
+            let lock = self.register_lock(*owner);
+            let _registering = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let earlier = self.deferred_where(|d| owner_of_id(d.id) == *owner);
+            let mut items: Vec<RegisterItem> = earlier.iter().map(Deferred::item).collect();
+            items.extend(idx.iter().map(|&i| RegisterItem {
+                id: staged[i].id,
+                region: staged[i].region.clone(),
+                token: None,
+            }));
+            let got = self.send_register(*owner, &items)?;
+            let (early, mine) = got.split_at(earlier.len());
+            self.publish_registered(&earlier, early)?;
+            for (&i, seq) in idx.iter().zip(mine) {
+                seqs[i] = seq.ok_or_else(|| {
+                    Error::protocol(format!(
+                        "server {owner} gave no sequence number to a write of object {:#x}",
+                        staged[i].id
+                    ))
+                })?;
             }
         }
         let rows: Vec<ExtentRow> = staged
@@ -355,17 +461,21 @@ impl Engine {
         let ticket = self.meta.insert_extents(&rows)?;
         {
             let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-            for r in rows {
-                index.entry(r.id).or_default().push(Extent {
-                    seq: r.seq,
-                    region: r.region,
-                    loc: r.loc,
-                    home: None,
-                    in_log: true,
-                });
+            let mut later = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+            for (r, d) in rows.into_iter().zip(&deferred) {
+                if *d {
+                    later.push(Deferred {
+                        id: r.id,
+                        region: r.region,
+                        loc: r.loc,
+                        provisional: r.seq,
+                    });
+                } else {
+                    insert_by_seq(index.entry(r.id).or_default(), r.seq, r.region, r.loc);
+                }
             }
         }
-        drop(_commit);
+        drop(commit);
         // `local`: the extent rows must be on stable storage before the ack. The wait runs
         // outside the commit lock, so commits of other connections share this WAL fsync.
         // `memory`: the rows are in the WAL (they survive kill -9, but recovery keeps them only
@@ -373,7 +483,168 @@ impl Engine {
         if durability == Durability::Local {
             self.meta.wait_durable(ticket)?;
         }
+        if let Consistency::Relaxed { expected_writes } = consistency {
+            let due = self.objects_due(staged, expected_writes);
+            if !due.is_empty() {
+                if let Err(e) = self.register_deferred(Some(&due)) {
+                    eprintln!(
+                        "pdcx server {}: deferred writes stay deferred (retried on the timer): {}",
+                        self.rank, e.message
+                    );
+                }
+            }
+        }
         Ok(())
+    }
+
+    /// Objects of `staged` of which this server holds at least `expected` deferred writes.
+    fn objects_due(&self, staged: &[Staged], expected: u64) -> Vec<ObjectId> {
+        if expected == 0 {
+            return Vec::new();
+        }
+        let mine: HashSet<ObjectId> = staged.iter().map(|s| s.id).collect();
+        let mut count: HashMap<ObjectId, u64> = HashMap::new();
+        for d in self
+            .deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            if mine.contains(&d.id) {
+                *count.entry(d.id).or_default() += 1;
+            }
+        }
+        let mut due: Vec<ObjectId> = count
+            .into_iter()
+            .filter(|&(_, n)| n >= expected)
+            .map(|(id, _)| id)
+            .collect();
+        due.sort_unstable();
+        due
+    }
+
+    fn register_lock(&self, owner: u32) -> Arc<Mutex<()>> {
+        self.register_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(owner)
+            .or_default()
+            .clone()
+    }
+
+    /// Copies of the deferred writes matching `f`, in commit order.
+    fn deferred_where(&self, f: impl Fn(&Deferred) -> bool) -> Vec<Deferred> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|d| f(d))
+            .cloned()
+            .collect()
+    }
+
+    /// Log segments holding deferred writes (they must not be retired).
+    pub(crate) fn deferred_segments(&self) -> std::collections::HashSet<u64> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|d| d.loc.segment)
+            .collect()
+    }
+
+    /// How many deferred (relaxed, not yet registered) writes this server holds.
+    pub fn deferred_count(&self) -> u64 {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len() as u64
+    }
+
+    fn send_register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
+        self.counters.sent.fetch_add(1, Ordering::Relaxed);
+        let got = self.peers()?.register(owner, items)?;
+        if got.len() != items.len() {
+            return Err(Error::protocol(format!(
+                "server {owner} answered {} of {} registrations",
+                got.len(),
+                items.len()
+            )));
+        }
+        Ok(got)
+    }
+
+    /// Applies the owners' answer to registered deferred writes: renumbers their rows, makes
+    /// them visible (index), drops those whose object is gone, and takes them off the list.
+    /// Caller holds the owner's register lock.
+    fn publish_registered(&self, done: &[Deferred], seqs: &[Option<u64>]) -> Result<()> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        let updates: Vec<(ObjectId, u64, Option<u64>)> = done
+            .iter()
+            .zip(seqs)
+            .map(|(d, s)| (d.id, d.provisional, *s))
+            .collect();
+        self.meta.assign_seqs(&updates)?;
+        let gone: HashSet<u64> = done.iter().map(|d| d.provisional).collect();
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        for (d, seq) in done.iter().zip(seqs) {
+            if let Some(seq) = seq {
+                insert_by_seq(
+                    index.entry(d.id).or_default(),
+                    *seq,
+                    d.region.clone(),
+                    d.loc,
+                );
+            }
+        }
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|d| !gone.contains(&d.provisional));
+        Ok(())
+    }
+
+    /// Registers this server's deferred writes of `ids` (all of them when None) with their
+    /// owners: one `RegisterBatch` per owner (per 65536 writes), in commit order. Returns how
+    /// many were registered; on an owner's failure its writes stay deferred (the others are
+    /// still registered) and the first error is returned. Commits go on meanwhile, except
+    /// strong ones that must register with an owner this is waiting for.
+    pub fn register_deferred(&self, ids: Option<&[ObjectId]>) -> Result<usize> {
+        let wanted: Option<HashSet<ObjectId>> = ids.map(|v| v.iter().copied().collect());
+        let mut owners: Vec<u32> = self
+            .deferred_where(|d| wanted.as_ref().is_none_or(|w| w.contains(&d.id)))
+            .iter()
+            .map(|d| owner_of_id(d.id))
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        let mut done = 0;
+        let mut first_err = None;
+        for owner in owners {
+            let lock = self.register_lock(owner);
+            let _registering = lock.lock().unwrap_or_else(|p| p.into_inner());
+            // Under the owner's lock: a strong commit may have registered some meanwhile.
+            let list = self.deferred_where(|d| {
+                owner_of_id(d.id) == owner && wanted.as_ref().is_none_or(|w| w.contains(&d.id))
+            });
+            for chunk in list.chunks(REGISTER_CHUNK) {
+                let items: Vec<RegisterItem> = chunk.iter().map(Deferred::item).collect();
+                let r = self
+                    .send_register(owner, &items)
+                    .and_then(|seqs| self.publish_registered(chunk, &seqs));
+                match r {
+                    Ok(()) => done += chunk.len(),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                        // Later chunks must not overtake this one at the owner.
+                        break;
+                    }
+                }
+            }
+        }
+        first_err.map_or(Ok(done), Err)
     }
 
     /// Makes every staged byte durable (used at shutdown).
@@ -547,36 +818,69 @@ impl Engine {
         Ok((list, out))
     }
 
-    /// Owner side of a holder's commit: records where the regions live and assigns them
-    /// sequence numbers, returning the first of `items.len()` consecutive ones.
+    /// Owner side of a holder's commit (`Register`): records where the regions live and
+    /// assigns them consecutive sequence numbers, returning the first.
     pub fn register(&self, holder: u32, items: &[(ObjectId, Region)]) -> Result<u64> {
-        for (id, region) in items {
-            if owner_of_id(*id) != self.rank {
+        let items: Vec<RegisterItem> = items
+            .iter()
+            .map(|(id, region)| RegisterItem {
+                id: *id,
+                region: region.clone(),
+                token: None,
+            })
+            .collect();
+        let seqs = self.register_batch(holder, &items)?;
+        match seqs.first() {
+            Some(first) => first.ok_or_else(|| Error::internal("registration without a number")),
+            None => Ok(*self.next_seq.lock().unwrap_or_else(|p| p.into_inner())),
+        }
+    }
+
+    /// Owner side of `RegisterBatch`: records where the regions live and gives each its
+    /// sequence number (new items consecutive, in request order). A deferred write (with a
+    /// token) registered before gets its number back; one whose object is gone gets None.
+    /// Anything wrong with a strong item (not ours, unknown, out of bounds) fails the request.
+    pub fn register_batch(&self, holder: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
+        self.counters.received.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .regions
+            .fetch_add(items.len() as u64, Ordering::Relaxed);
+        let mut live: Vec<Registration<'_>> = Vec::new();
+        let mut at: Vec<usize> = Vec::new();
+        for (k, item) in items.iter().enumerate() {
+            if owner_of_id(item.id) != self.rank {
                 return Err(Error::invalid(format!(
-                    "server {holder} registered object {id:#x} with server {}, which does not own it",
-                    self.rank
+                    "server {holder} registered object {:#x} with server {}, which does not own it",
+                    item.id, self.rank
                 )));
             }
-            region.check_within(&self.meta.object(*id)?.dims)?;
+            match self.meta.object(item.id) {
+                Ok(obj) => item.region.check_within(&obj.dims)?,
+                // A deferred write may outlive its object: answer None, the holder drops it.
+                Err(e) if e.kind == ErrorKind::NotFound && item.token.is_some() => continue,
+                Err(e) => return Err(e),
+            }
+            live.push((item.id, &item.region, item.token));
+            at.push(k);
+        }
+        let mut out = vec![None; items.len()];
+        if live.is_empty() {
+            return Ok(out);
         }
         let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
-        let first = *next_seq;
-        let rows: Vec<(u64, ObjectId, Region)> = items
-            .iter()
-            .enumerate()
-            .map(|(k, (id, r))| (first + k as u64, *id, r.clone()))
-            .collect();
-        self.meta.insert_region_map(holder, &rows)?;
-        *next_seq += rows.len() as u64;
+        let got = self.meta.register_regions(holder, &live, &mut next_seq)?;
         let mut remote = self.remote.write().unwrap_or_else(|p| p.into_inner());
-        for (seq, id, region) in rows {
-            remote.entry(id).or_default().push(RemoteExtent {
-                seq,
-                holder,
-                region,
-            });
+        for ((&k, (id, region, _)), (seq, new)) in at.iter().zip(&live).zip(got) {
+            out[k] = Some(seq);
+            if new {
+                remote.entry(*id).or_default().push(RemoteExtent {
+                    seq,
+                    holder,
+                    region: (*region).clone(),
+                });
+            }
         }
-        Ok(first)
+        Ok(out)
     }
 
     /// This server's visible extents of `id` that overlap `region`, with the overlap.
@@ -812,4 +1116,21 @@ fn fill(out: &mut [u8], pattern: &[u8]) {
             chunk.copy_from_slice(pattern);
         }
     }
+}
+
+/// Inserts an extent into an object's index list, which is kept in sequence order (reads paint
+/// in that order). Usually an append: numbers grow; a deferred write registered again after a
+/// crash may get back an older number.
+fn insert_by_seq(list: &mut Vec<Extent>, seq: u64, region: Region, loc: Location) {
+    let at = list.partition_point(|e| e.seq < seq);
+    list.insert(
+        at,
+        Extent {
+            seq,
+            region,
+            loc,
+            home: None,
+            in_log: true,
+        },
+    );
 }

@@ -14,6 +14,7 @@ mod groupsync;
 pub mod launch;
 pub mod metadata;
 pub mod peers;
+mod relay;
 mod rpc;
 pub mod tiering;
 
@@ -24,8 +25,8 @@ use pdcx_core::{owner_of_name, Error, ErrorKind, Result};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
@@ -42,7 +43,17 @@ pub struct ServerConfig {
     /// The deployment config (tiers, flush, log); default `PDCX_CONFIG`, else `ROOT/pdcx.toml`.
     /// A missing file means no tiers: the log is the only store.
     pub config_file: Option<PathBuf>,
+    /// How long the first of identical lookups forwarded for this node's clients waits for
+    /// others to share its request (0: share only while a previous one is on the wire).
+    pub agg_window: Duration,
+    /// How often deferred (relaxed) writes are registered with their owners.
+    pub lazy_interval: Duration,
 }
+
+/// Default `ServerConfig::agg_window`: long enough for a burst of ranks released by a barrier.
+pub const DEFAULT_AGG_WINDOW: Duration = Duration::from_millis(1);
+/// Default `ServerConfig::lazy_interval`.
+pub const DEFAULT_LAZY_INTERVAL: Duration = Duration::from_millis(100);
 
 impl ServerConfig {
     pub fn new(root: &Path, rank: u32, size: u32) -> ServerConfig {
@@ -55,6 +66,8 @@ impl ServerConfig {
             max_payload: 4 << 30,
             node: pdcx_client::client::this_node(),
             config_file: std::env::var_os("PDCX_CONFIG").map(PathBuf::from),
+            agg_window: DEFAULT_AGG_WINDOW,
+            lazy_interval: DEFAULT_LAZY_INTERVAL,
         }
     }
 }
@@ -70,6 +83,15 @@ pub struct Server {
     connections: AtomicU64,
     /// Bytes of read replies served (owner reads and direct reads of held regions).
     read_bytes: AtomicU64,
+    /// Lookups answered as owner; of those forwarded by other servers, and the client
+    /// requests those stood for.
+    lookups: AtomicU64,
+    lookups_forwarded: AtomicU64,
+    lookups_forwarded_clients: AtomicU64,
+    peers: Arc<peers::ClusterPeers>,
+    relay: relay::Relay,
+    /// Wakes the registrar thread early (set to true: stop).
+    registrar_stop: (Mutex<bool>, Condvar),
     shutdown_requested: AtomicBool,
     _lock: std::fs::File,
 }
@@ -79,6 +101,7 @@ pub struct ServerHandle {
     pub server: Arc<Server>,
     acceptor: Option<std::thread::JoinHandle<()>>,
     flusher: Option<std::thread::JoinHandle<()>>,
+    registrar: Option<std::thread::JoinHandle<()>>,
 }
 
 pub fn rank_dir(root: &Path, rank: u32) -> PathBuf {
@@ -163,10 +186,8 @@ impl Server {
             log_opts,
             tiering,
         )?;
-        engine.set_peers(Arc::new(peers::ClusterPeers::new(
-            config.root.clone(),
-            config.rank,
-        )));
+        let peers = Arc::new(peers::ClusterPeers::new(config.root.clone(), config.rank));
+        engine.set_peers(peers.clone());
         if recovery.discarded_bytes > 0 || dropped > 0 || recovery.removed_segments > 0 {
             eprintln!(
                 "pdcx server {}: recovery discarded {} uncommitted log bytes, {} segments and {} never-synced extents",
@@ -178,6 +199,7 @@ impl Server {
         let addr = listener
             .local_addr()
             .map_err(|e| Error::io("local_addr", &e))?;
+        let relay = relay::Relay::new(config.agg_window);
         let server = Arc::new(Server {
             config,
             meta,
@@ -188,6 +210,12 @@ impl Server {
             started: Instant::now(),
             connections: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
+            lookups: AtomicU64::new(0),
+            lookups_forwarded: AtomicU64::new(0),
+            lookups_forwarded_clients: AtomicU64::new(0),
+            peers,
+            relay,
+            registrar_stop: (Mutex::new(false), Condvar::new()),
             shutdown_requested: AtomicBool::new(false),
             _lock: lock,
         });
@@ -235,11 +263,33 @@ impl Server {
                 )
             }
         };
+        let weak = Arc::downgrade(&server);
+        let registrar = std::thread::Builder::new()
+            .name("pdcx-registrar".into())
+            .spawn(move || registrar(weak))
+            .map_err(|e| Error::io("spawning registrar thread", &e))?;
         Ok(ServerHandle {
             server,
             acceptor: Some(acceptor),
             flusher,
+            registrar: Some(registrar),
         })
+    }
+
+    /// Waits up to `d` for a stop request; true if stopping.
+    fn registrar_sleep(&self, d: Duration) -> bool {
+        let (m, cv) = &self.registrar_stop;
+        let g = m.lock().unwrap_or_else(|p| p.into_inner());
+        let (g, _) = cv
+            .wait_timeout_while(g, d, |stop| !*stop)
+            .unwrap_or_else(|p| p.into_inner());
+        *g
+    }
+
+    fn stop_registrar(&self) {
+        let (m, cv) = &self.registrar_stop;
+        *m.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        cv.notify_all();
     }
 
     fn check_owner(&self, name: &str) -> Result<()> {
@@ -302,7 +352,9 @@ impl ServerHandle {
         self.server.addr
     }
 
-    /// Stops accepting, makes all staged data durable and joins the accept thread.
+    /// Stops accepting, registers deferred writes with their owners if they answer (else
+    /// they stay deferred, durably, until the next start), makes all staged data durable and
+    /// joins the threads.
     pub fn shutdown(mut self) -> Result<()> {
         self.server.shutdown_requested.store(true, Ordering::SeqCst);
         self.server.wake_acceptor();
@@ -315,7 +367,22 @@ impl ServerHandle {
         if let Some(f) = self.flusher.take() {
             let _ = f.join();
         }
-        self.server.engine.sync()?;
+        self.server.stop_registrar();
+        if let Some(t) = self.registrar.take() {
+            let _ = t.join();
+        }
+        let engine = &self.server.engine;
+        if engine.deferred_count() > 0 {
+            if let Err(e) = engine.register_deferred(None) {
+                eprintln!(
+                    "pdcx server {}: {} relaxed writes stay unregistered until the next start: {}",
+                    self.server.config.rank,
+                    engine.deferred_count(),
+                    e.message
+                );
+            }
+        }
+        engine.sync()?;
         self.final_flush()
     }
 
@@ -355,5 +422,57 @@ impl ServerHandle {
             );
         }
         Ok(())
+    }
+}
+
+/// The registrar thread: registers deferred (relaxed) writes with their owners every
+/// `lazy_interval`, at once after a start that found some (a holder that crashed re-registers
+/// what it acknowledged), and every second while an owner cannot be reached.
+fn registrar(server: Weak<Server>) {
+    let (interval, rank, mut delay) = match server.upgrade() {
+        Some(s) => {
+            let first = if s.engine.deferred_count() > 0 {
+                Duration::ZERO
+            } else {
+                s.config.lazy_interval
+            };
+            (s.config.lazy_interval, s.config.rank, first)
+        }
+        None => return,
+    };
+    let retry = interval.min(Duration::from_secs(1));
+    let mut failing = false;
+    loop {
+        let Some(s) = server.upgrade() else { return };
+        if s.registrar_sleep(delay) {
+            return;
+        }
+        delay = interval;
+        if s.engine.deferred_count() == 0 {
+            continue;
+        }
+        if !pdcx_client::ClusterFile::path(&s.config.root).exists() {
+            // The deployment is still starting (rank 0 publishes the file once all answer).
+            delay = retry;
+            continue;
+        }
+        match s.engine.register_deferred(None) {
+            Ok(n) if failing => {
+                failing = false;
+                eprintln!("pdcx server {rank}: registered {n} deferred writes after retrying");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                // Said once per outage, not every retry (an owner may take a while to start).
+                if !failing {
+                    eprintln!(
+                        "pdcx server {rank}: could not register deferred writes yet (retrying every {retry:?}): {}",
+                        e.message
+                    );
+                }
+                failing = true;
+                delay = retry;
+            }
+        }
     }
 }

@@ -47,6 +47,12 @@ CREATE TABLE IF NOT EXISTS extent_map (
 CREATE TABLE IF NOT EXISTS region_map (
     object INTEGER NOT NULL, seq INTEGER NOT NULL, holder INTEGER NOT NULL, region BLOB NOT NULL,
     PRIMARY KEY (object, seq));
+-- Owner side of deferred (relaxed) writes: the sequence number each one was registered
+-- under, by the holder's log location, so a holder that re-registers after a crash (it never
+-- learned the answer) gets the same number back. Not pruned yet: one row per relaxed write.
+CREATE TABLE IF NOT EXISTS region_tokens (
+    holder INTEGER NOT NULL, segment INTEGER NOT NULL, offset INTEGER NOT NULL,
+    object INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (holder, segment, offset));
 ";
 
 pub struct Metadata {
@@ -55,6 +61,10 @@ pub struct Metadata {
     sync: GroupSync,
     pub rank: u32,
 }
+
+/// One region an owner records for a holder: object, region, and the token of a deferred
+/// write (its location in the holder's log), if it is one.
+pub type Registration<'a> = (ObjectId, &'a Region, Option<(u64, u64)>);
 
 /// A committed extent as the engine indexes it.
 #[derive(Debug, Clone)]
@@ -546,6 +556,8 @@ impl Metadata {
                 .map_err(db_err)?;
             tx.execute("DELETE FROM region_map WHERE object=?1", [id as i64])
                 .map_err(db_err)?;
+            tx.execute("DELETE FROM region_tokens WHERE object=?1", [id as i64])
+                .map_err(db_err)?;
             tx.execute("DELETE FROM objects WHERE lid=?1", [lid])
                 .map_err(db_err)?;
             Ok(())
@@ -762,31 +774,105 @@ impl Metadata {
         })
     }
 
-    /// Owner side: records that `holder` committed these regions (seq, object, region) of
-    /// objects this server owns, in one transaction.
-    pub fn insert_region_map(&self, holder: u32, rows: &[(u64, ObjectId, Region)]) -> Result<()> {
-        self.write(|tx| {
+    /// Owner side of a registration by `holder`: each item's sequence number. A deferred write
+    /// (with a token) that was registered before gets its first number back; every other item
+    /// takes the next number from `next_seq` and is recorded in the region map (and its token,
+    /// if any), all in one transaction that is durable when this returns. `next_seq` advances
+    /// only if it commits. Returns (seq, newly recorded) per item.
+    pub fn register_regions(
+        &self,
+        holder: u32,
+        items: &[Registration<'_>],
+        next_seq: &mut u64,
+    ) -> Result<Vec<(u64, bool)>> {
+        let start = *next_seq;
+        let (out, next) = self.write(|tx| {
+            let mut find = tx
+                .prepare_cached(
+                    "SELECT seq FROM region_tokens WHERE holder=?1 AND segment=?2 AND offset=?3",
+                )
+                .map_err(db_err)?;
             let mut ins = tx
                 .prepare_cached(
                     "INSERT INTO region_map (object, seq, holder, region) VALUES (?1,?2,?3,?4)",
                 )
                 .map_err(db_err)?;
-            for (seq, id, region) in rows {
-                let region =
+            let mut ins_token = tx
+                .prepare_cached("INSERT INTO region_tokens (holder, segment, offset, object, seq) VALUES (?1,?2,?3,?4,?5)")
+                .map_err(db_err)?;
+            let mut next = start;
+            let mut out = Vec::with_capacity(items.len());
+            for (id, region, token) in items {
+                if let Some((seg, off)) = token {
+                    let known: Option<i64> = find
+                        .query_row(params![holder as i64, *seg as i64, *off as i64], |r| {
+                            r.get(0)
+                        })
+                        .optional()
+                        .map_err(db_err)?;
+                    if let Some(seq) = known {
+                        out.push((seq as u64, false));
+                        continue;
+                    }
+                }
+                let seq = next;
+                next += 1;
+                let blob =
                     bincode::serialize(region).map_err(|e| Error::internal(e.to_string()))?;
-                ins.execute(params![*id as i64, *seq as i64, holder as i64, region])
+                ins.execute(params![*id as i64, seq as i64, holder as i64, blob])
                     .map_err(db_err)?;
+                if let Some((seg, off)) = token {
+                    ins_token
+                        .execute(params![
+                            holder as i64,
+                            *seg as i64,
+                            *off as i64,
+                            *id as i64,
+                            seq as i64
+                        ])
+                        .map_err(db_err)?;
+                }
+                out.push((seq, true));
             }
-            Ok(())
+            Ok((out, next))
         })?;
+        *next_seq = next;
         let t = now();
         let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        for (_, id, _) in rows {
+        for (id, _, _) in items {
             if let Some(o) = objects.get_mut(id) {
                 o.mtime = t;
             }
         }
-        Ok(())
+        Ok(out)
+    }
+
+    /// Holder side, once the owners answered a registration of deferred writes: gives each
+    /// extent stored under its provisional sequence number the owner's number, or drops it
+    /// (None: the object was deleted). Returns at commit with the ticket to `wait_durable` for;
+    /// nobody needs to wait: after a crash the holder registers again and the owner answers
+    /// with the same numbers.
+    pub fn assign_seqs(&self, updates: &[(ObjectId, u64, Option<u64>)]) -> Result<u64> {
+        let ((), ticket) = self.write_nowait(|tx| {
+            let mut set = tx
+                .prepare_cached("UPDATE extent_map SET seq=?1 WHERE object=?2 AND seq=?3")
+                .map_err(db_err)?;
+            let mut del = tx
+                .prepare_cached("DELETE FROM extent_map WHERE object=?1 AND seq=?2")
+                .map_err(db_err)?;
+            for (id, provisional, seq) in updates {
+                match seq {
+                    Some(seq) => set
+                        .execute(params![*seq as i64, *id as i64, *provisional as i64])
+                        .map_err(db_err)?,
+                    None => del
+                        .execute(params![*id as i64, *provisional as i64])
+                        .map_err(db_err)?,
+                };
+            }
+            Ok(())
+        })?;
+        Ok(ticket)
     }
 
     /// The region map as (object, seq, holder, region), ordered by object and seq.

@@ -5,6 +5,7 @@
 use crate::engine::{Peers, Pieces};
 use pdcx_client::Client;
 use pdcx_core::model::owner_of_id;
+use pdcx_core::protocol::{ObjectKey, RegisterItem};
 use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -33,8 +34,19 @@ impl ClusterPeers {
             return Ok(c.clone());
         }
         let c = Client::connect(Some(&self.root))?;
+        // A server asks owners directly: relaying through a node-local server would only add
+        // a hop (and could come back here).
+        c.set_aggregation(false);
         *guard = Some(c.clone());
         Ok(c)
+    }
+}
+
+impl ClusterPeers {
+    /// Forwards a client's lookup to the object's owner on behalf of `riders` client requests
+    /// (per-node aggregation, `relay.rs`).
+    pub fn lookup(&self, owner: u32, key: &ObjectKey, riders: u32) -> Result<ObjectMeta> {
+        self.client()?.lookup_relayed(owner, key, riders)
     }
 }
 
@@ -59,9 +71,9 @@ impl Peers for ClusterPeers {
         Ok(meta)
     }
 
-    fn register(&self, owner: u32, items: &[(ObjectId, Region)]) -> Result<u64> {
+    fn register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
         self.client()?
-            .register(owner, self.rank, items)
+            .register_batch(owner, self.rank, items)
             .map_err(|e| {
                 Error::new(
                     e.kind,

@@ -4,8 +4,11 @@
 
 use crate::engine::Staged;
 use crate::Server;
-use pdcx_core::protocol::{self, FrameKind, Request, Response, ServerStats};
-use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_core::model::owner_of_id;
+use pdcx_core::protocol::{
+    self, Consistency, FrameKind, ObjectKey, Request, Response, ServerStats,
+};
+use pdcx_core::{owner_of_name, Error, ErrorKind, ObjectMeta, Result};
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Read};
 use std::net::TcpStream;
@@ -186,8 +189,14 @@ fn handle(
             crate::tiering::check_tags(server.engine.tiering.as_deref(), spec.dtype, &spec.tags)?;
             Response::Object(md.create_object(&spec)?)
         }
-        Request::OpenObject { name } => Response::Object(md.object_by_name(&name)?),
-        Request::GetObject { id } => Response::Object(md.object(id)?),
+        Request::OpenObject { name } => {
+            server.lookups.fetch_add(1, Ordering::Relaxed);
+            Response::Object(md.object_by_name(&name)?)
+        }
+        Request::GetObject { id } => {
+            server.lookups.fetch_add(1, Ordering::Relaxed);
+            Response::Object(md.object(id)?)
+        }
         Request::ListObjects { container } => {
             Response::Objects(md.list_objects(container.as_deref())?)
         }
@@ -211,21 +220,7 @@ fn handle(
         Request::Query { conditions } => Response::Matches(md.query(&conditions)?),
         Request::Stage { .. } => unreachable!("handled above"),
         Request::Commit { txns, durability } => {
-            let mut staged = Vec::with_capacity(txns.len());
-            for t in &txns {
-                match pending.remove(t) {
-                    Some(s) => staged.push(s),
-                    None => {
-                        return Err(Error::not_found(format!(
-                            "transfer {t:#x} was not staged on this connection (lost connection or already waited?)"
-                        )))
-                    }
-                }
-            }
-            server.engine.commit(&staged, durability)?;
-            Response::Committed {
-                count: staged.len() as u64,
-            }
+            commit(server, pending, &txns, durability, Consistency::Strong)?
         }
         Request::Read { items } => return read(server, items, scratch, false),
         Request::ReadHeld { items } => return read(server, items, scratch, true),
@@ -287,6 +282,31 @@ fn handle(
             }
             return Ok((Response::Pieces(list), bytes));
         }
+        Request::LookupObject { key, relayed_for } => {
+            Response::Object(lookup(server, key, relayed_for)?)
+        }
+        Request::CommitRelaxed {
+            txns,
+            durability,
+            expected_writes,
+        } => commit(
+            server,
+            pending,
+            &txns,
+            durability,
+            Consistency::Relaxed { expected_writes },
+        )?,
+        Request::RegisterBatch { holder, items } => {
+            if holder >= server.config.size {
+                return Err(Error::invalid(format!("no server with rank {holder}")));
+            }
+            Response::Seqs(server.engine.register_batch(holder, &items)?)
+        }
+        Request::SyncObjects { ids } => {
+            let ids = (!ids.is_empty()).then_some(ids);
+            server.engine.register_deferred(ids.as_deref())?;
+            Response::Ok
+        }
         Request::CreateObjects { specs } => {
             // Misrouted names fail individually; the rest go in one transaction.
             let mut results: Vec<Option<Result<pdcx_core::ObjectMeta>>> = specs
@@ -312,6 +332,71 @@ fn handle(
         }
     };
     Ok((resp, Vec::new()))
+}
+
+/// `Commit` / `CommitRelaxed`: the named writes staged on this connection, in this order.
+fn commit(
+    server: &Server,
+    pending: &mut HashMap<u64, Staged>,
+    txns: &[u64],
+    durability: protocol::Durability,
+    consistency: Consistency,
+) -> Result<Response> {
+    let mut staged = Vec::with_capacity(txns.len());
+    for t in txns {
+        match pending.remove(t) {
+            Some(s) => staged.push(s),
+            None => {
+                return Err(Error::not_found(format!(
+                    "transfer {t:#x} was not staged on this connection (lost connection or already waited?)"
+                )))
+            }
+        }
+    }
+    server
+        .engine
+        .commit_with(&staged, durability, consistency)?;
+    Ok(Response::Committed {
+        count: staged.len() as u64,
+    })
+}
+
+/// `LookupObject`: answered here if this server owns the object, else forwarded to the owner
+/// through the relay (shared with identical lookups of this node's clients). A relayed copy
+/// (`relayed_for` > 0) is never forwarded again.
+fn lookup(server: &Server, key: ObjectKey, relayed_for: u32) -> Result<ObjectMeta> {
+    let size = server.config.size;
+    let owner = match &key {
+        ObjectKey::Name(n) => owner_of_name(n, size),
+        ObjectKey::Id(id) => owner_of_id(*id),
+    };
+    if owner == server.config.rank {
+        server.lookups.fetch_add(1, Ordering::Relaxed);
+        if relayed_for > 0 {
+            server.lookups_forwarded.fetch_add(1, Ordering::Relaxed);
+            server
+                .lookups_forwarded_clients
+                .fetch_add(relayed_for as u64, Ordering::Relaxed);
+        }
+        return match &key {
+            ObjectKey::Name(n) => server.meta.object_by_name(n),
+            ObjectKey::Id(id) => server.meta.object(*id),
+        };
+    }
+    if owner >= size {
+        return Err(Error::not_found(format!(
+            "object id {key:?} names server {owner}, which does not exist"
+        )));
+    }
+    if relayed_for > 0 {
+        return Err(Error::invalid(format!(
+            "a lookup of {key:?} was relayed to server {}, but server {owner} owns it",
+            server.config.rank
+        )));
+    }
+    server
+        .relay
+        .lookup(&key, |riders| server.peers.lookup(owner, &key, riders))
 }
 
 fn stage(
@@ -434,6 +519,7 @@ fn flush(server: &Server, wait: bool) -> Result<pdcx_core::protocol::FlushReport
 
 fn stats(server: &Server) -> Result<ServerStats> {
     let (objects, containers) = server.meta.counts()?;
+    let c = &server.engine.counters;
     let mut st = ServerStats {
         rank: server.config.rank,
         size: server.config.size,
@@ -449,6 +535,15 @@ fn stats(server: &Server) -> Result<ServerStats> {
         cache_capacity: server.engine.cache().capacity(),
         connections: server.connections.load(Ordering::Relaxed),
         read_bytes: server.read_bytes.load(Ordering::Relaxed),
+        lookups: server.lookups.load(Ordering::Relaxed),
+        lookups_forwarded: server.lookups_forwarded.load(Ordering::Relaxed),
+        lookups_forwarded_clients: server.lookups_forwarded_clients.load(Ordering::Relaxed),
+        lookups_relayed: server.relay.relayed.load(Ordering::Relaxed),
+        lookups_coalesced: server.relay.coalesced.load(Ordering::Relaxed),
+        registers: c.received.load(Ordering::Relaxed),
+        registered_regions: c.regions.load(Ordering::Relaxed),
+        registers_sent: c.sent.load(Ordering::Relaxed),
+        unregistered: server.engine.deferred_count(),
         ..ServerStats::default()
     };
     server.engine.fill_tier_stats(&mut st);

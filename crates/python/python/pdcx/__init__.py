@@ -196,6 +196,23 @@ class Client:
     def placement(self, name: str) -> None:
         self._c.placement = name
 
+    @property
+    def aggregation(self) -> bool:
+        """Whether lookups (``open_object``, metadata refreshes) of objects owned by another
+        server go through this process's node-local server, which shares one request to the
+        owner among identical lookups of the node's ranks. On by default when the node-local
+        server runs on this node; ``PDCX_AGGREGATE=0`` turns it off."""
+        return self._c.aggregation
+
+    @aggregation.setter
+    def aggregation(self, on: bool) -> None:
+        self._c.aggregation = bool(on)
+
+    def sync(self) -> None:
+        """The consistency point of every relaxed write this client waited: when it returns,
+        they are visible to every reader (see :meth:`Object.set_consistency`)."""
+        self._c.sync(None)
+
     def create_container(self, name: str, tags: dict | None = None) -> Container:
         """Creates a container; raises AlreadyExistsError if the name is taken."""
         return Container(self, json.loads(self._c.create_container(name, _tag_items(tags))))
@@ -251,7 +268,9 @@ class Client:
         return [json.loads(self._c.flush(r, wait)) for r in range(self.servers)]
 
     def close(self) -> None:
-        """Stops the private server of an embedded client; a no-op otherwise."""
+        """Makes this client's relaxed writes visible (:meth:`sync`) and stops the private
+        server of an embedded client."""
+        self._c.sync(None)
         if self._embedded is not None:
             self._embedded.close()
             self._embedded = None
@@ -505,6 +524,28 @@ class Object:
     def refresh(self) -> None:
         """Reloads metadata (e.g. dims grown by another client)."""
         self._meta = json.loads(self._client._c.get_object(self.id))
+
+    def set_consistency(self, mode: str, expected_writes: int = 0) -> None:
+        """When this client's later writes of the object become visible to others.
+
+        ``"strong"`` (default): when ``wait`` (or the assignment) returns. ``"relaxed"``: the
+        write is durable when ``wait`` returns, but a data server that is not the object's
+        owner registers it with the owner (which makes it visible) later and in batches: once
+        it holds ``expected_writes`` such writes of the object (0: no count), at
+        :meth:`sync`, on its timer (``PDCX_LAZY_FLUSH_MS``, default 100 ms) or at shutdown.
+        Until then readers see the object without it. Overlapping relaxed writes resolve in
+        registration order (a data server keeps its own commit order)."""
+        self._client._c.set_consistency(self.id, mode, int(expected_writes))
+
+    @property
+    def consistency(self) -> tuple[str, int]:
+        """``(mode, expected_writes)`` of this client's writes of the object."""
+        return self._client._c.consistency(self.id)
+
+    def sync(self) -> None:
+        """The consistency point of this client's relaxed writes of the object: when it
+        returns they are visible to every reader."""
+        self._client._c.sync([self.id])
 
     def __len__(self) -> int:
         return self.shape[0]

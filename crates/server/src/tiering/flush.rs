@@ -296,7 +296,9 @@ impl Engine {
     /// pins are checked under the log lock, which appends also hold while pinning.
     fn retire_flushed(&self, t: &Tiering) -> Result<u64> {
         let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let mut blocked = HashSet::new();
+        // Deferred (relaxed, unregistered) writes are in no index yet. Read before the index:
+        // registration adds to the index before it takes a write off the deferred list.
+        let mut blocked: HashSet<u64> = self.deferred_segments();
         {
             let index = self.index.read().unwrap_or_else(|p| p.into_inner());
             for e in index.values().flatten() {
