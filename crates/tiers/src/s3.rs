@@ -228,31 +228,65 @@ impl S3Tier {
     fn map_err(&self, op: &str, key: &str, e: object_store::Error) -> Error {
         let what = format!("tier {:?}: {op} {key:?}", self.name);
         let text = e.to_string();
-        match &e {
-            object_store::Error::NotFound { .. } if text.contains("NoSuchBucket") => {
-                Error::not_found(format!(
-                    "{what}: bucket {:?} does not exist at {}",
-                    self.bucket, self.endpoint
-                ))
+        // object_store maps statuses to variants for some calls only (not for listings), and
+        // keeps the status of the rest in a private type whose message we read instead.
+        let status = match &e {
+            object_store::Error::NotFound { .. } => Some(404),
+            object_store::Error::PermissionDenied { .. } => Some(403),
+            object_store::Error::Unauthenticated { .. } => Some(401),
+            _ => status_code(&text),
+        };
+        let (code, detail) = s3_error(&text);
+        // AWS answers an unknown key id with 403 InvalidAccessKeyId; versitygw with
+        // 404 XAdminUserNotFound. Both are credential errors, whatever the status.
+        let status = match code.as_str() {
+            "InvalidAccessKeyId" | "XAdminUserNotFound" => Some(403),
+            _ => status,
+        };
+        match status {
+            Some(404) if code == "NoSuchBucket" => Error::not_found(format!(
+                "{what}: bucket {:?} does not exist at {}",
+                self.bucket, self.endpoint
+            )),
+            Some(404) => Error::not_found(format!("tier {:?}: no blob {key:?}", self.name)),
+            Some(401 | 403) => {
+                let check = match code.as_str() {
+                    "SignatureDoesNotMatch" => "check AWS_SECRET_ACCESS_KEY",
+                    "InvalidAccessKeyId" | "XAdminUserNotFound" => "check AWS_ACCESS_KEY_ID",
+                    "ExpiredToken" | "InvalidToken" | "TokenRefreshRequired" => {
+                        "check AWS_SESSION_TOKEN (temporary credentials expire)"
+                    }
+                    "AccessDenied" => {
+                        "the key in AWS_ACCESS_KEY_ID is valid but may not use this bucket"
+                    }
+                    _ => {
+                        "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and \
+                         AWS_SESSION_TOKEN for temporary credentials)"
+                    }
+                };
+                Error::new(
+                    ErrorKind::Auth,
+                    format!(
+                        "{what}: S3 endpoint {} refused the credentials for bucket {:?} ({}): \
+                         {check}",
+                        self.endpoint,
+                        self.bucket,
+                        if code.is_empty() { detail } else { code }
+                    ),
+                )
             }
-            object_store::Error::NotFound { .. } => {
-                Error::not_found(format!("tier {:?}: no blob {key:?}", self.name))
-            }
-            object_store::Error::PermissionDenied { .. }
-            | object_store::Error::Unauthenticated { .. } => Error::new(
-                ErrorKind::Auth,
+            Some(500..=599) => Error::new(
+                ErrorKind::Unavailable,
                 format!(
-                    "{what}: S3 endpoint {} refused the credentials for bucket {:?}: check \
-                     AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for \
-                     temporary credentials): {text}",
-                    self.endpoint, self.bucket
+                    "{what}: S3 endpoint {} unavailable after retries: {detail}",
+                    self.endpoint
                 ),
             ),
-            _ if is_transport_failure(&e) || server_error_status(&text) => Error::new(
+            _ if is_transport_failure(&e) => Error::new(
                 ErrorKind::Unavailable,
-                format!("{what}: S3 endpoint {} unreachable: {text}", self.endpoint),
+                format!("{what}: S3 endpoint {} unreachable: {detail}", self.endpoint),
             ),
-            _ => Error::new(ErrorKind::Io, format!("{what}: {text}")),
+            _ => Error::new(ErrorKind::Io, format!("{what}: {detail}")),
         }
     }
 
@@ -324,16 +358,19 @@ impl S3Tier {
 }
 
 /// Retries: object_store retries each request (connect errors, 5xx, 429, and timeouts of
-/// idempotent requests such as part uploads) with exponential backoff. The budget is bounded
-/// by time, so a dead endpoint is reported after about `timeout`, not after the default 3 min.
+/// idempotent requests such as part uploads) with exponential backoff. The budget is time,
+/// `timeout`: a dead endpoint is reported after about that long (not after the default
+/// 3 minutes), and a restart of the server that takes less rides through. The retry count is
+/// only a backstop (with 50 ms doubling to 500 ms, ten retries would be spent in ~1 s).
 fn retry_config(timeout: Duration) -> RetryConfig {
+    let max_backoff = Duration::from_millis(500).min(timeout);
     RetryConfig {
         backoff: BackoffConfig {
             init_backoff: Duration::from_millis(50),
-            max_backoff: Duration::from_millis(500).min(timeout),
+            max_backoff,
             base: 2.0,
         },
-        max_retries: 10,
+        max_retries: 10 + (timeout.as_millis() / max_backoff.as_millis().max(1)) as usize * 2,
         retry_timeout: timeout,
     }
 }
@@ -367,13 +404,32 @@ fn is_transport_failure(e: &object_store::Error) -> bool {
     false
 }
 
-/// object_store keeps the HTTP status of other failures in a private type; its message reads
-/// "Server returned non-2xx status code: 503 Service Unavailable". 5xx after the retries
-/// means the service is down or overloaded.
-fn server_error_status(text: &str) -> bool {
-    text.split("status code: ")
-        .nth(1)
-        .is_some_and(|rest| rest.starts_with('5'))
+/// The HTTP status in an object_store error message ("... status code: 503 Service ...").
+fn status_code(text: &str) -> Option<u16> {
+    let rest = text.split("status code: ").nth(1)?;
+    rest.get(..3)?.parse().ok()
+}
+
+/// (S3 error code, short description) from an object_store error message. S3 error bodies
+/// are XML with `<Code>` and `<Message>`, and some servers add kilobytes of signing details
+/// that nobody should have to scroll past.
+fn s3_error(text: &str) -> (String, String) {
+    let tag = |t: &str| {
+        let open = format!("<{t}>");
+        let start = text.find(&open)? + open.len();
+        let len = text[start..].find("</")?;
+        Some(text[start..start + len].to_string())
+    };
+    let code = tag("Code").unwrap_or_default();
+    let detail = match (code.is_empty(), tag("Message")) {
+        (false, Some(m)) => format!("{code}: {m}"),
+        _ => {
+            // Drop the body, keep "Error performing GET url in 3ms - <reason>".
+            let head = text.split("<?xml").next().unwrap_or(text).trim_end();
+            head.chars().take(400).collect()
+        }
+    };
+    (code, detail)
 }
 
 impl Tier for S3Tier {
@@ -577,13 +633,26 @@ mod tests {
     }
 
     #[test]
-    fn status_text_detection() {
-        assert!(server_error_status(
-            "Error performing PUT x - Server returned non-2xx status code: 503 Service Unavailable: "
-        ));
-        assert!(!server_error_status(
-            "Server returned non-2xx status code: 416 Range Not Satisfiable"
-        ));
-        assert!(!server_error_status("something else"));
+    fn error_text_parsing() {
+        assert_eq!(
+            status_code(
+                "Error performing PUT x - Server returned non-2xx status code: 503 Service Unavailable: "
+            ),
+            Some(503)
+        );
+        assert_eq!(status_code("something else"), None);
+        let text = "Error performing GET http://h/b in 3ms - Server returned non-2xx status code: \
+                    403 Forbidden: <?xml version=\"1.0\"?><Error><Code>SignatureDoesNotMatch</Code>\
+                    <Message>The request signature we calculated does not match</Message>\
+                    <StringToSignBytes>41 57 53</StringToSignBytes></Error>";
+        let (code, detail) = s3_error(text);
+        assert_eq!(code, "SignatureDoesNotMatch");
+        assert_eq!(
+            detail,
+            "SignatureDoesNotMatch: The request signature we calculated does not match"
+        );
+        let (code, detail) = s3_error("Error performing HEAD http://h/b/k in 1ms - 403 Forbidden");
+        assert!(code.is_empty());
+        assert!(detail.ends_with("403 Forbidden"));
     }
 }
