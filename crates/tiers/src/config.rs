@@ -225,7 +225,9 @@ impl DeploymentConfig {
                     || t.concurrency.is_some()
                     || t.timeout_ms.is_some())
             {
-                return bad("endpoint, bucket, concurrency and timeout_ms only apply to kind = \"s3\"");
+                return bad(
+                    "endpoint, bucket, concurrency and timeout_ms only apply to kind = \"s3\"",
+                );
             }
             if let Some(ep) = &t.endpoint {
                 if !(ep.starts_with("http://") || ep.starts_with("https://")) {
@@ -432,8 +434,8 @@ timeout_ms = 2000
         let err =
             DeploymentConfig::parse(SAMPLE, env(&[("PDCX_TIER_SSD_COLOUR", "x")])).unwrap_err();
         assert!(err.message.contains("unknown field"), "{}", err.message);
-        let err = DeploymentConfig::parse(SAMPLE, env(&[("PDCX_TIER_S3_TIMEOUT_MS", "5s")]))
-            .unwrap_err();
+        let err =
+            DeploymentConfig::parse(SAMPLE, env(&[("PDCX_TIER_S3_TIMEOUT_MS", "5s")])).unwrap_err();
         assert!(err.message.contains("whole number"), "{}", err.message);
     }
 

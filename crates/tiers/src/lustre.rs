@@ -56,7 +56,7 @@ pub fn policy(osts: u32, writers: u32, bytes: u64, rank: u32) -> Stripe {
 
 /// The `lfs` arguments that set `stripe` on `path`.
 pub fn setstripe_args(stripe: &Stripe, path: &Path) -> Vec<std::ffi::OsString> {
-    let size = if stripe.size % MIB == 0 {
+    let size = if stripe.size.is_multiple_of(MIB) {
         format!("{}M", stripe.size / MIB)
     } else {
         stripe.size.to_string()
@@ -171,9 +171,7 @@ pub fn parse_osts(text: &str) -> u32 {
         .filter(|l| {
             let l = l.trim_start();
             l.split_once(':').is_some_and(|(idx, rest)| {
-                !idx.is_empty()
-                    && idx.bytes().all(|b| b.is_ascii_digit())
-                    && rest.contains("OST")
+                !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit()) && rest.contains("OST")
             })
         })
         .count() as u32
@@ -265,7 +263,11 @@ mod tests {
     fn lfs_failures_carry_its_message() {
         let dir = tempfile::tempdir().unwrap();
         let fake = dir.path().join("lfs");
-        std::fs::write(&fake, "echo \"$@\" > \"$0.args\"\necho 'no such OST' >&2\nexit 1\n").unwrap();
+        std::fs::write(
+            &fake,
+            "echo \"$@\" > \"$0.args\"\necho 'no such OST' >&2\nexit 1\n",
+        )
+        .unwrap();
         let stripe = policy(8, 2, 0, 1);
         // Run through sh rather than exec'ing a file this process just wrote (ETXTBSY races
         // with forks from other test threads).

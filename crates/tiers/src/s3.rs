@@ -85,10 +85,12 @@ impl S3Tier {
     pub fn open_with_env(cfg: &TierConfig, env: EnvLookup<'_>) -> Result<Self> {
         let name = cfg.name.clone();
         let bad = |kind: ErrorKind, why: String| Error::new(kind, format!("tier {name:?}: {why}"));
-        let bucket = cfg
-            .bucket
-            .clone()
-            .ok_or_else(|| bad(ErrorKind::InvalidArgument, "an s3 tier needs `bucket`".into()))?;
+        let bucket = cfg.bucket.clone().ok_or_else(|| {
+            bad(
+                ErrorKind::InvalidArgument,
+                "an s3 tier needs `bucket`".into(),
+            )
+        })?;
         let region = cfg
             .region
             .clone()
@@ -100,8 +102,7 @@ impl S3Tier {
             .clone()
             .or_else(|| env("AWS_ENDPOINT_URL_S3"))
             .or_else(|| env("AWS_ENDPOINT_URL"));
-        let (Some(key_id), Some(secret)) =
-            (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"))
+        let (Some(key_id), Some(secret)) = (env("AWS_ACCESS_KEY_ID"), env("AWS_SECRET_ACCESS_KEY"))
         else {
             // No fallback to instance metadata or other providers: on an HPC node they do not
             // exist, and probing for them would only turn a missing variable into a timeout.
@@ -131,7 +132,10 @@ impl S3Tier {
         }
         let part_size = usize::try_from(part_size)
             .map_err(|_| bad(ErrorKind::InvalidArgument, "part_size too large".into()))?;
-        let concurrency = cfg.concurrency.unwrap_or(DEFAULT_CONCURRENCY).clamp(1, 1024) as usize;
+        let concurrency = cfg
+            .concurrency
+            .unwrap_or(DEFAULT_CONCURRENCY)
+            .clamp(1, 1024) as usize;
         let timeout = Duration::from_millis(cfg.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS).max(1));
 
         let mut builder = AmazonS3Builder::new()
@@ -142,7 +146,9 @@ impl S3Tier {
             .with_virtual_hosted_style_request(false)
             .with_retry(retry_config(timeout))
             .with_client_options(client_options(
-                endpoint.as_deref().is_some_and(|e| e.starts_with("http://")),
+                endpoint
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("http://")),
                 timeout,
                 part_size,
             ));
@@ -284,7 +290,10 @@ impl S3Tier {
             ),
             _ if is_transport_failure(&e) => Error::new(
                 ErrorKind::Unavailable,
-                format!("{what}: S3 endpoint {} unreachable: {detail}", self.endpoint),
+                format!(
+                    "{what}: S3 endpoint {} unreachable: {detail}",
+                    self.endpoint
+                ),
             ),
             _ => Error::new(ErrorKind::Io, format!("{what}: {detail}")),
         }

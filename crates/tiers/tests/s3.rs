@@ -23,25 +23,44 @@ struct Server {
     bucket: String,
     access: String,
     secret: String,
-    /// Set when this test started the server: (pid, its directory).
-    owned: Option<(i32, tempfile::TempDir)>,
+    /// Set when this test started the server.
+    owned: Option<Owned>,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some((pid, _)) = &self.owned {
-            kill(*pid);
+struct Owned {
+    pid: i32,
+    /// Set when the server is this process's child (after [`restart`]), so it can be reaped.
+    child: Option<std::process::Child>,
+    dir: tempfile::TempDir,
+}
+
+impl Owned {
+    fn kill(&mut self) {
+        match &mut self.child {
+            Some(c) => {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            None => kill(self.pid),
         }
     }
 }
 
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(o) = &mut self.owned {
+            o.kill();
+        }
+    }
+}
+
+/// SIGKILL to a server started through s3server.sh (not our child: the script backgrounds it
+/// in its own session and exits), then waits until it is gone.
 fn kill(pid: i32) {
     // SAFETY: plain kill(2) on the PID of the server this test started.
     unsafe {
         libc::kill(pid, libc::SIGKILL);
     }
-    // Reap it if it is our child's child (it is not: setsid + background), so just wait until
-    // it is gone, which is what the tests that kill a server rely on.
     let t0 = Instant::now();
     while Path::new(&format!("/proc/{pid}")).exists() && t0.elapsed() < Duration::from_secs(5) {
         std::thread::sleep(Duration::from_millis(10));
@@ -65,7 +84,8 @@ fn server_binary() -> Option<PathBuf> {
 fn server() -> Option<Server> {
     if let Ok(endpoint) = std::env::var("PDCX_TEST_S3_ENDPOINT") {
         let var = |k: &str| {
-            std::env::var(k).unwrap_or_else(|_| panic!("PDCX_TEST_S3_ENDPOINT is set but {k} is not"))
+            std::env::var(k)
+                .unwrap_or_else(|_| panic!("PDCX_TEST_S3_ENDPOINT is set but {k} is not"))
         };
         return Some(Server {
             endpoint,
@@ -108,7 +128,11 @@ fn start_server() -> Server {
         .filter_map(|l| l.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let get = |k: &str| vars.get(k).cloned().unwrap_or_else(|| panic!("s3server.sh printed no {k}"));
+    let get = |k: &str| {
+        vars.get(k)
+            .cloned()
+            .unwrap_or_else(|| panic!("s3server.sh printed no {k}"))
+    };
     let pid: i32 = std::fs::read_to_string(get("PDCX_TEST_S3_PIDFILE"))
         .expect("pid file")
         .trim()
@@ -119,7 +143,11 @@ fn start_server() -> Server {
         bucket: get("PDCX_TEST_S3_BUCKET"),
         access: get("PDCX_TEST_S3_ACCESS_KEY_ID"),
         secret: get("PDCX_TEST_S3_SECRET_ACCESS_KEY"),
-        owned: Some((pid, dir)),
+        owned: Some(Owned {
+            pid,
+            child: None,
+            dir,
+        }),
     }
 }
 
@@ -193,7 +221,9 @@ fn conformance_suite() {
     // The open through pdcx_tiers::open (the path the server takes) reads the process
     // environment for credentials; it must fail clearly when they are absent, not hang.
     if std::env::var_os("AWS_ACCESS_KEY_ID").is_none() {
-        let err = pdcx_tiers::open(&srv.config("open")).err().expect("no credentials");
+        let err = pdcx_tiers::open(&srv.config("open"))
+            .err()
+            .expect("no credentials");
         assert_eq!(err.kind, ErrorKind::Auth, "{err}");
     }
 }
@@ -235,12 +265,20 @@ fn multipart_upload_and_ranged_reads() {
         t.get_range("obj/big", off as u64, &mut out).expect("range");
         assert!(out == data[off..off + len], "range {off}+{len}");
     }
-    for (off, len) in [(n - 10, 11), (n, 1), (n + 1_000, 5), (u64::MAX as usize - 2, 5)] {
+    for (off, len) in [
+        (n - 10, 11),
+        (n, 1),
+        (n + 1_000, 5),
+        (u64::MAX as usize - 2, 5),
+    ] {
         let mut out = vec![0u8; len];
-        let err = t.get_range("obj/big", off as u64, &mut out).expect_err("past the end");
+        let err = t
+            .get_range("obj/big", off as u64, &mut out)
+            .expect_err("past the end");
         assert_eq!(err.kind, ErrorKind::OutOfBounds, "{off}+{len}: {err}");
     }
-    t.get_range("obj/big", n as u64, &mut []).expect("empty range at the end");
+    t.get_range("obj/big", n as u64, &mut [])
+        .expect("empty range at the end");
 
     // Replacing a multipart blob with a small one keeps the accounting right.
     t.put("obj/big", b"small now").unwrap();
@@ -259,7 +297,8 @@ fn capacity_is_enforced_and_counted_again_at_open() {
     t.put("a", &pattern(6 << 20, 1)).unwrap();
     let err = t.put("b", &pattern(6 << 20, 2)).expect_err("over capacity");
     assert_eq!(err.kind, ErrorKind::NoSpace, "{err}");
-    t.put("a", &pattern(9 << 20, 3)).expect("replacing counts only the difference");
+    t.put("a", &pattern(9 << 20, 3))
+        .expect("replacing counts only the difference");
     assert_eq!(t.used(), 9 << 20);
     drop(t);
     let t = srv.open(&cfg).expect("reopen");
@@ -280,7 +319,11 @@ fn bad_credentials_are_an_auth_error() {
         .expect("wrong secret");
     assert_eq!(err.kind, ErrorKind::Auth, "{err}");
     assert!(err.message.contains(&srv.endpoint), "{}", err.message);
-    assert!(err.message.contains("AWS_SECRET_ACCESS_KEY"), "{}", err.message);
+    assert!(
+        err.message.contains("AWS_SECRET_ACCESS_KEY"),
+        "{}",
+        err.message
+    );
     let err = srv
         .open_as(&cfg, "nobody", "nothing")
         .err()
@@ -329,11 +372,15 @@ fn endpoint_that_is_down_is_unavailable_within_seconds() {
     let mine = start_server();
     let t = mine.open(&mine.config("dies")).expect("open");
     t.put("x", b"before").unwrap();
-    let (pid, _) = mine.owned.as_ref().unwrap();
-    kill(*pid);
-    let ops: [(&str, Box<dyn Fn() -> pdcx_tiers::Result<()>>); 4] = [
+    let mut mine = mine;
+    mine.owned.as_mut().unwrap().kill();
+    type Op<'a> = Box<dyn Fn() -> pdcx_tiers::Result<()> + 'a>;
+    let ops: [(&str, Op); 4] = [
         ("put", Box::new(|| t.put("y", b"after"))),
-        ("put multipart", Box::new(|| t.put("z", &vec![1u8; 9 << 20]))),
+        (
+            "put multipart",
+            Box::new(|| t.put("z", &vec![1u8; 9 << 20])),
+        ),
         ("get", Box::new(|| t.get("x").map(drop))),
         ("len", Box::new(|| t.len("x").map(drop))),
     ];
@@ -352,15 +399,15 @@ fn endpoint_that_is_down_is_unavailable_within_seconds() {
 
 /// Restarts the server of `srv` (same binary, port, credentials and data) after SIGKILL.
 fn restart(srv: &mut Server) {
-    let (pid, dir) = srv.owned.take().expect("our own server");
-    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).expect("server cmdline");
+    let mut old = srv.owned.take().expect("our own server");
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", old.pid)).expect("server cmdline");
     let args: Vec<String> = cmdline
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())
         .map(|a| String::from_utf8_lossy(a).into_owned())
         .collect();
-    kill(pid);
-    let log = std::fs::File::create(dir.path().join("versitygw-restart.log")).unwrap();
+    old.kill();
+    let log = std::fs::File::create(old.dir.path().join("versitygw-restart.log")).unwrap();
     use std::os::unix::process::CommandExt;
     let child = Command::new(&args[0])
         .args(&args[1..])
@@ -371,7 +418,11 @@ fn restart(srv: &mut Server) {
         .process_group(0)
         .spawn()
         .expect("restarting the server");
-    srv.owned = Some((child.id() as i32, dir));
+    srv.owned = Some(Owned {
+        pid: child.id() as i32,
+        child: Some(child),
+        dir: old.dir,
+    });
 }
 
 #[test]
@@ -401,5 +452,8 @@ fn multipart_upload_survives_a_server_restart_by_retrying_parts() {
             .expect("the upload retries the parts that failed while the server was down");
         eprintln!("upload finished {:?} after the restart began", t0.elapsed());
     });
-    assert!(t.get("restarted").unwrap() == data, "content after retried parts");
+    assert!(
+        t.get("restarted").unwrap() == data,
+        "content after retried parts"
+    );
 }
