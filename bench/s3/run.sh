@@ -21,7 +21,9 @@ export PDCX_TEST_S3_ENDPOINT PDCX_TEST_S3_BUCKET PDCX_TEST_S3_ACCESS_KEY_ID PDCX
 
 cargo build --release -q -p pdcx-tiers --example s3_bench
 args=("$@")
-table=$(target/release/examples/s3_bench "${args[@]}")
+load=$(cut -d' ' -f1-3 /proc/loadavg)
+table=$(target/release/examples/s3_bench "${args[@]}" 2>"$work/reps.txt")
+cat "$work/reps.txt"
 echo "$table"
 
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
@@ -31,8 +33,10 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
   echo "Command: \`bench/s3/run.sh${args[*]:+ ${args[*]}}\` ($(date -u +%Y-%m-%d))"
   echo
   echo "Machine: $(nproc) vCPU VM ($cpu), $(free -g | awk '/Mem:/{print $2}') GiB RAM, $(uname -sr)."
-  echo "Server: versitygw $(/usr/local/bin/versitygw --version 2>/dev/null | awk '/Version/{print $3}' || true) (posix backend on"
-  echo "$(df -T "$work" | awk 'NR==2{print $2}'), 127.0.0.1, keep-alive), on the same 2 vCPUs as the client."
+  echo "Load average when it started: $load (the VM is shared with other builds; numbers move ±30%"
+  echo "between runs, so compare pdcx and raw within one run)."
+  echo "Server: versitygw $(grep -m1 '^VERSION=' scripts/s3server.sh | cut -d= -f2) (posix backend on $(df -T "$work" | awk 'NR==2{print $2}'),"
+  echo "127.0.0.1, keep-alive), on the same 2 vCPUs as the client."
   echo
   echo "Baseline: raw \`object_store\` (same crate version as the tier, same part size, same parts"
   echo "in flight, same 2-worker tokio runtime) fed zero-copy \`Bytes\`; the tier copies each part out"
@@ -42,5 +46,9 @@ cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
   echo "$table" | grep -v '^#'
   echo
   echo "Parameters: $(echo "$table" | grep '^#' | sed 's/^# //')"
+  echo
+  echo "Per repetition (MiB/s):"
+  echo
+  sed 's/^/    /' "$work/reps.txt"
 } >"$out"
 echo "wrote $out"
