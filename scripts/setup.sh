@@ -10,7 +10,7 @@ want_bench=0
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
-apt_pkgs=(openmpi-bin libopenmpi-dev pkg-config iproute2 libzfp-dev)
+apt_pkgs=(openmpi-bin libopenmpi-dev pkg-config iproute2 libzfp-dev curl)
 [[ $want_bench == 1 ]] && apt_pkgs+=(libhdf5-openmpi-dev fio)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -38,6 +38,12 @@ if [[ $want_bench == 1 ]] && ! $PY -c 'import h5py,sys; sys.exit(0 if h5py.get_c
   ( ulimit -v 16000000
     H5PY_SETUP_REQUIRES=0 CC=mpicc HDF5_MPI=ON HDF5_PKGCONFIG_NAME=hdf5-openmpi \
       $PY -m pip install -q --no-build-isolation --no-binary=h5py h5py )
+fi
+
+# A real S3 server (versitygw) for the S3 tier's tests and bench/s3; built once with Go.
+if [[ ! -x /usr/local/bin/versitygw ]]; then
+  log "building versitygw, the S3 server the tests use (1-7 minutes on 2 cores)"
+  bash scripts/s3server.sh install
 fi
 
 if [[ -f Cargo.toml ]]; then

@@ -352,3 +352,53 @@ def decode_error(body: bytes) -> tuple[str, str] | None:
     k, i = read_varint(body, 1)
     n, i = read_varint(body, i)
     return ERROR_KINDS[k], body[i : i + n].decode()
+
+
+@pytest.fixture
+def s3_server(tmp_path):
+    """A real S3 server: versitygw started by scripts/s3server.sh on 127.0.0.1:<random port> with
+    fresh credentials and an empty bucket, killed by PID afterwards. Yields a dict with endpoint,
+    bucket, access_key_id, secret_access_key, pid and env (the AWS_* variables a pdcx server needs
+    for an S3 tier on it). Skips when versitygw is not installed, unless PDCX_REQUIRE_S3=1 (CI),
+    where that fails."""
+    binary = Path(os.environ.get("VERSITYGW", "/usr/local/bin/versitygw"))
+    if not binary.exists():
+        msg = "versitygw not installed (scripts/s3server.sh install)"
+        if os.environ.get("PDCX_REQUIRE_S3") == "1":
+            pytest.fail(f"PDCX_REQUIRE_S3=1 but {msg}")
+        pytest.skip(msg)
+    p = subprocess.run(
+        ["bash", str(REPO / "scripts/s3server.sh"), "start", str(tmp_path / "s3")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if p.returncode != 0:
+        raise AssertionError(f"s3server.sh start failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    out = dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
+    pid = int(Path(out["PDCX_TEST_S3_PIDFILE"]).read_text().strip())
+    info = {
+        "endpoint": out["PDCX_TEST_S3_ENDPOINT"],
+        "bucket": out["PDCX_TEST_S3_BUCKET"],
+        "access_key_id": out["PDCX_TEST_S3_ACCESS_KEY_ID"],
+        "secret_access_key": out["PDCX_TEST_S3_SECRET_ACCESS_KEY"],
+        "pid": pid,
+    }
+    info["env"] = {
+        "AWS_ACCESS_KEY_ID": info["access_key_id"],
+        "AWS_SECRET_ACCESS_KEY": info["secret_access_key"],
+        "AWS_ENDPOINT_URL": info["endpoint"],
+        "AWS_REGION": "us-east-1",
+    }
+    try:
+        yield info
+    finally:
+        # By PID only; SIGKILL if it does not stop within 5 s (a test may also have killed it).
+        try:
+            os.kill(pid, signal.SIGTERM)
+            wait_until(lambda: not pid_alive(pid), 5, "versitygw to stop")
+        except ProcessLookupError:
+            pass
+        except AssertionError:
+            os.kill(pid, signal.SIGKILL)

@@ -174,6 +174,7 @@ impl Server {
             &deployment,
             &tiering::deployment_id(&config.root)?,
             config.rank,
+            config.size,
         )?;
         let mut log_opts = pdcx_store::LogOptions::default();
         if let Some(b) = deployment.log.segment_bytes {

@@ -35,7 +35,7 @@ path = "{}/slow"
 
 fn open(dir: &Path, cfg: &DeploymentConfig) -> (Arc<Metadata>, Engine) {
     let meta = Arc::new(Metadata::open(&dir.join("meta.sqlite"), 0, 1).unwrap());
-    let tiering = Tiering::open(cfg, "test-deployment", 0).unwrap();
+    let tiering = Tiering::open(cfg, "test-deployment", 0, 1).unwrap();
     let (engine, _, _) = Engine::open_with(
         &dir.join("log"),
         meta.clone(),

@@ -24,6 +24,9 @@
 //! endpoint = "http://127.0.0.1:9000"
 //! bucket = "pdcx"
 //! region = "us-east-1"    # credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
+//! # part_size = "8MiB"    # multipart part size for large blobs (≥ 5MiB)
+//! # concurrency = 8       # multipart parts in flight per upload
+//! # timeout_ms = 5000     # connect timeout and retry budget: an outage is an error after this
 //!
 //! [flush]
 //! interval_ms = 200       # how often the background flusher looks for committed extents
@@ -39,9 +42,10 @@ use pdcx_core::{Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum TierKind {
+    #[default]
     Memory,
     Local,
     Shared,
@@ -59,7 +63,9 @@ impl std::fmt::Display for TierKind {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One `[[tier]]` entry. `Default` exists so code can write
+/// `TierConfig { name, kind, path, ..Default::default() }` and keep compiling as fields are added.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TierConfig {
     pub name: String,
@@ -83,6 +89,18 @@ pub struct TierConfig {
     /// S3: multipart part size (≥ 5 MiB; S3's minimum for all parts but the last).
     #[serde(default, deserialize_with = "de_size", serialize_with = "ser_size")]
     pub part_size: Option<u64>,
+    /// S3: multipart parts uploaded in parallel per blob (default 8).
+    #[serde(default)]
+    pub concurrency: Option<u64>,
+    /// S3: connect timeout and the time budget for retrying a failed request, in milliseconds
+    /// (default 5000), so an unreachable endpoint is reported in seconds, not minutes.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// S3: longest one request (a part, a ranged GET) may take before it fails and is retried
+    /// (default: 30 s, more for parts above 30 MiB). A server that hangs mid-request is an
+    /// error after this.
+    #[serde(default)]
+    pub request_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -186,9 +204,14 @@ impl DeploymentConfig {
                 "bucket" => tier.bucket = Some(value.clone()),
                 "region" => tier.region = Some(value.clone()),
                 "prefix" => tier.prefix = Some(value.clone()),
+                "concurrency" => tier.concurrency = Some(parse_count(&value).map_err(bad)?),
+                "timeout_ms" => tier.timeout_ms = Some(parse_count(&value).map_err(bad)?),
+                "request_timeout_ms" => {
+                    tier.request_timeout_ms = Some(parse_count(&value).map_err(bad)?)
+                }
                 other => {
                     return Err(bad(format!(
-                        "unknown field {other:?} (path, capacity, part_size, endpoint, bucket, region, prefix)"
+                        "unknown field {other:?} (path, capacity, part_size, endpoint, bucket, region, prefix, concurrency, timeout_ms, request_timeout_ms)"
                     )))
                 }
             }
@@ -219,12 +242,37 @@ impl DeploymentConfig {
                 TierKind::Memory if t.path.is_some() => return bad("a memory tier has no path"),
                 _ => {}
             }
-            if t.kind != TierKind::S3 && (t.endpoint.is_some() || t.bucket.is_some()) {
-                return bad("endpoint/bucket only apply to kind = \"s3\"");
+            if t.kind != TierKind::S3
+                && (t.endpoint.is_some()
+                    || t.bucket.is_some()
+                    || t.concurrency.is_some()
+                    || t.timeout_ms.is_some()
+                    || t.request_timeout_ms.is_some())
+            {
+                return bad(
+                    "endpoint, bucket, concurrency and timeout_ms only apply to kind = \"s3\"",
+                );
+            }
+            if let Some(ep) = &t.endpoint {
+                if !(ep.starts_with("http://") || ep.starts_with("https://")) {
+                    return bad("endpoint must be an http:// or https:// URL");
+                }
+            }
+            if t.concurrency == Some(0) || t.concurrency.is_some_and(|c| c > 1024) {
+                return bad("concurrency must be 1..=1024");
+            }
+            if t.request_timeout_ms == Some(0) {
+                return bad("request_timeout_ms must be > 0");
+            }
+            if t.timeout_ms == Some(0) {
+                return bad("timeout_ms must be > 0");
             }
             if let Some(p) = t.part_size {
                 if p < 5 << 20 {
                     return bad("part_size must be at least 5MiB (S3's minimum part size)");
+                }
+                if p > 5 << 30 {
+                    return bad("part_size must be at most 5GiB (S3's maximum part size)");
                 }
             }
         }
@@ -236,6 +284,13 @@ impl DeploymentConfig {
         }
         Ok(())
     }
+}
+
+/// A plain non-negative integer (counts, milliseconds).
+fn parse_count(s: &str) -> std::result::Result<u64, String> {
+    s.trim()
+        .parse()
+        .map_err(|_| format!("expected a whole number, got {s:?}"))
 }
 
 /// "4096", "64KiB", "1.5GiB", "10GB": binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB)
@@ -317,6 +372,7 @@ name = "s3"
 kind = "s3"
 endpoint = "http://127.0.0.1:9000"
 bucket = "pdcx"
+timeout_ms = 2000
 "#;
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -334,6 +390,8 @@ bucket = "pdcx"
         assert_eq!(c.tiers[0].capacity, Some(64 << 20));
         assert_eq!(c.tiers[1].capacity, Some(1000));
         assert_eq!(c.tiers[2].capacity, None);
+        assert_eq!(c.tiers[2].timeout_ms, Some(2000));
+        assert_eq!(c.tiers[2].concurrency, None);
         assert_eq!(c.flush.interval_ms, 200);
     }
 
@@ -344,10 +402,17 @@ bucket = "pdcx"
             env(&[
                 ("PDCX_TIER_S3_ENDPOINT", "http://10.0.0.5:9000"),
                 ("PDCX_TIER_SSD_CAPACITY", "2GiB"),
+                ("PDCX_TIER_S3_CONCURRENCY", "4"),
+                ("PDCX_TIER_S3_TIMEOUT_MS", "750"),
+                ("PDCX_TIER_S3_PART_SIZE", "16MiB"),
                 ("UNRELATED", "x"),
             ]),
         )
         .unwrap();
+        let s3 = c.tier("s3").unwrap();
+        assert_eq!(s3.concurrency, Some(4));
+        assert_eq!(s3.timeout_ms, Some(750));
+        assert_eq!(s3.part_size, Some(16 << 20));
         assert_eq!(
             c.tier("s3").unwrap().endpoint.as_deref(),
             Some("http://10.0.0.5:9000")
@@ -376,6 +441,18 @@ bucket = "pdcx"
                 "[[tier]]\nname='a'\nkind='memory'\ncolour='red'\n",
                 "unknown field",
             ),
+            (
+                "[[tier]]\nname='a'\nkind='s3'\nbucket='b'\nendpoint='127.0.0.1:9000'\n",
+                "http:// or https://",
+            ),
+            (
+                "[[tier]]\nname='a'\nkind='s3'\nbucket='b'\nconcurrency=0\n",
+                "concurrency must be",
+            ),
+            (
+                "[[tier]]\nname='a'\nkind='local'\npath='/x'\ntimeout_ms=5\n",
+                "only apply to kind",
+            ),
         ];
         for (text, want) in cases {
             let err = DeploymentConfig::parse(text, env(&[])).unwrap_err();
@@ -387,6 +464,9 @@ bucket = "pdcx"
         let err =
             DeploymentConfig::parse(SAMPLE, env(&[("PDCX_TIER_SSD_COLOUR", "x")])).unwrap_err();
         assert!(err.message.contains("unknown field"), "{}", err.message);
+        let err =
+            DeploymentConfig::parse(SAMPLE, env(&[("PDCX_TIER_S3_TIMEOUT_MS", "5s")])).unwrap_err();
+        assert!(err.message.contains("whole number"), "{}", err.message);
     }
 
     #[test]

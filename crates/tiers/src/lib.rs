@@ -13,7 +13,10 @@ pub mod config;
 #[doc(hidden)]
 pub mod conformance;
 pub mod localdir;
+pub mod lustre;
 pub mod memory;
+pub mod s3;
+pub mod shareddir;
 
 pub use config::{parse_size, DeploymentConfig, TierConfig, TierKind};
 pub use pdcx_core::{Error, ErrorKind, Result};
@@ -56,15 +59,34 @@ pub trait Tier: Send + Sync {
     fn used(&self) -> u64;
 }
 
-/// Builds the tier a config entry describes.
+/// Facts about the server opening a tier that are not in the tier's config: the shared tier's
+/// Lustre striping depends on how many servers write and which one this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpenContext {
+    /// This server's rank.
+    pub rank: u32,
+    /// Number of servers in the deployment (the writers of a shared tier).
+    pub size: u32,
+}
+
+impl Default for OpenContext {
+    fn default() -> Self {
+        OpenContext { rank: 0, size: 1 }
+    }
+}
+
+/// Builds the tier a config entry describes, as the only server of a deployment.
 pub fn open(cfg: &TierConfig) -> Result<Arc<dyn Tier>> {
+    open_in(cfg, &OpenContext::default())
+}
+
+/// Builds the tier a config entry describes for server `ctx.rank` of `ctx.size`.
+pub fn open_in(cfg: &TierConfig, ctx: &OpenContext) -> Result<Arc<dyn Tier>> {
     match cfg.kind {
         TierKind::Memory => Ok(Arc::new(memory::MemoryTier::new(&cfg.name, cfg.capacity))),
-        TierKind::Local | TierKind::Shared => Ok(Arc::new(localdir::DirTier::open(cfg)?)),
-        TierKind::S3 => Err(Error::invalid(format!(
-            "tier {:?}: the S3 backend is not built into this binary yet",
-            cfg.name
-        ))),
+        TierKind::Local => Ok(Arc::new(localdir::DirTier::open(cfg)?)),
+        TierKind::Shared => Ok(Arc::new(shareddir::SharedTier::open(cfg, ctx)?)),
+        TierKind::S3 => Ok(Arc::new(s3::S3Tier::open(cfg)?)),
     }
 }
 

@@ -70,6 +70,55 @@ impl DirTier {
         &self.root
     }
 
+    /// [`Tier::put`] with the temporary file made by `create` (which must create it, empty,
+    /// and open it for writing). The shared tier uses this to give a file its Lustre layout
+    /// before the first byte is written, which is the only time a layout can be set.
+    pub fn put_with(
+        &self,
+        key: &str,
+        data: &[u8],
+        create: &dyn Fn(&Path) -> std::io::Result<File>,
+    ) -> Result<()> {
+        let path = self.path(key)?;
+        let old = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let grow = (data.len() as u64).saturating_sub(old);
+        let _reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
+        let used = self.used.load(Ordering::Relaxed);
+        if let Some(cap) = self.capacity {
+            if used + grow > cap {
+                return Err(Error::new(
+                    ErrorKind::NoSpace,
+                    format!(
+                        "tier {:?} ({}) is full: {used} of {cap} bytes used, {} more needed",
+                        self.name,
+                        self.root.display(),
+                        grow
+                    ),
+                ));
+            }
+        }
+        let parent = path.parent().unwrap_or(&self.root).to_path_buf();
+        fs::create_dir_all(&parent)
+            .map_err(|e| Error::io(&self.ctx("creating the directory of", key), &e))?;
+        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
+        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
+        let tmp = parent.join(format!("{file_name}{TMP_MARK}{}-{n}", std::process::id()));
+        let write = || -> std::io::Result<()> {
+            let mut f = create(&tmp)?;
+            f.write_all(data)?;
+            f.sync_data()?;
+            fs::rename(&tmp, &path)?;
+            sync_dir(&parent)
+        };
+        if let Err(e) = write() {
+            let _ = fs::remove_file(&tmp);
+            return Err(Error::io(&self.ctx("writing", key), &e));
+        }
+        self.used
+            .store(used - old.min(used) + data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
     fn path(&self, key: &str) -> Result<PathBuf> {
         check_key(key)?;
         Ok(self.root.join(key))
@@ -121,44 +170,9 @@ impl Tier for DirTier {
     }
 
     fn put(&self, key: &str, data: &[u8]) -> Result<()> {
-        let path = self.path(key)?;
-        let old = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        let grow = (data.len() as u64).saturating_sub(old);
-        let _reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
-        let used = self.used.load(Ordering::Relaxed);
-        if let Some(cap) = self.capacity {
-            if used + grow > cap {
-                return Err(Error::new(
-                    ErrorKind::NoSpace,
-                    format!(
-                        "tier {:?} ({}) is full: {used} of {cap} bytes used, {} more needed",
-                        self.name,
-                        self.root.display(),
-                        grow
-                    ),
-                ));
-            }
-        }
-        let parent = path.parent().unwrap_or(&self.root).to_path_buf();
-        fs::create_dir_all(&parent)
-            .map_err(|e| Error::io(&self.ctx("creating the directory of", key), &e))?;
-        let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
-        let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
-        let tmp = parent.join(format!("{file_name}{TMP_MARK}{}-{n}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-            f.write_all(data)?;
-            f.sync_data()?;
-            fs::rename(&tmp, &path)?;
-            sync_dir(&parent)
-        };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&tmp);
-            return Err(Error::io(&self.ctx("writing", key), &e));
-        }
-        self.used
-            .store(used - old.min(used) + data.len() as u64, Ordering::Relaxed);
-        Ok(())
+        self.put_with(key, data, &|tmp| {
+            OpenOptions::new().write(true).create_new(true).open(tmp)
+        })
     }
 
     fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()> {
@@ -255,11 +269,7 @@ mod tests {
             kind: TierKind::Local,
             path: Some(dir.to_path_buf()),
             capacity,
-            endpoint: None,
-            bucket: None,
-            region: None,
-            prefix: None,
-            part_size: None,
+            ..Default::default()
         }
     }
 

@@ -82,13 +82,19 @@ pub struct Tiering {
 
 impl Tiering {
     /// Opens every tier the config declares; `None` when it declares none (log only).
-    pub fn open(cfg: &DeploymentConfig, deployment: &str, rank: u32) -> Result<Option<Tiering>> {
+    pub fn open(
+        cfg: &DeploymentConfig,
+        deployment: &str,
+        rank: u32,
+        size: u32,
+    ) -> Result<Option<Tiering>> {
         if cfg.tiers.is_empty() {
             return Ok(None);
         }
+        let ctx = pdcx_tiers::OpenContext { rank, size };
         let mut tiers = Vec::new();
         for t in &cfg.tiers {
-            tiers.push(pdcx_tiers::open(t).map_err(|e| {
+            tiers.push(pdcx_tiers::open_in(t, &ctx).map_err(|e| {
                 Error::new(
                     e.kind,
                     format!("opening tier {:?} ({}): {}", t.name, t.kind, e.message),

@@ -1,0 +1,165 @@
+//! The shared-directory tier (`kind = "shared"`): a directory on a parallel file system that
+//! every server of the deployment sees. Blob I/O is the directory tier's (temporary file,
+//! fsync, rename); what this adds is the Lustre striping policy of [`crate::lustre`].
+//!
+//! A Lustre layout can only be chosen when a file is created, and the policy depends on the
+//! size of the data (stripe size 1 MiB below 1 GiB, else 16 MiB), so each blob of at least one
+//! stripe gets its layout when its temporary file is created: stripe count
+//! ⌊OSTs / servers⌋ starting at OST (rank × count) % OSTs. Smaller blobs fit in one stripe,
+//! where a layout changes nothing, and are created plainly (saving a fork of `lfs`).
+//! On other file systems the tier is exactly the directory tier.
+
+use crate::config::TierConfig;
+use crate::localdir::DirTier;
+use crate::lustre;
+use crate::{OpenContext, Tier, TierKind};
+use pdcx_core::Result;
+use std::fs::{File, OpenOptions};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub struct SharedTier {
+    dir: DirTier,
+    ctx: OpenContext,
+    /// OSTs of the Lustre file system under the directory; `None` when it is not Lustre.
+    osts: Option<u32>,
+    /// Cleared after `lfs setstripe` fails once: blobs are then written with the directory's
+    /// default layout instead of failing (striping is a performance hint, not correctness).
+    striping: AtomicBool,
+}
+
+impl SharedTier {
+    pub fn open(cfg: &TierConfig, ctx: &OpenContext) -> Result<Self> {
+        let dir = DirTier::open(cfg)?;
+        let osts = if lustre::is_lustre(dir.root())? {
+            match lustre::ost_count(dir.root()) {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    eprintln!(
+                        "pdcx: tier {:?}: {} is on Lustre but its OSTs are unknown ({}); \
+                         using the directory's default striping",
+                        cfg.name,
+                        dir.root().display(),
+                        e.message
+                    );
+                    None
+                }
+            }
+        } else {
+            tracing::debug!(path = %dir.root().display(), "not Lustre: striping is a no-op");
+            None
+        };
+        Ok(SharedTier {
+            dir,
+            ctx: *ctx,
+            osts,
+            striping: AtomicBool::new(osts.is_some()),
+        })
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.root()
+    }
+
+    /// The layout a blob of `bytes` gets, or `None` if it gets the directory's default.
+    pub fn stripe_for(&self, bytes: u64) -> Option<lustre::Stripe> {
+        let osts = self.osts?;
+        let stripe = lustre::policy(osts, self.ctx.size, bytes, self.ctx.rank);
+        (bytes >= stripe.size && self.striping.load(Ordering::Relaxed)).then_some(stripe)
+    }
+}
+
+impl Tier for SharedTier {
+    fn name(&self) -> &str {
+        self.dir.name()
+    }
+    fn kind(&self) -> TierKind {
+        TierKind::Shared
+    }
+
+    fn put(&self, key: &str, data: &[u8]) -> Result<()> {
+        let Some(stripe) = self.stripe_for(data.len() as u64) else {
+            return self.dir.put(key, data);
+        };
+        self.dir.put_with(key, data, &|tmp| {
+            match lustre::apply(tmp, &stripe) {
+                // lfs created the file, empty, with the layout: open it for writing.
+                Ok(()) if tmp.exists() => OpenOptions::new().write(true).open(tmp),
+                Ok(()) => OpenOptions::new().write(true).create_new(true).open(tmp),
+                Err(e) => {
+                    if self.striping.swap(false, Ordering::Relaxed) {
+                        eprintln!(
+                            "pdcx: tier {:?}: striping disabled for this run: {}",
+                            self.dir.name(),
+                            e.message
+                        );
+                    }
+                    let _ = std::fs::remove_file(tmp);
+                    create_plain(tmp)
+                }
+            }
+        })
+    }
+
+    fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()> {
+        self.dir.get_range(key, offset, out)
+    }
+    fn len(&self, key: &str) -> Result<u64> {
+        self.dir.len(key)
+    }
+    fn delete(&self, key: &str) -> Result<()> {
+        self.dir.delete(key)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+        self.dir.list(prefix)
+    }
+    fn capacity(&self) -> Option<u64> {
+        self.dir.capacity()
+    }
+    fn used(&self) -> u64 {
+        self.dir.used()
+    }
+}
+
+fn create_plain(tmp: &Path) -> std::io::Result<File> {
+    OpenOptions::new().write(true).create_new(true).open(tmp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conformance;
+
+    fn cfg(dir: &Path) -> TierConfig {
+        TierConfig {
+            name: "pfs".into(),
+            kind: TierKind::Shared,
+            path: Some(dir.to_path_buf()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn behaves_like_a_tier() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = SharedTier::open(&cfg(dir.path()), &OpenContext { rank: 1, size: 4 }).unwrap();
+        assert_eq!(t.kind(), TierKind::Shared);
+        conformance::check(&t);
+    }
+
+    #[test]
+    fn off_lustre_no_blob_gets_a_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = SharedTier::open(&cfg(dir.path()), &OpenContext::default()).unwrap();
+        assert_eq!(t.stripe_for(1 << 40), None);
+    }
+
+    #[test]
+    fn open_builds_the_shared_kind() {
+        let dir = tempfile::tempdir().unwrap();
+        let t = crate::open_in(&cfg(dir.path()), &OpenContext { rank: 0, size: 2 }).unwrap();
+        assert_eq!(t.kind(), TierKind::Shared);
+        t.put("a/b", b"x").unwrap();
+        assert_eq!(t.get("a/b").unwrap(), b"x");
+    }
+}
