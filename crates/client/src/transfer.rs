@@ -9,6 +9,7 @@
 
 use crate::client::Client;
 use crate::conn::Conn;
+use crate::shm::Payload;
 use pdcx_core::protocol::{Durability, ReadItem, Request, StageItem};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use std::collections::BTreeMap;
@@ -53,7 +54,7 @@ impl State {
 enum Job {
     Stage {
         items: Vec<StageItem>,
-        data: Vec<Arc<Vec<u8>>>,
+        data: Vec<Arc<Payload>>,
         states: Vec<Arc<State>>,
     },
     Commit {
@@ -181,14 +182,8 @@ fn execute(c: &mut Conn, job: &Job) -> Result<()> {
             data,
             states,
         } => {
-            let parts: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-            c.call(
-                &Request::Stage {
-                    items: items.clone(),
-                },
-                &parts,
-            )
-            .map(|_| {
+            let parts: Vec<&Payload> = data.iter().map(|d| &**d).collect();
+            c.stage(items, &parts).map(|_| {
                 states.iter().for_each(|s| s.set(Phase::Delivered, None));
             })
         }
@@ -212,25 +207,11 @@ fn execute(c: &mut Conn, job: &Job) -> Result<()> {
             lens,
             states,
             held,
-        } => c
-            .call_split(
-                &if *held {
-                    Request::ReadHeld {
-                        items: items.clone(),
-                    }
-                } else {
-                    Request::Read {
-                        items: items.clone(),
-                    }
-                },
-                &[],
-                lens,
-            )
-            .map(|(_, parts)| {
-                for (s, data) in states.iter().zip(parts) {
-                    s.set(Phase::Done, Some(data));
-                }
-            }),
+        } => c.read(items, *held, lens).map(|parts| {
+            for (s, data) in states.iter().zip(parts) {
+                s.set(Phase::Done, Some(data));
+            }
+        }),
     }
 }
 
@@ -248,7 +229,8 @@ pub struct Transfer {
     held: bool,
     byte_len: usize,
     txn: u64,
-    data: Option<Arc<Vec<u8>>>,
+    /// The loaded bytes: an arena block when shared memory is in use (see `shm.rs`).
+    data: Option<Arc<Payload>>,
     state: Arc<State>,
 }
 
@@ -302,21 +284,41 @@ impl Transfer {
 
     /// Gives a write transfer the bytes its next `start` sends (the caller's copy).
     pub fn load(&mut self, data: Vec<u8>) -> Result<()> {
+        self.check_load(data.len())?;
+        self.data = Some(Arc::new(Payload::Heap(data)));
+        Ok(())
+    }
+
+    /// Copies `src` as the bytes the next `start` sends; the caller may reuse `src` at once.
+    /// With shared memory in use this is the only user-space copy the data gets.
+    pub fn load_from(&mut self, src: &[u8]) -> Result<()> {
+        self.check_load(src.len())?;
+        self.load_with(|dst| dst.copy_from_slice(src))
+    }
+
+    /// Like `load_from`, for callers that assemble the bytes themselves: `fill` must write
+    /// all `byte_len()` bytes of the buffer it is given (an arena block or heap memory).
+    pub fn load_with(&mut self, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        self.check_load(self.byte_len)?;
+        // Drop the previous bytes first so a reload can reuse their block.
+        self.data = None;
+        self.data = Some(Arc::new(self.client.payload_with(self.byte_len, fill)));
+        Ok(())
+    }
+
+    fn check_load(&self, len: usize) -> Result<()> {
         if !self.is_write {
             return Err(Error::invalid("load() is for write transfers"));
         }
-        if data.len() != self.byte_len {
+        if len != self.byte_len {
             return Err(Error::new(
                 ErrorKind::DtypeMismatch,
                 format!(
-                    "buffer has {} bytes but region {} needs {}",
-                    data.len(),
-                    self.region,
-                    self.byte_len
+                    "buffer has {len} bytes but region {} needs {}",
+                    self.region, self.byte_len
                 ),
             ));
         }
-        self.data = Some(Arc::new(data));
         Ok(())
     }
 
@@ -433,7 +435,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
 #[derive(Default)]
 struct Batch {
     stage_items: Vec<StageItem>,
-    stage_data: Vec<Arc<Vec<u8>>>,
+    stage_data: Vec<Arc<Payload>>,
     stage_states: Vec<Arc<State>>,
     reads: [ReadBatch; 2],
 }

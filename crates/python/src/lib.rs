@@ -344,6 +344,7 @@ impl Client {
         let s = py.allow_threads(|| self.inner.stats(rank)).map_err(to_py)?;
         Ok(json!({"rank": s.rank, "size": s.size, "pid": s.pid, "addr": s.addr, "objects": s.objects,
             "containers": s.containers, "extents": s.extents, "log_bytes": s.log_bytes, "read_bytes": s.read_bytes,
+            "shm_bytes": s.shm_bytes,
             "cache_bytes": s.cache_bytes, "cache_capacity": s.cache_capacity, "uptime_s": s.uptime_s})
         .to_string())
     }
@@ -426,13 +427,17 @@ struct Transfer {
 #[pymethods]
 impl Transfer {
     /// Copies the caller's data now: after this the caller may reuse its buffer.
+    /// With shared memory in use the copy goes straight into the arena block that the server
+    /// reads, so it is the only copy the data gets in this process.
     fn load(&mut self, py: Python<'_>, data: PyBuffer<u8>) -> R<()> {
         let (ptr, len) = byte_view(&data)?;
-        // SAFETY: `data` keeps the memory alive for the duration of the copy.
-        let copy = py.allow_threads(|| {
-            unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }.to_vec()
-        });
-        self.inner.load(copy).map_err(to_py)
+        let t = &mut self.inner;
+        py.allow_threads(|| {
+            // SAFETY: `data` keeps the memory alive for the duration of the copy.
+            let src = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+            t.load_from(src)
+        })
+        .map_err(to_py)
     }
 
     fn start(&mut self) -> R<()> {
@@ -535,6 +540,17 @@ fn wait_all(py: Python<'_>, transfers: Vec<PyRefMut<'_, Transfer>>) -> R<()> {
     with_transfers(py, transfers, pdcx_client::wait_all)
 }
 
+/// Encodes a request given as serde JSON (externally tagged, e.g. `{"StageShm": {...}}`) into
+/// a frame body, for tests that speak the wire protocol by hand: variant numbers then come
+/// from protocol.rs instead of being copied into the tests.
+#[pyfunction]
+fn _encode_request<'py>(py: Python<'py>, json: &str) -> R<Bound<'py, PyBytes>> {
+    let req: pdcx_core::protocol::Request = serde_json::from_str(json)
+        .map_err(|e| InvalidArgumentError::new_err(format!("not a request: {e}")))?;
+    let body = pdcx_core::protocol::encode_body(&req).map_err(to_py)?;
+    Ok(PyBytes::new(py, &body))
+}
+
 /// A private single-server deployment inside this process (the embedded default).
 #[pyclass(module = "pdcx._native")]
 struct EmbeddedServer {
@@ -587,6 +603,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<EmbeddedServer>()?;
     m.add_function(wrap_pyfunction!(start_all, m)?)?;
     m.add_function(wrap_pyfunction!(wait_all, m)?)?;
+    m.add_function(wrap_pyfunction!(_encode_request, m)?)?;
     m.add("PdcxError", py.get_type::<PdcxError>())?;
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("AlreadyExistsError", py.get_type::<AlreadyExistsError>())?;

@@ -15,6 +15,7 @@ pub mod launch;
 pub mod metadata;
 pub mod peers;
 mod rpc;
+mod shm;
 
 use engine::Engine;
 use metadata::Metadata;
@@ -65,6 +66,8 @@ pub struct Server {
     connections: AtomicU64,
     /// Bytes of read replies served (owner reads and direct reads of held regions).
     read_bytes: AtomicU64,
+    /// Bytes staged from or read into clients' shared-memory arenas.
+    shm_bytes: AtomicU64,
     shutdown_requested: AtomicBool,
     _lock: std::fs::File,
 }
@@ -163,6 +166,7 @@ impl Server {
             started: Instant::now(),
             connections: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
+            shm_bytes: AtomicU64::new(0),
             shutdown_requested: AtomicBool::new(false),
             _lock: lock,
         });
