@@ -7,6 +7,7 @@ arena is unmapped by the server."""
 from __future__ import annotations
 
 import fcntl
+import gc
 import hashlib
 import hmac
 import json
@@ -88,6 +89,20 @@ def test_same_node_data_goes_through_shared_memory(deployment, monkeypatch):
     moved = exercise(c, "same")
     # Every bulk byte of the exercise, written and read, went through an arena.
     assert shm_total(c) - before == moved
+
+    # An async read's array is the arena block itself: it stays intact while later reads and
+    # writes reuse the arena, and outlives its client.
+    c2 = pdcx.connect(dep.root)  # not kept by the fixture, so it can really go away
+    obj = c2.open_object("same/small")
+    kept = obj.read_async().wait()
+    want = kept.copy()
+    for i in range(20):
+        obj.write_async(np.full(1024, i, dtype="<i4")).wait()
+        assert (obj.read_async().wait() == i).all()
+    assert kept.tobytes() == want.tobytes()
+    del c2, obj
+    gc.collect()
+    assert kept.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("env", [{"PDCX_NODE": "a-different-node"}, {"PDCX_SHM": "0"}])

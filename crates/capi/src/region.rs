@@ -335,8 +335,8 @@ fn wait_arcs(ids: &[PdcId], arcs: &[Arc<Mutex<Xfer>>]) -> R<()> {
     for g in active.iter_mut() {
         g.started = false;
         if !g.t.is_write && first_err.is_none() {
-            match g.t.take_result() {
-                Some(data) => g.scatter(&data),
+            match g.t.take_payload() {
+                Some(data) => g.scatter(data.as_slice()),
                 None => first_err = Some("read finished without data".into()),
             }
         }

@@ -248,93 +248,94 @@ impl Conn {
         self.call(&req, &parts).map(|(r, _)| r)
     }
 
-    /// Reads `items` (`Read`, or `ReadHeld` with `held`) into one fresh Vec per item of
-    /// `lens[i]` bytes: from a shared-memory block the server filled, or from the payload.
-    pub fn read(&mut self, items: &[ReadItem], held: bool, lens: &[usize]) -> Result<Vec<Vec<u8>>> {
-        if let Some(buf) = self.read_shm(items, held, lens)? {
-            let src = buf.as_slice();
-            let mut at = 0;
-            return Ok(lens
-                .iter()
-                .map(|&l| {
-                    at += l;
-                    src[at - l..at].to_vec()
-                })
-                .collect());
+    /// Reads `items` (`Read`, or `ReadHeld` with `held`), `lens[i]` bytes each: one arena
+    /// block per item that the server wrote into (no copy on this side), else one Vec per item
+    /// received from the reply payload.
+    pub fn read(&mut self, items: &[ReadItem], held: bool, lens: &[usize]) -> Result<Vec<Payload>> {
+        if let Some(blocks) = self.read_shm(items, held, lens, false)? {
+            return Ok(blocks.into_iter().map(Payload::Shm).collect());
         }
-        self.call_split(&read_request(items, held), &[], lens)
-            .map(|(_, parts)| parts)
+        let (_, parts) = self.call_split(&read_request(items, held), &[], lens)?;
+        Ok(parts.into_iter().map(Payload::Heap).collect())
     }
 
-    /// Reads one item straight into `out` (exactly its size).
+    /// Reads one item straight into `out` (exactly its size); through shared memory it is
+    /// copied once, out of the block the server wrote into.
     pub fn read_into(&mut self, item: &ReadItem, held: bool, out: &mut [u8]) -> Result<()> {
         let items = std::slice::from_ref(item);
-        if let Some(buf) = self.read_shm(items, held, &[out.len()])? {
-            out.copy_from_slice(buf.as_slice());
+        if let Some(blocks) = self.read_shm(items, held, &[out.len()], true)? {
+            out.copy_from_slice(blocks[0].as_slice());
             return Ok(());
         }
         self.call_into(&read_request(items, held), &[], out)
             .map(|_| ())
     }
 
-    /// A `ReadShm` into a fresh block holding every item back to back; None when shared
-    /// memory is not usable for it (the caller reads over TCP).
+    /// A `ReadShm` into fresh blocks, one per item (or with `one_block` all back to back in
+    /// the first); None when shared memory is not usable for it (the caller uses TCP).
     fn read_shm(
         &mut self,
         items: &[ReadItem],
         held: bool,
         lens: &[usize],
-    ) -> Result<Option<ShmBuf>> {
+        one_block: bool,
+    ) -> Result<Option<Vec<ShmBuf>>> {
         let Some(pool) = self.shm.as_ref().map(|s| s.pool.clone()) else {
             return Ok(None);
         };
-        if !self.shm_enabled() || items.len() != lens.len() {
+        if !self.shm_enabled() || items.len() != lens.len() || lens.contains(&0) {
             return Ok(None);
         }
-        let Some(buf) = pool.alloc(lens.iter().sum()) else {
-            return Ok(None);
+        let sizes = if one_block {
+            vec![lens.iter().sum()]
+        } else {
+            lens.to_vec()
         };
-        if !self.shm_attach(buf.arena())? {
-            return Ok(None);
+        let mut blocks = Vec::with_capacity(sizes.len());
+        for n in sizes {
+            let Some(b) = pool.alloc(n) else {
+                return Ok(None);
+            };
+            if !self.shm_attach(b.arena())? {
+                return Ok(None);
+            }
+            blocks.push(b);
         }
-        let base = buf.loc();
-        let mut at = base.offset;
-        let locs = lens
-            .iter()
-            .map(|&l| {
-                let loc = ShmLoc {
-                    arena: base.arena,
-                    offset: at,
-                };
-                at += l as u64;
-                loc
-            })
-            .collect();
+        let locs = if one_block {
+            let base = blocks[0].loc();
+            let mut at = base.offset;
+            lens.iter()
+                .map(|&l| {
+                    let loc = ShmLoc {
+                        arena: base.arena,
+                        offset: at,
+                    };
+                    at += l as u64;
+                    loc
+                })
+                .collect()
+        } else {
+            blocks.iter().map(ShmBuf::loc).collect()
+        };
         let req = Request::ReadShm {
             items: items.to_vec(),
             held,
             locs,
         };
-        match self.call(&req, &[]) {
-            Ok((Response::Data, _)) => Ok(Some(buf)),
-            Ok((other, _)) => {
-                buf.forfeit();
-                Err(Error::protocol(format!(
-                    "unexpected reply to ReadShm: {other:?}"
-                )))
-            }
-            Err(e) => {
-                // After a broken exchange the server might still write into the block:
-                // never hand its range out again.
-                if matches!(
-                    e.kind,
-                    ErrorKind::Unavailable | ErrorKind::Io | ErrorKind::Protocol
-                ) {
-                    buf.forfeit();
-                }
-                Err(e)
-            }
+        let err = match self.call(&req, &[]) {
+            Ok((Response::Data, _)) => return Ok(Some(blocks)),
+            Ok((other, _)) => Error::protocol(format!("unexpected reply to ReadShm: {other:?}")),
+            Err(e) => e,
+        };
+        // After a broken exchange the server might still write into the blocks: never hand
+        // their ranges out again.
+        if matches!(
+            err.kind,
+            ErrorKind::Unavailable | ErrorKind::Io | ErrorKind::Protocol
+        ) {
+            blocks.into_iter().for_each(ShmBuf::forfeit);
         }
+        Err(err)
     }
 
     fn send(&mut self, req: &Request, payload: &[&[u8]]) -> Result<()> {

@@ -20,7 +20,9 @@
 //!   path costs the client one copy; the server copies the block into private memory before
 //!   checksumming and logging it (the client could otherwise change the bytes between the
 //!   checksum and the write and leave a corrupt record in the log). Reads are written by the
-//!   server into a block and copied once into the caller's buffer.
+//!   server into a block: a synchronous read copies it once into the caller's buffer, an
+//!   asynchronous one hands the block itself over (Python's numpy result wraps it; it returns
+//!   to the arena when the array is gone).
 //! * Arenas grow by adding a new one of twice the size (64 MiB first). Freed blocks keep
 //!   their pages for reuse up to [`KEEP_RESIDENT`] bytes; beyond that, large freed blocks are
 //!   punched out of the memfd so an idle client does not pin memory.
@@ -424,6 +426,13 @@ impl Payload {
         match self {
             Payload::Heap(v) => v,
             Payload::Shm(b) => b.as_slice(),
+        }
+    }
+
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        match self {
+            Payload::Heap(v) => v,
+            Payload::Shm(b) => b.as_mut_slice(),
         }
     }
 

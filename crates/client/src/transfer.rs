@@ -36,12 +36,14 @@ enum Phase {
 }
 
 struct State {
-    phase: Mutex<(Phase, Option<Vec<u8>>)>,
+    /// The phase, and a finished read's bytes (an arena block when they came through shared
+    /// memory: handed on to the caller without another copy).
+    phase: Mutex<(Phase, Option<Payload>)>,
     cv: Condvar,
 }
 
 impl State {
-    fn set(&self, phase: Phase, data: Option<Vec<u8>>) {
+    fn set(&self, phase: Phase, data: Option<Payload>) {
         let mut g = self.phase.lock().unwrap_or_else(|p| p.into_inner());
         // A failure is final for this round; later news about it must not hide the error.
         if !matches!(g.0, Phase::Failed(_)) {
@@ -342,6 +344,15 @@ impl Transfer {
 
     /// The bytes a read transfer brought back (after `wait`); None before or for writes.
     pub fn take_result(&mut self) -> Option<Vec<u8>> {
+        self.take_payload().map(|p| match p {
+            Payload::Heap(v) => v,
+            Payload::Shm(b) => b.as_slice().to_vec(),
+        })
+    }
+
+    /// Like `take_result`, without a copy: a read through shared memory hands over the arena
+    /// block the server wrote into (it returns to the arena when dropped).
+    pub fn take_payload(&mut self) -> Option<Payload> {
         self.state
             .phase
             .lock()

@@ -2,6 +2,7 @@
 //! numpy dtypes and indexing live in the pure-Python layer (python/pdcx). Metadata crosses as
 //! JSON text so this file needs no per-field conversions. Every blocking call releases the GIL.
 
+use pdcx_client::shm::Payload;
 use pdcx_client::{Client as RustClient, Status, Transfer as RustTransfer};
 use pdcx_core::model::Tags;
 use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
@@ -463,9 +464,10 @@ impl Transfer {
         }
     }
 
-    /// The bytes a read brought back, as a zero-copy buffer (once per wait).
+    /// The bytes a read brought back, as a zero-copy buffer (once per wait): the received
+    /// bytes, or the shared-memory block the server wrote them into.
     fn take_result(&mut self) -> Option<Buffer> {
-        self.inner.take_result().map(|data| Buffer { data })
+        self.inner.take_payload().map(|data| Buffer { data })
     }
 
     #[getter]
@@ -475,10 +477,11 @@ impl Transfer {
 }
 
 /// Bytes owned by Rust, exported through the buffer protocol so numpy can wrap them without
-/// copying (`np.frombuffer`).
+/// copying (`np.frombuffer`). A shared-memory block returns to its arena when the last view
+/// of it is gone.
 #[pyclass(module = "pdcx._native")]
 struct Buffer {
-    data: Vec<u8>,
+    data: Payload,
 }
 
 #[pymethods]
@@ -490,10 +493,11 @@ impl Buffer {
     ) -> PyResult<()> {
         let (ptr, len) = {
             let mut b = slf.borrow_mut();
-            (b.data.as_mut_ptr(), b.data.len())
+            let bytes = b.data.as_mut_slice();
+            (bytes.as_mut_ptr(), bytes.len())
         };
-        // SAFETY: the Vec is never resized after creation; PyBuffer_FillInfo takes a reference
-        // to `slf`, which keeps the memory alive as long as any view exists.
+        // SAFETY: the bytes are never resized or moved after creation; PyBuffer_FillInfo takes
+        // a reference to `slf`, which keeps the memory alive as long as any view exists.
         if pyo3::ffi::PyBuffer_FillInfo(
             view,
             slf.as_ptr(),

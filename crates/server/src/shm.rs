@@ -29,12 +29,11 @@ const MAX_ARENAS: usize = 64;
 /// Largest single arena the server maps (virtual size).
 const MAX_ARENA_BYTES: u64 = 1 << 40;
 
-/// One client arena mapped into this server.
+/// One client arena mapped into this server. The descriptor is closed right after mapping
+/// (the mapping keeps the memfd alive): a server with many clients must not run out of fds.
 struct Mapping {
     base: *mut u8,
     len: usize,
-    /// Kept open for the life of the mapping (diagnostics show which file it is).
-    _file: std::fs::File,
 }
 
 // SAFETY: the mapping is only touched by the connection thread that owns `Attached`.
@@ -231,7 +230,6 @@ fn open_arena(prefix: &str, pid: u32, fd: i32, name: &str, len: u64) -> Result<M
     Ok(Mapping {
         base: base as *mut u8,
         len: len as usize,
-        _file: file,
     })
 }
 
