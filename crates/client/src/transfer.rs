@@ -1,7 +1,9 @@
 //! Asynchronous transfers. `start` hands a copy of the data to a per-server worker thread and
 //! returns; the worker ships it (`Stage`). `wait` queues a `Commit` behind it on the same
 //! connection, so the server sees stage-then-commit in order, and blocks until it is applied.
-//! Batched `start_all`/`wait_all` send one message per destination server.
+//! Batched `start_all`/`wait_all` send one message per destination server. With a server on
+//! this node the bytes travel through shared memory (`shm.rs`): `load` copies into an arena
+//! block, and a read's result is the block the server wrote into.
 //!
 //! Status: `Pending` while in flight; `Complete` once the server holds the data (for reads: once
 //! the data has arrived); `Failed` with the error. A write becomes visible to other clients
