@@ -25,7 +25,8 @@
 //!   to the arena when the array is gone).
 //! * Arenas grow by adding a new one of twice the size (64 MiB first). Freed blocks keep
 //!   their pages for reuse up to [`KEEP_RESIDENT`] bytes; beyond that, large freed blocks are
-//!   punched out of the memfd so an idle client does not pin memory.
+//!   punched out of the memfd so an idle client does not pin memory. Never-used parts of a
+//!   large block are faulted in with one `MADV_POPULATE_WRITE` instead of a fault per page.
 //!
 //! `PDCX_SHM=0` turns the path off; `PDCX_DEBUG=1` says on stderr why it is not used.
 
@@ -52,6 +53,9 @@ const MAX_ARENAS: usize = 16;
 const RELEASE_MIN: usize = 1 << 20;
 /// Bytes of freed large blocks whose pages stay resident for reuse.
 pub const KEEP_RESIDENT: usize = 256 << 20;
+/// Never-used parts of a block at least this large are populated in one call before the
+/// caller writes them: cheaper than taking a page fault per 4 KiB page.
+const POPULATE_MIN: usize = 64 << 10;
 
 /// Whether `PDCX_SHM` allows the shared-memory path (it does unless set to a false value).
 pub fn enabled_by_env() -> bool {
@@ -96,6 +100,9 @@ pub struct Arena {
     free: Mutex<FreeList>,
     /// Bytes of freed large blocks kept resident, shared by every arena of the pool.
     kept: Arc<AtomicUsize>,
+    /// Every page below this offset has been handed out at least once (first fit fills the
+    /// arena from the bottom), so a block above it is fresh memory worth populating.
+    touched: AtomicUsize,
 }
 
 // SAFETY: `base` points to a MAP_SHARED mapping owned by the arena for its whole life; blocks
@@ -152,6 +159,7 @@ impl Arena {
             len,
             free: Mutex::new(FreeList::new(len)),
             kept,
+            touched: AtomicUsize::new(0),
         })
     }
 
@@ -173,6 +181,19 @@ impl Arena {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take(cap)?;
+        let end = off + cap;
+        let fresh = self.touched.fetch_max(end, Ordering::Relaxed).max(off);
+        if end >= fresh + POPULATE_MIN {
+            // SAFETY: [fresh, end) lies inside our mapping. MADV_POPULATE_WRITE only faults
+            // pages in; on kernels without it (before 5.14) it fails and nothing changes.
+            unsafe {
+                libc::madvise(
+                    self.base.add(fresh) as *mut libc::c_void,
+                    end - fresh,
+                    libc::MADV_POPULATE_WRITE,
+                );
+            }
+        }
         if cap >= RELEASE_MIN {
             // Approximate: the block may or may not have been resident.
             let _ = self
