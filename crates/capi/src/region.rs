@@ -216,35 +216,26 @@ impl Xfer {
         self.local_shape.num_elements() as usize * self.elem
     }
 
-    /// Copies the local region of the user buffer into a contiguous block (writes).
-    fn gather(&self) -> Vec<u8> {
-        let mut out = vec![0u8; self.local.num_elements() as usize * self.elem];
+    /// Loads the transfer with the local region of the user buffer, gathered straight into the
+    /// buffer the transfer sends (a shared-memory block when the server is on this node).
+    fn load(&mut self) -> pdcx_core::Result<()> {
+        let Xfer {
+            buf,
+            elem,
+            local,
+            local_shape,
+            t,
+            ..
+        } = self;
+        let len = local_shape.num_elements() as usize * *elem;
         // SAFETY: PDCregion_transfer_create's contract: `buf` holds the local shape.
-        let user = unsafe { std::slice::from_raw_parts(self.buf as *const u8, self.user_len()) };
-        copy_region(
-            self.elem,
-            &self.local,
-            (
-                &Layout {
-                    region: &self.local_shape,
-                    base: 0,
-                },
-                user,
-            ),
-            (
-                &Layout {
-                    region: &self.local,
-                    base: 0,
-                },
-                &mut out,
-            ),
-        );
-        out
+        let user = unsafe { std::slice::from_raw_parts(*buf as *const u8, len) };
+        t.load_with(|out| gather(*elem, local, local_shape, user, out))
     }
 
     /// Copies a read's contiguous result into the local region of the user buffer.
     fn scatter(&self, data: &[u8]) {
-        // SAFETY: as in `gather`; the buffer is writable for read transfers.
+        // SAFETY: as in `load`; the buffer is writable for read transfers.
         let user = unsafe { std::slice::from_raw_parts_mut(self.buf as *mut u8, self.user_len()) };
         copy_region(
             self.elem,
@@ -265,6 +256,28 @@ impl Xfer {
             ),
         );
     }
+}
+
+/// Copies the `local` region of a user buffer of shape `shape` into `out` (contiguous).
+fn gather(elem: usize, local: &Region, shape: &Region, user: &[u8], out: &mut [u8]) {
+    copy_region(
+        elem,
+        local,
+        (
+            &Layout {
+                region: shape,
+                base: 0,
+            },
+            user,
+        ),
+        (
+            &Layout {
+                region: local,
+                base: 0,
+            },
+            out,
+        ),
+    );
 }
 
 fn xfers(ids: &[PdcId]) -> R<Vec<Arc<Mutex<Xfer>>>> {
@@ -288,8 +301,7 @@ fn start(ids: &[PdcId]) -> R<()> {
             return Err("transfer already started; wait for it before starting it again".into());
         }
         if g.t.is_write {
-            let data = g.gather();
-            g.t.load(data).map_err(crate::err)?;
+            g.load().map_err(crate::err)?;
         }
     }
     let mut ts: Vec<&mut Transfer> = guards.iter_mut().map(|g| &mut g.t).collect();
@@ -324,8 +336,8 @@ fn wait_arcs(ids: &[PdcId], arcs: &[Arc<Mutex<Xfer>>]) -> R<()> {
     for g in active.iter_mut() {
         g.started = false;
         if !g.t.is_write && first_err.is_none() {
-            match g.t.take_result() {
-                Some(data) => g.scatter(&data),
+            match g.t.take_payload() {
+                Some(data) => g.scatter(data.as_slice()),
                 None => first_err = Some("read finished without data".into()),
             }
         }

@@ -702,6 +702,7 @@ pub fn status(root: &Path, json: bool) -> Result<u8> {
                             "extents": st.extents, "log_bytes": st.log_bytes,
                             "cache_bytes": st.cache_bytes, "cache_capacity": st.cache_capacity,
                             "connections": st.connections, "uptime_s": st.uptime_s,
+                            "read_bytes": st.read_bytes, "shm_bytes": st.shm_bytes,
                             "dir": st.dir, "size": st.size,
                             "lookups": st.lookups, "lookups_forwarded": st.lookups_forwarded,
                             "lookups_forwarded_clients": st.lookups_forwarded_clients,

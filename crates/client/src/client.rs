@@ -6,6 +6,7 @@
 
 use crate::cluster::{root_from_env, ClusterFile};
 use crate::conn::Conn;
+use crate::shm::{self, Payload, ShmPool};
 use crate::transfer::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
 use pdcx_core::placement::{data_server, PlacementInput};
@@ -46,6 +47,13 @@ pub(crate) struct Inner {
     placement: AtomicU8,
     /// Write bytes started but not yet delivered, per server (region-dynamic placement).
     pub(crate) in_flight: Vec<AtomicU64>,
+    /// Shared-memory arenas for bulk data, when some server is on this node and `PDCX_SHM`
+    /// allows it.
+    pub(crate) shm: Option<Arc<ShmPool>>,
+    /// Per server: on this client's node (shared memory may be used with it).
+    same_node: Vec<bool>,
+    /// Per server: it refused to map an arena, so its connections use TCP.
+    shm_refused: Vec<Arc<AtomicBool>>,
 }
 
 /// A handle to one deployment. Cheap to clone; safe to share between threads.
@@ -94,6 +102,16 @@ impl Client {
                 .map_err(|e| Error::invalid(format!("PDCX_PLACEMENT: {}", e.message)))?,
             _ => Placement::default(),
         };
+        let node = this_node();
+        let same_node: Vec<bool> = cluster.servers.iter().map(|s| s.node() == node).collect();
+        let shm = if !same_node.contains(&true) {
+            None
+        } else if shm::enabled_by_env() {
+            Some(Arc::new(ShmPool::new(&secret)))
+        } else {
+            shm::debug("shm: disabled by PDCX_SHM; bulk data goes over TCP");
+            None
+        };
         let local = local_server(&cluster);
         let on_node = cluster
             .servers
@@ -105,6 +123,9 @@ impl Client {
                 Ok("0" | "off" | "false" | "no")
             );
         let inner = Inner {
+            shm,
+            same_node,
+            shm_refused: (0..n).map(|_| Arc::new(AtomicBool::new(false))).collect(),
             local: AtomicU32::new(local),
             aggregate: AtomicBool::new(aggregate),
             consistency: Mutex::new(HashMap::new()),
@@ -292,6 +313,41 @@ impl Client {
     }
 
     pub(crate) fn open_conn(&self, rank: u32) -> Result<Conn> {
+        let mut conn = self.connect_rank(rank)?;
+        if let (Some(pool), Some(true)) = (&self.inner.shm, self.inner.same_node.get(rank as usize))
+        {
+            conn.enable_shm(pool.clone(), self.inner.shm_refused[rank as usize].clone());
+        }
+        Ok(conn)
+    }
+
+    /// Whether bulk data to server `rank` goes through shared memory (as far as known yet:
+    /// the server may still refuse the first arena).
+    pub fn shm_active(&self, rank: u32) -> bool {
+        self.inner.shm.is_some()
+            && self.inner.same_node.get(rank as usize) == Some(&true)
+            && !self.inner.shm_refused[rank as usize].load(Ordering::Relaxed)
+    }
+
+    /// A buffer of `len` bytes for a write's data, filled by `fill`: an arena block when
+    /// shared memory is in use with some server, else heap memory.
+    pub(crate) fn payload_with(&self, len: usize, fill: impl FnOnce(&mut [u8])) -> Payload {
+        // Where the data goes is decided at `start`; any server that may still take arenas
+        // makes a block worth it (sending a block over TCP costs no extra copy either).
+        let usable = (0..self.size()).any(|r| self.shm_active(r));
+        if let Some(mut b) = usable
+            .then(|| self.inner.shm.as_ref()?.alloc(len))
+            .flatten()
+        {
+            fill(b.as_mut_slice());
+            return Payload::Shm(b);
+        }
+        let mut v = vec![0u8; len];
+        fill(&mut v);
+        Payload::Heap(v)
+    }
+
+    fn connect_rank(&self, rank: u32) -> Result<Conn> {
         let slot = self
             .inner
             .addrs
@@ -819,13 +875,29 @@ impl Client {
         let dest = self.data_server(id, region)?;
         let foreign = dest != owner_of_id(id);
         let commit = commit_request(vec![txn], durability, self.consistency(id), foreign);
+        // Shared memory costs one copy here (into the arena) and saves the two socket copies.
+        // Over TCP the bytes are sent straight from the caller's buffer.
+        let block = self
+            .shm_active(dest)
+            .then(|| self.inner.shm.as_ref()?.alloc(data.len()))
+            .flatten()
+            .map(|mut b| {
+                b.as_mut_slice().copy_from_slice(data);
+                Payload::Shm(b)
+            });
         let r = self.with_conn(dest, &mut |c| {
-            c.call(
-                &Request::Stage {
-                    items: vec![item.clone()],
-                },
-                &[data],
-            )?;
+            match &block {
+                Some(p) => c.stage(std::slice::from_ref(&item), &[p])?,
+                None => {
+                    c.call(
+                        &Request::Stage {
+                            items: vec![item.clone()],
+                        },
+                        &[data],
+                    )?
+                    .0
+                }
+            };
             c.call(&commit, &[])?;
             Ok(())
         });
@@ -858,12 +930,8 @@ impl Client {
                 dest = only;
             }
         }
-        let req = if dest == owner {
-            Request::Read { items }
-        } else {
-            Request::ReadHeld { items }
-        };
-        self.with_conn(dest, &mut |c| c.call_into(&req, &[], out).map(|_| ()))
+        let held = dest != owner;
+        self.with_conn(dest, &mut |c| c.read_into(&items[0], held, out))
     }
 }
 

@@ -4,6 +4,7 @@
 pub mod client;
 pub mod cluster;
 pub mod conn;
+pub mod shm;
 pub mod transfer;
 
 pub use client::Client;

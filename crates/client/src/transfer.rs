@@ -1,7 +1,9 @@
 //! Asynchronous transfers. `start` hands a copy of the data to a per-server worker thread and
 //! returns; the worker ships it (`Stage`). `wait` queues a `Commit` behind it on the same
 //! connection, so the server sees stage-then-commit in order, and blocks until it is applied.
-//! Batched `start_all`/`wait_all` send one message per destination server.
+//! Batched `start_all`/`wait_all` send one message per destination server. With a server on
+//! this node the bytes travel through shared memory (`shm.rs`): `load` copies into an arena
+//! block, and a read's result is the block the server wrote into.
 //!
 //! Status: `Pending` while in flight; `Complete` once the server holds the data (for reads: once
 //! the data has arrived); `Failed` with the error. A write becomes visible to other clients
@@ -11,6 +13,7 @@
 use crate::client::commit_request;
 use crate::client::Client;
 use crate::conn::Conn;
+use crate::shm::Payload;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Consistency, Durability, ReadItem, Request, StageItem};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
@@ -38,12 +41,14 @@ enum Phase {
 }
 
 struct State {
-    phase: Mutex<(Phase, Option<Vec<u8>>)>,
+    /// The phase, and a finished read's bytes (an arena block when they came through shared
+    /// memory: handed on to the caller without another copy).
+    phase: Mutex<(Phase, Option<Payload>)>,
     cv: Condvar,
 }
 
 impl State {
-    fn set(&self, phase: Phase, data: Option<Vec<u8>>) {
+    fn set(&self, phase: Phase, data: Option<Payload>) {
         let mut g = self.phase.lock().unwrap_or_else(|p| p.into_inner());
         // A failure is final for this round; later news about it must not hide the error.
         if !matches!(g.0, Phase::Failed(_)) {
@@ -56,7 +61,7 @@ impl State {
 enum Job {
     Stage {
         items: Vec<StageItem>,
-        data: Vec<Arc<Vec<u8>>>,
+        data: Vec<Arc<Payload>>,
         states: Vec<Arc<State>>,
     },
     Commit {
@@ -184,14 +189,8 @@ fn execute(c: &mut Conn, job: &Job) -> Result<()> {
             data,
             states,
         } => {
-            let parts: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-            c.call(
-                &Request::Stage {
-                    items: items.clone(),
-                },
-                &parts,
-            )
-            .map(|_| {
+            let parts: Vec<&Payload> = data.iter().map(|d| &**d).collect();
+            c.stage(items, &parts).map(|_| {
                 states.iter().for_each(|s| s.set(Phase::Delivered, None));
             })
         }
@@ -203,25 +202,11 @@ fn execute(c: &mut Conn, job: &Job) -> Result<()> {
             lens,
             states,
             held,
-        } => c
-            .call_split(
-                &if *held {
-                    Request::ReadHeld {
-                        items: items.clone(),
-                    }
-                } else {
-                    Request::Read {
-                        items: items.clone(),
-                    }
-                },
-                &[],
-                lens,
-            )
-            .map(|(_, parts)| {
-                for (s, data) in states.iter().zip(parts) {
-                    s.set(Phase::Done, Some(data));
-                }
-            }),
+        } => c.read(items, *held, lens).map(|parts| {
+            for (s, data) in states.iter().zip(parts) {
+                s.set(Phase::Done, Some(data));
+            }
+        }),
     }
 }
 
@@ -242,7 +227,8 @@ pub struct Transfer {
     held: bool,
     byte_len: usize,
     txn: u64,
-    data: Option<Arc<Vec<u8>>>,
+    /// The loaded bytes: an arena block when shared memory is in use (see `shm.rs`).
+    data: Option<Arc<Payload>>,
     state: Arc<State>,
 }
 
@@ -297,21 +283,41 @@ impl Transfer {
 
     /// Gives a write transfer the bytes its next `start` sends (the caller's copy).
     pub fn load(&mut self, data: Vec<u8>) -> Result<()> {
+        self.check_load(data.len())?;
+        self.data = Some(Arc::new(Payload::Heap(data)));
+        Ok(())
+    }
+
+    /// Copies `src` as the bytes the next `start` sends; the caller may reuse `src` at once.
+    /// With shared memory in use this is the only user-space copy the data gets.
+    pub fn load_from(&mut self, src: &[u8]) -> Result<()> {
+        self.check_load(src.len())?;
+        self.load_with(|dst| dst.copy_from_slice(src))
+    }
+
+    /// Like `load_from`, for callers that assemble the bytes themselves: `fill` must write
+    /// all `byte_len()` bytes of the buffer it is given (an arena block or heap memory).
+    pub fn load_with(&mut self, fill: impl FnOnce(&mut [u8])) -> Result<()> {
+        self.check_load(self.byte_len)?;
+        // Drop the previous bytes first so a reload can reuse their block.
+        self.data = None;
+        self.data = Some(Arc::new(self.client.payload_with(self.byte_len, fill)));
+        Ok(())
+    }
+
+    fn check_load(&self, len: usize) -> Result<()> {
         if !self.is_write {
             return Err(Error::invalid("load() is for write transfers"));
         }
-        if data.len() != self.byte_len {
+        if len != self.byte_len {
             return Err(Error::new(
                 ErrorKind::DtypeMismatch,
                 format!(
-                    "buffer has {} bytes but region {} needs {}",
-                    data.len(),
-                    self.region,
-                    self.byte_len
+                    "buffer has {len} bytes but region {} needs {}",
+                    self.region, self.byte_len
                 ),
             ));
         }
-        self.data = Some(Arc::new(data));
         Ok(())
     }
 
@@ -335,6 +341,15 @@ impl Transfer {
 
     /// The bytes a read transfer brought back (after `wait`); None before or for writes.
     pub fn take_result(&mut self) -> Option<Vec<u8>> {
+        self.take_payload().map(|p| match p {
+            Payload::Heap(v) => v,
+            Payload::Shm(b) => b.as_slice().to_vec(),
+        })
+    }
+
+    /// Like `take_result`, without a copy: a read through shared memory hands over the arena
+    /// block the server wrote into (it returns to the arena when dropped).
+    pub fn take_payload(&mut self) -> Option<Payload> {
         self.state
             .phase
             .lock()
@@ -428,7 +443,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
 #[derive(Default)]
 struct Batch {
     stage_items: Vec<StageItem>,
-    stage_data: Vec<Arc<Vec<u8>>>,
+    stage_data: Vec<Arc<Payload>>,
     stage_states: Vec<Arc<State>>,
     reads: [ReadBatch; 2],
 }

@@ -235,6 +235,13 @@ pub struct ReadItem {
     pub region: Region,
 }
 
+/// Where in which attached shared-memory arena one item's bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShmLoc {
+    pub arena: u32,
+    pub offset: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Request {
     Ping,
@@ -384,6 +391,29 @@ pub enum Request {
     SyncObjects {
         ids: Vec<ObjectId>,
     },
+    /// Shared-memory bulk path (same node only): the server maps the client's arena, a sealed
+    /// memfd it opens as `/proc/{pid}/fd/{fd}` and checks (name, owner, seals, size) before
+    /// mapping `len` bytes. Later `StageShm`/`ReadShm` on this connection name it by `arena`.
+    AttachShm {
+        arena: u32,
+        pid: u32,
+        fd: i32,
+        name: String,
+        len: u64,
+    },
+    /// `Stage` whose item `i` has its `len` bytes in the attached arena at `locs[i]` (the frame
+    /// carries no payload). Answered with `Staged`.
+    StageShm {
+        items: Vec<StageItem>,
+        locs: Vec<ShmLoc>,
+    },
+    /// `Read` (or with `held`, `ReadHeld`) whose item `i` is written into the attached arena at
+    /// `locs[i]` instead of the reply payload. Answered with `Data` and no payload.
+    ReadShm {
+        items: Vec<ReadItem>,
+        held: bool,
+        locs: Vec<ShmLoc>,
+    },
 }
 
 /// How a lookup names an object.
@@ -457,6 +487,9 @@ pub struct ServerStats {
     pub connections: u64,
     /// Bytes of read replies this server has sent since it started.
     pub read_bytes: u64,
+    /// Bytes staged from or read into clients' shared-memory arenas since it started.
+    #[serde(default)]
+    pub shm_bytes: u64,
     /// Object lookups (open by name, metadata by id) this server answered as the owner.
     #[serde(default)]
     pub lookups: u64,

@@ -2,6 +2,7 @@
 //! numpy dtypes and indexing live in the pure-Python layer (python/pdcx). Metadata crosses as
 //! JSON text so this file needs no per-field conversions. Every blocking call releases the GIL.
 
+use pdcx_client::shm::Payload;
 use pdcx_client::{Client as RustClient, Status, Transfer as RustTransfer};
 use pdcx_core::model::Tags;
 use pdcx_core::protocol::{Consistency, Durability, ObjectSpec, TagTarget};
@@ -479,13 +480,17 @@ struct Transfer {
 #[pymethods]
 impl Transfer {
     /// Copies the caller's data now: after this the caller may reuse its buffer.
+    /// With shared memory in use the copy goes straight into the arena block that the server
+    /// reads, so it is the only copy the data gets in this process.
     fn load(&mut self, py: Python<'_>, data: PyBuffer<u8>) -> R<()> {
         let (ptr, len) = byte_view(&data)?;
-        // SAFETY: `data` keeps the memory alive for the duration of the copy.
-        let copy = py.allow_threads(|| {
-            unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }.to_vec()
-        });
-        self.inner.load(copy).map_err(to_py)
+        let t = &mut self.inner;
+        py.allow_threads(|| {
+            // SAFETY: `data` keeps the memory alive for the duration of the copy.
+            let src = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+            t.load_from(src)
+        })
+        .map_err(to_py)
     }
 
     fn start(&mut self) -> R<()> {
@@ -511,9 +516,10 @@ impl Transfer {
         }
     }
 
-    /// The bytes a read brought back, as a zero-copy buffer (once per wait).
+    /// The bytes a read brought back, as a zero-copy buffer (once per wait): the received
+    /// bytes, or the shared-memory block the server wrote them into.
     fn take_result(&mut self) -> Option<Buffer> {
-        self.inner.take_result().map(|data| Buffer { data })
+        self.inner.take_payload().map(|data| Buffer { data })
     }
 
     #[getter]
@@ -523,10 +529,11 @@ impl Transfer {
 }
 
 /// Bytes owned by Rust, exported through the buffer protocol so numpy can wrap them without
-/// copying (`np.frombuffer`).
+/// copying (`np.frombuffer`). A shared-memory block returns to its arena when the last view
+/// of it is gone.
 #[pyclass(module = "pdcx._native")]
 struct Buffer {
-    data: Vec<u8>,
+    data: Payload,
 }
 
 #[pymethods]
@@ -538,10 +545,11 @@ impl Buffer {
     ) -> PyResult<()> {
         let (ptr, len) = {
             let mut b = slf.borrow_mut();
-            (b.data.as_mut_ptr(), b.data.len())
+            let bytes = b.data.as_mut_slice();
+            (bytes.as_mut_ptr(), bytes.len())
         };
-        // SAFETY: the Vec is never resized after creation; PyBuffer_FillInfo takes a reference
-        // to `slf`, which keeps the memory alive as long as any view exists.
+        // SAFETY: the bytes are never resized or moved after creation; PyBuffer_FillInfo takes
+        // a reference to `slf`, which keeps the memory alive as long as any view exists.
         if pyo3::ffi::PyBuffer_FillInfo(
             view,
             slf.as_ptr(),
@@ -586,6 +594,17 @@ fn start_all(py: Python<'_>, transfers: Vec<PyRefMut<'_, Transfer>>) -> R<()> {
 #[pyfunction]
 fn wait_all(py: Python<'_>, transfers: Vec<PyRefMut<'_, Transfer>>) -> R<()> {
     with_transfers(py, transfers, pdcx_client::wait_all)
+}
+
+/// Encodes a request given as serde JSON (externally tagged, e.g. `{"StageShm": {...}}`) into
+/// a frame body, for tests that speak the wire protocol by hand: variant numbers then come
+/// from protocol.rs instead of being copied into the tests.
+#[pyfunction]
+fn _encode_request<'py>(py: Python<'py>, json: &str) -> R<Bound<'py, PyBytes>> {
+    let req: pdcx_core::protocol::Request = serde_json::from_str(json)
+        .map_err(|e| InvalidArgumentError::new_err(format!("not a request: {e}")))?;
+    let body = pdcx_core::protocol::encode_body(&req).map_err(to_py)?;
+    Ok(PyBytes::new(py, &body))
 }
 
 /// A private single-server deployment inside this process (the embedded default).
@@ -640,6 +659,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<EmbeddedServer>()?;
     m.add_function(wrap_pyfunction!(start_all, m)?)?;
     m.add_function(wrap_pyfunction!(wait_all, m)?)?;
+    m.add_function(wrap_pyfunction!(_encode_request, m)?)?;
     m.add("PdcxError", py.get_type::<PdcxError>())?;
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("AlreadyExistsError", py.get_type::<AlreadyExistsError>())?;

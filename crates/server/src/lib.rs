@@ -16,6 +16,7 @@ pub mod metadata;
 pub mod peers;
 mod relay;
 mod rpc;
+mod shm;
 pub mod tiering;
 
 use engine::Engine;
@@ -92,6 +93,8 @@ pub struct Server {
     relay: relay::Relay,
     /// Wakes the registrar thread early (set to true: stop).
     registrar_stop: (Mutex<bool>, Condvar),
+    /// Bytes staged from or read into clients' shared-memory arenas.
+    shm_bytes: AtomicU64,
     shutdown_requested: AtomicBool,
     _lock: std::fs::File,
 }
@@ -217,6 +220,7 @@ impl Server {
             peers,
             relay,
             registrar_stop: (Mutex::new(false), Condvar::new()),
+            shm_bytes: AtomicU64::new(0),
             shutdown_requested: AtomicBool::new(false),
             _lock: lock,
         });

@@ -3,6 +3,7 @@
 //! a malformed header, a wrong version or a failed handshake closes the connection.
 
 use crate::engine::Staged;
+use crate::shm::Attached;
 use crate::Server;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{
@@ -30,13 +31,7 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
         return;
     }
     server.connections.fetch_add(1, Ordering::Relaxed);
-    // Writes staged by this connection and not committed yet; dropped if it disconnects.
-    let mut pending: HashMap<u64, Staged> = HashMap::new();
-    // Stage payloads are received into this buffer, reused from one request to the next.
-    let mut recv: Vec<u8> = Vec::new();
-    // Read replies are assembled in this buffer, kept from one request to the next so a
-    // steady stream of reads does not page-fault fresh memory for every reply.
-    let mut scratch: Vec<u8> = Vec::new();
+    let mut sess = Session::default();
     loop {
         let (head, body) = match protocol::read_frame_head(&mut reader, server.config.max_payload) {
             Ok(x) => x,
@@ -52,15 +47,7 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
             break;
         }
         let outcome = match protocol::decode_body::<Request>(&body) {
-            Ok(req) => handle(
-                server,
-                req,
-                head.payload_len,
-                &mut reader,
-                &mut pending,
-                &mut recv,
-                &mut scratch,
-            ),
+            Ok(req) => handle(server, req, head.payload_len, &mut reader, &mut sess),
             Err(e) => drain(&mut reader, head.payload_len).and(Err(e)),
         };
         let (resp, payload, shutdown) = match outcome {
@@ -77,8 +64,8 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
         if reply(&mut writer, head.request_id, &resp, &payload).is_err() {
             break;
         }
-        if payload.capacity() <= SCRATCH_KEEP && payload.capacity() > scratch.capacity() {
-            scratch = payload;
+        if payload.capacity() <= SCRATCH_KEEP && payload.capacity() > sess.scratch.capacity() {
+            sess.scratch = payload;
         }
         if shutdown {
             server.wake_acceptor();
@@ -86,6 +73,22 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
         }
     }
     server.connections.fetch_sub(1, Ordering::Relaxed);
+    // `sess` drops here: uncommitted writes are forgotten and shared-memory arenas unmapped.
+}
+
+/// What one connection keeps between requests.
+#[derive(Default)]
+struct Session {
+    /// Writes staged by this connection and not committed yet; dropped if it disconnects.
+    pending: HashMap<u64, Staged>,
+    /// Stage payloads are received (or copied out of shared memory) into this buffer, reused
+    /// from one request to the next.
+    recv: Vec<u8>,
+    /// Read replies are assembled in this buffer, kept from one request to the next so a
+    /// steady stream of reads does not page-fault fresh memory for every reply.
+    scratch: Vec<u8>,
+    /// Shared-memory arenas the client attached (same-node clients only).
+    shm: Attached,
 }
 
 fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Result<()> {
@@ -159,19 +162,18 @@ fn handle(
     req: Request,
     payload_len: u64,
     reader: &mut Reader,
-    pending: &mut HashMap<u64, Staged>,
-    recv: &mut Vec<u8>,
-    scratch: &mut Vec<u8>,
+    sess: &mut Session,
 ) -> Result<(Response, Vec<u8>)> {
     let md = &server.meta;
     if let Request::Stage { items } = req {
-        let r = stage(server, items, payload_len, reader, pending, recv);
-        if recv.capacity() > RECV_KEEP {
-            *recv = Vec::new();
+        let r = stage(server, items, payload_len, reader, sess);
+        if sess.recv.capacity() > RECV_KEEP {
+            sess.recv = Vec::new();
         }
         return r;
     }
     no_payload(reader, payload_len)?;
+    let pending = &mut sess.pending;
     let resp = match req {
         Request::Ping => Response::Welcome {
             rank: server.config.rank,
@@ -222,8 +224,8 @@ fn handle(
         Request::Commit { txns, durability } => {
             commit(server, pending, &txns, durability, Consistency::Strong)?
         }
-        Request::Read { items } => return read(server, items, scratch, false),
-        Request::ReadHeld { items } => return read(server, items, scratch, true),
+        Request::Read { items } => return read(server, items, &mut sess.scratch, false),
+        Request::ReadHeld { items } => return read(server, items, &mut sess.scratch, true),
         Request::Locate { items } => Response::Located(
             items
                 .iter()
@@ -330,6 +332,27 @@ fn handle(
                     .collect(),
             )
         }
+        Request::AttachShm {
+            arena,
+            pid,
+            fd,
+            name,
+            len,
+        } => {
+            sess.shm
+                .attach(&server.secret, arena, pid, fd, &name, len)?;
+            Response::Ok
+        }
+        Request::StageShm { items, locs } => {
+            let r = stage_shm(server, items, &locs, sess);
+            if sess.recv.capacity() > RECV_KEEP {
+                sess.recv = Vec::new();
+            }
+            return r;
+        }
+        Request::ReadShm { items, held, locs } => {
+            return read_shm(server, items, held, &locs, sess)
+        }
     };
     Ok((resp, Vec::new()))
 }
@@ -404,9 +427,9 @@ fn stage(
     items: Vec<protocol::StageItem>,
     payload_len: u64,
     reader: &mut Reader,
-    pending: &mut HashMap<u64, Staged>,
-    recv: &mut Vec<u8>,
+    sess: &mut Session,
 ) -> Result<(Response, Vec<u8>)> {
+    let recv = &mut sess.recv;
     let total = items.iter().try_fold(0u64, |a, i| a.checked_add(i.len));
     if total != Some(payload_len) {
         drain(reader, payload_len)?;
@@ -427,20 +450,72 @@ fn stage(
             Error::io("reading write payload", &e)
         }
     })?;
+    stage_received(server, items, sess)
+}
+
+/// Stages `items`, whose bytes are back to back at the start of `sess.recv`.
+fn stage_received(
+    server: &Server,
+    items: Vec<protocol::StageItem>,
+    sess: &mut Session,
+) -> Result<(Response, Vec<u8>)> {
     let mut at = 0usize;
     for item in items {
         let len = item.len as usize;
-        let body = &recv[at..at + len];
+        let body = &sess.recv[at..at + len];
         at += len;
         let staged = server.engine.stage(item.txn, item.id, &item.region, body)?;
-        pending.insert(item.txn, staged);
+        sess.pending.insert(item.txn, staged);
     }
     Ok((
         Response::Staged {
-            count: pending.len() as u64,
+            count: sess.pending.len() as u64,
         },
         Vec::new(),
     ))
+}
+
+/// `StageShm`: like `Stage`, with each item's bytes in an attached arena. Every location is
+/// checked before anything is copied. The bytes are copied into the connection's private
+/// receive buffer first: the checksum and the log must see the same bytes even if the
+/// client keeps writing into its arena (a record whose checksum does not match its payload
+/// would make recovery refuse the log).
+fn stage_shm(
+    server: &Server,
+    items: Vec<protocol::StageItem>,
+    locs: &[protocol::ShmLoc],
+    sess: &mut Session,
+) -> Result<(Response, Vec<u8>)> {
+    if items.len() != locs.len() {
+        return Err(Error::protocol(format!(
+            "StageShm has {} items but {} locations",
+            items.len(),
+            locs.len()
+        )));
+    }
+    let mut total = 0u64;
+    for (item, loc) in items.iter().zip(locs) {
+        sess.shm.check(*loc, item.len)?;
+        total = total.saturating_add(item.len);
+    }
+    if total > server.config.max_payload {
+        return Err(Error::invalid(format!(
+            "stage of {total} bytes exceeds the server's limit of {}",
+            server.config.max_payload
+        )));
+    }
+    let n = total as usize;
+    if sess.recv.len() < n {
+        sess.recv.resize(n, 0);
+    }
+    let mut at = 0usize;
+    for (item, loc) in items.iter().zip(locs) {
+        let len = item.len as usize;
+        sess.shm.copy_out(*loc, &mut sess.recv[at..at + len])?;
+        at += len;
+    }
+    server.shm_bytes.fetch_add(total, Ordering::Relaxed);
+    stage_received(server, items, sess)
 }
 
 /// Largest read buffer a connection keeps for its next reply.
@@ -454,9 +529,64 @@ fn read(
     scratch: &mut Vec<u8>,
     held: bool,
 ) -> Result<(Response, Vec<u8>)> {
+    let (sizes, total) = plan_read(server, &items, held)?;
+    let mut out = std::mem::take(scratch);
+    out.clear();
+    out.resize(total as usize, 0);
+    let mut at = 0;
+    for (item, n) in items.iter().zip(sizes) {
+        read_item(server, item, held, &mut out[at..at + n])?;
+        at += n;
+    }
+    server.read_bytes.fetch_add(total, Ordering::Relaxed);
+    Ok((Response::Data, out))
+}
+
+/// `ReadShm`: like `Read`/`ReadHeld`, each item written straight into the client's arena at
+/// its location (checked, all of them, before the first byte is written).
+fn read_shm(
+    server: &Server,
+    items: Vec<protocol::ReadItem>,
+    held: bool,
+    locs: &[protocol::ShmLoc],
+    sess: &mut Session,
+) -> Result<(Response, Vec<u8>)> {
+    if items.len() != locs.len() {
+        return Err(Error::protocol(format!(
+            "ReadShm has {} items but {} locations",
+            items.len(),
+            locs.len()
+        )));
+    }
+    let (sizes, total) = plan_read(server, &items, held)?;
+    for (loc, &n) in locs.iter().zip(&sizes) {
+        sess.shm.check(*loc, n as u64)?;
+    }
+    for ((item, loc), &n) in items.iter().zip(locs).zip(&sizes) {
+        read_item(server, item, held, sess.shm.slice_mut(*loc, n as u64)?)?;
+    }
+    server.read_bytes.fetch_add(total, Ordering::Relaxed);
+    server.shm_bytes.fetch_add(total, Ordering::Relaxed);
+    Ok((Response::Data, Vec::new()))
+}
+
+fn read_item(server: &Server, item: &protocol::ReadItem, held: bool, dst: &mut [u8]) -> Result<()> {
+    if held {
+        server.engine.read_held(item.id, &item.region, dst)
+    } else {
+        server.engine.read(item.id, &item.region, dst)
+    }
+}
+
+/// Checks a read's items and returns each one's byte size and their total.
+fn plan_read(
+    server: &Server,
+    items: &[protocol::ReadItem],
+    held: bool,
+) -> Result<(Vec<usize>, u64)> {
     let mut sizes = Vec::with_capacity(items.len());
     let mut total = 0u64;
-    for item in &items {
+    for item in items {
         let owner = pdcx_core::model::owner_of_id(item.id);
         let obj = if held {
             server.engine.checked_meta(item.id, &item.region)?
@@ -480,21 +610,7 @@ fn read(
             server.config.max_payload
         )));
     }
-    let mut out = std::mem::take(scratch);
-    out.clear();
-    out.resize(total as usize, 0);
-    let mut at = 0;
-    for (item, n) in items.iter().zip(sizes) {
-        let dst = &mut out[at..at + n];
-        if held {
-            server.engine.read_held(item.id, &item.region, dst)?;
-        } else {
-            server.engine.read(item.id, &item.region, dst)?;
-        }
-        at += n;
-    }
-    server.read_bytes.fetch_add(total, Ordering::Relaxed);
-    Ok((Response::Data, out))
+    Ok((sizes, total))
 }
 
 fn flush(server: &Server, wait: bool) -> Result<pdcx_core::protocol::FlushReport> {
@@ -544,6 +660,7 @@ fn stats(server: &Server) -> Result<ServerStats> {
         registered_regions: c.regions.load(Ordering::Relaxed),
         registers_sent: c.sent.load(Ordering::Relaxed),
         unregistered: server.engine.deferred_count(),
+        shm_bytes: server.shm_bytes.load(Ordering::Relaxed),
         ..ServerStats::default()
     };
     server.engine.fill_tier_stats(&mut st);
