@@ -170,7 +170,17 @@ pub fn read_frame_head_limited<R: Read>(
 }
 
 fn read_error(what: &str, e: &std::io::Error) -> Error {
-    if e.kind() == std::io::ErrorKind::UnexpectedEof {
+    use std::io::ErrorKind as K;
+    if matches!(
+        e.kind(),
+        K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe
+    ) {
+        // The peer died or dropped us: the same situation as a closed connection.
+        Error::new(
+            ErrorKind::Unavailable,
+            format!("connection lost while reading {what}: {e}"),
+        )
+    } else if e.kind() == K::UnexpectedEof {
         Error::new(
             ErrorKind::Unavailable,
             format!("connection closed while reading {what}"),
