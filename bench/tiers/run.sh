@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Tier split sweep: VPIC-IO write (+ flush to the home tiers) and BDCATS-IO read with
 # 0/25/50/75/100% of each object's regions on a fast tier (tmpfs, /dev/shm) and the rest on a
-# slow one (a directory on disk; every blob is fsynced, and the page cache is dropped before
-# reads). Ratios are against the 0% (all slow) run of the same sweep. Also records the
-# servers' cache/tier usage over time (pdcx top --csv) during the 50% run.
+# slow one (a directory on disk, every blob fsynced, page cache dropped before reads; limited to
+# --slow-mbps MB/s, default 200, like a shared PFS share: this VM's disk reads as fast as tmpfs).
+# Ratios are against the 0% (all slow) run of the same sweep. Also records the servers'
+# cache/tier usage over time (pdcx top --csv) during the 50% run.
 #
-# Usage: bench/tiers/run.sh [--ranks R] [--servers K] [--particles N]
+# Usage: bench/tiers/run.sh [--ranks R] [--servers K] [--particles N] [--slow-mbps M (0: no limit)]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ranks=4 servers=2 particles=$((1 << 20))
+ranks=4 servers=2 particles=$((1 << 20)) slow_mbps=200
 while (($#)); do
   case $1 in
     --ranks) ranks=$2; shift 2 ;;
     --servers) servers=$2; shift 2 ;;
     --particles) particles=$2; shift 2 ;;
-    -h|--help) sed -n 2,9p "$0"; exit 0 ;;
+    --slow-mbps) slow_mbps=$2; shift 2 ;;
+    -h|--help) sed -n 2,10p "$0"; exit 0 ;;
     *) echo "unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -36,6 +38,7 @@ path = "$fast"
 name = "slow"
 kind = "shared"
 path = "$work/slow"
+$([[ $slow_mbps != 0 ]] && echo "max_mbps = $slow_mbps")
 
 [log]
 segment_bytes = "16MiB"
@@ -53,15 +56,15 @@ TOML
   pdcx server stop --root "$work/root" >/dev/null
 done
 cp "$work/usage.csv" bench/tiers/usage-50pct.csv 2>/dev/null || true
-python3 - "$work" "$ranks" "$servers" "$particles" <<'PY'
+python3 - "$work" "$ranks" "$servers" "$particles" "$slow_mbps" <<'PY'
 import json, sys
-work, ranks, servers, particles = sys.argv[1:]
+work, ranks, servers, particles, slow = sys.argv[1:]
 rows = []
 for s in (0, 25, 50, 75, 100):
     w = json.load(open(f"{work}/w{s}.json")); r = json.load(open(f"{work}/r{s}.json"))
     rows.append((s, w["bytes"] / w["total_s"] / 1e6, w["bytes"] / w["app_s"] / 1e6, r["bytes"] / r["read_s"] / 1e6))
 base_w, base_r = rows[0][1], rows[0][3]
-print(f"tier split sweep: {ranks} ranks, {servers} servers, {particles} particles/rank, fast=tmpfs slow=disk dir")
+print(f"tier split sweep: {ranks} ranks, {servers} servers, {particles} particles/rank, fast=tmpfs slow=disk dir ({slow} MB/s limit)")
 print(f"{'fast %':>6} {'write+flush MB/s':>17} {'x vs 0%':>8} {'app write MB/s':>15} {'read MB/s':>10} {'x vs 0%':>8}")
 for s, w, app, r in rows:
     print(f"{s:>6} {w:>17.0f} {w / base_w:>8.2f} {app:>15.0f} {r:>10.0f} {r / base_r:>8.2f}")

@@ -101,6 +101,10 @@ pub struct TierConfig {
     /// error after this.
     #[serde(default)]
     pub request_timeout_ms: Option<u64>,
+    /// local/shared: emulate a device of this many MB/s (reads and writes share it). For
+    /// benchmarking tier splits on a machine whose disk is as fast as memory.
+    #[serde(default)]
+    pub max_mbps: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -206,12 +210,17 @@ impl DeploymentConfig {
                 "prefix" => tier.prefix = Some(value.clone()),
                 "concurrency" => tier.concurrency = Some(parse_count(&value).map_err(bad)?),
                 "timeout_ms" => tier.timeout_ms = Some(parse_count(&value).map_err(bad)?),
+                "max_mbps" => {
+                    tier.max_mbps = Some(value.trim().parse().map_err(|_| {
+                        bad("expected a number of MB/s".to_string())
+                    })?)
+                }
                 "request_timeout_ms" => {
                     tier.request_timeout_ms = Some(parse_count(&value).map_err(bad)?)
                 }
                 other => {
                     return Err(bad(format!(
-                        "unknown field {other:?} (path, capacity, part_size, endpoint, bucket, region, prefix, concurrency, timeout_ms, request_timeout_ms)"
+                        "unknown field {other:?} (path, capacity, part_size, endpoint, bucket, region, prefix, concurrency, timeout_ms, request_timeout_ms, max_mbps)"
                     )))
                 }
             }
@@ -260,6 +269,12 @@ impl DeploymentConfig {
             }
             if t.concurrency == Some(0) || t.concurrency.is_some_and(|c| c > 1024) {
                 return bad("concurrency must be 1..=1024");
+            }
+            if t.max_mbps.is_some_and(|m| !(m.is_finite() && m > 0.0)) {
+                return bad("max_mbps must be a positive number");
+            }
+            if t.max_mbps.is_some() && !matches!(t.kind, TierKind::Local | TierKind::Shared) {
+                return bad("max_mbps only applies to local and shared tiers");
             }
             if t.request_timeout_ms == Some(0) {
                 return bad("request_timeout_ms must be > 0");
@@ -440,6 +455,14 @@ timeout_ms = 2000
             (
                 "[[tier]]\nname='a'\nkind='memory'\ncolour='red'\n",
                 "unknown field",
+            ),
+            (
+                "[[tier]]\nname='a'\nkind='local'\npath='/x'\nmax_mbps=0\n",
+                "positive number",
+            ),
+            (
+                "[[tier]]\nname='a'\nkind='memory'\nmax_mbps=10\n",
+                "only applies to local",
             ),
             (
                 "[[tier]]\nname='a'\nkind='s3'\nbucket='b'\nendpoint='127.0.0.1:9000'\n",

@@ -24,6 +24,30 @@ pub struct DirTier {
     /// Serialises capacity checks with the puts that pass them.
     reserve: Mutex<()>,
     tmp_counter: AtomicU64,
+    throttle: Option<Throttle>,
+}
+
+/// Emulates a slower device (`max_mbps`): reads and writes share one byte budget per second,
+/// each waiting for its turn. For benchmarks of tier splits on machines whose disks are as
+/// fast as tmpfs; never set on a real deployment.
+struct Throttle {
+    bytes_per_sec: f64,
+    next_free: Mutex<std::time::Instant>,
+}
+
+impl Throttle {
+    fn wait(&self, bytes: usize) {
+        let done = {
+            let mut next = self.next_free.lock().unwrap_or_else(|p| p.into_inner());
+            let start = (*next).max(std::time::Instant::now());
+            *next = start + std::time::Duration::from_secs_f64(bytes as f64 / self.bytes_per_sec);
+            *next
+        };
+        let now = std::time::Instant::now();
+        if done > now {
+            std::thread::sleep(done - now);
+        }
+    }
 }
 
 impl DirTier {
@@ -63,6 +87,10 @@ impl DirTier {
             used: AtomicU64::new(used),
             reserve: Mutex::new(()),
             tmp_counter: AtomicU64::new(0),
+            throttle: cfg.max_mbps.map(|mbps| Throttle {
+                bytes_per_sec: mbps * 1e6,
+                next_free: Mutex::new(std::time::Instant::now()),
+            }),
         })
     }
 
@@ -80,6 +108,9 @@ impl DirTier {
         create: &dyn Fn(&Path) -> std::io::Result<File>,
     ) -> Result<()> {
         let path = self.path(key)?;
+        if let Some(t) = &self.throttle {
+            t.wait(data.len());
+        }
         let old = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
         let grow = (data.len() as u64).saturating_sub(old);
         let _reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
@@ -194,6 +225,9 @@ impl Tier for DirTier {
                 ),
             ));
         }
+        if let Some(t) = &self.throttle {
+            t.wait(out.len());
+        }
         f.read_exact_at(out, offset)
             .map_err(|e| Error::io(&self.ctx("reading", key), &e))
     }
@@ -277,6 +311,20 @@ mod tests {
     fn behaves_like_a_tier() {
         let dir = tempfile::tempdir().unwrap();
         conformance::check(&DirTier::open(&cfg(dir.path(), None)).unwrap());
+    }
+
+    #[test]
+    fn an_emulated_slow_device_takes_at_least_its_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = cfg(dir.path(), None);
+        c.max_mbps = Some(20.0);
+        let t = DirTier::open(&c).unwrap();
+        let start = std::time::Instant::now();
+        t.put("a", &[7u8; 2_000_000]).unwrap(); // 0.1 s at 20 MB/s
+        let mut back = vec![0u8; 2_000_000];
+        t.get_range("a", 0, &mut back).unwrap(); // another 0.1 s
+        assert!(start.elapsed() >= std::time::Duration::from_millis(190));
+        assert!(back.iter().all(|&b| b == 7));
     }
 
     #[test]
