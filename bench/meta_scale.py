@@ -35,6 +35,8 @@ import numpy as np
 import pdcx
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+from conftest import owner_of_name
 
 
 def pdcx_bin() -> str:
@@ -42,16 +44,6 @@ def pdcx_bin() -> str:
     if not found:
         raise SystemExit("pdcx binary not found: set PDCX_BIN or put pdcx on PATH")
     return found
-
-
-def owner_of_name(name: str, n: int) -> int:
-    h = 0xCBF29CE484222325
-    for b in name.encode():
-        h = ((h ^ b) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    for mult in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53):
-        h = ((h ^ (h >> 33)) * mult) & 0xFFFFFFFFFFFFFFFF
-    h ^= h >> 33
-    return h % n
 
 
 def name_owned_by(rank: int, n: int, prefix: str) -> str:

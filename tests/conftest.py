@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -184,6 +186,54 @@ def deployment(tmp_path):
     yield make
     for dep in made:
         dep.cleanup()
+
+
+def run_mpi(env: dict, ranks: int, script: str, *args, timeout: float = 180) -> str:
+    """`mpirun -n RANKS python3 tests/SCRIPT ARGS` (as root, oversubscribed); fails the test
+    with the ranks' output unless every rank printed "rank R...: ok" and the job succeeded.
+    Skips when mpirun or mpi4py is missing. Returns stdout."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed (run scripts/setup.sh)")
+    pytest.importorskip("mpi4py")
+    p = subprocess.run(
+        [
+            "mpirun",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            str(ranks),
+            sys.executable,
+            str(TESTS / script),
+            *map(str, args),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    # Ranks share one stdout pipe, so their lines may interleave.
+    oks = sorted(int(r) for r in re.findall(r"rank (\d+)(?:/\d+)?: ok", p.stdout))
+    assert oks == list(range(ranks)), out
+    return p.stdout
+
+
+def client_on(dep, local: int, placement: str = "region-local") -> pdcx.Client:
+    """A client whose node-local server is `local` (all servers share this host)."""
+    saved = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
+    os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = str(local)
+    try:
+        c = dep.client()
+    finally:
+        if saved is None:
+            del os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
+        else:
+            os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = saved
+    assert c.local_server == local
+    c.placement = placement
+    return c
 
 
 def names_on_every_server(prefix: str, n_servers: int, per_server: int = 1) -> list[str]:

@@ -13,24 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import pdcx
 import pytest
-from conftest import owner_of_name, pid_alive, wait_until
+from conftest import client_on, owner_of_name, pid_alive, wait_until
 
 N = 64  # small writes per test
 W = 16  # elements per write
-
-
-def client_on(dep, local: int) -> pdcx.Client:
-    saved = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
-    os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = str(local)
-    try:
-        c = dep.client()
-    finally:
-        if saved is None:
-            del os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
-        else:
-            os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = saved
-    assert c.local_server == local
-    return c
 
 
 def name_owned_by(rank: int, n: int, prefix: str) -> str:

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
 
 import numpy as np
-import pytest
-from conftest import TESTS
+from conftest import TESTS, run_mpi
 
 sys.path.insert(0, str(TESTS))
 import mpi_writer  # the worker's data patterns, to check from here too
@@ -18,32 +15,9 @@ RANKS = 4
 
 
 def test_mpi_ranks_write_disjoint_regions_and_read_everything(deployment):
-    if shutil.which("mpirun") is None:
-        pytest.skip("mpirun not installed (run scripts/setup.sh)")
-    pytest.importorskip("mpi4py")
     dep = deployment(n=2)
-    env = dep.env()
-    p = subprocess.run(
-        [
-            "mpirun",
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-n",
-            str(RANKS),
-            sys.executable,
-            str(TESTS / "mpi_writer.py"),
-            "mpi",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, out
-    # Ranks share one stdout pipe, so their lines may interleave.
-    assert sorted(re.findall(r"rank \d+/\d+: ok", p.stdout)) == [f"rank {r}/{RANKS}: ok" for r in range(RANKS)], out
+    out = run_mpi(dep.env(), RANKS, "mpi_writer.py", "mpi", timeout=120)
+    assert sorted(re.findall(r"rank \d+/\d+: ok", out)) == [f"rank {r}/{RANKS}: ok" for r in range(RANKS)], out
 
     # And from outside the MPI job, after it has exited.
     client = dep.client()

@@ -11,23 +11,7 @@ import os
 import numpy as np
 import pdcx
 import pytest
-from conftest import owner_of_name, run_pdcx
-
-
-def client_on(dep, local: int, placement: str = "region-local") -> pdcx.Client:
-    """A client whose node-local server is `local` (all servers share this host)."""
-    saved = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
-    os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = str(local)
-    try:
-        c = dep.client()
-    finally:
-        if saved is None:
-            del os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
-        else:
-            os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = saved
-    assert c.local_server == local
-    c.placement = placement
-    return c
+from conftest import client_on, owner_of_name, run_pdcx
 
 
 def name_owned_by(rank: int, n: int, prefix: str) -> str:

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import shutil
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from conftest import TESTS, run_pdcx
+from conftest import run_mpi, run_pdcx
 
 RANKS = 4
 
@@ -59,28 +55,7 @@ interval_ms = {interval_ms}
 
 
 def mpirun(dep, phase: str) -> None:
-    if shutil.which("mpirun") is None:
-        pytest.skip("mpirun not installed (run scripts/setup.sh)")
-    p = subprocess.run(
-        [
-            "mpirun",
-            "--allow-run-as-root",
-            "--oversubscribe",
-            "-n",
-            str(RANKS),
-            sys.executable,
-            str(TESTS / "mpi_vpic_tiers.py"),
-            phase,
-        ],
-        env=dep.env(),
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    out = p.stdout + p.stderr
-    assert p.returncode == 0, out
-    assert sorted(re.findall(r"rank \d+: ok", p.stdout)) == [f"rank {r}: ok" for r in range(RANKS)], out
+    run_mpi(dep.env(), RANKS, "mpi_vpic_tiers.py", phase)
 
 
 def tiers_of(root, name):

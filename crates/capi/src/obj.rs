@@ -2,7 +2,7 @@
 
 use crate::cont::{cont_name, get_tag_value, link_nodes, tag_from_c, tag_to_c, IterNode};
 use crate::mpi;
-use crate::prop::obj_prop_mut;
+use crate::prop::{obj_prop_mut, ObjProp};
 use crate::types::*;
 use crate::{
     client, cstr, err, ffi, ffi_err, give_u64_array, malloc_copy, state, Handle, PdcId, Perr,
@@ -48,27 +48,52 @@ pub fn obj_meta(st: &mut State, id: PdcId) -> R<ObjectMeta> {
 }
 
 /// Registers an object handle; `prop` gives the public property fields when known.
-fn register(
-    meta: ObjectMeta,
+/// What an object handle takes from the object property it was created with.
+struct Settings {
     unlimited: Vec<bool>,
-    prop: PdcId,
     partition: c_int,
     consistency: c_int,
     expected_writes: u64,
     buf: usize,
-) -> PdcId {
+}
+
+impl Settings {
+    /// An object without a creation property here (opened, or made by put_data): PDC's
+    /// defaults.
+    fn opened(meta: &ObjectMeta) -> Settings {
+        Settings {
+            unlimited: vec![false; meta.dims.len()],
+            partition: 0,
+            consistency: 0,
+            expected_writes: 0,
+            buf: 0,
+        }
+    }
+
+    fn of_prop(p: &ObjProp) -> Settings {
+        Settings {
+            unlimited: p.dims.iter().map(|&d| d == PDC_SIZE_UNLIMITED).collect(),
+            partition: p.partition,
+            consistency: p.consistency,
+            expected_writes: p.expected_writes,
+            buf: p.buf,
+        }
+    }
+}
+
+fn register(meta: ObjectMeta, prop: PdcId, s: Settings) -> PdcId {
     let mut st = state();
     let id = st.insert(Handle::Pdc); // placeholder until the handle is built with its own id
-    let info = ObjInfoBlock::new(&meta, id, prop, partition, consistency);
+    let info = ObjInfoBlock::new(&meta, id, prop, s.partition, s.consistency);
     st.handles.insert(
         id,
         Handle::Obj(Box::new(Obj {
             meta,
-            unlimited,
+            unlimited: s.unlimited,
             info,
             pending: HashSet::new(),
-            buf,
-            consistency: consistency_of(consistency, expected_writes),
+            buf: s.buf,
+            consistency: consistency_of(s.consistency, s.expected_writes),
         })),
     );
     id
@@ -87,11 +112,7 @@ pub fn refresh(id: PdcId) -> R<ObjectMeta> {
 
 struct Plan {
     spec: ObjectSpec,
-    unlimited: Vec<bool>,
-    partition: c_int,
-    consistency: c_int,
-    expected_writes: u64,
-    buf: usize,
+    settings: Settings,
 }
 
 fn plan(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<Plan> {
@@ -122,7 +143,7 @@ fn plan(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<Plan> {
             tags.push((k.to_string(), TagValue::Str(v.clone())));
         }
     }
-    let unlimited: Vec<bool> = p.dims.iter().map(|&d| d == PDC_SIZE_UNLIMITED).collect();
+    let settings = Settings::of_prop(p);
     Ok(Plan {
         spec: ObjectSpec {
             name: name.to_string(),
@@ -137,26 +158,14 @@ fn plan(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<Plan> {
             tags,
             creator: String::new(),
         },
-        unlimited,
-        partition: p.partition,
-        consistency: p.consistency,
-        expected_writes: p.expected_writes,
-        buf: p.buf,
+        settings,
     })
 }
 
 fn create(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<PdcId> {
     let p = plan(cont_id, name, prop_id)?;
     let meta = client()?.create_object(p.spec).map_err(err)?;
-    Ok(register(
-        meta,
-        p.unlimited,
-        prop_id,
-        p.partition,
-        p.consistency,
-        p.expected_writes,
-        p.buf,
-    ))
+    Ok(register(meta, prop_id, p.settings))
 }
 
 /// # Safety
@@ -205,15 +214,7 @@ pub unsafe extern "C" fn PDCobj_create_mpi(
                 Ok((meta, p)) => {
                     msg[0] = 1;
                     msg[1..].copy_from_slice(&meta.id.to_le_bytes());
-                    local_err = Some(Ok(register(
-                        meta,
-                        p.unlimited,
-                        prop_id,
-                        p.partition,
-                        p.consistency,
-                        p.expected_writes,
-                        p.buf,
-                    )));
+                    local_err = Some(Ok(register(meta, prop_id, p.settings)));
                 }
                 Err(e) => local_err = Some(Err(e)),
             }
@@ -231,28 +232,14 @@ pub unsafe extern "C" fn PDCobj_create_mpi(
                 .map_err(|_| "bad broadcast".to_string())?,
         );
         let meta = client()?.get_object(oid).map_err(err)?;
-        let (unlimited, partition, consistency, expected, buf) = {
+        let settings = {
             let mut st = state();
             match obj_prop_mut(&mut st, prop_id) {
-                Ok(p) => (
-                    p.dims.iter().map(|&d| d == PDC_SIZE_UNLIMITED).collect(),
-                    p.partition,
-                    p.consistency,
-                    p.expected_writes,
-                    p.buf,
-                ),
-                Err(_) => (vec![false; meta.dims.len()], 0, 0, 0, 0),
+                Ok(p) => Settings::of_prop(p),
+                Err(_) => Settings::opened(&meta),
             }
         };
-        Ok(register(
-            meta,
-            unlimited,
-            prop_id,
-            partition,
-            consistency,
-            expected,
-            buf,
-        ))
+        Ok(register(meta, prop_id, settings))
     })
 }
 
@@ -278,8 +265,8 @@ unsafe fn open(fname: &str, name: *const c_char, pdc: PdcId) -> PdcId {
         let name = unsafe { cstr(name, "object name") }?;
         let _ = pdc;
         let meta = client()?.open_object(name).map_err(err)?;
-        let n = meta.dims.len();
-        Ok(register(meta, vec![false; n], 0, 0, 0, 0, 0))
+        let settings = Settings::opened(&meta);
+        Ok(register(meta, 0, settings))
     })
 }
 
@@ -311,8 +298,8 @@ pub unsafe extern "C" fn PDCobj_open_col(name: *const c_char, pdc: PdcId) -> Pdc
             protocol::encode_body(&meta).map_err(err)
         })?;
         let meta: ObjectMeta = protocol::decode_body(&body).map_err(err)?;
-        let n = meta.dims.len();
-        Ok(register(meta, vec![false; n], 0, 0, 0, 0, 0))
+        let settings = Settings::opened(&meta);
+        Ok(register(meta, 0, settings))
     })
 }
 
@@ -471,7 +458,8 @@ pub unsafe extern "C" fn PDCobj_put_data(
             .map_err(err)?;
         c.write(meta.id, &Region::whole(&[size]), bytes, Durability::Local)
             .map_err(err)?;
-        Ok(register(meta, vec![false], 0, 0, 0, 0, 0))
+        let settings = Settings::opened(&meta);
+        Ok(register(meta, 0, settings))
     })
 }
 
