@@ -16,7 +16,7 @@ from conftest import run_mpi, run_pdcx
 RANKS = 4
 
 
-def config(root, tmp_path, s3, interval_ms=50):
+def config(root, tmp_path, s3, interval_ms=50, shard=""):
     (root / "pdcx.toml").write_text(
         f"""
 [[tier]]
@@ -50,6 +50,8 @@ segment_bytes = "1MiB"
 
 [flush]
 interval_ms = {interval_ms}
+
+{shard}
 """
     )
 
@@ -68,7 +70,8 @@ def test_vpic_on_four_tiers_survives_sigkill_mid_flush(deployment, s3_server, tm
     for k, v in s3_server["env"].items():
         monkeypatch.setenv(k, v)
     dep = deployment(n=2, start=False)
-    config(dep.root, tmp_path, s3_server)
+    # Paper 003 strategy 3: a server groups two objects' extents per shard blob.
+    config(dep.root, tmp_path, s3_server, shard="[shard]\nstrategy = 3")
     dep.start()
     mpirun(dep, "write")
     # The flusher runs every 50 ms: the kill lands in the middle of flushing.
@@ -86,6 +89,12 @@ def test_vpic_on_four_tiers_survives_sigkill_mid_flush(deployment, s3_server, tm
     assert tiers_of(dep.root, "vpic/z") == {"s3"} and tiers_of(dep.root, "vpic/px") == {"s3"}
     assert tiers_of(dep.root, "vpic/x") == {"ssd", "s3"}
     assert tiers_of(dep.root, "vpic/id1") == {"pfs"} and tiers_of(dep.root, "vpic/id2") == {"mem"}
+    shards = {
+        e["shard"]
+        for name in ("vpic/z", "vpic/px", "vpic/x", "vpic/id1")
+        for e in json.loads(run_pdcx("show", name, "--json", "--root", dep.root).stdout)["extents"]
+    }
+    assert len(shards - {""}) > 0, "no extent was grouped into a shard blob"
     s3_bytes = sum(t["used"] for s in stats for t in s["tiers"] if t["name"] == "s3")
     assert s3_bytes > 0
     # The blobs are really in the S3 server's bucket directory, under the deployment's prefix.

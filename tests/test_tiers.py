@@ -137,6 +137,7 @@ def test_sigkill_mid_flush_loses_nothing(deployment, tmp_path):
         ("[[tier]]\nname='x'\nkind='local'\n", "needs `path`"),
         ("[[tier]]\nname='x'\nkind='memory'\ncapacity='lots'\n", "bad size"),
         ("[log]\nsegment_bytes='1KiB'\n", "at least 1MiB"),
+        ("[shard]\nstrategy=1\n", "several servers"),
     ],
 )
 def test_bad_config_refuses_to_start_with_a_clear_error(deployment, toml, why):

@@ -289,6 +289,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
                     "server": e.holder, "segment": e.segment, "segment_file": segment_name(e.segment),
                     "log_offset": e.offset, "len": e.len, "cached": e.cached,
                     "tier": e.tier, "codec": e.codec, "stored_len": e.stored_len,
+                    "shard": e.shard,
                 })
             })
             .collect();
@@ -331,7 +332,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
         .iter()
         .take(SHOWN)
         .map(|e| {
-            let tier = if e.codec.is_empty() || e.codec == "none" {
+            let mut tier = if e.codec.is_empty() || e.codec == "none" {
                 e.tier.clone()
             } else {
                 format!(
@@ -341,6 +342,9 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
                     e.len as f64 / e.stored_len.max(1) as f64
                 )
             };
+            if !e.shard.is_empty() {
+                tier = format!("{tier} shard {}", e.shard);
+            }
             vec![
                 e.seq.to_string(),
                 e.region.to_string(),

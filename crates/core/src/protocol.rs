@@ -478,6 +478,10 @@ pub struct ExtentInfo {
     pub stored_len: u64,
     #[serde(default)]
     pub codec: String,
+    /// The shard blob holding this extent with others (`[shard]` config); empty when the
+    /// extent has its own blob or none yet.
+    #[serde(default)]
+    pub shard: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

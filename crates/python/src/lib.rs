@@ -383,7 +383,7 @@ impl Client {
         let ex = py.allow_threads(|| self.inner.extents(id)).map_err(to_py)?;
         let v: Vec<Value> = ex
             .iter()
-            .map(|e| json!({"seq": e.seq, "offset": e.region.offset, "count": e.region.count, "segment": e.segment, "log_offset": e.offset, "len": e.len, "cached": e.cached, "server": e.holder, "tier": e.tier, "codec": e.codec, "stored_len": e.stored_len}))
+            .map(|e| json!({"seq": e.seq, "offset": e.region.offset, "count": e.region.count, "segment": e.segment, "log_offset": e.offset, "len": e.len, "cached": e.cached, "server": e.holder, "tier": e.tier, "codec": e.codec, "stored_len": e.stored_len, "shard": e.shard}))
             .collect();
         Ok(Value::Array(v).to_string())
     }

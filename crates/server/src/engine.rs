@@ -1045,6 +1045,13 @@ impl Engine {
                             .home
                             .as_ref()
                             .map_or_else(|| "none".into(), |h| h.codec.clone()),
+                        shard: e
+                            .home
+                            .as_ref()
+                            .and_then(|h| h.shard.as_deref())
+                            .and_then(|k| k.rsplit('/').next())
+                            .unwrap_or_default()
+                            .to_string(),
                     })
                     .collect::<Vec<_>>()
             })
@@ -1062,6 +1069,7 @@ impl Engine {
                 tier: String::new(),
                 stored_len: 0,
                 codec: String::new(),
+                shard: String::new(),
             });
         }
         out.sort_by_key(|e| e.seq);

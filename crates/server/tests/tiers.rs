@@ -14,6 +14,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 fn config(dir: &Path, fast_cap: &str) -> DeploymentConfig {
+    config_with(dir, fast_cap, "")
+}
+
+/// The two-tier config plus `extra` TOML (e.g. a `[shard]` section).
+fn config_with(dir: &Path, fast_cap: &str, extra: &str) -> DeploymentConfig {
     let text = format!(
         r#"
 [[tier]]
@@ -26,6 +31,8 @@ capacity = "{fast_cap}"
 name = "slow"
 kind = "shared"
 path = "{}/slow"
+
+{extra}
 "#,
         dir.display(),
         dir.display()
@@ -266,4 +273,145 @@ fn codecs_are_applied_per_extent_at_flush_and_reads_decode() {
         engine.extents(zfp).iter().any(|e| e.tier == "fast"),
         "no zfp extent was read back from the tier alone"
     );
+}
+
+/// Blob files under `root` whose key is a shard (`.../shard/...`), with their sizes.
+fn shard_blobs(root: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = entry.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.parent().and_then(|x| x.file_name()) == Some("shard".as_ref()) {
+                let len = entry.metadata().unwrap().len();
+                out.push((p.file_name().unwrap().to_string_lossy().into_owned(), len));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Writes 4 extents of 512 KiB to each of `ids`, round-robin across objects (as ranks that
+/// each write every variable do), and returns each object's bytes.
+fn write_interleaved(engine: &Engine, ids: &[u64]) -> Vec<Vec<u8>> {
+    let per = 65_536u64;
+    let mut out = vec![Vec::new(); ids.len()];
+    for k in 0..4u64 {
+        for (j, id) in ids.iter().enumerate() {
+            let region = Region::new(vec![k * per], vec![per]).unwrap();
+            let bytes: Vec<u8> = (0..per)
+                .flat_map(|i| ((k * per + i) as f64 + j as f64 * 1e7).to_le_bytes())
+                .collect();
+            let s = engine
+                .stage(k * 100 + j as u64, *id, &region, &bytes)
+                .unwrap();
+            engine.commit(&[s], Durability::Local).unwrap();
+            out[j].extend_from_slice(&bytes);
+        }
+    }
+    out
+}
+
+#[test]
+fn shard_strategy_groups_objects_into_blobs_that_outlive_restart_migration_and_delete() {
+    let dir = tempfile::tempdir().unwrap();
+    // Strategy 3: two objects per shard per server.
+    let cfg = config_with(dir.path(), "100GiB", "[shard]\nstrategy = 3");
+    let n = 4 * 65_536;
+    let fast = dir.path().join("fast");
+    let (ids, expect);
+    {
+        let (meta, engine) = open(dir.path(), &cfg);
+        ids = (0..4)
+            .map(|j| object(&meta, &format!("v{j}"), n, vec![]))
+            .collect::<Vec<_>>();
+        expect = write_interleaved(&engine, &ids);
+        let report = engine.flush_pass(u64::MAX).unwrap();
+        assert_eq!(report.extents, 16, "{report:?}");
+        // 4 objects, 2 per shard: 2 shards of 8 extents (4 MiB) each, no own blobs.
+        let blobs = shard_blobs(&fast);
+        assert_eq!(blobs.len(), 2, "{blobs:?}");
+        assert!(blobs.iter().all(|(_, len)| *len == 4 << 20), "{blobs:?}");
+        let shard_of = |id: u64| {
+            let s: std::collections::BTreeSet<String> =
+                engine.extents(id).into_iter().map(|e| e.shard).collect();
+            assert_eq!(s.len(), 1, "one shard per object here: {s:?}");
+            s.into_iter().next().unwrap()
+        };
+        assert_eq!(shard_of(ids[0]), shard_of(ids[1]));
+        assert_eq!(shard_of(ids[2]), shard_of(ids[3]));
+        assert_ne!(shard_of(ids[0]), shard_of(ids[2]));
+        for (id, want) in ids.iter().zip(&expect) {
+            assert_eq!(&read_all(&engine, *id, n), want);
+        }
+    }
+    let (meta, engine) = open(dir.path(), &cfg);
+    // Partial reads of retired extents are byte ranges inside the shard blob.
+    let mut part = vec![0u8; 1000 * 8];
+    engine
+        .read(
+            ids[1],
+            &Region::new(vec![70_000], vec![1000]).unwrap(),
+            &mut part,
+        )
+        .unwrap();
+    assert_eq!(part, expect[1][70_000 * 8..71_000 * 8]);
+    for (id, want) in ids.iter().zip(&expect) {
+        assert_eq!(&read_all(&engine, *id, n), want, "after restart");
+    }
+    // Moving one object out leaves the shard its neighbour still uses; moving the
+    // neighbour out deletes it.
+    engine.migrate(ids[0], "slow").unwrap();
+    assert_eq!(shard_blobs(&fast).len(), 2);
+    assert!(engine
+        .extents(ids[0])
+        .iter()
+        .all(|e| e.shard.is_empty() && e.tier == "slow"));
+    engine.migrate(ids[1], "slow").unwrap();
+    assert_eq!(shard_blobs(&fast).len(), 1);
+    assert_eq!(read_all(&engine, ids[0], n), expect[0]);
+    assert_eq!(read_all(&engine, ids[1], n), expect[1]);
+    // Deleting objects releases their references the same way.
+    for (k, id) in ids[2..].iter().enumerate() {
+        meta.delete_object(*id).unwrap();
+        engine.forget(*id);
+        assert_eq!(shard_blobs(&fast).len(), 1 - k);
+    }
+}
+
+#[test]
+fn shards_are_cut_at_max_bytes_and_blobs_of_an_interrupted_flush_are_swept() {
+    let dir = tempfile::tempdir().unwrap();
+    // Strategy 5 (8 objects per shard), but at most 1 MiB per shard: 2 extents each.
+    let cfg = config_with(
+        dir.path(),
+        "100GiB",
+        "[shard]\nstrategy = 5\nmax_bytes = \"1MiB\"",
+    );
+    let n = 4 * 65_536;
+    let fast = dir.path().join("fast");
+    {
+        let (meta, engine) = open(dir.path(), &cfg);
+        let ids: Vec<u64> = (0..2)
+            .map(|j| object(&meta, &format!("v{j}"), n, vec![]))
+            .collect();
+        let expect = write_interleaved(&engine, &ids);
+        engine.flush_pass(u64::MAX).unwrap();
+        let blobs = shard_blobs(&fast);
+        assert_eq!(blobs.len(), 4, "{blobs:?}");
+        assert!(blobs.iter().all(|(_, len)| *len == 1 << 20), "{blobs:?}");
+        for (id, want) in ids.iter().zip(&expect) {
+            assert_eq!(&read_all(&engine, *id, n), want);
+        }
+    }
+    // A blob put by a flush that crashed before recording its homes: nothing refers to it.
+    let stray = fast.join("test-deployment/s0000/shard/00000000000000ff-0000000000000001");
+    std::fs::write(&stray, b"left over").unwrap();
+    let (_meta, engine) = open(dir.path(), &cfg);
+    engine.flush_pass(u64::MAX).unwrap();
+    assert!(!stray.exists(), "unreferenced blob not swept");
+    assert_eq!(shard_blobs(&fast).len(), 4, "referenced shards must stay");
 }

@@ -33,6 +33,11 @@
 //!
 //! [log]
 //! segment_bytes = "256MiB" # flushed log space is freed a whole sealed segment at a time
+//!
+//! [shard]
+//! strategy = 3            # paper 003 Table II: 2/3/4/5 = 1/2/4/8 objects per shard per server
+//! # objects = 2           # the same, as a count (0 = every extent its own blob, the default)
+//! # max_bytes = "256MiB"  # a shard closes at this size
 //! ```
 //!
 //! Any tier field can be overridden with `PDCX_TIER_<NAME>_<FIELD>` (name upper-cased, `-` as
@@ -136,6 +141,82 @@ pub struct LogConfig {
     pub segment_bytes: Option<u64>,
 }
 
+/// How flushed extents are grouped into blobs (*object shards*, paper 003). Each server
+/// (one per node) groups what one flush pass homes on one tier: the extents of `objects`
+/// objects go into one shard blob, cut at `max_bytes`. A composite object is one object, so
+/// its shard per server per pass is the paper's composite strategy 2 (n shards on n nodes).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ShardConfig {
+    /// Paper 003 Table II strategy (basic objects): 2 = one object per shard per node (8n
+    /// shards for VPIC's 8 variables on n nodes), 3 = two (4n), 4 = four (2n), 5 = eight (n).
+    /// Strategy 1 (one shard per variable across all nodes) needs shards written by several
+    /// servers, which pdcx servers, flushing independently, do not do; it is refused.
+    #[serde(default)]
+    pub strategy: Option<u32>,
+    /// Objects per shard; 0 keeps every extent in its own blob (best for migrating single
+    /// regions and for S3 ranged reads of many small objects).
+    #[serde(default)]
+    pub objects: Option<u32>,
+    /// Largest shard blob (default 256MiB).
+    #[serde(default, deserialize_with = "de_size", serialize_with = "ser_size")]
+    pub max_bytes: Option<u64>,
+}
+
+/// Default largest shard blob.
+pub const DEFAULT_SHARD_BYTES: u64 = 256 << 20;
+
+impl ShardConfig {
+    /// Objects grouped per shard blob (0: no grouping), from `objects` or `strategy`.
+    pub fn objects_per_shard(&self) -> u32 {
+        match (self.objects, self.strategy) {
+            (Some(n), _) => n,
+            (None, Some(s @ 2..=5)) => 1 << (s - 2),
+            _ => 0,
+        }
+    }
+
+    pub fn max_shard_bytes(&self) -> u64 {
+        self.max_bytes.unwrap_or(DEFAULT_SHARD_BYTES)
+    }
+
+    fn validate(&self) -> Result<()> {
+        match self.strategy {
+            None | Some(2..=5) => {}
+            Some(1) => {
+                return Err(Error::invalid(
+                    "shard.strategy = 1 (one shard per variable across all nodes) needs shards written by several servers; pdcx servers flush independently. Use 2..5 (1, 2, 4 or 8 objects per shard per node)",
+                ))
+            }
+            Some(s) => {
+                return Err(Error::invalid(format!(
+                    "shard.strategy = {s}: paper 003's strategies are 1..5 (pdcx supports 2..5)"
+                )))
+            }
+        }
+        if let (Some(n), Some(s)) = (self.objects, self.strategy) {
+            if n != 1 << (s - 2) {
+                return Err(Error::invalid(format!(
+                    "shard.objects = {n} contradicts shard.strategy = {s} ({} objects per shard); set one of them",
+                    1u32 << (s - 2)
+                )));
+            }
+        }
+        if self.objects.is_some_and(|n| n > 1 << 16) {
+            return Err(Error::invalid("shard.objects must be at most 65536"));
+        }
+        if self
+            .max_bytes
+            .is_some_and(|b| !((1 << 20)..=(5u64 << 40)).contains(&b))
+        {
+            return Err(Error::invalid(
+                "shard.max_bytes must be between 1MiB and 5TiB (S3's largest object)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentConfig {
@@ -145,6 +226,8 @@ pub struct DeploymentConfig {
     pub flush: FlushConfig,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub shard: ShardConfig,
 }
 
 impl DeploymentConfig {
@@ -297,7 +380,7 @@ impl DeploymentConfig {
         if self.flush.interval_ms == 0 {
             return Err(Error::invalid("flush.interval_ms must be > 0"));
         }
-        Ok(())
+        self.shard.validate()
     }
 }
 
@@ -395,6 +478,27 @@ timeout_ms = 2000
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn shard_strategies_map_to_objects_per_shard() {
+        let per = |toml: &str| {
+            DeploymentConfig::parse(toml, env(&[])).map(|c| c.shard.objects_per_shard())
+        };
+        assert_eq!(per("").unwrap(), 0);
+        for (s, n) in [(2, 1), (3, 2), (4, 4), (5, 8)] {
+            assert_eq!(per(&format!("[shard]\nstrategy = {s}")).unwrap(), n);
+        }
+        assert_eq!(per("[shard]\nobjects = 3").unwrap(), 3);
+        assert_eq!(per("[shard]\nobjects = 2\nstrategy = 3").unwrap(), 2);
+        let err = |toml: &str| per(toml).unwrap_err().message;
+        assert!(err("[shard]\nstrategy = 1").contains("several servers"));
+        assert!(err("[shard]\nstrategy = 7").contains("1..5"));
+        assert!(err("[shard]\nstrategy = 3\nobjects = 4").contains("contradicts"));
+        assert!(err("[shard]\nmax_bytes = \"1KiB\"").contains("max_bytes"));
+        assert!(err("[shard]\nshards = 2").contains("unknown field"));
+        let c = DeploymentConfig::parse("[shard]\nmax_bytes = \"8MiB\"", env(&[])).unwrap();
+        assert_eq!(c.shard.max_shard_bytes(), 8 << 20);
     }
 
     #[test]

@@ -2,7 +2,6 @@
 //! retires log segments whose every extent has a durable home, reads retired extents back,
 //! and moves an object's extents between tiers (`pdcx migrate`).
 
-use super::homes::HomeRow;
 use super::placement::{candidates, parse_hint, TierHint, TierView, TIER_TAG};
 use super::{codec, Home, Tiering};
 use crate::engine::{Engine, Extent};
@@ -64,15 +63,15 @@ impl Engine {
         (lo, hi): (u64, u64),
     ) -> Result<Arc<Vec<u8>>> {
         let t = self.tiers()?;
-        let key = t.key(obj.id, e.seq);
+        let key = t.blob_key(obj.id, e.seq, home);
         t.note_read(obj.id, e.seq);
         if home.codec == "none" {
             let mut buf = vec![0u8; (hi - lo) as usize];
-            t.get_range(home.tier, &key, lo, &mut buf)?;
+            t.get_range(home.tier, &key, home.offset + lo, &mut buf)?;
             return Ok(Arc::new(buf));
         }
         let mut blob = vec![0u8; home.stored_len as usize];
-        t.get_range(home.tier, &key, 0, &mut blob)?;
+        t.get_range(home.tier, &key, home.offset, &mut blob)?;
         let raw = codec::decode(&home.codec, obj.dtype, &e.region, &blob, e.loc.len)?;
         let raw = Arc::new(raw);
         self.cache.insert(e.loc, raw.clone());
@@ -133,17 +132,23 @@ impl Engine {
         let Some(t) = self.tiering.clone() else {
             return Ok(report);
         };
-        let mut todo: Vec<(ObjectId, Extent)> = {
+        let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
+        let mut todo: Vec<(ObjectId, Extent)> = Vec::new();
+        let mut referenced = HashSet::new();
+        {
             let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-            index
-                .iter()
-                .flat_map(|(id, v)| {
-                    v.iter()
-                        .filter(|e| e.home.is_none())
-                        .map(|e| (*id, e.clone()))
-                })
-                .collect()
-        };
+            for (id, v) in index.iter() {
+                for e in v {
+                    match &e.home {
+                        None => todo.push((*id, e.clone())),
+                        Some(h) => {
+                            referenced.insert((h.tier, t.blob_key(*id, e.seq, h)));
+                        }
+                    }
+                }
+            }
+        }
+        t.sweep_unreferenced(&referenced);
         // Log order: the flusher reads the log sequentially.
         todo.sort_by_key(|(_, e)| (e.loc.segment, e.loc.offset));
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
@@ -154,9 +159,11 @@ impl Engine {
         let put_error: Mutex<Option<String>> = Mutex::new(None);
         let mut rows = Vec::new();
         let mut done: Vec<(ObjectId, u64, Home)> = Vec::new();
-        let mut batch: Vec<PutJob> = Vec::new();
+        let mut batch: Vec<Encoded> = Vec::new();
         let mut batch_bytes = 0u64;
         let mut considered = 0u64;
+        let batch_limit = PUT_BATCH_BYTES.max(t.max_shard_bytes);
+        let mut shard_groups = ShardGroups::new(t.objects_per_shard);
         let last = todo.len();
         for (k, (id, e)) in todo.iter().enumerate() {
             if considered < max_bytes {
@@ -195,11 +202,11 @@ impl Engine {
                     per[order[0]] += e.loc.len;
                     considered += e.loc.len;
                     batch_bytes += stored.len() as u64;
-                    batch.push(PutJob {
+                    batch.push(Encoded {
                         id: *id,
                         seq: e.seq,
                         raw_len: e.loc.len,
-                        key: t.key(*id, e.seq),
+                        group: shard_groups.group_of(*id),
                         stored,
                         codec: codec_used,
                         order,
@@ -207,31 +214,33 @@ impl Engine {
                 }
             }
             if batch.is_empty()
-                || (batch_bytes < PUT_BATCH_BYTES && k + 1 < last && considered < max_bytes)
+                || (batch_bytes < batch_limit && k + 1 < last && considered < max_bytes)
             {
                 continue;
             }
-            let homes = run_puts(&t, &batch, &failed, &put_error);
-            for (job, home) in batch.drain(..).zip(homes) {
-                let per = placed
-                    .entry(job.id)
-                    .or_insert_with(|| vec![0; t.tiers.len()]);
-                per[job.order[0]] -= job.raw_len;
-                let Some(home) = home else { continue };
-                per[home.tier] += job.raw_len;
-                report.extents += 1;
-                report.bytes += job.raw_len;
-                report.stored_bytes += home.stored_len;
-                if t.is_durable(home.tier) {
-                    rows.push(HomeRow {
-                        id: job.id,
-                        seq: job.seq,
-                        tier: t.name(home.tier).to_string(),
-                        codec: home.codec.clone(),
-                        stored_len: home.stored_len,
-                    });
+            let jobs = form_jobs(&t, std::mem::take(&mut batch));
+            let landed = run_puts(&t, &jobs, &failed, &put_error);
+            for (job, tier) in jobs.iter().zip(landed) {
+                for m in &job.members {
+                    let per = placed.entry(m.id).or_insert_with(|| vec![0; t.tiers.len()]);
+                    per[job.order[0]] -= m.raw_len;
+                    let Some(tier) = tier else { continue };
+                    per[tier] += m.raw_len;
+                    report.extents += 1;
+                    report.bytes += m.raw_len;
+                    report.stored_bytes += m.stored_len;
+                    let home = Home {
+                        tier,
+                        codec: m.codec.clone(),
+                        stored_len: m.stored_len,
+                        shard: job.shard.then(|| job.key.clone()),
+                        offset: m.offset,
+                    };
+                    if t.is_durable(tier) {
+                        rows.push(home.row(&t, m.id, m.seq));
+                    }
+                    done.push((m.id, m.seq, home));
                 }
-                done.push((job.id, job.seq, home));
             }
             batch_bytes = 0;
         }
@@ -253,7 +262,7 @@ impl Engine {
                 }
             }
         }
-        if let Err(e) = self.rebalance() {
+        if let Err(e) = self.rebalance(&t) {
             report.error = Some(format!("moving extents between tiers: {}", e.message));
         }
         report.retired_segments = self.retire_flushed(&t)?;
@@ -269,24 +278,34 @@ impl Engine {
         Ok(report)
     }
 
-    /// Publishes new homes in the index; a home for an extent that vanished meanwhile (object
-    /// deleted) is undone.
+    /// Publishes new homes in the index, releasing the homes they replace (a moved extent's
+    /// old blob, or its share of an old shard); a home for an extent that vanished meanwhile
+    /// (object deleted) is undone.
     fn set_homes(&self, t: &Tiering, done: Vec<(ObjectId, u64, Home)>) {
         let mut orphans = Vec::new();
+        let mut replaced = Vec::new();
         {
             let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
             for (id, seq, home) in done {
+                t.acquire(&home);
                 match index
                     .get_mut(&id)
                     .and_then(|v| v.iter_mut().find(|x| x.seq == seq))
                 {
-                    Some(x) => x.home = Some(home),
+                    Some(x) => {
+                        if let Some(old) = x.home.replace(home) {
+                            replaced.push((id, seq, old));
+                        }
+                    }
                     None => orphans.push((id, seq, home)),
                 }
             }
         }
+        for (id, seq, old) in replaced {
+            t.release(id, seq, &old);
+        }
         for (id, seq, home) in orphans {
-            let _ = t.delete(home.tier, &t.key(id, seq));
+            t.release(id, seq, &home);
             let _ = self.meta.delete_homes(&[(id, seq)]);
         }
     }
@@ -363,6 +382,7 @@ impl Engine {
             return Ok((0, 0));
         }
         let meta = self.object_meta(id, false)?;
+        let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
         let (mut n, mut bytes) = (0, 0);
         for e in extents {
             if e.home.as_ref().is_some_and(|h| h.tier == tier) {
@@ -375,8 +395,9 @@ impl Engine {
         Ok((n, bytes))
     }
 
-    /// Puts a copy of `e` on durable tier `tier`, makes that its durable home, then deletes
-    /// the old tier copy: at every point some durable copy is reachable.
+    /// Puts a copy of `e` on durable tier `tier` in its own blob, makes that its durable home,
+    /// then releases the old copy: at every point some durable copy is reachable.
+    /// Callers hold `t.moves`.
     fn move_extent(&self, t: &Tiering, meta: &ObjectMeta, e: &Extent, tier: usize) -> Result<()> {
         let key = t.key(meta.id, e.seq);
         let old = self.current_home(meta.id, e).ok();
@@ -385,7 +406,7 @@ impl Engine {
         let (stored, codec_used) = match &old {
             Some(h) => {
                 let mut blob = vec![0u8; h.stored_len as usize];
-                t.get_range(h.tier, &key, 0, &mut blob)?;
+                t.get_range(h.tier, &t.blob_key(meta.id, e.seq, h), h.offset, &mut blob)?;
                 (blob, h.codec.clone())
             }
             None => {
@@ -395,23 +416,10 @@ impl Engine {
             }
         };
         t.put(tier, &key, &stored)?;
-        let home = Home {
-            tier,
-            codec: codec_used.clone(),
-            stored_len: stored.len() as u64,
-        };
-        let ticket = self.meta.put_homes(&[HomeRow {
-            id: meta.id,
-            seq: e.seq,
-            tier: t.name(tier).to_string(),
-            codec: codec_used,
-            stored_len: home.stored_len,
-        }])?;
+        let home = Home::own(tier, codec_used, stored.len() as u64);
+        let ticket = self.meta.put_homes(&[home.row(t, meta.id, e.seq)])?;
         self.meta.wait_durable(ticket)?;
         self.set_homes(t, vec![(meta.id, e.seq, home)]);
-        if let Some(old) = old.filter(|o| o.tier != tier) {
-            let _ = t.delete(old.tier, &key);
-        }
         Ok(())
     }
 
@@ -419,10 +427,8 @@ impl Engine {
     /// coldest extents (fewest reads, then oldest) to the next durable tier until it is below
     /// 60%; an extent read from a tier at least `PROMOTE_READS` times since the last pass moves
     /// up to the fastest durable tier that stays below 75% with it. Returns extents moved.
-    pub fn rebalance(&self) -> Result<u64> {
-        let Some(t) = self.tiering.clone() else {
-            return Ok(0);
-        };
+    /// Callers hold `t.moves`.
+    fn rebalance(&self, t: &Tiering) -> Result<u64> {
         let hits = t.take_hits();
         let mut moved = 0;
         let n = t.tiers.len();
@@ -460,7 +466,7 @@ impl Engine {
                 let Ok(meta) = self.object_meta(id, false) else {
                     continue;
                 };
-                self.move_extent(&t, &meta, &e, target)?;
+                self.move_extent(t, &meta, &e, target)?;
                 moved += 1;
             }
         }
@@ -487,7 +493,7 @@ impl Engine {
             let Ok(meta) = self.object_meta(id, false) else {
                 continue;
             };
-            self.move_extent(&t, &meta, &e, up)?;
+            self.move_extent(t, &meta, &e, up)?;
             moved += 1;
         }
         if moved > 0 {
@@ -505,7 +511,7 @@ impl Engine {
         let mut keys = Vec::new();
         for e in gone {
             if let Some(h) = &e.home {
-                let _ = t.delete(h.tier, &t.key(id, e.seq));
+                t.release(id, e.seq, h);
                 keys.push((id, e.seq));
             }
         }
@@ -585,29 +591,129 @@ const PUT_BATCH_BYTES: u64 = 64 << 20;
 /// Concurrent puts per flush batch (S3 and parallel file systems want several in flight).
 const PUT_THREADS: usize = 4;
 
-/// One extent on its way to a tier.
-struct PutJob {
+/// One extent encoded for its home, before grouping into blobs.
+struct Encoded {
     id: ObjectId,
     seq: u64,
     raw_len: u64,
-    key: String,
+    /// Extents of the same group placed on the same tiers share a shard blob.
+    group: Option<usize>,
     stored: Vec<u8>,
     codec: String,
     /// Tiers to try: the placement's choice, then spill targets.
     order: Vec<usize>,
 }
 
-/// Puts a batch with a few threads. Each job tries its tiers in order: full → next tier;
-/// any other error marks the tier failed for the rest of the pass (its extents wait in the
-/// log rather than skip to a tier the placement did not choose).
+/// Assigns objects to shard groups in the order a pass meets them: `objects_per_shard`
+/// objects per group (`None` for all when sharding is off).
+struct ShardGroups {
+    per: usize,
+    seen: HashMap<ObjectId, usize>,
+}
+
+impl ShardGroups {
+    fn new(objects_per_shard: u32) -> Self {
+        ShardGroups {
+            per: objects_per_shard as usize,
+            seen: HashMap::new(),
+        }
+    }
+
+    fn group_of(&mut self, id: ObjectId) -> Option<usize> {
+        if self.per == 0 {
+            return None;
+        }
+        let n = self.seen.len();
+        Some(*self.seen.entry(id).or_insert(n) / self.per)
+    }
+}
+
+/// An extent's place in a blob.
+struct Member {
+    id: ObjectId,
+    seq: u64,
+    raw_len: u64,
+    codec: String,
+    stored_len: u64,
+    offset: u64,
+}
+
+/// One blob on its way to a tier: an extent's own blob, or a shard of several extents
+/// (concatenated, each encoded on its own so it can be read alone).
+struct PutJob {
+    key: String,
+    shard: bool,
+    stored: Vec<u8>,
+    members: Vec<Member>,
+    /// Tiers to try: the placement's choice, then spill targets.
+    order: Vec<usize>,
+}
+
+/// Groups a batch into blobs: extents of one shard group with the same placement go into one
+/// shard (in log order, cut at `max_shard_bytes`); the rest, and groups of one, get their own.
+fn form_jobs(t: &Tiering, batch: Vec<Encoded>) -> Vec<PutJob> {
+    let mut jobs: Vec<PutJob> = Vec::new();
+    // Open shard per (group, placement): index into `jobs`.
+    let mut open: HashMap<(usize, Vec<usize>), usize> = HashMap::new();
+    for x in batch {
+        let member = |offset| Member {
+            id: x.id,
+            seq: x.seq,
+            raw_len: x.raw_len,
+            codec: x.codec.clone(),
+            stored_len: x.stored.len() as u64,
+            offset,
+        };
+        let Some(group) = x.group else {
+            jobs.push(PutJob {
+                key: t.key(x.id, x.seq),
+                shard: false,
+                members: vec![member(0)],
+                stored: x.stored,
+                order: x.order,
+            });
+            continue;
+        };
+        let slot = (group, x.order.clone());
+        match open.get(&slot).map(|&j| &mut jobs[j]) {
+            Some(job) if job.stored.len() as u64 + x.stored.len() as u64 <= t.max_shard_bytes => {
+                job.members.push(member(job.stored.len() as u64));
+                job.stored.extend_from_slice(&x.stored);
+            }
+            _ => {
+                open.insert(slot, jobs.len());
+                jobs.push(PutJob {
+                    key: t.shard_key(x.id, x.seq),
+                    shard: true,
+                    members: vec![member(0)],
+                    stored: x.stored,
+                    order: x.order,
+                });
+            }
+        }
+    }
+    // A shard of one extent is just that extent's blob.
+    for job in &mut jobs {
+        if job.shard && job.members.len() == 1 {
+            job.shard = false;
+            job.key = t.key(job.members[0].id, job.members[0].seq);
+        }
+    }
+    jobs
+}
+
+/// Puts a batch with a few threads; returns the tier each blob landed on. Each job tries its
+/// tiers in order: full → next tier; any other error marks the tier failed for the rest of
+/// the pass (its extents wait in the log rather than skip to a tier the placement did not
+/// choose).
 fn run_puts(
     t: &Tiering,
     jobs: &[PutJob],
     failed: &Mutex<HashSet<usize>>,
     error: &Mutex<Option<String>>,
-) -> Vec<Option<Home>> {
+) -> Vec<Option<usize>> {
     let next = std::sync::atomic::AtomicUsize::new(0);
-    let results: Vec<Mutex<Option<Home>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
+    let results: Vec<Mutex<Option<usize>>> = jobs.iter().map(|_| Mutex::new(None)).collect();
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(job) = jobs.get(i) else { return };
@@ -621,11 +727,7 @@ fn run_puts(
             }
             match t.put(tier, &job.key, &job.stored) {
                 Ok(()) => {
-                    *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(Home {
-                        tier,
-                        codec: job.codec.clone(),
-                        stored_len: job.stored.len() as u64,
-                    });
+                    *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(tier);
                     break;
                 }
                 Err(err) if err.kind == ErrorKind::NoSpace => continue,

@@ -30,6 +30,37 @@ pub struct Home {
     pub tier: usize,
     pub codec: String,
     pub stored_len: u64,
+    /// The shard blob holding it with other extents (`[shard]` config), or `None`: the
+    /// extent's own blob ([`Tiering::key`]).
+    pub shard: Option<String>,
+    /// Where the extent's stored bytes start in its blob (0 for an own blob).
+    pub offset: u64,
+}
+
+impl Home {
+    /// A home in the extent's own blob.
+    pub fn own(tier: usize, codec: String, stored_len: u64) -> Home {
+        Home {
+            tier,
+            codec,
+            stored_len,
+            shard: None,
+            offset: 0,
+        }
+    }
+
+    /// The durable row for this home of extent (`id`, `seq`).
+    pub(crate) fn row(&self, t: &Tiering, id: u64, seq: u64) -> homes::HomeRow {
+        homes::HomeRow {
+            id,
+            seq,
+            tier: t.name(self.tier).to_string(),
+            codec: self.codec.clone(),
+            stored_len: self.stored_len,
+            blob: self.shard.clone(),
+            offset: self.offset,
+        }
+    }
 }
 
 /// Per-tier traffic counters (since start).
@@ -78,6 +109,17 @@ pub struct Tiering {
     pub(crate) kick: (Mutex<u64>, Condvar),
     /// Reads served from tiers per extent since the last rebalance (promotion heat).
     hits: Mutex<HashMap<(u64, u64), u32>>,
+    /// Objects grouped per shard blob by a flush pass (0: every extent its own blob).
+    pub objects_per_shard: u32,
+    pub max_shard_bytes: u64,
+    /// Extents referring to each (tier, shard blob): the blob is deleted with the last one.
+    shard_refs: Mutex<HashMap<(usize, String), u32>>,
+    /// Serialises whatever puts blobs and then records homes (flush passes, migrations,
+    /// rebalancing) with the startup sweep of unreferenced blobs, which must never see a blob
+    /// whose home is not recorded yet.
+    pub(crate) moves: Mutex<()>,
+    /// Whether the sweep of blobs left by a crash between put and home record ran.
+    swept: std::sync::atomic::AtomicBool,
 }
 
 impl Tiering {
@@ -110,6 +152,11 @@ impl Tiering {
             state: Mutex::new(FlushState::default()),
             kick: (Mutex::new(0), Condvar::new()),
             hits: Mutex::new(HashMap::new()),
+            objects_per_shard: cfg.shard.objects_per_shard(),
+            max_shard_bytes: cfg.shard.max_shard_bytes(),
+            shard_refs: Mutex::new(HashMap::new()),
+            moves: Mutex::new(()),
+            swept: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -130,9 +177,95 @@ impl Tiering {
         format!("{}/{id:016x}/{seq:016x}", self.prefix)
     }
 
-    /// Key prefix of every blob of object `id` (for deletion).
-    pub fn object_prefix(&self, id: u64) -> String {
-        format!("{}/{id:016x}/", self.prefix)
+    /// The key of a shard blob whose first extent is `seq` of object `id`. Shard keys live
+    /// beside extent keys under this server's prefix, in their own folder.
+    pub fn shard_key(&self, id: u64, seq: u64) -> String {
+        format!("{}/shard/{id:016x}-{seq:016x}", self.prefix)
+    }
+
+    /// The blob holding extent (`id`, `seq`) at `home`.
+    pub fn blob_key(&self, id: u64, seq: u64, home: &Home) -> String {
+        home.shard.clone().unwrap_or_else(|| self.key(id, seq))
+    }
+
+    /// Counts a new reference to `home`'s shard blob.
+    pub(crate) fn acquire(&self, home: &Home) {
+        if let Some(k) = &home.shard {
+            *self
+                .shard_refs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry((home.tier, k.clone()))
+                .or_default() += 1;
+        }
+    }
+
+    /// Drops extent (`id`, `seq`)'s reference to `home`; deletes the blob when nothing else
+    /// refers to it (always for an own blob). Deletion failures leave an unreferenced blob
+    /// that the next startup sweep removes.
+    pub(crate) fn release(&self, id: u64, seq: u64, home: &Home) {
+        let last = match &home.shard {
+            None => true,
+            Some(k) => {
+                let mut refs = self.shard_refs.lock().unwrap_or_else(|p| p.into_inner());
+                let key = (home.tier, k.clone());
+                match refs.get_mut(&key) {
+                    Some(n) if *n > 1 => {
+                        *n -= 1;
+                        false
+                    }
+                    _ => {
+                        refs.remove(&key);
+                        true
+                    }
+                }
+            }
+        };
+        if last {
+            let _ = self.delete(home.tier, &self.blob_key(id, seq, home));
+        }
+    }
+
+    /// Deletes blobs under this server's prefix that no home refers to: left by a crash
+    /// between a put and the durable record of its home (shard keys depend on how a pass
+    /// grouped extents, so a re-flush after restart need not overwrite them). Runs once, at
+    /// the first flush pass, under `moves`; a tier that cannot list is retried next pass.
+    pub(crate) fn sweep_unreferenced(
+        &self,
+        referenced: &std::collections::HashSet<(usize, String)>,
+    ) {
+        if self.swept.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut all_ok = true;
+        for (i, tier) in self.tiers.iter().enumerate() {
+            if !tier.durable() {
+                continue;
+            }
+            match tier.list(&format!("{}/", self.prefix)) {
+                Ok(keys) => {
+                    let stale: Vec<String> = keys
+                        .into_iter()
+                        .map(|(k, _)| k)
+                        .filter(|k| !referenced.contains(&(i, k.clone())))
+                        .collect();
+                    if !stale.is_empty() {
+                        eprintln!(
+                            "pdcx: removing {} unreferenced blob(s) from tier {:?} (left by an interrupted flush)",
+                            stale.len(),
+                            tier.name()
+                        );
+                    }
+                    for k in stale {
+                        let _ = self.delete(i, &k);
+                    }
+                }
+                Err(_) => all_ok = false,
+            }
+        }
+        if all_ok {
+            self.swept.store(true, Ordering::Relaxed);
+        }
     }
 
     pub fn state(&self) -> FlushState {
@@ -283,14 +416,17 @@ pub(crate) fn load_homes(
                 r.seq, r.id, r.tier
             ))
         })?;
-        out.insert(
-            (r.id, r.seq),
-            Home {
-                tier,
-                codec: r.codec,
-                stored_len: r.stored_len,
-            },
-        );
+        let home = Home {
+            tier,
+            codec: r.codec,
+            stored_len: r.stored_len,
+            shard: r.blob,
+            offset: r.offset,
+        };
+        if let Some(t) = tiering {
+            t.acquire(&home);
+        }
+        out.insert((r.id, r.seq), home);
     }
     Ok(out)
 }
