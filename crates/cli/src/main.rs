@@ -298,7 +298,8 @@ EXAMPLES:
   pdcx migrate run1/x --tier s3     # demote to object storage
   pdcx migrate run1/x --tier ssd    # promote back to the node-local tier
 
-Placement for new data is set per object with tags: pdcx tag run1/x pdcx.tier=ssd:25%,s3";
+Placement for new data is set per object with tags: pdcx tag run1/x pdcx.tier=ssd:25%,s3
+or per region (appending a rule): pdcx tag run1/x 'pdcx.tier.regions=+0:1000,0:=ssd'";
 
 const TOP_EXAMPLES: &str = "\
 EXAMPLES:

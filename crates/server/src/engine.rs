@@ -172,7 +172,7 @@ pub struct Engine {
     /// Next sequence number this server assigns (to its own objects' writes, wherever held).
     next_seq: Mutex<u64>,
     pub(crate) meta: Arc<Metadata>,
-    rank: u32,
+    pub(crate) rank: u32,
     peers: OnceLock<Arc<dyn Peers>>,
     /// The storage hierarchy behind the log; None when the config declares no tiers.
     pub(crate) tiering: Option<Arc<Tiering>>,

@@ -186,9 +186,9 @@ fn handle(
         } => Response::Container(md.create_container(&name, &tags, &creator)?),
         Request::GetContainer { name } => Response::Container(md.get_container(&name)?),
         Request::ListContainers => Response::Containers(md.list_containers()?),
-        Request::CreateObject(spec) => {
+        Request::CreateObject(mut spec) => {
             server.check_owner(&spec.name)?;
-            crate::tiering::check_tags(server.engine.tiering.as_deref(), spec.dtype, &spec.tags)?;
+            crate::tiering::check_new_object(server.engine.tiering.as_deref(), &mut spec)?;
             Response::Object(md.create_object(&spec)?)
         }
         Request::OpenObject { name } => {
@@ -208,14 +208,16 @@ fn handle(
             Response::Ok
         }
         Request::PutTags { target, tags } => {
-            if let protocol::TagTarget::Object(id) = &target {
-                let dtype = md.object(*id)?.dtype;
-                crate::tiering::check_tags(server.engine.tiering.as_deref(), dtype, &tags)?;
+            match target {
+                protocol::TagTarget::Object(id) => {
+                    crate::tiering::put_object_tags(md, server.engine.tiering.as_deref(), id, tags)?
+                }
+                _ => md.put_tags(&target, &tags)?,
             }
-            md.put_tags(&target, &tags)?;
             Response::Ok
         }
         Request::DeleteTag { target, key } => {
+            let _serial = crate::tiering::rule_change_guard(&key);
             md.delete_tag(&target, &key)?;
             Response::Ok
         }
@@ -309,11 +311,18 @@ fn handle(
             server.engine.register_deferred(ids.as_deref())?;
             Response::Ok
         }
-        Request::CreateObjects { specs } => {
-            // Misrouted names fail individually; the rest go in one transaction.
+        Request::CreateObjects { mut specs } => {
+            // Misrouted names and bad tags fail individually; the rest go in one transaction.
+            let tiering = server.engine.tiering.as_deref();
             let mut results: Vec<Option<Result<pdcx_core::ObjectMeta>>> = specs
-                .iter()
-                .map(|s| server.check_owner(&s.name).err().map(Err))
+                .iter_mut()
+                .map(|s| {
+                    server
+                        .check_owner(&s.name)
+                        .and_then(|()| crate::tiering::check_new_object(tiering, s))
+                        .err()
+                        .map(Err)
+                })
                 .collect();
             let ok: Vec<protocol::ObjectSpec> = specs
                 .into_iter()

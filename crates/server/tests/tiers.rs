@@ -415,3 +415,36 @@ fn shards_are_cut_at_max_bytes_and_blobs_of_an_interrupted_flush_are_swept() {
     assert!(!stray.exists(), "unreferenced blob not swept");
     assert_eq!(shard_blobs(&fast).len(), 4, "referenced shards must stay");
 }
+
+#[test]
+fn region_rules_place_extents_and_override_the_object_tag() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "100GiB");
+    let (meta, engine) = open(dir.path(), &cfg);
+    let per = 65_536;
+    let n = 16 * per;
+    // Extents 0..4: fast (inside the first box, the later rule wins); 4..8: slow (first
+    // rule); 8..12: in no box, so the object's tag (fast); 12..16: slow (open-ended box).
+    let rules = format!("0:{}=slow;0:{}=fast;{}:=slow", 8 * per, 4 * per, 12 * per);
+    let id = object(
+        &meta,
+        "r",
+        n,
+        vec![
+            ("pdcx.tier".into(), TagValue::Str("fast".into())),
+            ("pdcx.tier.regions".into(), TagValue::Str(rules)),
+        ],
+    );
+    let data = write_all(&engine, id);
+    engine.flush_pass(u64::MAX).unwrap();
+    for e in engine.extents(id) {
+        let k = e.region.offset[0] / per;
+        let want = if k < 4 || (8..12).contains(&k) {
+            "fast"
+        } else {
+            "slow"
+        };
+        assert_eq!(e.tier.trim_start_matches("log+"), want, "extent {k}");
+    }
+    assert_eq!(read_all(&engine, id, n), data);
+}

@@ -96,6 +96,8 @@ def _pdcx_dtype(dtype: Any) -> str:
 
 
 FIELDS_TAG = "pdcx.fields"
+TIER_TAG = "pdcx.tier"
+TIER_RULES_TAG = "pdcx.tier.regions"
 
 
 def _record_dtype(fields: Any) -> np.dtype:
@@ -426,20 +428,24 @@ class TagView(MutableMapping):
         return f"TagView({self._refresh()!r})"
 
 
-def _normalize_index(key: Any, shape: tuple) -> tuple[list, list, list, list]:
-    """numpy basic indexing -> (offset, count, step, dims to drop) over the object's shape."""
+def _expand_key(key: Any, ndim: int) -> tuple:
+    """An index as one entry per dim: '...' expanded, missing trailing dims as ':'."""
     if not isinstance(key, tuple):
         key = (key,)
     if sum(k is Ellipsis for k in key) > 1:
         raise IndexError("an index can only have a single ellipsis ('...')")
     if Ellipsis in key:
         i = key.index(Ellipsis)
-        key = key[:i] + (slice(None),) * (len(shape) - len(key) + 1) + key[i + 1 :]
-    if len(key) > len(shape):
-        raise IndexError(f"too many indices: object has {len(shape)} dims, got {len(key)}")
-    key = key + (slice(None),) * (len(shape) - len(key))
+        key = key[:i] + (slice(None),) * (ndim - len(key) + 1) + key[i + 1 :]
+    if len(key) > ndim:
+        raise IndexError(f"too many indices: object has {ndim} dims, got {len(key)}")
+    return key + (slice(None),) * (ndim - len(key))
+
+
+def _normalize_index(key: Any, shape: tuple) -> tuple[list, list, list, list]:
+    """numpy basic indexing -> (offset, count, step, dims to drop) over the object's shape."""
     offset, count, step, drop = [], [], [], []
-    for d, (k, n) in enumerate(zip(key, shape)):
+    for d, (k, n) in enumerate(zip(_expand_key(key, len(shape)), shape)):
         if isinstance(k, (int, np.integer)):
             k = int(k)
             if k < -n or k >= n:
@@ -459,6 +465,27 @@ def _normalize_index(key: Any, shape: tuple) -> tuple[list, list, list, list]:
         else:
             raise IndexError(f"unsupported index {k!r}: use ints, slices and '...'")
     return offset, count, step, drop
+
+
+def _tier_box(key: Any, shape: tuple) -> str:
+    """An index (ints, slices without steps, '...') as a tier rule's box ``lo:hi,...``.
+    Negative bounds count from the current end; a slice without a stop stays open (the rule
+    follows the dim as it grows); the server checks the bounds against the object."""
+    parts = []
+    for d, (k, n) in enumerate(zip(_expand_key(key, len(shape)), shape)):
+        if isinstance(k, (int, np.integer)):
+            k = int(k)
+            if k < -n or k >= n:
+                raise IndexError(f"index {k} is out of bounds for dim {d} with size {n}")
+            parts.append(f"{k % n}:{k % n + 1}")
+        elif isinstance(k, slice) and k.step in (None, 1):
+            lo, hi = (None if b is None else operator.index(b) for b in (k.start, k.stop))
+            lo = 0 if lo is None else max(lo + n, 0) if lo < 0 else lo
+            hi = "" if hi is None else max(hi + n, 0) if hi < 0 else hi
+            parts.append(f"{lo}:{hi}")
+        else:
+            raise IndexError(f"unsupported tier region index {k!r}: use ints, slices without a step and '...'")
+    return ",".join(parts)
 
 
 def _ints(what: str, values) -> list[int]:
@@ -588,8 +615,13 @@ class Object:
             shape = [n - o for n, o in zip(self.shape, offset)]
         return offset, _ints("shape", shape)
 
-    def transfer(self, mode: str, array=None, offset=None, shape=None, durability: str = "local") -> Transfer:
-        """Creates an unstarted transfer (``mode`` "w" or "r") of the region at ``offset``."""
+    def transfer(
+        self, mode: str, array=None, offset=None, shape=None, durability: str = "local", tier: str | None = None
+    ) -> Transfer:
+        """Creates an unstarted transfer (``mode`` "w" or "r") of the region at ``offset``.
+        ``tier`` (writes only) first sets the region's placement, as :meth:`set_tier`."""
+        if tier is not None and mode != "w":
+            raise InvalidArgumentError("tier= applies to writes only")
         if mode == "w":
             if array is None:
                 raise InvalidArgumentError("a write transfer needs an array")
@@ -598,16 +630,50 @@ class Object:
         elif mode != "r":
             raise InvalidArgumentError("mode must be 'w' or 'r'")
         off, cnt = self._region(offset, shape)
+        if tier is not None:
+            self.set_tier(tuple(slice(o, o + c) for o, c in zip(off, cnt)), tier)
         native = self._client._c.transfer(
             self.id, self._meta["dtype"], list(self.shape), off, cnt, mode == "w", durability
         )
         return Transfer(self, native, array, tuple(cnt))
 
-    def write_async(self, array, offset=None, durability: str = "local") -> Transfer:
-        """Starts writing ``array`` at ``offset``; the array may be reused as soon as this returns."""
-        t = self.transfer("w", array, offset, durability=durability)
+    def write_async(self, array, offset=None, durability: str = "local", tier: str | None = None) -> Transfer:
+        """Starts writing ``array`` at ``offset``; the array may be reused as soon as this returns.
+        ``tier`` first sets where the region goes when flushed (see :meth:`set_tier`)."""
+        t = self.transfer("w", array, offset, durability=durability, tier=tier)
         t.start()
         return t
+
+    def set_tier(self, region: Any, tier: str) -> None:
+        """Where data of this object goes when the server flushes it from its log to a tier.
+
+        ``tier`` is a tier name from the deployment's ``pdcx.toml``, quotas like
+        ``"ssd:25%,s3"``, or ``"auto"``. ``region`` None (or ``...``) sets the whole-object hint
+        (tag ``pdcx.tier``); an index as ``obj[...]`` takes (ints, slices without a step; a
+        slice without a stop follows the dim as it grows) appends a rule to
+        ``pdcx.tier.regions``, atomically on the object's owner, so ranks hinting their own
+        blocks at once lose none. A flushed extent takes the last rule whose region holds all
+        of it, else the whole-object hint. It applies to data flushed from now on;
+        ``pdcx migrate`` moves what is already on a tier."""
+        if not isinstance(tier, str) or any(c in tier for c in ";="):
+            raise InvalidArgumentError(f"tier must be a pdcx.tier spec like 'ssd' or 'ssd:25%,s3', got {tier!r}")
+        if region is None or region is Ellipsis:
+            self.tags[TIER_TAG] = tier
+        else:
+            self.tags[TIER_RULES_TAG] = f"+{_tier_box(region, self.shape)}={tier}"
+
+    def tier_rules(self) -> list[tuple[tuple[slice, ...], str]]:
+        """The per-region placement rules, in order (later ones win where regions overlap):
+        ``(index, tier)`` pairs, ``index`` a tuple of slices (stop None: to the end of the dim)."""
+        self.refresh()
+        text = _decode_tags(self._meta["tags"]).get(TIER_RULES_TAG, "")
+        rules = []
+        for rule in filter(None, (r.strip() for r in text.split(";"))):
+            box, tier = rule.split("=", 1)
+            bounds = [[b.strip() for b in d.split(":", 1)] for d in box.split(",")]
+            index = tuple(slice(int(lo or 0), int(hi) if hi else None) for lo, hi in bounds)
+            rules.append((index, tier.strip()))
+        return rules
 
     def read_async(self, offset=None, shape=None) -> Transfer:
         """Starts reading a region; ``.wait()`` (or ``.result()``) returns it as an array."""

@@ -2,10 +2,10 @@
 //! retires log segments whose every extent has a durable home, reads retired extents back,
 //! and moves an object's extents between tiers (`pdcx migrate`).
 
-use super::placement::{candidates, parse_hint, TierHint, TierView, TIER_TAG};
+use super::placement::{candidates, Hints, TierHint, TierView};
 use super::{codec, Home, Tiering};
 use crate::engine::{Engine, Extent};
-use pdcx_core::model::TagValue;
+use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::TierStat;
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use std::collections::{HashMap, HashSet};
@@ -16,16 +16,6 @@ use std::sync::{Arc, Mutex};
 pub const PROMOTE_READS: u32 = 3;
 
 pub use pdcx_core::protocol::FlushReport;
-
-fn tag_str<'a>(obj: &'a ObjectMeta, key: &str) -> Option<&'a str> {
-    obj.tags
-        .iter()
-        .find(|(k, _)| k == key)
-        .and_then(|(_, v)| match v {
-            TagValue::Str(s) => Some(s.as_str()),
-            _ => None,
-        })
-}
 
 impl Engine {
     fn tiers(&self) -> Result<&Arc<Tiering>> {
@@ -97,6 +87,17 @@ impl Engine {
         self.read_from_tier(obj, e, &home, (0, e.loc.len))
     }
 
+    /// The metadata placing `id`'s extents in a flush pass. A foreign object's is fetched
+    /// fresh (once per pass): the cached copy predates placement tags set since; the cached
+    /// one serves while the owner is unreachable. None: the object is gone.
+    fn placement_meta(&self, id: ObjectId) -> Option<ObjectMeta> {
+        match self.object_meta(id, owner_of_id(id) != self.rank) {
+            Ok(m) => Some(m),
+            Err(e) if e.kind == ErrorKind::NotFound => None,
+            Err(_) => self.object_meta(id, false).ok(),
+        }
+    }
+
     fn views(&self, t: &Tiering) -> Vec<TierView> {
         t.tiers
             .iter()
@@ -152,6 +153,7 @@ impl Engine {
         // Log order: the flusher reads the log sequentially.
         todo.sort_by_key(|(_, e)| (e.loc.segment, e.loc.offset));
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
+        let mut hints = Hints::new(&names);
         let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
         let mut placed = self.placed(&t, &ids);
         let mut metas: HashMap<ObjectId, Option<ObjectMeta>> = HashMap::new();
@@ -169,14 +171,13 @@ impl Engine {
             if considered < max_bytes {
                 let meta = metas
                     .entry(*id)
-                    .or_insert_with(|| self.object_meta(*id, false).ok())
+                    .or_insert_with(|| self.placement_meta(*id))
                     .clone();
                 if let Some(meta) = meta {
                     // deleted objects (None) are skipped
-                    let hint = match tag_str(&meta, TIER_TAG).map(|s| parse_hint(s, &names)) {
-                        None => TierHint::Auto,
-                        Some(Ok(h)) => h,
-                        Some(Err(err)) => {
+                    let hint = match hints.hint_for(&meta, &e.region) {
+                        Ok(h) => h,
+                        Err(err) => {
                             report.error = Some(format!(
                                 "object {}: {}; placing it automatically",
                                 meta.name, err.message

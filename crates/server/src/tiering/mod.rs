@@ -13,7 +13,9 @@ mod flush;
 pub(crate) mod homes;
 pub mod placement;
 
-use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_core::model::{TagValue, Tags};
+use pdcx_core::protocol::{ObjectSpec, TagTarget};
+use pdcx_core::{Error, ErrorKind, ObjectId, Result};
 use pdcx_tiers::{DeploymentConfig, Tier};
 use std::collections::HashMap;
 use std::path::Path;
@@ -431,18 +433,25 @@ pub(crate) fn load_homes(
     Ok(out)
 }
 
-/// Refuses `pdcx.codec` / `pdcx.tier` tag values that the flusher could not honour, when they
-/// are set (instead of falling back silently at flush time).
+/// Refuses `pdcx.codec` / `pdcx.tier` / `pdcx.tier.regions` tag values that the flusher could
+/// not honour, when they are set (instead of falling back silently at flush time). Of a rule
+/// append (`+RULES`) it checks the appended rules, so errors number them as the caller wrote
+/// them; the stored ones were checked when set.
 pub fn check_tags(
     tiering: Option<&Tiering>,
     dtype: pdcx_core::Dtype,
-    tags: &[(String, pdcx_core::TagValue)],
+    dims: &[u64],
+    tags: &[(String, TagValue)],
 ) -> Result<()> {
-    use pdcx_core::TagValue;
+    use placement::{TIER_RULES_TAG, TIER_TAG};
     for (k, v) in tags {
         let text = match v {
+            TagValue::Str(s) if k == TIER_RULES_TAG => {
+                let s = s.trim_start();
+                s.strip_prefix('+').unwrap_or(s)
+            }
             TagValue::Str(s) => s.as_str(),
-            _ if k == codec::CODEC_TAG || k == placement::TIER_TAG => {
+            _ if k == codec::CODEC_TAG || k == TIER_TAG || k == TIER_RULES_TAG => {
                 return Err(Error::invalid(format!("tag {k} must be a string")))
             }
             _ => continue,
@@ -450,13 +459,17 @@ pub fn check_tags(
         if k == codec::CODEC_TAG && !matches!(text.trim(), "" | "none") {
             pdcx_codec::Codec::parse_for(text.trim(), dtype)
                 .map_err(|e| Error::invalid(format!("tag {k}: {e}")))?;
-        } else if k == placement::TIER_TAG {
+        } else if k == TIER_TAG || k == TIER_RULES_TAG {
             match tiering {
                 Some(t) => {
                     let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
-                    placement::parse_hint(text, &names)?;
+                    if k == TIER_TAG {
+                        placement::parse_hint(text, &names)?;
+                    } else {
+                        placement::check_rules(text, dims, &names)?;
+                    }
                 }
-                None if !matches!(text.trim(), "" | "auto") => {
+                None if !(text.trim().is_empty() || k == TIER_TAG && text.trim() == "auto") => {
                     return Err(Error::invalid(format!(
                         "tag {k}={text:?}: this deployment has no tiers (declare them in ROOT/pdcx.toml)"
                     )))
@@ -466,4 +479,56 @@ pub fn check_tags(
         }
     }
     Ok(())
+}
+
+/// Replaces a `pdcx.tier.regions` value of the form `+RULES` in `tags` by `current` (the
+/// stored rules) with RULES appended.
+fn resolve_rule_appends(current: &str, tags: &mut Tags) -> Result<()> {
+    let mut cur = current.to_string();
+    for (k, v) in tags.iter_mut() {
+        let TagValue::Str(s) = v else { continue };
+        if k != placement::TIER_RULES_TAG {
+            continue;
+        }
+        if let Some(added) = s.trim_start().strip_prefix('+') {
+            *s = placement::append_rules(&cur, added)?;
+        }
+        cur = s.clone();
+    }
+    Ok(())
+}
+
+/// Checks a new object's tags (resolving rule appends against no stored rules).
+pub(crate) fn check_new_object(tiering: Option<&Tiering>, spec: &mut ObjectSpec) -> Result<()> {
+    check_tags(tiering, spec.dtype, &spec.dims, &spec.tags)?;
+    resolve_rule_appends("", &mut spec.tags)
+}
+
+/// Serialises changes of `pdcx.tier.regions` (on the owner, the one server that changes an
+/// object's tags): ranks hinting their own blocks append concurrently, and each append's read
+/// of the stored rules must see the others' appends (and a replacement or deletion must not
+/// fall between an append's read and its write). One lock per process: only changes of that
+/// tag wait on it.
+static RULE_CHANGES: Mutex<()> = Mutex::new(());
+
+/// Held while a change of tag `key` is read, merged and stored (see [`RULE_CHANGES`]).
+pub(crate) fn rule_change_guard(key: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+    (key == placement::TIER_RULES_TAG)
+        .then(|| RULE_CHANGES.lock().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// Checks and stores tags of object `id`; a `pdcx.tier.regions` value `+RULES` appends RULES
+/// to the stored rules atomically.
+pub(crate) fn put_object_tags(
+    md: &crate::metadata::Metadata,
+    tiering: Option<&Tiering>,
+    id: ObjectId,
+    mut tags: Tags,
+) -> Result<()> {
+    let _serial = tags.iter().find_map(|(k, _)| rule_change_guard(k));
+    let obj = md.object(id)?;
+    check_tags(tiering, obj.dtype, &obj.dims, &tags)?;
+    let stored = placement::tag_str(&obj, placement::TIER_RULES_TAG).unwrap_or("");
+    resolve_rule_appends(stored, &mut tags)?;
+    md.put_tags(&TagTarget::Object(id), &tags)
 }
