@@ -69,8 +69,10 @@ def pdcx_write(a, comm, recs: np.ndarray) -> dict:
         pdcx.wait_all(ts)
     else:
         obj = client.open_object("shards/p")
-        for k in range(chunks):
-            obj.records[rank * n + k * q : rank * n + (k + 1) * q] = recs[k * q : (k + 1) * q]
+        # A composite object is a bytes array with a trailing record dim: write whole records.
+        raw = recs.view(np.uint8).reshape(n, recs.dtype.itemsize).view("S1")
+        ts = [obj.write_async(raw[k * q : (k + 1) * q], offset=(rank * n + k * q, 0)) for k in range(chunks)]
+        pdcx.wait_all(ts)
     comm.Barrier()
     t_app = time.perf_counter() - t0
     if rank == 0:

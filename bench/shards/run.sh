@@ -7,12 +7,16 @@
 #
 # Usage: bench/shards/run.sh [--ranks R] [--servers K] [--particles N] [--chunks C]
 #                            [--tier shared|s3] [--repeat N] [--kernels "vpic-basic hacc"]
+#                            [--root-dir DIR]
 # The home tier is a shared directory on disk (default) or a private versitygw (--tier s3:
 # one S3 request per blob, where the blob count matters most). Prints MB/s as the median of
-# --repeat runs (min-max) and the ratio to the baseline's median.
+# --repeat runs (min-max) and the ratio to the baseline's median. --root-dir puts the servers'
+# log and metadata elsewhere, e.g. /dev/shm to stand for node-local NVMe in front of the PFS
+# (paper 001's setup); by default they share the disk with the home tier, so every byte is
+# written to that disk twice (log, then tier) while the baseline writes it once.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-ranks=4 servers=2 particles=$((1 << 18)) chunks=8 tier=shared repeat=3
+ranks=4 servers=2 particles=$((1 << 18)) chunks=8 tier=shared repeat=3 root_dir=
 kernels="vpic-basic vpic-composite hacc"
 while (($#)); do
   case $1 in
@@ -23,6 +27,7 @@ while (($#)); do
     --tier) tier=$2; shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --kernels) kernels=$2; shift 2 ;;
+    --root-dir) root_dir=$2; shift 2 ;;
     -h|--help) sed -n 2,12p "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -32,10 +37,12 @@ done
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p bench/out
 work=$(mktemp -d "$PWD/bench/out/shards-XXXX")
+root=$work/root
+[[ -n $root_dir ]] && root=$(mktemp -d "$root_dir/pdcx-shards-XXXX")
 cleanup() {
-  pdcx server stop --root "$work/root" >/dev/null 2>&1 || true
+  pdcx server stop --root "$root" >/dev/null 2>&1 || true
   [[ $tier == s3 ]] && bash scripts/s3server.sh stop "$work/s3" >/dev/null 2>&1
-  rm -rf "$work/root" "$work/pfs" "$work/s3"
+  rm -rf "$root" "$work/pfs" "$work/s3"
 }
 trap cleanup EXIT
 if [[ $tier == s3 ]]; then
@@ -63,19 +70,20 @@ for round in $(seq 1 "$repeat"); do
     for strategy in off 2 3 4 5; do
       # Composite kernels have one object: strategies 2..5 all group the same way.
       [[ $kernel != vpic-basic && $strategy != off && $strategy != 2 ]] && continue
-      rm -rf "$work/root" "$work/pfs"; mkdir -p "$work/root" "$work/pfs"
+      rm -rf "$root" "$work/pfs"; mkdir -p "$root" "$work/pfs"
       { home_tier
         printf '\n[log]\nsegment_bytes = "16MiB"\n\n[flush]\ninterval_ms = 600000\n'
         [[ $strategy != off ]] && printf '\n[shard]\nstrategy = %s\n' "$strategy"
-      } > "$work/root/pdcx.toml"
-      pdcx server start -n "$servers" --root "$work/root" >/dev/null
-      mpirun -n "$ranks" --oversubscribe python3 bench/shards/kernel.py pdcx "$kernel" --root "$work/root" \
+      } > "$root/pdcx.toml"
+      pdcx server start -n "$servers" --root "$root" >/dev/null
+      mpirun -n "$ranks" --oversubscribe python3 bench/shards/kernel.py pdcx "$kernel" --root "$root" \
         --particles "$particles" --chunks "$chunks" --out "$work/$kernel-$strategy-r$round.json"
-      dep=$(cat "$work/root/deployment-id")
+      dep=$(cat "$root/deployment-id")
       find "$work/pfs" "$work/s3" -type f -path "*$dep/*" 2>/dev/null | grep -c . > "$work/$kernel-$strategy-r$round.blobs" || true
-      pdcx server stop --root "$work/root" >/dev/null
+      pdcx server stop --root "$root" >/dev/null
     done
   done
 done
 python3 bench/shards/summarize.py "$work" --ranks "$ranks" --servers "$servers" --particles "$particles" \
-  --chunks "$chunks" --tier "$tier" --repeat "$repeat" --kernels "$kernels" --load "$load"
+  --chunks "$chunks" --tier "$tier" --repeat "$repeat" --kernels "$kernels" --load "$load" \
+  --log-on "$(df --output=fstype "$root" | tail -1) ($root_dir${root_dir:-same disk as the tier})"

@@ -12,7 +12,7 @@ from pathlib import Path
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("work", type=Path)
-    for opt in ("ranks", "servers", "particles", "chunks", "tier", "repeat", "kernels", "load"):
+    for opt in ("ranks", "servers", "particles", "chunks", "tier", "repeat", "kernels", "load", "log-on"):
         ap.add_argument(f"--{opt}", required=True)
     a = ap.parse_args()
 
@@ -30,7 +30,8 @@ def main() -> None:
 
     print(
         f"object-sharding sweep: {a.ranks} ranks, {a.servers} servers, {a.particles} particles/rank in "
-        f"{a.chunks} regions per variable, home tier = {a.tier}; {a.repeat} run(s) per point; load at start {a.load}"
+        f"{a.chunks} regions per variable, home tier = {a.tier}, server log on {a.log_on}; "
+        f"{a.repeat} run(s) per point; load at start {a.load}"
     )
     print(f"{'kernel':<15} {'setting':<22} {'blobs':>6} {'MB/s median (min-max)':>22} {'x baseline':>10}")
     for kernel in a.kernels.split():

@@ -267,6 +267,10 @@ class Client:
         deployment's pdcx.toml). With `wait`, returns once nothing is pending or a tier fails;
         each report has `pending_extents` and, if a tier failed, `error` (the data then stays
         safe in the server's log and the background flush retries)."""
+        if wait:
+            # Kick every flusher first so the servers flush in parallel, then wait for each.
+            for r in range(self.servers):
+                self._c.flush(r, False)
         return [json.loads(self._c.flush(r, wait)) for r in range(self.servers)]
 
     def close(self) -> None:
