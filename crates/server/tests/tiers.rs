@@ -448,3 +448,36 @@ fn region_rules_place_extents_and_override_the_object_tag() {
     }
     assert_eq!(read_all(&engine, id, n), data);
 }
+
+#[test]
+fn demotion_moves_whole_shards_and_frees_their_blobs() {
+    let dir = tempfile::tempdir().unwrap();
+    // One object per shard, cut at 1 MiB: shards of two 512 KiB extents; the fast tier
+    // takes 4 of them.
+    let cfg = config_with(
+        dir.path(),
+        "4MiB",
+        "[shard]\nobjects = 1\nmax_bytes = \"1MiB\"",
+    );
+    let (meta, engine) = open(dir.path(), &cfg);
+    let n = 16 * 65_536;
+    let id = object(
+        &meta,
+        "x",
+        n,
+        vec![("pdcx.tier".into(), TagValue::Str("fast".into()))],
+    );
+    let data = write_all(&engine, id);
+    engine.flush_pass(u64::MAX).unwrap();
+    // Filled to 100%, then whole shards demoted until below 60%: 2 shards (4 extents) stay,
+    // and the demoted shards' blobs are gone from the fast tier.
+    let fast: Vec<_> = engine
+        .extents(id)
+        .into_iter()
+        .filter(|e| e.tier.ends_with("fast"))
+        .collect();
+    assert_eq!(fast.len(), 4, "{fast:?}");
+    assert!(fast.iter().all(|e| !e.shard.is_empty()), "{fast:?}");
+    assert_eq!(shard_blobs(&dir.path().join("fast")).len(), 2);
+    assert_eq!(read_all(&engine, id, n), data);
+}

@@ -425,8 +425,8 @@ impl Engine {
     }
 
     /// Background moves between durable tiers: a tier above 90% of its capacity demotes its
-    /// coldest extents (fewest reads, then oldest) to the next durable tier until it is below
-    /// 60%; an extent read from a tier at least `PROMOTE_READS` times since the last pass moves
+    /// coldest blobs (an extent's own, or a shard with all its extents; fewest reads, then
+    /// oldest) to the next durable tier until it is below 60%; an extent read from a tier at least `PROMOTE_READS` times since the last pass moves
     /// up to the fastest durable tier that stays below 75% with it. Returns extents moved.
     /// Callers hold `t.moves`.
     fn rebalance(&self, t: &Tiering) -> Result<u64> {
@@ -443,32 +443,41 @@ impl Engine {
             let Some(target) = (tier + 1..n).find(|&i| t.is_durable(i)) else {
                 continue;
             };
-            let mut cold: Vec<(u32, u64, ObjectId, Extent)> = {
+            // Demotion moves whole blobs: a shard frees its space only when its last extent
+            // leaves, so moving single extents of many shards would free nothing. A blob's
+            // heat is its extents' reads; coldest (then oldest) first.
+            let mut blobs: HashMap<String, ColdBlob> = HashMap::new();
+            {
                 let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-                index
-                    .iter()
-                    .flat_map(|(id, v)| v.iter().map(move |e| (*id, e)))
-                    .filter(|(_, e)| e.home.as_ref().is_some_and(|h| h.tier == tier))
-                    .map(|(id, e)| {
-                        (
-                            hits.get(&(id, e.seq)).copied().unwrap_or(0),
-                            e.seq,
-                            id,
-                            e.clone(),
-                        )
-                    })
-                    .collect()
-            };
+                for (id, v) in index.iter() {
+                    for e in v {
+                        let Some(h) = e.home.as_ref().filter(|h| h.tier == tier) else {
+                            continue;
+                        };
+                        let b = blobs.entry(t.blob_key(*id, e.seq, h)).or_insert((
+                            0,
+                            u64::MAX,
+                            Vec::new(),
+                        ));
+                        b.0 += hits.get(&(*id, e.seq)).copied().unwrap_or(0);
+                        b.1 = b.1.min(e.seq);
+                        b.2.push((*id, e.clone()));
+                    }
+                }
+            }
+            let mut cold: Vec<ColdBlob> = blobs.into_values().collect();
             cold.sort_by_key(|c| (c.0, c.1));
-            for (_, _, id, e) in cold {
+            for (_, _, members) in cold {
                 if (t.tiers[tier].used() as f64) < 0.6 * cap as f64 {
                     break;
                 }
-                let Ok(meta) = self.object_meta(id, false) else {
-                    continue;
-                };
-                self.move_extent(t, &meta, &e, target)?;
-                moved += 1;
+                for (id, e) in members {
+                    let Ok(meta) = self.object_meta(id, false) else {
+                        continue;
+                    };
+                    self.move_extent(t, &meta, &e, target)?;
+                    moved += 1;
+                }
             }
         }
         for ((id, seq), count) in hits {
@@ -586,6 +595,9 @@ pub fn tier_stats(t: &Tiering) -> Vec<TierStat> {
         })
         .collect()
 }
+
+/// A blob considered for demotion: (reads of its extents, oldest seq, its extents).
+type ColdBlob = (u32, u64, Vec<(ObjectId, Extent)>);
 
 /// Bytes of encoded extents the flusher puts in parallel before recording their homes.
 const PUT_BATCH_BYTES: u64 = 64 << 20;
