@@ -18,10 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 from mpi4py import MPI
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from flushwait import flush_to_home
 
 VPIC = (
     [(n, "<f4") for n in ("x", "y", "z")] + [("id1", "<i4"), ("id2", "<i4")] + [(n, "<f4") for n in ("px", "py", "pz")]
@@ -54,7 +59,6 @@ def pdcx_write(a, comm, recs: np.ndarray) -> dict:
                 c.create_object(f"shards/{v}", size * n, recs.dtype[v])
         else:
             c.create_composite("shards/p", size * n, recs.dtype)
-    comm.Barrier()
     q = n // chunks
     comm.Barrier()
     t0 = time.perf_counter()
@@ -75,11 +79,7 @@ def pdcx_write(a, comm, recs: np.ndarray) -> dict:
         pdcx.wait_all(ts)
     comm.Barrier()
     t_app = time.perf_counter() - t0
-    if rank == 0:
-        reports = client.flush(wait=True)
-        if any(r.get("pending_extents") for r in reports):
-            raise SystemExit(f"flush left data pending: {reports}")
-    comm.Barrier()
+    flush_to_home(client, comm)
     t_all = time.perf_counter() - t0
     # Check a sample came back right (after the flush: from the tier, or the log if unretired).
     if basic:

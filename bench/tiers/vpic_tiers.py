@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pdcx
 from mpi4py import MPI
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from flushwait import flush_to_home
 
 VARS = ("x", "y", "z", "id1", "id2", "px", "py", "pz")
 
@@ -52,11 +57,7 @@ def main() -> None:
         pdcx.wait_all(ts)
         comm.Barrier()
         t_app = time.perf_counter() - t0
-        if rank == 0:
-            reports = client.flush(wait=True)
-            if any(r.get("pending_extents") for r in reports):
-                raise SystemExit(f"flush left data pending: {reports}")
-        comm.Barrier()
+        flush_to_home(client, comm)
         t_all = time.perf_counter() - t0
         if rank == 0:
             with open(a.out, "w") as f:

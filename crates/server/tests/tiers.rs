@@ -69,6 +69,11 @@ fn object(meta: &Metadata, name: &str, n: u64, tags: Vec<(String, TagValue)>) ->
     meta.create_object(&spec).unwrap().id
 }
 
+/// The tags placing an object by `pdcx.tier = spec`.
+fn tier_tag(spec: &str) -> Vec<(String, TagValue)> {
+    vec![("pdcx.tier".into(), TagValue::Str(spec.into()))]
+}
+
 /// 16 writes of 64 Ki f64 (512 KiB each) with distinct contents.
 fn write_all(engine: &Engine, id: u64) -> Vec<u8> {
     let per = 65_536u64;
@@ -151,12 +156,7 @@ fn full_fast_tier_spills_and_quota_splits_vertically() {
     let (meta, engine) = open(dir.path(), &cfg);
     let n = 16 * 65_536;
     let spill = object(&meta, "spill", n, vec![]);
-    let quota = object(
-        &meta,
-        "quota",
-        n,
-        vec![("pdcx.tier".into(), TagValue::Str("fast:25%,slow".into()))],
-    );
+    let quota = object(&meta, "quota", n, tier_tag("fast:25%,slow"));
     let a = write_all(&engine, spill);
     engine.flush_pass(u64::MAX).unwrap();
     let on = |id: u64, tier: &str| {
@@ -185,12 +185,7 @@ fn full_tiers_demote_cold_extents_and_hot_ones_come_back_up() {
     let cfg = config(dir.path(), "4MiB");
     let (meta, engine) = open(dir.path(), &cfg);
     let n = 16 * 65_536;
-    let id = object(
-        &meta,
-        "x",
-        n,
-        vec![("pdcx.tier".into(), TagValue::Str("fast".into()))],
-    );
+    let id = object(&meta, "x", n, tier_tag("fast"));
     let data = write_all(&engine, id);
     let on_fast = |engine: &Engine| {
         engine
@@ -461,12 +456,7 @@ fn demotion_moves_whole_shards_and_frees_their_blobs() {
     );
     let (meta, engine) = open(dir.path(), &cfg);
     let n = 16 * 65_536;
-    let id = object(
-        &meta,
-        "x",
-        n,
-        vec![("pdcx.tier".into(), TagValue::Str("fast".into()))],
-    );
+    let id = object(&meta, "x", n, tier_tag("fast"));
     let data = write_all(&engine, id);
     engine.flush_pass(u64::MAX).unwrap();
     // Filled to 100%, then whole shards demoted until below 60%: 2 shards (4 extents) stay,
