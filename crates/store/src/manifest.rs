@@ -83,8 +83,8 @@ pub(crate) fn store_in(fs: &dyn Fs, dir: &Path, m: &Manifest) -> Result<(), Stor
         PublishError::Sync { path, source } => {
             StoreError::Sync(format!("fsync {}", path.display()), source)
         }
-        e @ PublishError::Write { .. } => {
-            StoreError::Write(Error::new(ErrorKind::Io, e.to_string()))
+        PublishError::Write { what, path, source } => {
+            StoreError::Write(Error::io(&format!("{what} {}", path.display()), &source))
         }
     })
 }
