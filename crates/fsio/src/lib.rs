@@ -18,7 +18,7 @@ mod publish;
 mod sim;
 
 pub use os::OsFs;
-pub use publish::{publish_atomic, PublishError};
+pub use publish::{publish_atomic, publish_atomic_via, temp_path, PublishError};
 pub use sim::{Faults, SimFs, SimStats};
 
 use std::io;
@@ -100,6 +100,8 @@ pub trait Fs: Send + Sync {
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
     /// Size of a file, or None when it does not exist.
     fn size(&self, path: &Path) -> io::Result<Option<u64>>;
+    /// True when `path` is an existing directory.
+    fn is_dir(&self, path: &Path) -> bool;
     /// An exclusive lock on `path` (created if missing) that other processes respect; fails
     /// with `WouldBlock` when someone else holds it.
     fn lock(&self, path: &Path) -> io::Result<LockGuard>;
@@ -130,6 +132,21 @@ pub trait Fs: Send + Sync {
             _ => Ok(()),
         }
     }
+}
+
+/// Creates `dir` and its missing parents so that each is durable: after creating a directory
+/// its parent is fsynced (a new directory's entry is not durable until then, and a file
+/// published inside it would vanish with it at a power cut).
+pub fn create_dir_durable(fs: &dyn Fs, dir: &Path) -> io::Result<()> {
+    if fs.is_dir(dir) {
+        return Ok(());
+    }
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    if let Some(parent) = parent {
+        create_dir_durable(fs, parent)?;
+    }
+    fs.create_dir_all(dir)?;
+    fs.sync_dir(parent.unwrap_or(Path::new(".")))
 }
 
 /// The production seam, shared.

@@ -94,6 +94,9 @@ impl Fs for OsFs {
             Err(e) => Err(e),
         }
     }
+    fn is_dir(&self, path: &Path) -> bool {
+        path.is_dir()
+    }
     fn lock(&self, path: &Path) -> io::Result<LockGuard> {
         let file = OpenOptions::new()
             .create(true)

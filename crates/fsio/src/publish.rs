@@ -45,7 +45,20 @@ pub fn temp_path(path: &Path) -> PathBuf {
 /// a leftover `NAME.tmp` is garbage the owner removes at open. On a write error the temp file
 /// is removed (best effort).
 pub fn publish_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<(), PublishError> {
-    let tmp = temp_path(path);
+    publish_atomic_via(fs, path, &temp_path(path), bytes)
+}
+
+/// [`publish_atomic`] through a temp file of the caller's choosing (in the same directory):
+/// for writers that may publish the same name concurrently, or that create the temp file
+/// themselves first (e.g. to give it a Lustre layout; an existing `tmp` is emptied, keeping
+/// its layout).
+pub fn publish_atomic_via(
+    fs: &dyn Fs,
+    path: &Path,
+    tmp: &Path,
+    bytes: &[u8],
+) -> Result<(), PublishError> {
+    let tmp = tmp.to_path_buf();
     let write_err = |what: &'static str, path: &Path, source: io::Error| PublishError::Write {
         what,
         path: path.to_path_buf(),

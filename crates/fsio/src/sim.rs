@@ -465,6 +465,10 @@ impl Fs for SimFs {
         }
     }
 
+    fn is_dir(&self, path: &Path) -> bool {
+        self.state().dirs.contains_key(&norm(path))
+    }
+
     fn lock(&self, _path: &Path) -> io::Result<LockGuard> {
         // One simulated disk belongs to one test process; there is no one else to exclude.
         Ok(Box::new(()))

@@ -82,9 +82,19 @@ pub fn open(cfg: &TierConfig) -> Result<Arc<dyn Tier>> {
 
 /// Builds the tier a config entry describes for server `ctx.rank` of `ctx.size`.
 pub fn open_in(cfg: &TierConfig, ctx: &OpenContext) -> Result<Arc<dyn Tier>> {
+    open_with_fs(cfg, ctx, pdcx_fsio::os())
+}
+
+/// [`open_in`] with the node-local directory tier on the file system `fs` (a simulated disk
+/// in crash tests). The shared tier stays on the real file system: its Lustre layouts need one.
+pub fn open_with_fs(
+    cfg: &TierConfig,
+    ctx: &OpenContext,
+    fs: Arc<dyn pdcx_fsio::Fs>,
+) -> Result<Arc<dyn Tier>> {
     match cfg.kind {
         TierKind::Memory => Ok(Arc::new(memory::MemoryTier::new(&cfg.name, cfg.capacity))),
-        TierKind::Local => Ok(Arc::new(localdir::DirTier::open(cfg)?)),
+        TierKind::Local => Ok(Arc::new(localdir::DirTier::open_with_fs(cfg, fs)?)),
         TierKind::Shared => Ok(Arc::new(shareddir::SharedTier::open(cfg, ctx)?)),
         TierKind::S3 => Ok(Arc::new(s3::S3Tier::open(cfg)?)),
     }

@@ -1,21 +1,26 @@
 //! Directory tiers: a node-local directory (SSD, burst buffer) or a shared one (parallel file
-//! system). A blob is a file under the tier's path; writes go to a temporary name, are
-//! fsynced and renamed into place, so a crash leaves the old blob or the new one.
+//! system). A blob is a file under the tier's path, published with
+//! [`pdcx_fsio::publish_atomic_via`] (a temporary name, fsync, rename, directory fsync), so a
+//! crash leaves the old blob or the new one. Every file operation goes through the I/O seam
+//! ([`pdcx_fsio::Fs`]), so crash tests can run a tier on a simulated disk.
 
 use crate::config::TierConfig;
 use crate::{check_key, Tier, TierKind};
 use pdcx_core::{Error, ErrorKind, Result};
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::FileExt;
+use pdcx_fsio::{create_dir_durable, publish_atomic_via, Fs, FsFile, OpenMode};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// Temporary files carry this marker; they are never listed and are removed at open.
 const TMP_MARK: &str = ".pdcx-tmp-";
 
+/// Makes a put's temporary file on the real file system before it is written (see
+/// [`DirTier::put_with`]).
+pub type PrepareTemp<'a> = &'a dyn Fn(&Path) -> std::io::Result<()>;
+
 pub struct DirTier {
+    fs: Arc<dyn Fs>,
     name: String,
     kind: TierKind,
     root: PathBuf,
@@ -52,23 +57,28 @@ impl Throttle {
 
 impl DirTier {
     pub fn open(cfg: &TierConfig) -> Result<Self> {
+        Self::open_with_fs(cfg, pdcx_fsio::os())
+    }
+
+    /// [`open`](Self::open) on the file system `fs` (a simulated disk in crash tests).
+    pub fn open_with_fs(cfg: &TierConfig, fs: Arc<dyn Fs>) -> Result<Self> {
         let root = cfg
             .path
             .clone()
             .ok_or_else(|| Error::invalid(format!("tier {:?}: no path", cfg.name)))?;
-        fs::create_dir_all(&root).map_err(|e| {
+        create_dir_durable(&*fs, &root).map_err(|e| {
             Error::io(
                 &format!("tier {:?}: creating {}", cfg.name, root.display()),
                 &e,
             )
         })?;
         let mut used = 0;
-        scan(&root, &mut |p, len| {
+        scan(&*fs, &root, &mut |p, len| {
             if p.file_name()
                 .and_then(|n| n.to_str())
                 .is_some_and(|n| n.contains(TMP_MARK))
             {
-                let _ = fs::remove_file(p); // a put that died before its rename
+                let _ = fs.remove_file(p); // a put that died before its rename
             } else {
                 used += len;
             }
@@ -80,6 +90,7 @@ impl DirTier {
             )
         })?;
         Ok(DirTier {
+            fs,
             name: cfg.name.clone(),
             kind: cfg.kind,
             root,
@@ -98,20 +109,15 @@ impl DirTier {
         &self.root
     }
 
-    /// [`Tier::put`] with the temporary file made by `create` (which must create it, empty,
-    /// and open it for writing). The shared tier uses this to give a file its Lustre layout
-    /// before the first byte is written, which is the only time a layout can be set.
-    pub fn put_with(
-        &self,
-        key: &str,
-        data: &[u8],
-        create: &dyn Fn(&Path) -> std::io::Result<File>,
-    ) -> Result<()> {
+    /// [`Tier::put`] with the temporary file first made by `create` (which must create it,
+    /// empty, on the real file system). The shared tier uses this to give a file its Lustre
+    /// layout before the first byte is written, which is the only time a layout can be set.
+    pub fn put_with(&self, key: &str, data: &[u8], create: Option<PrepareTemp<'_>>) -> Result<()> {
         let path = self.path(key)?;
         if let Some(t) = &self.throttle {
             t.wait(data.len());
         }
-        let old = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        let old = self.fs.size(&path).ok().flatten().unwrap_or(0);
         let grow = (data.len() as u64).saturating_sub(old);
         let _reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
         let used = self.used.load(Ordering::Relaxed);
@@ -129,21 +135,22 @@ impl DirTier {
             }
         }
         let parent = path.parent().unwrap_or(&self.root).to_path_buf();
-        fs::create_dir_all(&parent)
+        create_dir_durable(&*self.fs, &parent)
             .map_err(|e| Error::io(&self.ctx("creating the directory of", key), &e))?;
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
         let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
         let tmp = parent.join(format!("{file_name}{TMP_MARK}{}-{n}", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            let mut f = create(&tmp)?;
-            f.write_all(data)?;
-            f.sync_data()?;
-            fs::rename(&tmp, &path)?;
-            sync_dir(&parent)
-        };
-        if let Err(e) = write() {
-            let _ = fs::remove_file(&tmp);
-            return Err(Error::io(&self.ctx("writing", key), &e));
+        if let Some(create) = create {
+            create(&tmp).map_err(|e| Error::io(&self.ctx("creating", key), &e))?;
+        }
+        if let Err(e) = publish_atomic_via(&*self.fs, &path, &tmp, data) {
+            let _ = self.fs.remove_file(&tmp);
+            let (pdcx_fsio::PublishError::Write { source, .. }
+            | pdcx_fsio::PublishError::Sync { source, .. }) = &e;
+            return Err(Error::io(
+                &format!("{}: {e}", self.ctx("writing", key)),
+                source,
+            ));
         }
         self.used
             .store(used - old.min(used) + data.len() as u64, Ordering::Relaxed);
@@ -163,8 +170,8 @@ impl DirTier {
         Error::not_found(format!("tier {:?}: no blob {key:?}", self.name))
     }
 
-    fn open_blob(&self, key: &str) -> Result<File> {
-        File::open(self.path(key)?).map_err(|e| {
+    fn open_blob(&self, key: &str) -> Result<Arc<dyn FsFile>> {
+        self.fs.open(&self.path(key)?, OpenMode::Read).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 self.not_found(key)
             } else {
@@ -175,21 +182,16 @@ impl DirTier {
 }
 
 /// Calls `f(path, len)` for every regular file under `dir`.
-fn scan(dir: &Path, f: &mut dyn FnMut(&Path, u64)) -> std::io::Result<()> {
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        let ft = entry.file_type()?;
-        if ft.is_dir() {
-            scan(&entry.path(), f)?;
-        } else if ft.is_file() {
-            f(&entry.path(), entry.metadata()?.len());
+fn scan(fs: &dyn Fs, dir: &Path, f: &mut dyn FnMut(&Path, u64)) -> std::io::Result<()> {
+    for name in fs.list_dir(dir)? {
+        let path = dir.join(name);
+        if fs.is_dir(&path) {
+            scan(fs, &path, f)?;
+        } else if let Some(len) = fs.size(&path)? {
+            f(&path, len);
         }
     }
     Ok(())
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 impl Tier for DirTier {
@@ -201,17 +203,14 @@ impl Tier for DirTier {
     }
 
     fn put(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.put_with(key, data, &|tmp| {
-            OpenOptions::new().write(true).create_new(true).open(tmp)
-        })
+        self.put_with(key, data, None)
     }
 
     fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()> {
         let f = self.open_blob(key)?;
         let len = f
-            .metadata()
-            .map_err(|e| Error::io(&self.ctx("stat", key), &e))?
-            .len();
+            .size()
+            .map_err(|e| Error::io(&self.ctx("stat", key), &e))?;
         if offset
             .checked_add(out.len() as u64)
             .is_none_or(|end| end > len)
@@ -233,27 +232,27 @@ impl Tier for DirTier {
     }
 
     fn len(&self, key: &str) -> Result<u64> {
-        Ok(self
-            .open_blob(key)?
-            .metadata()
-            .map_err(|e| Error::io(&self.ctx("stat", key), &e))?
-            .len())
+        self.open_blob(key)?
+            .size()
+            .map_err(|e| Error::io(&self.ctx("stat", key), &e))
     }
 
     fn delete(&self, key: &str) -> Result<()> {
         let path = self.path(key)?;
         let _reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
-        match fs::metadata(&path) {
-            Ok(m) => {
-                fs::remove_file(&path).map_err(|e| Error::io(&self.ctx("deleting", key), &e))?;
+        match self.fs.size(&path) {
+            Ok(Some(len)) => {
+                self.fs
+                    .remove_file(&path)
+                    .map_err(|e| Error::io(&self.ctx("deleting", key), &e))?;
                 let _ = self
                     .used
                     .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
-                        Some(u.saturating_sub(m.len()))
+                        Some(u.saturating_sub(len))
                     });
                 Ok(())
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Ok(None) => Ok(()),
             Err(e) => Err(Error::io(&self.ctx("deleting", key), &e)),
         }
     }
@@ -267,10 +266,10 @@ impl Tier for DirTier {
         } else {
             self.root.join(dir_part)
         };
-        if !start.is_dir() {
+        if !self.fs.is_dir(&start) {
             return Ok(out);
         }
-        scan(&start, &mut |p, len| {
+        scan(&*self.fs, &start, &mut |p, len| {
             let Ok(rel) = p.strip_prefix(&self.root) else {
                 return;
             };
@@ -314,6 +313,44 @@ mod tests {
     }
 
     #[test]
+    fn on_a_simulated_disk_acknowledged_puts_survive_power_cuts_and_torn_ones_never_show() {
+        let disk = pdcx_fsio::SimFs::new();
+        let open = |d: &pdcx_fsio::SimFs| {
+            DirTier::open_with_fs(&cfg(Path::new("/pfs/tier"), None), Arc::new(d.clone())).unwrap()
+        };
+        let t = open(&disk);
+        conformance::check(&t);
+        t.put("srv-1/obj-7/ext-1", &[1; 5000]).unwrap();
+        t.put("srv-1/obj-7/ext-2", &[2; 300]).unwrap();
+        for seed in 0..50u64 {
+            // A put cut short at any write: never a torn blob, the old one stays readable.
+            let after = disk.power_cut(Some(seed * 7919));
+            let t2 = open(&after);
+            assert_eq!(t2.get("srv-1/obj-7/ext-1").unwrap(), vec![1; 5000]);
+            assert_eq!(t2.get("srv-1/obj-7/ext-2").unwrap(), vec![2; 300]);
+            assert!(t2
+                .list("")
+                .unwrap()
+                .iter()
+                .all(|(k, _)| !k.contains(TMP_MARK)));
+            t.put("srv-1/obj-7/ext-2", &[seed as u8; 300]).ok();
+            t.put("srv-1/obj-7/ext-2", &[2; 300]).unwrap();
+        }
+        // A failed fsync is reported, and what it did not make durable is not claimed.
+        disk.set_faults(pdcx_fsio::Faults {
+            sync_eio: true,
+            ..Default::default()
+        });
+        let e = t.put("srv-1/obj-8/ext-1", &[3; 10]).unwrap_err();
+        assert!(e.message.contains("Input/output error"), "{e}");
+        let after = disk.power_cut(None);
+        assert_eq!(
+            open(&after).len("srv-1/obj-8/ext-1").unwrap_err().kind,
+            ErrorKind::NotFound
+        );
+    }
+
+    #[test]
     fn an_emulated_slow_device_takes_at_least_its_time() {
         let dir = tempfile::tempdir().unwrap();
         let mut c = cfg(dir.path(), None);
@@ -336,7 +373,7 @@ mod tests {
             t.put("a/c", &[1; 600]).unwrap_err().kind,
             ErrorKind::NoSpace
         );
-        fs::write(dir.path().join(format!("a/c{TMP_MARK}1-1")), [0u8; 10]).unwrap();
+        std::fs::write(dir.path().join(format!("a/c{TMP_MARK}1-1")), [0u8; 10]).unwrap();
         drop(t);
         let t = DirTier::open(&cfg(dir.path(), Some(1000))).unwrap();
         assert_eq!(t.used(), 600);

@@ -379,6 +379,15 @@ impl S3Tier {
             }
             writer.put(Bytes::copy_from_slice(chunk));
         }
+        if pdcx_fsio::crash::ENABLED {
+            // Let the parts in flight land first, so the crash point sits between uploaded
+            // parts and the completion that makes the blob exist.
+            if let Err(e) = writer.wait_for_capacity(0).await {
+                let _ = writer.abort().await;
+                return Err(e);
+            }
+            pdcx_fsio::crash::point("s3.after_part_upload");
+        }
         // finish() uploads the tail, waits for every part, completes, and aborts on failure.
         writer.finish().await?;
         Ok(())

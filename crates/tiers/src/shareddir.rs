@@ -14,7 +14,6 @@ use crate::localdir::DirTier;
 use crate::lustre;
 use crate::{OpenContext, Tier, TierKind};
 use pdcx_core::Result;
-use std::fs::{File, OpenOptions};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -81,11 +80,11 @@ impl Tier for SharedTier {
         let Some(stripe) = self.stripe_for(data.len() as u64) else {
             return self.dir.put(key, data);
         };
-        self.dir.put_with(key, data, &|tmp| {
+        // lfs creates the file, empty, with the layout; the publish then writes into it (or
+        // creates it plainly when lfs did not).
+        let with_layout = |tmp: &Path| -> std::io::Result<()> {
             match lustre::apply(tmp, &stripe) {
-                // lfs created the file, empty, with the layout: open it for writing.
-                Ok(()) if tmp.exists() => OpenOptions::new().write(true).open(tmp),
-                Ok(()) => OpenOptions::new().write(true).create_new(true).open(tmp),
+                Ok(()) => Ok(()),
                 Err(e) => {
                     if self.striping.swap(false, Ordering::Relaxed) {
                         eprintln!(
@@ -95,10 +94,11 @@ impl Tier for SharedTier {
                         );
                     }
                     let _ = std::fs::remove_file(tmp);
-                    create_plain(tmp)
+                    Ok(())
                 }
             }
-        })
+        };
+        self.dir.put_with(key, data, Some(&with_layout))
     }
 
     fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()> {
@@ -119,10 +119,6 @@ impl Tier for SharedTier {
     fn used(&self) -> u64 {
         self.dir.used()
     }
-}
-
-fn create_plain(tmp: &Path) -> std::io::Result<File> {
-    OpenOptions::new().write(true).create_new(true).open(tmp)
 }
 
 #[cfg(test)]
