@@ -13,12 +13,14 @@
 //! order and `written` never names a transaction whose frames are not yet written.
 
 use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_fsio::Fs;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
-const POISONED: &str =
-    "metadata store is poisoned after a failed fsync of its write-ahead log; restart the server";
+const POISONED: &str = "the metadata device failed an fsync of its write-ahead log, so this \
+server no longer accepts writes (fail-stop: what was durable is still served); check the device, \
+then restart the server";
 
 #[derive(Default)]
 struct State {
@@ -36,6 +38,11 @@ struct State {
 pub struct GroupSync {
     wal: File,
     path: PathBuf,
+    /// The fsync goes through the I/O seam (a simulated disk snapshots the database here).
+    fs: Arc<dyn Fs>,
+    /// The database and its WAL (made durable together) and the derived `-shm`.
+    group: Vec<PathBuf>,
+    derived: Vec<PathBuf>,
     state: Mutex<State>,
     cv: Condvar,
 }
@@ -43,8 +50,20 @@ pub struct GroupSync {
 impl GroupSync {
     /// `wal` is the open `-wal` file of the database (it exists while a connection is open).
     pub fn new(wal: File, path: &Path) -> GroupSync {
+        Self::with_fs(wal, path, pdcx_fsio::os())
+    }
+
+    /// [`new`](Self::new) with the fsync going through `fs`. `path` is the `-wal` file; the
+    /// database is the same name without `-wal`.
+    pub fn with_fs(wal: File, path: &Path, fs: Arc<dyn Fs>) -> GroupSync {
+        let base = path.to_string_lossy();
+        let db = PathBuf::from(base.strip_suffix("-wal").unwrap_or(&base));
+        let shm = PathBuf::from(format!("{}-shm", db.display()));
         GroupSync {
             wal,
+            fs,
+            group: vec![db, path.to_path_buf()],
+            derived: vec![shm],
             path: path.to_path_buf(),
             state: Mutex::new(State::default()),
             cv: Condvar::new(),
@@ -92,7 +111,7 @@ impl GroupSync {
             s.syncing = true;
             let target = s.written;
             drop(s);
-            let r = self.wal.sync_data();
+            let r = self.fs.sync_foreign(&self.wal, &self.group, &self.derived);
             s = self.state();
             s.syncing = false;
             s.syncs += 1;
