@@ -218,6 +218,14 @@ enum ServerAction {
         #[arg(long)]
         json: bool,
     },
+    /// List the named crash points of the durable path (for crash tests). A pdcx built with
+    /// `--features crash-points` kills its server at point NAME when started with
+    /// PDCX_CRASH_AT=NAME (or NAME:N for the Nth hit); other builds ignore the variable.
+    CrashPoints {
+        /// Print JSON ({"enabled": bool, "points": [...]}) instead of one name per line.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 const SERVER_EXAMPLES: &str = "\
@@ -336,8 +344,32 @@ fn absolute(p: &Path) -> Result<PathBuf> {
     std::path::absolute(p).map_err(|e| anyhow!("cannot resolve {}: {e}", p.display()))
 }
 
+/// `pdcx server crash-points`: needs no deployment.
+fn crash_points(json: bool) -> u8 {
+    use pdcx_fsio::crash;
+    if json {
+        let v = serde_json::json!({"enabled": crash::ENABLED, "points": crash::POINTS});
+        println!("{v}");
+    } else {
+        if !crash::ENABLED {
+            eprintln!("(this build has no crash points compiled in: PDCX_CRASH_AT is ignored)");
+        }
+        for p in crash::POINTS {
+            println!("{p}");
+        }
+    }
+    0
+}
+
 /// Runs a command; the value is the process exit code.
 fn run(cli: Cli) -> Result<u8> {
+    if let Command::Server(ServerArgs {
+        action: Some(ServerAction::CrashPoints { json }),
+        ..
+    }) = &cli.command
+    {
+        return Ok(crash_points(*json));
+    }
     let root = require_root(cli.root)?;
     match cli.command {
         Command::Server(args) => match args.action {
@@ -359,6 +391,7 @@ fn run(cli: Cli) -> Result<u8> {
             }) => daemon::start(&root, n, cache_mb, &bind_host).map(|()| 0),
             Some(ServerAction::Stop { timeout }) => daemon::stop(&root, timeout).map(|()| 0),
             Some(ServerAction::Status { json }) => daemon::status(&root, json),
+            Some(ServerAction::CrashPoints { json }) => Ok(crash_points(json)),
         },
         Command::Ls { container, json } => {
             commands::ls(&root, container.as_deref(), json).map(|()| 0)
