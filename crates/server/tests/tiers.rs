@@ -49,6 +49,7 @@ fn open(dir: &Path, cfg: &DeploymentConfig) -> (Arc<Metadata>, Engine) {
         1 << 20,
         LogOptions {
             segment_bytes: 1 << 20,
+            ..LogOptions::default()
         },
         tiering,
     )

@@ -13,4 +13,4 @@ pub mod record;
 
 pub use cache::Cache;
 pub use log::{CommitPlan, LogOptions, Recovery, SegmentLog};
-pub use record::{scan_segment, Location, RecordInfo};
+pub use record::{scan_segment, scan_segment_in, Location, RecordInfo};

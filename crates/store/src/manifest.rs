@@ -6,9 +6,9 @@
 //! commit: bytes past `committed_len`, and segments it does not list, were never committed.
 
 use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_fsio::{publish_atomic, Fs, OsFs, PublishError};
 use serde::{Deserialize, Serialize};
-use std::fs::{self, File};
-use std::io::{self, Write};
+use std::io;
 use std::path::Path;
 
 pub const MANIFEST: &str = "MANIFEST";
@@ -27,16 +27,21 @@ pub struct Manifest {
     pub segments: Vec<SegmentEntry>,
 }
 
+/// Reads `dir/MANIFEST` from the real disk; see [`load_in`].
+pub fn load(dir: &Path) -> Result<Option<Manifest>> {
+    load_in(&OsFs, dir)
+}
+
 /// Reads `dir/MANIFEST`; Ok(None) if there is none yet. A MANIFEST that exists but does not
 /// parse is an error: resetting would silently drop every committed byte.
-pub fn load(dir: &Path) -> Result<Option<Manifest>> {
+pub fn load_in(fs: &dyn Fs, dir: &Path) -> Result<Option<Manifest>> {
     let path = dir.join(MANIFEST);
-    let text = match fs::read(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+    let text = match fs.read_file(&path) {
+        Ok(Some(t)) => t,
+        Ok(None) => return Ok(None),
         Err(e) => return Err(Error::io(&format!("read {}", path.display()), &e)),
     };
-    let corrupt = |why: String| {
+    parse(&text).map(Some).map_err(|why| {
         Error::new(
             ErrorKind::Io,
             format!(
@@ -44,17 +49,19 @@ pub fn load(dir: &Path) -> Result<Option<Manifest>> {
                 path.display()
             ),
         )
-    };
-    let m: Manifest = serde_json::from_slice(&text).map_err(|e| corrupt(e.to_string()))?;
+    })
+}
+
+/// Parses and checks a MANIFEST's bytes; the error says what is wrong.
+pub fn parse(text: &[u8]) -> std::result::Result<Manifest, String> {
+    let m: Manifest = serde_json::from_slice(text).map_err(|e| e.to_string())?;
     if m.version != VERSION {
-        return Err(corrupt(format!("unsupported version {}", m.version)));
+        return Err(format!("unsupported version {}", m.version));
     }
     if m.segments.windows(2).any(|w| w[0].id >= w[1].id) || m.segments.iter().any(|s| s.id == 0) {
-        return Err(corrupt(
-            "segment ids are not positive and increasing".into(),
-        ));
+        return Err("segment ids are not positive and increasing".into());
     }
-    Ok(Some(m))
+    Ok(m)
 }
 
 /// Why a commit of the manifest failed, which decides whether the log can go on.
@@ -66,33 +73,26 @@ pub(crate) enum StoreError {
     Sync(String, io::Error),
 }
 
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
-/// Atomically replaces `dir/MANIFEST` with `m`: write MANIFEST.tmp, fsync it, rename it over
-/// MANIFEST, fsync the directory (which also makes newly created segment files durable).
-pub(crate) fn store(dir: &Path, m: &Manifest) -> Result<(), StoreError> {
-    let tmp = dir.join(MANIFEST_TMP);
-    let write_err = |what: &str, e: io::Error| {
-        StoreError::Write(Error::io(&format!("{what} {}", tmp.display()), &e))
-    };
+/// Atomically replaces `dir/MANIFEST` with `m` through [`publish_atomic`] (write
+/// MANIFEST.tmp, fsync it, rename it over MANIFEST, fsync the directory, which also makes
+/// newly created segment files durable).
+pub(crate) fn store_in(fs: &dyn Fs, dir: &Path, m: &Manifest) -> Result<(), StoreError> {
     let json = serde_json::to_vec(m)
         .map_err(|e| StoreError::Write(Error::internal(format!("encode manifest: {e}"))))?;
-    let mut file = File::create(&tmp).map_err(|e| write_err("create", e))?;
-    if let Err(e) = file.write_all(&json) {
-        let _ = fs::remove_file(&tmp);
-        return Err(write_err("write", e));
-    }
-    file.sync_all()
-        .map_err(|e| StoreError::Sync(format!("fsync {}", tmp.display()), e))?;
-    fs::rename(&tmp, dir.join(MANIFEST)).map_err(|e| write_err("rename", e))?;
-    sync_dir(dir).map_err(|e| StoreError::Sync(format!("fsync directory {}", dir.display()), e))
+    publish_atomic(fs, &dir.join(MANIFEST), &json).map_err(|e| match e {
+        PublishError::Sync { path, source } => {
+            StoreError::Sync(format!("fsync {}", path.display()), source)
+        }
+        PublishError::Write { what, path, source } => {
+            StoreError::Write(Error::io(&format!("{what} {}", path.display()), &source))
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn store_then_load_roundtrips_and_corruption_is_an_error() {
@@ -111,7 +111,7 @@ mod tests {
                 },
             ],
         };
-        assert!(store(dir.path(), &m).is_ok());
+        assert!(store_in(&OsFs, dir.path(), &m).is_ok());
         assert_eq!(load(dir.path()).unwrap(), Some(m));
         assert!(!dir.path().join(MANIFEST_TMP).exists());
         let text = fs::read_to_string(dir.path().join(MANIFEST)).unwrap();

@@ -22,9 +22,8 @@
 //! be verified on every read without re-reading the header.
 
 use pdcx_core::{Error, Region, Result, MAX_DIMS};
-use std::fs::File;
+use pdcx_fsio::{Fs, FsFile, OpenMode, OsFs};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 pub const MAGIC: u32 = 0x3152_5850;
@@ -143,7 +142,7 @@ fn check_prefix(prefix: &[u8], h: &Header) -> Option<Region> {
 }
 
 /// crc32c of `len` bytes at `at`, read in bounded chunks so a huge payload is never buffered.
-pub(crate) fn crc_of_range(file: &File, at: u64, len: u64) -> io::Result<u32> {
+pub(crate) fn crc_of_range(file: &dyn FsFile, at: u64, len: u64) -> io::Result<u32> {
     let mut buf = vec![0u8; len.min(1 << 20) as usize];
     let (mut crc, mut done) = (0u32, 0u64);
     while done < len {
@@ -158,7 +157,7 @@ pub(crate) fn crc_of_range(file: &File, at: u64, len: u64) -> io::Result<u32> {
 /// The record starting at `pos` and the offset just past it, or None if it is not a whole,
 /// valid record ending at or before `end`.
 fn read_record(
-    file: &File,
+    file: &dyn FsFile,
     segment: u64,
     pos: u64,
     end: u64,
@@ -207,21 +206,29 @@ fn read_record(
 /// magic, header crc mismatch, truncated payload, payload crc mismatch). `limit` caps how far
 /// to scan. The segment id in each location comes from the file name (`seg-N.log`).
 pub fn scan_segment(path: &Path, limit: Option<u64>) -> Result<(Vec<RecordInfo>, u64)> {
+    scan_segment_in(&OsFs, path, limit)
+}
+
+/// [`scan_segment`] through the I/O seam `fs`.
+pub fn scan_segment_in(
+    fs: &dyn Fs,
+    path: &Path,
+    limit: Option<u64>,
+) -> Result<(Vec<RecordInfo>, u64)> {
     let segment = path
         .file_name()
         .and_then(|n| n.to_str())
         .and_then(parse_segment_file_name)
         .ok_or_else(|| Error::invalid(format!("{} is not a segment file name", path.display())))?;
     let ctx = |what: &str| format!("{what} {}", path.display());
-    let file = File::open(path).map_err(|e| Error::io(&ctx("open"), &e))?;
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io(&ctx("stat"), &e))?
-        .len();
+    let file = fs
+        .open(path, OpenMode::Read)
+        .map_err(|e| Error::io(&ctx("open"), &e))?;
+    let len = file.size().map_err(|e| Error::io(&ctx("stat"), &e))?;
     let end = limit.map_or(len, |l| l.min(len));
     let (mut records, mut pos) = (Vec::new(), 0u64);
     while let Some((info, next)) =
-        read_record(&file, segment, pos, end).map_err(|e| Error::io(&ctx("scan"), &e))?
+        read_record(&*file, segment, pos, end).map_err(|e| Error::io(&ctx("scan"), &e))?
     {
         records.push(info);
         pos = next;
@@ -232,7 +239,9 @@ pub fn scan_segment(path: &Path, limit: Option<u64>) -> Result<(Vec<RecordInfo>,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs::File;
     use std::io::Write;
+    use std::os::unix::fs::FileExt;
 
     fn write_record(f: &mut File, object: u64, region: &Region, payload: &[u8]) -> u64 {
         let prefix = encode_prefix(

@@ -1,0 +1,117 @@
+//! The real file system: `std::fs` plus the Linux calls the log relies on.
+
+use crate::{Fs, FsFile, LockGuard, OpenMode};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// The production [`Fs`]: every call is the corresponding system call.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct OsFs;
+
+struct OsFile(File);
+
+impl FsFile for OsFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.0.write_all_at(buf, offset)
+    }
+    fn size(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn sync_all(&self) -> io::Result<()> {
+        self.0.sync_all()
+    }
+    fn write_behind(&self, offset: u64, len: u64) {
+        // SAFETY: plain syscall on an fd that `self.0` keeps open; failure only loses a hint.
+        unsafe {
+            libc::sync_file_range(
+                self.0.as_raw_fd(),
+                offset as libc::off64_t,
+                len as libc::off64_t,
+                libc::SYNC_FILE_RANGE_WRITE,
+            );
+        }
+    }
+}
+
+struct Flock(#[allow(dead_code)] File);
+
+impl Fs for OsFs {
+    fn open(&self, path: &Path, mode: OpenMode) -> io::Result<Arc<dyn FsFile>> {
+        let mut o = OpenOptions::new();
+        o.read(true);
+        match mode {
+            OpenMode::Read => {}
+            OpenMode::ReadWrite => {
+                o.write(true);
+            }
+            OpenMode::CreateNew => {
+                o.write(true).create_new(true);
+            }
+            OpenMode::Truncate => {
+                o.write(true).create(true).truncate(true);
+            }
+        }
+        Ok(Arc::new(OsFile(o.open(path)?)))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+    fn create_dir_all(&self, path: &Path) -> io::Result<()> {
+        fs::create_dir_all(path)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            if let Ok(name) = entry?.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn size(&self, path: &Path) -> io::Result<Option<u64>> {
+        match fs::metadata(path) {
+            Ok(m) => Ok(Some(m.len())),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+    fn lock(&self, path: &Path) -> io::Result<LockGuard> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path)?;
+        // SAFETY: flock only reads the fd, which `file` keeps open for the call.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Box::new(Flock(file)))
+    }
+    fn sync_foreign(
+        &self,
+        file: &File,
+        _group: &[PathBuf],
+        _derived: &[PathBuf],
+    ) -> io::Result<()> {
+        file.sync_data()
+    }
+}
