@@ -53,12 +53,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 /// Writes up to this size are also kept in the cache when staged from a borrowed buffer.
 const CACHE_COPY_MAX: usize = 1 << 20;
 
-/// A named point in the data path where a crash-test build can kill the process. The names
-/// are listed in `docs/ARCHITECTURE.md`; without the `crash-points` feature this is a no-op.
-#[inline]
-pub(crate) fn crash_point(name: &'static str) {
-    let _ = name;
-}
+/// A named point in the data path where a crash-test build kills the process
+/// (`pdcx_fsio::crash`, listed in its `POINTS`); without the `crash-points` feature a no-op.
+pub(crate) use pdcx_fsio::crash::point as crash_point;
 
 pub struct DataStore {
     log: Mutex<SegmentLog>,
@@ -358,7 +355,7 @@ impl DataStore {
     ) -> Result<Vec<(u64, bool)>> {
         let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
         let got = self.meta.register_regions(holder, items, &mut next_seq)?;
-        crash_point("register.owner_after_region_map");
+        crash_point("register.after_region_map");
         Ok(got)
     }
 
