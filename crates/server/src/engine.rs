@@ -1,6 +1,7 @@
-//! The data engine: staged writes go to the segment log (buffered) and the cache; a commit
-//! makes them durable and visible; reads assemble a region from every visible extent that
-//! overlaps it, newest last, fetching from the cache or with merged log reads.
+//! The request-level data logic of a server: checks writes against their objects, commits
+//! through the data store (`crate::datastore`, which owns the log, the index, the homes and
+//! retirement), registers writes with their owners, and assembles reads from this server's
+//! extents and the pieces other servers hold.
 //!
 //! A server holds the bytes of any object its clients placed here (region-local placement),
 //! not only of the objects it owns. For a foreign object the owner assigns the sequence
@@ -12,18 +13,20 @@
 //! number and kept off the index (invisible) until `register_deferred` registers it, batched
 //! with the others, and renumbers it with the owner's answer.
 
-use crate::metadata::{ExtentRow, Metadata, Registration};
-use crate::tiering::{Home, Tiering};
+use crate::datastore::{DataStore, Extent, Registrar};
+use crate::meta::{Metadata, Registration};
+use crate::tiering::Tiering;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Consistency, Durability, ExtentInfo, RegisterItem};
 use pdcx_core::region::{copy_region, Layout};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
-use pdcx_store::{Cache, Location, LogOptions, Recovery, SegmentLog};
-use std::collections::BTreeMap;
+use pdcx_store::{Cache, LogOptions, Recovery};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
+
+pub use crate::datastore::Staged;
 
 /// What the engine needs from the other servers of the deployment.
 pub trait Peers: Send + Sync {
@@ -47,100 +50,6 @@ struct RemoteExtent {
     region: Region,
 }
 
-/// A write that reached the log but is not visible until committed.
-#[derive(Debug, Clone)]
-pub struct Staged {
-    pub txn: u64,
-    pub id: ObjectId,
-    pub region: Region,
-    pub loc: Location,
-    /// Keeps the segment from being retired until the write is committed or dropped.
-    _pin: Arc<SegmentPin>,
-}
-
-/// Counts staged-but-uncommitted writes per log segment: a segment with any is not retired.
-#[derive(Debug, Default)]
-pub(crate) struct Pins(Mutex<HashMap<u64, usize>>);
-
-#[derive(Debug)]
-struct SegmentPin {
-    pins: Arc<Pins>,
-    segment: u64,
-}
-
-impl Pins {
-    fn pin(self: &Arc<Self>, segment: u64) -> Arc<SegmentPin> {
-        *self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(segment)
-            .or_default() += 1;
-        Arc::new(SegmentPin {
-            pins: self.clone(),
-            segment,
-        })
-    }
-
-    pub(crate) fn pinned(&self, segment: u64) -> bool {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&segment)
-            .is_some_and(|&n| n > 0)
-    }
-}
-
-impl Drop for SegmentPin {
-    fn drop(&mut self) {
-        let mut m = self.pins.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = m.get_mut(&self.segment) {
-            *n -= 1;
-            if *n == 0 {
-                m.remove(&self.segment);
-            }
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub(crate) struct Extent {
-    pub(crate) seq: u64,
-    pub(crate) region: Region,
-    pub(crate) loc: Location,
-    /// The tier copy made by the flusher, if any.
-    pub(crate) home: Option<Home>,
-    /// False once the log segment holding it was retired (then `home` is durable).
-    pub(crate) in_log: bool,
-}
-
-/// A relaxed write of a foreign object: committed (durable per its durability, stored under
-/// a provisional sequence number) but not registered with the owner yet, so invisible.
-#[derive(Debug, Clone)]
-struct Deferred {
-    id: ObjectId,
-    region: Region,
-    loc: Location,
-    provisional: u64,
-}
-
-impl Deferred {
-    fn item(&self) -> RegisterItem {
-        RegisterItem {
-            id: self.id,
-            region: self.region.clone(),
-            token: Some((self.loc.segment, self.loc.offset)),
-        }
-    }
-}
-
-/// Provisional sequence numbers (of deferred writes, in `extent_map`) start here; the owners'
-/// real numbers never get near it.
-const PROVISIONAL_BASE: u64 = 1 << 62;
-
-/// Items per `RegisterBatch` request when registering deferred writes (far below the body limit).
-const REGISTER_CHUNK: usize = 65536;
-
 /// Registration counters, for `Stats`.
 #[derive(Debug, Default)]
 pub struct RegisterCounters {
@@ -152,38 +61,27 @@ pub struct RegisterCounters {
 }
 
 pub struct Engine {
-    pub(crate) log: Mutex<SegmentLog>,
-    pub(crate) cache: Cache,
-    /// Visible extents per object whose bytes this server holds (log or tiers), in seq order.
-    pub(crate) index: RwLock<HashMap<ObjectId, Vec<Extent>>>,
+    /// The durable data path: log, cache, extent index, homes, retirement.
+    store: DataStore,
     /// Owner side: regions of this server's objects held by other servers, in seq order.
     remote: RwLock<HashMap<ObjectId, Vec<RemoteExtent>>>,
-    /// Holder side of relaxed consistency: deferred writes in commit order. Added to under
-    /// `commit_lock`, taken off under the owner's `register_lock`.
-    deferred: Mutex<Vec<Deferred>>,
-    /// One lock per owner, held while registering with it: this server's registrations reach
-    /// each owner one at a time, in commit order (order: `commit_lock`, then these).
-    register_locks: Mutex<HashMap<u32, Arc<Mutex<()>>>>,
-    next_provisional: AtomicU64,
     pub counters: RegisterCounters,
-    /// Serialises commits, so a holder's commit order is also the order of its registrations
-    /// (with the register locks, also for deferred writes registered later).
-    pub(crate) commit_lock: Mutex<()>,
-    /// Next sequence number this server assigns (to its own objects' writes, wherever held).
-    next_seq: Mutex<u64>,
     pub(crate) meta: Arc<Metadata>,
     pub(crate) rank: u32,
     peers: OnceLock<Arc<dyn Peers>>,
     /// The storage hierarchy behind the log; None when the config declares no tiers.
     pub(crate) tiering: Option<Arc<Tiering>>,
-    pub(crate) pins: Arc<Pins>,
 }
 
-/// Reads within this many bytes of each other are merged into one log read.
-const MERGE_GAP: u64 = 64 << 10;
+/// The engine's side of registration: sends a holder's items to their owner.
+struct PeerRegistrar<'a>(&'a Engine);
 
-/// Writes up to this size are also kept in the cache when staged from a borrowed buffer.
-const CACHE_COPY_MAX: usize = 1 << 20;
+impl Registrar for PeerRegistrar<'_> {
+    fn register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
+        self.0.counters.sent.fetch_add(1, Ordering::Relaxed);
+        self.0.peers()?.register(owner, items)
+    }
+}
 
 impl Engine {
     pub fn open(
@@ -202,32 +100,7 @@ impl Engine {
         log_opts: LogOptions,
         tiering: Option<Tiering>,
     ) -> Result<(Engine, Recovery, usize)> {
-        let (log, recovery) = SegmentLog::open(dir, log_opts)?;
-        let rows = meta.load_extents()?;
-        let homes = crate::tiering::load_homes(&meta, tiering.as_ref())?;
-        // Extents of `memory`-durability commits that the log never made durable are dropped:
-        // never expose bytes that a crash may have torn. Extents whose segment was retired
-        // live on through their durable home.
-        let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) = rows
-            .into_iter()
-            .partition(|r| log.is_committed(&r.loc) || homes.contains_key(&(r.id, r.seq)));
-        meta.delete_extents(&lost.iter().map(|r| (r.id, r.seq)).collect::<Vec<_>>())?;
-        let rank = meta.rank;
-        let (pending, keep): (Vec<ExtentRow>, Vec<ExtentRow>) =
-            keep.into_iter().partition(|r| r.seq >= PROVISIONAL_BASE);
-        let mut deferred: Vec<Deferred> = pending
-            .into_iter()
-            .map(|r| Deferred {
-                id: r.id,
-                region: r.region,
-                loc: r.loc,
-                provisional: r.seq,
-            })
-            .collect();
-        deferred.sort_by_key(|d| d.provisional);
-        let next_provisional = deferred
-            .last()
-            .map_or(PROVISIONAL_BASE, |d| d.provisional + 1);
+        let tiering = tiering.map(Arc::new);
         let mut remote: HashMap<ObjectId, Vec<RemoteExtent>> = HashMap::new();
         let mut max_seq = 0;
         for (id, seq, holder, region) in meta.load_region_map()? {
@@ -238,37 +111,29 @@ impl Engine {
                 region,
             });
         }
-        for r in keep.iter().filter(|r| owner_of_id(r.id) == rank) {
-            max_seq = max_seq.max(r.seq);
-        }
-        let mut index: HashMap<ObjectId, Vec<Extent>> = HashMap::new();
-        for r in keep {
-            index.entry(r.id).or_default().push(Extent {
-                seq: r.seq,
-                in_log: log.is_committed(&r.loc),
-                home: homes.get(&(r.id, r.seq)).cloned(),
-                region: r.region,
-                loc: r.loc,
-            });
-        }
+        let (store, opened) = DataStore::open(
+            dir,
+            meta.clone(),
+            cache_bytes,
+            log_opts,
+            tiering.clone(),
+            max_seq + 1,
+        )?;
         let engine = Engine {
-            log: Mutex::new(log),
-            cache: Cache::new(cache_bytes),
-            index: RwLock::new(index),
+            store,
             remote: RwLock::new(remote),
-            deferred: Mutex::new(deferred),
-            register_locks: Mutex::new(HashMap::new()),
-            next_provisional: AtomicU64::new(next_provisional),
             counters: RegisterCounters::default(),
-            commit_lock: Mutex::new(()),
-            next_seq: Mutex::new(max_seq + 1),
+            rank: meta.rank,
             meta,
-            rank,
             peers: OnceLock::new(),
-            tiering: tiering.map(Arc::new),
-            pins: Arc::default(),
+            tiering,
         };
-        Ok((engine, recovery, lost.len()))
+        Ok((engine, opened.recovery, opened.dropped))
+    }
+
+    /// The data store under this engine (the flusher's policy works through it).
+    pub fn store(&self) -> &DataStore {
+        &self.store
     }
 
     /// Connects the engine to the rest of the deployment (once; later calls are ignored).
@@ -309,25 +174,9 @@ impl Engine {
         }
     }
 
-    /// Checks a write against the object and appends it to the log; it stays invisible until
-    /// committed. `payload` is borrowed (the connection's reused receive buffer). Small writes
-    /// are copied into the cache; large ones are not, since copying them costs more than
-    /// reading them back from the log, which the OS page cache still holds.
+    /// Checks a write against the object and stages it in the data store (appended to the
+    /// log, invisible until committed).
     pub fn stage(&self, txn: u64, id: ObjectId, region: &Region, payload: &[u8]) -> Result<Staged> {
-        let staged = self.append_checked(txn, id, region, payload)?;
-        if payload.len() <= CACHE_COPY_MAX {
-            self.cache.insert(staged.loc, Arc::new(payload.to_vec()));
-        }
-        Ok(staged)
-    }
-
-    fn append_checked(
-        &self,
-        txn: u64,
-        id: ObjectId,
-        region: &Region,
-        payload: &[u8],
-    ) -> Result<Staged> {
         let obj = self.checked_meta(id, region)?;
         let want = region.byte_len(obj.dtype.size())?;
         if payload.len() as u64 != want {
@@ -342,20 +191,7 @@ impl Engine {
                 ),
             ));
         }
-        // Pinned under the log lock: the flusher checks pins under it too, so a sealed
-        // segment is never retired between this append and its pin.
-        let (loc, pin) = {
-            let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-            let loc = log.append(id, txn, region, payload)?;
-            (loc, self.pins.pin(loc.segment))
-        };
-        Ok(Staged {
-            txn,
-            id,
-            region: region.clone(),
-            loc,
-            _pin: pin,
-        })
+        self.store.stage(txn, id, region, payload)
     }
 
     /// The consistency point of strong writes: `commit_with(.., Consistency::Strong)`.
@@ -363,24 +199,10 @@ impl Engine {
         self.commit_with(staged, durability, Consistency::Strong)
     }
 
-    /// The consistency point. Order (a crash between any two steps loses nothing acknowledged
-    /// and exposes nothing torn):
-    /// 1. `local` durability: fdatasync the log and publish its manifest (SegmentLog::commit);
-    /// 2. record the extents in the metadata shard (one SQLite transaction in the WAL);
-    /// 3. publish them in the in-memory index, which is what reads consult;
-    /// 4. `local` durability: wait until a (shared) fsync of the metadata WAL covers step 2.
+    /// The consistency point: [`DataStore::commit`] (its doc lists the steps), with this
+    /// engine's peers registering strong writes of foreign objects with their owners.
     ///
-    /// A crash after 1 leaves unreferenced log bytes (garbage); after 2 the write is complete.
-    ///
-    /// Writes of objects owned elsewhere get their sequence numbers from the owner between 1
-    /// and 2 (`Peers::register`, under the commit lock, so this server's order of commits is
-    /// the order the owner sees; this server's deferred writes for that owner go first in the
-    /// same request). A crash after the owner recorded them but before 2 leaves a region-map
-    /// entry naming no extent here, which reads skip.
-    ///
-    /// Relaxed: foreign writes skip the owner. Step 2 stores them under provisional sequence
-    /// numbers and step 3 puts them on the deferred list instead of the index, so they are
-    /// durable (per `durability`) and acknowledged but invisible until `register_deferred`.
+    /// Relaxed: foreign writes skip the owner and stay invisible until `register_deferred`.
     /// If `expected_writes` > 0 and this server now holds that many deferred writes of an
     /// object, they are registered before this returns (a failure there leaves them deferred
     /// for the timer and does not fail the commit: the data is safe).
@@ -391,100 +213,11 @@ impl Engine {
         consistency: Consistency,
     ) -> Result<()> {
         let relaxed = matches!(consistency, Consistency::Relaxed { .. });
-        let commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
-        if durability == Durability::Local {
-            // The fdatasync runs without the log lock, so other connections keep appending;
-            // commits stay serialised by the commit lock.
-            let plan = self
-                .log
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .prepare_commit()?;
-            if let Some(plan) = plan {
-                let synced = plan.sync();
-                self.log
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .finish_commit(plan, synced)?;
-            }
-        }
-        let mut seqs = vec![0u64; staged.len()];
-        let mut deferred = vec![false; staged.len()];
-        let mut foreign: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
-        {
-            let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
-            for (i, s) in staged.iter().enumerate() {
-                let owner = owner_of_id(s.id);
-                if owner == self.rank {
-                    seqs[i] = *next_seq;
-                    *next_seq += 1;
-                } else if relaxed {
-                    seqs[i] = self.next_provisional.fetch_add(1, Ordering::Relaxed);
-                    deferred[i] = true;
-                } else {
-                    foreign.entry(owner).or_default().push(i);
-                }
-            }
-        }
-        for (owner, idx) in &foreign {
-            let lock = self.register_lock(*owner);
-            let _registering = lock.lock().unwrap_or_else(|p| p.into_inner());
-            let earlier = self.deferred_where(|d| owner_of_id(d.id) == *owner);
-            let mut items: Vec<RegisterItem> = earlier.iter().map(Deferred::item).collect();
-            items.extend(idx.iter().map(|&i| RegisterItem {
-                id: staged[i].id,
-                region: staged[i].region.clone(),
-                token: None,
-            }));
-            let got = self.send_register(*owner, &items)?;
-            let (early, mine) = got.split_at(earlier.len());
-            self.publish_registered(&earlier, early)?;
-            for (&i, seq) in idx.iter().zip(mine) {
-                seqs[i] = seq.ok_or_else(|| {
-                    Error::protocol(format!(
-                        "server {owner} gave no sequence number to a write of object {:#x}",
-                        staged[i].id
-                    ))
-                })?;
-            }
-        }
-        let rows: Vec<ExtentRow> = staged
-            .iter()
-            .zip(&seqs)
-            .map(|(s, &seq)| ExtentRow {
-                id: s.id,
-                seq,
-                region: s.region.clone(),
-                loc: s.loc,
-            })
-            .collect();
-        let ticket = self.meta.insert_extents(&rows)?;
-        {
-            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-            let mut later = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
-            for (r, d) in rows.into_iter().zip(&deferred) {
-                if *d {
-                    later.push(Deferred {
-                        id: r.id,
-                        region: r.region,
-                        loc: r.loc,
-                        provisional: r.seq,
-                    });
-                } else {
-                    insert_by_seq(index.entry(r.id).or_default(), r.seq, r.region, r.loc);
-                }
-            }
-        }
-        drop(commit);
-        // `local`: the extent rows must be on stable storage before the ack. The wait runs
-        // outside the commit lock, so commits of other connections share this WAL fsync.
-        // `memory`: the rows are in the WAL (they survive kill -9, but recovery keeps them only
-        // if the log bytes were committed too); the next sync makes them durable.
-        if durability == Durability::Local {
-            self.meta.wait_durable(ticket)?;
-        }
+        self.store
+            .commit(staged, durability, relaxed, &PeerRegistrar(self))?;
         if let Consistency::Relaxed { expected_writes } = consistency {
-            let due = self.objects_due(staged, expected_writes);
+            let mine: HashSet<ObjectId> = staged.iter().map(|s| s.id).collect();
+            let due = self.store.objects_due(&mine, expected_writes);
             if !due.is_empty() {
                 if let Err(e) = self.register_deferred(Some(&due)) {
                     eprintln!(
@@ -497,166 +230,20 @@ impl Engine {
         Ok(())
     }
 
-    /// Objects of `staged` of which this server holds at least `expected` deferred writes.
-    fn objects_due(&self, staged: &[Staged], expected: u64) -> Vec<ObjectId> {
-        if expected == 0 {
-            return Vec::new();
-        }
-        let mine: HashSet<ObjectId> = staged.iter().map(|s| s.id).collect();
-        let mut count: HashMap<ObjectId, u64> = HashMap::new();
-        for d in self
-            .deferred
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-        {
-            if mine.contains(&d.id) {
-                *count.entry(d.id).or_default() += 1;
-            }
-        }
-        let mut due: Vec<ObjectId> = count
-            .into_iter()
-            .filter(|&(_, n)| n >= expected)
-            .map(|(id, _)| id)
-            .collect();
-        due.sort_unstable();
-        due
-    }
-
-    fn register_lock(&self, owner: u32) -> Arc<Mutex<()>> {
-        self.register_locks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(owner)
-            .or_default()
-            .clone()
-    }
-
-    /// Copies of the deferred writes matching `f`, in commit order.
-    fn deferred_where(&self, f: impl Fn(&Deferred) -> bool) -> Vec<Deferred> {
-        self.deferred
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|d| f(d))
-            .cloned()
-            .collect()
-    }
-
-    /// Log segments holding deferred writes (they must not be retired).
-    pub(crate) fn deferred_segments(&self) -> std::collections::HashSet<u64> {
-        self.deferred
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|d| d.loc.segment)
-            .collect()
-    }
-
     /// How many deferred (relaxed, not yet registered) writes this server holds.
     pub fn deferred_count(&self) -> u64 {
-        self.deferred
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len() as u64
-    }
-
-    fn send_register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
-        self.counters.sent.fetch_add(1, Ordering::Relaxed);
-        let got = self.peers()?.register(owner, items)?;
-        if got.len() != items.len() {
-            return Err(Error::protocol(format!(
-                "server {owner} answered {} of {} registrations",
-                got.len(),
-                items.len()
-            )));
-        }
-        Ok(got)
-    }
-
-    /// Applies the owners' answer to registered deferred writes: renumbers their rows, makes
-    /// them visible (index), drops those whose object is gone, and takes them off the list.
-    /// Caller holds the owner's register lock.
-    fn publish_registered(&self, done: &[Deferred], seqs: &[Option<u64>]) -> Result<()> {
-        if done.is_empty() {
-            return Ok(());
-        }
-        let updates: Vec<(ObjectId, u64, Option<u64>)> = done
-            .iter()
-            .zip(seqs)
-            .map(|(d, s)| (d.id, d.provisional, *s))
-            .collect();
-        self.meta.assign_seqs(&updates)?;
-        let gone: HashSet<u64> = done.iter().map(|d| d.provisional).collect();
-        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-        for (d, seq) in done.iter().zip(seqs) {
-            if let Some(seq) = seq {
-                insert_by_seq(
-                    index.entry(d.id).or_default(),
-                    *seq,
-                    d.region.clone(),
-                    d.loc,
-                );
-            }
-        }
-        self.deferred
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|d| !gone.contains(&d.provisional));
-        Ok(())
+        self.store.deferred_count()
     }
 
     /// Registers this server's deferred writes of `ids` (all of them when None) with their
-    /// owners: one `RegisterBatch` per owner (per 65536 writes), in commit order. Returns how
-    /// many were registered; on an owner's failure its writes stay deferred (the others are
-    /// still registered) and the first error is returned. Commits go on meanwhile, except
-    /// strong ones that must register with an owner this is waiting for.
+    /// owners ([`DataStore::register_deferred`]). Returns how many were registered.
     pub fn register_deferred(&self, ids: Option<&[ObjectId]>) -> Result<usize> {
-        let wanted: Option<HashSet<ObjectId>> = ids.map(|v| v.iter().copied().collect());
-        let mut owners: Vec<u32> = self
-            .deferred_where(|d| wanted.as_ref().is_none_or(|w| w.contains(&d.id)))
-            .iter()
-            .map(|d| owner_of_id(d.id))
-            .collect();
-        owners.sort_unstable();
-        owners.dedup();
-        let mut done = 0;
-        let mut first_err = None;
-        for owner in owners {
-            let lock = self.register_lock(owner);
-            let _registering = lock.lock().unwrap_or_else(|p| p.into_inner());
-            // Under the owner's lock: a strong commit may have registered some meanwhile.
-            let list = self.deferred_where(|d| {
-                owner_of_id(d.id) == owner && wanted.as_ref().is_none_or(|w| w.contains(&d.id))
-            });
-            for chunk in list.chunks(REGISTER_CHUNK) {
-                let items: Vec<RegisterItem> = chunk.iter().map(Deferred::item).collect();
-                let r = self
-                    .send_register(owner, &items)
-                    .and_then(|seqs| self.publish_registered(chunk, &seqs));
-                match r {
-                    Ok(()) => done += chunk.len(),
-                    Err(e) => {
-                        first_err.get_or_insert(e);
-                        // Later chunks must not overtake this one at the owner.
-                        break;
-                    }
-                }
-            }
-        }
-        first_err.map_or(Ok(done), Err)
+        self.store.register_deferred(ids, &PeerRegistrar(self))
     }
 
     /// Makes every staged byte durable (used at shutdown).
     pub fn sync(&self) -> Result<()> {
-        {
-            let _g = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
-            self.log
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .commit()?;
-        }
-        self.meta.sync()
+        self.store.sync()
     }
 
     /// Fills `out` with `region` of object `id`: fill value where nothing was written, else the
@@ -696,7 +283,7 @@ impl Engine {
         }
         region.check_within(&self.meta.object(id)?.dims)?;
         let mut holders = self.remote_holders(id, region);
-        if !self.local_pieces(id, region).is_empty() {
+        if !self.store.local_pieces(id, region).is_empty() {
             holders.push(self.rank);
             holders.sort_unstable();
         }
@@ -714,7 +301,7 @@ impl Engine {
         if out.len() as u64 != region.byte_len(elem)? {
             return Err(Error::internal("read buffer size does not match region"));
         }
-        let pieces = self.local_pieces(obj.id, region);
+        let pieces = self.store.local_pieces(obj.id, region);
         let spans = piece_spans(&pieces, elem);
         if !holders.is_empty() {
             return self.read_merged(obj, region, out, &pieces, &spans, holders);
@@ -724,7 +311,7 @@ impl Engine {
             fill(out, &obj.fill);
         }
         let out_layout = Layout { region, base: 0 };
-        let fetched = self.fetch(obj, Some(region), &pieces, &spans, out)?;
+        let fetched = self.store.fetch(obj, Some(region), &pieces, &spans, out)?;
         for (i, (e, inter)) in pieces.iter().enumerate() {
             let Some(bytes) = &fetched[i] else { continue }; // read directly into `out`
             let src_layout = Layout {
@@ -749,7 +336,7 @@ impl Engine {
     ) -> Result<()> {
         let elem = obj.dtype.size();
         fill(out, &obj.fill);
-        let fetched = self.fetch(obj, None, pieces, spans, out)?;
+        let fetched = self.store.fetch(obj, None, pieces, spans, out)?;
         let remote: Vec<Pieces> = holders
             .iter()
             .map(|&h| self.peers()?.pieces(h, obj.id, region))
@@ -793,9 +380,9 @@ impl Engine {
     pub fn pieces(&self, id: ObjectId, region: &Region) -> Result<Pieces> {
         let obj = self.object_meta(id, false)?;
         let elem = obj.dtype.size();
-        let pieces = self.local_pieces(id, region);
+        let pieces = self.store.local_pieces(id, region);
         let spans = piece_spans(&pieces, elem);
-        let fetched = self.fetch(&obj, None, &pieces, &spans, &mut [])?;
+        let fetched = self.store.fetch(&obj, None, &pieces, &spans, &mut [])?;
         let mut out = Vec::new();
         let mut list = Vec::with_capacity(pieces.len());
         for (i, (e, inter)) in pieces.iter().enumerate() {
@@ -832,7 +419,7 @@ impl Engine {
         let seqs = self.register_batch(holder, &items)?;
         match seqs.first() {
             Some(first) => first.ok_or_else(|| Error::internal("registration without a number")),
-            None => Ok(*self.next_seq.lock().unwrap_or_else(|p| p.into_inner())),
+            None => Ok(self.store.next_seq()),
         }
     }
 
@@ -867,8 +454,7 @@ impl Engine {
         if live.is_empty() {
             return Ok(out);
         }
-        let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
-        let got = self.meta.register_regions(holder, &live, &mut next_seq)?;
+        let got = self.store.record_registrations(holder, &live)?;
         let mut remote = self.remote.write().unwrap_or_else(|p| p.into_inner());
         for ((&k, (id, region, _)), (seq, new)) in at.iter().zip(&live).zip(got) {
             out[k] = Some(seq);
@@ -881,19 +467,6 @@ impl Engine {
             }
         }
         Ok(out)
-    }
-
-    /// This server's visible extents of `id` that overlap `region`, with the overlap.
-    fn local_pieces(&self, id: ObjectId, region: &Region) -> Vec<(Extent, Region)> {
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-        index
-            .get(&id)
-            .map(|v| {
-                v.iter()
-                    .filter_map(|e| e.region.intersect(region).map(|i| (e.clone(), i)))
-                    .collect()
-            })
-            .unwrap_or_default()
     }
 
     /// Other servers holding committed data of `id` inside `region`.
@@ -913,98 +486,6 @@ impl Engine {
         holders
     }
 
-    /// Gets each piece's span from the cache or the log. Uncached spans are sorted by location
-    /// and merged so the log sees few large reads. With `direct` (the requested region), a lone
-    /// piece that is exactly that region and contiguous in its extent is read straight into
-    /// `out` (returned as None).
-    fn fetch(
-        &self,
-        obj: &ObjectMeta,
-        direct: Option<&Region>,
-        pieces: &[(Extent, Region)],
-        spans: &[(u64, u64)],
-        out: &mut [u8],
-    ) -> Result<Vec<Option<Arc<Vec<u8>>>>> {
-        let mut fetched: Vec<Option<Arc<Vec<u8>>>> = vec![None; pieces.len()];
-        let mut misses: Vec<usize> = Vec::new();
-        for (i, (e, _)) in pieces.iter().enumerate() {
-            match self.cache.get(&e.loc) {
-                Some(data) => {
-                    let (lo, hi) = spans[i];
-                    fetched[i] = Some(if lo == 0 && hi == data.len() as u64 {
-                        data
-                    } else {
-                        Arc::new(data[lo as usize..hi as usize].to_vec())
-                    });
-                }
-                None => misses.push(i),
-            }
-        }
-        let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        // Extents whose segment was retired are read from their home tier, after the log
-        // lock is released (a tier read may be a slow network request).
-        let mut from_tier: Vec<(usize, Home)> = Vec::new();
-        if self.tiering.is_some() {
-            let mut in_log = Vec::with_capacity(misses.len());
-            for i in misses {
-                let e = &pieces[i].0;
-                if e.in_log && log.has_segment(e.loc.segment) {
-                    in_log.push(i);
-                } else {
-                    from_tier.push((i, self.current_home(obj.id, e)?));
-                }
-            }
-            misses = in_log;
-        }
-        if !from_tier.is_empty() {
-            drop(log);
-            for (i, home) in &from_tier {
-                fetched[*i] = Some(self.read_from_tier(obj, &pieces[*i].0, home, spans[*i])?);
-            }
-            log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-        }
-        if let (Some(region), 1, 1, true) =
-            (direct, pieces.len(), misses.len(), from_tier.is_empty())
-        {
-            let (e, inter) = &pieces[0];
-            let (lo, hi) = spans[0];
-            if inter == region && hi - lo == out.len() as u64 {
-                log.read_at(e.loc.segment, e.loc.offset + lo, out)?;
-                return Ok(fetched);
-            }
-        }
-        misses.sort_by_key(|&i| (pieces[i].0.loc.segment, pieces[i].0.loc.offset + spans[i].0));
-        let mut k = 0;
-        while k < misses.len() {
-            let first = misses[k];
-            let seg = pieces[first].0.loc.segment;
-            let start = pieces[first].0.loc.offset + spans[first].0;
-            let mut end = pieces[first].0.loc.offset + spans[first].1;
-            let mut j = k + 1;
-            while j < misses.len() {
-                let m = misses[j];
-                let (s, e) = (
-                    pieces[m].0.loc.offset + spans[m].0,
-                    pieces[m].0.loc.offset + spans[m].1,
-                );
-                if pieces[m].0.loc.segment != seg || s > end + MERGE_GAP {
-                    break;
-                }
-                end = end.max(e);
-                j += 1;
-            }
-            let mut buf = vec![0u8; (end - start) as usize];
-            log.read_at(seg, start, &mut buf)?;
-            for &m in &misses[k..j] {
-                let s = (pieces[m].0.loc.offset + spans[m].0 - start) as usize;
-                let e = (pieces[m].0.loc.offset + spans[m].1 - start) as usize;
-                fetched[m] = Some(Arc::new(buf[s..e].to_vec()));
-            }
-            k = j;
-        }
-        Ok(fetched)
-    }
-
     /// Forgets every visible extent of a deleted object, here and in the region map (log
     /// bytes become garbage, also on other holders, which keep their index entries until
     /// compaction exists).
@@ -1013,49 +494,13 @@ impl Engine {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&id);
-        let gone = self
-            .index
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id)
-            .unwrap_or_default();
-        self.drop_tier_copies(id, &gone);
-        gone.len()
+        self.store.forget(id)
     }
 
     /// Where the bytes of `id` are: this server's extents, and at the owner also the regions
     /// other servers hold.
     pub fn extents(&self, id: ObjectId) -> Vec<ExtentInfo> {
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-        let mut out = index
-            .get(&id)
-            .map(|v| {
-                v.iter()
-                    .map(|e| ExtentInfo {
-                        seq: e.seq,
-                        region: e.region.clone(),
-                        segment: e.loc.segment,
-                        offset: e.loc.offset,
-                        len: e.loc.len,
-                        cached: self.cache.contains(&e.loc),
-                        holder: self.rank,
-                        tier: self.tier_label(e),
-                        stored_len: e.home.as_ref().map_or(e.loc.len, |h| h.stored_len),
-                        codec: e
-                            .home
-                            .as_ref()
-                            .map_or_else(|| "none".into(), |h| h.codec.clone()),
-                        shard: e
-                            .home
-                            .as_ref()
-                            .and_then(|h| h.shard.as_deref())
-                            .and_then(|k| k.rsplit('/').next())
-                            .unwrap_or_default()
-                            .to_string(),
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
+        let mut out = self.store.extent_infos(id);
         let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
         for r in remote.get(&id).into_iter().flatten() {
             out.push(ExtentInfo {
@@ -1077,31 +522,19 @@ impl Engine {
     }
 
     pub fn extent_count(&self) -> u64 {
-        self.index
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .map(|v| v.len() as u64)
-            .sum()
+        self.store.extent_count()
     }
 
     pub fn log_bytes(&self) -> u64 {
-        self.log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .total_bytes()
+        self.store.log_bytes()
     }
 
     pub fn cache(&self) -> &Cache {
-        &self.cache
+        self.store.cache()
     }
 
     pub fn log_dir(&self) -> std::path::PathBuf {
-        self.log
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .dir()
-            .to_path_buf()
+        self.store.log_dir()
     }
 }
 
@@ -1124,21 +557,4 @@ fn fill(out: &mut [u8], pattern: &[u8]) {
             chunk.copy_from_slice(pattern);
         }
     }
-}
-
-/// Inserts an extent into an object's index list, which is kept in sequence order (reads paint
-/// in that order). Usually an append: numbers grow; a deferred write registered again after a
-/// crash may get back an older number.
-fn insert_by_seq(list: &mut Vec<Extent>, seq: u64, region: Region, loc: Location) {
-    let at = list.partition_point(|e| e.seq < seq);
-    list.insert(
-        at,
-        Extent {
-            seq,
-            region,
-            loc,
-            home: None,
-            in_log: true,
-        },
-    );
 }

@@ -9,10 +9,11 @@
 //! ROOT/server-NNNN/      one rank's state: LOCK, meta.sqlite (+WAL), log/ (segments + MANIFEST)
 //! ```
 
+pub mod datastore;
 pub mod engine;
 mod groupsync;
 pub mod launch;
-pub mod metadata;
+pub mod meta;
 pub mod peers;
 mod relay;
 mod rpc;
@@ -20,7 +21,7 @@ mod shm;
 pub mod tiering;
 
 use engine::Engine;
-use metadata::Metadata;
+use meta::Metadata;
 use pdcx_client::cluster::{load_or_create_secret, write_private_atomic, ServerEntry};
 use pdcx_core::{owner_of_name, Error, ErrorKind, Result};
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -4,7 +4,7 @@
 use pdcx_core::protocol::{Durability, ObjectSpec};
 use pdcx_core::{Dtype, Region};
 use pdcx_server::engine::Engine;
-use pdcx_server::metadata::Metadata;
+use pdcx_server::meta::Metadata;
 use std::path::Path;
 use std::sync::Arc;
 

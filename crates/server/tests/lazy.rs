@@ -5,7 +5,7 @@
 use pdcx_core::protocol::{Consistency, Durability, ObjectSpec, Pieces, RegisterItem};
 use pdcx_core::{Dtype, ObjectId, ObjectMeta, Region, Result};
 use pdcx_server::engine::{Engine, Peers};
-use pdcx_server::metadata::Metadata;
+use pdcx_server::meta::Metadata;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock, Weak};

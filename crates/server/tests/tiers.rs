@@ -6,7 +6,7 @@ use pdcx_core::model::TagValue;
 use pdcx_core::protocol::{Durability, ObjectSpec};
 use pdcx_core::{Dtype, Region};
 use pdcx_server::engine::Engine;
-use pdcx_server::metadata::Metadata;
+use pdcx_server::meta::Metadata;
 use pdcx_server::tiering::Tiering;
 use pdcx_store::LogOptions;
 use pdcx_tiers::DeploymentConfig;

@@ -1,10 +1,12 @@
-//! The flusher and the read path below the log: copies committed extents to their home tier,
-//! retires log segments whose every extent has a durable home, reads retired extents back,
-//! and moves an object's extents between tiers (`pdcx migrate`).
+//! The flusher's policy: which committed extents go to which tier (placement, quotas, spill),
+//! how they are grouped into shard blobs, the puts themselves, and moves between tiers
+//! (`pdcx migrate`, demotion, promotion). Everything about the log, the index, homes and
+//! retirement is done through the data store's methods (`crate::datastore`).
 
 use super::placement::{candidates, Hints, TierHint, TierView};
 use super::{codec, Home, Tiering};
-use crate::engine::{Engine, Extent};
+use crate::datastore::{crash_point, Extent};
+use crate::engine::Engine;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::TierStat;
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
@@ -22,69 +24,6 @@ impl Engine {
         self.tiering
             .as_ref()
             .ok_or_else(|| Error::invalid("this deployment has no tiers configured (pdcx.toml)"))
-    }
-
-    /// The home of `e` as the index knows it now (a reader's copy of `e` may predate it).
-    pub(crate) fn current_home(&self, id: ObjectId, e: &Extent) -> Result<Home> {
-        if let Some(h) = &e.home {
-            return Ok(h.clone());
-        }
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-        index
-            .get(&id)
-            .and_then(|v| v.iter().find(|x| x.seq == e.seq))
-            .and_then(|x| x.home.clone())
-            .ok_or_else(|| {
-                Error::internal(format!(
-                    "extent {} of object {id:#x} is neither in the log nor on a tier",
-                    e.seq
-                ))
-            })
-    }
-
-    /// Bytes `[lo, hi)` of extent `e`'s raw payload from its home tier: a byte-range read for
-    /// uncompressed blobs, else the whole blob decoded (and cached, so neighbouring pieces of
-    /// the same read hit the cache).
-    pub(crate) fn read_from_tier(
-        &self,
-        obj: &ObjectMeta,
-        e: &Extent,
-        home: &Home,
-        (lo, hi): (u64, u64),
-    ) -> Result<Arc<Vec<u8>>> {
-        let t = self.tiers()?;
-        let key = t.blob_key(obj.id, e.seq, home);
-        t.note_read(obj.id, e.seq);
-        if home.codec == "none" {
-            let mut buf = vec![0u8; (hi - lo) as usize];
-            t.get_range(home.tier, &key, home.offset + lo, &mut buf)?;
-            return Ok(Arc::new(buf));
-        }
-        let mut blob = vec![0u8; home.stored_len as usize];
-        t.get_range(home.tier, &key, home.offset, &mut blob)?;
-        let raw = codec::decode(&home.codec, obj.dtype, &e.region, &blob, e.loc.len)?;
-        let raw = Arc::new(raw);
-        self.cache.insert(e.loc, raw.clone());
-        Ok(if lo == 0 && hi == raw.len() as u64 {
-            raw
-        } else {
-            Arc::new(raw[lo as usize..hi as usize].to_vec())
-        })
-    }
-
-    /// The whole raw payload of an extent, wherever it is.
-    fn extent_bytes(&self, obj: &ObjectMeta, e: &Extent) -> Result<Arc<Vec<u8>>> {
-        if let Some(d) = self.cache.get(&e.loc) {
-            return Ok(d);
-        }
-        {
-            let log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-            if e.in_log && log.has_segment(e.loc.segment) {
-                return Ok(Arc::new(log.read_payload(&e.loc)?));
-            }
-        }
-        let home = self.current_home(obj.id, e)?;
-        self.read_from_tier(obj, e, &home, (0, e.loc.len))
     }
 
     /// The metadata placing `id`'s extents in a flush pass. A foreign object's is fetched
@@ -110,22 +49,6 @@ impl Engine {
             .collect()
     }
 
-    /// Raw bytes of each of `ids`' extents per tier (for quotas).
-    fn placed(&self, t: &Tiering, ids: &HashSet<ObjectId>) -> HashMap<ObjectId, Vec<u64>> {
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-        ids.iter()
-            .map(|id| {
-                let mut per = vec![0u64; t.tiers.len()];
-                for e in index.get(id).into_iter().flatten() {
-                    if let Some(h) = &e.home {
-                        per[h.tier] += e.loc.len;
-                    }
-                }
-                (*id, per)
-            })
-            .collect()
-    }
-
     /// One flush pass: homes up to `max_bytes` of extents that have none, then retires the
     /// log segments that no longer hold anything unflushed.
     pub fn flush_pass(&self, max_bytes: u64) -> Result<FlushReport> {
@@ -134,32 +57,15 @@ impl Engine {
             return Ok(report);
         };
         let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
-        let mut todo: Vec<(ObjectId, Extent)> = Vec::new();
-        let mut referenced = HashSet::new();
-        {
-            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-            for (id, v) in index.iter() {
-                for e in v {
-                    match &e.home {
-                        None => todo.push((*id, e.clone())),
-                        Some(h) => {
-                            referenced.insert((h.tier, t.blob_key(*id, e.seq, h)));
-                        }
-                    }
-                }
-            }
-        }
+        let (todo, referenced) = self.store().extents_to_flush(&t);
         t.sweep_unreferenced(&referenced);
-        // Log order: the flusher reads the log sequentially.
-        todo.sort_by_key(|(_, e)| (e.loc.segment, e.loc.offset));
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
         let mut hints = Hints::new(&names);
         let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
-        let mut placed = self.placed(&t, &ids);
+        let mut placed = self.store().placed(t.tiers.len(), &ids);
         let mut metas: HashMap<ObjectId, Option<ObjectMeta>> = HashMap::new();
         let failed: Mutex<HashSet<usize>> = Mutex::new(HashSet::new());
         let put_error: Mutex<Option<String>> = Mutex::new(None);
-        let mut rows = Vec::new();
         let mut done: Vec<(ObjectId, u64, Home)> = Vec::new();
         let mut batch: Vec<Encoded> = Vec::new();
         let mut batch_bytes = 0u64;
@@ -193,7 +99,7 @@ impl Engine {
                             None
                         }
                     };
-                    let raw = self.extent_bytes(&meta, e)?;
+                    let raw = self.store().extent_bytes(&meta, e)?;
                     let (stored, codec_used) =
                         codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
                     let per = placed.entry(*id).or_insert_with(|| vec![0; t.tiers.len()]);
@@ -221,6 +127,7 @@ impl Engine {
             }
             let jobs = form_jobs(&t, std::mem::take(&mut batch));
             let landed = run_puts(&t, &jobs, &failed, &put_error);
+            crash_point("flush.after_put");
             for (job, tier) in jobs.iter().zip(landed) {
                 for m in &job.members {
                     let per = placed.entry(m.id).or_insert_with(|| vec![0; t.tiers.len()]);
@@ -237,9 +144,6 @@ impl Engine {
                         shard: job.shard.then(|| job.key.clone()),
                         offset: m.offset,
                     };
-                    if t.is_durable(tier) {
-                        rows.push(home.row(&t, m.id, m.seq));
-                    }
                     done.push((m.id, m.seq, home));
                 }
             }
@@ -249,24 +153,13 @@ impl Engine {
         if let Some(e) = put_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             report.error = Some(e);
         }
-        if !rows.is_empty() {
-            let ticket = self.meta.put_homes(&rows)?;
-            self.meta.wait_durable(ticket)?;
-        }
-        self.set_homes(&t, done);
-        {
-            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-            for e in index.values().flatten() {
-                if e.home.is_none() {
-                    report.pending_extents += 1;
-                    report.pending_bytes += e.loc.len;
-                }
-            }
-        }
+        self.store().record_homes(&t, &done)?;
+        self.store().set_homes(done);
+        (report.pending_extents, report.pending_bytes) = self.store().pending();
         if let Err(e) = self.rebalance(&t) {
             report.error = Some(format!("moving extents between tiers: {}", e.message));
         }
-        report.retired_segments = self.retire_flushed(&t)?;
+        report.retired_segments = self.store().retire_flushed()?;
         let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
         st.passes += 1;
         st.flushed_bytes += report.bytes;
@@ -277,79 +170,6 @@ impl Engine {
             st.last_error = Some(e.clone());
         }
         Ok(report)
-    }
-
-    /// Publishes new homes in the index, releasing the homes they replace (a moved extent's
-    /// old blob, or its share of an old shard); a home for an extent that vanished meanwhile
-    /// (object deleted) is undone.
-    fn set_homes(&self, t: &Tiering, done: Vec<(ObjectId, u64, Home)>) {
-        let mut orphans = Vec::new();
-        let mut replaced = Vec::new();
-        {
-            let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-            for (id, seq, home) in done {
-                t.acquire(&home);
-                match index
-                    .get_mut(&id)
-                    .and_then(|v| v.iter_mut().find(|x| x.seq == seq))
-                {
-                    Some(x) => {
-                        if let Some(old) = x.home.replace(home) {
-                            replaced.push((id, seq, old));
-                        }
-                    }
-                    None => orphans.push((id, seq, home)),
-                }
-            }
-        }
-        for (id, seq, old) in replaced {
-            t.release(id, seq, &old);
-        }
-        for (id, seq, home) in orphans {
-            t.release(id, seq, &home);
-            let _ = self.meta.delete_homes(&[(id, seq)]);
-        }
-    }
-
-    /// Retires sealed log segments whose every visible extent has a durable home and that no
-    /// staged write still needs. Runs under the commit lock (no extent can appear meanwhile);
-    /// pins are checked under the log lock, which appends also hold while pinning.
-    fn retire_flushed(&self, t: &Tiering) -> Result<u64> {
-        let _commit = self.commit_lock.lock().unwrap_or_else(|p| p.into_inner());
-        // Deferred (relaxed, unregistered) writes are in no index yet. Read before the index:
-        // registration adds to the index before it takes a write off the deferred list.
-        let mut blocked: HashSet<u64> = self.deferred_segments();
-        {
-            let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-            for e in index.values().flatten() {
-                if e.in_log && !e.home.as_ref().is_some_and(|h| t.is_durable(h.tier)) {
-                    blocked.insert(e.loc.segment);
-                }
-            }
-        }
-        let ready: Vec<u64> = {
-            let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
-            let ready: Vec<u64> = log
-                .sealed_segments()
-                .into_iter()
-                .filter(|s| !blocked.contains(s) && !self.pins.pinned(*s))
-                .collect();
-            if ready.is_empty() {
-                return Ok(0);
-            }
-            let freed = log.retire(&ready)?;
-            let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.retired_segments += ready.len() as u64;
-            st.retired_bytes += freed;
-            ready
-        };
-        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
-        for e in index.values_mut().flatten() {
-            if ready.contains(&e.loc.segment) {
-                e.in_log = false;
-            }
-        }
-        Ok(ready.len() as u64)
     }
 
     /// Moves every extent of `id` held here to tier `tier_name` (re-encoding with the object's
@@ -372,13 +192,7 @@ impl Engine {
                 "tier {tier_name:?} is not durable; migrate to a durable tier (memory tiers fill from flushes and act as a cache)"
             )));
         }
-        let extents: Vec<Extent> = self
-            .index
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&id)
-            .cloned()
-            .unwrap_or_default();
+        let extents: Vec<Extent> = self.store().extents_of(id);
         if extents.is_empty() {
             return Ok((0, 0));
         }
@@ -401,7 +215,7 @@ impl Engine {
     /// Callers hold `t.moves`.
     fn move_extent(&self, t: &Tiering, meta: &ObjectMeta, e: &Extent, tier: usize) -> Result<()> {
         let key = t.key(meta.id, e.seq);
-        let old = self.current_home(meta.id, e).ok();
+        let old = self.store().current_home(meta.id, e).ok();
         // A homed extent moves as stored (a lossy codec is never applied twice); one still
         // only in the log is encoded with the object's codec.
         let (stored, codec_used) = match &old {
@@ -411,16 +225,20 @@ impl Engine {
                 (blob, h.codec.clone())
             }
             None => {
-                let raw = self.extent_bytes(meta, e)?;
+                let raw = self.store().extent_bytes(meta, e)?;
                 let chosen = codec::codec_for(meta).unwrap_or(None);
                 codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?
             }
         };
         t.put(tier, &key, &stored)?;
-        let home = Home::own(tier, codec_used, stored.len() as u64);
-        let ticket = self.meta.put_homes(&[home.row(t, meta.id, e.seq)])?;
-        self.meta.wait_durable(ticket)?;
-        self.set_homes(t, vec![(meta.id, e.seq, home)]);
+        crash_point("flush.after_put");
+        let home = vec![(
+            meta.id,
+            e.seq,
+            Home::own(tier, codec_used, stored.len() as u64),
+        )];
+        self.store().record_homes(t, &home)?;
+        self.store().set_homes(home);
         Ok(())
     }
 
@@ -447,23 +265,14 @@ impl Engine {
             // leaves, so moving single extents of many shards would free nothing. A blob's
             // heat is its extents' reads; coldest (then oldest) first.
             let mut blobs: HashMap<String, ColdBlob> = HashMap::new();
-            {
-                let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-                for (id, v) in index.iter() {
-                    for e in v {
-                        let Some(h) = e.home.as_ref().filter(|h| h.tier == tier) else {
-                            continue;
-                        };
-                        let b = blobs.entry(t.blob_key(*id, e.seq, h)).or_insert((
-                            0,
-                            u64::MAX,
-                            Vec::new(),
-                        ));
-                        b.0 += hits.get(&(*id, e.seq)).copied().unwrap_or(0);
-                        b.1 = b.1.min(e.seq);
-                        b.2.push((*id, e.clone()));
-                    }
-                }
+            for (id, e) in self.store().homed_on(tier) {
+                let Some(h) = e.home.as_ref() else { continue };
+                let b = blobs
+                    .entry(t.blob_key(id, e.seq, h))
+                    .or_insert((0, u64::MAX, Vec::new()));
+                b.0 += hits.get(&(id, e.seq)).copied().unwrap_or(0);
+                b.1 = b.1.min(e.seq);
+                b.2.push((id, e));
             }
             let mut cold: Vec<ColdBlob> = blobs.into_values().collect();
             cold.sort_by_key(|c| (c.0, c.1));
@@ -484,14 +293,9 @@ impl Engine {
             if count < PROMOTE_READS {
                 continue;
             }
-            let e = {
-                let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-                index
-                    .get(&id)
-                    .and_then(|v| v.iter().find(|x| x.seq == seq))
-                    .cloned()
+            let Some(e) = self.store().extent(id, seq) else {
+                continue;
             };
-            let Some(e) = e else { continue };
             let Some(h) = e.home.clone() else { continue };
             let up = (0..h.tier).find(|&i| {
                 t.is_durable(i)
@@ -515,45 +319,15 @@ impl Engine {
         Ok(moved)
     }
 
-    /// Deletes the tier copies and home rows of a deleted object's extents.
-    pub(crate) fn drop_tier_copies(&self, id: ObjectId, gone: &[Extent]) {
-        let Some(t) = &self.tiering else { return };
-        let mut keys = Vec::new();
-        for e in gone {
-            if let Some(h) = &e.home {
-                t.release(id, e.seq, h);
-                keys.push((id, e.seq));
-            }
-        }
-        if !keys.is_empty() {
-            let _ = self.meta.delete_homes(&keys);
-        }
-    }
-
     /// Tier usage, the flush queue and the flusher's health, for `pdcx top` and tests.
     pub fn fill_tier_stats(&self, st: &mut pdcx_core::protocol::ServerStats) {
         let Some(t) = &self.tiering else { return };
         st.tiers = tier_stats(t);
-        let index = self.index.read().unwrap_or_else(|p| p.into_inner());
-        for e in index.values().flatten() {
-            if e.home.is_none() {
-                st.flush_pending_extents += 1;
-                st.flush_pending_bytes += e.loc.len;
-            }
-        }
+        (st.flush_pending_extents, st.flush_pending_bytes) = self.store().pending();
         let fs = t.state();
         st.flushed_bytes = fs.flushed_bytes;
         st.retired_bytes = fs.retired_bytes;
         st.flush_error = fs.last_error;
-    }
-
-    /// "log", "log+TIER" or "TIER" for `pdcx show`.
-    pub(crate) fn tier_label(&self, e: &Extent) -> String {
-        match (&self.tiering, &e.home) {
-            (Some(t), Some(h)) if e.in_log => format!("log+{}", t.name(h.tier)),
-            (Some(t), Some(h)) => t.name(h.tier).to_string(),
-            _ => "log".to_string(),
-        }
     }
 
     /// Flushes until nothing is pending or a pass makes no progress (a tier is failing).

@@ -1,16 +1,16 @@
 //! The storage hierarchy behind a server's log.
 //!
 //! Writes land in the segment log (crash-consistent, host-side). A background **flusher**
-//! copies committed extents to the tier the placement picks (`placement.rs`), records each
-//! extent's *home* durably (`homes.rs`), and then **retires** log segments whose every extent
-//! has a durable home, so the log stays the size of the unflushed data. Reads fall through
+//! copies committed extents to the tier the placement picks (`placement.rs`), has the data
+//! store record each extent's *home* durably, and then has it **retire** log segments whose
+//! every extent has a durable home, so the log stays the size of the unflushed data. This
+//! module is policy (what goes where, shards, demotion); the mechanics are `crate::datastore`. Reads fall through
 //! cache → log → home tier (byte ranges; whole blob + decode for compressed ones).
 //! A tier that fails (S3 outage, bad credentials) is retried on later passes: the data stays
 //! in the log and nothing is acknowledged differently.
 
 pub mod codec;
 mod flush;
-pub(crate) mod homes;
 pub mod placement;
 
 use pdcx_core::model::{TagValue, Tags};
@@ -52,8 +52,8 @@ impl Home {
     }
 
     /// The durable row for this home of extent (`id`, `seq`).
-    pub(crate) fn row(&self, t: &Tiering, id: u64, seq: u64) -> homes::HomeRow {
-        homes::HomeRow {
+    pub(crate) fn row(&self, t: &Tiering, id: u64, seq: u64) -> crate::meta::HomeRow {
+        crate::meta::HomeRow {
             id,
             seq,
             tier: t.name(self.tier).to_string(),
@@ -402,37 +402,6 @@ pub fn deployment_id(root: &Path) -> Result<String> {
     }
 }
 
-/// Durable homes by extent, resolved against the configured tiers. A home on a tier the
-/// config no longer declares is an error: that data would be unreachable.
-pub(crate) fn load_homes(
-    meta: &crate::metadata::Metadata,
-    tiering: Option<&Tiering>,
-) -> Result<std::collections::HashMap<(u64, u64), Home>> {
-    meta.ensure_home_table()?;
-    let rows = meta.load_homes()?;
-    let mut out = std::collections::HashMap::with_capacity(rows.len());
-    for r in rows {
-        let tier = tiering.and_then(|t| t.tier_index(&r.tier)).ok_or_else(|| {
-            Error::invalid(format!(
-                "extent {} of object {:#x} lives on tier {:?}, which the config (pdcx.toml) does not declare; restore that tier's entry",
-                r.seq, r.id, r.tier
-            ))
-        })?;
-        let home = Home {
-            tier,
-            codec: r.codec,
-            stored_len: r.stored_len,
-            shard: r.blob,
-            offset: r.offset,
-        };
-        if let Some(t) = tiering {
-            t.acquire(&home);
-        }
-        out.insert((r.id, r.seq), home);
-    }
-    Ok(out)
-}
-
 /// Refuses `pdcx.codec` / `pdcx.tier` / `pdcx.tier.regions` tag values that the flusher could
 /// not honour, when they are set (instead of falling back silently at flush time). Of a rule
 /// append (`+RULES`) it checks the appended rules, so errors number them as the caller wrote
@@ -520,7 +489,7 @@ pub(crate) fn rule_change_guard(key: &str) -> Option<std::sync::MutexGuard<'stat
 /// Checks and stores tags of object `id`; a `pdcx.tier.regions` value `+RULES` appends RULES
 /// to the stored rules atomically.
 pub(crate) fn put_object_tags(
-    md: &crate::metadata::Metadata,
+    md: &crate::meta::Metadata,
     tiering: Option<&Tiering>,
     id: ObjectId,
     mut tags: Tags,

@@ -1,0 +1,349 @@
+//! THE commit ([`DataStore::commit`]) and the holder side of registration with owners.
+
+use super::index::{insert_by_seq, Deferred, Staged};
+use super::{crash_point, DataStore};
+use crate::meta::ExtentRow;
+use pdcx_core::model::owner_of_id;
+use pdcx_core::protocol::{Durability, RegisterItem};
+use pdcx_core::{Error, ObjectId, Result};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Items per `RegisterBatch` request when registering deferred writes (far below the body limit).
+const REGISTER_CHUNK: usize = 65536;
+
+/// Proof that the caller holds the commit lock: commits are serialised, so a holder's commit
+/// order is also the order of its registrations, and no extent appears while segments are
+/// retired. Functions that must run under the lock take a `&CommitGuard`.
+pub struct CommitGuard<'a>(#[allow(dead_code)] MutexGuard<'a, ()>);
+
+/// The register lock of one owner: registrations reach each owner one at a time, in commit
+/// order (taken after the commit lock when both are held). [`OwnerLock::lock`] gives the
+/// [`OwnerGuard`] that functions needing it take as an argument.
+pub struct OwnerLock {
+    owner: u32,
+    lock: Arc<Mutex<()>>,
+}
+
+impl OwnerLock {
+    pub fn lock(&self) -> OwnerGuard<'_> {
+        OwnerGuard {
+            owner: self.owner,
+            _g: self.lock.lock().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+}
+
+/// Proof that the caller holds the register lock of `owner`.
+pub struct OwnerGuard<'a> {
+    owner: u32,
+    _g: MutexGuard<'a, ()>,
+}
+
+/// The network half of registration, supplied by the engine: sends `items` to `owner` and
+/// returns the sequence number the owner gave each (None: a deferred write of an object that
+/// is gone). Answers must be one per item, in order.
+pub trait Registrar {
+    fn register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>>;
+}
+
+/// What a commit made visible.
+#[derive(Debug, Clone, Default)]
+pub struct Committed {
+    /// (object, seq) of each write that is now in the index, in staged order (deferred
+    /// relaxed writes are not: they have no number yet).
+    pub visible: Vec<(ObjectId, u64)>,
+    /// How many writes went to the deferred list instead.
+    pub deferred: usize,
+}
+
+impl DataStore {
+    /// Takes the commit lock.
+    pub fn lock_commit(&self) -> CommitGuard<'_> {
+        CommitGuard(self.commit_lock.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The register lock of `owner` (see [`OwnerLock`]).
+    pub fn owner_lock(&self, owner: u32) -> OwnerLock {
+        let lock = self
+            .register_locks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(owner)
+            .or_default()
+            .clone();
+        OwnerLock { owner, lock }
+    }
+
+    /// The consistency point: makes `staged` durable (per `durability`) and visible. Order (a
+    /// crash between any two steps loses nothing acknowledged and exposes nothing torn):
+    ///
+    /// 0. take the commit lock (commits are serialised);
+    /// 1. `local`/`remote`: fdatasync the log and publish its manifest
+    ///    ([`sync_log`](Self::sync_log)) — crash point `commit.after_log_sync`;
+    /// 2. number the writes ([`assign_seqs`](Self::assign_seqs)): this server's objects from its
+    ///    counter; strong writes of foreign objects from their owners (`Registrar`, under the
+    ///    owner's register lock, this server's earlier deferred writes for that owner first in
+    ///    the same request); relaxed ones provisional numbers — `commit.after_register`;
+    /// 3. record the extents in the extent map (one SQLite transaction into the WAL) —
+    ///    `commit.after_extent_rows`;
+    /// 4. publish them in the index, or on the deferred list ([`publish`](Self::publish)) —
+    ///    `commit.after_publish`;
+    /// 5. release the commit lock; `local`/`remote`: wait until a (shared) fsync of the
+    ///    metadata WAL covers step 3.
+    ///
+    /// A crash after 1 leaves unreferenced log bytes (garbage); after 3 the write is complete
+    /// (recovery drops rows whose log bytes were never committed: `memory` writes). A crash
+    /// after an owner recorded a registration but before 3 leaves a region-map entry naming no
+    /// extent here, which reads skip.
+    ///
+    /// Relaxed writes of foreign objects skip the owner: they are durable (per `durability`)
+    /// and acknowledged but invisible until [`register_deferred`](Self::register_deferred).
+    ///
+    /// `remote` durability is completed by the caller after this returns: it puts the visible
+    /// extents to their home tier and records the homes ([`DataStore::flush_extents`] through
+    /// the flusher's placement).
+    pub fn commit(
+        &self,
+        staged: &[Staged],
+        durability: Durability,
+        relaxed: bool,
+        registrar: &dyn Registrar,
+    ) -> Result<Committed> {
+        let commit = self.lock_commit();
+        if durability != Durability::Memory {
+            self.sync_log(&commit)?;
+        }
+        crash_point("commit.after_log_sync");
+        let (seqs, deferred) = self.assign_seqs(&commit, staged, relaxed, registrar)?;
+        crash_point("commit.after_register");
+        let rows: Vec<ExtentRow> = staged
+            .iter()
+            .zip(&seqs)
+            .map(|(s, &seq)| ExtentRow {
+                id: s.id,
+                seq,
+                region: s.region.clone(),
+                loc: s.loc,
+            })
+            .collect();
+        let ticket = self.meta.insert_extents(&rows)?;
+        crash_point("commit.after_extent_rows");
+        let out = self.publish(&commit, rows, &deferred);
+        crash_point("commit.after_publish");
+        drop(commit);
+        // The extent rows must be on stable storage before the ack. The wait runs outside the
+        // commit lock, so commits of other connections share this WAL fsync. `memory`: the rows
+        // are in the WAL (they survive kill -9, but recovery keeps them only if the log bytes
+        // were committed too); the next sync makes them durable.
+        if durability != Durability::Memory {
+            self.meta.wait_durable(ticket)?;
+        }
+        Ok(out)
+    }
+
+    /// Step 1: fdatasync every dirty log segment and publish the manifest. The fdatasync runs
+    /// without the log lock, so other connections keep appending.
+    fn sync_log(&self, _c: &CommitGuard<'_>) -> Result<()> {
+        let plan = self.log().prepare_commit()?;
+        if let Some(plan) = plan {
+            let synced = plan.sync();
+            self.log().finish_commit(plan, synced)?;
+        }
+        Ok(())
+    }
+
+    /// Step 2: the sequence number of each staged write, and whether it is deferred.
+    fn assign_seqs(
+        &self,
+        _c: &CommitGuard<'_>,
+        staged: &[Staged],
+        relaxed: bool,
+        registrar: &dyn Registrar,
+    ) -> Result<(Vec<u64>, Vec<bool>)> {
+        let mut seqs = vec![0u64; staged.len()];
+        let mut deferred = vec![false; staged.len()];
+        let mut foreign: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        {
+            let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+            for (i, s) in staged.iter().enumerate() {
+                let owner = owner_of_id(s.id);
+                if owner == self.rank {
+                    seqs[i] = *next_seq;
+                    *next_seq += 1;
+                } else if relaxed {
+                    seqs[i] = self.next_provisional.fetch_add(1, Ordering::Relaxed);
+                    deferred[i] = true;
+                } else {
+                    foreign.entry(owner).or_default().push(i);
+                }
+            }
+        }
+        for (owner, idx) in &foreign {
+            let lock = self.owner_lock(*owner);
+            let g = lock.lock();
+            let earlier = self.deferred_where(|d| owner_of_id(d.id) == *owner);
+            let mut items: Vec<RegisterItem> = earlier.iter().map(Deferred::item).collect();
+            items.extend(idx.iter().map(|&i| RegisterItem {
+                id: staged[i].id,
+                region: staged[i].region.clone(),
+                token: None,
+            }));
+            let got = checked_answer(*owner, &items, registrar.register(*owner, &items)?)?;
+            let (early, mine) = got.split_at(earlier.len());
+            self.publish_registered(&g, &earlier, early)?;
+            for (&i, seq) in idx.iter().zip(mine) {
+                seqs[i] = seq.ok_or_else(|| {
+                    Error::protocol(format!(
+                        "server {owner} gave no sequence number to a write of object {:#x}",
+                        staged[i].id
+                    ))
+                })?;
+            }
+        }
+        Ok((seqs, deferred))
+    }
+
+    /// Step 4: makes committed rows visible in the index, or puts deferred ones on the list.
+    fn publish(&self, _c: &CommitGuard<'_>, rows: Vec<ExtentRow>, deferred: &[bool]) -> Committed {
+        let mut out = Committed::default();
+        let mut index = self.index_mut();
+        let mut later = self.deferred.lock().unwrap_or_else(|p| p.into_inner());
+        for (r, d) in rows.into_iter().zip(deferred) {
+            if *d {
+                out.deferred += 1;
+                later.push(Deferred {
+                    id: r.id,
+                    region: r.region,
+                    loc: r.loc,
+                    provisional: r.seq,
+                });
+            } else {
+                out.visible.push((r.id, r.seq));
+                insert_by_seq(index.entry(r.id).or_default(), r.seq, r.region, r.loc);
+            }
+        }
+        out
+    }
+
+    /// Copies of the deferred writes matching `f`, in commit order.
+    fn deferred_where(&self, f: impl Fn(&Deferred) -> bool) -> Vec<Deferred> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|d| f(d))
+            .cloned()
+            .collect()
+    }
+
+    /// Log segments holding deferred writes (they must not be retired).
+    pub(super) fn deferred_segments(&self) -> HashSet<u64> {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|d| d.loc.segment)
+            .collect()
+    }
+
+    /// Applies the owner's answer to registered deferred writes: renumbers their rows, makes
+    /// them visible (index), drops those whose object is gone, and takes them off the list.
+    fn publish_registered(
+        &self,
+        g: &OwnerGuard<'_>,
+        done: &[Deferred],
+        seqs: &[Option<u64>],
+    ) -> Result<()> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        debug_assert!(done.iter().all(|d| owner_of_id(d.id) == g.owner));
+        let updates: Vec<(ObjectId, u64, Option<u64>)> = done
+            .iter()
+            .zip(seqs)
+            .map(|(d, s)| (d.id, d.provisional, *s))
+            .collect();
+        self.meta.assign_seqs(&updates)?;
+        let gone: HashSet<u64> = done.iter().map(|d| d.provisional).collect();
+        let mut index = self.index_mut();
+        for (d, seq) in done.iter().zip(seqs) {
+            if let Some(seq) = seq {
+                insert_by_seq(
+                    index.entry(d.id).or_default(),
+                    *seq,
+                    d.region.clone(),
+                    d.loc,
+                );
+            }
+        }
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|d| !gone.contains(&d.provisional));
+        Ok(())
+    }
+
+    /// Registers this server's deferred writes of `ids` (all of them when None) with their
+    /// owners: one `RegisterBatch` per owner (per 65536 writes), in commit order. Returns how
+    /// many were registered; on an owner's failure its writes stay deferred (the others are
+    /// still registered) and the first error is returned. Commits go on meanwhile, except
+    /// strong ones that must register with an owner this is waiting for.
+    pub fn register_deferred(
+        &self,
+        ids: Option<&[ObjectId]>,
+        registrar: &dyn Registrar,
+    ) -> Result<usize> {
+        let wanted: Option<HashSet<ObjectId>> = ids.map(|v| v.iter().copied().collect());
+        let mut owners: Vec<u32> = self
+            .deferred_where(|d| wanted.as_ref().is_none_or(|w| w.contains(&d.id)))
+            .iter()
+            .map(|d| owner_of_id(d.id))
+            .collect();
+        owners.sort_unstable();
+        owners.dedup();
+        let mut done = 0;
+        let mut first_err = None;
+        for owner in owners {
+            let lock = self.owner_lock(owner);
+            let g = lock.lock();
+            // Under the owner's lock: a strong commit may have registered some meanwhile.
+            let list = self.deferred_where(|d| {
+                owner_of_id(d.id) == owner && wanted.as_ref().is_none_or(|w| w.contains(&d.id))
+            });
+            for chunk in list.chunks(REGISTER_CHUNK) {
+                let items: Vec<RegisterItem> = chunk.iter().map(Deferred::item).collect();
+                let r = registrar
+                    .register(owner, &items)
+                    .and_then(|got| checked_answer(owner, &items, got))
+                    .and_then(|seqs| self.publish_registered(&g, chunk, &seqs));
+                match r {
+                    Ok(()) => done += chunk.len(),
+                    Err(e) => {
+                        first_err.get_or_insert(e);
+                        // Later chunks must not overtake this one at the owner.
+                        break;
+                    }
+                }
+            }
+        }
+        first_err.map_or(Ok(done), Err)
+    }
+}
+
+/// Refuses an owner's answer that does not have one number per item.
+fn checked_answer(
+    owner: u32,
+    items: &[RegisterItem],
+    got: Vec<Option<u64>>,
+) -> Result<Vec<Option<u64>>> {
+    if got.len() != items.len() {
+        return Err(Error::protocol(format!(
+            "server {owner} answered {} of {} registrations",
+            got.len(),
+            items.len()
+        )));
+    }
+    Ok(got)
+}

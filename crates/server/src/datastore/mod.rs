@@ -1,0 +1,394 @@
+//! The data store: the one owner of a server's durable data path.
+//!
+//! It holds the segment log, the payload cache, the in-memory extent index (what reads
+//! consult), the pins that keep staged writes' segments alive, the deferred (relaxed,
+//! unregistered) writes, the sequence counters, the tier homes of flushed extents and the
+//! retirement of log segments. Everything else (the engine's request logic, the flusher's
+//! placement policy) calls methods on it; none of its fields are visible outside this module.
+//!
+//! - [`commit`](DataStore::commit) (`commit.rs`) is THE commit: one function, its steps
+//!   numbered there;
+//! - [`retire_flushed`](DataStore::retire_flushed) (`retire.rs`) is segment retirement;
+//! - `read.rs` is the read path below the index: cache → log (merged reads) → home tier;
+//! - `homes.rs` records and publishes tier homes;
+//! - `index.rs` holds the index types, staged writes, pins and deferred writes.
+//!
+//! # Lock order
+//!
+//! Outermost first; a lock may only be taken while holding locks above it:
+//!
+//! 1. `Tiering::moves` (the flusher, migrations: whatever puts blobs then records homes);
+//! 2. the commit lock ([`CommitGuard`]): serialises commits and retirement. Functions that
+//!    must run under it take `&CommitGuard` as an argument, so they cannot be called without;
+//! 3. a register lock per owner ([`OwnerGuard`]): this server's registrations reach each owner
+//!    one at a time, in commit order;
+//! 4. the sequence counter, then the metadata connection (inside `Metadata`);
+//! 5. the index (`RwLock`), then the deferred list;
+//! 6. the log: a leaf, taken only inside this module's methods and never held while taking
+//!    another lock except the pin table (appends pin under it, retirement checks pins under
+//!    it), and never across a tier request;
+//! 7. the cache, the pin table, the tiering's counters and shard references (leaves).
+
+mod commit;
+mod homes;
+mod index;
+mod read;
+mod retire;
+
+pub use commit::{CommitGuard, Committed, OwnerGuard, OwnerLock, Registrar};
+pub use index::{Extent, Staged};
+
+use crate::meta::{ExtentRow, Metadata, Registration};
+use crate::tiering::Tiering;
+use index::{Deferred, Index, Pins, PROVISIONAL_BASE};
+use pdcx_core::model::owner_of_id;
+use pdcx_core::protocol::ExtentInfo;
+use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
+use pdcx_store::{Cache, LogOptions, Recovery, SegmentLog};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+/// Writes up to this size are also kept in the cache when staged from a borrowed buffer.
+const CACHE_COPY_MAX: usize = 1 << 20;
+
+/// A named point in the data path where a crash-test build kills the process
+/// (`pdcx_fsio::crash`, listed in its `POINTS`); without the `crash-points` feature a no-op.
+pub(crate) use pdcx_fsio::crash::point as crash_point;
+
+pub struct DataStore {
+    log: Mutex<SegmentLog>,
+    cache: Cache,
+    index: RwLock<Index>,
+    /// Holder side of relaxed consistency: deferred writes in commit order. Added to under the
+    /// commit lock, taken off under the owner's register lock.
+    deferred: Mutex<Vec<Deferred>>,
+    /// One lock per owner, held while registering with it (see [`OwnerGuard`]).
+    register_locks: Mutex<HashMap<u32, Arc<Mutex<()>>>>,
+    next_provisional: AtomicU64,
+    /// Serialises commits (and retirement): see [`CommitGuard`].
+    commit_lock: Mutex<()>,
+    /// Next sequence number this server assigns (to its own objects' writes, wherever held).
+    next_seq: Mutex<u64>,
+    pins: Arc<Pins>,
+    meta: Arc<Metadata>,
+    tiering: Option<Arc<Tiering>>,
+    rank: u32,
+}
+
+/// What [`DataStore::open`] found.
+#[derive(Debug, Clone, Default)]
+pub struct Opened {
+    pub recovery: Recovery,
+    /// Extents dropped because the log never made them durable (`memory` writes before a crash).
+    pub dropped: usize,
+}
+
+impl DataStore {
+    /// Opens the log in `dir` and rebuilds the index from the extent map and the tier homes.
+    /// `min_next_seq`: the owner's region map may hold higher numbers than any extent here.
+    ///
+    /// Recovery: extents of `memory`-durability commits that the log never made durable are
+    /// dropped (never expose bytes that a crash may have torn); extents whose segment was
+    /// retired live on through their durable home; extents under provisional numbers are
+    /// deferred writes, registered again later.
+    pub fn open(
+        dir: &Path,
+        meta: Arc<Metadata>,
+        cache_bytes: u64,
+        log_opts: LogOptions,
+        tiering: Option<Arc<Tiering>>,
+        min_next_seq: u64,
+    ) -> Result<(DataStore, Opened)> {
+        let (log, recovery) = SegmentLog::open(dir, log_opts)?;
+        let rows = meta.load_extents()?;
+        let homes = homes::load(&meta, tiering.as_deref())?;
+        let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) = rows
+            .into_iter()
+            .partition(|r| log.is_committed(&r.loc) || homes.contains_key(&(r.id, r.seq)));
+        meta.delete_extents(&lost.iter().map(|r| (r.id, r.seq)).collect::<Vec<_>>())?;
+        let rank = meta.rank;
+        let (pending, keep): (Vec<ExtentRow>, Vec<ExtentRow>) =
+            keep.into_iter().partition(|r| r.seq >= PROVISIONAL_BASE);
+        let mut deferred: Vec<Deferred> = pending
+            .into_iter()
+            .map(|r| Deferred {
+                id: r.id,
+                region: r.region,
+                loc: r.loc,
+                provisional: r.seq,
+            })
+            .collect();
+        deferred.sort_by_key(|d| d.provisional);
+        let next_provisional = deferred
+            .last()
+            .map_or(PROVISIONAL_BASE, |d| d.provisional + 1);
+        let mut next_seq = min_next_seq.max(1);
+        for r in keep.iter().filter(|r| owner_of_id(r.id) == rank) {
+            next_seq = next_seq.max(r.seq + 1);
+        }
+        let mut index: Index = HashMap::new();
+        for r in keep {
+            index.entry(r.id).or_default().push(Extent {
+                seq: r.seq,
+                in_log: log.is_committed(&r.loc),
+                home: homes.get(&(r.id, r.seq)).cloned(),
+                region: r.region,
+                loc: r.loc,
+            });
+        }
+        let store = DataStore {
+            log: Mutex::new(log),
+            cache: Cache::new(cache_bytes),
+            index: RwLock::new(index),
+            deferred: Mutex::new(deferred),
+            register_locks: Mutex::new(HashMap::new()),
+            next_provisional: AtomicU64::new(next_provisional),
+            commit_lock: Mutex::new(()),
+            next_seq: Mutex::new(next_seq),
+            pins: Arc::default(),
+            meta,
+            tiering,
+            rank,
+        };
+        Ok((
+            store,
+            Opened {
+                recovery,
+                dropped: lost.len(),
+            },
+        ))
+    }
+
+    fn log(&self) -> MutexGuard<'_, SegmentLog> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn index(&self) -> std::sync::RwLockReadGuard<'_, Index> {
+        self.index.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn index_mut(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
+        self.index.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn tiering(&self) -> Option<&Arc<Tiering>> {
+        self.tiering.as_ref()
+    }
+
+    /// Appends a checked write to the log; it stays invisible until committed. `payload` is
+    /// borrowed (the connection's reused receive buffer). Small writes are copied into the
+    /// cache; large ones are not, since copying them costs more than reading them back from the
+    /// log, which the OS page cache still holds.
+    pub fn stage(&self, txn: u64, id: ObjectId, region: &Region, payload: &[u8]) -> Result<Staged> {
+        // Pinned under the log lock: retirement checks pins under it too, so a sealed segment
+        // is never retired between this append and its pin.
+        let (loc, pin) = {
+            let mut log = self.log();
+            let loc = log.append(id, txn, region, payload)?;
+            (loc, self.pins.pin(loc.segment))
+        };
+        if payload.len() <= CACHE_COPY_MAX {
+            self.cache.insert(loc, Arc::new(payload.to_vec()));
+        }
+        Ok(Staged {
+            txn,
+            id,
+            region: region.clone(),
+            loc,
+            _pin: pin,
+        })
+    }
+
+    /// Makes every staged byte and every metadata change durable (shutdown).
+    pub fn sync(&self) -> Result<()> {
+        {
+            let _c = self.lock_commit();
+            self.log().commit()?;
+        }
+        self.meta.sync()
+    }
+
+    /// This server's visible extents of `id` that overlap `region`, with the overlap.
+    pub fn local_pieces(&self, id: ObjectId, region: &Region) -> Vec<(Extent, Region)> {
+        self.index()
+            .get(&id)
+            .map(|v| {
+                v.iter()
+                    .filter_map(|e| e.region.intersect(region).map(|i| (e.clone(), i)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every visible extent of `id` held here, in seq order.
+    pub fn extents_of(&self, id: ObjectId) -> Vec<Extent> {
+        self.index().get(&id).cloned().unwrap_or_default()
+    }
+
+    /// Extent `seq` of `id`, if it is (still) visible here.
+    pub fn extent(&self, id: ObjectId, seq: u64) -> Option<Extent> {
+        self.index()
+            .get(&id)
+            .and_then(|v| v.iter().find(|x| x.seq == seq))
+            .cloned()
+    }
+
+    /// Forgets every visible extent of a deleted object and drops its tier copies; returns how
+    /// many there were. Its log bytes become garbage.
+    pub fn forget(&self, id: ObjectId) -> usize {
+        let gone = self.index_mut().remove(&id).unwrap_or_default();
+        self.drop_tier_copies(id, &gone);
+        gone.len()
+    }
+
+    /// `pdcx show`: this server's extents of `id`, where each lives and how durable it is.
+    pub fn extent_infos(&self, id: ObjectId) -> Vec<ExtentInfo> {
+        let index = self.index();
+        let Some(list) = index.get(&id) else {
+            return Vec::new();
+        };
+        list.iter()
+            .map(|e| ExtentInfo {
+                seq: e.seq,
+                region: e.region.clone(),
+                segment: e.loc.segment,
+                offset: e.loc.offset,
+                len: e.loc.len,
+                cached: self.cache.contains(&e.loc),
+                holder: self.rank,
+                tier: self.tier_label(e),
+                stored_len: e.home.as_ref().map_or(e.loc.len, |h| h.stored_len),
+                codec: e
+                    .home
+                    .as_ref()
+                    .map_or_else(|| "none".into(), |h| h.codec.clone()),
+                shard: e
+                    .home
+                    .as_ref()
+                    .and_then(|h| h.shard.as_deref())
+                    .and_then(|k| k.rsplit('/').next())
+                    .unwrap_or_default()
+                    .to_string(),
+            })
+            .collect()
+    }
+
+    /// "log", "log+TIER" or "TIER" for `pdcx show`.
+    fn tier_label(&self, e: &Extent) -> String {
+        match (&self.tiering, &e.home) {
+            (Some(t), Some(h)) if e.in_log => format!("log+{}", t.name(h.tier)),
+            (Some(t), Some(h)) => t.name(h.tier).to_string(),
+            _ => "log".to_string(),
+        }
+    }
+
+    pub fn extent_count(&self) -> u64 {
+        self.index().values().map(|v| v.len() as u64).sum()
+    }
+
+    /// Extents and raw bytes not yet copied to any tier (the flush queue).
+    pub fn pending(&self) -> (u64, u64) {
+        let mut out = (0, 0);
+        for e in self.index().values().flatten() {
+            if e.home.is_none() {
+                out.0 += 1;
+                out.1 += e.loc.len;
+            }
+        }
+        out
+    }
+
+    pub fn log_bytes(&self) -> u64 {
+        self.log().total_bytes()
+    }
+
+    pub fn log_dir(&self) -> PathBuf {
+        self.log().dir().to_path_buf()
+    }
+
+    pub fn cache(&self) -> &Cache {
+        &self.cache
+    }
+
+    /// How many deferred (relaxed, not yet registered) writes this server holds.
+    pub fn deferred_count(&self) -> u64 {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len() as u64
+    }
+
+    /// Objects among `ids` of which this server holds at least `expected` deferred writes.
+    pub fn objects_due(&self, ids: &HashSet<ObjectId>, expected: u64) -> Vec<ObjectId> {
+        if expected == 0 {
+            return Vec::new();
+        }
+        let mut count: HashMap<ObjectId, u64> = HashMap::new();
+        for d in self
+            .deferred
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
+            if ids.contains(&d.id) {
+                *count.entry(d.id).or_default() += 1;
+            }
+        }
+        let mut due: Vec<ObjectId> = count
+            .into_iter()
+            .filter(|&(_, n)| n >= expected)
+            .map(|(id, _)| id)
+            .collect();
+        due.sort_unstable();
+        due
+    }
+
+    /// Owner side of a registration: records where `holder`'s regions live (region map, one
+    /// durable transaction) and gives each its sequence number from this server's counter.
+    /// Returns (seq, newly recorded) per item.
+    pub fn record_registrations(
+        &self,
+        holder: u32,
+        items: &[Registration<'_>],
+    ) -> Result<Vec<(u64, bool)>> {
+        let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+        let got = self.meta.register_regions(holder, items, &mut next_seq)?;
+        crash_point("register.after_region_map");
+        Ok(got)
+    }
+
+    /// The number the next write of an object owned here will get.
+    pub fn next_seq(&self) -> u64 {
+        *self.next_seq.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn tiers(&self) -> Result<&Arc<Tiering>> {
+        self.tiering
+            .as_ref()
+            .ok_or_else(|| Error::invalid("this deployment has no tiers configured (pdcx.toml)"))
+    }
+
+    /// The whole raw payload of an extent, wherever it is (cache, log, home tier).
+    pub fn extent_bytes(&self, obj: &ObjectMeta, e: &Extent) -> Result<Arc<Vec<u8>>> {
+        if let Some(d) = self.cache.get(&e.loc) {
+            return Ok(d);
+        }
+        {
+            let log = self.log();
+            if e.in_log && log.has_segment(e.loc.segment) {
+                return Ok(Arc::new(log.read_payload(&e.loc)?));
+            }
+        }
+        let home = self.current_home(obj.id, e)?;
+        self.read_from_tier(obj, e, &home, (0, e.loc.len))
+    }
+
+    /// An internal error for an extent found nowhere.
+    fn lost(id: ObjectId, seq: u64) -> Error {
+        Error::internal(format!(
+            "extent {seq} of object {id:#x} is neither in the log nor on a tier"
+        ))
+    }
+}

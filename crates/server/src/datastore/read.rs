@@ -1,0 +1,155 @@
+//! The read path below the index: each piece's bytes from the cache, the log (merged reads),
+//! or the extent's home tier once its segment was retired.
+
+use super::index::Extent;
+use super::DataStore;
+use crate::tiering::{codec, Home};
+use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
+use std::sync::Arc;
+
+/// Reads within this many bytes of each other are merged into one log read.
+const MERGE_GAP: u64 = 64 << 10;
+
+impl DataStore {
+    /// Gets each piece's span (`spans[i]`: bytes [lo, hi) of its extent's payload) from the
+    /// cache, the log or the home tier. Uncached log spans are sorted by location and merged so
+    /// the log sees few large reads. With `direct` (the requested region), a lone piece that is
+    /// exactly that region and contiguous in its extent is read straight into `out` (returned
+    /// as None).
+    pub fn fetch(
+        &self,
+        obj: &ObjectMeta,
+        direct: Option<&Region>,
+        pieces: &[(Extent, Region)],
+        spans: &[(u64, u64)],
+        out: &mut [u8],
+    ) -> Result<Vec<Option<Arc<Vec<u8>>>>> {
+        let mut fetched: Vec<Option<Arc<Vec<u8>>>> = vec![None; pieces.len()];
+        let mut misses: Vec<usize> = Vec::new();
+        for (i, (e, _)) in pieces.iter().enumerate() {
+            match self.cache.get(&e.loc) {
+                Some(data) => {
+                    let (lo, hi) = spans[i];
+                    fetched[i] = Some(if lo == 0 && hi == data.len() as u64 {
+                        data
+                    } else {
+                        Arc::new(data[lo as usize..hi as usize].to_vec())
+                    });
+                }
+                None => misses.push(i),
+            }
+        }
+        let mut log = self.log();
+        // Extents whose segment was retired are read from their home tier, after the log
+        // lock is released (a tier read may be a slow network request; the log lock is a leaf).
+        let mut from_tier: Vec<usize> = Vec::new();
+        if self.tiering.is_some() {
+            let (in_log, gone): (Vec<usize>, Vec<usize>) = misses.into_iter().partition(|&i| {
+                let e = &pieces[i].0;
+                e.in_log && log.has_segment(e.loc.segment)
+            });
+            misses = in_log;
+            from_tier = gone;
+        }
+        if !from_tier.is_empty() {
+            drop(log);
+            for &i in &from_tier {
+                let e = &pieces[i].0;
+                let home = self.current_home(obj.id, e)?;
+                fetched[i] = Some(self.read_from_tier(obj, e, &home, spans[i])?);
+            }
+            log = self.log();
+        }
+        if let (Some(region), 1, 1, true) =
+            (direct, pieces.len(), misses.len(), from_tier.is_empty())
+        {
+            let (e, inter) = &pieces[0];
+            let (lo, hi) = spans[0];
+            if inter == region && hi - lo == out.len() as u64 {
+                log.read_at(e.loc.segment, e.loc.offset + lo, out)?;
+                return Ok(fetched);
+            }
+        }
+        misses.sort_by_key(|&i| (pieces[i].0.loc.segment, pieces[i].0.loc.offset + spans[i].0));
+        let mut k = 0;
+        while k < misses.len() {
+            let first = misses[k];
+            let seg = pieces[first].0.loc.segment;
+            let start = pieces[first].0.loc.offset + spans[first].0;
+            let mut end = pieces[first].0.loc.offset + spans[first].1;
+            let mut j = k + 1;
+            while j < misses.len() {
+                let m = misses[j];
+                let (s, e) = (
+                    pieces[m].0.loc.offset + spans[m].0,
+                    pieces[m].0.loc.offset + spans[m].1,
+                );
+                if pieces[m].0.loc.segment != seg || s > end + MERGE_GAP {
+                    break;
+                }
+                end = end.max(e);
+                j += 1;
+            }
+            let mut buf = vec![0u8; (end - start) as usize];
+            log.read_at(seg, start, &mut buf)?;
+            for &m in &misses[k..j] {
+                let s = (pieces[m].0.loc.offset + spans[m].0 - start) as usize;
+                let e = (pieces[m].0.loc.offset + spans[m].1 - start) as usize;
+                fetched[m] = Some(Arc::new(buf[s..e].to_vec()));
+            }
+            k = j;
+        }
+        Ok(fetched)
+    }
+
+    /// The home of `e` as the index knows it now (a reader's copy of `e` may predate it).
+    pub fn current_home(&self, id: ObjectId, e: &Extent) -> Result<Home> {
+        if let Some(h) = &e.home {
+            return Ok(h.clone());
+        }
+        self.index()
+            .get(&id)
+            .and_then(|v| v.iter().find(|x| x.seq == e.seq))
+            .and_then(|x| x.home.clone())
+            .ok_or_else(|| Self::lost(id, e.seq))
+    }
+
+    /// Bytes `[lo, hi)` of extent `e`'s raw payload from its home tier: a byte-range read for
+    /// uncompressed blobs, else the whole blob decoded (and cached, so neighbouring pieces of
+    /// the same read hit the cache).
+    pub fn read_from_tier(
+        &self,
+        obj: &ObjectMeta,
+        e: &Extent,
+        home: &Home,
+        (lo, hi): (u64, u64),
+    ) -> Result<Arc<Vec<u8>>> {
+        let t = self.tiers()?;
+        let key = t.blob_key(obj.id, e.seq, home);
+        t.note_read(obj.id, e.seq);
+        if home.codec == "none" {
+            let mut buf = vec![0u8; (hi - lo) as usize];
+            t.get_range(home.tier, &key, home.offset + lo, &mut buf)?;
+            return Ok(Arc::new(buf));
+        }
+        let mut blob = vec![0u8; home.stored_len as usize];
+        t.get_range(home.tier, &key, home.offset, &mut blob)?;
+        let raw = codec::decode(&home.codec, obj.dtype, &e.region, &blob, e.loc.len)?;
+        if raw.len() as u64 != e.loc.len {
+            return Err(Error::internal(format!(
+                "extent {} of object {:#x} decoded to {} bytes, not {}",
+                e.seq,
+                obj.id,
+                raw.len(),
+                e.loc.len
+            )));
+        }
+        let raw = Arc::new(raw);
+        self.cache.insert(e.loc, raw.clone());
+        Ok(if lo == 0 && hi == raw.len() as u64 {
+            raw
+        } else {
+            Arc::new(raw[lo as usize..hi as usize].to_vec())
+        })
+    }
+}

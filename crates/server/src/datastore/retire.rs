@@ -1,0 +1,71 @@
+//! Segment retirement ([`DataStore::retire_flushed`]).
+
+use super::commit::CommitGuard;
+use super::DataStore;
+use pdcx_core::Result;
+use std::collections::HashSet;
+
+impl DataStore {
+    /// Retires sealed log segments whose every visible extent has a durable home and that no
+    /// staged or deferred write still needs; returns how many. Order:
+    ///
+    /// 1. take the commit lock: no extent can appear (or be registered) meanwhile;
+    /// 2. collect the blocked segments: those of deferred writes (read before the index:
+    ///    registration adds to the index before it takes a write off the deferred list), and of
+    ///    every extent still in the log without a durable home;
+    /// 3. under the log lock: the sealed segments neither blocked nor pinned by a staged write
+    ///    (appends pin under the same lock) — crash point `retire.before_manifest`;
+    /// 4. `SegmentLog::retire`: a new manifest without them (fsynced, renamed, directory
+    ///    fsynced), then unlink the files — `retire.after_manifest`. A crash in between leaves
+    ///    unlisted files, which the next open deletes; every extent they held has a durable home
+    ///    row (written and fsynced before its home was published), so recovery finds it there;
+    /// 5. mark their extents as no longer in the log (reads go to the home tier).
+    pub fn retire_flushed(&self) -> Result<u64> {
+        let Some(t) = self.tiering.clone() else {
+            return Ok(0);
+        };
+        let commit = self.lock_commit();
+        let blocked = self.blocked_segments(&commit, &|tier| t.is_durable(tier));
+        let (ready, freed) = {
+            let mut log = self.log();
+            let ready: Vec<u64> = log
+                .sealed_segments()
+                .into_iter()
+                .filter(|s| !blocked.contains(s) && !self.pins.pinned(*s))
+                .collect();
+            if ready.is_empty() {
+                return Ok(0);
+            }
+            // Crash points retire.before_manifest / retire.after_manifest are inside.
+            let freed = log.retire(&ready)?;
+            (ready, freed)
+        };
+        {
+            let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.retired_segments += ready.len() as u64;
+            st.retired_bytes += freed;
+        }
+        let ready: HashSet<u64> = ready.into_iter().collect();
+        for e in self.index_mut().values_mut().flatten() {
+            if ready.contains(&e.loc.segment) {
+                e.in_log = false;
+            }
+        }
+        Ok(ready.len() as u64)
+    }
+
+    /// Segments that must stay: holding deferred writes, or extents without a durable home.
+    fn blocked_segments(
+        &self,
+        _c: &CommitGuard<'_>,
+        durable: &dyn Fn(usize) -> bool,
+    ) -> HashSet<u64> {
+        let mut blocked = self.deferred_segments();
+        for e in self.index().values().flatten() {
+            if e.in_log && !e.home.as_ref().is_some_and(|h| durable(h.tier)) {
+                blocked.insert(e.loc.segment);
+            }
+        }
+        blocked
+    }
+}

@@ -1,0 +1,581 @@
+//! The catalog: containers, objects, their memberships and tags, and tag queries. Objects are
+//! cached in memory (`Metadata::object`): every data request checks bounds and dtype against
+//! them.
+
+use super::{db_err, lid_of, locations, now, Metadata};
+use pdcx_core::model::{make_object_id, validate_dims, Tags};
+use pdcx_core::protocol::{ObjectSpec, TagTarget};
+use pdcx_core::query::CmpOp;
+use pdcx_core::{
+    Condition, ContainerInfo, Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Result, TagValue,
+};
+use rusqlite::{params, Connection, OptionalExtension};
+
+impl Metadata {
+    pub(super) fn load_objects(&self) -> Result<()> {
+        let lids: Vec<i64> = {
+            let db = self.db();
+            let mut st = db.prepare("SELECT lid FROM objects").map_err(db_err)?;
+            let rows = st.query_map([], |r| r.get(0)).map_err(db_err)?;
+            rows.collect::<std::result::Result<_, _>>()
+                .map_err(db_err)?
+        };
+        for lid in lids {
+            let meta = self.read_object(&self.db(), lid)?;
+            self.objects
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(meta.id, meta);
+        }
+        Ok(())
+    }
+
+    fn read_object(&self, db: &Connection, lid: i64) -> Result<ObjectMeta> {
+        let (name, dtype, dims, fill, creator, ctime, mtime): (
+            String,
+            u8,
+            String,
+            Vec<u8>,
+            String,
+            f64,
+            f64,
+        ) = db
+            .query_row(
+                "SELECT name, dtype, dims, fill, creator, ctime, mtime FROM objects WHERE lid=?1",
+                [lid],
+                |r| {
+                    Ok((
+                        r.get(0)?,
+                        r.get(1)?,
+                        r.get(2)?,
+                        r.get(3)?,
+                        r.get(4)?,
+                        r.get(5)?,
+                        r.get(6)?,
+                    ))
+                },
+            )
+            .map_err(db_err)?;
+        let dims: Vec<u64> = serde_json::from_str(&dims)
+            .map_err(|e| Error::internal(format!("stored dims: {e}")))?;
+        let mut st = db
+            .prepare("SELECT container FROM memberships WHERE object_lid=?1 ORDER BY container")
+            .map_err(db_err)?;
+        let containers = st
+            .query_map([lid], |r| r.get(0))
+            .map_err(db_err)?
+            .collect::<std::result::Result<_, _>>()
+            .map_err(db_err)?;
+        Ok(ObjectMeta {
+            id: make_object_id(self.rank, lid as u64),
+            name,
+            owner: self.rank,
+            creator,
+            ctime,
+            mtime,
+            dims,
+            dtype: Dtype::from_code(dtype)?,
+            fill,
+            containers,
+            tags: read_tags(db, 0, lid)?,
+        })
+    }
+
+    fn refresh(&self, id: ObjectId) -> Result<ObjectMeta> {
+        let meta = self.read_object(&self.db(), lid_of(id))?;
+        self.objects
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, meta.clone());
+        Ok(meta)
+    }
+
+    pub fn create_container(
+        &self,
+        name: &str,
+        tags: &Tags,
+        creator: &str,
+    ) -> Result<ContainerInfo> {
+        self.write(|tx| {
+            let inserted = tx
+                .execute(
+                    "INSERT OR IGNORE INTO containers (name, creator, ctime) VALUES (?1, ?2, ?3)",
+                    params![name, creator, now()],
+                )
+                .map_err(db_err)?;
+            if inserted == 0 {
+                return Err(Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("container {name:?} already exists"),
+                ));
+            }
+            let lid = tx.last_insert_rowid();
+            write_tags(tx, 1, lid, tags)
+        })?;
+        self.get_container(name)
+    }
+
+    pub fn get_container(&self, name: &str) -> Result<ContainerInfo> {
+        let db = self.db();
+        let row: Option<(i64, String, f64)> = db
+            .query_row(
+                "SELECT lid, creator, ctime FROM containers WHERE name=?1",
+                [name],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .optional()
+            .map_err(db_err)?;
+        let (lid, creator, ctime) =
+            row.ok_or_else(|| Error::not_found(format!("no container named {name:?}")))?;
+        Ok(ContainerInfo {
+            id: make_object_id(self.rank, lid as u64),
+            name: name.to_string(),
+            owner: self.rank,
+            creator,
+            ctime,
+            tags: read_tags(&db, 1, lid)?,
+        })
+    }
+
+    pub fn list_containers(&self) -> Result<Vec<ContainerInfo>> {
+        let names: Vec<String> = {
+            let db = self.db();
+            let mut st = db
+                .prepare("SELECT name FROM containers ORDER BY name")
+                .map_err(db_err)?;
+            let rows = st.query_map([], |r| r.get(0)).map_err(db_err)?;
+            rows.collect::<std::result::Result<_, _>>()
+                .map_err(db_err)?
+        };
+        names.iter().map(|n| self.get_container(n)).collect()
+    }
+
+    pub fn create_object(&self, spec: &ObjectSpec) -> Result<ObjectMeta> {
+        self.create_objects(std::slice::from_ref(spec))
+            .pop()
+            .unwrap_or_else(|| Err(Error::internal("create_objects returned no result")))
+    }
+
+    /// Creates many objects in one transaction and one (group-committed) fsync. Each object
+    /// gets its own result: a duplicate name or a bad spec fails that object only (a savepoint
+    /// undoes its partial rows), never the batch. Returns once the batch is durable.
+    pub fn create_objects(&self, specs: &[ObjectSpec]) -> Vec<Result<ObjectMeta>> {
+        let t = now();
+        let batch = self.write(|tx| {
+            let mut out = Vec::with_capacity(specs.len());
+            for spec in specs {
+                out.push(self.insert_object(tx, spec, t));
+            }
+            Ok(out)
+        });
+        let results = match batch {
+            Ok(r) => r,
+            // The transaction (or its fsync) failed: nothing of it is acknowledged.
+            Err(e) => return specs.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        for m in results.iter().flatten() {
+            objects.insert(m.id, m.clone());
+        }
+        results
+    }
+
+    /// One object's rows inside the caller's transaction, under a savepoint. Builds the
+    /// metadata the way `read_object` would read it back (memberships and tags sorted by name,
+    /// the last value of a repeated tag wins), saving three queries per object.
+    fn insert_object(
+        &self,
+        tx: &rusqlite::Transaction,
+        spec: &ObjectSpec,
+        t: f64,
+    ) -> Result<ObjectMeta> {
+        validate_dims(&spec.dims)?;
+        let fill = match &spec.fill {
+            None => vec![0u8; spec.dtype.size()],
+            Some(f) if f.len() == spec.dtype.size() => f.clone(),
+            Some(f) => {
+                return Err(Error::new(
+                    ErrorKind::DtypeMismatch,
+                    format!(
+                        "fill value has {} bytes but {} elements have {}",
+                        f.len(),
+                        spec.dtype,
+                        spec.dtype.size()
+                    ),
+                ))
+            }
+        };
+        if spec.tags.iter().any(|(k, _)| k.is_empty()) {
+            return Err(Error::invalid("tag names must not be empty"));
+        }
+        let dims = serde_json::to_string(&spec.dims).map_err(|e| Error::internal(e.to_string()))?;
+        tx.execute_batch("SAVEPOINT obj").map_err(db_err)?;
+        let rows = (|| {
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT OR IGNORE INTO objects (name, dtype, dims, fill, creator, ctime, mtime) VALUES (?1,?2,?3,?4,?5,?6,?6)",
+                )
+                .and_then(|mut st| st.execute(params![spec.name, spec.dtype as u8, dims, fill, spec.creator, t]))
+                .map_err(db_err)?;
+            if inserted == 0 {
+                return Err(Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("object {:?} already exists", spec.name),
+                ));
+            }
+            let lid = tx.last_insert_rowid();
+            let mut st = tx
+                .prepare_cached("INSERT OR IGNORE INTO memberships VALUES (?1, ?2)")
+                .map_err(db_err)?;
+            for c in &spec.containers {
+                st.execute(params![lid, c]).map_err(db_err)?;
+            }
+            write_tags(tx, 0, lid, &spec.tags)?;
+            Ok(lid)
+        })();
+        let lid = match rows {
+            Ok(lid) => {
+                tx.execute_batch("RELEASE obj").map_err(db_err)?;
+                lid
+            }
+            Err(e) => {
+                tx.execute_batch("ROLLBACK TO obj; RELEASE obj")
+                    .map_err(db_err)?;
+                return Err(e);
+            }
+        };
+        let containers: std::collections::BTreeSet<&String> = spec.containers.iter().collect();
+        let tags: std::collections::BTreeMap<&String, &TagValue> =
+            spec.tags.iter().map(|(k, v)| (k, v)).collect();
+        Ok(ObjectMeta {
+            id: make_object_id(self.rank, lid as u64),
+            name: spec.name.clone(),
+            owner: self.rank,
+            creator: spec.creator.clone(),
+            ctime: t,
+            mtime: t,
+            dims: spec.dims.clone(),
+            dtype: spec.dtype,
+            fill,
+            containers: containers.into_iter().cloned().collect(),
+            tags: tags
+                .into_iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        })
+    }
+
+    pub fn object(&self, id: ObjectId) -> Result<ObjectMeta> {
+        self.objects
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))
+    }
+
+    pub fn object_by_name(&self, name: &str) -> Result<ObjectMeta> {
+        let lid: Option<i64> = self
+            .db()
+            .query_row("SELECT lid FROM objects WHERE name=?1", [name], |r| {
+                r.get(0)
+            })
+            .optional()
+            .map_err(db_err)?;
+        let lid = lid.ok_or_else(|| Error::not_found(format!("no object named {name:?}")))?;
+        self.object(make_object_id(self.rank, lid as u64))
+    }
+
+    pub fn list_objects(&self, container: Option<&str>) -> Result<Vec<ObjectMeta>> {
+        let objects = self.objects.read().unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<ObjectMeta> = objects
+            .values()
+            .filter(|o| container.is_none_or(|c| o.containers.iter().any(|x| x == c)))
+            .cloned()
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(v)
+    }
+
+    /// Dims may only grow: shrinking would silently hide written data.
+    pub fn set_dims(&self, id: ObjectId, dims: &[u64]) -> Result<ObjectMeta> {
+        validate_dims(dims)?;
+        let cur = self.object(id)?;
+        if dims.len() != cur.dims.len() {
+            return Err(Error::invalid(format!(
+                "object {} has {} dims; cannot change to {}",
+                cur.name,
+                cur.dims.len(),
+                dims.len()
+            )));
+        }
+        if let Some(d) = (0..dims.len()).find(|&d| dims[d] < cur.dims[d]) {
+            return Err(Error::invalid(format!(
+                "dims can only grow: dim {d} of {} is {} and cannot shrink to {}",
+                cur.name, cur.dims[d], dims[d]
+            )));
+        }
+        let text = serde_json::to_string(dims).map_err(|e| Error::internal(e.to_string()))?;
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
+                params![text, now(), lid_of(id)],
+            )
+            .map_err(db_err)
+        })?;
+        self.refresh(id)
+    }
+
+    pub fn add_to_container(&self, id: ObjectId, container: &str) -> Result<()> {
+        self.object(id)?;
+        self.write(|tx| {
+            tx.execute(
+                "INSERT OR IGNORE INTO memberships VALUES (?1, ?2)",
+                params![lid_of(id), container],
+            )
+            .map_err(db_err)
+        })?;
+        self.refresh(id).map(|_| ())
+    }
+
+    /// Removes one object with its memberships, tags, extent rows and region map (one
+    /// transaction). The caller drops the engine's in-memory extents; the log bytes become
+    /// garbage, here and on other servers holding regions of it (ids are never reused, so
+    /// their leftover extents are never read).
+    pub fn delete_object(&self, id: ObjectId) -> Result<ObjectMeta> {
+        let meta = self.object(id)?;
+        let lid = lid_of(id);
+        self.write(|tx| {
+            tx.execute("DELETE FROM memberships WHERE object_lid=?1", [lid])
+                .map_err(db_err)?;
+            tx.execute("DELETE FROM tags WHERE kind=0 AND lid=?1", [lid])
+                .map_err(db_err)?;
+            locations::delete_object_rows(tx, id)?;
+            tx.execute("DELETE FROM objects WHERE lid=?1", [lid])
+                .map_err(db_err)?;
+            Ok(())
+        })?;
+        self.objects
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+        Ok(meta)
+    }
+
+    /// Removes a container and its tags. Memberships naming it are dropped separately on
+    /// every server (`drop_memberships`), since they live with the objects' owners.
+    pub fn delete_container(&self, name: &str) -> Result<()> {
+        let c = self.get_container(name)?;
+        let lid = lid_of(c.id);
+        self.write(|tx| {
+            tx.execute("DELETE FROM tags WHERE kind=1 AND lid=?1", [lid])
+                .map_err(db_err)?;
+            tx.execute("DELETE FROM containers WHERE lid=?1", [lid])
+                .map_err(db_err)?;
+            Ok(())
+        })
+    }
+
+    /// Removes object `id` from `container`; NotFound if it was not a member.
+    pub fn remove_from_container(&self, id: ObjectId, container: &str) -> Result<()> {
+        let o = self.object(id)?;
+        let n = self.write(|tx| {
+            tx.execute(
+                "DELETE FROM memberships WHERE object_lid=?1 AND container=?2",
+                params![lid_of(id), container],
+            )
+            .map_err(db_err)
+        })?;
+        if n == 0 {
+            return Err(Error::not_found(format!(
+                "object {:?} is not in container {container:?}",
+                o.name
+            )));
+        }
+        self.refresh(id).map(|_| ())
+    }
+
+    /// Drops every membership in `container` of this shard's objects; returns how many.
+    pub fn drop_memberships(&self, container: &str) -> Result<u64> {
+        let lids: Vec<i64> = {
+            let db = self.db();
+            let mut st = db
+                .prepare("SELECT object_lid FROM memberships WHERE container=?1")
+                .map_err(db_err)?;
+            let rows = st.query_map([container], |r| r.get(0)).map_err(db_err)?;
+            rows.collect::<std::result::Result<_, _>>()
+                .map_err(db_err)?
+        };
+        self.write(|tx| {
+            tx.execute("DELETE FROM memberships WHERE container=?1", [container])
+                .map_err(db_err)
+        })?;
+        for lid in &lids {
+            self.refresh(make_object_id(self.rank, *lid as u64))?;
+        }
+        Ok(lids.len() as u64)
+    }
+
+    fn target_lid(&self, target: &TagTarget) -> Result<(i64, i64)> {
+        match target {
+            TagTarget::Object(id) => self.object(*id).map(|_| (0, lid_of(*id))),
+            TagTarget::Container(name) => self.get_container(name).map(|c| (1, lid_of(c.id))),
+        }
+    }
+
+    pub fn put_tags(&self, target: &TagTarget, tags: &Tags) -> Result<()> {
+        let (kind, lid) = self.target_lid(target)?;
+        self.write(|tx| write_tags(tx, kind, lid, tags))?;
+        if let TagTarget::Object(id) = target {
+            self.refresh(*id)?;
+        }
+        Ok(())
+    }
+
+    pub fn delete_tag(&self, target: &TagTarget, key: &str) -> Result<()> {
+        let (kind, lid) = self.target_lid(target)?;
+        let n = self.write(|tx| {
+            tx.execute(
+                "DELETE FROM tags WHERE kind=?1 AND lid=?2 AND key=?3",
+                params![kind, lid, key],
+            )
+            .map_err(db_err)
+        })?;
+        if n == 0 {
+            return Err(Error::not_found(format!("no tag {key:?}")));
+        }
+        if let TagTarget::Object(id) = target {
+            self.refresh(*id)?;
+        }
+        Ok(())
+    }
+
+    /// Objects of this shard matching all conditions. The tag name `name` matches the object's
+    /// own name, so `name~run1/*` selects by name pattern.
+    pub fn query(&self, conditions: &[Condition]) -> Result<Vec<(ObjectId, String)>> {
+        let mut sql = String::from("SELECT o.lid, o.name FROM objects o WHERE 1=1");
+        let mut args: Vec<rusqlite::types::Value> = Vec::new();
+        for c in conditions {
+            let (clause, mut a) = condition_sql(c);
+            sql.push_str(" AND ");
+            sql.push_str(&clause);
+            args.append(&mut a);
+        }
+        sql.push_str(" ORDER BY o.name");
+        let db = self.db();
+        let mut st = db.prepare(&sql).map_err(db_err)?;
+        let rows = st
+            .query_map(rusqlite::params_from_iter(args), |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+            })
+            .map_err(db_err)?;
+        rows.map(|r| {
+            r.map(|(lid, name)| (make_object_id(self.rank, lid as u64), name))
+                .map_err(db_err)
+        })
+        .collect()
+    }
+
+    pub fn counts(&self) -> Result<(u64, u64)> {
+        let db = self.db();
+        let c: i64 = db
+            .query_row("SELECT COUNT(*) FROM containers", [], |r| r.get(0))
+            .map_err(db_err)?;
+        Ok((
+            self.objects.read().unwrap_or_else(|p| p.into_inner()).len() as u64,
+            c as u64,
+        ))
+    }
+}
+
+fn write_tags(tx: &rusqlite::Transaction, kind: i64, lid: i64, tags: &Tags) -> Result<()> {
+    let mut st = tx
+        .prepare_cached("INSERT OR REPLACE INTO tags (kind, lid, key, vtype, ival, num, sval, bval) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)")
+        .map_err(db_err)?;
+    for (key, value) in tags {
+        if key.is_empty() {
+            return Err(Error::invalid("tag names must not be empty"));
+        }
+        let none = rusqlite::types::Null;
+        match value {
+            TagValue::Str(s) => st.execute(params![kind, lid, key, 0, none, none, s, none]),
+            TagValue::Int(i) => st.execute(params![kind, lid, key, 1, i, *i as f64, none, none]),
+            TagValue::Float(f) => st.execute(params![kind, lid, key, 2, none, f, none, none]),
+            TagValue::Bytes(b) => st.execute(params![kind, lid, key, 3, none, none, none, b]),
+        }
+        .map_err(db_err)?;
+    }
+    Ok(())
+}
+
+fn read_tags(db: &Connection, kind: i64, lid: i64) -> Result<Tags> {
+    let mut st = db
+        .prepare_cached("SELECT key, vtype, ival, num, sval, bval FROM tags WHERE kind=?1 AND lid=?2 ORDER BY key")
+        .map_err(db_err)?;
+    let rows = st
+        .query_map(params![kind, lid], |r| {
+            let key: String = r.get(0)?;
+            let v = match r.get::<_, i64>(1)? {
+                0 => TagValue::Str(r.get(4)?),
+                1 => TagValue::Int(r.get(2)?),
+                2 => TagValue::Float(r.get(3)?),
+                _ => TagValue::Bytes(r.get(5)?),
+            };
+            Ok((key, v))
+        })
+        .map_err(db_err)?;
+    rows.collect::<std::result::Result<_, _>>().map_err(db_err)
+}
+
+/// SQL for one condition over `objects o`, with its bind values.
+fn condition_sql(c: &Condition) -> (String, Vec<rusqlite::types::Value>) {
+    use rusqlite::types::Value as V;
+    let key = c.key().to_string();
+    if key == "name" {
+        match c {
+            Condition::Eq(_, TagValue::Str(s)) => {
+                return ("o.name = ?".into(), vec![V::Text(s.clone())])
+            }
+            Condition::Ne(_, TagValue::Str(s)) => {
+                return ("o.name != ?".into(), vec![V::Text(s.clone())])
+            }
+            Condition::Glob(_, g) => return ("o.name GLOB ?".into(), vec![V::Text(g.clone())]),
+            _ => {}
+        }
+    }
+    let eq = |v: &TagValue| -> (String, Vec<V>) {
+        match v {
+            TagValue::Str(s) => ("vtype=0 AND sval=?".into(), vec![V::Text(s.clone())]),
+            TagValue::Int(i) => (
+                "((vtype=1 AND ival=?) OR (vtype=2 AND num=?))".into(),
+                vec![V::Integer(*i), V::Real(*i as f64)],
+            ),
+            TagValue::Float(f) => ("vtype IN (1,2) AND num=?".into(), vec![V::Real(*f)]),
+            TagValue::Bytes(b) => ("vtype=3 AND bval=?".into(), vec![V::Blob(b.clone())]),
+        }
+    };
+    let (pred, mut vals) = match c {
+        Condition::Eq(_, v) => eq(v),
+        Condition::Ne(_, v) => {
+            let (p, v) = eq(v);
+            (format!("NOT ({p})"), v)
+        }
+        Condition::Cmp(_, op, x) => {
+            let op = match op {
+                CmpOp::Lt => "<",
+                CmpOp::Le => "<=",
+                CmpOp::Gt => ">",
+                CmpOp::Ge => ">=",
+            };
+            (format!("vtype IN (1,2) AND num {op} ?"), vec![V::Real(*x)])
+        }
+        Condition::Glob(_, g) => ("vtype=0 AND sval GLOB ?".into(), vec![V::Text(g.clone())]),
+        Condition::Exists(_) => ("1=1".into(), vec![]),
+    };
+    let mut args = vec![V::Text(key)];
+    args.append(&mut vals);
+    (
+        format!("o.lid IN (SELECT lid FROM tags WHERE kind=0 AND key=? AND {pred})"),
+        args,
+    )
+}

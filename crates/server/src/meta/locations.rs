@@ -1,0 +1,334 @@
+//! The data-location tables: where committed bytes are.
+//! - `extent_map`: extents whose bytes are in this server's log (or were, and now live on a
+//!   tier), of any object;
+//! - `region_map` + `region_tokens`: the owner's record of regions of its objects that other
+//!   servers hold (and the numbers given to deferred writes, by the holder's log location);
+//! - `extent_home`: the tier copy of a flushed extent. A row is written (and its WAL fsynced)
+//!   before the log segment holding the extent may be retired, so after a crash an extent is
+//!   found either in the log or through its home, never nowhere.
+//!
+//! Only the data store (`crate::datastore`) and the owner side of registration use these.
+
+use super::{db_err, lid_of, now, Metadata};
+use pdcx_core::model::owner_of_id;
+use pdcx_core::{Error, ObjectId, Region, Result};
+use pdcx_store::Location;
+use rusqlite::{params, OptionalExtension};
+
+/// One region an owner records for a holder: object, region, and the token of a deferred
+/// write (its location in the holder's log), if it is one.
+pub type Registration<'a> = (ObjectId, &'a Region, Option<(u64, u64)>);
+
+/// A committed extent as the data store indexes it.
+#[derive(Debug, Clone)]
+pub struct ExtentRow {
+    pub id: ObjectId,
+    pub seq: u64,
+    pub region: Region,
+    pub loc: Location,
+}
+
+/// One extent's home: the tier (by config name), the codec its bytes are encoded with, their
+/// stored length and, for an extent grouped into a shard blob, that blob's key and the offset
+/// of the extent in it (else the blob is the extent's own, keyed by object and seq).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HomeRow {
+    pub id: ObjectId,
+    pub seq: u64,
+    pub tier: String,
+    pub codec: String,
+    pub stored_len: u64,
+    pub blob: Option<String>,
+    pub offset: u64,
+}
+
+/// Deletes every location row of object `id` inside the caller's transaction (the catalog's
+/// object delete).
+pub(super) fn delete_object_rows(tx: &rusqlite::Transaction, id: ObjectId) -> Result<()> {
+    for table in ["extent_map", "region_map", "region_tokens", "extent_home"] {
+        tx.execute(&format!("DELETE FROM {table} WHERE object=?1"), [id as i64])
+            .map_err(db_err)?;
+    }
+    Ok(())
+}
+
+impl Metadata {
+    /// Records committed extents in one transaction and bumps the objects' mtime. Returns at
+    /// commit (visible, in the WAL, survives kill -9) with the ticket to `wait_durable` for:
+    /// `memory` durability does not wait for the fsync.
+    pub fn insert_extents(&self, rows: &[ExtentRow]) -> Result<u64> {
+        let t = now();
+        let ((), ticket) = self.write_nowait(|tx| {
+            let mut ins = tx
+                .prepare_cached("INSERT INTO extent_map (seq, object, region, segment, offset, len, crc) VALUES (?1,?2,?3,?4,?5,?6,?7)")
+                .map_err(db_err)?;
+            for r in rows {
+                let region =
+                    bincode::serialize(&r.region).map_err(|e| Error::internal(e.to_string()))?;
+                ins.execute(params![
+                    r.seq as i64,
+                    r.id as i64,
+                    region,
+                    r.loc.segment as i64,
+                    r.loc.offset as i64,
+                    r.loc.len as i64,
+                    r.loc.crc
+                ])
+                .map_err(db_err)?;
+            }
+            let mut touch = tx
+                .prepare_cached("UPDATE objects SET mtime=?1 WHERE lid=?2")
+                .map_err(db_err)?;
+            for r in rows.iter().filter(|r| owner_of_id(r.id) == self.rank) {
+                touch.execute(params![t, lid_of(r.id)]).map_err(db_err)?;
+            }
+            Ok(())
+        })?;
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        for r in rows {
+            if let Some(o) = objects.get_mut(&r.id) {
+                o.mtime = t;
+            }
+        }
+        Ok(ticket)
+    }
+
+    pub fn load_extents(&self) -> Result<Vec<ExtentRow>> {
+        let db = self.db();
+        let mut st = db.prepare("SELECT seq, object, region, segment, offset, len, crc FROM extent_map ORDER BY object, seq").map_err(db_err)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, Vec<u8>>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                    r.get::<_, i64>(5)?,
+                    r.get::<_, u32>(6)?,
+                ))
+            })
+            .map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (seq, id, region, segment, offset, len, crc) = row.map_err(db_err)?;
+            let region: Region = bincode::deserialize(&region)
+                .map_err(|e| Error::internal(format!("stored region: {e}")))?;
+            out.push(ExtentRow {
+                id: id as u64,
+                seq: seq as u64,
+                region,
+                loc: Location {
+                    segment: segment as u64,
+                    offset: offset as u64,
+                    len: len as u64,
+                    crc,
+                },
+            });
+        }
+        Ok(out)
+    }
+
+    /// Drops extents whose data the log does not hold as committed (written with `memory`
+    /// durability just before a crash).
+    pub fn delete_extents(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
+        self.write(|tx| {
+            for (id, seq) in keys {
+                tx.execute(
+                    "DELETE FROM extent_map WHERE object=?1 AND seq=?2",
+                    params![*id as i64, *seq as i64],
+                )
+                .map_err(db_err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Owner side of a registration by `holder`: each item's sequence number. A deferred write
+    /// (with a token) that was registered before gets its first number back; every other item
+    /// takes the next number from `next_seq` and is recorded in the region map (and its token,
+    /// if any), all in one transaction that is durable when this returns. `next_seq` advances
+    /// only if it commits. Returns (seq, newly recorded) per item.
+    pub fn register_regions(
+        &self,
+        holder: u32,
+        items: &[Registration<'_>],
+        next_seq: &mut u64,
+    ) -> Result<Vec<(u64, bool)>> {
+        let start = *next_seq;
+        let (out, next) = self.write(|tx| {
+            let mut find = tx
+                .prepare_cached(
+                    "SELECT seq FROM region_tokens WHERE holder=?1 AND segment=?2 AND offset=?3",
+                )
+                .map_err(db_err)?;
+            let mut ins = tx
+                .prepare_cached(
+                    "INSERT INTO region_map (object, seq, holder, region) VALUES (?1,?2,?3,?4)",
+                )
+                .map_err(db_err)?;
+            let mut ins_token = tx
+                .prepare_cached("INSERT INTO region_tokens (holder, segment, offset, object, seq) VALUES (?1,?2,?3,?4,?5)")
+                .map_err(db_err)?;
+            let mut next = start;
+            let mut out = Vec::with_capacity(items.len());
+            for (id, region, token) in items {
+                if let Some((seg, off)) = token {
+                    let known: Option<i64> = find
+                        .query_row(params![holder as i64, *seg as i64, *off as i64], |r| {
+                            r.get(0)
+                        })
+                        .optional()
+                        .map_err(db_err)?;
+                    if let Some(seq) = known {
+                        out.push((seq as u64, false));
+                        continue;
+                    }
+                }
+                let seq = next;
+                next += 1;
+                let blob =
+                    bincode::serialize(region).map_err(|e| Error::internal(e.to_string()))?;
+                ins.execute(params![*id as i64, seq as i64, holder as i64, blob])
+                    .map_err(db_err)?;
+                if let Some((seg, off)) = token {
+                    ins_token
+                        .execute(params![
+                            holder as i64,
+                            *seg as i64,
+                            *off as i64,
+                            *id as i64,
+                            seq as i64
+                        ])
+                        .map_err(db_err)?;
+                }
+                out.push((seq, true));
+            }
+            Ok((out, next))
+        })?;
+        *next_seq = next;
+        let t = now();
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        for (id, _, _) in items {
+            if let Some(o) = objects.get_mut(id) {
+                o.mtime = t;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Holder side, once the owners answered a registration of deferred writes: gives each
+    /// extent stored under its provisional sequence number the owner's number, or drops it
+    /// (None: the object was deleted). Returns at commit with the ticket to `wait_durable` for;
+    /// nobody needs to wait: after a crash the holder registers again and the owner answers
+    /// with the same numbers.
+    pub fn assign_seqs(&self, updates: &[(ObjectId, u64, Option<u64>)]) -> Result<u64> {
+        let ((), ticket) = self.write_nowait(|tx| {
+            let mut set = tx
+                .prepare_cached("UPDATE extent_map SET seq=?1 WHERE object=?2 AND seq=?3")
+                .map_err(db_err)?;
+            let mut del = tx
+                .prepare_cached("DELETE FROM extent_map WHERE object=?1 AND seq=?2")
+                .map_err(db_err)?;
+            for (id, provisional, seq) in updates {
+                match seq {
+                    Some(seq) => set
+                        .execute(params![*seq as i64, *id as i64, *provisional as i64])
+                        .map_err(db_err)?,
+                    None => del
+                        .execute(params![*id as i64, *provisional as i64])
+                        .map_err(db_err)?,
+                };
+            }
+            Ok(())
+        })?;
+        Ok(ticket)
+    }
+
+    /// The region map as (object, seq, holder, region), ordered by object and seq.
+    pub fn load_region_map(&self) -> Result<Vec<(ObjectId, u64, u32, Region)>> {
+        let db = self.db();
+        let mut st = db
+            .prepare("SELECT object, seq, holder, region FROM region_map ORDER BY object, seq")
+            .map_err(db_err)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, Vec<u8>>(3)?,
+                ))
+            })
+            .map_err(db_err)?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (id, seq, holder, region) = row.map_err(db_err)?;
+            let region: Region = bincode::deserialize(&region)
+                .map_err(|e| Error::internal(format!("stored region: {e}")))?;
+            out.push((id as u64, seq as u64, holder as u32, region));
+        }
+        Ok(out)
+    }
+
+    /// Inserts or replaces homes in one transaction; returns the ticket to wait for durability.
+    pub(crate) fn put_homes(&self, rows: &[HomeRow]) -> Result<u64> {
+        let ((), ticket) = self.write_nowait(|tx| {
+            let mut ins = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO extent_home (object, seq, tier, codec, stored_len, blob, blob_offset) VALUES (?1,?2,?3,?4,?5,?6,?7)",
+                )
+                .map_err(db_err)?;
+            for r in rows {
+                ins.execute(params![
+                    r.id as i64,
+                    r.seq as i64,
+                    r.tier,
+                    r.codec,
+                    r.stored_len as i64,
+                    r.blob,
+                    r.offset as i64
+                ])
+                    .map_err(db_err)?;
+            }
+            Ok(())
+        })?;
+        Ok(ticket)
+    }
+
+    pub(crate) fn load_homes(&self) -> Result<Vec<HomeRow>> {
+        self.write(|tx| {
+            let mut st = tx
+                .prepare("SELECT object, seq, tier, codec, stored_len, blob, blob_offset FROM extent_home")
+                .map_err(db_err)?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok(HomeRow {
+                        id: r.get::<_, i64>(0)? as u64,
+                        seq: r.get::<_, i64>(1)? as u64,
+                        tier: r.get(2)?,
+                        codec: r.get(3)?,
+                        stored_len: r.get::<_, i64>(4)? as u64,
+                        blob: r.get(5)?,
+                        offset: r.get::<_, i64>(6)? as u64,
+                    })
+                })
+                .map_err(db_err)?;
+            rows.map(|r| r.map_err(db_err)).collect()
+        })
+    }
+
+    /// Forgets the homes of these extents (object deleted, or extent moved back).
+    pub(crate) fn delete_homes(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
+        self.write(|tx| {
+            let mut del = tx
+                .prepare_cached("DELETE FROM extent_home WHERE object=?1 AND seq=?2")
+                .map_err(db_err)?;
+            for (id, seq) in keys {
+                del.execute(params![*id as i64, *seq as i64])
+                    .map_err(db_err)?;
+            }
+            Ok(())
+        })
+    }
+}

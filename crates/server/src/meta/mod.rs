@@ -1,0 +1,181 @@
+//! The metadata shard: one SQLite database per server. Two kinds of tables live in it, in two
+//! modules over one connection:
+//! - the **catalog** ([`catalog`]): containers and objects whose names hash to this server,
+//!   their memberships and tags (objects are also cached in memory: every data request checks
+//!   bounds and dtype against them);
+//! - the **data locations** ([`locations`]): where committed bytes are — the extent map of the
+//!   data this server stores, the owner's region map of data other servers hold, deferred-write
+//!   tokens, and the tier homes of flushed extents. Only the data store
+//!   (`crate::datastore`) and the owner side of registration use them.
+//!
+//! The schema carries a version (`PRAGMA user_version`) and is brought up to date by the
+//! numbered steps in [`schema`] when the shard opens.
+//!
+//! Durability: WAL with `synchronous=NORMAL` plus group commit ([`GroupSync`]). A write
+//! transaction commits into the WAL (a `write()`, so it survives kill -9 at once and is visible
+//! to other requests), and the request is answered only after one shared fdatasync of the WAL
+//! covers it, so an acknowledged change also survives power loss, while concurrent requests
+//! pay one fsync together instead of one each.
+
+pub mod catalog;
+pub mod locations;
+pub mod schema;
+#[cfg(test)]
+mod tests;
+
+use crate::groupsync::GroupSync;
+use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
+use rusqlite::{params, Connection, OptionalExtension};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Mutex, RwLock};
+
+pub use locations::{ExtentRow, HomeRow, Registration};
+
+pub struct Metadata {
+    db: Mutex<Connection>,
+    /// The catalog's in-memory copy of every object of this shard.
+    objects: RwLock<HashMap<ObjectId, ObjectMeta>>,
+    sync: GroupSync,
+    pub rank: u32,
+}
+
+pub(crate) fn db_err(e: rusqlite::Error) -> Error {
+    if let rusqlite::Error::SqliteFailure(f, _) = &e {
+        if f.code == rusqlite::ErrorCode::DiskFull {
+            return Error::new(ErrorKind::NoSpace, format!("metadata store: {e}"));
+        }
+    }
+    Error::new(ErrorKind::Io, format!("metadata store: {e}"))
+}
+
+pub(super) fn now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
+}
+
+pub(super) fn lid_of(id: ObjectId) -> i64 {
+    (id & ((1 << 48) - 1)) as i64
+}
+
+impl Metadata {
+    /// Opens the shard, refusing a directory that belongs to another rank or deployment size:
+    /// name hashing depends on both, so serving it would hide objects.
+    pub fn open(path: &Path, rank: u32, size: u32) -> Result<Metadata> {
+        let db = Connection::open(path).map_err(db_err)?;
+        db.execute_batch(
+            // NORMAL: commits write the WAL without fsync; GroupSync adds the (shared) fsync.
+            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+        )
+        .map_err(db_err)?;
+        let old_format: bool = db
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='extents'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map_err(db_err)?
+            > 0;
+        if old_format {
+            return Err(Error::invalid(format!(
+                "{} was written by an older pdcx (before region placement); export its objects with that version",
+                path.display()
+            )));
+        }
+        schema::migrate(&db, path)?;
+        for (key, want) in [("rank", rank), ("size", size)] {
+            let have: Option<String> = db
+                .query_row("SELECT value FROM settings WHERE key=?1", [key], |r| {
+                    r.get(0)
+                })
+                .optional()
+                .map_err(db_err)?;
+            match have {
+                None => {
+                    db.execute("INSERT INTO settings VALUES (?1, ?2)", params![key, want.to_string()]).map_err(db_err)?;
+                }
+                Some(v) if v == want.to_string() => {}
+                Some(v) => {
+                    return Err(Error::invalid(format!(
+                        "{} was created for {key} {v} but this server has {key} {want}; a deployment must restart with the same server count and ranks",
+                        path.display()
+                    )))
+                }
+            }
+        }
+        // The WAL exists while a connection is open (the writes above created it); keep our own
+        // handle to fsync it. Its directory entry is made durable once here: SQLite reuses the
+        // file (rewinding it after checkpoints) rather than recreating it while we are open.
+        let mut wal_path = path.as_os_str().to_owned();
+        wal_path.push("-wal");
+        let wal_path = std::path::PathBuf::from(wal_path);
+        let wal = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&wal_path)
+            .map_err(|e| Error::io(&format!("open {}", wal_path.display()), &e))?;
+        wal.sync_data()
+            .map_err(|e| Error::io(&format!("fdatasync {}", wal_path.display()), &e))?;
+        let parent = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        std::fs::File::open(parent)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| Error::io(&format!("fsync {}", parent.display()), &e))?;
+        let md = Metadata {
+            db: Mutex::new(db),
+            objects: RwLock::new(HashMap::new()),
+            sync: GroupSync::new(wal, &wal_path),
+            rank,
+        };
+        md.load_objects()?;
+        Ok(md)
+    }
+
+    pub(super) fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.db.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` in one write transaction and returns once it is durable (group commit). An
+    /// error from `f` rolls the transaction back.
+    pub(crate) fn write<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction) -> Result<T>,
+    ) -> Result<T> {
+        let (v, ticket) = self.write_nowait(f)?;
+        self.sync.wait(ticket)?;
+        Ok(v)
+    }
+
+    /// Like [`write`](Self::write) but returns at commit (in the WAL, not yet fsynced) with the
+    /// ticket to [`wait_durable`](Self::wait_durable) for.
+    pub(crate) fn write_nowait<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction) -> Result<T>,
+    ) -> Result<(T, u64)> {
+        let mut db = self.db();
+        let tx = db.transaction().map_err(db_err)?;
+        let v = f(&tx)?;
+        tx.commit().map_err(db_err)?;
+        // Under the database lock: ticket order is commit order.
+        Ok((v, self.sync.ticket()))
+    }
+
+    /// Returns once the transaction of `ticket` is on stable storage.
+    pub fn wait_durable(&self, ticket: u64) -> Result<()> {
+        self.sync.wait(ticket)
+    }
+
+    /// Makes every committed metadata change durable (shutdown, `memory` durability's sync).
+    pub fn sync(&self) -> Result<()> {
+        self.sync.wait(self.sync.latest())
+    }
+
+    /// How many WAL fsyncs the group commit has issued (shows how well commits are grouped).
+    pub fn wal_syncs(&self) -> u64 {
+        self.sync.syncs()
+    }
+}

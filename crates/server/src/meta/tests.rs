@@ -1,0 +1,344 @@
+//! Catalog and location tests over a real SQLite file.
+
+use super::*;
+use pdcx_core::model::Tags;
+use pdcx_core::protocol::{ObjectSpec, TagTarget};
+use pdcx_core::{Condition, Dtype, Region, TagValue};
+use pdcx_store::Location;
+
+fn spec(name: &str, tags: Tags) -> ObjectSpec {
+    ObjectSpec {
+        name: name.into(),
+        dims: vec![10],
+        dtype: Dtype::Float32,
+        fill: None,
+        containers: vec!["c".into()],
+        tags,
+        creator: "t".into(),
+    }
+}
+
+#[test]
+fn tag_queries_cover_equality_ranges_and_globs() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap();
+    for s in 0..5i64 {
+        let tags = vec![
+            ("step".into(), TagValue::Int(s)),
+            (
+                "species".into(),
+                TagValue::Str(if s % 2 == 0 {
+                    "electron".into()
+                } else {
+                    "ion".into()
+                }),
+            ),
+            ("t".into(), TagValue::Float(s as f64 * 0.5)),
+        ];
+        md.create_object(&spec(&format!("run/s{s}"), tags)).unwrap();
+    }
+    let q = |conds: &[&str]| -> Vec<String> {
+        let c: Vec<Condition> = conds.iter().map(|t| Condition::parse(t).unwrap()).collect();
+        md.query(&c).unwrap().into_iter().map(|x| x.1).collect()
+    };
+    assert_eq!(q(&["step=3"]), vec!["run/s3"]);
+    assert_eq!(q(&["step>=3"]), vec!["run/s3", "run/s4"]);
+    assert_eq!(q(&["t<1", "species=electron"]), vec!["run/s0"]);
+    assert_eq!(q(&["species~elec*"]).len(), 3);
+    assert_eq!(q(&["species!=ion"]).len(), 3);
+    assert_eq!(q(&["name~run/s[12]"]), vec!["run/s1", "run/s2"]);
+    assert_eq!(q(&["step=1.0"]), vec!["run/s1"]);
+    assert!(q(&["missing?"]).is_empty());
+    assert_eq!(q(&["step?"]).len(), 5);
+}
+
+#[test]
+fn deletes_remove_objects_containers_and_memberships() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap();
+    md.create_container("c", &vec![("k".into(), TagValue::Int(1))], "t")
+        .unwrap();
+    md.create_container("d", &vec![], "t").unwrap();
+    let a = md
+        .create_object(&spec("a", vec![("x".into(), TagValue::Int(1))]))
+        .unwrap();
+    let b = md.create_object(&spec("b", vec![])).unwrap();
+    md.add_to_container(b.id, "d").unwrap();
+    md.insert_extents(&[ExtentRow {
+        id: a.id,
+        seq: 1,
+        region: Region::whole(&[10]),
+        loc: Location {
+            segment: 0,
+            offset: 0,
+            len: 40,
+            crc: 0,
+        },
+    }])
+    .unwrap();
+    // Object delete: gone by id and name, no tags, no extents, not listed, name reusable.
+    md.delete_object(a.id).unwrap();
+    assert_eq!(md.object(a.id).unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(
+        md.object_by_name("a").unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    assert!(md.load_extents().unwrap().is_empty());
+    assert!(md
+        .query(&[Condition::parse("x=1").unwrap()])
+        .unwrap()
+        .is_empty());
+    assert_eq!(
+        md.delete_object(a.id).unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    let a2 = md.create_object(&spec("a", vec![])).unwrap();
+    assert_ne!(a2.id, a.id, "ids are never reused");
+    // Remove from one container: the object stays, in its other containers.
+    md.remove_from_container(b.id, "d").unwrap();
+    assert_eq!(md.object(b.id).unwrap().containers, vec!["c".to_string()]);
+    assert_eq!(
+        md.remove_from_container(b.id, "d").unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    // Container delete + membership drop.
+    md.delete_container("c").unwrap();
+    assert_eq!(md.get_container("c").unwrap_err().kind, ErrorKind::NotFound);
+    assert_eq!(md.drop_memberships("c").unwrap(), 2);
+    assert!(md.object(b.id).unwrap().containers.is_empty());
+    assert!(md.list_objects(Some("c")).unwrap().is_empty());
+    assert_eq!(md.list_containers().unwrap().len(), 1);
+    // The container name is free again, without the old tags.
+    assert!(md
+        .create_container("c", &vec![], "t")
+        .unwrap()
+        .tags
+        .is_empty());
+}
+
+#[test]
+fn batched_creates_fail_per_object_and_match_what_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    md.create_object(&spec("dup", vec![])).unwrap();
+    let mut bad_fill = spec("badfill", vec![]);
+    bad_fill.fill = Some(vec![1]);
+    let mut specs = vec![
+        spec(
+            "a",
+            vec![
+                ("z".into(), TagValue::Int(1)),
+                ("b".into(), TagValue::Str("x".into())),
+                ("z".into(), TagValue::Int(2)),
+            ],
+        ),
+        spec("dup", vec![]),
+        bad_fill,
+        spec("emptytag", vec![("".into(), TagValue::Int(1))]),
+        spec("b", vec![]),
+    ];
+    specs[4].containers = vec!["d".into(), "c".into(), "d".into()];
+    let syncs = md.wal_syncs();
+    let r = md.create_objects(&specs);
+    assert_eq!(md.wal_syncs(), syncs + 1, "one fsync for the whole batch");
+    assert_eq!(r.len(), 5);
+    assert_eq!(r[1].as_ref().unwrap_err().kind, ErrorKind::AlreadyExists);
+    assert_eq!(r[2].as_ref().unwrap_err().kind, ErrorKind::DtypeMismatch);
+    assert_eq!(r[3].as_ref().unwrap_err().kind, ErrorKind::InvalidArgument);
+    let a = r[0].as_ref().unwrap().clone();
+    let b = r[4].as_ref().unwrap().clone();
+    assert_eq!(
+        a.tags,
+        vec![
+            ("b".into(), TagValue::Str("x".into())),
+            ("z".into(), TagValue::Int(2))
+        ]
+    );
+    // Failed objects left no rows behind (savepoints), the rest read back identically.
+    assert_eq!(
+        md.object_by_name("emptytag").unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        md.object_by_name("badfill").unwrap_err().kind,
+        ErrorKind::NotFound
+    );
+    drop(md);
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    assert_eq!(md.object(a.id).unwrap(), a);
+    assert_eq!(md.object(b.id).unwrap(), b);
+    assert_eq!(md.list_objects(None).unwrap().len(), 3);
+}
+
+#[test]
+fn concurrent_writers_share_wal_fsyncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = std::sync::Arc::new(Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap());
+    let before = md.wal_syncs();
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let md = md.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    let o = md
+                        .create_object(&spec(&format!("t{t}-{i}"), vec![]))
+                        .unwrap();
+                    md.put_tags(
+                        &TagTarget::Object(o.id),
+                        &vec![("k".into(), TagValue::Int(i))],
+                    )
+                    .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(md.list_objects(None).unwrap().len(), 200);
+    let syncs = md.wal_syncs() - before;
+    assert!(syncs <= 400, "at most one fsync per write, got {syncs}");
+}
+
+#[test]
+fn duplicates_shrinks_and_wrong_rank_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let md = Metadata::open(&path, 0, 2).unwrap();
+    let o = md.create_object(&spec("a", vec![])).unwrap();
+    assert_eq!(
+        md.create_object(&spec("a", vec![])).unwrap_err().kind,
+        ErrorKind::AlreadyExists
+    );
+    assert!(md.set_dims(o.id, &[5]).is_err());
+    assert_eq!(md.set_dims(o.id, &[20]).unwrap().dims, vec![20]);
+    let mut bad = spec("b", vec![]);
+    bad.fill = Some(vec![1, 2]);
+    assert_eq!(
+        md.create_object(&bad).unwrap_err().kind,
+        ErrorKind::DtypeMismatch
+    );
+    drop(md);
+    let err = Metadata::open(&path, 0, 3)
+        .err()
+        .expect("size change must be refused");
+    assert!(err.message.contains("same server count"), "{err}");
+    let md = Metadata::open(&path, 0, 2).unwrap();
+    assert_eq!(md.object_by_name("a").unwrap().dims, vec![20]);
+}
+
+/// The tables exactly as the code before schema versions created them (user_version 0), with
+/// `extent_home` as first shipped (before shard blobs).
+const PRE_VERSION_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS settings (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS containers (
+    lid INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE NOT NULL, creator TEXT NOT NULL, ctime REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS objects (
+    lid INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT UNIQUE NOT NULL, dtype INTEGER NOT NULL,
+    dims TEXT NOT NULL, fill BLOB NOT NULL, creator TEXT NOT NULL, ctime REAL NOT NULL, mtime REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS memberships (
+    object_lid INTEGER NOT NULL, container TEXT NOT NULL, PRIMARY KEY (object_lid, container));
+-- kind 0 = object, 1 = container; vtype 0 str, 1 int, 2 float, 3 bytes.
+CREATE TABLE IF NOT EXISTS tags (
+    kind INTEGER NOT NULL, lid INTEGER NOT NULL, key TEXT NOT NULL, vtype INTEGER NOT NULL,
+    ival INTEGER, num REAL, sval TEXT, bval BLOB, PRIMARY KEY (kind, lid, key));
+CREATE INDEX IF NOT EXISTS tags_num ON tags (kind, key, num);
+CREATE INDEX IF NOT EXISTS tags_str ON tags (kind, key, sval);
+-- Extents whose bytes are in this server's log, of any object (the owner may be another
+-- server: region-local placement). seq orders writes of one object; the owner assigns it.
+CREATE TABLE IF NOT EXISTS extent_map (
+    object INTEGER NOT NULL, seq INTEGER NOT NULL, region BLOB NOT NULL,
+    segment INTEGER NOT NULL, offset INTEGER NOT NULL, len INTEGER NOT NULL, crc INTEGER NOT NULL,
+    PRIMARY KEY (object, seq));
+-- The owner's region map: regions of its objects whose bytes another server holds.
+CREATE TABLE IF NOT EXISTS region_map (
+    object INTEGER NOT NULL, seq INTEGER NOT NULL, holder INTEGER NOT NULL, region BLOB NOT NULL,
+    PRIMARY KEY (object, seq));
+-- Owner side of deferred (relaxed) writes: the sequence number each one was registered
+-- under, by the holder's log location, so a holder that re-registers after a crash (it never
+-- learned the answer) gets the same number back. Not pruned yet: one row per relaxed write.
+CREATE TABLE IF NOT EXISTS region_tokens (
+    holder INTEGER NOT NULL, segment INTEGER NOT NULL, offset INTEGER NOT NULL,
+    object INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (holder, segment, offset));
+CREATE TABLE IF NOT EXISTS extent_home (
+    object INTEGER NOT NULL, seq INTEGER NOT NULL, tier TEXT NOT NULL, codec TEXT NOT NULL,
+    stored_len INTEGER NOT NULL, PRIMARY KEY (object, seq));
+";
+
+#[test]
+fn a_shard_written_before_schema_versions_is_migrated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    {
+        let db = Connection::open(&path).unwrap();
+        db.execute_batch("PRAGMA journal_mode=WAL;").unwrap();
+        db.execute_batch(PRE_VERSION_SCHEMA).unwrap();
+        db.execute_batch(
+            "INSERT INTO settings VALUES ('rank', '0'), ('size', '1');
+             INSERT INTO objects (name, dtype, dims, fill, creator, ctime, mtime)
+                 VALUES ('old', 2, '[10]', x'00000000', 't', 1.0, 1.0);
+             INSERT INTO extent_home VALUES (1, 7, 'slow', 'none', 40);",
+        )
+        .unwrap();
+        assert_eq!(schema::version(&db).unwrap(), 0);
+    }
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    assert_eq!(schema::version(&md.db()).unwrap(), schema::VERSION);
+    assert_eq!(md.object_by_name("old").unwrap().dims, vec![10]);
+    // The old home row got the shard columns with their defaults.
+    let homes = md.load_homes().unwrap();
+    assert_eq!(homes.len(), 1);
+    assert_eq!(
+        (homes[0].seq, homes[0].blob.as_deref(), homes[0].offset),
+        (7, None, 0)
+    );
+    // And new rows use them.
+    let ticket = md
+        .put_homes(&[HomeRow {
+            id: 1,
+            seq: 8,
+            tier: "slow".into(),
+            codec: "none".into(),
+            stored_len: 8,
+            blob: Some("shard/x".into()),
+            offset: 40,
+        }])
+        .unwrap();
+    md.wait_durable(ticket).unwrap();
+    drop(md);
+    // Reopening at the current version runs no step again and keeps everything.
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    assert_eq!(md.load_homes().unwrap().len(), 2);
+}
+
+#[test]
+fn a_new_shard_starts_at_the_current_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap();
+    assert_eq!(schema::version(&md.db()).unwrap(), schema::VERSION);
+    const { assert!(schema::VERSION >= 1) };
+}
+
+#[test]
+fn a_shard_from_a_newer_pdcx_is_refused_with_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    drop(Metadata::open(&path, 0, 1).unwrap());
+    let newer = schema::VERSION + 1;
+    Connection::open(&path)
+        .unwrap()
+        .pragma_update(None, "user_version", newer as i64)
+        .unwrap();
+    let err = Metadata::open(&path, 0, 1).err().expect("must be refused");
+    assert_eq!(err.kind, ErrorKind::InvalidArgument);
+    assert!(
+        err.message.contains(&format!("schema version {newer}"))
+            && err.message.contains(&format!("up to {}", schema::VERSION))
+            && err.message.contains("newer pdcx"),
+        "{err}"
+    );
+    // Refusing did not change it.
+    let db = Connection::open(&path).unwrap();
+    assert_eq!(schema::version(&db).unwrap(), newer);
+}
