@@ -236,3 +236,46 @@ fn a_connecting_side_of_another_protocol_version_is_told_both_versions() {
         );
     }
 }
+
+#[test]
+fn a_registration_is_recorded_for_the_rank_the_handshake_proved() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let _servers: Vec<ServerHandle> = (0..2)
+        .map(|r| {
+            let h = Server::start(ServerConfig::new(root, r, 2)).unwrap();
+            h.server.publish_rank_file().unwrap();
+            h
+        })
+        .collect();
+    pdcx_server::launch::assemble_cluster(root, 2, Duration::from_secs(30)).unwrap();
+    let cf = ClusterFile::load(root).unwrap();
+    let c = Client::connect(Some(root)).unwrap();
+    let name = (0..)
+        .map(|i| format!("r{i}"))
+        .find(|n| pdcx_core::owner_of_name(n, 2) == 0)
+        .unwrap();
+    let obj = object(&c, &name);
+    // Server 1, as a holder, registers a region of an object server 0 owns: no request field
+    // names the holder, the connection does.
+    let mut peer = Conn::connect_as(
+        &cf.servers[0].addr,
+        &cf.secret_bytes().unwrap(),
+        Role::Peer { rank: 1 },
+    )
+    .unwrap();
+    let register = PeerRequest::Register {
+        items: vec![RegisterItem {
+            id: obj.id,
+            region: Region::whole(&[16]),
+            token: None,
+        }],
+    };
+    let seq = match peer.peer_call(&register).unwrap() {
+        (PeerResponse::Seqs(s), _) => s[0].expect("a sequence number"),
+        r => panic!("{r:?}"),
+    };
+    let ext = c.extents(obj.id).unwrap();
+    assert_eq!(ext.len(), 1);
+    assert_eq!((ext[0].seq, ext[0].holder), (seq, 1));
+}
