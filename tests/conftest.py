@@ -263,8 +263,9 @@ def owner_of_name(name: str, n: int) -> int:
 # -- raw wire protocol helpers (tests that speak to a server without the client library) -----
 
 MAGIC = b"PDCX"
-VERSION = 1
-CHALLENGE, AUTH, REQUEST, RESPONSE = 1, 2, 3, 4
+VERSION = 2
+# Frame kinds (protocol::FrameKind).
+CHALLENGE, HELLO, WELCOME, REQUEST, RESPONSE, PEER_REQUEST, PEER_RESPONSE = 1, 2, 3, 4, 5, 6, 7
 ERROR_KINDS = [
     "NotFound",
     "AlreadyExists",
@@ -375,15 +376,12 @@ class RawConn:
             return False
 
     def handshake(self, secret: bytes) -> tuple[int, int]:
-        """Answers the server's challenge; returns (rank, size) from its Welcome."""
-        import hashlib
-        import hmac
-
+        """Answers the server's challenge as a client; returns (rank, size) from its Welcome."""
         kind, _, nonce, _ = self.recv_frame()
         assert kind == CHALLENGE and len(nonce) == 32
-        self.send_frame(AUTH, hmac.new(secret, nonce, hashlib.sha256).digest(), request_id=0)
+        self.send_frame(HELLO, enc_hello(secret, nonce), request_id=0)
         kind, _, body, _ = self.recv_frame()
-        assert kind == RESPONSE and body[0] == RESP_WELCOME, decode_error(body)
+        assert kind == WELCOME and body[0] == 0, decode_error(body)
         rank, i = read_varint(body, 1)
         size, _ = read_varint(body, i)
         return rank, size
@@ -395,9 +393,26 @@ class RawConn:
         return rbody, rpayload
 
 
-def decode_error(body: bytes) -> tuple[str, str] | None:
-    """(kind, message) of a Response::Error body, else None."""
-    if not body or body[0] != RESP_ERROR:
+def hello_tag(secret: bytes, nonce: bytes, peer_rank: int | None = None) -> bytes:
+    """protocol::hello_tag: HMAC-SHA256 of a label, the role (and a peer's rank) and the nonce."""
+    import hashlib
+    import hmac
+
+    role = b"\x00" + bytes(4) if peer_rank is None else b"\x01" + struct.pack("<I", peer_rank)
+    return hmac.new(secret, b"pdcx hello\x00" + role + nonce, hashlib.sha256).digest()
+
+
+def enc_hello(secret: bytes, nonce: bytes, peer_rank: int | None = None, tag: bytes | None = None) -> bytes:
+    """A Hello body: Role (Client, or Peer{rank}) then the tag."""
+    role = varint(0) if peer_rank is None else varint(1) + varint(peer_rank)
+    tag = hello_tag(secret, nonce, peer_rank) if tag is None else tag
+    return role + varint(len(tag)) + tag
+
+
+def decode_error(body: bytes, kind: int = RESPONSE) -> tuple[str, str] | None:
+    """(kind, message) of an error reply, else None: a Response::Error body, or for a `WELCOME`
+    frame a refused handshake (Result::Err)."""
+    if not body or body[0] != (1 if kind == WELCOME else RESP_ERROR):
         return None
     k, i = read_varint(body, 1)
     n, i = read_varint(body, i)

@@ -13,8 +13,9 @@ import numpy as np
 import pdcx
 import pytest
 from conftest import (
-    AUTH,
     CHALLENGE,
+    HELLO,
+    PEER_REQUEST,
     REQ,
     REQUEST,
     RESP_COMMITTED,
@@ -22,10 +23,14 @@ from conftest import (
     RESP_STAGED,
     RESP_WELCOME,
     RESPONSE,
+    VERSION,
+    WELCOME,
     RawConn,
     decode_error,
     enc_commit,
+    enc_hello,
     enc_read,
+    enc_region,
     enc_stage,
     header,
     varint,
@@ -65,9 +70,11 @@ def authed(d) -> RawConn:
 
 
 def expect_error_and_close(raw: RawConn, *words: str) -> tuple[str, str]:
+    """An error reply, then the server closes: a `Response::Error` after the handshake, a
+    refusing `Welcome` during it."""
     kind, _, body, _ = raw.recv_frame()
-    assert kind == RESPONSE
-    err = decode_error(body)
+    assert kind in (RESPONSE, WELCOME)
+    err = decode_error(body, kind)
     assert err is not None, f"expected an error reply, got {body[:40]!r}"
     for w in words:
         assert w in err[1].lower(), err
@@ -206,20 +213,44 @@ def test_truncated_frames_then_close(dep):
     raw.close()
     raw = RawConn(dep.addr(0))  # truncated during the handshake
     raw.recv_frame()
-    raw.send(header(AUTH, 32)[:12])
+    raw.send(header(HELLO, 32)[:12])
     raw.close()
     assert_serving(dep)
 
 
 def test_wrong_protocol_version_is_refused_with_a_reason(dep):
     raw = authed(dep)
-    raw.send_frame(REQUEST, varint(REQ["Ping"]), version=2)
-    expect_error_and_close(raw, "version", "v2")
+    raw.send_frame(REQUEST, varint(REQ["Ping"]), version=VERSION + 1)
+    expect_error_and_close(raw, "version", f"speaks pdcx protocol {VERSION + 1}, this one {VERSION}")
+    # During the handshake (what a client of another release sends): both versions, and what to do.
     raw = RawConn(dep.addr(0))
     kind, _, _, _ = raw.recv_frame()
     assert kind == CHALLENGE
-    raw.send_frame(AUTH, b"\x00" * 32, version=0)
-    expect_error_and_close(raw, "version")
+    raw.send_frame(HELLO, b"", version=1)
+    expect_error_and_close(raw, f"speaks pdcx protocol {VERSION}, the connecting side 1", "upgrade")
+    assert_serving(dep)
+
+
+def test_server_to_server_requests_are_refused_on_a_client_connection(dep):
+    obj = dep.client().open_object("bad/canary")
+    raw = authed(dep)
+    # PeerRequest::Register{items: [{id, region: whole, token: None}]}: would add a region to
+    # the owner's map.
+    register = varint(2) + varint(1) + varint(obj.id) + enc_region([0], [1000]) + varint(0)
+    raw.send_frame(PEER_REQUEST, register, request_id=5)
+    kind, rid, body, _ = raw.recv_frame()
+    assert (kind, rid) == (RESPONSE, 5)
+    err = decode_error(body)
+    assert err and err[0] == "Auth" and "`Register` is a server-to-server request" in err[1], err
+    body, _ = raw.call(varint(REQ["Ping"]))
+    assert body[0] == RESP_WELCOME
+    raw.close()
+    assert len(dep.client().open_object("bad/canary").extents()) == 1, "nothing was registered"
+    # A server's handshake (peer role) for a rank the deployment does not have is refused.
+    raw = RawConn(dep.addr(0))
+    _, _, nonce, _ = raw.recv_frame()
+    raw.send_frame(HELLO, enc_hello(dep.secret(), nonce, peer_rank=dep.n), request_id=0)
+    assert expect_error_and_close(raw, "not part of this deployment")[0] == "Auth"
     assert_serving(dep)
 
 
@@ -241,18 +272,29 @@ def test_authentication_is_required(dep, tmp_path):
     # wrong secret
     raw = RawConn(dep.addr(0))
     _, _, nonce, _ = raw.recv_frame()
-    raw.send_frame(AUTH, hmac.new(b"not the secret", nonce, hashlib.sha256).digest(), request_id=0)
+    raw.send_frame(HELLO, enc_hello(b"not the secret", nonce), request_id=0)
     assert expect_error_and_close(raw, "authentication")[0] == "Auth"
     # right secret, wrong nonce (a replayed answer)
     raw = RawConn(dep.addr(0))
     raw.recv_frame()
-    raw.send_frame(AUTH, hmac.new(dep.secret(), b"\x00" * 32, hashlib.sha256).digest(), request_id=0)
+    raw.send_frame(HELLO, enc_hello(dep.secret(), b"\x00" * 32), request_id=0)
     assert expect_error_and_close(raw, "authentication")[0] == "Auth"
     # truncated tag
     raw = RawConn(dep.addr(0))
     _, _, nonce, _ = raw.recv_frame()
-    raw.send_frame(AUTH, hmac.new(dep.secret(), nonce, hashlib.sha256).digest()[:31], request_id=0)
+    raw.send_frame(HELLO, enc_hello(dep.secret(), nonce, tag=enc_hello(dep.secret(), nonce)[2:33]), request_id=0)
     assert expect_error_and_close(raw)[0] == "Auth"
+    # the old answer (a bare HMAC of the nonce) is not a Hello
+    raw = RawConn(dep.addr(0))
+    _, _, nonce, _ = raw.recv_frame()
+    raw.send_frame(HELLO, hmac.new(dep.secret(), nonce, hashlib.sha256).digest(), request_id=0)
+    assert expect_error_and_close(raw, "authentication")[0] == "Auth"
+    # a client's proof relabelled as a server's (peer) proof
+    raw = RawConn(dep.addr(0))
+    _, _, nonce, _ = raw.recv_frame()
+    client_tag = enc_hello(dep.secret(), nonce)[2:]
+    raw.send_frame(HELLO, enc_hello(dep.secret(), nonce, peer_rank=0, tag=client_tag), request_id=0)
+    assert expect_error_and_close(raw, "authentication")[0] == "Auth"
     # no auth at all: straight to a request
     raw = RawConn(dep.addr(0))
     raw.recv_frame()
@@ -278,12 +320,12 @@ def test_oversized_claims_are_refused_without_reading_them(dep):
     expect_error_and_close(raw, "body", "exceeds")
     raw = RawConn(dep.addr(0))
     raw.recv_frame()
-    raw.send(header(AUTH, 32, request_id=0, payload_len=1 << 20))
+    raw.send(header(HELLO, 32, request_id=0, payload_len=1 << 20))
     expect_error_and_close(raw, "payload")
     # before authenticating, a peer may not make the server buffer more than a handshake needs
     raw = RawConn(dep.addr(0))
     raw.recv_frame()
-    raw.send(header(AUTH, 1 << 20, request_id=0))
+    raw.send(header(HELLO, 1 << 20, request_id=0))
     expect_error_and_close(raw, "body", "exceeds")
     # a Stage whose items claim more than the frame carries
     obj = dep.client().open_object("bad/canary")

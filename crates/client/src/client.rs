@@ -4,20 +4,21 @@
 //! node-local server, which aggregates identical ones from this node's clients (`relay.rs` in
 //! the server).
 
-use crate::cluster::{root_from_env, ClusterFile};
 use crate::conn::Conn;
 use crate::shm::{self, Payload, ShmPool};
 use crate::transfer::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
 use pdcx_core::placement::{data_server, PlacementInput};
 use pdcx_core::protocol::{
-    Consistency, Durability, ExtentInfo, FlushReport, ObjectKey, ObjectSpec, Pieces, ReadItem,
-    RegisterItem, Request, Response, ServerStats, StageItem, TagTarget,
+    Consistency, Durability, ExtentInfo, FlushReport, ObjectKey, ObjectSpec, ReadItem, Request,
+    Response, ServerStats, StageItem, TagTarget,
 };
 use pdcx_core::{
     owner_of_name, Condition, ContainerInfo, Error, ErrorKind, ObjectId, ObjectMeta, Placement,
     Region, Result,
 };
+use pdcx_transport::cluster::{root_from_env, ClusterFile};
+use pdcx_transport::pool::Pool;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
@@ -25,12 +26,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 pub(crate) struct Inner {
     pub cluster: ClusterFile,
-    /// Where each server listens now: the cluster file's address, refreshed from the root's
-    /// cluster file when a server cannot be reached (a restarted deployment has new ports).
-    addrs: Vec<Mutex<String>>,
-    pub secret: Vec<u8>,
-    pub root: Option<PathBuf>,
-    conns: Vec<Mutex<Option<Conn>>>,
+    /// One pooled connection per server for synchronous calls (and the addresses and secret
+    /// every connection of this client uses).
+    pool: Pool<Conn>,
     pub(crate) workers: Vec<OnceLock<Worker>>,
     txn_base: u64,
     txn_counter: AtomicU64,
@@ -70,14 +68,6 @@ fn unexpected(what: &str, r: Response) -> Error {
     Error::protocol(format!("unexpected reply to {what}: {r:?}"))
 }
 
-/// Errors after which a connection's byte stream can no longer be trusted.
-fn breaks_connection(e: &Error) -> bool {
-    matches!(
-        e.kind,
-        ErrorKind::Unavailable | ErrorKind::Io | ErrorKind::Protocol
-    )
-}
-
 impl Client {
     /// Joins the deployment at `root`, or at `PDCX_ROOT` when `root` is None.
     pub fn connect(root: Option<&Path>) -> Result<Client> {
@@ -88,13 +78,17 @@ impl Client {
             )
         })?;
         let cluster = ClusterFile::load(&root)?;
-        let mut c = Self::from_cluster(cluster)?;
-        Arc::get_mut(&mut c.inner).expect("fresh client").root = Some(root);
-        Ok(c)
+        Self::from_cluster_at(cluster, Some(root))
     }
 
     pub fn from_cluster(cluster: ClusterFile) -> Result<Client> {
-        let secret = cluster.secret_bytes()?;
+        Self::from_cluster_at(cluster, None)
+    }
+
+    /// A client of `cluster`; with `root`, it follows a restarted deployment to its new ports.
+    fn from_cluster_at(cluster: ClusterFile, root: Option<PathBuf>) -> Result<Client> {
+        let pool = Pool::new(&cluster, root)?;
+        let secret = pool.secret().to_vec();
         let n = cluster.size as usize;
         let txn_base = (rand::random::<u32>() as u64) << 32;
         let placement = match std::env::var("PDCX_PLACEMENT") {
@@ -132,14 +126,7 @@ impl Client {
             relaxed_at: Mutex::new(HashMap::new()),
             placement: AtomicU8::new(placement_code(placement)),
             in_flight: (0..n).map(|_| AtomicU64::new(0)).collect(),
-            secret,
-            root: None,
-            conns: (0..n).map(|_| Mutex::new(None)).collect(),
-            addrs: cluster
-                .servers
-                .iter()
-                .map(|s| Mutex::new(s.addr.clone()))
-                .collect(),
+            pool,
             workers: (0..n).map(|_| OnceLock::new()).collect(),
             cluster,
             txn_base,
@@ -161,7 +148,7 @@ impl Client {
     }
 
     pub fn root(&self) -> Option<&Path> {
-        self.inner.root.as_deref()
+        self.inner.pool.root()
     }
 
     /// This client's node-local server: the one that receives its data under region-local
@@ -312,8 +299,16 @@ impl Client {
         self.inner.txn_base | self.inner.txn_counter.fetch_add(1, Ordering::Relaxed)
     }
 
+    /// A new connection to server `rank` (not pooled), with shared memory enabled when the
+    /// server is on this node.
     pub(crate) fn open_conn(&self, rank: u32) -> Result<Conn> {
-        let mut conn = self.connect_rank(rank)?;
+        self.inner
+            .pool
+            .open(rank, &|addr, secret| self.connect_at(rank, addr, secret))
+    }
+
+    fn connect_at(&self, rank: u32, addr: &str, secret: &[u8]) -> Result<Conn> {
+        let mut conn = Conn::connect(addr, secret)?;
         if let (Some(pool), Some(true)) = (&self.inner.shm, self.inner.same_node.get(rank as usize))
         {
             conn.enable_shm(pool.clone(), self.inner.shm_refused[rank as usize].clone());
@@ -347,75 +342,10 @@ impl Client {
         Payload::Heap(v)
     }
 
-    fn connect_rank(&self, rank: u32) -> Result<Conn> {
-        let slot = self
-            .inner
-            .addrs
-            .get(rank as usize)
-            .ok_or_else(|| Error::invalid(format!("no server with rank {rank}")))?;
-        let addr = slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        match Conn::connect(&addr, &self.inner.secret) {
-            Err(e) if e.kind == ErrorKind::Unavailable => {
-                // The deployment may have been restarted on new ports: look again, once.
-                let Some(fresh) = self.current_addr(rank).filter(|a| *a != addr) else {
-                    return Err(e);
-                };
-                let conn = Conn::connect(&fresh, &self.inner.secret)?;
-                if conn.rank != rank {
-                    return Err(Error::new(
-                        ErrorKind::Unavailable,
-                        format!("{fresh} answers as server {}, not {rank}", conn.rank),
-                    ));
-                }
-                *slot.lock().unwrap_or_else(|p| p.into_inner()) = fresh;
-                Ok(conn)
-            }
-            r => r,
-        }
-    }
-
-    /// Server `rank`'s address in the root's cluster file as it is now, if that file still
-    /// describes this deployment (same size and secret).
-    fn current_addr(&self, rank: u32) -> Option<String> {
-        let cf = ClusterFile::load(self.inner.root.as_deref()?).ok()?;
-        if cf.size != self.size() || cf.secret_bytes().ok()? != self.inner.secret {
-            return None;
-        }
-        cf.servers.get(rank as usize).map(|s| s.addr.clone())
-    }
-
     /// Runs `f` on the pooled connection to `rank`, reconnecting once if the pooled one is dead.
     fn with_conn<T>(&self, rank: u32, f: &mut dyn FnMut(&mut Conn) -> Result<T>) -> Result<T> {
-        let slot = self
-            .inner
-            .conns
-            .get(rank as usize)
-            .ok_or_else(|| Error::invalid(format!("no server with rank {rank}")))?;
-        let mut guard = slot
-            .lock()
-            .map_err(|_| Error::internal("connection lock poisoned"))?;
-        let fresh = guard.is_none();
-        if fresh {
-            *guard = Some(self.open_conn(rank)?);
-        }
-        let conn = guard.as_mut().expect("connection just set");
-        match f(conn) {
-            Err(e) if breaks_connection(&e) => {
-                *guard = None;
-                // A pooled connection may have been closed by a server restart: retry once, only
-                // for calls that never reached a live server.
-                if !fresh && e.kind == ErrorKind::Unavailable {
-                    let mut c = self.open_conn(rank)?;
-                    let r = f(&mut c);
-                    if r.is_ok() {
-                        *guard = Some(c);
-                    }
-                    return r;
-                }
-                Err(e)
-            }
-            r => r,
-        }
+        let open = |addr: &str, secret: &[u8]| self.connect_at(rank, addr, secret);
+        self.inner.pool.with_conn(rank, &open, f)
     }
 
     pub(crate) fn call(&self, rank: u32, req: &Request, payload: &[&[u8]]) -> Result<Response> {
@@ -584,10 +514,7 @@ impl Client {
         };
         let local = self.local_server();
         if owner != local && self.aggregation() {
-            let req = Request::LookupObject {
-                key: key.clone(),
-                relayed_for: 0,
-            };
+            let req = Request::LookupObject { key: key.clone() };
             match self.call(local, &req, &[]) {
                 Ok(Response::Object(o)) => return Ok(o),
                 Ok(r) => return Err(unexpected("lookup", r)),
@@ -598,18 +525,6 @@ impl Client {
         let req = match key {
             ObjectKey::Name(name) => Request::OpenObject { name },
             ObjectKey::Id(id) => Request::GetObject { id },
-        };
-        match self.call(owner, &req, &[])? {
-            Response::Object(o) => Ok(o),
-            r => Err(unexpected("lookup", r)),
-        }
-    }
-
-    /// Server to server: forwards a lookup to its owner for `riders` client requests.
-    pub fn lookup_relayed(&self, owner: u32, key: &ObjectKey, riders: u32) -> Result<ObjectMeta> {
-        let req = Request::LookupObject {
-            key: key.clone(),
-            relayed_for: riders.max(1),
         };
         match self.call(owner, &req, &[])? {
             Response::Object(o) => Ok(o),
@@ -813,49 +728,6 @@ impl Client {
         Ok(o)
     }
 
-    /// Server to server: records regions that `holder` committed of objects `owner` owns;
-    /// returns the first of the consecutive sequence numbers the owner assigned them.
-    pub fn register(&self, owner: u32, holder: u32, items: &[(ObjectId, Region)]) -> Result<u64> {
-        let req = Request::Register {
-            holder,
-            items: items.to_vec(),
-        };
-        match self.call(owner, &req, &[])? {
-            Response::Registered { first_seq } => Ok(first_seq),
-            r => Err(unexpected("register", r)),
-        }
-    }
-
-    /// Server to server: registers regions `holder` committed of objects `owner` owns (see
-    /// `Request::RegisterBatch`); one sequence number per item.
-    pub fn register_batch(
-        &self,
-        owner: u32,
-        holder: u32,
-        items: &[RegisterItem],
-    ) -> Result<Vec<Option<u64>>> {
-        let req = Request::RegisterBatch {
-            holder,
-            items: items.to_vec(),
-        };
-        match self.call(owner, &req, &[])? {
-            Response::Seqs(s) if s.len() == items.len() => Ok(s),
-            r => Err(unexpected("register", r)),
-        }
-    }
-
-    /// Server to server: `holder`'s committed pieces of `region` of object `id`.
-    pub fn read_pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
-        let req = Request::ReadPieces {
-            id,
-            region: region.clone(),
-        };
-        match self.with_conn(holder, &mut |c| c.call(&req, &[]))? {
-            (Response::Pieces(list), bytes) => Ok((list, bytes)),
-            (r, _) => Err(unexpected("read pieces", r)),
-        }
-    }
-
     /// Synchronous write: stage and commit in one go, with the object's consistency (strong
     /// unless [`set_consistency`](Self::set_consistency) said otherwise).
     pub fn write(
@@ -964,13 +836,7 @@ fn placement_code(p: Placement) -> u8 {
     PLACEMENTS.iter().position(|&x| x == p).unwrap_or(3) as u8
 }
 
-/// The node this process runs on: `PDCX_NODE`, else the host name.
-pub fn this_node() -> String {
-    match std::env::var("PDCX_NODE") {
-        Ok(n) if !n.trim().is_empty() => n.trim().to_string(),
-        _ => crate::cluster::hostname(),
-    }
-}
+pub use pdcx_transport::cluster::this_node;
 
 /// Picks this process's node-local server: among the servers on this node, the one at
 /// (node-local rank from the launcher, else pid) modulo their count, so the ranks of a node

@@ -2,10 +2,12 @@
 //! (authenticated framed connections) and moves data (transfers with start/status/wait).
 
 pub mod client;
-pub mod cluster;
 pub mod conn;
 pub mod shm;
 pub mod transfer;
+
+/// The cluster file and secret live in the transport layer the servers share.
+pub use pdcx_transport::cluster;
 
 pub use client::Client;
 pub use cluster::ClusterFile;

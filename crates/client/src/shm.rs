@@ -2,7 +2,7 @@
 //!
 //! Bulk data of stages and reads normally travels in the frame payload over TCP (two socket
 //! copies plus the syscalls). When the chosen server runs on this client's node (its
-//! `ServerEntry::node` equals [`this_node`](crate::client::this_node)) the bytes go through an
+//! `ServerEntry::node` equals [`this_node`](crate::cluster::this_node)) the bytes go through an
 //! **arena** instead: one shared mapping both processes see.
 //!
 //! * An arena is a **sealed memfd**, not a named file under `/dev/shm`: it has no name anyone
@@ -30,7 +30,7 @@
 //!
 //! `PDCX_SHM=0` turns the path off; `PDCX_DEBUG=1` says on stderr why it is not used.
 
-use pdcx_core::protocol::{auth_tag, ShmLoc};
+use pdcx_core::protocol::ShmLoc;
 use pdcx_core::{Error, Result};
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -75,14 +75,7 @@ pub fn debug(msg: &str) {
     }
 }
 
-/// Every arena name of a deployment starts with this: `pdcx-` and 12 hex digits derived from
-/// the deployment secret (an HMAC, so the name reveals nothing about the secret). The server
-/// refuses arenas of other deployments, and anything that is not a pdcx arena.
-pub fn arena_prefix(secret: &[u8]) -> String {
-    let tag = auth_tag(secret, b"pdcx shm arena");
-    let hex: String = tag[..6].iter().map(|b| format!("{b:02x}")).collect();
-    format!("pdcx-{hex}-")
-}
+pub use pdcx_core::protocol::arena_prefix;
 
 fn os_err(what: &str) -> Error {
     Error::io(what, &std::io::Error::last_os_error())

@@ -3,10 +3,18 @@
 //! never re-encoded and a receiver can read it straight into its destination buffer.
 //!
 //! Header (little-endian): magic "PDCX" | version u16 | kind u16 | flags u32 | body_len u32 |
-//! request_id u64 | payload_len u64.
+//! request_id u64 | payload_len u64. The first six bytes (magic and version) keep this place in
+//! every version, so both sides can always tell which version the other speaks.
 //!
-//! A connection starts with the server's `Challenge` frame (a random nonce); the client answers
-//! with an `Auth` frame holding HMAC-SHA256(deployment secret, nonce). Anything else is refused.
+//! Handshake: the server sends a `Challenge` frame (a random nonce); the connecting side
+//! answers with a `Hello` frame: its role (a client, or the server of rank N) and
+//! HMAC-SHA256(deployment secret, role and nonce); the server answers with a `Welcome` frame
+//! (its rank and size, or why it refused). Anything else is refused.
+//!
+//! Two request families follow, one per role: a client sends `Request` frames (answered with
+//! `Response`), a server sends the other servers `PeerRequest` frames (answered with
+//! `PeerResponse`): registering regions with their owner, reading pieces, relayed lookups. A
+//! connection serves only its own role's family; the other is refused with an error reply.
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::model::{ContainerInfo, ObjectId, ObjectMeta, Tags};
@@ -19,7 +27,9 @@ use serde::{Deserialize, Serialize};
 use std::io::{Read, Write};
 
 pub const MAGIC: [u8; 4] = *b"PDCX";
-pub const VERSION: u16 = 1;
+/// Changes with every change of the wire format (frames, handshake or any body).
+/// 2: client and peer request families, role in the handshake, `Register` removed.
+pub const VERSION: u16 = 2;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;
 pub const NONCE_LEN: usize = 32;
@@ -28,9 +38,12 @@ pub const NONCE_LEN: usize = 32;
 #[repr(u16)]
 pub enum FrameKind {
     Challenge = 1,
-    Auth = 2,
-    Request = 3,
-    Response = 4,
+    Hello = 2,
+    Welcome = 3,
+    Request = 4,
+    Response = 5,
+    PeerRequest = 6,
+    PeerResponse = 7,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,17 +76,20 @@ impl Header {
                 &b[0..4]
             )));
         }
-        let version = u16::from_le_bytes([b[4], b[5]]);
+        let version = header_version(b);
         if version != VERSION {
             return Err(Error::protocol(format!(
-                "protocol version mismatch: peer speaks v{version}, this build speaks v{VERSION}"
+                "protocol version mismatch: the other side speaks pdcx protocol {version}, this one {VERSION}"
             )));
         }
         let kind = match u16::from_le_bytes([b[6], b[7]]) {
             1 => FrameKind::Challenge,
-            2 => FrameKind::Auth,
-            3 => FrameKind::Request,
-            4 => FrameKind::Response,
+            2 => FrameKind::Hello,
+            3 => FrameKind::Welcome,
+            4 => FrameKind::Request,
+            5 => FrameKind::Response,
+            6 => FrameKind::PeerRequest,
+            7 => FrameKind::PeerResponse,
             k => return Err(Error::protocol(format!("unknown frame kind {k}"))),
         };
         let le32 = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
@@ -99,6 +115,16 @@ impl Header {
         }
         Ok(h)
     }
+}
+
+/// The protocol version a header (of any version) announces. Meaningful once the magic matched.
+pub fn header_version(b: &[u8; HEADER_LEN]) -> u16 {
+    u16::from_le_bytes([b[4], b[5]])
+}
+
+/// Whether `b` starts like a pdcx frame of any version.
+pub fn has_magic(b: &[u8; HEADER_LEN]) -> bool {
+    b[0..4] == MAGIC
 }
 
 fn codec() -> impl Options {
@@ -153,10 +179,27 @@ pub fn read_frame_head_limited<R: Read>(
     max_body: u32,
     max_payload: u64,
 ) -> Result<(Header, Vec<u8>)> {
+    let hb = read_header_bytes(r)?;
+    finish_frame_head(r, &hb, max_body, max_payload)
+}
+
+/// Reads the 32 header bytes without interpreting them, so a handshake can look at the other
+/// side's version before anything else (`header_version`).
+pub fn read_header_bytes<R: Read>(r: &mut R) -> Result<[u8; HEADER_LEN]> {
     let mut hb = [0u8; HEADER_LEN];
     r.read_exact(&mut hb)
         .map_err(|e| read_error("frame header", &e))?;
-    let h = Header::decode(&hb, max_payload)?;
+    Ok(hb)
+}
+
+/// Decodes header bytes read by `read_header_bytes` and reads the body that follows.
+pub fn finish_frame_head<R: Read>(
+    r: &mut R,
+    hb: &[u8; HEADER_LEN],
+    max_body: u32,
+    max_payload: u64,
+) -> Result<(Header, Vec<u8>)> {
+    let h = Header::decode(hb, max_payload)?;
     if h.body_len > max_body {
         return Err(Error::protocol(format!(
             "frame body of {} bytes exceeds {max_body} at this stage",
@@ -190,17 +233,73 @@ fn read_error(what: &str, e: &std::io::Error) -> Error {
     }
 }
 
-pub fn auth_tag(secret: &[u8], nonce: &[u8]) -> Vec<u8> {
+/// HMAC-SHA256 of `msg` under the deployment secret.
+pub fn auth_tag(secret: &[u8], msg: &[u8]) -> Vec<u8> {
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
-    mac.update(nonce);
+    mac.update(msg);
     mac.finalize().into_bytes().to_vec()
 }
 
-/// Constant-time check of a client's answer to the challenge.
-pub fn auth_verify(secret: &[u8], nonce: &[u8], tag: &[u8]) -> bool {
+/// Who opens a connection, said in its `Hello`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Role {
+    /// An application, the CLI: sends `Request`s.
+    Client,
+    /// Server `rank` of the same deployment: sends `PeerRequest`s.
+    Peer { rank: u32 },
+}
+
+/// The connecting side's answer to the challenge.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub role: Role,
+    /// `hello_tag(secret, nonce, role)`.
+    pub tag: Vec<u8>,
+}
+
+/// What the server says about itself in its `Welcome` (whose body is
+/// `Result<ServerInfo, Error>`: a refused handshake carries the reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServerInfo {
+    pub rank: u32,
+    pub size: u32,
+}
+
+/// The proof in a `Hello`: HMAC-SHA256 under the deployment secret of a fixed label, the role
+/// (and a peer's rank) and the server's nonce. Binding the role means a `Hello` cannot be
+/// replayed or rewritten into another role (or another rank) without the secret.
+pub fn hello_tag(secret: &[u8], nonce: &[u8], role: Role) -> Vec<u8> {
+    hello_mac(secret, nonce, role)
+        .finalize()
+        .into_bytes()
+        .to_vec()
+}
+
+/// Constant-time check of a `Hello`'s tag.
+pub fn hello_verify(secret: &[u8], nonce: &[u8], role: Role, tag: &[u8]) -> bool {
+    hello_mac(secret, nonce, role).verify_slice(tag).is_ok()
+}
+
+fn hello_mac(secret: &[u8], nonce: &[u8], role: Role) -> Hmac<sha2::Sha256> {
     let mut mac = Hmac::<sha2::Sha256>::new_from_slice(secret).expect("HMAC takes any key length");
+    let (kind, rank) = match role {
+        Role::Client => (0u8, 0u32),
+        Role::Peer { rank } => (1u8, rank),
+    };
+    mac.update(b"pdcx hello\0");
+    mac.update(&[kind]);
+    mac.update(&rank.to_le_bytes());
     mac.update(nonce);
-    mac.verify_slice(tag).is_ok()
+    mac
+}
+
+/// Every shared-memory arena name of a deployment starts with this: `pdcx-` and 12 hex digits
+/// derived from the deployment secret (an HMAC, so the name reveals nothing about the secret).
+/// The server refuses arenas of other deployments, and anything that is not a pdcx arena.
+pub fn arena_prefix(secret: &[u8]) -> String {
+    let tag = auth_tag(secret, b"pdcx shm arena");
+    let hex: String = tag[..6].iter().map(|b| format!("{b:02x}")).collect();
+    format!("pdcx-{hex}-")
 }
 
 /// How durable a waited write is when `wait` returns.
@@ -330,20 +429,6 @@ pub enum Request {
     DropMemberships {
         container: String,
     },
-    /// Server to server: a holder tells the objects' owner that it committed these regions of
-    /// objects the owner is responsible for. The owner records them in its region map and
-    /// answers with the first of `items.len()` consecutive sequence numbers, which order them
-    /// against every other write of the same objects.
-    Register {
-        holder: u32,
-        items: Vec<(ObjectId, Region)>,
-    },
-    /// Server to server: the holder's committed pieces of `region` of a (foreign) object,
-    /// each with its sequence number, so the owner can merge several holders' data.
-    ReadPieces {
-        id: ObjectId,
-        region: Region,
-    },
     /// Asks an object's owner which servers hold data of each region (read planning).
     Locate {
         items: Vec<ReadItem>,
@@ -371,13 +456,11 @@ pub enum Request {
         tier: String,
     },
     /// Client to its node-local server: the metadata of one object. The server answers if it
-    /// owns the object; otherwise it forwards the lookup to the owner, and concurrent
-    /// identical lookups from its clients share one forwarded request (per-node aggregation).
-    /// The forwarded copy carries `relayed_for` = the client requests it stands for (> 0); an
-    /// owner answers such a copy itself and never forwards it again.
+    /// owns the object; otherwise it forwards the lookup to the owner (`PeerRequest::Lookup`),
+    /// and concurrent identical lookups from its clients share one forwarded request
+    /// (per-node aggregation).
     LookupObject {
         key: ObjectKey,
-        relayed_for: u32,
     },
     /// `Commit` under relaxed consistency: the writes are durable and acknowledged without
     /// waiting for their owners; registering them in the owners' region maps (what makes them
@@ -388,13 +471,6 @@ pub enum Request {
         txns: Vec<u64>,
         durability: Durability,
         expected_writes: u64,
-    },
-    /// Server to server: `Register` with one answer per item (`Seqs`). Items with a `token`
-    /// are deferred (relaxed) writes: registering one twice returns its first sequence number,
-    /// and an item whose object no longer exists is answered with None.
-    RegisterBatch {
-        holder: u32,
-        items: Vec<RegisterItem>,
     },
     /// The consistency point of relaxed writes: this server registers its deferred writes of
     /// these objects (of every object when empty) with their owners before answering `Ok`.
@@ -507,7 +583,7 @@ pub struct ServerStats {
     /// Object lookups (open by name, metadata by id) this server answered as the owner.
     #[serde(default)]
     pub lookups: u64,
-    /// Of those, lookups other servers forwarded for their clients (`LookupObject` relayed).
+    /// Of those, lookups other servers forwarded for their clients (`PeerRequest::Lookup`).
     #[serde(default)]
     pub lookups_forwarded: u64,
     /// Client requests those forwarded lookups stood for.
@@ -519,7 +595,8 @@ pub struct ServerStats {
     /// Client lookups answered by joining another client's forwarded lookup.
     #[serde(default)]
     pub lookups_coalesced: u64,
-    /// Register requests this server answered as owner, and the regions they carried.
+    /// Register requests (`PeerRequest::Register`) this server answered as owner, and the
+    /// regions they carried.
     #[serde(default)]
     pub registers: u64,
     #[serde(default)]
@@ -599,12 +676,6 @@ pub enum Response {
     Extents(Vec<ExtentInfo>),
     Stats(ServerStats),
     Error(Error),
-    /// First of the consecutive sequence numbers assigned by a `Register`.
-    Registered {
-        first_seq: u64,
-    },
-    /// Answer to `ReadPieces`: the payload holds each piece's elements back to back.
-    Pieces(Vec<(u64, Region)>),
     /// Answer to `Locate`: the holders of each item's region, in request order.
     Located(Vec<Vec<u32>>),
     /// Answer to `CreateObjects`: one result per spec, in request order.
@@ -614,9 +685,81 @@ pub enum Response {
         extents: u64,
         bytes: u64,
     },
-    /// Answer to `RegisterBatch`: each item's sequence number, None for a deferred write
-    /// whose object no longer exists.
+}
+
+/// Requests only servers send each other, on a connection whose `Hello` named the sender's
+/// rank (`Role::Peer`). The sender's rank is the connection's, never a field a request could
+/// get wrong. Answered with `PeerResponse`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum PeerRequest {
+    /// The metadata of an object this server owns (a holder checking a write against it).
+    /// Answered with `Object`.
+    Object { id: ObjectId },
+    /// A lookup a node-local server forwards to the object's owner for `riders` (> 0) of its
+    /// clients' `LookupObject`s. The owner answers it itself (`Object`), never forwards it.
+    Lookup { key: ObjectKey, riders: u32 },
+    /// The sender (a holder) committed these regions of objects this server owns: record them
+    /// in the region map and answer with each item's sequence number (`Seqs`), which orders it
+    /// against every other write of the same object. Items with a `token` are deferred
+    /// (relaxed) writes: registering one twice returns its first number, and one whose object
+    /// no longer exists is answered with None.
+    Register { items: Vec<RegisterItem> },
+    /// This server's committed pieces of `region` of an object another server owns, each with
+    /// its sequence number, so the owner can merge several holders' data. Answered with
+    /// `Pieces`.
+    ReadPieces { id: ObjectId, region: Region },
+}
+
+impl PeerRequest {
+    /// The request's name, for messages.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PeerRequest::Object { .. } => "Object",
+            PeerRequest::Lookup { .. } => "Lookup",
+            PeerRequest::Register { .. } => "Register",
+            PeerRequest::ReadPieces { .. } => "ReadPieces",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum PeerResponse {
+    Object(ObjectMeta),
+    /// Answer to `Register`: each item's sequence number, in request order.
     Seqs(Vec<Option<u64>>),
+    /// Answer to `ReadPieces`: the payload holds each piece's elements back to back.
+    Pieces(Vec<(u64, Region)>),
+    Error(Error),
+}
+
+/// The error a reply carries, if it is one (both families end in an `Error` variant).
+pub trait Reply: Sized {
+    fn into_result(self) -> std::result::Result<Self, Error>;
+    fn is_error(&self) -> bool;
+}
+
+impl Reply for Response {
+    fn is_error(&self) -> bool {
+        matches!(self, Response::Error(_))
+    }
+    fn into_result(self) -> std::result::Result<Self, Error> {
+        match self {
+            Response::Error(e) => Err(e),
+            r => Ok(r),
+        }
+    }
+}
+
+impl Reply for PeerResponse {
+    fn is_error(&self) -> bool {
+        matches!(self, PeerResponse::Error(_))
+    }
+    fn into_result(self) -> std::result::Result<Self, Error> {
+        match self {
+            PeerResponse::Error(e) => Err(e),
+            r => Ok(r),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -653,7 +796,9 @@ mod tests {
         b[4] = 9;
         let e = Header::decode(&b, 100).unwrap_err();
         assert!(
-            e.message.contains("version mismatch") && e.message.contains("v9"),
+            e.message.contains("version mismatch")
+                && e.message.contains("protocol 9")
+                && e.message.contains(&format!("this one {VERSION}")),
             "{e}"
         );
         let mut b = good;
@@ -727,11 +872,44 @@ mod tests {
     }
 
     #[test]
-    fn auth_accepts_only_the_right_secret() {
-        let tag = auth_tag(b"secret", b"nonce");
-        assert!(auth_verify(b"secret", b"nonce", &tag));
-        assert!(!auth_verify(b"other", b"nonce", &tag));
-        assert!(!auth_verify(b"secret", b"nonce", &tag[..31]));
+    fn hello_accepts_only_the_right_secret_role_and_rank() {
+        let peer = Role::Peer { rank: 1 };
+        let tag = hello_tag(b"secret", b"nonce", peer);
+        assert!(hello_verify(b"secret", b"nonce", peer, &tag));
+        assert!(!hello_verify(b"other", b"nonce", peer, &tag));
+        assert!(!hello_verify(b"secret", b"nonce2", peer, &tag));
+        assert!(!hello_verify(b"secret", b"nonce", peer, &tag[..31]));
+        // A client's proof does not make it a peer, nor one peer's proof another rank.
+        let client = hello_tag(b"secret", b"nonce", Role::Client);
+        assert!(hello_verify(b"secret", b"nonce", Role::Client, &client));
+        assert!(!hello_verify(b"secret", b"nonce", peer, &client));
+        assert!(!hello_verify(
+            b"secret",
+            b"nonce",
+            Role::Peer { rank: 2 },
+            &tag
+        ));
+    }
+
+    #[test]
+    fn peer_requests_round_trip_and_are_not_client_requests() {
+        let req = PeerRequest::Register {
+            items: vec![RegisterItem {
+                id: 3,
+                region: Region::new(vec![0], vec![4]).unwrap(),
+                token: Some((1, 2)),
+            }],
+        };
+        let body = encode_body(&req).unwrap();
+        assert_eq!(decode_body::<PeerRequest>(&body).unwrap(), req);
+        let resp = PeerResponse::Seqs(vec![Some(7), None]);
+        assert_eq!(
+            decode_body::<PeerResponse>(&encode_body(&resp).unwrap()).unwrap(),
+            resp
+        );
+        assert!(PeerResponse::Error(Error::internal("x"))
+            .into_result()
+            .is_err());
     }
 }
 
@@ -785,6 +963,9 @@ mod fuzz {
             }
             let _ = decode_body::<Request>(&b);
             let _ = decode_body::<Response>(&b);
+            let _ = decode_body::<PeerRequest>(&b);
+            let _ = decode_body::<PeerResponse>(&b);
+            let _ = decode_body::<Hello>(&b);
             let mut h = [0u8; HEADER_LEN];
             h.iter_mut()
                 .zip(b.iter().chain(std::iter::repeat(&0)))

@@ -405,25 +405,7 @@ impl Engine {
         Ok((list, out))
     }
 
-    /// Owner side of a holder's commit (`Register`): records where the regions live and
-    /// assigns them consecutive sequence numbers, returning the first.
-    pub fn register(&self, holder: u32, items: &[(ObjectId, Region)]) -> Result<u64> {
-        let items: Vec<RegisterItem> = items
-            .iter()
-            .map(|(id, region)| RegisterItem {
-                id: *id,
-                region: region.clone(),
-                token: None,
-            })
-            .collect();
-        let seqs = self.register_batch(holder, &items)?;
-        match seqs.first() {
-            Some(first) => first.ok_or_else(|| Error::internal("registration without a number")),
-            None => Ok(self.store.next_seq()),
-        }
-    }
-
-    /// Owner side of `RegisterBatch`: records where the regions live and gives each its
+    /// Owner side of a peer's `Register`: records where the regions live and gives each its
     /// sequence number (new items consecutive, in request order). A deferred write (with a
     /// token) registered before gets its number back; one whose object is gone gets None.
     /// Anything wrong with a strong item (not ours, unknown, out of bounds) fails the request.

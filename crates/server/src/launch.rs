@@ -2,9 +2,10 @@
 //! PMI) or the command line, and how rank 0 assembles the cluster file once every rank answers.
 
 use crate::rank_file;
-use pdcx_client::cluster::{encode_hex, load_or_create_secret, ClusterFile, ServerEntry};
-use pdcx_client::conn::Conn;
+use pdcx_core::protocol::Role;
 use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_transport::cluster::{encode_hex, load_or_create_secret, ClusterFile, ServerEntry};
+use pdcx_transport::Conn;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,7 @@ pub fn rank_from_env() -> Option<(u32, u32, &'static str)> {
     None
 }
 
-pub use pdcx_client::cluster::hostname;
+pub use pdcx_transport::cluster::hostname;
 
 /// Rank 0: waits until every rank's file names a server that answers with the right rank,
 /// then publishes the cluster file. Files left by a crashed run name dead addresses and are
@@ -48,7 +49,8 @@ pub fn assemble_cluster(root: &Path, size: u32, timeout: Duration) -> Result<Clu
             let Ok(entry) = serde_json::from_str::<ServerEntry>(&text) else {
                 continue;
             };
-            if let Ok(conn) = Conn::connect(&entry.addr, &secret) {
+            // Rank 0 asks as the server it is (a peer handshake proves the rank too).
+            if let Ok(conn) = Conn::connect_as(&entry.addr, &secret, Role::Peer { rank: 0 }) {
                 if conn.rank == rank {
                     entries[rank as usize] = Some(entry);
                 }

@@ -22,8 +22,8 @@ pub mod tiering;
 
 use engine::Engine;
 use meta::Metadata;
-use pdcx_client::cluster::{load_or_create_secret, write_private_atomic, ServerEntry};
 use pdcx_core::{owner_of_name, Error, ErrorKind, Result};
+use pdcx_transport::cluster::{load_or_create_secret, write_private_atomic, ServerEntry};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -66,7 +66,7 @@ impl ServerConfig {
             bind: "127.0.0.1:0".into(),
             cache_bytes: 256 << 20,
             max_payload: 4 << 30,
-            node: pdcx_client::client::this_node(),
+            node: pdcx_transport::cluster::this_node(),
             config_file: std::env::var_os("PDCX_CONFIG").map(PathBuf::from),
             agg_window: DEFAULT_AGG_WINDOW,
             lazy_interval: DEFAULT_LAZY_INTERVAL,
@@ -457,7 +457,7 @@ fn registrar(server: Weak<Server>) {
         if s.engine.deferred_count() == 0 {
             continue;
         }
-        if !pdcx_client::ClusterFile::path(&s.config.root).exists() {
+        if !pdcx_transport::ClusterFile::path(&s.config.root).exists() {
             // The deployment is still starting (rank 0 publishes the file once all answer).
             delay = retry;
             continue;

@@ -1,52 +1,37 @@
-//! How a server reaches the other servers of its deployment: a client of the cluster file,
-//! opened on first use (the file is only complete once every rank is up), plus a cache of
-//! the metadata of objects other servers own and this one holds data of.
+//! How a server reaches the other servers of its deployment: the transport's peer client
+//! (server-to-server requests over connections that prove this server's rank; the cluster
+//! file is read on first use, since it is only complete once every rank is up), plus a cache
+//! of the metadata of objects other servers own and this one holds data of.
 
 use crate::engine::{Peers, Pieces};
-use pdcx_client::Client;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{ObjectKey, RegisterItem};
 use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
+use pdcx_transport::PeerClient;
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, RwLock};
+use std::sync::RwLock;
 
 pub struct ClusterPeers {
-    root: PathBuf,
     rank: u32,
-    client: Mutex<Option<Client>>,
+    peers: PeerClient,
     objects: RwLock<HashMap<ObjectId, ObjectMeta>>,
 }
 
 impl ClusterPeers {
     pub fn new(root: PathBuf, rank: u32) -> ClusterPeers {
         ClusterPeers {
-            root,
             rank,
-            client: Mutex::new(None),
+            peers: PeerClient::new(root, rank),
             objects: RwLock::new(HashMap::new()),
         }
     }
 
-    fn client(&self) -> Result<Client> {
-        let mut guard = self.client.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(c) = guard.as_ref() {
-            return Ok(c.clone());
-        }
-        let c = Client::connect(Some(&self.root))?;
-        // A server asks owners directly: relaying through a node-local server would only add
-        // a hop (and could come back here).
-        c.set_aggregation(false);
-        *guard = Some(c.clone());
-        Ok(c)
-    }
-}
-
-impl ClusterPeers {
     /// Forwards a client's lookup to the object's owner on behalf of `riders` client requests
-    /// (per-node aggregation, `relay.rs`).
+    /// (per-node aggregation, `relay.rs`). A server asks owners directly: relaying through
+    /// another server would only add a hop.
     pub fn lookup(&self, owner: u32, key: &ObjectKey, riders: u32) -> Result<ObjectMeta> {
-        self.client()?.lookup_relayed(owner, key, riders)
+        self.peers.lookup(owner, key, riders)
     }
 }
 
@@ -62,8 +47,9 @@ impl Peers for ClusterPeers {
                 return Ok(m.clone());
             }
         }
-        debug_assert_ne!(owner_of_id(id), self.rank);
-        let meta = self.client()?.get_object(id)?;
+        let owner = owner_of_id(id);
+        debug_assert_ne!(owner, self.rank);
+        let meta = self.peers.object(owner, id)?;
         self.objects
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -72,21 +58,19 @@ impl Peers for ClusterPeers {
     }
 
     fn register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
-        self.client()?
-            .register_batch(owner, self.rank, items)
-            .map_err(|e| {
-                Error::new(
-                    e.kind,
-                    format!(
-                        "could not record the write with server {owner}, the objects' owner: {}",
-                        e.message
-                    ),
-                )
-            })
+        self.peers.register(owner, items).map_err(|e| {
+            Error::new(
+                e.kind,
+                format!(
+                    "could not record the write with server {owner}, the objects' owner: {}",
+                    e.message
+                ),
+            )
+        })
     }
 
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
-        self.client()?
+        self.peers
             .read_pieces(holder, id, region)
             .map_err(|e| Error::new(
                 e.kind,

@@ -1,4 +1,7 @@
 //! One thread per connection: authenticate, then read request frames and answer each one.
+//! The handshake says who connects: a client, answered in the client family (`Request`), or
+//! another server of the deployment, which proves its rank and is answered in the peer family
+//! (`PeerRequest`). A request of the other family is refused with an error reply.
 //! A malformed body gets an error reply and the connection goes on (the framing is intact);
 //! a malformed header, a wrong version or a failed handshake closes the connection.
 
@@ -7,7 +10,8 @@ use crate::shm::Attached;
 use crate::Server;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{
-    self, Consistency, FrameKind, ObjectKey, Request, Response, ServerStats,
+    self, Consistency, FrameKind, Hello, ObjectKey, PeerRequest, PeerResponse, Request, Response,
+    Role, ServerInfo, ServerStats,
 };
 use pdcx_core::{owner_of_name, Error, ErrorKind, ObjectMeta, Result};
 use std::collections::HashMap;
@@ -26,29 +30,47 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
     };
     let mut reader = BufReader::with_capacity(1 << 20, read_half);
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
-    if let Err(e) = handshake(server, &mut reader, &mut writer) {
-        let _ = reply(&mut writer, 0, &Response::Error(e), &[]);
-        return;
-    }
+    let role = match handshake(server, &mut reader, &mut writer) {
+        Ok(role) => role,
+        Err(e) => {
+            let _ = welcome(&mut writer, Err(e));
+            return;
+        }
+    };
     server.connections.fetch_add(1, Ordering::Relaxed);
+    match role {
+        Role::Client => serve_client(server, &mut reader, &mut writer),
+        Role::Peer { rank } => serve_peer(server, rank, &mut reader, &mut writer),
+    }
+    server.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The request loop of a client connection.
+fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
     let mut sess = Session::default();
     loop {
-        let (head, body) = match protocol::read_frame_head(&mut reader, server.config.max_payload) {
+        let (head, body) = match protocol::read_frame_head(reader, server.config.max_payload) {
             Ok(x) => x,
             Err(e) if e.kind == ErrorKind::Unavailable => break,
             Err(e) => {
-                let _ = reply(&mut writer, 0, &Response::Error(e), &[]);
+                let _ = reply(writer, 0, &Response::Error(e), &[]);
                 break;
             }
         };
-        if head.kind != FrameKind::Request {
-            let e = Error::protocol(format!("expected a request frame, got {:?}", head.kind));
-            let _ = reply(&mut writer, head.request_id, &Response::Error(e), &[]);
-            break;
-        }
-        let outcome = match protocol::decode_body::<Request>(&body) {
-            Ok(req) => handle(server, req, head.payload_len, &mut reader, &mut sess),
-            Err(e) => drain(&mut reader, head.payload_len).and(Err(e)),
+        let outcome = match head.kind {
+            FrameKind::Request => match protocol::decode_body::<Request>(&body) {
+                Ok(req) => handle(server, req, head.payload_len, reader, &mut sess),
+                Err(e) => drain(reader, head.payload_len).and(Err(e)),
+            },
+            // The framing is intact: refuse this one and go on.
+            FrameKind::PeerRequest => {
+                drain(reader, head.payload_len).and(Err(peer_request_refused(&body)))
+            }
+            kind => {
+                let e = Error::protocol(format!("expected a request frame, got {kind:?}"));
+                let _ = reply(writer, head.request_id, &Response::Error(e), &[]);
+                break;
+            }
         };
         let (resp, payload, shutdown) = match outcome {
             Ok((resp, payload)) => {
@@ -61,7 +83,7 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
             Err(e) if client_gone(&e) => break,
             Err(e) => (Response::Error(e), Vec::new(), false),
         };
-        if reply(&mut writer, head.request_id, &resp, &payload).is_err() {
+        if reply(writer, head.request_id, &resp, &payload).is_err() {
             break;
         }
         if payload.capacity() <= SCRATCH_KEEP && payload.capacity() > sess.scratch.capacity() {
@@ -72,8 +94,62 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
             break;
         }
     }
-    server.connections.fetch_sub(1, Ordering::Relaxed);
     // `sess` drops here: uncommitted writes are forgotten and shared-memory arenas unmapped.
+}
+
+/// The error for a server-to-server request sent on a client connection.
+fn peer_request_refused(body: &[u8]) -> Error {
+    let what = protocol::decode_body::<PeerRequest>(body)
+        .map(|r| format!("`{}`", r.name()))
+        .unwrap_or_else(|_| "this request".into());
+    Error::new(
+        ErrorKind::Auth,
+        format!(
+            "{what} is a server-to-server request, refused on a client connection \
+             (only a server of the deployment, proving its rank in the handshake, may send it)"
+        ),
+    )
+}
+
+/// The request loop of a connection from server `from` of the deployment.
+fn serve_peer(server: &Server, from: u32, reader: &mut Reader, writer: &mut Writer) {
+    loop {
+        let (head, body) = match protocol::read_frame_head(reader, server.config.max_payload) {
+            Ok(x) => x,
+            Err(e) if e.kind == ErrorKind::Unavailable => break,
+            Err(e) => {
+                let _ = peer_reply(writer, 0, &PeerResponse::Error(e), &[]);
+                break;
+            }
+        };
+        let outcome = match head.kind {
+            FrameKind::PeerRequest => match protocol::decode_body::<PeerRequest>(&body) {
+                Ok(req) => no_payload(reader, head.payload_len)
+                    .and_then(|()| handle_peer(server, from, req)),
+                Err(e) => drain(reader, head.payload_len).and(Err(e)),
+            },
+            FrameKind::Request => drain(reader, head.payload_len).and(Err(Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "client requests are not served on a server-to-server connection \
+                     (this one authenticated as server {from})"
+                ),
+            ))),
+            kind => {
+                let e = Error::protocol(format!("expected a request frame, got {kind:?}"));
+                let _ = peer_reply(writer, head.request_id, &PeerResponse::Error(e), &[]);
+                break;
+            }
+        };
+        let (resp, payload) = match outcome {
+            Ok(x) => x,
+            Err(e) if client_gone(&e) => break,
+            Err(e) => (PeerResponse::Error(e), Vec::new()),
+        };
+        if peer_reply(writer, head.request_id, &resp, &payload).is_err() {
+            break;
+        }
+    }
 }
 
 /// What one connection keeps between requests.
@@ -91,7 +167,8 @@ struct Session {
     shm: Attached,
 }
 
-fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Result<()> {
+/// Challenge, `Hello`, `Welcome`: returns the role the other side proved.
+fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Result<Role> {
     let nonce: [u8; protocol::NONCE_LEN] = rand::random();
     protocol::write_frame(writer, FrameKind::Challenge, 0, &nonce, &[])
         .map_err(|e| Error::io("sending challenge", &e))?;
@@ -99,33 +176,72 @@ fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Resul
         .get_ref()
         .set_read_timeout(Some(Duration::from_secs(10)))
         .map_err(|e| Error::io("socket", &e))?;
-    // An HMAC-SHA256 tag is 32 bytes; allow a little slack, never megabytes.
-    let (head, tag) = protocol::read_frame_head_limited(reader, 256, 0)?;
-    if head.kind != FrameKind::Auth || !protocol::auth_verify(&server.secret, &nonce, &tag) {
-        return Err(Error::new(
-            ErrorKind::Auth,
-            "authentication failed: this client does not hold the deployment secret",
-        ));
+    let hb = protocol::read_header_bytes(reader)?;
+    let theirs = protocol::header_version(&hb);
+    if protocol::has_magic(&hb) && theirs != protocol::VERSION {
+        let ours = protocol::VERSION;
+        let who = reader
+            .get_ref()
+            .peer_addr()
+            .map_or_else(|_| "?".into(), |a| a.to_string());
+        eprintln!(
+            "pdcx server {}: refused a connection from {who}: it speaks pdcx protocol {theirs}, this server {ours}",
+            server.config.rank
+        );
+        return Err(Error::protocol(format!(
+            "this server (rank {}) speaks pdcx protocol {ours}, the connecting side {theirs}: \
+             clients and servers must come from the same pdcx release (upgrade the older side)",
+            server.config.rank
+        )));
+    }
+    // A Hello is a role and a 32-byte tag; allow a little slack, never megabytes.
+    let (head, body) = protocol::finish_frame_head(reader, &hb, 256, 0)?;
+    let refused = |why: &str| Error::new(ErrorKind::Auth, format!("authentication failed: {why}"));
+    if head.kind != FrameKind::Hello {
+        return Err(refused("the connection did not answer the challenge"));
+    }
+    let hello: Hello =
+        protocol::decode_body(&body).map_err(|_| refused("malformed answer to the challenge"))?;
+    if !protocol::hello_verify(&server.secret, &nonce, hello.role, &hello.tag) {
+        return Err(refused("this client does not hold the deployment secret"));
+    }
+    if let Role::Peer { rank } = hello.role {
+        if rank >= server.config.size {
+            return Err(refused(&format!(
+                "server {rank} is not part of this deployment of {} servers",
+                server.config.size
+            )));
+        }
     }
     reader
         .get_ref()
         .set_read_timeout(None)
         .map_err(|e| Error::io("socket", &e))?;
-    reply(
+    welcome(
         writer,
-        0,
-        &Response::Welcome {
+        Ok(ServerInfo {
             rank: server.config.rank,
             size: server.config.size,
-        },
-        &[],
+        }),
     )
-    .map_err(|e| Error::io("sending welcome", &e))
+    .map_err(|e| Error::io("sending welcome", &e))?;
+    Ok(hello.role)
+}
+
+/// The handshake's answer: this server's rank and size, or why it refused.
+fn welcome(w: &mut Writer, r: Result<ServerInfo>) -> std::io::Result<()> {
+    let body = protocol::encode_body(&r).map_err(|e| std::io::Error::other(e.message))?;
+    protocol::write_frame(w, FrameKind::Welcome, 0, &body, &[])
 }
 
 fn reply(w: &mut Writer, id: u64, resp: &Response, payload: &[u8]) -> std::io::Result<()> {
     let body = protocol::encode_body(resp).map_err(|e| std::io::Error::other(e.message))?;
     protocol::write_frame(w, FrameKind::Response, id, &body, &[payload])
+}
+
+fn peer_reply(w: &mut Writer, id: u64, resp: &PeerResponse, payload: &[u8]) -> std::io::Result<()> {
+    let body = protocol::encode_body(resp).map_err(|e| std::io::Error::other(e.message))?;
+    protocol::write_frame(w, FrameKind::PeerResponse, id, &body, &[payload])
 }
 
 const GONE_MID_PAYLOAD: &str = "connection closed mid-payload";
@@ -267,28 +383,7 @@ fn handle(
             server.shutdown_requested.store(true, Ordering::SeqCst);
             Response::Ok
         }
-        Request::Register { holder, items } => {
-            if holder >= server.config.size {
-                return Err(Error::invalid(format!("no server with rank {holder}")));
-            }
-            Response::Registered {
-                first_seq: server.engine.register(holder, &items)?,
-            }
-        }
-        Request::ReadPieces { id, region } => {
-            let (list, bytes) = server.engine.pieces(id, &region)?;
-            if bytes.len() as u64 > server.config.max_payload {
-                return Err(Error::invalid(format!(
-                    "pieces of {} bytes exceed the server's limit of {}",
-                    bytes.len(),
-                    server.config.max_payload
-                )));
-            }
-            return Ok((Response::Pieces(list), bytes));
-        }
-        Request::LookupObject { key, relayed_for } => {
-            Response::Object(lookup(server, key, relayed_for)?)
-        }
+        Request::LookupObject { key } => Response::Object(lookup(server, key)?),
         Request::CommitRelaxed {
             txns,
             durability,
@@ -300,12 +395,6 @@ fn handle(
             durability,
             Consistency::Relaxed { expected_writes },
         )?,
-        Request::RegisterBatch { holder, items } => {
-            if holder >= server.config.size {
-                return Err(Error::invalid(format!("no server with rank {holder}")));
-            }
-            Response::Seqs(server.engine.register_batch(holder, &items)?)
-        }
         Request::SyncObjects { ids } => {
             let ids = (!ids.is_empty()).then_some(ids);
             server.engine.register_deferred(ids.as_deref())?;
@@ -393,42 +482,82 @@ fn commit(
     })
 }
 
-/// `LookupObject`: answered here if this server owns the object, else forwarded to the owner
-/// through the relay (shared with identical lookups of this node's clients). A relayed copy
-/// (`relayed_for` > 0) is never forwarded again.
-fn lookup(server: &Server, key: ObjectKey, relayed_for: u32) -> Result<ObjectMeta> {
-    let size = server.config.size;
-    let owner = match &key {
+/// A server-to-server request from server `from` (the rank its handshake proved).
+fn handle_peer(server: &Server, from: u32, req: PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
+    let resp = match req {
+        PeerRequest::Object { id } => {
+            server.lookups.fetch_add(1, Ordering::Relaxed);
+            PeerResponse::Object(server.meta.object(id)?)
+        }
+        PeerRequest::Lookup { key, riders } => {
+            PeerResponse::Object(relayed_lookup(server, key, riders)?)
+        }
+        PeerRequest::Register { items } => {
+            PeerResponse::Seqs(server.engine.register_batch(from, &items)?)
+        }
+        PeerRequest::ReadPieces { id, region } => {
+            let (list, bytes) = server.engine.pieces(id, &region)?;
+            if bytes.len() as u64 > server.config.max_payload {
+                return Err(Error::invalid(format!(
+                    "pieces of {} bytes exceed the server's limit of {}",
+                    bytes.len(),
+                    server.config.max_payload
+                )));
+            }
+            return Ok((PeerResponse::Pieces(list), bytes));
+        }
+    };
+    Ok((resp, Vec::new()))
+}
+
+fn owner_of_key(key: &ObjectKey, size: u32) -> u32 {
+    match key {
         ObjectKey::Name(n) => owner_of_name(n, size),
         ObjectKey::Id(id) => owner_of_id(*id),
-    };
+    }
+}
+
+fn lookup_here(server: &Server, key: &ObjectKey) -> Result<ObjectMeta> {
+    server.lookups.fetch_add(1, Ordering::Relaxed);
+    match key {
+        ObjectKey::Name(n) => server.meta.object_by_name(n),
+        ObjectKey::Id(id) => server.meta.object(*id),
+    }
+}
+
+/// `LookupObject`: answered here if this server owns the object, else forwarded to the owner
+/// through the relay (shared with identical lookups of this node's clients).
+fn lookup(server: &Server, key: ObjectKey) -> Result<ObjectMeta> {
+    let size = server.config.size;
+    let owner = owner_of_key(&key, size);
     if owner == server.config.rank {
-        server.lookups.fetch_add(1, Ordering::Relaxed);
-        if relayed_for > 0 {
-            server.lookups_forwarded.fetch_add(1, Ordering::Relaxed);
-            server
-                .lookups_forwarded_clients
-                .fetch_add(relayed_for as u64, Ordering::Relaxed);
-        }
-        return match &key {
-            ObjectKey::Name(n) => server.meta.object_by_name(n),
-            ObjectKey::Id(id) => server.meta.object(*id),
-        };
+        return lookup_here(server, &key);
     }
     if owner >= size {
         return Err(Error::not_found(format!(
             "object id {key:?} names server {owner}, which does not exist"
         )));
     }
-    if relayed_for > 0 {
+    server
+        .relay
+        .lookup(&key, |riders| server.peers.lookup(owner, &key, riders))
+}
+
+/// `PeerRequest::Lookup`: a lookup another server forwarded for `riders` of its clients. The
+/// owner answers it itself; it is never forwarded again.
+fn relayed_lookup(server: &Server, key: ObjectKey, riders: u32) -> Result<ObjectMeta> {
+    let owner = owner_of_key(&key, server.config.size);
+    if owner != server.config.rank {
         return Err(Error::invalid(format!(
             "a lookup of {key:?} was relayed to server {}, but server {owner} owns it",
             server.config.rank
         )));
     }
+    server.lookups_forwarded.fetch_add(1, Ordering::Relaxed);
     server
-        .relay
-        .lookup(&key, |riders| server.peers.lookup(owner, &key, riders))
+        .lookups_forwarded_clients
+        .fetch_add(riders.max(1) as u64, Ordering::Relaxed);
+    lookup_here(server, &key)
 }
 
 fn stage(

@@ -1,4 +1,5 @@
-//! Server side of the shared-memory bulk path (client side and design: `pdcx_client::shm`).
+//! Server side of the shared-memory bulk path (client side and design: `pdcx_client::shm`;
+//! the arena names both check, `arena_prefix`, are part of the protocol).
 //!
 //! A connection's client announces an arena with `AttachShm {arena, pid, fd, name, len}`.
 //! The server opens `/proc/{pid}/fd/{fd}` and maps it only if what it opened (checked on the
@@ -17,8 +18,7 @@
 //! Mappings belong to the connection and are unmapped when it ends, including when the client
 //! died: the memfd then disappears with the last mapping, nothing stays behind on disk.
 
-use pdcx_client::shm::arena_prefix;
-use pdcx_core::protocol::ShmLoc;
+use pdcx_core::protocol::{arena_prefix, ShmLoc};
 use pdcx_core::{Error, ErrorKind, Result};
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Items per `RegisterBatch` request when registering deferred writes (far below the body limit).
+/// Items per peer `Register` request when registering deferred writes (far below the body limit).
 const REGISTER_CHUNK: usize = 65536;
 
 /// Proof that the caller holds the commit lock: commits are serialised, so a holder's commit
@@ -286,7 +286,7 @@ impl DataStore {
     }
 
     /// Registers this server's deferred writes of `ids` (all of them when None) with their
-    /// owners: one `RegisterBatch` per owner (per 65536 writes), in commit order. Returns how
+    /// owners: one peer `Register` per owner (per 65536 writes), in commit order. Returns how
     /// many were registered; on an owner's failure its writes stay deferred (the others are
     /// still registered) and the first error is returned. Commits go on meanwhile, except
     /// strong ones that must register with an owner this is waiting for.

@@ -1,5 +1,6 @@
-//! The cluster file (`ROOT/cluster.json`, mode 0600) tells clients where a deployment's servers
-//! listen and holds the deployment secret every connection must prove it knows.
+//! The cluster file (`ROOT/cluster.json`, mode 0600) tells clients and servers where a
+//! deployment's servers listen and holds the deployment secret every connection must prove it
+//! knows.
 
 use pdcx_core::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
@@ -193,6 +194,14 @@ pub fn root_from_env(explicit: Option<&Path>) -> Option<PathBuf> {
             .filter(|v| !v.is_empty())
             .map(PathBuf::from)
     })
+}
+
+/// The node this process runs on: `PDCX_NODE`, else the host name.
+pub fn this_node() -> String {
+    match std::env::var("PDCX_NODE") {
+        Ok(n) if !n.trim().is_empty() => n.trim().to_string(),
+        _ => hostname(),
+    }
 }
 
 /// This machine's host name.
