@@ -71,6 +71,8 @@ struct State {
     stats: SimStats,
     /// Snapshots of files outside the seam at their last durability point (None: absent).
     foreign: BTreeMap<PathBuf, Option<Vec<u8>>>,
+    /// Files outside the seam seen by `sync_foreign`: true for derived ones.
+    tracked: BTreeMap<PathBuf, bool>,
 }
 
 /// An in-memory [`Fs`] that can lose power. Cheap to clone (clones share the disk).
@@ -275,6 +277,7 @@ impl SimFs {
         let mut next = State {
             next_ino: st.next_ino,
             foreign: st.foreign.clone(),
+            tracked: st.tracked.clone(),
             ..State::default()
         };
         for (path, dir) in &st.dirs {
@@ -325,6 +328,56 @@ impl SimFs {
         SimFs {
             st: Arc::new(Mutex::new(next)),
         }
+    }
+
+    /// The disk as found after the *process* died now (kill -9) while the machine kept
+    /// running: every completed write survives, synced or not, and so does the current content
+    /// of the foreign files. Returns a separate disk; this one goes on unchanged.
+    pub fn process_crash(&self) -> io::Result<SimFs> {
+        let st = self.state();
+        let mut foreign = BTreeMap::new();
+        for (path, derived) in &st.tracked {
+            let content = match (derived, std::fs::read(path)) {
+                (true, _) => None,
+                (false, Ok(b)) => Some(b),
+                (false, Err(e)) if e.kind() == io::ErrorKind::NotFound => None,
+                (false, Err(e)) => return Err(e),
+            };
+            foreign.insert(path.clone(), content);
+        }
+        let mut inodes = HashMap::new();
+        for (ino, inode) in &st.inodes {
+            inodes.insert(
+                *ino,
+                Inode {
+                    data: inode.data.clone(),
+                    durable: inode.data.clone(),
+                    dirty_from: None,
+                },
+            );
+        }
+        let dirs = st
+            .dirs
+            .iter()
+            .map(|(p, d)| {
+                let dir = Dir {
+                    live: d.live.clone(),
+                    durable: d.live.clone(),
+                };
+                (p.clone(), dir)
+            })
+            .collect();
+        let next = State {
+            inodes,
+            next_ino: st.next_ino,
+            dirs,
+            foreign,
+            tracked: st.tracked.clone(),
+            ..State::default()
+        };
+        Ok(SimFs {
+            st: Arc::new(Mutex::new(next)),
+        })
     }
 
     /// Writes the snapshots of foreign files (taken at their last durability point) back to
@@ -487,6 +540,7 @@ impl Fs for SimFs {
         }
         st.stats.syncs += 1;
         for p in group {
+            st.tracked.insert(p.clone(), false);
             let content = match std::fs::read(p) {
                 Ok(b) => Some(b),
                 Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -495,6 +549,7 @@ impl Fs for SimFs {
             st.foreign.insert(p.clone(), content);
         }
         for p in derived {
+            st.tracked.insert(p.clone(), true);
             st.foreign.insert(p.clone(), None);
         }
         Ok(())

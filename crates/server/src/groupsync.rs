@@ -48,13 +48,9 @@ pub struct GroupSync {
 }
 
 impl GroupSync {
-    /// `wal` is the open `-wal` file of the database (it exists while a connection is open).
-    pub fn new(wal: File, path: &Path) -> GroupSync {
-        Self::with_fs(wal, path, pdcx_fsio::os())
-    }
-
-    /// [`new`](Self::new) with the fsync going through `fs`. `path` is the `-wal` file; the
-    /// database is the same name without `-wal`.
+    /// `wal` is the open `-wal` file of the database (it exists while a connection is open),
+    /// `path` its name (the database is the same name without `-wal`); its fsyncs go through
+    /// the I/O seam `fs`.
     pub fn with_fs(wal: File, path: &Path, fs: Arc<dyn Fs>) -> GroupSync {
         let base = path.to_string_lossy();
         let db = PathBuf::from(base.strip_suffix("-wal").unwrap_or(&base));
@@ -72,6 +68,14 @@ impl GroupSync {
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Makes everything written so far durable now (one fsync through the seam), without
+    /// tickets: at open, so the seam knows the database's files from the start.
+    pub fn sync_now(&self) -> Result<()> {
+        self.fs
+            .sync_foreign(&self.wal, &self.group, &self.derived)
+            .map_err(|e| Error::io(&format!("fdatasync {}", self.path.display()), &e))
     }
 
     /// A ticket for the transaction just committed. Call while still holding the database lock.
@@ -141,7 +145,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w");
         let f = File::create(&path).unwrap();
-        let g = Arc::new(GroupSync::new(f, &path));
+        let g = Arc::new(GroupSync::with_fs(f, &path, pdcx_fsio::os()));
         let threads: Vec<_> = (0..8)
             .map(|_| {
                 let g = g.clone();

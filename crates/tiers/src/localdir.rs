@@ -145,12 +145,12 @@ impl DirTier {
         }
         if let Err(e) = publish_atomic_via(&*self.fs, &path, &tmp, data) {
             let _ = self.fs.remove_file(&tmp);
-            let (pdcx_fsio::PublishError::Write { source, .. }
-            | pdcx_fsio::PublishError::Sync { source, .. }) = &e;
-            return Err(Error::io(
-                &format!("{}: {e}", self.ctx("writing", key)),
-                source,
-            ));
+            let (what, at, source) = match e {
+                pdcx_fsio::PublishError::Write { what, path, source } => (what, path, source),
+                pdcx_fsio::PublishError::Sync { path, source } => ("fsync", path, source),
+            };
+            let ctx = format!("{}: {what} {}", self.ctx("writing", key), at.display());
+            return Err(Error::io(&ctx, &source));
         }
         self.used
             .store(used - old.min(used) + data.len() as u64, Ordering::Relaxed);

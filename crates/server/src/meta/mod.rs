@@ -64,6 +64,17 @@ impl Metadata {
     /// Opens the shard, refusing a directory that belongs to another rank or deployment size:
     /// name hashing depends on both, so serving it would hide objects.
     pub fn open(path: &Path, rank: u32, size: u32) -> Result<Metadata> {
+        Self::open_with_fs(path, rank, size, pdcx_fsio::os())
+    }
+
+    /// [`open`](Self::open) with the WAL's fsyncs going through the I/O seam `fs` (crash tests
+    /// run the database on the real disk and let a simulated one snapshot it at each fsync).
+    pub fn open_with_fs(
+        path: &Path,
+        rank: u32,
+        size: u32,
+        fs: std::sync::Arc<dyn pdcx_fsio::Fs>,
+    ) -> Result<Metadata> {
         let db = Connection::open(path).map_err(db_err)?;
         db.execute_batch(
             // NORMAL: commits write the WAL without fsync; GroupSync adds the (shared) fsync.
@@ -116,8 +127,8 @@ impl Metadata {
             .write(true)
             .open(&wal_path)
             .map_err(|e| Error::io(&format!("open {}", wal_path.display()), &e))?;
-        wal.sync_data()
-            .map_err(|e| Error::io(&format!("fdatasync {}", wal_path.display()), &e))?;
+        let sync = GroupSync::with_fs(wal, &wal_path, fs);
+        sync.sync_now()?;
         let parent = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
             _ => Path::new("."),
@@ -128,7 +139,7 @@ impl Metadata {
         let md = Metadata {
             db: Mutex::new(db),
             objects: RwLock::new(HashMap::new()),
-            sync: GroupSync::new(wal, &wal_path),
+            sync,
             rank,
         };
         md.load_objects()?;

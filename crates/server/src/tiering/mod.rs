@@ -132,13 +132,24 @@ impl Tiering {
         rank: u32,
         size: u32,
     ) -> Result<Option<Tiering>> {
+        Self::open_with_fs(cfg, deployment, rank, size, pdcx_fsio::os())
+    }
+
+    /// [`open`](Self::open) with node-local directory tiers on the I/O seam `fs` (crash tests).
+    pub fn open_with_fs(
+        cfg: &DeploymentConfig,
+        deployment: &str,
+        rank: u32,
+        size: u32,
+        fs: Arc<dyn pdcx_fsio::Fs>,
+    ) -> Result<Option<Tiering>> {
         if cfg.tiers.is_empty() {
             return Ok(None);
         }
         let ctx = pdcx_tiers::OpenContext { rank, size };
         let mut tiers = Vec::new();
         for t in &cfg.tiers {
-            tiers.push(pdcx_tiers::open_in(t, &ctx).map_err(|e| {
+            tiers.push(pdcx_tiers::open_with_fs(t, &ctx, fs.clone()).map_err(|e| {
                 Error::new(
                     e.kind,
                     format!("opening tier {:?} ({}): {}", t.name, t.kind, e.message),
