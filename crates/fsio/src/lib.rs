@@ -18,7 +18,9 @@ mod publish;
 mod sim;
 
 pub use os::OsFs;
-pub use publish::{publish_atomic, publish_atomic_via, temp_path, PublishError};
+pub use publish::{
+    create_once, publish_atomic, publish_atomic_via, publish_private, temp_path, PublishError,
+};
 pub use sim::{Faults, SimFs, SimStats};
 
 use std::io;
@@ -36,6 +38,9 @@ pub enum OpenMode {
     CreateNew,
     /// Read and write; created if missing, emptied if present (`O_CREAT|O_TRUNC`).
     Truncate,
+    /// [`Truncate`](Self::Truncate), and a file it creates is readable by its owner only
+    /// (mode 0600: files holding the deployment's secret).
+    TruncatePrivate,
 }
 
 /// An open file. Positioned I/O only: the durable path never relies on a file offset.
@@ -92,6 +97,9 @@ pub trait Fs: Send + Sync {
     /// Atomically replaces `to` with `from` (POSIX rename); durable after [`Fs::sync_dir`] of
     /// the parent directory.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// A second name for a file; fails with `AlreadyExists` if `to` exists (so two processes
+    /// racing to create a file agree on one winner).
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()>;
     fn remove_file(&self, path: &Path) -> io::Result<()>;
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Names of the regular files and directories in `dir` (not `.`/`..`), in no order.

@@ -63,6 +63,10 @@ impl Fs for OsFs {
             OpenMode::Truncate => {
                 o.write(true).create(true).truncate(true);
             }
+            OpenMode::TruncatePrivate => {
+                use std::os::unix::fs::OpenOptionsExt;
+                o.write(true).create(true).truncate(true).mode(0o600);
+            }
         }
         Ok(Arc::new(OsFile(o.open(path)?)))
     }
@@ -71,6 +75,9 @@ impl Fs for OsFs {
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)
+    }
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::hard_link(from, to)
     }
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         fs::create_dir_all(path)

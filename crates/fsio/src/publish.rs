@@ -58,6 +58,70 @@ pub fn publish_atomic_via(
     tmp: &Path,
     bytes: &[u8],
 ) -> Result<(), PublishError> {
+    publish(fs, path, tmp, bytes, OpenMode::Truncate)
+}
+
+/// [`publish_atomic`] of a file only its owner may read (mode 0600, e.g. the cluster file with
+/// the deployment secret), through a per-process temp name (several processes may publish it).
+pub fn publish_private(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<(), PublishError> {
+    let mut tmp = temp_path(path).into_os_string();
+    tmp.push(format!(".{}", std::process::id()));
+    publish(fs, path, Path::new(&tmp), bytes, OpenMode::TruncatePrivate)
+}
+
+/// Creates `path` with `bytes` unless it exists, durably, with one winner among racing
+/// processes: write a private temp file and fsync it, hard-link it to `path` (fails if someone
+/// was first), remove the temp name, fsync the directory. Returns whether this call created
+/// it. Used for files written once and never replaced (the deployment secret and id).
+pub fn create_once(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<bool, PublishError> {
+    let mut tmp = temp_path(path).into_os_string();
+    tmp.push(format!(".{}", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    let write_err = |what: &'static str, p: &Path, source: io::Error| PublishError::Write {
+        what,
+        path: p.to_path_buf(),
+        source,
+    };
+    let file = fs
+        .open(&tmp, OpenMode::TruncatePrivate)
+        .map_err(|e| write_err("create", &tmp, e))?;
+    let written = file
+        .write_all_at(bytes, 0)
+        .map_err(|e| write_err("write", &tmp, e));
+    let synced = written.and_then(|()| {
+        file.sync_all().map_err(|source| PublishError::Sync {
+            path: tmp.clone(),
+            source,
+        })
+    });
+    drop(file);
+    let linked = synced.and_then(|()| match fs.hard_link(&tmp, path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(false),
+        Err(e) => Err(write_err("link", path, e)),
+    });
+    let _ = fs.remove_file(&tmp);
+    let created = linked?;
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    // Also when someone else won: their link may not be durable yet, and we are about to use
+    // what it names.
+    fs.sync_dir(dir).map_err(|source| PublishError::Sync {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    Ok(created)
+}
+
+fn publish(
+    fs: &dyn Fs,
+    path: &Path,
+    tmp: &Path,
+    bytes: &[u8],
+    mode: OpenMode,
+) -> Result<(), PublishError> {
     let tmp = tmp.to_path_buf();
     let write_err = |what: &'static str, path: &Path, source: io::Error| PublishError::Write {
         what,
@@ -65,7 +129,7 @@ pub fn publish_atomic_via(
         source,
     };
     let file = fs
-        .open(&tmp, OpenMode::Truncate)
+        .open(&tmp, mode)
         .map_err(|e| write_err("create", &tmp, e))?;
     if let Err(e) = file.write_all_at(bytes, 0) {
         drop(file);
@@ -112,6 +176,37 @@ mod tests {
         assert!(e.is_sync(), "{e}");
         let after = fs.power_cut(None);
         assert_eq!(after.read_file(p).unwrap().as_deref(), Some(&b"one"[..]));
+    }
+
+    #[test]
+    fn create_once_has_one_winner_and_survives_a_power_cut() {
+        let fs = SimFs::new();
+        fs.create_dir_all(Path::new("/root")).unwrap();
+        let p = Path::new("/root/deployment-id");
+        assert!(create_once(&fs, p, b"first").unwrap());
+        assert!(!create_once(&fs, p, b"second").unwrap());
+        let after = fs.power_cut(None);
+        assert_eq!(after.read_file(p).unwrap().as_deref(), Some(&b"first"[..]));
+        assert_eq!(
+            after.list_dir(Path::new("/root")).unwrap(),
+            vec!["deployment-id"]
+        );
+    }
+
+    #[test]
+    fn private_files_are_mode_0600() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("cluster.json");
+        publish_private(&crate::OsFs, &p, b"secret").unwrap();
+        let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert!(create_once(&crate::OsFs, &dir.path().join("secret"), b"s").unwrap());
+        let mode = std::fs::metadata(dir.path().join("secret"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]

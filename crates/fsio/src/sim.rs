@@ -408,7 +408,7 @@ impl Fs for SimFs {
             (Some(Some(_)), OpenMode::CreateNew) => {
                 return Err(err(io::ErrorKind::AlreadyExists, "file exists", path))
             }
-            (Some(Some(ino)), OpenMode::Truncate) => {
+            (Some(Some(ino)), OpenMode::Truncate | OpenMode::TruncatePrivate) => {
                 let inode = st.inodes.get_mut(&ino).expect("listed inode exists");
                 inode.data.clear();
                 inode.dirty_from = Some(0);
@@ -418,7 +418,7 @@ impl Fs for SimFs {
             (Some(None), OpenMode::Read | OpenMode::ReadWrite) => {
                 return Err(err(io::ErrorKind::NotFound, "no such file", path))
             }
-            (Some(None), OpenMode::CreateNew | OpenMode::Truncate) => {
+            (Some(None), OpenMode::CreateNew | OpenMode::Truncate | OpenMode::TruncatePrivate) => {
                 st.next_ino += 1;
                 let ino = st.next_ino;
                 st.inodes.insert(ino, Inode::default());
@@ -456,6 +456,21 @@ impl Fs for SimFs {
             .expect("checked")
             .live
             .insert(tname, ino);
+        Ok(())
+    }
+
+    fn hard_link(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut st = self.state();
+        let ino = st.lookup(from)?;
+        let (tdir, tname) = split(to)?;
+        let dir = st
+            .dirs
+            .get_mut(&tdir)
+            .ok_or_else(|| err(io::ErrorKind::NotFound, "no such directory", to))?;
+        if dir.live.contains_key(&tname) {
+            return Err(err(io::ErrorKind::AlreadyExists, "file exists", to));
+        }
+        dir.live.insert(tname, ino);
         Ok(())
     }
 

@@ -4,8 +4,7 @@
 
 use pdcx_core::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 pub const CLUSTER_FILE: &str = "cluster.json";
@@ -108,24 +107,8 @@ impl ClusterFile {
 
 /// Writes `data` to `path` so that readers see either the old or the new file, never a torn one.
 pub fn write_private_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-    let ctx = |e: std::io::Error| Error::io(&format!("writing {}", path.display()), &e);
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(ctx)?;
-    f.write_all(data).map_err(ctx)?;
-    f.sync_all().map_err(ctx)?;
-    std::fs::rename(&tmp, path).map_err(ctx)?;
-    if let Some(dir) = path.parent() {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(ctx)?;
-    }
-    Ok(())
+    pdcx_fsio::publish_private(&pdcx_fsio::OsFs, path, data)
+        .map_err(|e| Error::new(ErrorKind::Io, format!("writing {}: {e}", path.display())))
 }
 
 /// Reads the root's secret, creating it on first use. Several server ranks may race here; the
@@ -136,25 +119,9 @@ pub fn load_or_create_secret(root: &Path) -> Result<Vec<u8>> {
     if !path.exists() {
         let mut bytes = [0u8; 32];
         rand::Rng::fill(&mut rand::thread_rng(), &mut bytes);
-        let tmp = root.join(format!(".secret.{}", std::process::id()));
-        {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)
-                .map_err(ctx)?;
-            f.write_all(encode_hex(&bytes).as_bytes()).map_err(ctx)?;
-            f.sync_all().map_err(ctx)?;
-        }
-        let linked = std::fs::hard_link(&tmp, &path);
-        let _ = std::fs::remove_file(&tmp);
-        if let Err(e) = linked {
-            if e.kind() != std::io::ErrorKind::AlreadyExists {
-                return Err(ctx(e));
-            }
-        }
+        // Several ranks may race here: the first to link its file wins, everybody reads it.
+        pdcx_fsio::create_once(&pdcx_fsio::OsFs, &path, encode_hex(&bytes).as_bytes())
+            .map_err(|e| Error::new(ErrorKind::Io, format!("secret file: {e}")))?;
     }
     let meta = std::fs::metadata(&path).map_err(ctx)?;
     if meta.permissions().mode() & 0o077 != 0 {

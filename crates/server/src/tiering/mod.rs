@@ -390,7 +390,6 @@ impl Tiering {
 /// Reads `ROOT/deployment-id`, creating it (random hex) on first start. Every rank reads the
 /// same id; the first writer wins a create-new race.
 pub fn deployment_id(root: &Path) -> Result<String> {
-    use std::io::Write;
     let path = root.join("deployment-id");
     let read = || std::fs::read_to_string(&path).map(|s| s.trim().to_string());
     match read() {
@@ -398,14 +397,10 @@ pub fn deployment_id(root: &Path) -> Result<String> {
         _ => {}
     }
     let id = format!("pdcx-{:016x}", rand::random::<u64>());
-    let tmp = root.join(format!("deployment-id.tmp-{}", std::process::id()));
-    let mut f = std::fs::File::create(&tmp).map_err(|e| Error::io("writing deployment-id", &e))?;
-    f.write_all(id.as_bytes())
-        .and_then(|()| f.sync_all())
-        .map_err(|e| Error::io("writing deployment-id", &e))?;
-    // hard_link fails if another rank created it first; then theirs wins.
-    let _ = std::fs::hard_link(&tmp, &path);
-    let _ = std::fs::remove_file(&tmp);
+    // Tier keys carry this id: it must survive a power cut, and the first rank to create it
+    // wins a race.
+    pdcx_fsio::create_once(&pdcx_fsio::OsFs, &path, id.as_bytes())
+        .map_err(|e| Error::new(ErrorKind::Io, format!("writing deployment-id: {e}")))?;
     match read() {
         Ok(id) if !id.is_empty() => Ok(id),
         Ok(_) => Err(Error::internal("deployment-id is empty")),
