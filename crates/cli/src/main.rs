@@ -187,6 +187,10 @@ struct ServerArgs {
     #[arg(long, env = "PDCX_LAZY_FLUSH_MS", default_value_t = 100, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(1..))]
     lazy_flush_ms: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; rank r uses PORT + r).
+    /// Default: $PDCX_METRICS_ADDR, else `[metrics] bind` in pdcx.toml, else off.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -203,6 +207,10 @@ enum ServerAction {
         /// Host/IP the servers listen on (each picks a free port).
         #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
         bind_host: String,
+        /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; rank r uses PORT + r).
+        /// Default: $PDCX_METRICS_ADDR, else `[metrics] bind` in pdcx.toml, else off.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
     },
     /// Stop every server of the deployment (data is synced to disk first).
     #[command(after_help = STOP_EXAMPLES)]
@@ -350,13 +358,15 @@ fn run(cli: Cli) -> Result<u8> {
                 node: args.node,
                 agg_window: std::time::Duration::from_micros(args.agg_window_us),
                 lazy_interval: std::time::Duration::from_millis(args.lazy_flush_ms),
+                metrics: args.metrics,
             })
             .map(|()| 0),
             Some(ServerAction::Start {
                 n,
                 cache_mb,
                 bind_host,
-            }) => daemon::start(&root, n, cache_mb, &bind_host).map(|()| 0),
+                metrics,
+            }) => daemon::start(&root, n, cache_mb, &bind_host, metrics.as_deref()).map(|()| 0),
             Some(ServerAction::Stop { timeout }) => daemon::stop(&root, timeout).map(|()| 0),
             Some(ServerAction::Status { json }) => daemon::status(&root, json),
         },

@@ -166,6 +166,8 @@ pub struct Engine {
     register_locks: Mutex<HashMap<u32, Arc<Mutex<()>>>>,
     next_provisional: AtomicU64,
     pub counters: RegisterCounters,
+    /// Cache and log counters for the metrics exporter (hook added by ops).
+    pub io: crate::metrics::EngineCounters,
     /// Serialises commits, so a holder's commit order is also the order of its registrations
     /// (with the register locks, also for deferred writes registered later).
     pub(crate) commit_lock: Mutex<()>,
@@ -260,6 +262,7 @@ impl Engine {
             register_locks: Mutex::new(HashMap::new()),
             next_provisional: AtomicU64::new(next_provisional),
             counters: RegisterCounters::default(),
+            io: Default::default(),
             commit_lock: Mutex::new(()),
             next_seq: Mutex::new(max_seq + 1),
             meta,
@@ -406,8 +409,10 @@ impl Engine {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .finish_commit(plan, synced)?;
+                self.io.log_syncs.fetch_add(1, Ordering::Relaxed);
             }
         }
+        self.io.log_commits.fetch_add(1, Ordering::Relaxed);
         let mut seqs = vec![0u64; staged.len()];
         let mut deferred = vec![false; staged.len()];
         let mut foreign: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
@@ -940,6 +945,8 @@ impl Engine {
                 None => misses.push(i),
             }
         }
+        self.io
+            .cache_lookups(pieces.len() - misses.len(), misses.len());
         let mut log = self.log.lock().unwrap_or_else(|p| p.into_inner());
         // Extents whose segment was retired are read from their home tier, after the log
         // lock is released (a tier read may be a slow network request).
