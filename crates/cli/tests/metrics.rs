@@ -419,6 +419,18 @@ fn metrics_follow_writes_reads_and_flushes() {
     assert_eq!(flushed.get("pdcx_flush_pending_bytes"), 0.0);
     assert_eq!(flushed.get("pdcx_flush_failing"), 0.0);
 
+    // Every exported family is documented.
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/OPERATIONS.md"),
+    )
+    .expect("docs/OPERATIONS.md");
+    for family in flushed.types.keys() {
+        assert!(
+            doc.contains(&format!("`{family}`")) || doc.contains(&format!("`{family}{{")),
+            "{family} is not documented in docs/OPERATIONS.md"
+        );
+    }
+
     // Anything but GET /metrics is refused plainly.
     assert!(http(addr, "GET", "/nope").0.contains("404"));
     assert!(http(addr, "POST", "/metrics").0.contains("405"));
