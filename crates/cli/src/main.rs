@@ -442,4 +442,22 @@ mod tests {
         }
         assert!(Cli::try_parse_from(["pdcx", "server", "--rank", "1", "stop"]).is_err());
     }
+
+    #[test]
+    fn metrics_address_parses_for_foreground_and_start() {
+        let c = Cli::try_parse_from(["pdcx", "server", "--metrics", "127.0.0.1:9464"]).unwrap();
+        match c.command {
+            Command::Server(a) => assert_eq!(a.metrics.as_deref(), Some("127.0.0.1:9464")),
+            _ => panic!("not server"),
+        }
+        let c =
+            Cli::try_parse_from(["pdcx", "server", "start", "-n", "2", "--metrics", ":0"]).unwrap();
+        match c.command {
+            Command::Server(ServerArgs {
+                action: Some(ServerAction::Start { metrics, .. }),
+                ..
+            }) => assert_eq!(metrics.as_deref(), Some(":0")),
+            _ => panic!("not server start"),
+        }
+    }
 }
