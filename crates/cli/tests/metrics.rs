@@ -439,6 +439,12 @@ fn metrics_follow_writes_reads_and_flushes() {
     // Anything but GET /metrics is refused plainly.
     assert!(http(addr, "GET", "/nope").0.contains("404"));
     assert!(http(addr, "POST", "/metrics").0.contains("405"));
+    let (status, headers, body) = http(addr, "HEAD", "/metrics");
+    assert!(
+        status.contains("200") && body.is_empty(),
+        "{status} {body:?}"
+    );
+    assert!(!headers.contains("Content-Length: 0\r"), "{headers}");
 
     let log = server.stop();
     assert!(log.contains("data synced"), "{log}");

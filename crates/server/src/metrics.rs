@@ -278,12 +278,8 @@ fn serve(server: &Server, mut conn: TcpStream) -> std::io::Result<()> {
         }
         head.extend_from_slice(&buf[..n]);
         if head.len() > 16 << 10 {
-            return respond(
-                &mut conn,
-                "431 Request Header Fields Too Large",
-                "text/plain",
-                b"",
-            );
+            let status = "431 Request Header Fields Too Large";
+            return respond(&mut conn, status, "text/plain", b"", false);
         }
     }
     let line = head.split(|&b| b == b'\n').next().unwrap_or(&[]);
@@ -291,41 +287,49 @@ fn serve(server: &Server, mut conn: TcpStream) -> std::io::Result<()> {
     let mut parts = line.split_whitespace();
     let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
     let path = target.split('?').next().unwrap_or("");
-    match (method, path) {
+    let text = "text/plain; charset=utf-8";
+    let (status, ctype, body): (&str, &str, std::borrow::Cow<'static, [u8]>) = match (method, path)
+    {
         ("GET" | "HEAD", "/metrics") => {
             server.metrics.scrapes.fetch_add(1, Ordering::Relaxed);
-            let body = render(server);
-            let body = if method == "HEAD" { "" } else { body.as_str() };
-            respond(
-                &mut conn,
+            let body = render(server).into_bytes();
+            (
                 "200 OK",
                 "text/plain; version=0.0.4; charset=utf-8",
-                body.as_bytes(),
+                body.into(),
             )
         }
-        ("GET" | "HEAD", "/") => respond(
-            &mut conn,
+        ("GET" | "HEAD", "/") => (
             "200 OK",
-            "text/plain; charset=utf-8",
-            b"pdcx server metrics: GET /metrics\n",
+            text,
+            b"pdcx server metrics: GET /metrics\n"[..].into(),
         ),
-        ("GET" | "HEAD", _) => respond(&mut conn, "404 Not Found", "text/plain", b"not found\n"),
-        _ => respond(
-            &mut conn,
+        ("GET" | "HEAD", _) => ("404 Not Found", text, b"not found\n"[..].into()),
+        _ => (
             "405 Method Not Allowed",
-            "text/plain",
-            b"only GET /metrics\n",
+            text,
+            b"only GET /metrics\n"[..].into(),
         ),
-    }
+    };
+    respond(&mut conn, status, ctype, &body, method == "HEAD")
 }
 
-fn respond(conn: &mut TcpStream, status: &str, ctype: &str, body: &[u8]) -> std::io::Result<()> {
+/// Writes a whole response; `head_only` (a HEAD request) sends the headers GET would get.
+fn respond(
+    conn: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+    head_only: bool,
+) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
     conn.write_all(head.as_bytes())?;
-    conn.write_all(body)?;
+    if !head_only {
+        conn.write_all(body)?;
+    }
     conn.flush()
 }
 
