@@ -877,6 +877,37 @@ mod tests {
         assert!(rank_addr("nonsense", 0).is_err());
     }
 
+    /// What the per-request hook costs (run: cargo test --release -p pdcx-server --lib
+    /// request_hook_cost -- --ignored --nocapture).
+    #[test]
+    #[ignore]
+    fn request_hook_cost() {
+        let m = Metrics::default();
+        let req = Req::Stage {
+            items: (0..64).collect(),
+        };
+        let n = 2_000_000u32;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            let started = std::time::Instant::now();
+            let k = Kind::of(std::hint::black_box(&req));
+            m.request(&k, 4096, 0, started.elapsed(), false);
+        }
+        println!(
+            "request hook: {:.0} ns per request",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+        let t = std::time::Instant::now();
+        let mut len = 0usize;
+        for _ in 0..n {
+            len += Kind::of(std::hint::black_box(&req)).len as usize;
+        }
+        println!(
+            "  of which naming the kind: {:.0} ns ({len} bytes named)",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+    }
+
     #[test]
     fn histogram_buckets_and_text() {
         let m = Metrics::default();
