@@ -1,17 +1,36 @@
 #!/usr/bin/env bash
-# Installs everything pdcx needs on a fresh Debian machine (run as root). Idempotent:
-# each step checks first, so a second run takes seconds.
-#   scripts/setup.sh           system packages, Python packages, build + install pdcx
-#   scripts/setup.sh --bench   also parallel h5py (for the HDF5 baselines in bench/) and fio
+# Installs what pdcx needs on a fresh Debian machine (run as root). Idempotent: each step
+# checks first, so a second run takes seconds.
+#   scripts/setup.sh           what the demo (scripts/demo.sh) needs: libzfp, numpy, maturin;
+#                              builds and installs the Python package and the `pdcx` command
+#   scripts/setup.sh --test    also what only the tests need (scripts/test.sh): OpenMPI +
+#                              mpi4py, pytest, ruff, iproute2, the C API (libpdcx) and
+#                              versitygw, the S3 server the S3 tier's tests start (a Go build,
+#                              1-7 minutes on 2 cores)
+#   scripts/setup.sh --bench   also what bench/ needs: OpenMPI + mpi4py, libpdcx, parallel h5py
+#                              (for the HDF5 baselines) and fio
+# The flags combine (`--test --bench`). The demo uses an embedded server and no MPI, so the
+# default stays small: a first run of the demo does not wait for an S3 server it never starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-want_bench=0
-[[ "${1:-}" == "--bench" ]] && want_bench=1
+want_test=0 want_bench=0
+for a in "$@"; do
+  case $a in
+    --test) want_test=1 ;;
+    --bench) want_bench=1 ;;
+    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown argument $a (try --help)" >&2; exit 2 ;;
+  esac
+done
+want_mpi=$((want_test || want_bench))
 
 log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 
-apt_pkgs=(openmpi-bin libopenmpi-dev pkg-config iproute2 libzfp-dev curl)
-[[ $want_bench == 1 ]] && apt_pkgs+=(libhdf5-openmpi-dev fio)
+# libzfp: the codec crate links it (the Python package and the CLI both include the codecs).
+apt_pkgs=(libzfp-dev pkg-config)
+((want_mpi)) && apt_pkgs+=(openmpi-bin libopenmpi-dev)
+((want_test)) && apt_pkgs+=(iproute2 curl)
+((want_bench)) && apt_pkgs+=(libhdf5-openmpi-dev fio)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
@@ -21,8 +40,11 @@ if ((${#missing[@]})); then
 fi
 
 PY=${PYTHON:-python3}
+py_mods=(numpy maturin)
+((want_mpi)) && py_mods+=(mpi4py)
+((want_test)) && py_mods+=(pytest ruff)
 py_need=()
-for m in numpy mpi4py pytest maturin; do
+for m in "${py_mods[@]}"; do
   $PY -c "import $m" 2>/dev/null || py_need+=("$m")
 done
 if ((${#py_need[@]})); then
@@ -30,7 +52,7 @@ if ((${#py_need[@]})); then
   $PY -m pip install -q "${py_need[@]}"
 fi
 
-if [[ $want_bench == 1 ]] && ! $PY -c 'import h5py,sys; sys.exit(0 if h5py.get_config().mpi else 1)' 2>/dev/null; then
+if ((want_bench)) && ! $PY -c 'import h5py,sys; sys.exit(0 if h5py.get_config().mpi else 1)' 2>/dev/null; then
   log "building parallel h5py against Debian's libhdf5-openmpi (about 3 minutes)"
   $PY -m pip install -q -U Cython pkgconfig "setuptools>=77" wheel
   $PY -m pip uninstall -y -q h5py >/dev/null 2>&1 || true
@@ -41,22 +63,25 @@ if [[ $want_bench == 1 ]] && ! $PY -c 'import h5py,sys; sys.exit(0 if h5py.get_c
 fi
 
 # A real S3 server (versitygw) for the S3 tier's tests and bench/s3; built once with Go.
-if [[ ! -x /usr/local/bin/versitygw ]]; then
+if ((want_test)) && [[ ! -x /usr/local/bin/versitygw ]]; then
   log "building versitygw, the S3 server the tests use (1-7 minutes on 2 cores)"
   bash scripts/s3server.sh install
 fi
 
 if [[ -f Cargo.toml ]]; then
+  target=${CARGO_TARGET_DIR:-target}
   log "building pdcx (release)"
   cargo build --release -q -p pdcx-cli
-  install -m 0755 target/release/pdcx /usr/local/bin/pdcx
+  install -m 0755 "$target/release/pdcx" /usr/local/bin/pdcx
   log "building and installing the Python package"
-  rm -rf target/wheels
+  rm -rf "$target/wheels"
   # --auditwheel skip: the module links system libraries (libzfp) that a local install keeps;
   # a manylinux repair would need patchelf and bundle copies of them.
-  $PY -m maturin build --release -q -m crates/python/Cargo.toml --auditwheel skip -o target/wheels 2>&1 | grep -v '^📦\|^🍹\|^🔗\|^🐍' || true
-  $PY -m pip install -q --force-reinstall --no-deps target/wheels/pdcx-*.whl
-  log "building and installing libpdcx (C API) under /usr/local"
-  bash scripts/install-capi.sh /usr/local >/dev/null
+  $PY -m maturin build --release -q -m crates/python/Cargo.toml --auditwheel skip -o "$target/wheels" 2>&1 | grep -v '^📦\|^🍹\|^🔗\|^🐍' || true
+  $PY -m pip install -q --force-reinstall --no-deps "$target"/wheels/pdcx-*.whl
+  if ((want_mpi)); then
+    log "building and installing libpdcx (C API) under /usr/local"
+    bash scripts/install-capi.sh /usr/local >/dev/null
+  fi
 fi
 log "done"

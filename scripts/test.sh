@@ -4,10 +4,10 @@
 # processes and real MPI launches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
-python3 -c 'import ruff' 2>/dev/null || python3 -m pip install -q ruff
+# --test: besides what the demo needs, OpenMPI, pytest, ruff, libpdcx and the S3 server.
+bash scripts/setup.sh --test
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-# S3 tests fail instead of skipping when no S3 server is available (setup.sh installs one).
+# S3 tests fail instead of skipping when no S3 server is available (setup.sh --test installs one).
 export PDCX_REQUIRE_S3=1
 
 echo "== rust: fmt, clippy"

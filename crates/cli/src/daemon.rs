@@ -39,10 +39,15 @@ pub struct ForegroundOpts {
     pub node: Option<String>,
     pub agg_window: Duration,
     pub lazy_interval: Duration,
+    /// `--metrics ADDR` (overrides `PDCX_METRICS_ADDR`).
+    pub metrics: Option<String>,
 }
 
 /// `pdcx server`: runs one server until it is asked to shut down or gets SIGTERM/SIGINT.
 pub fn foreground(o: ForegroundOpts) -> Result<()> {
+    // Server messages go through `tracing` (filter: PDCX_LOG, default info) to stderr, which
+    // `pdcx server start` points at ROOT/logs/server-RANK.log.
+    pdcx_server::logging::init();
     let (rank, size) = match (o.rank, o.size) {
         (Some(r), Some(s)) => (r, s),
         (None, None) => launch::rank_from_env().map_or((0, 1), |(r, s, _)| (r, s)),
@@ -66,6 +71,9 @@ pub fn foreground(o: ForegroundOpts) -> Result<()> {
         .ok_or_else(|| anyhow!("--cache-mb {} is too large", o.cache_mb))?;
     config.agg_window = o.agg_window;
     config.lazy_interval = o.lazy_interval;
+    if let Some(m) = o.metrics.filter(|m| !m.trim().is_empty()) {
+        config.metrics = Some(m);
+    }
     install_stop_handlers();
     let handle = Server::start(config).map_err(msg)?;
     if let Err(e) = handle.server.publish_rank_file() {
@@ -76,19 +84,25 @@ pub fn foreground(o: ForegroundOpts) -> Result<()> {
         let root = root.clone();
         std::thread::spawn(move || {
             match launch::assemble_cluster(&root, size, Duration::from_secs(120)) {
-                Ok(cf) => eprintln!(
-                    "pdcx server rank 0: cluster file written ({} servers) to {}",
+                Ok(cf) => tracing::info!(
+                    rank = 0,
+                    servers = cf.size,
+                    "cluster file written ({} servers) to {}",
                     cf.size,
                     ClusterFile::path(&root).display()
                 ),
-                Err(e) => eprintln!(
-                    "pdcx server rank 0: could not assemble the cluster file: {}",
+                Err(e) => tracing::error!(
+                    rank = 0,
+                    "could not assemble the cluster file: {}",
                     e.message
                 ),
             }
         });
     }
-    eprintln!(
+    tracing::info!(
+        rank,
+        size,
+        addr = %handle.addr(),
         "pdcx server rank {rank}/{size} listening on {} (root {})",
         handle.addr(),
         root.display()
@@ -104,7 +118,11 @@ pub fn foreground(o: ForegroundOpts) -> Result<()> {
     let synced = handle.shutdown();
     let _ = std::fs::remove_file(rank_file(&root, rank));
     synced.map_err(|e| anyhow!("final sync failed: {}", e.message))?;
-    eprintln!("pdcx server rank {rank}/{size} stopped ({why}); data synced");
+    tracing::info!(
+        rank,
+        size,
+        "pdcx server rank {rank}/{size} stopped ({why}); data synced"
+    );
     Ok(())
 }
 
@@ -276,7 +294,13 @@ fn signal(pid: u32, sig: libc::c_int) {
 }
 
 /// `pdcx server start -n N`: N background servers on this machine.
-pub fn start(root: &Path, n: u32, cache_mb: u64, bind_host: &str) -> Result<()> {
+pub fn start(
+    root: &Path,
+    n: u32,
+    cache_mb: u64,
+    bind_host: &str,
+    metrics: Option<&str>,
+) -> Result<()> {
     if n == 0 || n > 4096 {
         bail!("-n must be 1..=4096, got {n}");
     }
@@ -291,9 +315,20 @@ pub fn start(root: &Path, n: u32, cache_mb: u64, bind_host: &str) -> Result<()> 
     } else {
         format!("{bind_host}:0")
     };
+    // Options every rank gets. Each rank adds its rank to the metrics port, so one address
+    // serves the whole deployment.
+    let mut common = vec![
+        "--cache-mb".to_string(),
+        cache_mb.to_string(),
+        "--bind".to_string(),
+        bind,
+    ];
+    if let Some(m) = metrics {
+        common.extend(["--metrics".to_string(), m.to_string()]);
+    }
     let mut children: Vec<(u32, Child, PathBuf)> = Vec::new();
     for rank in 0..n {
-        match spawn_server(&exe, root, rank, n, cache_mb, &bind, &logs) {
+        match spawn_server(&exe, root, rank, n, &common, &logs) {
             Ok((child, log)) => children.push((rank, child, log)),
             Err(e) => {
                 stop_children(&mut children);
@@ -428,8 +463,7 @@ fn spawn_server(
     root: &Path,
     rank: u32,
     n: u32,
-    cache_mb: u64,
-    bind: &str,
+    common: &[String],
     logs: &Path,
 ) -> Result<(Child, PathBuf)> {
     let log_path = logs.join(format!("server-{rank}.log"));
@@ -448,7 +482,7 @@ fn spawn_server(
         .arg("--root")
         .arg(root)
         .args(["--rank", &rank.to_string(), "--size", &n.to_string()])
-        .args(["--cache-mb", &cache_mb.to_string(), "--bind", bind])
+        .args(common)
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("duplicating the log handle")?)
         .stderr(log);

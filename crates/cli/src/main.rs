@@ -187,6 +187,10 @@ struct ServerArgs {
     #[arg(long, env = "PDCX_LAZY_FLUSH_MS", default_value_t = 100, value_name = "MS",
           value_parser = clap::value_parser!(u64).range(1..))]
     lazy_flush_ms: u64,
+    /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; rank r uses PORT + r).
+    /// Default: $PDCX_METRICS_ADDR, else `[metrics] bind` in pdcx.toml, else off.
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -203,6 +207,10 @@ enum ServerAction {
         /// Host/IP the servers listen on (each picks a free port).
         #[arg(long, default_value = "127.0.0.1", value_name = "HOST")]
         bind_host: String,
+        /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; rank r uses PORT + r).
+        /// Default: $PDCX_METRICS_ADDR, else `[metrics] bind` in pdcx.toml, else off.
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
     },
     /// Stop every server of the deployment (data is synced to disk first).
     #[command(after_help = STOP_EXAMPLES)]
@@ -382,13 +390,15 @@ fn run(cli: Cli) -> Result<u8> {
                 node: args.node,
                 agg_window: std::time::Duration::from_micros(args.agg_window_us),
                 lazy_interval: std::time::Duration::from_millis(args.lazy_flush_ms),
+                metrics: args.metrics,
             })
             .map(|()| 0),
             Some(ServerAction::Start {
                 n,
                 cache_mb,
                 bind_host,
-            }) => daemon::start(&root, n, cache_mb, &bind_host).map(|()| 0),
+                metrics,
+            }) => daemon::start(&root, n, cache_mb, &bind_host, metrics.as_deref()).map(|()| 0),
             Some(ServerAction::Stop { timeout }) => daemon::stop(&root, timeout).map(|()| 0),
             Some(ServerAction::Status { json }) => daemon::status(&root, json),
             Some(ServerAction::CrashPoints { json }) => Ok(crash_points(json)),
@@ -464,5 +474,23 @@ mod tests {
             _ => panic!("not server"),
         }
         assert!(Cli::try_parse_from(["pdcx", "server", "--rank", "1", "stop"]).is_err());
+    }
+
+    #[test]
+    fn metrics_address_parses_for_foreground_and_start() {
+        let c = Cli::try_parse_from(["pdcx", "server", "--metrics", "127.0.0.1:9464"]).unwrap();
+        match c.command {
+            Command::Server(a) => assert_eq!(a.metrics.as_deref(), Some("127.0.0.1:9464")),
+            _ => panic!("not server"),
+        }
+        let c =
+            Cli::try_parse_from(["pdcx", "server", "start", "-n", "2", "--metrics", ":0"]).unwrap();
+        match c.command {
+            Command::Server(ServerArgs {
+                action: Some(ServerAction::Start { metrics, .. }),
+                ..
+            }) => assert_eq!(metrics.as_deref(), Some(":0")),
+            _ => panic!("not server start"),
+        }
     }
 }

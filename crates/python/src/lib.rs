@@ -619,6 +619,9 @@ impl EmbeddedServer {
     #[new]
     #[pyo3(signature = (root, cache_bytes=256 << 20))]
     fn new(py: Python<'_>, root: PathBuf, cache_bytes: u64) -> R<Self> {
+        // Server messages go to stderr unless the host application installed its own
+        // `tracing` subscriber (then they go through it).
+        pdcx_server::logging::init();
         let r = root.clone();
         let handle = py
             .allow_threads(move || -> pdcx_core::Result<ServerHandle> {

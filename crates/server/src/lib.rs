@@ -13,7 +13,9 @@ pub mod datastore;
 pub mod engine;
 mod groupsync;
 pub mod launch;
+pub mod logging;
 pub mod meta;
+pub mod metrics;
 pub mod peers;
 mod relay;
 mod rpc;
@@ -50,6 +52,9 @@ pub struct ServerConfig {
     pub agg_window: Duration,
     /// How often deferred (relaxed) writes are registered with their owners.
     pub lazy_interval: Duration,
+    /// Where to serve Prometheus metrics (`HOST:PORT`, port + rank; see `metrics::rank_addr`).
+    /// Default `PDCX_METRICS_ADDR`, else `[metrics] bind` in the deployment config, else off.
+    pub metrics: Option<String>,
 }
 
 /// Default `ServerConfig::agg_window`: long enough for a burst of ranks released by a barrier.
@@ -70,6 +75,9 @@ impl ServerConfig {
             config_file: std::env::var_os("PDCX_CONFIG").map(PathBuf::from),
             agg_window: DEFAULT_AGG_WINDOW,
             lazy_interval: DEFAULT_LAZY_INTERVAL,
+            metrics: std::env::var(metrics::ENV)
+                .ok()
+                .filter(|a| !a.trim().is_empty()),
         }
     }
 }
@@ -97,6 +105,8 @@ pub struct Server {
     /// Bytes staged from or read into clients' shared-memory arenas.
     shm_bytes: AtomicU64,
     shutdown_requested: AtomicBool,
+    /// Counters for the Prometheus exporter that nothing else keeps.
+    pub(crate) metrics: metrics::Metrics,
     _lock: std::fs::File,
 }
 
@@ -106,6 +116,7 @@ pub struct ServerHandle {
     acceptor: Option<std::thread::JoinHandle<()>>,
     flusher: Option<std::thread::JoinHandle<()>>,
     registrar: Option<std::thread::JoinHandle<()>>,
+    exporter: Option<metrics::Exporter>,
 }
 
 pub fn rank_dir(root: &Path, rank: u32) -> PathBuf {
@@ -194,11 +205,25 @@ impl Server {
         let peers = Arc::new(peers::ClusterPeers::new(config.root.clone(), config.rank));
         engine.set_peers(peers.clone());
         if recovery.discarded_bytes > 0 || dropped > 0 || recovery.removed_segments > 0 {
-            eprintln!(
-                "pdcx server {}: recovery discarded {} uncommitted log bytes, {} segments and {} never-synced extents",
-                config.rank, recovery.discarded_bytes, recovery.removed_segments, dropped
+            tracing::warn!(
+                rank = config.rank,
+                discarded_bytes = recovery.discarded_bytes,
+                removed_segments = recovery.removed_segments,
+                dropped_extents = dropped,
+                "recovery discarded {} uncommitted log bytes, {} segments and {} never-synced extents",
+                recovery.discarded_bytes,
+                recovery.removed_segments,
+                dropped
             );
         }
+        let recovery_stats = metrics::RecoveryStats {
+            segments: recovery.segments as u64,
+            committed_bytes: recovery.committed_bytes,
+            discarded_bytes: recovery.discarded_bytes,
+            removed_segments: recovery.removed_segments as u64,
+            dropped_extents: dropped as u64,
+        };
+        let metrics_spec = config.metrics.clone().or(deployment.metrics.bind.clone());
         let listener = TcpListener::bind(&config.bind)
             .map_err(|e| Error::io(&format!("binding {}", config.bind), &e))?;
         let addr = listener
@@ -223,8 +248,15 @@ impl Server {
             registrar_stop: (Mutex::new(false), Condvar::new()),
             shm_bytes: AtomicU64::new(0),
             shutdown_requested: AtomicBool::new(false),
+            metrics: metrics::Metrics::default(),
             _lock: lock,
         });
+        server.metrics.set_recovery(recovery_stats);
+        // Bound before the accept loop starts, so a bad address fails the start cleanly.
+        let exporter = match metrics_spec.as_deref().filter(|a| !a.trim().is_empty()) {
+            Some(spec) => Some(metrics::start_exporter(&server, spec)?),
+            None => None,
+        };
         let s = server.clone();
         let acceptor = std::thread::Builder::new()
             .name("pdcx-accept".into())
@@ -234,6 +266,7 @@ impl Server {
                         break;
                     }
                     let Ok(stream) = stream else { continue };
+                    s.metrics.accepted.fetch_add(1, Ordering::Relaxed);
                     let s2 = s.clone();
                     let _ = std::thread::Builder::new()
                         .name("pdcx-conn".into())
@@ -258,10 +291,7 @@ impl Server {
                                 // Errors are recorded in the flush state (and printed once
                                 // per change); the next pass retries.
                                 if let Err(e) = s.engine.flush_pass(1 << 30) {
-                                    eprintln!(
-                                        "pdcx server {}: flush pass failed: {e}",
-                                        s.config.rank
-                                    );
+                                    tracing::warn!(rank = s.config.rank, "flush pass failed: {e}");
                                 }
                             }
                         })
@@ -279,6 +309,7 @@ impl Server {
             acceptor: Some(acceptor),
             flusher,
             registrar: Some(registrar),
+            exporter,
         })
     }
 
@@ -358,11 +389,19 @@ impl ServerHandle {
         self.server.addr
     }
 
+    /// Where the Prometheus exporter listens, if it was enabled.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.exporter.as_ref().map(|e| e.addr())
+    }
+
     /// Stops accepting, registers deferred writes with their owners if they answer (else
     /// they stay deferred, durably, until the next start), makes all staged data durable and
     /// joins the threads.
     pub fn shutdown(mut self) -> Result<()> {
         self.server.shutdown_requested.store(true, Ordering::SeqCst);
+        if let Some(mut ex) = self.exporter.take() {
+            ex.stop();
+        }
         self.server.wake_acceptor();
         if let Some(t) = self.acceptor.take() {
             let _ = t.join();
@@ -380,9 +419,10 @@ impl ServerHandle {
         let engine = &self.server.engine;
         if engine.deferred_count() > 0 {
             if let Err(e) = engine.register_deferred(None) {
-                eprintln!(
-                    "pdcx server {}: {} relaxed writes stay unregistered until the next start: {}",
-                    self.server.config.rank,
+                tracing::warn!(
+                    rank = self.server.config.rank,
+                    unregistered = engine.deferred_count(),
+                    "{} relaxed writes stay unregistered until the next start: {}",
                     engine.deferred_count(),
                     e.message
                 );
@@ -405,8 +445,11 @@ impl ServerHandle {
         let mut last = Instant::now();
         let report = engine.flush_all(&mut |r, done| {
             if last.elapsed().as_secs_f64() >= 1.0 || r.pending_extents == 0 {
-                eprintln!(
-                    "pdcx server {rank}: flushing at shutdown: {:.1} MiB written, {:.1} MiB to go",
+                tracing::info!(
+                    rank,
+                    done_bytes = done,
+                    pending_bytes = r.pending_bytes,
+                    "flushing at shutdown: {:.1} MiB written, {:.1} MiB to go",
                     done as f64 / (1 << 20) as f64,
                     r.pending_bytes as f64 / (1 << 20) as f64
                 );
@@ -414,14 +457,20 @@ impl ServerHandle {
             }
         })?;
         if let Some(e) = &report.error {
-            eprintln!(
-                "pdcx server {rank}: shutdown flush incomplete ({} extents, {:.1} MiB stay in the log and are flushed at the next start): {e}",
+            tracing::warn!(
+                rank,
+                pending_extents = report.pending_extents,
+                pending_bytes = report.pending_bytes,
+                "shutdown flush incomplete ({} extents, {:.1} MiB stay in the log and are flushed at the next start): {e}",
                 report.pending_extents,
                 report.pending_bytes as f64 / (1 << 20) as f64
             );
         } else if report.extents > 0 {
-            eprintln!(
-                "pdcx server {rank}: flushed {} extents ({:.1} MiB) at shutdown in {:.1} s",
+            tracing::info!(
+                rank,
+                extents = report.extents,
+                bytes = report.bytes,
+                "flushed {} extents ({:.1} MiB) at shutdown in {:.1} s",
                 report.extents,
                 report.bytes as f64 / (1 << 20) as f64,
                 start.elapsed().as_secs_f64()
@@ -465,14 +514,19 @@ fn registrar(server: Weak<Server>) {
         match s.engine.register_deferred(None) {
             Ok(n) if failing => {
                 failing = false;
-                eprintln!("pdcx server {rank}: registered {n} deferred writes after retrying");
+                tracing::info!(
+                    rank,
+                    registered = n,
+                    "registered {n} deferred writes after retrying"
+                );
             }
             Ok(_) => {}
             Err(e) => {
                 // Said once per outage, not every retry (an owner may take a while to start).
                 if !failing {
-                    eprintln!(
-                        "pdcx server {rank}: could not register deferred writes yet (retrying every {retry:?}): {}",
+                    tracing::warn!(
+                        rank,
+                        "could not register deferred writes yet (retrying every {retry:?}): {}",
                         e.message
                     );
                 }

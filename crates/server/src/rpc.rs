@@ -57,9 +57,14 @@ fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
                 break;
             }
         };
+        // Request kind and timing for `crate::metrics`.
+        let (started, mut kind) = (std::time::Instant::now(), crate::metrics::Kind::default());
         let outcome = match head.kind {
             FrameKind::Request => match protocol::decode_body::<Request>(&body) {
-                Ok(req) => handle(server, req, head.payload_len, reader, &mut sess),
+                Ok(req) => {
+                    kind = crate::metrics::Kind::of(&req);
+                    handle(server, req, head.payload_len, reader, &mut sess)
+                }
                 Err(e) => drain(reader, head.payload_len).and(Err(e)),
             },
             // The framing is intact: refuse this one and go on.
@@ -83,7 +88,14 @@ fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
             Err(e) if client_gone(&e) => break,
             Err(e) => (Response::Error(e), Vec::new(), false),
         };
-        if reply(writer, head.request_id, &resp, &payload).is_err() {
+        let sent = reply(writer, head.request_id, &resp, &payload);
+        let failed = matches!(resp, Response::Error(_)) || sent.is_err();
+        let out = payload.len() as u64;
+        let took = started.elapsed();
+        server
+            .metrics
+            .request(&kind, head.payload_len, out, took, failed);
+        if sent.is_err() {
             break;
         }
         if payload.capacity() <= SCRATCH_KEEP && payload.capacity() > sess.scratch.capacity() {
@@ -605,6 +617,11 @@ fn stage_received(
         let staged = server.engine.stage(item.txn, item.id, &item.region, body)?;
         sess.pending.insert(item.txn, staged);
     }
+    // metrics hook (ops): staged bytes, over TCP or shared memory alike.
+    server
+        .metrics
+        .staged
+        .fetch_add(at as u64, Ordering::Relaxed);
     Ok((
         Response::Staged {
             count: sess.pending.len() as u64,
@@ -771,7 +788,7 @@ fn flush(server: &Server, wait: bool) -> Result<pdcx_core::protocol::FlushReport
     }
 }
 
-fn stats(server: &Server) -> Result<ServerStats> {
+pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
     let (objects, containers) = server.meta.counts()?;
     let c = &server.engine.counters;
     let mut st = ServerStats {

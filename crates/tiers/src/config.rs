@@ -38,6 +38,9 @@
 //! strategy = 3            # paper 003 Table II: 2/3/4/5 = 1/2/4/8 objects per shard per server
 //! # objects = 2           # the same, as a count (0 = every extent its own blob, the default)
 //! # max_bytes = "256MiB"  # a shard closes at this size
+//!
+//! [metrics]
+//! bind = "127.0.0.1:9464" # Prometheus text on http://HOST:PORT+RANK/metrics (off if absent)
 //! ```
 //!
 //! Any tier field can be overridden with `PDCX_TIER_<NAME>_<FIELD>` (name upper-cased, `-` as
@@ -217,6 +220,16 @@ impl ShardConfig {
     }
 }
 
+/// The Prometheus exporter (docs/OPERATIONS.md). `PDCX_METRICS_ADDR` and
+/// `pdcx server --metrics` take precedence.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsConfig {
+    /// `HOST:PORT` for rank 0; rank r listens on PORT + r (port 0: any free port).
+    #[serde(default)]
+    pub bind: Option<String>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentConfig {
@@ -228,6 +241,8 @@ pub struct DeploymentConfig {
     pub log: LogConfig,
     #[serde(default)]
     pub shard: ShardConfig,
+    #[serde(default)]
+    pub metrics: MetricsConfig,
 }
 
 impl DeploymentConfig {
@@ -499,6 +514,16 @@ timeout_ms = 2000
         assert!(err("[shard]\nshards = 2").contains("unknown field"));
         let c = DeploymentConfig::parse("[shard]\nmax_bytes = \"8MiB\"", env(&[])).unwrap();
         assert_eq!(c.shard.max_shard_bytes(), 8 << 20);
+    }
+
+    #[test]
+    fn metrics_section_is_optional_and_checked() {
+        let c = DeploymentConfig::parse("", env(&[])).unwrap();
+        assert_eq!(c.metrics.bind, None);
+        let c = DeploymentConfig::parse("[metrics]\nbind = '127.0.0.1:9464'\n", env(&[])).unwrap();
+        assert_eq!(c.metrics.bind.as_deref(), Some("127.0.0.1:9464"));
+        let e = DeploymentConfig::parse("[metrics]\nport = 9464\n", env(&[])).unwrap_err();
+        assert!(e.message.contains("unknown field"), "{}", e.message);
     }
 
     #[test]

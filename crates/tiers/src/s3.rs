@@ -196,8 +196,9 @@ impl S3Tier {
         let existing = match tier.list("") {
             Ok(e) => e,
             Err(e) if !strict && matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Auth) => {
-                eprintln!(
-                    "pdcx: {}; starting anyway: data for this tier stays in the log until it answers (capacity accounting starts at 0)",
+                tracing::warn!(
+                    tier = %cfg.name,
+                    "{}; starting anyway: data for this tier stays in the log until it answers (capacity accounting starts at 0)",
                     e.message
                 );
                 Vec::new()

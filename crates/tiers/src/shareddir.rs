@@ -34,8 +34,9 @@ impl SharedTier {
             match lustre::ost_count(dir.root()) {
                 Ok(n) => Some(n),
                 Err(e) => {
-                    eprintln!(
-                        "pdcx: tier {:?}: {} is on Lustre but its OSTs are unknown ({}); \
+                    tracing::warn!(
+                        tier = %cfg.name,
+                        "tier {:?}: {} is on Lustre but its OSTs are unknown ({}); \
                          using the directory's default striping",
                         cfg.name,
                         dir.root().display(),
@@ -87,8 +88,9 @@ impl Tier for SharedTier {
                 Ok(()) => Ok(()),
                 Err(e) => {
                     if self.striping.swap(false, Ordering::Relaxed) {
-                        eprintln!(
-                            "pdcx: tier {:?}: striping disabled for this run: {}",
+                        tracing::warn!(
+                            tier = %self.dir.name(),
+                            "tier {:?}: striping disabled for this run: {}",
                             self.dir.name(),
                             e.message
                         );

@@ -112,6 +112,7 @@ impl DataStore {
         registrar: &dyn Registrar,
     ) -> Result<Committed> {
         let commit = self.lock_commit();
+        self.io.log_commits.fetch_add(1, Ordering::Relaxed);
         if durability != Durability::Memory {
             self.sync_log(&commit)?;
         }
@@ -150,6 +151,7 @@ impl DataStore {
         if let Some(plan) = plan {
             let synced = plan.sync();
             self.log().finish_commit(plan, synced)?;
+            self.io.log_syncs.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -75,6 +75,8 @@ pub struct DataStore {
     meta: Arc<Metadata>,
     tiering: Option<Arc<Tiering>>,
     rank: u32,
+    /// Cache and log counters for the metrics exporter.
+    io: crate::metrics::EngineCounters,
 }
 
 /// What [`DataStore::open`] found.
@@ -151,6 +153,7 @@ impl DataStore {
             meta,
             tiering,
             rank,
+            io: Default::default(),
         };
         Ok((
             store,
@@ -171,6 +174,11 @@ impl DataStore {
 
     fn index_mut(&self) -> std::sync::RwLockWriteGuard<'_, Index> {
         self.index.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Cache and log counters (for `metrics`).
+    pub fn io(&self) -> &crate::metrics::EngineCounters {
+        &self.io
     }
 
     pub fn tiering(&self) -> Option<&Arc<Tiering>> {

@@ -39,6 +39,8 @@ impl DataStore {
                 None => misses.push(i),
             }
         }
+        self.io
+            .cache_lookups(pieces.len() - misses.len(), misses.len());
         let mut log = self.log();
         // Extents whose segment was retired are read from their home tier, after the log
         // lock is released (a tier read may be a slow network request; the log lock is a leaf).

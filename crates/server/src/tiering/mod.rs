@@ -72,6 +72,8 @@ pub struct TierCounters {
     pub put_nanos: AtomicU64,
     pub get_bytes: AtomicU64,
     pub extents: AtomicU64,
+    /// Failed puts other than "no space" (metrics: `pdcx_tier_errors_total`).
+    pub errors: AtomicU64,
 }
 
 impl TierCounters {
@@ -263,8 +265,9 @@ impl Tiering {
                         .filter(|k| !referenced.contains(&(i, k.clone())))
                         .collect();
                     if !stale.is_empty() {
-                        eprintln!(
-                            "pdcx: removing {} unreferenced blob(s) from tier {:?} (left by an interrupted flush)",
+                        tracing::info!(
+                            tier = %tier.name(),
+                            "removing {} unreferenced blob(s) from tier {:?} (left by an interrupted flush)",
                             stale.len(),
                             tier.name()
                         );
@@ -292,9 +295,10 @@ impl Tiering {
             self.tiers[tier].kind(),
             e.message
         );
+        self.counters[tier].errors.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if st.last_error.as_deref() != Some(msg.as_str()) {
-            eprintln!("pdcx: {msg}");
+            tracing::warn!(tier = %self.name(tier), "{msg}");
         }
         st.last_error = Some(msg);
     }
@@ -307,7 +311,7 @@ impl Tiering {
             .as_deref()
             .is_some_and(|m| m.starts_with(&prefix))
         {
-            eprintln!("pdcx: tier {:?} is reachable again", self.name(tier));
+            tracing::info!(tier = %self.name(tier), "tier {:?} is reachable again", self.name(tier));
             st.last_error = None;
         }
     }

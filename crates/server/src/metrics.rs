@@ -1,0 +1,927 @@
+//! Prometheus metrics: a server's counters in the text exposition format (version 0.0.4),
+//! served on an opt-in address (`pdcx server --metrics ADDR`, `PDCX_METRICS_ADDR`, or
+//! `[metrics] bind` in `pdcx.toml`) by a small blocking HTTP listener (`GET /metrics`).
+//!
+//! Most numbers are read at scrape time from what the server already keeps for `pdcx top`
+//! (`ServerStats`, the flusher's state, the tiers' traffic counters, the metadata shard's group
+//! commit). What nothing counted before lives here: requests by kind (count, errors, payload
+//! bytes in and out, a latency histogram), accepted connections, what recovery found at start,
+//! and the engine's cache lookups and log commits ([`EngineCounters`]).
+//!
+//! Every metric is listed with its type and meaning in docs/OPERATIONS.md; keep them in step.
+
+use crate::Server;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+/// Environment variable naming the metrics address (see [`rank_addr`]).
+pub const ENV: &str = "PDCX_METRICS_ADDR";
+
+/// Upper bounds (seconds) of the request latency histogram's buckets; `+Inf` is implied.
+/// From 50 µs (a cached metadata call over loopback) to 10 s (a large fsync'd write).
+pub const LATENCY_BUCKETS: [f64; 16] = [
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 10.0,
+];
+
+/// Counters the engine bumps on its read and commit paths (the cache and the log count
+/// nothing themselves).
+#[derive(Default, Debug)]
+pub struct EngineCounters {
+    /// Extent pieces a read found in the cache, and those it had to read from the log or a tier.
+    pub cache_hits: AtomicU64,
+    pub cache_misses: AtomicU64,
+    /// Commits of staged writes (any durability), and the log sync rounds they ran: each
+    /// fdatasyncs the segments written since the last round and publishes the manifest.
+    pub log_commits: AtomicU64,
+    pub log_syncs: AtomicU64,
+}
+
+impl EngineCounters {
+    pub fn cache_lookups(&self, hits: usize, misses: usize) {
+        self.cache_hits.fetch_add(hits as u64, Ordering::Relaxed);
+        self.cache_misses
+            .fetch_add(misses as u64, Ordering::Relaxed);
+    }
+}
+
+/// What the log's recovery found when this server started.
+#[derive(Default, Debug, Clone, Copy)]
+pub struct RecoveryStats {
+    pub segments: u64,
+    pub committed_bytes: u64,
+    pub discarded_bytes: u64,
+    pub removed_segments: u64,
+    /// Extents dropped because their data never reached a synced log.
+    pub dropped_extents: u64,
+}
+
+#[derive(Default)]
+struct RequestStats {
+    count: AtomicU64,
+    errors: AtomicU64,
+    in_bytes: AtomicU64,
+    out_bytes: AtomicU64,
+    nanos: AtomicU64,
+    /// Per-bucket (not cumulative) counts; the last slot is `+Inf`.
+    buckets: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+}
+
+/// The name of a request's kind (its enum variant), taken from its `Debug` output without
+/// formatting the rest: no table to keep in step with the protocol as requests are added.
+#[derive(Clone, Copy)]
+pub struct Kind {
+    buf: [u8; 40],
+    len: u8,
+}
+
+impl Default for Kind {
+    /// Frames whose body did not decode.
+    fn default() -> Self {
+        let mut k = Kind {
+            buf: [0; 40],
+            len: 0,
+        };
+        k.push("Undecodable");
+        k
+    }
+}
+
+impl Kind {
+    pub fn of<T: std::fmt::Debug>(req: &T) -> Kind {
+        let mut k = Kind {
+            buf: [0; 40],
+            len: 0,
+        };
+        // The writer refuses the first character that cannot be part of the variant name,
+        // which stops the formatter there.
+        let _ = write!(k, "{req:?}");
+        if k.len == 0 {
+            k.push("Unknown");
+        }
+        k
+    }
+
+    fn push(&mut self, s: &str) {
+        let _ = std::fmt::Write::write_str(self, s);
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.buf[..self.len as usize]).unwrap_or("Unknown")
+    }
+}
+
+impl std::fmt::Write for Kind {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        for b in s.bytes() {
+            if !(b.is_ascii_alphanumeric() || b == b'_') || self.len as usize == self.buf.len() {
+                return Err(std::fmt::Error);
+            }
+            self.buf[self.len as usize] = b;
+            self.len += 1;
+        }
+        Ok(())
+    }
+}
+
+/// A server's own metrics (one per server, so several servers in one process stay apart).
+#[derive(Default)]
+pub struct Metrics {
+    requests: RwLock<HashMap<String, Arc<RequestStats>>>,
+    /// TCP connections accepted (handshake or not).
+    pub(crate) accepted: AtomicU64,
+    /// Bytes of writes staged (over TCP or from shared memory).
+    pub(crate) staged: AtomicU64,
+    pub(crate) recovery: RwLock<RecoveryStats>,
+    scrapes: AtomicU64,
+}
+
+impl Metrics {
+    fn kind_stats(&self, kind: &str) -> Arc<RequestStats> {
+        if let Some(s) = self
+            .requests
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(kind)
+        {
+            return s.clone();
+        }
+        self.requests
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(kind.to_string())
+            .or_default()
+            .clone()
+    }
+
+    /// Records one answered request: its kind, the payload bytes it carried in and out, how
+    /// long it took (header read to reply written) and whether the reply was an error.
+    pub fn request(&self, kind: &Kind, in_bytes: u64, out_bytes: u64, took: Duration, err: bool) {
+        let s = self.kind_stats(kind.as_str());
+        s.count.fetch_add(1, Ordering::Relaxed);
+        if err {
+            s.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        s.in_bytes.fetch_add(in_bytes, Ordering::Relaxed);
+        s.out_bytes.fetch_add(out_bytes, Ordering::Relaxed);
+        s.nanos.fetch_add(
+            took.as_nanos().min(u64::MAX as u128) as u64,
+            Ordering::Relaxed,
+        );
+        let secs = took.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        s.buckets[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn set_recovery(&self, r: RecoveryStats) {
+        *self.recovery.write().unwrap_or_else(|p| p.into_inner()) = r;
+    }
+}
+
+/// The address rank `rank` listens on for `spec` (`HOST:PORT`): port + rank, so every rank
+/// of a deployment can share one setting (N ranks on one node get N consecutive ports);
+/// port 0 stays 0 (any free port).
+pub fn rank_addr(spec: &str, rank: u32) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let addr = spec
+        .trim()
+        .to_socket_addrs()
+        .map_err(|e| format!("metrics address {spec:?}: {e} (expected HOST:PORT)"))?
+        .next()
+        .ok_or_else(|| format!("metrics address {spec:?} resolves to nothing"))?;
+    if addr.port() == 0 {
+        return Ok(addr);
+    }
+    let port = u32::from(addr.port()) + rank;
+    let port = u16::try_from(port).map_err(|_| {
+        format!(
+            "metrics address {spec:?}: port {} + rank {rank} is past 65535",
+            addr.port()
+        )
+    })?;
+    Ok(SocketAddr::new(addr.ip(), port))
+}
+
+/// The `/metrics` listener: one thread, one connection at a time (scrapes are rare and small).
+pub struct Exporter {
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Exporter {
+    pub fn start(addr: SocketAddr, server: Weak<Server>) -> std::io::Result<Exporter> {
+        let listener = TcpListener::bind(addr)?;
+        let addr = listener.local_addr()?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop2 = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("pdcx-metrics".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if stop2.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(conn) = conn else { continue };
+                    let Some(s) = server.upgrade() else { break };
+                    if let Err(e) = serve(&s, conn) {
+                        tracing::debug!(rank = s.config.rank, error = %e, "metrics request failed");
+                    }
+                }
+            })?;
+        Ok(Exporter {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn stop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        // Wake the blocking accept; it sees the flag and returns.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Exporter {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Answers one HTTP/1.x request and closes the connection.
+fn serve(server: &Server, mut conn: TcpStream) -> std::io::Result<()> {
+    // A stalled client may hold the listener only this long.
+    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
+    conn.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut head = Vec::with_capacity(512);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
+        let n = conn.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+        if head.len() > 16 << 10 {
+            let status = "431 Request Header Fields Too Large";
+            return respond(&mut conn, status, "text/plain", b"", false);
+        }
+    }
+    let line = head.split(|&b| b == b'\n').next().unwrap_or(&[]);
+    let line = String::from_utf8_lossy(line);
+    let mut parts = line.split_whitespace();
+    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = target.split('?').next().unwrap_or("");
+    let text = "text/plain; charset=utf-8";
+    let (status, ctype, body): (&str, &str, std::borrow::Cow<'static, [u8]>) = match (method, path)
+    {
+        ("GET" | "HEAD", "/metrics") => {
+            server.metrics.scrapes.fetch_add(1, Ordering::Relaxed);
+            let body = render(server).into_bytes();
+            (
+                "200 OK",
+                "text/plain; version=0.0.4; charset=utf-8",
+                body.into(),
+            )
+        }
+        ("GET" | "HEAD", "/") => (
+            "200 OK",
+            text,
+            b"pdcx server metrics: GET /metrics\n"[..].into(),
+        ),
+        ("GET" | "HEAD", _) => ("404 Not Found", text, b"not found\n"[..].into()),
+        _ => (
+            "405 Method Not Allowed",
+            text,
+            b"only GET /metrics\n"[..].into(),
+        ),
+    };
+    respond(&mut conn, status, ctype, &body, method == "HEAD")
+}
+
+/// Writes a whole response; `head_only` (a HEAD request) sends the headers GET would get.
+fn respond(
+    conn: &mut TcpStream,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+    head_only: bool,
+) -> std::io::Result<()> {
+    let head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes())?;
+    if !head_only {
+        conn.write_all(body)?;
+    }
+    conn.flush()
+}
+
+/// Builds the exposition text. Families are written whole (HELP, TYPE, then every sample).
+struct Text(String);
+
+impl Text {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}");
+        let _ = writeln!(self.0, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.0.push_str(name);
+        if !labels.is_empty() {
+            self.0.push('{');
+            for (i, (k, v)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.0.push(',');
+                }
+                let _ = write!(self.0, "{k}=\"{}\"", escape(v));
+            }
+            self.0.push('}');
+        }
+        let _ = writeln!(self.0, " {}", number(value));
+    }
+
+    /// A family with one unlabelled sample.
+    fn one(&mut self, name: &str, kind: &str, help: &str, value: f64) {
+        self.family(name, kind, help);
+        self.sample(name, &[], value);
+    }
+}
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn number(v: f64) -> String {
+    if v.is_infinite() {
+        if v > 0.0 { "+Inf" } else { "-Inf" }.to_string()
+    } else if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{}", v as i64)
+    } else {
+        format!("{v}")
+    }
+}
+
+/// Segment files in the log directory (`seg-NNNNNNNN.log`).
+fn log_segments(server: &Server) -> u64 {
+    std::fs::read_dir(server.engine.log_dir())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    pdcx_store::record::parse_segment_file_name(&e.file_name().to_string_lossy())
+                        .is_some()
+                })
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+/// The exposition text for `server`, read now.
+pub fn render(server: &Server) -> String {
+    let mut t = Text(String::with_capacity(16 << 10));
+    let rank = server.config.rank.to_string();
+    let size = server.config.size.to_string();
+    t.family(
+        "pdcx_server_info",
+        "gauge",
+        "Always 1; labels say which server this is.",
+    );
+    t.sample(
+        "pdcx_server_info",
+        &[
+            ("rank", &rank),
+            ("size", &size),
+            ("node", &server.config.node),
+            ("version", env!("CARGO_PKG_VERSION")),
+        ],
+        1.0,
+    );
+    t.one(
+        "pdcx_uptime_seconds",
+        "gauge",
+        "Seconds since this server started.",
+        server.started.elapsed().as_secs_f64(),
+    );
+    t.one(
+        "pdcx_metrics_scrapes_total",
+        "counter",
+        "GET /metrics requests answered (this one included).",
+        server.metrics.scrapes.load(Ordering::Relaxed) as f64,
+    );
+
+    // Requests, by kind.
+    let kinds: Vec<(String, Arc<RequestStats>)> = {
+        let m = server
+            .metrics
+            .requests
+            .read()
+            .unwrap_or_else(|p| p.into_inner());
+        let mut v: Vec<_> = m.iter().map(|(k, s)| (k.clone(), s.clone())).collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v
+    };
+    let per_kind = |t: &mut Text, name: &str, help: &str, f: &dyn Fn(&RequestStats) -> u64| {
+        t.family(name, "counter", help);
+        for (k, s) in &kinds {
+            t.sample(name, &[("kind", k)], f(s) as f64);
+        }
+    };
+    per_kind(
+        &mut t,
+        "pdcx_requests_total",
+        "Requests answered, by kind (protocol request name).",
+        &|s| s.count.load(Ordering::Relaxed),
+    );
+    per_kind(
+        &mut t,
+        "pdcx_request_errors_total",
+        "Requests answered with an error, by kind.",
+        &|s| s.errors.load(Ordering::Relaxed),
+    );
+    per_kind(
+        &mut t,
+        "pdcx_request_payload_bytes_total",
+        "Bulk payload bytes received with requests (data staged over TCP), by kind.",
+        &|s| s.in_bytes.load(Ordering::Relaxed),
+    );
+    per_kind(
+        &mut t,
+        "pdcx_reply_payload_bytes_total",
+        "Bulk payload bytes sent with replies (data read over TCP), by kind.",
+        &|s| s.out_bytes.load(Ordering::Relaxed),
+    );
+    t.family(
+        "pdcx_request_duration_seconds",
+        "histogram",
+        "Time from a request's header arriving to its reply written, by kind.",
+    );
+    for (k, s) in &kinds {
+        let mut cum = 0u64;
+        for (i, b) in s.buckets.iter().enumerate() {
+            cum += b.load(Ordering::Relaxed);
+            let le = LATENCY_BUCKETS
+                .get(i)
+                .map_or("+Inf".to_string(), |v| number(*v));
+            t.sample(
+                "pdcx_request_duration_seconds_bucket",
+                &[("kind", k), ("le", &le)],
+                cum as f64,
+            );
+        }
+        t.sample(
+            "pdcx_request_duration_seconds_sum",
+            &[("kind", k)],
+            s.nanos.load(Ordering::Relaxed) as f64 / 1e9,
+        );
+        t.sample(
+            "pdcx_request_duration_seconds_count",
+            &[("kind", k)],
+            cum as f64,
+        );
+    }
+
+    // Connections.
+    t.one(
+        "pdcx_connections_accepted_total",
+        "counter",
+        "TCP connections accepted on the server's port (before authentication).",
+        server.metrics.accepted.load(Ordering::Relaxed) as f64,
+    );
+
+    let st = match crate::rpc::stats(server) {
+        Ok(st) => st,
+        Err(e) => {
+            // The metadata shard could not be read: say so in the scrape, keep the rest.
+            t.one(
+                "pdcx_stats_error",
+                "gauge",
+                "1 if the server's statistics could not be read at this scrape.",
+                1.0,
+            );
+            tracing::warn!(rank = server.config.rank, error = %e.message, "metrics: reading stats failed");
+            return t.0;
+        }
+    };
+    t.one(
+        "pdcx_connections",
+        "gauge",
+        "Authenticated client and peer connections open now.",
+        st.connections as f64,
+    );
+    t.one(
+        "pdcx_objects",
+        "gauge",
+        "Objects whose metadata this server owns.",
+        st.objects as f64,
+    );
+    t.one(
+        "pdcx_containers",
+        "gauge",
+        "Containers whose metadata this server owns.",
+        st.containers as f64,
+    );
+    t.one(
+        "pdcx_extents",
+        "gauge",
+        "Extents (written regions) in this server's index.",
+        st.extents as f64,
+    );
+
+    // Data in and out.
+    t.one(
+        "pdcx_staged_bytes_total",
+        "counter",
+        "Bytes of writes staged (received over TCP or copied from shared memory).",
+        server.metrics.staged.load(Ordering::Relaxed) as f64,
+    );
+    t.one(
+        "pdcx_read_bytes_total",
+        "counter",
+        "Bytes of read replies served (owner reads and direct reads of held regions).",
+        st.read_bytes as f64,
+    );
+    t.one(
+        "pdcx_shm_bytes_total",
+        "counter",
+        "Bytes staged from or read into same-node clients' shared-memory arenas.",
+        st.shm_bytes as f64,
+    );
+
+    // Cache.
+    let c = server.engine.store().io();
+    t.one(
+        "pdcx_cache_bytes",
+        "gauge",
+        "Bytes held in the data cache.",
+        st.cache_bytes as f64,
+    );
+    t.one(
+        "pdcx_cache_capacity_bytes",
+        "gauge",
+        "The data cache's capacity (0: disabled).",
+        st.cache_capacity as f64,
+    );
+    t.one(
+        "pdcx_cache_hits_total",
+        "counter",
+        "Extent pieces reads found in the cache.",
+        c.cache_hits.load(Ordering::Relaxed) as f64,
+    );
+    t.one(
+        "pdcx_cache_misses_total",
+        "counter",
+        "Extent pieces reads had to fetch from the log or a tier.",
+        c.cache_misses.load(Ordering::Relaxed) as f64,
+    );
+
+    // Log and metadata durability.
+    t.one(
+        "pdcx_log_bytes",
+        "gauge",
+        "Bytes in the segment log (all segments).",
+        st.log_bytes as f64,
+    );
+    t.one(
+        "pdcx_log_segments",
+        "gauge",
+        "Segment files in the log.",
+        log_segments(server) as f64,
+    );
+    t.one(
+        "pdcx_log_commits_total",
+        "counter",
+        "Commits of staged writes (any durability).",
+        c.log_commits.load(Ordering::Relaxed) as f64,
+    );
+    t.one(
+        "pdcx_log_syncs_total",
+        "counter",
+        "Log sync rounds run by commits at durability local (each fdatasyncs the segments written since the last round, then publishes the manifest with file and directory fsyncs).",
+        c.log_syncs.load(Ordering::Relaxed) as f64,
+    );
+    t.one(
+        "pdcx_metadata_wal_fsyncs_total",
+        "counter",
+        "fdatasyncs of the metadata shard's write-ahead log (group commit: many transactions share one).",
+        server.meta.wal_syncs() as f64,
+    );
+
+    // Recovery at start.
+    let r = *server
+        .metrics
+        .recovery
+        .read()
+        .unwrap_or_else(|p| p.into_inner());
+    t.one(
+        "pdcx_recovery_segments",
+        "gauge",
+        "Log segments recovery found at this server's start.",
+        r.segments as f64,
+    );
+    t.one(
+        "pdcx_recovery_committed_bytes",
+        "gauge",
+        "Committed log bytes recovery kept at start.",
+        r.committed_bytes as f64,
+    );
+    t.one(
+        "pdcx_recovery_discarded_bytes",
+        "gauge",
+        "Uncommitted log bytes recovery discarded at start (never acknowledged at local durability).",
+        r.discarded_bytes as f64,
+    );
+    t.one(
+        "pdcx_recovery_removed_segments",
+        "gauge",
+        "Unlisted log segments recovery removed at start.",
+        r.removed_segments as f64,
+    );
+    t.one(
+        "pdcx_recovery_dropped_extents",
+        "gauge",
+        "Extents recovery dropped at start because their data was never synced.",
+        r.dropped_extents as f64,
+    );
+
+    // Lookups and registration (the metadata traffic between servers).
+    let counters: [(&str, &str, u64); 7] = [
+        (
+            "pdcx_lookups_total",
+            "Object lookups answered as the owner.",
+            st.lookups,
+        ),
+        (
+            "pdcx_lookups_forwarded_total",
+            "Of those, lookups other servers forwarded for their clients.",
+            st.lookups_forwarded,
+        ),
+        (
+            "pdcx_lookups_relayed_total",
+            "Lookups this server forwarded to owners for its clients.",
+            st.lookups_relayed,
+        ),
+        (
+            "pdcx_lookups_coalesced_total",
+            "Client lookups answered by joining another client's forwarded lookup.",
+            st.lookups_coalesced,
+        ),
+        (
+            "pdcx_registers_total",
+            "Register requests answered as owner.",
+            st.registers,
+        ),
+        (
+            "pdcx_registered_regions_total",
+            "Regions those register requests carried.",
+            st.registered_regions,
+        ),
+        (
+            "pdcx_registers_sent_total",
+            "Register requests sent to owners as a holder.",
+            st.registers_sent,
+        ),
+    ];
+    for (name, help, v) in counters {
+        t.one(name, "counter", help, v as f64);
+    }
+    t.one(
+        "pdcx_unregistered_writes",
+        "gauge",
+        "Relaxed writes held here, durable and acknowledged, not yet registered with their owner.",
+        st.unregistered as f64,
+    );
+
+    // Flusher and tiers (only with tiers configured).
+    if let Some(tiering) = &server.engine.tiering {
+        let fs = tiering.state();
+        t.one(
+            "pdcx_flush_pending_bytes",
+            "gauge",
+            "Committed bytes not yet placed on a tier (the flush queue).",
+            st.flush_pending_bytes as f64,
+        );
+        t.one(
+            "pdcx_flush_pending_extents",
+            "gauge",
+            "Committed extents not yet placed on a tier.",
+            st.flush_pending_extents as f64,
+        );
+        let flush: [(&str, &str, u64); 6] = [
+            (
+                "pdcx_flushed_bytes_total",
+                "Raw bytes the flusher copied to tiers.",
+                fs.flushed_bytes,
+            ),
+            (
+                "pdcx_flushed_extents_total",
+                "Extents the flusher placed on tiers.",
+                fs.flushed_extents,
+            ),
+            ("pdcx_flush_passes_total", "Flush passes run.", fs.passes),
+            (
+                "pdcx_retired_segments_total",
+                "Log segments retired after their data was flushed.",
+                fs.retired_segments,
+            ),
+            (
+                "pdcx_retired_bytes_total",
+                "Log bytes freed by retiring segments.",
+                fs.retired_bytes,
+            ),
+            (
+                "pdcx_moved_extents_total",
+                "Extents moved between tiers (demotion and promotion).",
+                fs.moved_extents,
+            ),
+        ];
+        for (name, help, v) in flush {
+            t.one(name, "counter", help, v as f64);
+        }
+        t.one(
+            "pdcx_flush_failing",
+            "gauge",
+            "1 while the flusher's last attempt on some tier failed (the data stays in the log).",
+            if fs.last_error.is_some() { 1.0 } else { 0.0 },
+        );
+        let tier_family =
+            |t: &mut Text, name: &str, kind: &str, help: &str, f: &dyn Fn(usize) -> Option<f64>| {
+                t.family(name, kind, help);
+                for (i, ts) in st.tiers.iter().enumerate() {
+                    if let Some(v) = f(i) {
+                        t.sample(name, &[("tier", &ts.name), ("kind", &ts.kind)], v);
+                    }
+                }
+            };
+        tier_family(
+            &mut t,
+            "pdcx_tier_used_bytes",
+            "gauge",
+            "Bytes this server keeps on the tier.",
+            &|i| Some(st.tiers[i].used as f64),
+        );
+        tier_family(
+            &mut t,
+            "pdcx_tier_capacity_bytes",
+            "gauge",
+            "The tier's configured capacity (absent when unbounded).",
+            &|i| st.tiers[i].capacity.map(|c| c as f64),
+        );
+        tier_family(
+            &mut t,
+            "pdcx_tier_put_bytes_total",
+            "counter",
+            "Bytes written to the tier.",
+            &|i| Some(st.tiers[i].put_bytes as f64),
+        );
+        tier_family(
+            &mut t,
+            "pdcx_tier_get_bytes_total",
+            "counter",
+            "Bytes read from the tier.",
+            &|i| Some(st.tiers[i].get_bytes as f64),
+        );
+        tier_family(
+            &mut t,
+            "pdcx_tier_errors_total",
+            "counter",
+            "Failed writes to the tier (other than no space left).",
+            &|i| {
+                tiering
+                    .counters
+                    .get(i)
+                    .map(|c| c.errors.load(Ordering::Relaxed) as f64)
+            },
+        );
+        tier_family(
+            &mut t,
+            "pdcx_tier_put_bandwidth_bytes_per_second",
+            "gauge",
+            "Measured write bandwidth to the tier (0 until 1 MiB was written).",
+            &|i| Some(st.tiers[i].put_bandwidth),
+        );
+    }
+    t.0
+}
+
+/// Starts the exporter for `server` if an address is configured; logs where it listens.
+pub(crate) fn start_exporter(server: &Arc<Server>, spec: &str) -> crate::Result<Exporter> {
+    let rank = server.config.rank;
+    let addr = rank_addr(spec, rank).map_err(pdcx_core::Error::invalid)?;
+    let ex = Exporter::start(addr, Arc::downgrade(server))
+        .map_err(|e| pdcx_core::Error::io(&format!("binding metrics address {addr}"), &e))?;
+    tracing::info!(
+        rank,
+        addr = %ex.addr(),
+        "metrics on http://{}/metrics",
+        ex.addr()
+    );
+    Ok(ex)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    #[allow(dead_code)]
+    enum Req {
+        Ping,
+        Stage { items: Vec<u32> },
+        Create(String),
+    }
+
+    #[test]
+    fn kind_is_the_variant_name() {
+        assert_eq!(Kind::of(&Req::Ping).as_str(), "Ping");
+        assert_eq!(
+            Kind::of(&Req::Stage {
+                items: vec![1, 2, 3]
+            })
+            .as_str(),
+            "Stage"
+        );
+        assert_eq!(Kind::of(&Req::Create("x".into())).as_str(), "Create");
+        assert_eq!(Kind::default().as_str(), "Undecodable");
+    }
+
+    #[test]
+    fn rank_addr_offsets_the_port_by_rank() {
+        assert_eq!(
+            rank_addr("127.0.0.1:9464", 0).unwrap(),
+            "127.0.0.1:9464".parse().unwrap()
+        );
+        assert_eq!(
+            rank_addr("127.0.0.1:9464", 3).unwrap(),
+            "127.0.0.1:9467".parse().unwrap()
+        );
+        assert_eq!(rank_addr("127.0.0.1:0", 5).unwrap().port(), 0);
+        assert!(rank_addr("127.0.0.1:65535", 1).is_err());
+        assert!(rank_addr("nonsense", 0).is_err());
+    }
+
+    /// What the per-request hook costs (run: cargo test --release -p pdcx-server --lib
+    /// request_hook_cost -- --ignored --nocapture).
+    #[test]
+    #[ignore]
+    fn request_hook_cost() {
+        let m = Metrics::default();
+        let req = Req::Stage {
+            items: (0..64).collect(),
+        };
+        let n = 2_000_000u32;
+        let t = std::time::Instant::now();
+        for _ in 0..n {
+            let started = std::time::Instant::now();
+            let k = Kind::of(std::hint::black_box(&req));
+            m.request(&k, 4096, 0, started.elapsed(), false);
+        }
+        println!(
+            "request hook: {:.0} ns per request",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+        let t = std::time::Instant::now();
+        let mut len = 0usize;
+        for _ in 0..n {
+            len += Kind::of(std::hint::black_box(&req)).len as usize;
+        }
+        println!(
+            "  of which naming the kind: {:.0} ns ({len} bytes named)",
+            t.elapsed().as_nanos() as f64 / n as f64
+        );
+    }
+
+    #[test]
+    fn histogram_buckets_and_text() {
+        let m = Metrics::default();
+        let k = Kind::of(&Req::Ping);
+        m.request(&k, 10, 20, Duration::from_micros(30), false);
+        m.request(&k, 0, 0, Duration::from_secs(20), true);
+        let s = m.kind_stats("Ping");
+        assert_eq!(s.count.load(Ordering::Relaxed), 2);
+        assert_eq!(s.errors.load(Ordering::Relaxed), 1);
+        assert_eq!(s.buckets[0].load(Ordering::Relaxed), 1);
+        assert_eq!(s.buckets[LATENCY_BUCKETS.len()].load(Ordering::Relaxed), 1);
+        assert_eq!(number(1.0), "1");
+        assert_eq!(number(0.25), "0.25");
+        assert_eq!(number(f64::INFINITY), "+Inf");
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}
