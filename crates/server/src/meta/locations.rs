@@ -129,6 +129,26 @@ impl Metadata {
         Ok(out)
     }
 
+    /// Moves the log location of these extents (which live on only through their tier home)
+    /// out of the log's segment id space: `segment + off_log`. One durable transaction.
+    pub fn mark_off_log(&self, keys: &[(ObjectId, u64)], off_log: u64) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| {
+            let mut st = tx
+                .prepare_cached(
+                    "UPDATE extent_map SET segment = segment + ?1 WHERE object=?2 AND seq=?3 AND segment < ?1",
+                )
+                .map_err(db_err)?;
+            for (id, seq) in keys {
+                st.execute(params![off_log as i64, *id as i64, *seq as i64])
+                    .map_err(db_err)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Drops extents whose data the log does not hold as committed (written with `memory`
     /// durability just before a crash).
     pub fn delete_extents(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
