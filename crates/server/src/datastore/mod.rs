@@ -79,6 +79,8 @@ pub struct DataStore {
     meta: Arc<Metadata>,
     tiering: Option<Arc<Tiering>>,
     rank: u32,
+    /// The log's incarnation (see `Metadata::log_incarnation`), part of deferred writes' tokens.
+    incarnation: u64,
 }
 
 /// What [`DataStore::open`] found.
@@ -107,6 +109,17 @@ impl DataStore {
     ) -> Result<(DataStore, Opened)> {
         let (log, recovery) = SegmentLog::open(dir, log_opts)?;
         let rows = meta.load_extents()?;
+        // A log with nothing committed while extents are recorded is a new log (the node lost
+        // the old one): its locations start over, so its tokens get a new incarnation. (An
+        // empty log holds no deferred write, so no pending token is orphaned.)
+        let mut incarnation = meta.log_incarnation()?;
+        if recovery.committed_bytes == 0 && !rows.is_empty() {
+            incarnation += 1;
+            if incarnation >= 1 << (64 - index::INCARNATION_SHIFT) {
+                return Err(Error::internal("log incarnation overflow"));
+            }
+            meta.set_log_incarnation(incarnation)?;
+        }
         let homes = homes::load(&meta, tiering.as_deref())?;
         let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) = rows
             .into_iter()
@@ -170,6 +183,7 @@ impl DataStore {
             meta,
             tiering,
             rank,
+            incarnation,
         };
         Ok((
             store,
