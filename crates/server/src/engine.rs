@@ -266,13 +266,20 @@ impl Engine {
                 continue;
             }
             // An object deleted since its write was staged has no say (the commit goes on as
-            // before; its extents are garbage).
-            let Ok(obj) = self.object_meta(s.id, false) else {
-                continue;
+            // before; its extents are garbage). Own objects: no copy of the metadata.
+            let tag = if owner_of_id(s.id) == self.rank {
+                self.meta.object_tag(s.id, DURABILITY_TAG)
+            } else {
+                let Ok(obj) = self.object_meta(s.id, false) else {
+                    continue;
+                };
+                obj.tags
+                    .into_iter()
+                    .find(|(k, _)| k == DURABILITY_TAG)
+                    .map(|(_, v)| v)
             };
-            let tag = obj.tags.iter().find(|(k, _)| k == DURABILITY_TAG);
-            if let Some((_, pdcx_core::TagValue::Str(v))) = tag {
-                let d = parse_durability(v)?;
+            if let Some(pdcx_core::TagValue::Str(v)) = tag {
+                let d = parse_durability(&v)?;
                 if durability_rank(d) > durability_rank(best) {
                     best = d;
                 }
