@@ -19,5 +19,7 @@ python3 -m ruff format --check tests bench examples crates/python/python
 echo "== rust: tests"
 cargo test -q --workspace 2>&1 | tee /tmp/pdcx-cargo-test.log | grep -E '^(test result|running|error|failures)|FAILED|panicked' || true
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "cargo test failed; full log in /tmp/pdcx-cargo-test.log"; exit 1; }
+echo "== rust: crash points of the data path (real SIGKILL at each, then recovery)"
+cargo test -q -p pdcx-server --features crash-points --test crashpoints
 echo "== python: integration tests (real servers, mpirun)"
 python3 -m pytest -q tests

@@ -222,3 +222,23 @@ def test_relaxed_consistency_through_the_c_api(build, deployment, server_bin, mo
     # flush, close, and the expected-writes batch (plus the batch the 8th write triggered).
     assert client.stats()[0]["registers"] - regs == 3
     assert client.stats()[1]["unregistered"] == 0
+
+
+def test_c_remote_durability(build, deployment, server_bin, tmp_path):
+    import json
+
+    from conftest import run_pdcx
+
+    # No tier survives the node: the remote wait fails, the program says so and goes on.
+    plain = deployment(n=2)
+    p = run([str(build("obj_durability")), "refused"], plain.env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "survives the loss of a node" in p.stderr, p.stderr
+    # With a shared-directory tier the wait returns once the data is there.
+    dep = deployment(n=2, start=False)
+    (dep.root / "pdcx.toml").write_text(f'[[tier]]\nname = "pfs"\nkind = "shared"\npath = "{tmp_path}/pfs"\n')
+    dep.start()
+    p = run([str(build("obj_durability")), "ok"], dep.env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    doc = json.loads(run_pdcx("show", "dur/x", "--json", "--root", dep.root).stdout)
+    assert [e["durability"] for e in doc["extents"]] == ["remote"], doc["extents"]

@@ -84,6 +84,18 @@ perr_t PDCprop_set_obj_consistency_semantics(pdcid_t obj_prop, pdc_consistency_t
 /* pdcx extension (not in PDC): under relaxed consistency, a data server registers an object's
  * writes as soon as it holds this many of them (0, the default: no count). */
 perr_t PDCXprop_set_obj_expected_writes(pdcid_t obj_prop, uint64_t expected_writes);
+/* pdcx extension (not in PDC): what a wait on the object's transfers guarantees.
+ * MEMORY: visible; lost if the data server dies before its next sync.
+ * LOCAL (default): also fsynced in the data server's log; survives a server crash.
+ * REMOTE: also on a tier that survives the loss of the node (shared directory or S3 in
+ * pdcx.toml) with its home recorded durably; the wait fails if the deployment has none.
+ * An object's pdcx.durability tag ("memory", "local", "remote") raises it for every writer. */
+typedef enum {
+    PDCX_DURABILITY_MEMORY = 0,
+    PDCX_DURABILITY_LOCAL  = 1,
+    PDCX_DURABILITY_REMOTE = 2,
+} pdcx_durability_t;
+perr_t PDCXprop_set_obj_durability(pdcid_t obj_prop, pdcx_durability_t durability);
 perr_t PDCprop_set_obj_buf(pdcid_t obj_prop, void *buf);
 
 /* Grows the object (pdcx refuses to shrink one). */

@@ -23,6 +23,8 @@ pub struct Obj {
     pub buf: usize,
     /// When this handle's writes become visible (from the property's consistency semantics).
     pub consistency: Consistency,
+    /// What a wait on this handle's transfers guarantees (`PDCXprop_set_obj_durability`).
+    pub durability: Durability,
 }
 
 /// pdcx's consistency for a PDC `pdc_consistency_t`: SESSION (visible at the end of the
@@ -54,6 +56,7 @@ struct Settings {
     partition: c_int,
     consistency: c_int,
     expected_writes: u64,
+    durability: Durability,
     buf: usize,
 }
 
@@ -66,6 +69,7 @@ impl Settings {
             partition: 0,
             consistency: 0,
             expected_writes: 0,
+            durability: Durability::Local,
             buf: 0,
         }
     }
@@ -76,6 +80,7 @@ impl Settings {
             partition: p.partition,
             consistency: p.consistency,
             expected_writes: p.expected_writes,
+            durability: p.durability,
             buf: p.buf,
         }
     }
@@ -94,6 +99,7 @@ fn register(meta: ObjectMeta, prop: PdcId, s: Settings) -> PdcId {
             pending: HashSet::new(),
             buf: s.buf,
             consistency: consistency_of(s.consistency, s.expected_writes),
+            durability: s.durability,
         })),
     );
     id

@@ -3,6 +3,7 @@
 use crate::types::*;
 use crate::{cstr, ffi, ffi_err, state, u64s, Handle, PdcId, Perr, State, R};
 use libc::{c_char, c_int, c_void};
+use pdcx_core::protocol::Durability;
 
 pub struct ObjProp {
     pub dims: Vec<u64>,
@@ -16,6 +17,8 @@ pub struct ObjProp {
     pub consistency: c_int,
     /// pdcx extension: relaxed writes a data server collects before registering them.
     pub expected_writes: u64,
+    /// pdcx extension: what a wait on this object's transfers guarantees.
+    pub durability: Durability,
     pub buf: usize,
     /// What PDCobj_prop_get_info points to.
     pub public: Box<ObjPropBlock>,
@@ -34,6 +37,7 @@ impl ObjProp {
             partition: 0,
             consistency: 0,
             expected_writes: 0,
+            durability: Durability::Local,
             buf: 0,
             public: ObjPropBlock::new(id, &[], PDC_UNKNOWN, 0, 0),
         }
@@ -143,6 +147,7 @@ pub extern "C" fn PDCprop_obj_dup(prop_id: PdcId) -> PdcId {
         copy.partition = src.partition;
         copy.consistency = src.consistency;
         copy.expected_writes = src.expected_writes;
+        copy.durability = src.durability;
         copy.buf = src.buf;
         let id = st.insert(Handle::Prop(Box::new(Prop {
             kind: PropKind::Obj(copy),
@@ -300,6 +305,27 @@ pub extern "C" fn PDCprop_set_obj_consistency_semantics(
 pub extern "C" fn PDCXprop_set_obj_expected_writes(prop_id: PdcId, expected_writes: u64) -> Perr {
     set_obj("PDCXprop_set_obj_expected_writes", prop_id, |p| {
         p.expected_writes = expected_writes;
+        Ok(())
+    })
+}
+
+/// pdcx extension: what a wait on the object's transfers guarantees: PDCX_DURABILITY_MEMORY
+/// (0), _LOCAL (1, the default) or _REMOTE (2: on a tier that survives the loss of the node,
+/// its home recorded; refused at the wait when the deployment has no such tier). An object's
+/// `pdcx.durability` tag raises it for every writer.
+#[no_mangle]
+pub extern "C" fn PDCXprop_set_obj_durability(prop_id: PdcId, durability: c_int) -> Perr {
+    set_obj("PDCXprop_set_obj_durability", prop_id, |p| {
+        p.durability = match durability {
+            PDCX_DURABILITY_MEMORY => Durability::Memory,
+            PDCX_DURABILITY_LOCAL => Durability::Local,
+            PDCX_DURABILITY_REMOTE => Durability::Remote,
+            d => {
+                return Err(format!(
+                    "unknown pdcx durability {d} (0 memory, 1 local, 2 remote)"
+                ))
+            }
+        };
         Ok(())
     })
 }

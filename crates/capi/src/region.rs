@@ -197,7 +197,12 @@ pub unsafe extern "C" fn PDCregion_transfer_create(
             is_write,
         )
         .map_err(crate::err)?;
-        t.consistency = obj_mut(&mut state(), obj_id)?.consistency;
+        {
+            let mut st = state();
+            let o = obj_mut(&mut st, obj_id)?;
+            t.consistency = o.consistency;
+            t.durability = o.durability;
+        }
         let x = Xfer {
             buf: buf as usize,
             obj: obj_id,

@@ -42,6 +42,11 @@ pub const PDC_TRANSFER_STATUS_NOT_FOUND: c_int = 2;
 
 // pdc_consistency_t (the relaxed ones; the others are strong)
 pub const PDC_CONSISTENCY_SESSION: c_int = 3;
+
+// pdcx durability levels (PDCXprop_set_obj_durability)
+pub const PDCX_DURABILITY_MEMORY: c_int = 0;
+pub const PDCX_DURABILITY_LOCAL: c_int = 1;
+pub const PDCX_DURABILITY_REMOTE: c_int = 2;
 pub const PDC_CONSISTENCY_EVENTUAL: c_int = 4;
 
 // pdc_lifetime_t

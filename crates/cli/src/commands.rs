@@ -289,7 +289,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
                     "server": e.holder, "segment": e.segment, "segment_file": segment_name(e.segment),
                     "log_offset": e.offset, "len": e.len, "cached": e.cached,
                     "tier": e.tier, "codec": e.codec, "stored_len": e.stored_len,
-                    "shard": e.shard,
+                    "shard": e.shard, "durability": e.durability,
                 })
             })
             .collect();
@@ -348,6 +348,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
             vec![
                 e.seq.to_string(),
                 e.region.to_string(),
+                durability_label(&e.durability).to_string(),
                 tier,
                 format!(
                     "server {} log {} @{} +{} ({})",
@@ -362,12 +363,24 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
         .collect();
     if !rows.is_empty() {
         println!();
-        print_table(&["SEQ", "REGION", "TIER", "BYTES AT"], &rows);
+        print_table(&["SEQ", "REGION", "DURABILITY", "TIER", "BYTES AT"], &rows);
     }
     if extents.len() > SHOWN {
         println!("... and {} more (see --json)", extents.len() - SHOWN);
     }
     Ok(())
+}
+
+/// What each durability an extent has reached means, for `pdcx show`.
+fn durability_label(d: &str) -> &str {
+    match d {
+        "memory" => "memory (not fsynced)",
+        "local" => "local (log fsynced)",
+        "remote" => "remote (durable home)",
+        // Regions another server holds: that server knows.
+        "" => "-",
+        other => other,
+    }
 }
 
 // ---------------------------------------------------------------- put / get

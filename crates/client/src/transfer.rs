@@ -493,7 +493,24 @@ fn plan_reads(transfers: &mut [&mut Transfer]) -> Result<()> {
 
 /// Commits grouped by (server, local durability?, relaxed with this expected count?): txns,
 /// the transfers waiting on them and their objects.
-type Commits = BTreeMap<(u32, bool, Option<u64>), (Vec<u64>, Vec<Arc<State>>, Vec<ObjectId>)>;
+type Commits = BTreeMap<(u32, u8, Option<u64>), (Vec<u64>, Vec<Arc<State>>, Vec<ObjectId>)>;
+
+/// A durability as a map key (memory < local < remote).
+fn durability_code(d: Durability) -> u8 {
+    match d {
+        Durability::Memory => 0,
+        Durability::Local => 1,
+        Durability::Remote => 2,
+    }
+}
+
+fn durability_of_code(c: u8) -> Durability {
+    match c {
+        0 => Durability::Memory,
+        1 => Durability::Local,
+        _ => Durability::Remote,
+    }
+}
 
 /// The consistency point for a batch: one `Commit` per server for the started writes, then
 /// blocks until every transfer is done. Returns the first failure (all are still waited for).
@@ -507,23 +524,19 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
                 Consistency::Strong => None,
             };
             let c = commits
-                .entry((t.dest, t.durability == Durability::Local, relaxed))
+                .entry((t.dest, durability_code(t.durability), relaxed))
                 .or_default();
             c.0.push(t.txn);
             c.1.push(t.state.clone());
             c.2.push(t.id);
         }
     }
-    for ((dest, local, relaxed), (txns, states, ids)) in commits {
+    for ((dest, durability, relaxed), (txns, states, ids)) in commits {
         let t = transfers
             .iter()
             .find(|t| t.dest == dest)
             .expect("destination from a transfer");
-        let durability = if local {
-            Durability::Local
-        } else {
-            Durability::Memory
-        };
+        let durability = durability_of_code(durability);
         let foreign: Vec<ObjectId> = ids
             .into_iter()
             .filter(|&id| owner_of_id(id) != dest)

@@ -310,6 +310,9 @@ pub enum Durability {
     /// Also fsynced in the server's node-local log under a committed manifest.
     #[default]
     Local,
+    /// Also on the object's home tier (a shared directory or S3, a durable tier the
+    /// placement picks) with its home recorded durably: survives the loss of the node.
+    Remote,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -558,6 +561,11 @@ pub struct ExtentInfo {
     /// extent has its own blob or none yet.
     #[serde(default)]
     pub shard: String,
+    /// The durability this extent has reached at its holder: "memory" (visible, not yet
+    /// fsynced), "local" (log fsynced, or a copy on a node-local tier), "remote" (on a tier
+    /// that survives the loss of the node, its home recorded durably).
+    #[serde(default)]
+    pub durability: String,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

@@ -107,8 +107,9 @@ fn durability(s: &str) -> R<Durability> {
     match s {
         "memory" => Ok(Durability::Memory),
         "local" => Ok(Durability::Local),
+        "remote" => Ok(Durability::Remote),
         _ => Err(InvalidArgumentError::new_err(format!(
-            "durability must be 'memory' or 'local', not {s:?}"
+            "durability must be 'memory', 'local' or 'remote', not {s:?}"
         ))),
     }
 }

@@ -206,15 +206,34 @@ impl Engine {
     /// If `expected_writes` > 0 and this server now holds that many deferred writes of an
     /// object, they are registered before this returns (a failure there leaves them deferred
     /// for the timer and does not fail the commit: the data is safe).
+    ///
+    /// Durability is at least what each object's `pdcx.durability` tag asks for. `remote`
+    /// commits as `local`, then puts exactly these extents on their home tier (the first tier
+    /// of their placement that survives node loss) and records their homes durably before
+    /// returning ([`make_remote`](Self::make_remote)). Its writes are registered with their
+    /// owners at once (strong), whatever the consistency: a home is recorded under the
+    /// owner's number. Refused, before anything is committed, when no tier survives node loss.
     pub fn commit_with(
         &self,
         staged: &[Staged],
         durability: Durability,
         consistency: Consistency,
     ) -> Result<()> {
-        let relaxed = matches!(consistency, Consistency::Relaxed { .. });
-        self.store
+        let durability = self.effective_durability(staged, durability)?;
+        let remote = durability == Durability::Remote;
+        if remote {
+            match &self.tiering {
+                Some(t) => t.check_remote()?,
+                None => return Err(crate::tiering::no_remote_tier(None)),
+            }
+        }
+        let relaxed = matches!(consistency, Consistency::Relaxed { .. }) && !remote;
+        let committed = self
+            .store
             .commit(staged, durability, relaxed, &PeerRegistrar(self))?;
+        if remote {
+            self.make_remote(&committed.visible)?;
+        }
         if let Consistency::Relaxed { expected_writes } = consistency {
             let mine: HashSet<ObjectId> = staged.iter().map(|s| s.id).collect();
             let due = self.store.objects_due(&mine, expected_writes);
@@ -228,6 +247,45 @@ impl Engine {
             }
         }
         Ok(())
+    }
+
+    /// `durability`, raised to the `pdcx.durability` tag of any object of `staged`.
+    fn effective_durability(
+        &self,
+        staged: &[Staged],
+        durability: Durability,
+    ) -> Result<Durability> {
+        use crate::tiering::{durability_rank, parse_durability, DURABILITY_TAG};
+        let mut best = durability;
+        let mut seen: HashSet<ObjectId> = HashSet::new();
+        for s in staged {
+            if best == Durability::Remote {
+                break;
+            }
+            if !seen.insert(s.id) {
+                continue;
+            }
+            // An object deleted since its write was staged has no say (the commit goes on as
+            // before; its extents are garbage). Own objects: no copy of the metadata.
+            let tag = if owner_of_id(s.id) == self.rank {
+                self.meta.object_tag(s.id, DURABILITY_TAG)
+            } else {
+                let Ok(obj) = self.object_meta(s.id, false) else {
+                    continue;
+                };
+                obj.tags
+                    .into_iter()
+                    .find(|(k, _)| k == DURABILITY_TAG)
+                    .map(|(_, v)| v)
+            };
+            if let Some(pdcx_core::TagValue::Str(v)) = tag {
+                let d = parse_durability(&v)?;
+                if durability_rank(d) > durability_rank(best) {
+                    best = d;
+                }
+            }
+        }
+        Ok(best)
     }
 
     /// How many deferred (relaxed, not yet registered) writes this server holds.
@@ -497,6 +555,8 @@ impl Engine {
                 stored_len: 0,
                 codec: String::new(),
                 shard: String::new(),
+                // Known to the holder (`pdcx show` asks it).
+                durability: String::new(),
             });
         }
         out.sort_by_key(|e| e.seq);

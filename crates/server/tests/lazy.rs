@@ -215,3 +215,30 @@ fn a_holder_crash_before_registration_loses_nothing_and_a_lost_answer_keeps_its_
         [10, 10, 11, 11, 12, 12, 12, 12]
     );
 }
+
+#[test]
+fn a_holder_that_lost_its_log_registers_new_relaxed_writes_under_new_numbers() {
+    let (od, hd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let id = create(od.path());
+    {
+        let p = pair(od.path(), hd.path());
+        let s = p.holder.stage(0, id, &r(0, 4), &bytes(4, 1)).unwrap();
+        p.holder
+            .commit_with(&[s], Durability::Local, RELAXED)
+            .unwrap();
+        assert_eq!(p.holder.register_deferred(None).unwrap(), 1);
+    }
+    // Node loss at the holder: its log is gone; the new log starts at the same locations, so
+    // the next relaxed write sits exactly where the first one did.
+    std::fs::remove_dir_all(hd.path().join("log")).unwrap();
+    let p = pair(od.path(), hd.path());
+    let s = p.holder.stage(1, id, &r(8, 4), &bytes(4, 2)).unwrap();
+    p.holder
+        .commit_with(&[s], Durability::Local, RELAXED)
+        .unwrap();
+    assert_eq!(p.holder.register_deferred(None).unwrap(), 1);
+    // The owner must not take it for the first write registered again (same location).
+    assert_eq!(read(&p.owner, id, &r(8, 4)), vec![2; 4]);
+    let seqs: Vec<u64> = p.owner.extents(id).iter().map(|e| e.seq).collect();
+    assert_eq!(seqs.len(), 2, "{seqs:?}");
+}

@@ -472,3 +472,131 @@ fn demotion_moves_whole_shards_and_frees_their_blobs() {
     assert_eq!(shard_blobs(&dir.path().join("fast")).len(), 2);
     assert_eq!(read_all(&engine, id, n), data);
 }
+
+/// One write of `n` f64 at `at`, distinct contents from `salt`, committed at `durability`.
+fn write_one(
+    engine: &Engine,
+    id: u64,
+    txn: u64,
+    at: u64,
+    n: u64,
+    salt: f64,
+    d: Durability,
+) -> Vec<u8> {
+    let bytes: Vec<u8> = (0..n)
+        .flat_map(|i| ((at + i) as f64 + salt).to_le_bytes())
+        .collect();
+    let s = engine
+        .stage(txn, id, &Region::new(vec![at], vec![n]).unwrap(), &bytes)
+        .unwrap();
+    engine.commit(&[s], d).unwrap();
+    bytes
+}
+
+fn read_region(engine: &Engine, id: u64, at: u64, n: u64) -> Vec<u8> {
+    let mut out = vec![0u8; n as usize * 8];
+    engine
+        .read(id, &Region::new(vec![at], vec![n]).unwrap(), &mut out)
+        .unwrap();
+    out
+}
+
+fn durabilities(engine: &Engine, id: u64) -> Vec<(u64, String, String)> {
+    engine
+        .extents(id)
+        .into_iter()
+        .map(|e| (e.seq, e.durability, e.tier))
+        .collect()
+}
+
+#[test]
+fn remote_waits_put_the_data_on_an_off_node_tier_and_it_survives_losing_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "100GiB");
+    let n = 1000;
+    // Placed on the node-local tier by its tag: `remote` still needs a tier that survives
+    // the node, so it goes to the shared one.
+    let (id, remote_bytes);
+    {
+        let (meta, engine) = open(dir.path(), &cfg);
+        id = object(&meta, "x", 4 * n, tier_tag("fast"));
+        remote_bytes = write_one(&engine, id, 1, 0, n, 0.25, Durability::Remote);
+        // No flush pass ran: the commit itself put the extent on its home.
+        let d = durabilities(&engine, id);
+        assert_eq!(d, vec![(1, "remote".into(), "log+slow".into())], "{d:?}");
+        write_one(&engine, id, 2, n, n, 0.5, Durability::Local);
+        write_one(&engine, id, 3, 2 * n, n, 0.75, Durability::Memory);
+        let d: Vec<String> = durabilities(&engine, id).into_iter().map(|x| x.1).collect();
+        assert_eq!(d, vec!["remote", "local", "memory"]);
+    }
+    // Node loss: the log directory is gone (the shared tier and the metadata survive).
+    std::fs::remove_dir_all(dir.path().join("log")).unwrap();
+    {
+        let (_meta, engine) = open(dir.path(), &cfg);
+        assert_eq!(read_region(&engine, id, 0, n), remote_bytes);
+        // What was only in the lost log is gone, never half there: the fill value.
+        assert_eq!(
+            read_region(&engine, id, n, 2 * n),
+            vec![0u8; 2 * n as usize * 8]
+        );
+        assert_eq!(durabilities(&engine, id).len(), 1);
+        // The new log numbers its segments from the start again; new writes land where the
+        // lost log's bytes were.
+        write_one(&engine, id, 1, 3 * n, n, 0.125, Durability::Local);
+    }
+    // A restart with the new log must still read the remote extent from its home, not the
+    // new log's bytes at the same place.
+    let (_meta, engine) = open(dir.path(), &cfg);
+    assert_eq!(read_region(&engine, id, 0, n), remote_bytes);
+}
+
+#[test]
+fn remote_is_refused_without_an_off_node_tier_and_nothing_is_committed() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "[[tier]]\nname = \"fast\"\nkind = \"local\"\npath = \"{}/fast\"\n",
+        dir.path().display()
+    );
+    let cfg = DeploymentConfig::parse(&text, Vec::new()).unwrap();
+    let (meta, engine) = open(dir.path(), &cfg);
+    let id = object(&meta, "x", 100, vec![]);
+    let bytes = vec![1u8; 800];
+    let s = engine
+        .stage(1, id, &Region::new(vec![0], vec![100]).unwrap(), &bytes)
+        .unwrap();
+    let err = engine.commit(&[s], Durability::Remote).unwrap_err();
+    assert_eq!(err.kind, pdcx_core::ErrorKind::InvalidArgument);
+    assert!(
+        err.message.contains("'remote'") && err.message.contains("fast (local)"),
+        "{err}"
+    );
+    assert!(engine.extents(id).is_empty());
+    // The tag asking for it is refused when set, with the same explanation.
+    let t = Tiering::open(&cfg, "d", 0, 1).unwrap();
+    let tag = vec![(
+        "pdcx.durability".to_string(),
+        TagValue::Str("remote".into()),
+    )];
+    let err =
+        pdcx_server::tiering::check_tags(t.as_ref(), Dtype::Float64, &[100], &tag).unwrap_err();
+    assert!(err.message.contains("survives the loss of a node"), "{err}");
+    let bad = vec![("pdcx.durability".to_string(), TagValue::Str("disk".into()))];
+    assert!(pdcx_server::tiering::check_tags(t.as_ref(), Dtype::Float64, &[100], &bad).is_err());
+}
+
+#[test]
+fn an_objects_durability_tag_raises_every_wait_on_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(dir.path(), "100GiB");
+    let (meta, engine) = open(dir.path(), &cfg);
+    let tag = vec![(
+        "pdcx.durability".to_string(),
+        TagValue::Str("remote".into()),
+    )];
+    let id = object(&meta, "x", 100, tag);
+    let plain = object(&meta, "y", 100, vec![]);
+    write_one(&engine, id, 1, 0, 100, 0.0, Durability::Memory);
+    write_one(&engine, plain, 2, 0, 100, 0.0, Durability::Memory);
+    assert_eq!(durabilities(&engine, id)[0].1, "remote");
+    assert_eq!(durabilities(&engine, plain)[0].1, "memory");
+}

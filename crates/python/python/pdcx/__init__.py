@@ -556,6 +556,26 @@ class Object:
         """Reloads metadata (e.g. dims grown by another client)."""
         self._meta = json.loads(self._client._c.get_object(self.id))
 
+    @property
+    def durability(self) -> str:
+        """The least durability every wait on this object gets, whatever a write asks for
+        (tag ``pdcx.durability``; ``"local"`` when unset, the default of writes):
+
+        - ``"memory"``: visible when ``wait`` returns; lost if the data server dies before its
+          next sync;
+        - ``"local"``: also fsynced in the data server's log; survives a server crash;
+        - ``"remote"``: also on a tier that survives the loss of the node (a shared directory or
+          S3, ``pdcx.toml``) with its home recorded durably. Setting it on a deployment without
+          such a tier raises :class:`InvalidArgumentError`.
+
+        A write can ask for more than this with ``durability=`` (:meth:`write_async`)."""
+        v = self.tags.get("pdcx.durability", "local")
+        return v if isinstance(v, str) else "local"
+
+    @durability.setter
+    def durability(self, level: str) -> None:
+        self.tags["pdcx.durability"] = level
+
     def set_consistency(self, mode: str, expected_writes: int = 0) -> None:
         """When this client's later writes of the object become visible to others.
 
@@ -643,7 +663,9 @@ class Object:
 
     def write_async(self, array, offset=None, durability: str = "local", tier: str | None = None) -> Transfer:
         """Starts writing ``array`` at ``offset``; the array may be reused as soon as this returns.
-        ``tier`` first sets where the region goes when flushed (see :meth:`set_tier`)."""
+        ``durability`` is what ``wait`` guarantees: ``"memory"``, ``"local"`` or ``"remote"``
+        (see :attr:`durability`; the object's own level applies if higher). ``tier`` first sets
+        where the region goes when flushed (see :meth:`set_tier`)."""
         t = self.transfer("w", array, offset, durability=durability, tier=tier)
         t.start()
         return t

@@ -186,7 +186,8 @@ impl DataStore {
             let lock = self.owner_lock(*owner);
             let g = lock.lock();
             let earlier = self.deferred_where(|d| owner_of_id(d.id) == *owner);
-            let mut items: Vec<RegisterItem> = earlier.iter().map(Deferred::item).collect();
+            let mut items: Vec<RegisterItem> =
+                earlier.iter().map(|d| d.item(self.incarnation)).collect();
             items.extend(idx.iter().map(|&i| RegisterItem {
                 id: staged[i].id,
                 region: staged[i].region.clone(),
@@ -315,7 +316,8 @@ impl DataStore {
                 owner_of_id(d.id) == owner && wanted.as_ref().is_none_or(|w| w.contains(&d.id))
             });
             for chunk in list.chunks(REGISTER_CHUNK) {
-                let items: Vec<RegisterItem> = chunk.iter().map(Deferred::item).collect();
+                let items: Vec<RegisterItem> =
+                    chunk.iter().map(|d| d.item(self.incarnation)).collect();
                 let r = registrar
                     .register(owner, &items)
                     .and_then(|got| checked_answer(owner, &items, got))

@@ -94,12 +94,21 @@ pub(super) struct Deferred {
     pub(super) provisional: u64,
 }
 
+/// Bits of a token's segment field that carry the log incarnation (segment ids stay far below).
+pub(super) const INCARNATION_SHIFT: u32 = 40;
+
 impl Deferred {
-    pub(super) fn item(&self) -> RegisterItem {
+    /// The registration of this deferred write. Its token (what the owner remembers it by, so a
+    /// re-registration after a crash gets the same number) is its log location, tagged with the
+    /// log's incarnation: a log recreated after the node lost it reuses locations.
+    pub(super) fn item(&self, incarnation: u64) -> RegisterItem {
         RegisterItem {
             id: self.id,
             region: self.region.clone(),
-            token: Some((self.loc.segment, self.loc.offset)),
+            token: Some((
+                self.loc.segment | (incarnation << INCARNATION_SHIFT),
+                self.loc.offset,
+            )),
         }
     }
 }

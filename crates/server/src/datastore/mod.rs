@@ -50,6 +50,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+/// Log segment numbers of extents whose bytes left the log for good start here (a log never
+/// gets near it).
+const OFF_LOG: u64 = 1 << 48;
+
 /// Writes up to this size are also kept in the cache when staged from a borrowed buffer.
 const CACHE_COPY_MAX: usize = 1 << 20;
 
@@ -77,6 +81,8 @@ pub struct DataStore {
     rank: u32,
     /// Cache and log counters for the metrics exporter.
     io: crate::metrics::EngineCounters,
+    /// The log's incarnation (see `Metadata::log_incarnation`), part of deferred writes' tokens.
+    incarnation: u64,
 }
 
 /// What [`DataStore::open`] found.
@@ -105,11 +111,37 @@ impl DataStore {
     ) -> Result<(DataStore, Opened)> {
         let (log, recovery) = SegmentLog::open(dir, log_opts)?;
         let rows = meta.load_extents()?;
+        // A log with nothing committed while extents are recorded is a new log (the node lost
+        // the old one): its locations start over, so its tokens get a new incarnation. (An
+        // empty log holds no deferred write, so no pending token is orphaned.)
+        let mut incarnation = meta.log_incarnation()?;
+        if recovery.committed_bytes == 0 && !rows.is_empty() {
+            incarnation += 1;
+            if incarnation >= 1 << (64 - index::INCARNATION_SHIFT) {
+                return Err(Error::internal("log incarnation overflow"));
+            }
+            meta.set_log_incarnation(incarnation)?;
+        }
         let homes = homes::load(&meta, tiering.as_deref())?;
         let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) = rows
             .into_iter()
             .partition(|r| log.is_committed(&r.loc) || homes.contains_key(&(r.id, r.seq)));
         meta.delete_extents(&lost.iter().map(|r| (r.id, r.seq)).collect::<Vec<_>>())?;
+        // Extents that live on only through their home (segment retired, or the whole log lost
+        // with its node) get a log location no log can hold: a new log directory numbers its
+        // segments from the start again, and must never seem to hold their bytes.
+        let mut keep = keep;
+        let off: Vec<(ObjectId, u64)> = keep
+            .iter()
+            .filter(|r| r.loc.segment < OFF_LOG && !log.is_committed(&r.loc))
+            .map(|r| (r.id, r.seq))
+            .collect();
+        meta.mark_off_log(&off, OFF_LOG)?;
+        for r in keep.iter_mut() {
+            if r.loc.segment < OFF_LOG && !log.is_committed(&r.loc) {
+                r.loc.segment += OFF_LOG;
+            }
+        }
         let rank = meta.rank;
         let (pending, keep): (Vec<ExtentRow>, Vec<ExtentRow>) =
             keep.into_iter().partition(|r| r.seq >= PROVISIONAL_BASE);
@@ -154,6 +186,7 @@ impl DataStore {
             tiering,
             rank,
             io: Default::default(),
+            incarnation,
         };
         Ok((
             store,
@@ -257,8 +290,17 @@ impl DataStore {
         let Some(list) = index.get(&id) else {
             return Vec::new();
         };
+        // Whether each extent's log bytes are under a committed manifest (fsynced).
+        let synced: Vec<bool> = {
+            let log = self.log();
+            list.iter()
+                .map(|e| e.in_log && log.is_committed(&e.loc))
+                .collect()
+        };
         list.iter()
-            .map(|e| ExtentInfo {
+            .zip(synced)
+            .map(|(e, synced)| ExtentInfo {
+                durability: self.durability_of(e, synced).to_string(),
                 seq: e.seq,
                 region: e.region.clone(),
                 segment: e.loc.segment,
@@ -281,6 +323,23 @@ impl DataStore {
                     .to_string(),
             })
             .collect()
+    }
+
+    /// The durability extent `e` has reached: "remote" once a tier surviving node loss holds
+    /// it with its home recorded (homes are recorded durably before they are published),
+    /// "local" once its log bytes are fsynced (`synced`) or a node-local tier holds it, else
+    /// "memory".
+    fn durability_of(&self, e: &Extent, synced: bool) -> &'static str {
+        let home = match (&self.tiering, &e.home) {
+            (Some(t), Some(h)) => Some((t.off_node(h.tier), t.is_durable(h.tier))),
+            _ => None,
+        };
+        match home {
+            Some((true, _)) => "remote",
+            Some((false, true)) => "local",
+            _ if synced => "local",
+            _ => "memory",
+        }
     }
 
     /// "log", "log+TIER" or "TIER" for `pdcx show`.

@@ -274,6 +274,16 @@ impl Metadata {
             .ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))
     }
 
+    /// One tag of object `id` (None: no such tag or object), without copying the object.
+    pub fn object_tag(&self, id: ObjectId, key: &str) -> Option<TagValue> {
+        self.objects
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .and_then(|o| o.tags.iter().find(|(k, _)| k == key))
+            .map(|(_, v)| v.clone())
+    }
+
     pub fn object_by_name(&self, name: &str) -> Result<ObjectMeta> {
         let lid: Option<i64> = self
             .db()

@@ -129,6 +129,56 @@ impl Metadata {
         Ok(out)
     }
 
+    /// Moves the log location of these extents (which live on only through their tier home)
+    /// out of the log's segment id space: `segment + off_log`. One durable transaction.
+    pub fn mark_off_log(&self, keys: &[(ObjectId, u64)], off_log: u64) -> Result<()> {
+        if keys.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| {
+            let mut st = tx
+                .prepare_cached(
+                    "UPDATE extent_map SET segment = segment + ?1 WHERE object=?2 AND seq=?3 AND segment < ?1",
+                )
+                .map_err(db_err)?;
+            for (id, seq) in keys {
+                st.execute(params![off_log as i64, *id as i64, *seq as i64])
+                    .map_err(db_err)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// The holder's log incarnation: bumped when a log is found empty while extents were
+    /// recorded (the node's log was lost), so deferred-write tokens (log locations) of the new
+    /// log never match those the owners recorded for the old one. Kept in `settings`.
+    pub fn log_incarnation(&self) -> Result<u64> {
+        let v: Option<String> = self
+            .db()
+            .query_row(
+                "SELECT value FROM settings WHERE key='log_incarnation'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err)?;
+        v.map_or(Ok(0), |v| {
+            v.parse()
+                .map_err(|e| Error::internal(format!("stored log_incarnation {v:?}: {e}")))
+        })
+    }
+
+    pub fn set_log_incarnation(&self, n: u64) -> Result<()> {
+        self.write(|tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO settings (key, value) VALUES ('log_incarnation', ?1)",
+                [n.to_string()],
+            )
+            .map_err(db_err)
+            .map(|_| ())
+        })
+    }
+
     /// Drops extents whose data the log does not hold as committed (written with `memory`
     /// durability just before a crash).
     pub fn delete_extents(&self, keys: &[(ObjectId, u64)]) -> Result<()> {

@@ -172,6 +172,119 @@ impl Engine {
         Ok(report)
     }
 
+    /// Completes a `remote` commit: puts each of these committed extents (object, seq) that is
+    /// not yet on a tier surviving node loss onto one — the first such tier of its placement
+    /// order (its hint, quotas and spill, without the tiers that do not qualify) — grouped into
+    /// shards as a flush pass would, records the homes durably and publishes them. An extent
+    /// already homed on a node-local tier is moved. Holds `t.moves` (waits for a running flush
+    /// pass). Returns an error naming the tier if any extent could not be put: the data is then
+    /// committed at `local` durability only, and the flusher retries it as usual.
+    pub(crate) fn make_remote(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
+        let t = self.tiers()?.clone();
+        t.check_remote()?;
+        let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
+        let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
+        let mut hints = Hints::new(&names);
+        let ids: HashSet<ObjectId> = keys.iter().map(|(id, _)| *id).collect();
+        let mut placed = self.store().placed(t.tiers.len(), &ids);
+        let mut metas: HashMap<ObjectId, ObjectMeta> = HashMap::new();
+        let mut shard_groups = ShardGroups::new(t.objects_per_shard);
+        let mut batch: Vec<Encoded> = Vec::new();
+        for &(id, seq) in keys {
+            // Gone meanwhile (object deleted): nothing left to make durable.
+            let Some(e) = self.store().extent(id, seq) else {
+                continue;
+            };
+            if e.home.as_ref().is_some_and(|h| t.off_node(h.tier)) {
+                continue;
+            }
+            let meta = match metas.get(&id) {
+                Some(m) => m.clone(),
+                None => {
+                    let m = self.object_meta(id, false)?;
+                    metas.insert(id, m.clone());
+                    m
+                }
+            };
+            let hint = hints.hint_for(&meta, &e.region).unwrap_or(TierHint::Auto);
+            let per = placed.entry(id).or_insert_with(|| vec![0; t.tiers.len()]);
+            let order: Vec<usize> = candidates(&hint, e.loc.len, per, &self.views(&t))
+                .into_iter()
+                .filter(|&i| t.off_node(i))
+                .collect();
+            let Some(&first) = order.first() else {
+                return Err(crate::tiering::no_remote_tier(Some(&t)));
+            };
+            if e.home.is_some() {
+                // On a node-local or memory tier already: move it as stored.
+                self.move_extent(&t, &meta, &e, first)?;
+                continue;
+            }
+            let chosen = codec::codec_for(&meta).unwrap_or(None);
+            let raw = self.store().extent_bytes(&meta, &e)?;
+            let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
+            per[first] += e.loc.len;
+            batch.push(Encoded {
+                id,
+                seq,
+                raw_len: e.loc.len,
+                group: shard_groups.group_of(id),
+                stored,
+                codec: codec_used,
+                order,
+            });
+        }
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let failed: Mutex<HashSet<usize>> = Mutex::new(HashSet::new());
+        let put_error: Mutex<Option<String>> = Mutex::new(None);
+        let jobs = form_jobs(&t, batch);
+        let landed = run_puts(&t, &jobs, &failed, &put_error);
+        crash_point("flush.after_put");
+        let mut done = Vec::new();
+        let mut missing = 0usize;
+        let (mut bytes, mut extents) = (0u64, 0u64);
+        for (job, tier) in jobs.iter().zip(landed) {
+            let Some(tier) = tier else {
+                missing += job.members.len();
+                continue;
+            };
+            for m in &job.members {
+                bytes += m.raw_len;
+                extents += 1;
+                let home = Home {
+                    tier,
+                    codec: m.codec.clone(),
+                    stored_len: m.stored_len,
+                    shard: job.shard.then(|| job.key.clone()),
+                    offset: m.offset,
+                };
+                done.push((m.id, m.seq, home));
+            }
+        }
+        self.store().record_homes(&t, &done)?;
+        self.store().set_homes(done);
+        {
+            let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.flushed_bytes += bytes;
+            st.flushed_extents += extents;
+        }
+        if missing > 0 {
+            let why = put_error
+                .into_inner()
+                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(|| "every tier that survives node loss is full".into());
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "durability 'remote' not reached for {missing} write(s): {why}; they are committed and durable in this server's log ('local'), and the flusher keeps trying"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// Moves every extent of `id` held here to tier `tier_name` (re-encoding with the object's
     /// current codec). Returns (extents moved, raw bytes).
     pub fn migrate(&self, id: ObjectId, tier_name: &str) -> Result<(u64, u64)> {

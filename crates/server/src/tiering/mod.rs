@@ -16,7 +16,7 @@ pub mod placement;
 use pdcx_core::model::{TagValue, Tags};
 use pdcx_core::protocol::{ObjectSpec, TagTarget};
 use pdcx_core::{Error, ErrorKind, ObjectId, Result};
-use pdcx_tiers::{DeploymentConfig, Tier};
+use pdcx_tiers::{DeploymentConfig, Tier, TierKind};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -185,6 +185,22 @@ impl Tiering {
 
     pub fn is_durable(&self, tier: usize) -> bool {
         self.tiers.get(tier).is_some_and(|t| t.durable())
+    }
+
+    /// True if a blob on `tier` survives the loss of this node (a shared directory or S3):
+    /// what `remote` durability needs.
+    pub fn off_node(&self, tier: usize) -> bool {
+        self.tiers
+            .get(tier)
+            .is_some_and(|t| matches!(t.kind(), TierKind::Shared | TierKind::S3))
+    }
+
+    /// Checks that `remote` durability can be honoured: some tier survives node loss.
+    pub fn check_remote(&self) -> Result<()> {
+        if (0..self.tiers.len()).any(|i| self.off_node(i)) {
+            return Ok(());
+        }
+        Err(no_remote_tier(Some(self)))
     }
 
     /// The blob key of extent `seq` of object `id`.
@@ -412,6 +428,51 @@ pub fn deployment_id(root: &Path) -> Result<String> {
     }
 }
 
+/// Object tag naming the least durability every wait on the object gets ("memory", "local",
+/// "remote"): a request asking for less is raised to it.
+pub const DURABILITY_TAG: &str = "pdcx.durability";
+
+/// The error for `remote` durability on a deployment without a tier that survives node loss.
+pub fn no_remote_tier(tiering: Option<&Tiering>) -> Error {
+    let have = match tiering {
+        None => "it declares no tiers".to_string(),
+        Some(t) => format!(
+            "its tiers are {}",
+            t.tiers
+                .iter()
+                .map(|x| format!("{} ({})", x.name(), x.kind()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    Error::invalid(format!(
+        "durability 'remote' needs a tier that survives the loss of a node (kind \"shared\" or \"s3\") in ROOT/pdcx.toml, but {have}; wait with 'local' or declare such a tier"
+    ))
+}
+
+/// Parses a durability name ("memory", "local", "remote").
+pub fn parse_durability(s: &str) -> Result<pdcx_core::protocol::Durability> {
+    use pdcx_core::protocol::Durability;
+    match s.trim() {
+        "memory" => Ok(Durability::Memory),
+        "local" => Ok(Durability::Local),
+        "remote" => Ok(Durability::Remote),
+        other => Err(Error::invalid(format!(
+            "durability must be memory, local or remote, not {other:?}"
+        ))),
+    }
+}
+
+/// Orders durabilities: memory < local < remote.
+pub fn durability_rank(d: pdcx_core::protocol::Durability) -> u8 {
+    use pdcx_core::protocol::Durability;
+    match d {
+        Durability::Memory => 0,
+        Durability::Local => 1,
+        Durability::Remote => 2,
+    }
+}
+
 /// Refuses `pdcx.codec` / `pdcx.tier` / `pdcx.tier.regions` tag values that the flusher could
 /// not honour, when they are set (instead of falling back silently at flush time). Of a rule
 /// append (`+RULES`) it checks the appended rules, so errors number them as the caller wrote
@@ -424,6 +485,20 @@ pub fn check_tags(
 ) -> Result<()> {
     use placement::{TIER_RULES_TAG, TIER_TAG};
     for (k, v) in tags {
+        if k == DURABILITY_TAG {
+            let TagValue::Str(s) = v else {
+                return Err(Error::invalid(format!("tag {k} must be a string")));
+            };
+            let d = parse_durability(s)
+                .map_err(|e| Error::invalid(format!("tag {k}: {}", e.message)))?;
+            if d == pdcx_core::protocol::Durability::Remote {
+                match tiering {
+                    Some(t) => t.check_remote()?,
+                    None => return Err(no_remote_tier(None)),
+                }
+            }
+            continue;
+        }
         let text = match v {
             TagValue::Str(s) if k == TIER_RULES_TAG => {
                 let s = s.trim_start();
