@@ -20,6 +20,7 @@ echo "== rust: tests"
 cargo test -q --workspace 2>&1 | tee /tmp/pdcx-cargo-test.log | grep -E '^(test result|running|error|failures)|FAILED|panicked' || true
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "cargo test failed; full log in /tmp/pdcx-cargo-test.log"; exit 1; }
 echo "== rust: crash points of the data path (real SIGKILL at each, then recovery)"
-cargo test -q -p pdcx-server --features crash-points --test crashpoints
+cargo clippy -q -p pdcx-server --features crash-points --all-targets -- -D warnings
+cargo test -q -p pdcx-server --features crash-points --test crashpoints --test crash -- --nocapture 2>&1 | grep -E "^(test result|CRASH_SUMMARY)|panicked|FAILED"; [[ ${PIPESTATUS[0]} -eq 0 ]]
 echo "== python: integration tests (real servers, mpirun)"
 python3 -m pytest -q tests
