@@ -96,6 +96,12 @@ impl Conn {
             role,
         };
         conn.handshake(secret)?;
+        // A call may legitimately take longer than a handshake (a flush that waits, a large read
+        // from a slow tier): from here on a read waits as long as the server works.
+        conn.writer
+            .get_ref()
+            .set_read_timeout(None)
+            .map_err(|e| net_err(addr, &e))?;
         Ok(conn)
     }
 

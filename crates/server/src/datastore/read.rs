@@ -44,27 +44,28 @@ impl DataStore {
         let mut log = self.log();
         // Extents whose segment was retired are read from their home tier, after the log
         // lock is released (a tier read may be a slow network request; the log lock is a leaf).
-        let mut from_tier: Vec<usize> = Vec::new();
-        if self.tiering.is_some() {
+        // While it is released the flusher may retire more segments, so the pieces left for the
+        // log are checked again each time the lock is re-taken, until none moved.
+        let mut any_from_tier = false;
+        while self.tiering.is_some() {
             let (in_log, gone): (Vec<usize>, Vec<usize>) = misses.into_iter().partition(|&i| {
                 let e = &pieces[i].0;
                 e.in_log && log.has_segment(e.loc.segment)
             });
             misses = in_log;
-            from_tier = gone;
-        }
-        if !from_tier.is_empty() {
+            if gone.is_empty() {
+                break;
+            }
+            any_from_tier = true;
             drop(log);
-            for &i in &from_tier {
+            for &i in &gone {
                 let e = &pieces[i].0;
                 let home = self.current_home(obj.id, e)?;
                 fetched[i] = Some(self.read_from_tier(obj, e, &home, spans[i])?);
             }
             log = self.log();
         }
-        if let (Some(region), 1, 1, true) =
-            (direct, pieces.len(), misses.len(), from_tier.is_empty())
-        {
+        if let (Some(region), 1, 1, true) = (direct, pieces.len(), misses.len(), !any_from_tier) {
             let (e, inter) = &pieces[0];
             let (lo, hi) = spans[0];
             if inter == region && hi - lo == out.len() as u64 {
