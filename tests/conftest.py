@@ -63,6 +63,26 @@ def pid_alive(pid: int) -> bool:
         return False
 
 
+def freeze(pid: int) -> None:
+    """SIGSTOP `pid` and return once every thread of it is stopped: kill() only queues the
+    signal, and a thread running on another core may still answer a request meanwhile."""
+    os.kill(pid, signal.SIGSTOP)
+
+    def stopped() -> bool:
+        task = f"/proc/{pid}/task"
+        for tid in os.listdir(task):
+            try:
+                with open(f"{task}/{tid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except FileNotFoundError:
+                continue
+            if state not in ("T", "t"):
+                return False
+        return True
+
+    wait_until(stopped, 10, f"pid {pid} to stop")
+
+
 def wait_until(pred, timeout: float, what: str, interval: float = 0.02) -> None:
     end = time.monotonic() + timeout
     while not pred():

@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pdcx
 import pytest
-from conftest import wait_until
+from conftest import freeze, wait_until
 
 DTYPES = {
     "int8": "i1",
@@ -400,7 +400,7 @@ def test_status_pending_complete_failed(deployment):
     pid = owner_pid(dep, obj)
     w = obj.transfer("w", np.arange(64, dtype="<f4"))
     assert w.status() == "idle"
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     try:
         w.start()
         r = obj.read_async(offset=(0,), shape=(8,))
@@ -427,7 +427,7 @@ def test_status_pending_complete_failed(deployment):
 
     # The server dies while a transfer is in flight.
     obj.write_async(np.full(64, 9, "<f4")).wait()  # committed: must survive the kill below
-    os.kill(pid, signal.SIGSTOP)
+    freeze(pid)
     late = obj.write_async(np.full(64, 10, "<f4"))
     time.sleep(0.1)
     assert late.status() == "pending"
