@@ -66,6 +66,7 @@ pub fn foreground(o: ForegroundOpts) -> Result<()> {
         .ok_or_else(|| anyhow!("--cache-mb {} is too large", o.cache_mb))?;
     config.agg_window = o.agg_window;
     config.lazy_interval = o.lazy_interval;
+    pdcx_server::limits::apply_env(&mut config).map_err(msg)?;
     install_stop_handlers();
     let handle = Server::start(config).map_err(msg)?;
     if let Err(e) = handle.server.publish_rank_file() {

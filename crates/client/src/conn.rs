@@ -72,6 +72,12 @@ impl Conn {
             shm: None,
         };
         let (h, nonce) = protocol::read_frame_head(&mut conn.reader, 0)?;
+        if h.kind == FrameKind::Response {
+            // A server that will not serve this connection (at its connection limit) says why.
+            if let Ok(Response::Error(e)) = protocol::decode_body::<Response>(&nonce) {
+                return Err(e);
+            }
+        }
         if h.kind != FrameKind::Challenge || nonce.len() != protocol::NONCE_LEN {
             return Err(Error::protocol(format!(
                 "{addr} did not send a pdcx challenge"

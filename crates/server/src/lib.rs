@@ -12,6 +12,7 @@
 pub mod engine;
 mod groupsync;
 pub mod launch;
+pub mod limits;
 pub mod metadata;
 pub mod peers;
 mod relay;
@@ -49,6 +50,8 @@ pub struct ServerConfig {
     pub agg_window: Duration,
     /// How often deferred (relaxed) writes are registered with their owners.
     pub lazy_interval: Duration,
+    /// Connections, timeouts (`limits.rs`; `pdcx server` reads them from the environment).
+    pub limits: limits::Limits,
 }
 
 /// Default `ServerConfig::agg_window`: long enough for a burst of ranks released by a barrier.
@@ -69,6 +72,7 @@ impl ServerConfig {
             config_file: std::env::var_os("PDCX_CONFIG").map(PathBuf::from),
             agg_window: DEFAULT_AGG_WINDOW,
             lazy_interval: DEFAULT_LAZY_INTERVAL,
+            limits: limits::Limits::default(),
         }
     }
 }
@@ -225,6 +229,7 @@ impl Server {
             _lock: lock,
         });
         let s = server.clone();
+        let admission = limits::Admission::new(server.config.limits.max_connections);
         let acceptor = std::thread::Builder::new()
             .name("pdcx-accept".into())
             .spawn(move || {
@@ -233,10 +238,7 @@ impl Server {
                         break;
                     }
                     let Ok(stream) = stream else { continue };
-                    let s2 = s.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("pdcx-conn".into())
-                        .spawn(move || rpc::serve_connection(&s2, stream));
+                    accept(&s, &admission, stream);
                 }
             })
             .map_err(|e| Error::io("spawning accept thread", &e))?;
@@ -349,6 +351,39 @@ impl Server {
 
     pub fn shutdown_requested(&self) -> bool {
         self.shutdown_requested.load(Ordering::SeqCst)
+    }
+}
+
+/// Serves a new connection on its own thread, or refuses it with a message (at the connection
+/// limit, or when no thread can be started).
+fn accept(server: &Arc<Server>, admission: &limits::Admission, stream: TcpStream) {
+    let rank = server.config.rank;
+    let Some(slot) = admission.admit() else {
+        limits::refuse(
+            stream,
+            format!(
+                "pdcx server {rank} is at its limit of {} connections ({}); try again later",
+                admission.max(),
+                limits::ENV_MAX_CONNECTIONS
+            ),
+        );
+        return;
+    };
+    let Ok(spare) = stream.try_clone() else {
+        return;
+    };
+    let s = server.clone();
+    let spawned = std::thread::Builder::new()
+        .name("pdcx-conn".into())
+        .spawn(move || {
+            let _slot = slot;
+            rpc::serve_connection(&s, stream)
+        });
+    if let Err(e) = spawned {
+        limits::refuse(
+            spare,
+            format!("pdcx server {rank} cannot start a thread for this connection: {e}"),
+        );
     }
 }
 

@@ -21,6 +21,7 @@ type Writer = BufWriter<TcpStream>;
 
 pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
+    crate::limits::on_connect(&stream, &server.config.limits);
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
@@ -33,6 +34,13 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
     server.connections.fetch_add(1, Ordering::Relaxed);
     let mut sess = Session::default();
     loop {
+        if !crate::limits::await_request(
+            &mut reader,
+            &server.config.limits,
+            sess.pending.is_empty(),
+        ) {
+            break;
+        }
         let (head, body) = match protocol::read_frame_head(&mut reader, server.config.max_payload) {
             Ok(x) => x,
             Err(e) if e.kind == ErrorKind::Unavailable => break,
@@ -107,10 +115,7 @@ fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Resul
             "authentication failed: this client does not hold the deployment secret",
         ));
     }
-    reader
-        .get_ref()
-        .set_read_timeout(None)
-        .map_err(|e| Error::io("socket", &e))?;
+    crate::limits::after_handshake(reader.get_ref(), &server.config.limits)?;
     reply(
         writer,
         0,
@@ -453,7 +458,7 @@ fn stage(
         recv.resize(n, 0);
     }
     reader.read_exact(&mut recv[..n]).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        if crate::limits::stalled_or_gone(&e) {
             Error::new(ErrorKind::Unavailable, GONE_MID_TRANSFER)
         } else {
             Error::io("reading write payload", &e)
