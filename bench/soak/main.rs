@@ -65,6 +65,10 @@ struct Args {
     /// Connection attempts run this many at a time while the clients start.
     #[arg(long, default_value_t = 64)]
     connect_parallel: usize,
+    /// After the run, clients keep their connections open and idle this long; server memory
+    /// is sampled at its end (what idle connections pin).
+    #[arg(long, default_value_t = 3)]
+    linger: u64,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -183,6 +187,8 @@ struct Shared {
     durability: Durability,
     weights: [u32; 6],
     stop: AtomicBool,
+    /// Set once the idle phase after the run is over: clients then close their connections.
+    release: AtomicBool,
     connect_errors: AtomicU64,
     first_errors: Mutex<Vec<String>>,
     creates: AtomicU64,
@@ -308,6 +314,7 @@ fn run(args: Args) -> Result<u64> {
         durability,
         weights,
         stop: AtomicBool::new(false),
+        release: AtomicBool::new(false),
         connect_errors: AtomicU64::new(0),
         first_errors: Mutex::new(Vec::new()),
         creates: AtomicU64::new(0),
@@ -413,6 +420,11 @@ fn run(args: Args) -> Result<u64> {
         }
     }
     shared.stop.store(true, Ordering::SeqCst);
+    let elapsed = start.elapsed().as_secs_f64();
+    // Idle phase: every client finishes its operation and keeps its connection open.
+    std::thread::sleep(Duration::from_secs(args.linger));
+    let mem_idle: Vec<Mem> = shared.targets.iter().map(|t| mem_of(t.pid)).collect();
+    shared.release.store(true, Ordering::SeqCst);
     let mut all = ClientStats::default();
     for h in handles {
         let s = h.join().unwrap_or_default();
@@ -422,7 +434,6 @@ fn run(args: Args) -> Result<u64> {
         }
         all.bytes += s.bytes;
     }
-    let elapsed = start.elapsed().as_secs_f64();
     let mem_end: Vec<Mem> = shared.targets.iter().map(|t| mem_of(t.pid)).collect();
     // The stalled clients were never answered completely: their replies are still queued.
     let stalled_ok = stalled.len();
@@ -437,6 +448,7 @@ fn run(args: Args) -> Result<u64> {
         &rss_before,
         &mem_connected,
         &peak,
+        &mem_idle,
         &mem_end,
         stalled_ok,
     )
@@ -599,6 +611,10 @@ fn client(sh: &Shared, i: usize, t: &Target, mut c: Raw) -> ClientStats {
             std::thread::sleep(Duration::from_millis(a.think_ms));
         }
     }
+    while !sh.release.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(c);
     st
 }
 
@@ -711,6 +727,7 @@ fn report(
     before: &[Mem],
     connected: &[Mem],
     peak: &[Mem],
+    idle: &[Mem],
     end: &[Mem],
     stalled: usize,
 ) -> Result<u64> {
@@ -740,14 +757,14 @@ fn report(
         "op", "count", "ops/s", "p50 ms", "p99 ms", "max ms", "errors"
     );
     let mut kinds_json = serde_json::Map::new();
-    for k in 0..6 {
+    for (k, kind) in KINDS.iter().enumerate() {
         let v = &mut all.lat_us[k];
         v.sort_unstable();
         let (p50, p99) = (pct(v, 50.0), pct(v, 99.0));
         let max = v.last().copied().unwrap_or(0) as f64 / 1e3;
         println!(
             "{:<12} {:>9} {:>9.1} {:>9.2} {:>9.2} {:>9.1} {:>7}",
-            KINDS[k],
+            kind,
             v.len(),
             v.len() as f64 / elapsed,
             p50,
@@ -756,7 +773,7 @@ fn report(
             all.errors[k]
         );
         kinds_json.insert(
-            KINDS[k].into(),
+            (*kind).into(),
             serde_json::json!({"count": v.len(), "ops_per_s": v.len() as f64 / elapsed,
                 "p50_ms": p50, "p99_ms": p99, "max_ms": max, "errors": all.errors[k]}),
         );
@@ -772,12 +789,13 @@ fn report(
     let mut servers_json = Vec::new();
     for (i, t) in sh.targets.iter().enumerate() {
         println!(
-            "server {} (pid {}): RSS {:.0} MiB before, {:.0} MiB connected, peak {:.0} MiB, end {:.0} MiB (high water {:.0} MiB); threads peak {}",
+            "server {} (pid {}): RSS {:.0} MiB before, {:.0} MiB connected, peak {:.0} MiB, {:.0} MiB idle after the run (connections open), end {:.0} MiB (high water {:.0} MiB); threads peak {}",
             t.rank,
             t.pid,
             before[i].rss_kb as f64 / 1024.0,
             connected[i].rss_kb as f64 / 1024.0,
             peak[i].rss_kb as f64 / 1024.0,
+            idle[i].rss_kb as f64 / 1024.0,
             end[i].rss_kb as f64 / 1024.0,
             end[i].hwm_kb as f64 / 1024.0,
             peak[i].threads
@@ -786,6 +804,7 @@ fn report(
             "rss_mib_before": before[i].rss_kb as f64 / 1024.0,
             "rss_mib_connected": connected[i].rss_kb as f64 / 1024.0,
             "rss_mib_peak": peak[i].rss_kb as f64 / 1024.0,
+            "rss_mib_idle": idle[i].rss_kb as f64 / 1024.0,
             "rss_mib_end": end[i].rss_kb as f64 / 1024.0,
             "hwm_mib": end[i].hwm_kb as f64 / 1024.0,
             "threads_peak": peak[i].threads}));

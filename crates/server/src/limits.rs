@@ -12,6 +12,9 @@
 //!   for this long closes the connection;
 //! - `idle_timeout` (off by default): a connection with no request for this long is closed
 //!   (clients reconnect transparently; a connection holding staged, uncommitted writes is kept);
+//! - `keep_buffers_bytes`: between requests a connection keeps its receive and read buffers
+//!   (so a steady stream of transfers does not page-fault fresh memory), but all connections
+//!   together keep about this much: each keeps at most its share;
 //! - the frame size limits live in the protocol (`MAX_BODY`) and in `ServerConfig::max_payload`.
 
 use pdcx_core::protocol::{self, FrameKind, Response};
@@ -32,12 +35,16 @@ pub struct Limits {
     pub frame_timeout: Option<Duration>,
     /// Longest a connection may wait between requests (None: forever).
     pub idle_timeout: Option<Duration>,
+    /// Buffers all connections together keep between requests (each keeps at most
+    /// this / open connections of each kind of buffer).
+    pub keep_buffers_bytes: u64,
 }
 
 /// Defaults: far above what one node's clients open, and long enough for a loaded machine.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(60);
+pub const DEFAULT_KEEP_BUFFERS: u64 = 1 << 30;
 
 impl Default for Limits {
     fn default() -> Limits {
@@ -46,6 +53,7 @@ impl Default for Limits {
             write_timeout: Some(DEFAULT_WRITE_TIMEOUT),
             frame_timeout: Some(DEFAULT_FRAME_TIMEOUT),
             idle_timeout: None,
+            keep_buffers_bytes: DEFAULT_KEEP_BUFFERS,
         }
     }
 }
@@ -56,10 +64,12 @@ pub const ENV_WRITE_TIMEOUT: &str = "PDCX_WRITE_TIMEOUT_S";
 pub const ENV_FRAME_TIMEOUT: &str = "PDCX_FRAME_TIMEOUT_S";
 pub const ENV_IDLE_TIMEOUT: &str = "PDCX_IDLE_TIMEOUT_S";
 pub const ENV_MAX_PAYLOAD: &str = "PDCX_MAX_PAYLOAD_MB";
+pub const ENV_KEEP_BUFFERS: &str = "PDCX_KEEP_BUFFERS_MB";
 
 fn env_u64(name: &str) -> Result<Option<u64>> {
     match std::env::var(name) {
         Err(_) => Ok(None),
+        Ok(v) if v.trim().is_empty() => Ok(None),
         Ok(v) => v
             .trim()
             .parse::<u64>()
@@ -79,7 +89,8 @@ fn env_secs(name: &str, default: Option<Duration>) -> Result<Option<Duration>> {
 
 impl Limits {
     /// The defaults, overridden by `PDCX_MAX_CONNECTIONS`, `PDCX_WRITE_TIMEOUT_S`,
-    /// `PDCX_FRAME_TIMEOUT_S` and `PDCX_IDLE_TIMEOUT_S` (0 turns a timeout off).
+    /// `PDCX_FRAME_TIMEOUT_S`, `PDCX_IDLE_TIMEOUT_S` (0 turns a timeout off) and
+    /// `PDCX_KEEP_BUFFERS_MB`.
     pub fn from_env() -> Result<Limits> {
         let d = Limits::default();
         let max_connections = match env_u64(ENV_MAX_CONNECTIONS)? {
@@ -96,6 +107,12 @@ impl Limits {
             write_timeout: env_secs(ENV_WRITE_TIMEOUT, d.write_timeout)?,
             frame_timeout: env_secs(ENV_FRAME_TIMEOUT, d.frame_timeout)?,
             idle_timeout: env_secs(ENV_IDLE_TIMEOUT, d.idle_timeout)?,
+            keep_buffers_bytes: match env_u64(ENV_KEEP_BUFFERS)? {
+                None => d.keep_buffers_bytes,
+                Some(mb) => mb.checked_mul(1 << 20).ok_or_else(|| {
+                    Error::invalid(format!("{ENV_KEEP_BUFFERS}={mb} is out of range"))
+                })?,
+            },
         })
     }
 }
@@ -111,6 +128,18 @@ pub fn apply_env(config: &mut crate::ServerConfig) -> Result<()> {
             .ok_or_else(|| Error::invalid(format!("{ENV_MAX_PAYLOAD}={mb} is out of range")))?;
     }
     Ok(())
+}
+
+/// The largest buffer of one kind a connection may keep until its next request: its share of
+/// `keep_buffers_bytes` among the open connections, and never more than `max`. Without the
+/// share, 1,000 connections that each once moved 32 MiB would pin 64 GB while idle.
+pub(crate) fn keep_limit(server: &crate::Server, max: usize) -> usize {
+    let open = server.connections.load(Ordering::Relaxed);
+    share(server.config.limits.keep_buffers_bytes, open, max)
+}
+
+fn share(budget: u64, open: u64, max: usize) -> usize {
+    (budget / open.max(1)).min(max as u64) as usize
 }
 
 /// Counts open connections against `max_connections`.
@@ -229,4 +258,21 @@ pub(crate) fn after_handshake(stream: &TcpStream, limits: &Limits) -> Result<()>
     stream
         .set_read_timeout(limits.frame_timeout)
         .map_err(|e| Error::io("socket", &e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_keeps_its_share_of_the_buffer_budget() {
+        let gib = 1u64 << 30;
+        // Few connections: the per-connection cap.
+        assert_eq!(share(gib, 1, 64 << 20), 64 << 20);
+        assert_eq!(share(gib, 0, 64 << 20), 64 << 20);
+        // Many: their share, so the total stays at the budget.
+        assert_eq!(share(gib, 1000, 64 << 20), (gib / 1000) as usize);
+        assert!(share(gib, 1000, 64 << 20) * 1000 <= gib as usize);
+        assert_eq!(share(0, 10, 64 << 20), 0);
+    }
 }

@@ -72,7 +72,9 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
         if reply(&mut writer, head.request_id, &resp, &payload).is_err() {
             break;
         }
-        if payload.capacity() <= SCRATCH_KEEP && payload.capacity() > sess.scratch.capacity() {
+        if payload.capacity() <= crate::limits::keep_limit(server, SCRATCH_KEEP)
+            && payload.capacity() > sess.scratch.capacity()
+        {
             sess.scratch = payload;
         }
         if shutdown {
@@ -172,7 +174,7 @@ fn handle(
     let md = &server.meta;
     if let Request::Stage { items } = req {
         let r = stage(server, items, payload_len, reader, sess);
-        if sess.recv.capacity() > RECV_KEEP {
+        if sess.recv.capacity() > crate::limits::keep_limit(server, RECV_KEEP) {
             sess.recv = Vec::new();
         }
         return r;
@@ -359,7 +361,7 @@ fn handle(
         }
         Request::StageShm { items, locs } => {
             let r = stage_shm(server, items, &locs, sess);
-            if sess.recv.capacity() > RECV_KEEP {
+            if sess.recv.capacity() > crate::limits::keep_limit(server, RECV_KEEP) {
                 sess.recv = Vec::new();
             }
             return r;

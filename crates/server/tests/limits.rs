@@ -193,7 +193,7 @@ fn a_client_that_stops_reading_is_dropped_and_does_not_stall_others() {
     let client = Client::connect(Some(dir.path())).unwrap();
     let n = 8u64 << 20;
     let obj = object(&client, "big", n);
-    let (mut r, mut w) = raw(dir.path());
+    let (r, mut w) = raw(dir.path());
     let req = protocol::encode_body(&Request::Read {
         items: vec![ReadItem {
             id: obj.id,
@@ -342,7 +342,9 @@ fn limits_come_from_the_environment() {
     std::env::set_var("PDCX_MAX_CONNECTIONS", "10");
     std::env::set_var("PDCX_WRITE_TIMEOUT_S", "0");
     std::env::set_var("PDCX_IDLE_TIMEOUT_S", "300");
+    std::env::set_var("PDCX_KEEP_BUFFERS_MB", "64");
     let l = Limits::from_env().unwrap();
+    assert_eq!(l.keep_buffers_bytes, 64 << 20);
     assert_eq!(l.max_connections, 10);
     assert_eq!(l.write_timeout, None);
     assert_eq!(l.idle_timeout, Some(Duration::from_secs(300)));
@@ -354,6 +356,7 @@ fn limits_come_from_the_environment() {
         "PDCX_MAX_CONNECTIONS",
         "PDCX_WRITE_TIMEOUT_S",
         "PDCX_IDLE_TIMEOUT_S",
+        "PDCX_KEEP_BUFFERS_MB",
     ] {
         std::env::remove_var(v);
     }
