@@ -789,7 +789,7 @@ fn report(
     let mut servers_json = Vec::new();
     for (i, t) in sh.targets.iter().enumerate() {
         println!(
-            "server {} (pid {}): RSS {:.0} MiB before, {:.0} MiB connected, peak {:.0} MiB, {:.0} MiB idle after the run (connections open), end {:.0} MiB (high water {:.0} MiB); threads peak {}",
+            "server {} (pid {}): RSS {:.0} MiB before, {:.0} MiB connected, peak {:.0} MiB, {:.0} MiB idle after the run (connections open), end {:.0} MiB (high water {:.0} MiB); threads peak {}, idle {}",
             t.rank,
             t.pid,
             before[i].rss_kb as f64 / 1024.0,
@@ -798,7 +798,8 @@ fn report(
             idle[i].rss_kb as f64 / 1024.0,
             end[i].rss_kb as f64 / 1024.0,
             end[i].hwm_kb as f64 / 1024.0,
-            peak[i].threads
+            peak[i].threads,
+            idle[i].threads
         );
         servers_json.push(serde_json::json!({"rank": t.rank, "pid": t.pid,
             "rss_mib_before": before[i].rss_kb as f64 / 1024.0,
@@ -807,7 +808,7 @@ fn report(
             "rss_mib_idle": idle[i].rss_kb as f64 / 1024.0,
             "rss_mib_end": end[i].rss_kb as f64 / 1024.0,
             "hwm_mib": end[i].hwm_kb as f64 / 1024.0,
-            "threads_peak": peak[i].threads}));
+            "threads_peak": peak[i].threads, "threads_idle": idle[i].threads}));
     }
     let first = sh.first_errors.lock().unwrap_or_else(|p| p.into_inner());
     for e in first.iter() {
