@@ -19,7 +19,10 @@ Usage: scripts/netns.sh COMMAND [--prefix P] ...
         one Open MPI job of N ranks over all nodes, ceil(N/K) consecutive ranks per node
         (rank r on node r / ceil(N/K)), each rank in its node's namespace with PDCX_NODE set;
         MPI traffic is TCP over the bridge (the shared-memory BTL is off: every namespace has
-        the same host name, so its segment names would collide)
+        the same host name, so its segment names would collide). Each node's Open MPI
+        daemon gets its own session directory; a daemon that dies while starting, or does not
+        connect back to mpirun within $PDCX_NETNS_LAUNCH_TIMEOUT s (default 30), ends the job
+        with a message naming the node instead of a hang
   addr I                print node I's address
   nodes                 print the node count of a deployment that is up
   servers ROOT [--cache-mb M] [--pdcx BIN]
@@ -59,7 +62,7 @@ parse() {
       --) shift; args+=("$@"); break ;;
       *)
         # exec I CMD..., mpirun N ARGS..., agent HOST CMD...: the rest belongs to CMD.
-        if [[ $cmd == exec || $cmd == mpirun || $cmd == agent ]]; then args+=("$@"); break; fi
+        if [[ $cmd == exec || $cmd == mpirun || $cmd == agent || $cmd == agent-run ]]; then args+=("$@"); break; fi
         args+=("$1"); shift ;;
     esac
   done
@@ -135,6 +138,7 @@ cmd_down() {
     if [[ $l =~ ^${prefix}v[0-9]+$ || $l == "${prefix}br" ]]; then ip link del "$l" 2>/dev/null || true; fi
   done
   rm -f "$(conf)" "$state_dir/$prefix"-*.hosts
+  rm -rf "${TMPDIR:-/tmp}/pdcx-netns-$prefix"
   brnf_restore
 }
 
@@ -194,18 +198,70 @@ cmd_exec() {
   check_index "${args[0]:-}"
   local i=${args[0]}
   ((${#args[@]} > 1)) || die "exec needs a command: exec I CMD..."
-  exec ip netns exec "$(ns "$i")" env PDCX_NODE="n$i" "${args[@]:1}"
+  mkdir -p "$(ompi_tmp "$i")"
+  exec ip netns exec "$(ns "$i")" env PDCX_NODE="n$i" OMPI_MCA_orte_tmpdir_base="$(ompi_tmp "$i")" "${args[@]:1}"
 }
 
+# Each emulated node gets its own Open MPI session directory. All namespaces share /tmp and the
+# host name, so without this the orteds of one job (one job family) share
+# /tmp/ompi.HOST.UID/jf.N/: one orted's startup cleanup removes the directory another has just
+# made, and that one exits ("A call to mkdir was unable to create the desired directory ... File
+# exists") after it has daemonized, so mpirun waited forever for its callback (the hang of
+# about one start in seven, issue 9 item 10).
+ompi_tmp() { echo "${TMPDIR:-/tmp}/pdcx-netns-$prefix/n$1"; }
+
 # Open MPI's rsh agent (plm_rsh_agent): `agent HOST CMD...` runs the orted command line CMD in
-# the namespace of the node whose address is HOST.
+# the namespace of the node whose address is HOST (like ssh, CMD is one shell command line).
 cmd_agent() {
   load_conf
-  local host=${args[0]:-} i
+  local host=${args[0]:-} i tmp
   [[ $host == "$subnet".* ]] || die "agent: not a node address of '$prefix': $host"
   i=$((${host##*.} - 1))
   check_index "$i"
-  exec ip netns exec "$(ns "$i")" env PDCX_NODE="n$i" PDCX_NETNS_PREFIX="$prefix" sh -c "${args[*]:1}"
+  tmp=$(ompi_tmp "$i")
+  mkdir -p "$tmp"
+  exec ip netns exec "$(ns "$i")" env PDCX_NODE="n$i" PDCX_NETNS_PREFIX="$prefix" OMPI_MCA_orte_tmpdir_base="$tmp" \
+    bash "$repo/scripts/netns.sh" agent-run "$i" "${args[*]:1}"
+}
+
+# Inside node I's namespace: runs the orted in the foreground and watches its start. Open MPI
+# asks the orteds to daemonize (no tree spawn); an orted that then dies during startup leaves
+# mpirun waiting for a callback that never comes. Without --daemonize the orted stays this
+# agent's child, so a failed start becomes this agent's exit status, which makes mpirun stop
+# the job with an error at once. An orted that neither dies nor connects back to mpirun within
+# PDCX_NETNS_LAUNCH_TIMEOUT seconds (default 30) is killed with a message saying so.
+cmd_agent_run() {
+  load_conf
+  local i=${args[0]:-} line=${args[1]:-} timeout=${PDCX_NETNS_LAUNCH_TIMEOUT:-30} hnp pid rc deadline
+  [[ -n $line ]] || die "agent-run needs a node index and a command line"
+  [[ $timeout =~ ^[1-9][0-9]*$ ]] || die "PDCX_NETNS_LAUNCH_TIMEOUT must be a positive number of seconds: $timeout"
+  line=${line//--daemonize/}
+  # mpirun's address on the bridge (orte_hnp_uri "JOB;tcp://ADDR:PORT").
+  hnp=$(grep -oE "tcp://${subnet//./\\.}\.[0-9]+:[0-9]+" <<<"$line" | head -n 1 || true)
+  sh -c "exec $line" &
+  pid=$!
+  trap 'kill "$pid" 2>/dev/null' TERM INT HUP
+  if [[ -n $hnp ]] && command -v ss >/dev/null; then
+    deadline=$((${EPOCHREALTIME/./} + timeout * 1000000)) # microseconds
+    until ss -Htnp state established dst "${hnp#tcp://}" 2>/dev/null | grep -q "pid=$pid,"; do
+      kill -0 "$pid" 2>/dev/null || break # exited: its status is reported below
+      if ((${EPOCHREALTIME/./} >= deadline)); then
+        note "node $i ($(ns "$i")): the orted (pid $pid) did not connect back to mpirun at ${hnp#tcp://} within ${timeout} s; killing it (PDCX_NETNS_LAUNCH_TIMEOUT sets the limit)"
+        kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true
+        exit 124
+      fi
+      sleep 0.1
+    done
+  fi
+  while true; do
+    rc=0
+    wait "$pid" || rc=$?
+    # A trapped signal interrupts wait (status > 128) while the orted may still be exiting.
+    kill -0 "$pid" 2>/dev/null || break
+  done
+  ((rc == 0)) || note "node $i ($(ns "$i")): the orted exited with status $rc"
+  exit "$rc"
 }
 
 cmd_mpirun() {
@@ -298,6 +354,7 @@ case $cmd in
   exec) cmd_exec ;;
   mpirun) cmd_mpirun ;;
   agent) cmd_agent ;;
+  agent-run) cmd_agent_run ;;
   addr) cmd_addr ;;
   nodes) load_conf; echo "$nodes" ;;
   servers) cmd_servers ;;

@@ -11,8 +11,10 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pdcx
@@ -220,28 +222,24 @@ print("world rank", comm.rank, "node", node, "ok", flush=True)
 """
 
 
-def mpirun_across_nodes(nodes, n: int, *argv, attempts: int = 3, timeout: float = 30) -> subprocess.CompletedProcess:
-    """`netns.sh mpirun`, retried: about one start in seven of Open MPI's daemons across
-    namespaces hangs before any rank runs (cause not found yet; see docs/MULTINODE.md). A hung
-    attempt is killed as a whole process group. The ranks' writes are idempotent, so a retry
-    after a partial run is safe."""
-    for attempt in range(attempts):
-        proc = subprocess.Popen(
-            ["bash", str(NETNS), "mpirun", str(n), *map(str, argv)],
-            env=nodes.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
-        try:
-            out, err = proc.communicate(timeout=timeout)
-            return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            print(f"netns mpirun attempt {attempt + 1} hung for {timeout}s; killed", file=sys.stderr)
-    raise AssertionError(f"netns mpirun hung in all {attempts} attempts")
+def mpirun_across_nodes(nodes, n: int, *argv, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`netns.sh mpirun`, once: a start that cannot complete fails with a message (see
+    test_a_launch_that_cannot_start_says_why), so a timeout here is a bug, not a retry."""
+    proc = subprocess.Popen(
+        ["bash", str(NETNS), "mpirun", str(n), *map(str, argv)],
+        env=nodes.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"netns mpirun hung for {timeout}s:\n{out}\n{err}") from None
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def test_one_mpi_job_across_all_nodes(nodes):
@@ -256,6 +254,68 @@ def test_one_mpi_job_across_all_nodes(nodes):
     want = [(r // RANKS) * 100 + r for r in range(n)]  # RANKS consecutive ranks per node
     np.testing.assert_array_equal(obj[...], want)
     assert [e["server"] for e in sorted(obj.extents(), key=lambda e: e["offset"])] == [r // RANKS for r in range(n)]
+
+
+def test_mpi_jobs_across_nodes_start_every_time(nodes):
+    """Back-to-back `netns.sh mpirun` starts, none retried. Before the orteds got a session
+    directory per node, about one start in 20 hung for good (two orteds of one job shared
+    /tmp/ompi.HOST.UID/jf.N and one removed the other's; issue 9 item 10)."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed (run scripts/setup.sh)")
+    n = NODES * RANKS
+    for i in range(40):
+        t0 = time.monotonic()
+        p = mpirun_across_nodes(nodes, n, "sh", "-c", "echo $OMPI_COMM_WORLD_RANK $PDCX_NODE", timeout=60)
+        assert p.returncode == 0, f"start {i}: {p.stdout}{p.stderr}"
+        got = sorted(tuple(line.split()) for line in p.stdout.splitlines())
+        assert got == sorted((str(r), f"n{r // RANKS}") for r in range(n)), (i, p.stdout)
+        assert time.monotonic() - t0 < 30, f"start {i} took {time.monotonic() - t0:.1f}s"
+
+
+def test_a_launch_that_cannot_start_says_why(nodes):
+    """A node whose daemon cannot reach mpirun ends the job within seconds with a message."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed (run scripts/setup.sh)")
+    ns2 = f"{nodes.prefix}-n2"
+    subprocess.run(["ip", "-n", ns2, "link", "set", "eth0", "down"], check=True)
+    try:
+        t0 = time.monotonic()
+        p = mpirun_across_nodes(nodes, NODES * RANKS, "true", timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        subprocess.run(["ip", "-n", ns2, "link", "set", "eth0", "up"], check=True)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert took < 30, took
+    assert f"node 2 ({ns2}): the orted exited with status" in p.stderr, p.stderr
+    host, port = nodes.cluster()["servers"][2]["addr"].rsplit(":", 1)
+    wait_until(lambda: _connects(host, int(port)), 30, "node 2's server to be reachable again")
+
+
+def _connects(host: str, port: int) -> bool:
+    try:
+        socket.create_connection((host, port), timeout=1).close()
+        return True
+    except OSError:
+        return False
+
+
+def test_a_daemon_that_never_connects_back_is_stopped_with_a_message(nodes):
+    """The agent's watchdog: an orted alive but silent past PDCX_NETNS_LAUNCH_TIMEOUT is
+    killed and the agent exits 124 saying so (mpirun then stops the job)."""
+    fake = f'sleep 60 # -mca orte_hnp_uri "1.0;tcp://{nodes.subnet}.254:9"'
+    env = dict(nodes.env, PDCX_NETNS_LAUNCH_TIMEOUT="2")
+    t0 = time.monotonic()
+    p = subprocess.run(
+        ["ip", "netns", "exec", f"{nodes.prefix}-n1", "bash", str(NETNS), "agent-run", "1", fake],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert p.returncode == 124, p.stderr
+    assert 2 <= time.monotonic() - t0 < 15
+    assert "did not connect back to mpirun" in p.stderr and "within 2 s" in p.stderr, p.stderr
 
 
 def test_kill9_of_one_node_then_restart_keeps_every_byte(nodes):

@@ -8,7 +8,7 @@ usage() {
   cat <<'EOF'
 Usage: bench/c/run.sh [--ranks R] [--servers S] [--nodes K] [--particles N]
                       [--steps S] [--compute SEC] [--objects M] [--cache-mb MB]
-                      [--only pdc|hdf5] [--quick] [--keep]
+                      [--only pdc|hdf5] [--timeout SEC] [--quick] [--keep]
 
   --ranks R       MPI ranks of the kernels (default 4; the latency probe uses 1)
   --servers S     pdcx servers (default 2)
@@ -26,6 +26,8 @@ Usage: bench/c/run.sh [--ranks R] [--servers S] [--nodes K] [--particles N]
                   cache can be dropped, so reads come from storage; else the
                   server default)
   --only B        run only the pdc or the hdf5 kernels
+  --timeout SEC   longest run of one kernel (default 3600; 600 with --quick):
+                  a kernel still running then is killed and reported as failed
   --quick         small sizes for a smoke run (N=131072, M=2000, 200 ops)
   --keep          keep the data directory
 
@@ -38,7 +40,7 @@ EOF
 }
 
 ranks=4 servers=2 nodes=1 particles=1048576 steps=5 compute=1.0 objects=20000 ops_small=1000
-cache_mb="" only="" quick=0 keep=0
+cache_mb="" only="" quick=0 keep=0 kernel_timeout=""
 cmdline="bench/c/run.sh $*"
 while (($#)); do
   case $1 in
@@ -51,6 +53,7 @@ while (($#)); do
     --objects) objects=${2:?--objects needs a value}; shift 2 ;;
     --cache-mb) cache_mb=${2:?--cache-mb needs a value}; shift 2 ;;
     --only) only=${2:?--only needs pdc or hdf5}; shift 2 ;;
+    --timeout) kernel_timeout=${2:?--timeout needs a value}; shift 2 ;;
     --quick) quick=1; shift ;;
     --keep) keep=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -60,7 +63,8 @@ done
 if ((quick)); then
   particles=131072 objects=2000 ops_small=200 compute=0.3
 fi
-for v in ranks servers nodes particles steps objects; do
+if [[ -z $kernel_timeout ]]; then kernel_timeout=$((quick ? 600 : 3600)); fi
+for v in ranks servers nodes particles steps objects kernel_timeout; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --$v must be a positive integer" >&2; exit 2; }
 done
 [[ $compute =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "run.sh: --compute must be a number of seconds" >&2; exit 2; }
@@ -171,24 +175,31 @@ start_servers() {
     "$pdcx_bin" server start -n "$servers" --root "$pdcx_root" "${server_opts[@]}"
   fi
 }
-mpi_run() { # mpi_run NRANKS prog args...
-  local n=$1
-  shift
+mpi_cmd=() # set_mpi_cmd NRANKS: the launch command for NRANKS ranks
+set_mpi_cmd() {
   if ((nodes > 1)); then
-    "${netns[@]}" mpirun "$n" --bind-to none --mca mpi_yield_when_idle 1 -x PDCX_ROOT "$@"
+    mpi_cmd=("${netns[@]}" mpirun "$1" --bind-to none --mca mpi_yield_when_idle 1 -x PDCX_ROOT)
   else
-    mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1 \
-      -x PDCX_ROOT -n "$n" "$@"
+    mpi_cmd=(mpirun --allow-run-as-root --oversubscribe --bind-to none --mca mpi_yield_when_idle 1
+      -x PDCX_ROOT -n "$1")
   fi
 }
 
-# run_kernel BACKEND NAME NRANKS args...: output to BACKEND.log; failure recorded.
+# run_kernel BACKEND NAME NRANKS args...: output to BACKEND.log; failure recorded. A kernel
+# that outlives --timeout is killed (mpirun takes its ranks and daemons down) and reported,
+# so one stuck run never stalls the whole benchmark.
 run_kernel() {
-  local be=$1 name=$2 n=$3
+  local be=$1 name=$2 n=$3 rc
   shift 3
   log "$be: $name (-n $n) $*"
-  if ! mpi_run "$n" "$bin/${name}_$be" "$@" 2>&1 | tee -a "$work/$be.log"; then
-    echo "FAILED kernel=$name backend=$be" | tee -a "$work/$be.log"
+  set_mpi_cmd "$n"
+  rc=0
+  timeout -k 10 "$kernel_timeout" "${mpi_cmd[@]}" "$bin/${name}_$be" "$@" 2>&1 | tee -a "$work/$be.log" || rc=${PIPESTATUS[0]}
+  if ((rc == 124 || rc == 137)); then
+    echo "FAILED kernel=$name backend=$be: still running after --timeout $kernel_timeout s; killed" | tee -a "$work/$be.log"
+    failed+=("$name/$be(timeout)")
+  elif ((rc != 0)); then
+    echo "FAILED kernel=$name backend=$be (exit status $rc)" | tee -a "$work/$be.log"
     failed+=("$name/$be")
   fi
 }

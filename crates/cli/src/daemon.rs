@@ -74,6 +74,7 @@ pub fn foreground(o: ForegroundOpts) -> Result<()> {
     if let Some(m) = o.metrics.filter(|m| !m.trim().is_empty()) {
         config.metrics = Some(m);
     }
+    pdcx_server::limits::apply_env(&mut config).map_err(msg)?;
     install_stop_handlers();
     let handle = Server::start(config).map_err(msg)?;
     if let Err(e) = handle.server.publish_rank_file() {

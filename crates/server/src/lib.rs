@@ -13,6 +13,7 @@ pub mod datastore;
 pub mod engine;
 mod groupsync;
 pub mod launch;
+pub mod limits;
 pub mod logging;
 pub mod meta;
 pub mod metrics;
@@ -55,6 +56,8 @@ pub struct ServerConfig {
     /// Where to serve Prometheus metrics (`HOST:PORT`, port + rank; see `metrics::rank_addr`).
     /// Default `PDCX_METRICS_ADDR`, else `[metrics] bind` in the deployment config, else off.
     pub metrics: Option<String>,
+    /// Connections, timeouts (`limits.rs`; `pdcx server` reads them from the environment).
+    pub limits: limits::Limits,
 }
 
 /// Default `ServerConfig::agg_window`: long enough for a burst of ranks released by a barrier.
@@ -78,6 +81,7 @@ impl ServerConfig {
             metrics: std::env::var(metrics::ENV)
                 .ok()
                 .filter(|a| !a.trim().is_empty()),
+            limits: limits::Limits::default(),
         }
     }
 }
@@ -258,6 +262,7 @@ impl Server {
             None => None,
         };
         let s = server.clone();
+        let admission = limits::Admission::new(server.config.limits.max_connections);
         let acceptor = std::thread::Builder::new()
             .name("pdcx-accept".into())
             .spawn(move || {
@@ -267,10 +272,7 @@ impl Server {
                     }
                     let Ok(stream) = stream else { continue };
                     s.metrics.accepted.fetch_add(1, Ordering::Relaxed);
-                    let s2 = s.clone();
-                    let _ = std::thread::Builder::new()
-                        .name("pdcx-conn".into())
-                        .spawn(move || rpc::serve_connection(&s2, stream));
+                    accept(&s, &admission, stream);
                 }
             })
             .map_err(|e| Error::io("spawning accept thread", &e))?;
@@ -381,6 +383,39 @@ impl Server {
 
     pub fn shutdown_requested(&self) -> bool {
         self.shutdown_requested.load(Ordering::SeqCst)
+    }
+}
+
+/// Serves a new connection on its own thread, or refuses it with a message (at the connection
+/// limit, or when no thread can be started).
+fn accept(server: &Arc<Server>, admission: &limits::Admission, stream: TcpStream) {
+    let rank = server.config.rank;
+    let Some(slot) = admission.admit() else {
+        limits::refuse(
+            stream,
+            format!(
+                "pdcx server {rank} is at its limit of {} connections ({}); try again later",
+                admission.max(),
+                limits::ENV_MAX_CONNECTIONS
+            ),
+        );
+        return;
+    };
+    let Ok(spare) = stream.try_clone() else {
+        return;
+    };
+    let s = server.clone();
+    let spawned = std::thread::Builder::new()
+        .name("pdcx-conn".into())
+        .spawn(move || {
+            let _slot = slot;
+            rpc::serve_connection(&s, stream)
+        });
+    if let Err(e) = spawned {
+        limits::refuse(
+            spare,
+            format!("pdcx server {rank} cannot start a thread for this connection: {e}"),
+        );
     }
 }
 

@@ -25,6 +25,7 @@ type Writer = BufWriter<TcpStream>;
 
 pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
     let _ = stream.set_nodelay(true);
+    crate::limits::on_connect(&stream, &server.config.limits);
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
@@ -49,6 +50,9 @@ pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
 fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
     let mut sess = Session::default();
     loop {
+        if !crate::limits::await_request(reader, &server.config.limits, sess.pending.is_empty()) {
+            break;
+        }
         let (head, body) = match protocol::read_frame_head(reader, server.config.max_payload) {
             Ok(x) => x,
             Err(e) if e.kind == ErrorKind::Unavailable => break,
@@ -98,7 +102,9 @@ fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
         if sent.is_err() {
             break;
         }
-        if payload.capacity() <= SCRATCH_KEEP && payload.capacity() > sess.scratch.capacity() {
+        if payload.capacity() <= crate::limits::keep_limit(server, SCRATCH_KEEP)
+            && payload.capacity() > sess.scratch.capacity()
+        {
             sess.scratch = payload;
         }
         if shutdown {
@@ -225,10 +231,7 @@ fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Resul
             )));
         }
     }
-    reader
-        .get_ref()
-        .set_read_timeout(None)
-        .map_err(|e| Error::io("socket", &e))?;
+    crate::limits::after_handshake(reader.get_ref(), &server.config.limits)?;
     welcome(
         writer,
         Ok(ServerInfo {
@@ -295,7 +298,7 @@ fn handle(
     let md = &server.meta;
     if let Request::Stage { items } = req {
         let r = stage(server, items, payload_len, reader, sess);
-        if sess.recv.capacity() > RECV_KEEP {
+        if sess.recv.capacity() > crate::limits::keep_limit(server, RECV_KEEP) {
             sess.recv = Vec::new();
         }
         return r;
@@ -455,7 +458,7 @@ fn handle(
         }
         Request::StageShm { items, locs } => {
             let r = stage_shm(server, items, &locs, sess);
-            if sess.recv.capacity() > RECV_KEEP {
+            if sess.recv.capacity() > crate::limits::keep_limit(server, RECV_KEEP) {
                 sess.recv = Vec::new();
             }
             return r;
@@ -594,7 +597,7 @@ fn stage(
         recv.resize(n, 0);
     }
     reader.read_exact(&mut recv[..n]).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::UnexpectedEof {
+        if crate::limits::stalled_or_gone(&e) {
             Error::new(ErrorKind::Unavailable, GONE_MID_TRANSFER)
         } else {
             Error::io("reading write payload", &e)

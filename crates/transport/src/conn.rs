@@ -116,7 +116,13 @@ impl Conn {
             let _ = protocol::write_frame(&mut self.writer, FrameKind::Hello, 0, &[], &[]);
             return Err(version_mismatch(&addr, theirs, self.role));
         }
-        let (h, nonce) = protocol::finish_frame_head(&mut self.reader, &hb, 256, 0)?;
+        let (h, nonce) = protocol::finish_frame_head(&mut self.reader, &hb, 1 << 16, 0)?;
+        if h.kind == FrameKind::Response {
+            // A server that will not serve this connection (at its connection limit) says why.
+            if let Ok(protocol::Response::Error(e)) = protocol::decode_body(&nonce) {
+                return Err(e);
+            }
+        }
         if h.kind != FrameKind::Challenge || nonce.len() != protocol::NONCE_LEN {
             return Err(Error::protocol(format!(
                 "{addr} did not send a pdcx challenge"
