@@ -3,8 +3,9 @@
 //! all on a simulated disk (`pdcx_fsio::SimFs`; SQLite on the real disk, snapshotted at each
 //! of its fsyncs through the seam).
 //!
-//! A random workload (overlapping writes at `memory` and `local` durability, tag updates,
-//! flush passes that copy extents to a directory tier and retire log segments, device errors)
+//! A random workload (overlapping writes at `memory`, `local` and `remote` durability, tag
+//! updates, flush passes that copy extents to a node-local and a shared directory tier and
+//! retire log segments, device errors)
 //! runs while the test captures the disk as a crash would leave it: at random points between
 //! operations and, in a build with `--features crash-points`, at every named crash point of
 //! the data path (commit, flush, retirement, the log). Each capture yields two disks: the
@@ -59,6 +60,7 @@ struct Write {
     obj: usize,
     start: u64,
     len: u64,
+    /// Acknowledged at `local` or `remote`: the floor a recovery may not go below.
     local: bool,
     acked: bool,
 }
@@ -93,6 +95,7 @@ struct Totals {
     torn_cuts: u64,
     points: BTreeMap<&'static str, u64>,
     acked_local_bytes: u64,
+    acked_remote_bytes: u64,
     acked_memory_bytes: u64,
     lost_memory_bytes: u64,
     eio: u64,
@@ -101,7 +104,8 @@ struct Totals {
 
 fn tier_config() -> DeploymentConfig {
     DeploymentConfig::parse(
-        "[[tier]]\nname = \"ssd\"\nkind = \"local\"\npath = \"/node/ssd\"\n",
+        "[[tier]]\nname = \"ssd\"\nkind = \"local\"\npath = \"/node/ssd\"\n\
+         [[tier]]\nname = \"pfs\"\nkind = \"shared\"\npath = \"/pfs/tier\"\n",
         Vec::new(),
     )
     .unwrap()
@@ -324,7 +328,7 @@ fn run(seed: u64, t: &mut Totals) {
                     let obj = r.below(OBJECTS as u64) as usize;
                     let start = r.below(N);
                     let len = (r.below(N / 4) + 1).min(N - start);
-                    (obj, start, len, r.below(2) == 0)
+                    (obj, start, len, r.below(3))
                 };
                 let id = {
                     let mut h = history.lock().unwrap();
@@ -334,17 +338,17 @@ fn run(seed: u64, t: &mut Totals) {
                         obj,
                         start,
                         len,
-                        local,
+                        local: local > 0,
                         acked: false,
                     });
                     id
                 };
                 let region = Region::new(vec![start], vec![len]).unwrap();
                 let payload: Vec<u8> = (0..len).flat_map(|_| id.to_le_bytes()).collect();
-                let durability = if local {
-                    Durability::Local
-                } else {
-                    Durability::Memory
+                let durability = match local {
+                    0 => Durability::Memory,
+                    1 => Durability::Local,
+                    _ => Durability::Remote,
                 };
                 let r = engine
                     .stage(u64::from(id), ids[obj], &region, &payload)
@@ -352,10 +356,10 @@ fn run(seed: u64, t: &mut Totals) {
                 match r {
                     Ok(()) => {
                         history.lock().unwrap().writes[id as usize - 1].acked = true;
-                        if local {
-                            t.acked_local_bytes += len * 4;
-                        } else {
-                            t.acked_memory_bytes += len * 4;
+                        match local {
+                            0 => t.acked_memory_bytes += len * 4,
+                            1 => t.acked_local_bytes += len * 4,
+                            _ => t.acked_remote_bytes += len * 4,
                         }
                     }
                     Err(e) if e.kind == pdcx_core::ErrorKind::NoSpace => {}
@@ -461,13 +465,14 @@ fn the_durable_path_survives_crashes_and_power_cuts_at_every_point() {
         .map(|(k, v)| format!("\"{k}\":{v}"))
         .collect();
     println!(
-        "CRASH_SUMMARY {{\"layer\":\"server\",\"runs\":{},\"checks\":{},\"power_cuts\":{},\"process_crashes\":{},\"torn\":{},\"acked_local_bytes\":{},\"acked_memory_bytes\":{},\"lost_local_bytes\":0,\"memory_bytes_lost_summed_over_checks\":{},\"eio\":{},\"enospc\":{},\"crash_points\":{{{}}}}}",
+        "CRASH_SUMMARY {{\"layer\":\"server\",\"runs\":{},\"checks\":{},\"power_cuts\":{},\"process_crashes\":{},\"torn\":{},\"acked_local_bytes\":{},\"acked_remote_bytes\":{},\"acked_memory_bytes\":{},\"lost_local_bytes\":0,\"lost_remote_bytes\":0,\"memory_bytes_lost_summed_over_checks\":{},\"eio\":{},\"enospc\":{},\"crash_points\":{{{}}}}}",
         t.runs,
         t.checks,
         t.power_cuts,
         t.process_crashes,
         t.torn_cuts,
         t.acked_local_bytes,
+        t.acked_remote_bytes,
         t.acked_memory_bytes,
         t.lost_memory_bytes,
         t.eio,

@@ -85,8 +85,8 @@ pub fn open_in(cfg: &TierConfig, ctx: &OpenContext) -> Result<Arc<dyn Tier>> {
     open_with_fs(cfg, ctx, pdcx_fsio::os())
 }
 
-/// [`open_in`] with the node-local directory tier on the file system `fs` (a simulated disk
-/// in crash tests). The shared tier stays on the real file system: its Lustre layouts need one.
+/// [`open_in`] with the directory tiers on the file system `fs` (a simulated disk in crash
+/// tests).
 pub fn open_with_fs(
     cfg: &TierConfig,
     ctx: &OpenContext,
@@ -95,7 +95,7 @@ pub fn open_with_fs(
     match cfg.kind {
         TierKind::Memory => Ok(Arc::new(memory::MemoryTier::new(&cfg.name, cfg.capacity))),
         TierKind::Local => Ok(Arc::new(localdir::DirTier::open_with_fs(cfg, fs)?)),
-        TierKind::Shared => Ok(Arc::new(shareddir::SharedTier::open(cfg, ctx)?)),
+        TierKind::Shared => Ok(Arc::new(shareddir::SharedTier::open_with_fs(cfg, ctx, fs)?)),
         TierKind::S3 => Ok(Arc::new(s3::S3Tier::open(cfg)?)),
     }
 }

@@ -29,8 +29,18 @@ pub struct SharedTier {
 
 impl SharedTier {
     pub fn open(cfg: &TierConfig, ctx: &OpenContext) -> Result<Self> {
-        let dir = DirTier::open(cfg)?;
-        let osts = if lustre::is_lustre(dir.root())? {
+        Self::open_with_fs(cfg, ctx, pdcx_fsio::os())
+    }
+
+    /// [`open`](Self::open) on the file system `fs` (a simulated disk in crash tests, whose
+    /// paths do not exist on the real one: no Lustre there).
+    pub fn open_with_fs(
+        cfg: &TierConfig,
+        ctx: &OpenContext,
+        fs: std::sync::Arc<dyn pdcx_fsio::Fs>,
+    ) -> Result<Self> {
+        let dir = DirTier::open_with_fs(cfg, fs)?;
+        let osts = if dir.root().exists() && lustre::is_lustre(dir.root())? {
             match lustre::ost_count(dir.root()) {
                 Ok(n) => Some(n),
                 Err(e) => {
