@@ -137,7 +137,7 @@ def test_dtype_and_size_mismatch(dep):
     with pytest.raises(pdcx.InvalidArgumentError):
         c.open_container("bad").create_object("bad/huge", (2**40, 2**40), "int8")
     with pytest.raises(pdcx.InvalidArgumentError):
-        obj.write_async(np.zeros(4, "<i4"), durability="remote")
+        obj.write_async(np.zeros(4, "<i4"), durability="remote").wait()
     with pytest.raises(ValueError):
         obj[0:10] = np.zeros(11)
     with pytest.raises(pdcx.InvalidArgumentError):
