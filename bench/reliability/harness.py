@@ -38,10 +38,10 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(HERE))
 
-import layout as L  # noqa: E402
-import numpy as np  # noqa: E402
-import oracle  # noqa: E402
-import pdcx  # noqa: E402
+import layout as L
+import numpy as np
+import oracle
+import pdcx
 
 KINDS = ("server", "all", "client")
 
@@ -144,7 +144,7 @@ class Servers:
             env.pop("PDCX_CRASH_AT", None)
             if crash_at:
                 env["PDCX_CRASH_AT"] = crash_at
-            logf = open(self.logs / f"server-{r}.log", "a")
+            logf = open(self.logs / f"server-{r}.log", "a")  # noqa: SIM115 - handed to the child
             logf.write(f"\n=== harness: start rank {r} at {time.time():.3f} crash_at={crash_at}\n")
             logf.flush()
             self.procs[r] = subprocess.Popen(
@@ -241,7 +241,7 @@ class Session:
     def __init__(self, run_dir: Path, session: int, seed: int, ranks: int, env: dict):
         self.run_dir, self.session, self.ranks = run_dir, session, ranks
         (run_dir / "stop").unlink(missing_ok=True)
-        self.out = open(run_dir / "logs" / f"session-{session}.log", "w")
+        self.out = open(run_dir / "logs" / f"session-{session}.log", "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
                 "mpirun",
@@ -648,7 +648,7 @@ def main() -> int:
                     what = kind + (f" {point}" + (" hit" if res.get("hit") else " not hit") if point else "")
                     log(
                         f"run {run.id} session {res['session']}: {what}, victim {res.get('victim')}, "
-                        f"recover {['%.2f' % t for t in res.get('recover_s', [])]}, "
+                        f"recover {[f'{t:.2f}' for t in res.get('recover_s', [])]}, "
                         f"{len(res['failures'])} failures ({res['cycle_s']} s)"
                     )
                     for f in res["failures"]:

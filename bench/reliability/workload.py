@@ -31,12 +31,12 @@ import pdcx
 from mpi4py import MPI
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import layout as L  # noqa: E402
+import layout as L
 
 
 class Journal:
     def __init__(self, path: str):
-        self.f = open(path, "a", buffering=1 << 16)
+        self.f = open(path, "a", buffering=1 << 16)  # noqa: SIM115 - lives as long as the rank
 
     def put(self, *recs: dict) -> None:
         for r in recs:
@@ -51,7 +51,8 @@ def now() -> int:
 
 def main() -> int:
     run_dir, session, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    cfg = json.load(open(os.path.join(run_dir, "config.json")))
+    with open(os.path.join(run_dir, "config.json")) as f:
+        cfg = json.load(f)
     comm = MPI.COMM_WORLD
     rank, size = comm.Get_rank(), comm.Get_size()
     rng = np.random.default_rng([seed, session, rank])
