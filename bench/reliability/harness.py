@@ -590,6 +590,7 @@ def main() -> int:
     ap.add_argument("--kinds", default="server,all,client", help="kill kinds to draw from")
     ap.add_argument("--crash-points", default="auto", help="'auto' (pdcx debug crash-points), FILE, or 'none'")
     ap.add_argument("--crash-wait", type=float, default=20, help="how long to wait for an armed point (s)")
+    ap.add_argument("--cycle-kinds-in-order", action="store_true", help="kinds in turn instead of at random")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--out", type=Path, default=None, help="results directory (an existing one is resumed)")
     ap.add_argument("--power", default="n/a", help="the power-cut column (run.sh fills it)")
@@ -627,6 +628,8 @@ def main() -> int:
                         break
                     if todo_points and (done >= args.kills or rng.random() < 0.3):
                         kind, point = "crash", todo_points.pop(0)
+                    elif args.cycle_kinds_in_order:
+                        kind, point = kinds[done % len(kinds)], None
                     else:
                         kind, point = rng.choice(kinds), None
                     t0 = time.monotonic()

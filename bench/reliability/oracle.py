@@ -160,6 +160,7 @@ class Report:
     never_written: list = field(default_factory=list)  # (object, description)
     tag_problems: list = field(default_factory=list)
     create_problems: list = field(default_factory=list)
+    read_errors: list = field(default_factory=list)  # reads of acknowledged data that failed
     snapshot: dict = field(default_factory=dict)  # object -> (sha256 of data, tags)
 
     def lost_bytes(self) -> dict[str, int]:
@@ -176,7 +177,7 @@ class Report:
                 out.append(f"acknowledged {dur} write {w:#x} lost at {n} elements")
         out += [f"torn: {o} write {w:#x}: {n} elements from older writes or fill" for o, w, n in self.torn]
         out += [f"never written: {o}: {d}" for o, d in self.never_written]
-        out += self.tag_problems + self.create_problems
+        out += self.tag_problems + self.create_problems + self.read_errors
         return out
 
 
@@ -284,13 +285,37 @@ def check_creates(h: History, shapes: dict[str, list], actual_tags: dict[str, di
             rep.never_written.append((name, "an object nobody created"))
 
 
+def read_all(o, errors: list, attempts: int = 4):
+    """The whole object, or None. A failed read is an error even if a retry succeeds (a read
+    of committed data must not fail); retries tell a transient failure from a lasting one."""
+    import time
+
+    import pdcx
+
+    for i in range(attempts):
+        try:
+            arr = o[...]
+        except pdcx.PdcxError as e:
+            if i == 0:
+                errors.append(f"read of {o.name} failed: {type(e).__name__}: {e}")
+            time.sleep(0.5)
+            continue
+        if i:
+            errors[-1] += f" (attempt {i + 1} succeeded)"
+        return arr
+    errors[-1] += f" ({attempts} attempts failed)"
+    return None
+
+
 def check(client, h: History) -> Report:
     """Reads every object of the deployment and checks it against the history."""
     rep = Report()
     by_obj = h.by_object()
     shapes, tags = {}, {}
     for o in client.objects():
-        arr = o[...]
+        arr = read_all(o, rep.read_errors)
+        if arr is None:
+            continue
         shapes[o.name] = list(o.shape)
         tags[o.name] = {k: v for k, v in o.tags.items()}
         rep.snapshot[o.name] = (hashlib.sha256(arr.tobytes()).hexdigest(), sorted(tags[o.name].items(), key=str))
@@ -305,9 +330,12 @@ def check(client, h: History) -> Report:
 
 def snapshot(client) -> dict:
     """What check() records, without checking: for comparing two recoveries."""
-    out = {}
+    out, errors = {}, []
     for o in client.objects():
-        arr = o[...]
+        arr = read_all(o, errors)
+        if arr is None:
+            out[o.name] = ("unreadable", errors[-1])
+            continue
         tags = {k: v for k, v in o.tags.items()}
         out[o.name] = (hashlib.sha256(arr.tobytes()).hexdigest(), sorted(tags.items(), key=str))
     return out
