@@ -69,7 +69,10 @@ def test_memory_losses_are_counted_not_failed():
     a = write(1, [0], [50], issue=1, ack=2)
     m = write(2, [10], [10], issue=3, ack=4, dur="memory")
     rep = run_check(state((100,), a), [a, m])
-    assert rep.lost == {("memory", 2): 10} and rep.failures() == []
+    assert rep.lost == {("memory", 2): 10}
+    assert rep.failures() != []  # unless a kill may have lost it:
+    rep.at_risk = {2}
+    assert rep.failures() == []
 
 
 def test_concurrent_overlapping_writes_may_land_in_either_order():
@@ -267,3 +270,22 @@ interval_ms = 20
         th.join()
     assert reads[0] > 10
     assert failures == [], f"{len(failures)} of {reads[0]} reads failed, first: {failures[0]}"
+
+
+def test_memory_writes_at_risk_are_those_no_later_commit_covered():
+    h = oracle.History()
+    m1 = write(1, [0], [10], issue=1, ack=2, dur="memory")  # server 0, covered by l (3..4)
+    l2 = write(2, [20], [10], issue=3, ack=4)
+    m3 = write(3, [0], [10], issue=5, ack=6, dur="memory")  # nothing after it on server 0
+    m4 = write(4, [0], [10], issue=5, ack=6, dur="memory")  # server 1: never killed
+    m4.srv = 1
+    h.writes = {w.wid: w for w in (m1, l2, m3, m4)}
+    h.events = [{"k": "kill", "servers": [0], "t": 10}]
+    assert h.memory_at_risk() == {3}
+    h.events.insert(0, {"k": "flush", "t0": 7, "t": 8})  # a flush after m3's ack covers it
+    assert h.memory_at_risk() == set()
+    h.events = [{"k": "kill", "servers": [0, 1], "t": 3.5}]  # before l2 was acknowledged
+    assert h.memory_at_risk() == {1}
+    rep = oracle.Report(at_risk={1})
+    rep.lost = {("memory", 1): 10, ("memory", 4): 3}
+    assert rep.failures() == ["memory write 0x4 lost at 3 elements after a later local commit on its server"]

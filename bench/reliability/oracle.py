@@ -78,8 +78,37 @@ class History:
     writes: dict[int, Write] = field(default_factory=dict)
     tags: list[TagPut] = field(default_factory=list)
     creates: dict[str, dict] = field(default_factory=dict)  # name -> {shape, tags, acked}
+    events: list = field(default_factory=list)  # the harness's kills, clean stops and flushes
     syncs: int = 0
     errors: int = 0
+
+    def memory_at_risk(self) -> set[int]:
+        """The `memory` writes a kill may have lost: acknowledged, and their data server was
+        killed before anything made them durable, i.e. before a `local`/`remote` commit on that
+        server issued after their acknowledgement was itself acknowledged (a log commit covers
+        every byte appended before it), a clean stop of the server, or a flush that began after
+        their acknowledgement."""
+        import bisect
+
+        at_risk: set[int] = set()
+        mem = [w for w in self.writes.values() if w.dur == "memory" and w.ack is not None]
+        for s in {w.srv for w in mem}:
+            guards = [(w.issue, w.ack) for w in self.writes.values() if w.srv == s and w.dur in DURABLE and w.ack]
+            guards += [(e["t0"], e["t"]) for e in self.events if e["k"] == "flush"]
+            guards += [(e["t0"], e["t"]) for e in self.events if e["k"] == "stop" and s in e["servers"]]
+            guards.sort()
+            starts = [g[0] for g in guards]
+            suffix_min = [INF] * (len(guards) + 1)
+            for i in range(len(guards) - 1, -1, -1):
+                suffix_min[i] = min(guards[i][1], suffix_min[i + 1])
+            kills = sorted(e["t"] for e in self.events if e["k"] == "kill" and s in e["servers"])
+            for w in mem:
+                if w.srv != s:
+                    continue
+                k = bisect.bisect_right(kills, w.ack)
+                if k < len(kills) and kills[k] < suffix_min[bisect.bisect_right(starts, w.ack)]:
+                    at_risk.add(w.wid)
+        return at_risk
 
     def by_object(self) -> dict[str, list[Write]]:
         out: dict[str, list[Write]] = {}
@@ -150,6 +179,8 @@ def load(run_dir: Path) -> History:
                 h.creates[r["obj"]]["acked"] = True
             elif k == "err":
                 h.errors += 1
+            elif k in ("kill", "stop", "flush"):
+                h.events.append(r)
     return h
 
 
@@ -161,6 +192,7 @@ class Report:
     tag_problems: list = field(default_factory=list)
     create_problems: list = field(default_factory=list)
     read_errors: list = field(default_factory=list)  # reads of acknowledged data that failed
+    at_risk: set = field(default_factory=set)  # memory writes a kill may have lost
     snapshot: dict = field(default_factory=dict)  # object -> (sha256 of data, tags)
 
     def lost_bytes(self) -> dict[str, int]:
@@ -175,6 +207,8 @@ class Report:
         for (dur, w), n in sorted(self.lost.items()):
             if dur != "memory":
                 out.append(f"acknowledged {dur} write {w:#x} lost at {n} elements")
+            elif w not in self.at_risk:
+                out.append(f"memory write {w:#x} lost at {n} elements after a later local commit on its server")
         out += [f"torn: {o} write {w:#x}: {n} elements from older writes or fill" for o, w, n in self.torn]
         out += [f"never written: {o}: {d}" for o, d in self.never_written]
         out += self.tag_problems + self.create_problems + self.read_errors
@@ -309,7 +343,7 @@ def read_all(o, errors: list, attempts: int = 4):
 
 def check(client, h: History) -> Report:
     """Reads every object of the deployment and checks it against the history."""
-    rep = Report()
+    rep = Report(at_risk=h.memory_at_risk())
     by_obj = h.by_object()
     shapes, tags = {}, {}
     for o in client.objects():
