@@ -199,8 +199,7 @@ def test_the_oracle_catches_damage_on_a_real_deployment(tmp_path):
     args = argparse.Namespace(
         servers=2, ranks=2, particles=2048, big_share=0.0, max_delay=0.5, crash_wait=10, keep=False
     )
-    s3 = harness.S3(tmp_path / "s3")
-    run = harness.Run(tmp_path, 0, args, s3, random.Random(3))
+    run = harness.Run(tmp_path, 0, args, random.Random(3))
     try:
         run.setup()
         res = run.cycle("all")
@@ -216,7 +215,6 @@ def test_the_oracle_catches_damage_on_a_real_deployment(tmp_path):
         assert rep.torn, rep.failures()
     finally:
         run.close()
-        s3.stop()
 
 
 @pytest.mark.xfail(reason="Engine::fetch: a segment retired while the log lock is dropped for tier reads", strict=False)

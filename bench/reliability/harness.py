@@ -393,12 +393,14 @@ def crash_points(spec: str) -> list[str]:
 
 
 class Run:
-    def __init__(self, out: Path, run_id: int, args, s3: S3, rng: random.Random):
-        self.id, self.args, self.rng, self.s3 = run_id, args, rng, s3
+    def __init__(self, out: Path, run_id: int, args, rng: random.Random):
+        self.id, self.args, self.rng = run_id, args, rng
         self.dir = out / f"run-{run_id:04d}"
         if self.dir.exists():
             shutil.rmtree(self.dir)
         (self.dir / "journal").mkdir(parents=True)
+        # A fresh S3 server per run: its bucket holds only this run's blobs, removed with it.
+        self.s3 = s3 = S3(self.dir / "s3")
         (self.dir / "logs").mkdir()
         self.root = self.dir / "root"
         self.root.mkdir()
@@ -449,9 +451,10 @@ class Run:
             self.servers.stop(timeout=60)
         except HarnessError as e:
             log(f"run {self.id}: {e}")
+        self.s3.stop()
         if not self.args.keep:
             shutil.rmtree(self.root, ignore_errors=True)
-            for d in ("pfs", "ssd"):
+            for d in ("pfs", "ssd", "s3"):
                 shutil.rmtree(self.dir / d, ignore_errors=True)
 
     def cycle(self, kind: str, point: str | None = None) -> dict:
@@ -548,7 +551,7 @@ def table(results: list[dict], power: str) -> str:
     runs = sorted({r["run"] for r in results})
     kinds = {k: sum(1 for r in results if r["kind"] == k) for k in (*KINDS, "crash")}
     hit = sum(1 for r in results if r["kind"] == "crash" and r.get("hit"))
-    points = sorted({r["point"] for r in results if r["kind"] == "crash" and r.get("hit")})
+    missed = sorted({r["point"] for r in results if r["kind"] == "crash" and not r.get("hit")})
     acked: dict[str, int] = {}
     lost: dict[str, int] = {}
     at_risk = 0
@@ -574,11 +577,14 @@ def table(results: list[dict], power: str) -> str:
 
     rows = [
         ("runs (fresh deployments)", str(len(runs))),
-        ("kill cycles", str(len(results))),
+        ("cycles (kills and crash points)", str(len(results))),
         ("  kill -9 one server", str(kinds["server"])),
         ("  kill -9 all servers", str(kinds["all"])),
         ("  kill -9 one client rank", str(kinds["client"])),
-        ("crash points hit / tried", f"{hit} / {kinds['crash']}" + (f" ({', '.join(points)})" if points else "")),
+        (
+            "crash points hit / tried",
+            f"{hit} / {kinds['crash']}" + (f" (not hit: {', '.join(missed)})" if missed else ""),
+        ),
         ("power cuts (store test)", power),
     ]
     for d in durs:
@@ -636,12 +642,11 @@ def main() -> int:
     log(f"out {out}; seed {seed}; {len(results)} cycles done; crash points to try: {len(todo_points)}")
     argv = [a for i, a in enumerate(sys.argv) if a != "--seed" and (i == 0 or sys.argv[i - 1] != "--seed")]
     log(f"reproduce: {sys.executable} {' '.join(argv)} --seed {seed}")
-    s3 = S3(out / f"s3-{run_id}")
     rng = random.Random(seed)
     status = 0
     try:
         while len([r for r in results if r["kind"] != "crash"]) < args.kills or todo_points:
-            run = Run(out, run_id, args, s3, rng)
+            run = Run(out, run_id, args, rng)
             try:
                 run.setup()
                 for _ in range(args.kills_per_run):
@@ -686,8 +691,6 @@ def main() -> int:
     except KeyboardInterrupt:
         log("interrupted; rerun with the same --out to resume")
         status = 130
-    finally:
-        s3.stop()
     print()
     print(table(results, args.power))
     if args.power_failed:

@@ -105,7 +105,9 @@ class History:
             for w in mem:
                 if w.srv != s:
                     continue
-                k = bisect.bisect_right(kills, w.ack)
+                # From the issue, not the acknowledgement: the rank records its ack after the
+                # call returned, possibly after the harness recorded a kill that came later.
+                k = bisect.bisect_right(kills, w.issue)
                 if k < len(kills) and kills[k] < suffix_min[bisect.bisect_right(starts, w.ack)]:
                     at_risk.add(w.wid)
         return at_risk
