@@ -349,16 +349,14 @@ def check(client, h: History) -> Report:
     by_obj = h.by_object()
     shapes, tags = {}, {}
     for o in client.objects():
-        arr = read_all(o, rep.read_errors)
-        if arr is None:
-            continue
         shapes[o.name] = list(o.shape)
         tags[o.name] = {k: v for k, v in o.tags.items()}
+        arr = read_all(o, rep.read_errors)
+        if arr is None:
+            rep.snapshot[o.name] = ("unreadable",)
+            continue
         rep.snapshot[o.name] = (hashlib.sha256(arr.tobytes()).hexdigest(), sorted(tags[o.name].items(), key=str))
         check_array(o.name, arr, by_obj.get(o.name, []), rep)
-    for name in by_obj:
-        if name not in shapes and h.creates.get(name, {}).get("acked"):
-            pass  # reported by check_creates
     check_tags(h, tags, rep)
     check_creates(h, shapes, tags, rep)
     return rep
@@ -370,7 +368,7 @@ def snapshot(client) -> dict:
     for o in client.objects():
         arr = read_all(o, errors)
         if arr is None:
-            out[o.name] = ("unreadable", errors[-1])
+            out[o.name] = ("unreadable",)
             continue
         tags = {k: v for k, v in o.tags.items()}
         out[o.name] = (hashlib.sha256(arr.tobytes()).hexdigest(), sorted(tags.items(), key=str))

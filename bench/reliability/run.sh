@@ -32,8 +32,10 @@ while (($#)); do
   shift
 done
 if ((quick)); then
+  export PDCX_POWER_CUTS=${PDCX_POWER_CUTS:-300}
   preset=(--kills 12 --kills-per-run 6 --servers 2 --ranks 3 --particles 8192 --max-delay 2 --crash-wait 10)
 else
+  export PDCX_POWER_CUTS=${PDCX_POWER_CUTS:-1000}
   preset=(--kills 200 --kills-per-run 10 --servers 3 --ranks 4)
 fi
 out=${out:-$here/out/$(date -u +%Y%m%d-%H%M%S)}
@@ -62,7 +64,8 @@ if ((power)); then
   if [[ -n $cmd ]]; then
     echo "run.sh: power cuts: $cmd (log: $out/power-cut.log)"
     if (cd "$repo" && nice -n 10 bash -c "$cmd") >"$out/power-cut.log" 2>&1; then status=ok; else status=FAILED; fi
-    line=$(grep -E '^\{.*"power_cuts"' "$out/power-cut.log" | tail -1 || true)
+    # The summary line: "POWER_CUT_SUMMARY {json}" (or a bare JSON line) with a "power_cuts" key.
+    line=$(grep -E '\{.*"power_cuts"' "$out/power-cut.log" | tail -1 | sed 's/^[^{]*//' || true)
     if [[ -n $line ]]; then
       power_col=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(", ".join(f"{k} {v}" for k, v in d.items()))' "$line")
     else
