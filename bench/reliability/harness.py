@@ -559,11 +559,17 @@ class Run:
 
     def check(self, res: dict) -> None:
         """The oracle after this recovery, then a second recovery that must change nothing."""
+        t0 = time.monotonic()
         h = oracle.load(self.dir)
+        load_s = time.monotonic() - t0
         wait_registered(self.root)
         t0 = time.monotonic()
         rep = oracle.check(pdcx.connect(self.root), h)
         res["check_s"] = round(time.monotonic() - t0, 2)
+        res["check_parts_s"] = {
+            "journal": round(load_s, 2),
+            **{k: v if isinstance(v, tuple) else round(v, 2) for k, v in rep.timing.items()},
+        }
         res["acked"] = h.acked_bytes()
         res["lost"] = [[d, w, n] for (d, w), n in rep.lost.items()]
         res["torn"] = rep.torn

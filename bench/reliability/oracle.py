@@ -195,6 +195,7 @@ class Report:
     create_problems: list = field(default_factory=list)
     read_errors: list = field(default_factory=list)  # reads of acknowledged data that failed
     at_risk: set = field(default_factory=set)  # memory writes a kill may have lost
+    timing: dict = field(default_factory=dict)  # seconds spent reading and checking
     snapshot: dict = field(default_factory=dict)  # object -> (sha256 of data, tags)
 
     def lost_bytes(self) -> dict[str, int]:
@@ -345,18 +346,28 @@ def read_all(o, errors: list, attempts: int = 4):
 
 def check(client, h: History) -> Report:
     """Reads every object of the deployment and checks it against the history."""
+    import time
+
+    t0 = time.monotonic()
     rep = Report(at_risk=h.memory_at_risk())
     by_obj = h.by_object()
     shapes, tags = {}, {}
+    rep.timing = {"history": time.monotonic() - t0, "read": 0.0, "check": 0.0}
     for o in client.objects():
+        t0 = time.monotonic()
         shapes[o.name] = list(o.shape)
         tags[o.name] = {k: v for k, v in o.tags.items()}
         arr = read_all(o, rep.read_errors)
+        t1 = time.monotonic()
+        rep.timing["read"] += t1 - t0
+        if t1 - t0 > rep.timing.get("slowest_read", ("", 0))[1]:
+            rep.timing["slowest_read"] = (o.name, round(t1 - t0, 2))
         if arr is None:
             rep.snapshot[o.name] = ("unreadable",)
             continue
         rep.snapshot[o.name] = (hashlib.sha256(arr.tobytes()).hexdigest(), sorted(tags[o.name].items(), key=str))
         check_array(o.name, arr, by_obj.get(o.name, []), rep)
+        rep.timing["check"] += time.monotonic() - t1
     check_tags(h, tags, rep)
     check_creates(h, shapes, tags, rep)
     return rep
