@@ -676,6 +676,14 @@ def main() -> int:
     ap.add_argument("--table-only", action="store_true", help="print the table of --out and exit")
     args = ap.parse_args()
 
+    def interrupted(signum, frame):
+        raise KeyboardInterrupt
+
+    # SIGTERM, and SIGINT even when started in the background (where the shell ignores it),
+    # end the harness cleanly: the current cycle's workload is killed, servers and S3 stopped.
+    signal.signal(signal.SIGTERM, interrupted)
+    signal.signal(signal.SIGINT, interrupted)
+
     out = args.out or HERE / "out" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.jsonl"
