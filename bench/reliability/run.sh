@@ -33,10 +33,10 @@ while (($#)); do
 done
 if ((quick)); then
   export PDCX_POWER_CUTS=${PDCX_POWER_CUTS:-300}
-  preset=(--kills 12 --kills-per-run 6 --servers 2 --ranks 3 --particles 8192 --max-delay 2 --crash-wait 10)
+  preset=(--kills 12 --kills-per-run 6 --servers 2 --ranks 3 --particles 8192 --max-delay 2 --crash-wait 20)
 else
   export PDCX_POWER_CUTS=${PDCX_POWER_CUTS:-1000}
-  preset=(--kills 200 --kills-per-run 10 --servers 3 --ranks 4)
+  preset=(--kills 200 --kills-per-run 6 --servers 3 --ranks 4)
 fi
 out=${out:-$here/out/$(date -u +%Y%m%d-%H%M%S)}
 mkdir -p "$out"

@@ -75,8 +75,13 @@ def main() -> int:
     step_name = f"steps/s{session}"
     if rank == 0:
         jr.put({"k": "create", "obj": step_name, "shape": [size * n], "tags": {"session": session}, "t": now()})
-        client.open_container("steps").create_object(step_name, size * n, "int64", fill=-1, tags={"session": session})
-        jr.put({"k": "created", "obj": step_name, "t": now()})
+        try:
+            client.open_container("steps").create_object(
+                step_name, size * n, "int64", fill=-1, tags={"session": session}
+            )
+            jr.put({"k": "created", "obj": step_name, "t": now()})
+        except pdcx.PdcxError as e:  # a server died (a crash point at the first commit): in doubt
+            jr.put({"k": "err", "what": "create", "error": str(e)[:300], "t": now()})
     comm.Barrier()
 
     # Relaxed consistency for a random subset of the shared objects (per rank and session).
@@ -84,8 +89,11 @@ def main() -> int:
     for name in L.shared_objects(cfg):
         if rng.random() < cfg.get("relaxed_share", 0.3):
             expected = int(rng.choice([0, 4]))
-            obj(name).set_consistency("relaxed", expected_writes=expected)
-            relaxed.add(name)
+            try:
+                obj(name).set_consistency("relaxed", expected_writes=expected)
+                relaxed.add(name)
+            except pdcx.PdcxError as e:
+                jr.put({"k": "err", "what": "open", "error": str(e)[:300], "t": now()})
     jr.put({"k": "relaxed", "objs": sorted(relaxed), "t": now()})
 
     counter = [0]
@@ -165,14 +173,17 @@ def main() -> int:
         client.sync()
         jr.put({"k": "sync", "t0": t0, "t": now()})
 
+    def step_output() -> None:
+        write_batch([(step_name, [rank * n], [n])], str(rng.choice(durs)))
+
     # This session's step output first, then the mix until told to stop.
-    write_batch([(step_name, [rank * n], [n])], str(rng.choice(durs)))
+    first = [step_output]
     ops = [(vpic_step, 0.35), (grid_rect, 0.2), (hot, 0.2), (tag, 0.1), (sync, 0.1), (big, cfg["big_share"])]
     fns, weights = zip(*ops)
     weights = np.array(weights) / sum(weights)
     errors_since = None
     while not os.path.exists(stop_path):
-        fn = fns[int(rng.choice(len(fns), p=weights))]
+        fn = first.pop() if first else fns[int(rng.choice(len(fns), p=weights))]
         try:
             fn()
             errors_since = None
