@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import socket
@@ -699,7 +700,7 @@ def main() -> int:
     run_id = max((r["run"] for r in results), default=-1) + 1
     log(f"out {out}; seed {seed}; {len(results)} cycles done; crash points to try: {len(todo_points)}")
     argv = [a for i, a in enumerate(sys.argv) if a != "--seed" and (i == 0 or sys.argv[i - 1] != "--seed")]
-    log(f"reproduce: {sys.executable} {' '.join(argv)} --seed {seed}")
+    log(f"reproduce: {shlex.join([sys.executable, *argv])} --seed {seed}")
     rng = random.Random(seed)
     status = 0
     try:
