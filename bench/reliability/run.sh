@@ -33,7 +33,7 @@ while (($#)); do
 done
 if ((quick)); then
   export PDCX_POWER_CUTS=${PDCX_POWER_CUTS:-300}
-  preset=(--kills 12 --kills-per-run 6 --servers 2 --ranks 3 --particles 8192 --max-delay 2 --crash-wait 20)
+  preset=(--kills 12 --kills-per-run 6 --servers 2 --ranks 3 --particles 8192 --max-delay 2 --crash-wait 20 --cycle-kinds-in-order)
 else
   export PDCX_POWER_CUTS=${PDCX_POWER_CUTS:-1000}
   preset=(--kills 200 --kills-per-run 6 --servers 3 --ranks 4)
