@@ -319,3 +319,26 @@ interval_ms = 60000
     except pdcx.PdcxError as e:
         pytest.fail(f"a flush that takes more than 10 s failed: {e}")
     assert all(r["pending_extents"] == 0 for r in reports), reports
+
+
+@pytest.mark.skipif(not os.environ.get("PDCX_CRASH_BIN"), reason="needs PDCX_CRASH_BIN: a pdcx built with crash points")
+def test_harness_crash_points_lose_nothing(tmp_path):
+    """Crash-point cycles with the instrumented build: a server dies at a commit, a flush and a
+    retirement point (the Nth hit, N in 1..3) while 3 ranks write; it is restarted and the
+    oracle finds nothing lost, torn or changed by a second recovery."""
+    if shutil.which("mpirun") is None or not Path(os.environ.get("VERSITYGW", "/usr/local/bin/versitygw")).exists():
+        pytest.skip("mpirun or versitygw not installed")
+    pytest.importorskip("mpi4py")
+    points = tmp_path / "points"
+    points.write_text("commit.after_register\nflush.after_home_rows\nretire.after_manifest\n")
+    out = tmp_path / "rel"
+    cmd = [sys.executable, str(HARNESS), "--kills", "0", "--servers", "2", "--ranks", "3", "--particles", "4096"]
+    cmd += ["--crash-points", str(points), "--crash-wait", "30", "--seed", "5", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert [r.get("point") for r in results] == points.read_text().split(), p.stdout[-5000:] + p.stderr[-5000:]
+    assert all(r.get("hit") for r in results), [(r["point"], r.get("armed"), r.get("hit")) for r in results]
+    failures = [f for r in results for f in r["failures"]]
+    if failures and all(KNOWN_READ_RACE in f for f in failures):
+        pytest.xfail(f"known bug (see test_reads_survive_segment_retirement): {failures[0]}")
+    assert p.returncode == 0 and not failures, p.stdout[-5000:]

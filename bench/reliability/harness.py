@@ -498,8 +498,10 @@ class Run:
             # The victim runs with the crash point armed; the others as usual. A point on the
             # start-up path (recovery) fires right here.
             res["victim"] = victim
+            nth = self.rng.randint(1, max(1, self.args.crash_nth))
+            res["armed"] = armed = point if nth == 1 else f"{point}:{nth}"
             self.servers.stop([victim])
-            self.servers.start([victim], crash_at=point)
+            self.servers.start([victim], crash_at=armed)
             try:
                 self.servers.wait_ready()
             except HarnessError:
@@ -668,6 +670,7 @@ def main() -> int:
     ap.add_argument("--kinds", default="server,all,client", help="kill kinds to draw from")
     ap.add_argument("--crash-points", default="auto", help="'auto' (pdcx debug crash-points), FILE, or 'none'")
     ap.add_argument("--crash-wait", type=float, default=30, help="how long to wait for an armed point (s)")
+    ap.add_argument("--crash-nth", type=int, default=3, help="arm NAME:N, N random in 1..this (the Nth hit)")
     ap.add_argument("--cycle-kinds-in-order", action="store_true", help="kinds in turn instead of at random")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--out", type=Path, default=None, help="results directory (an existing one is resumed)")
