@@ -33,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -600,6 +601,25 @@ class Run:
 # -- the table ---------------------------------------------------------------------------------
 
 
+def failure_kind(f: str) -> str:
+    """A short name for a failure line, for the table's summary."""
+    for needle, kind in (
+        ("is not part of the log", "reads racing segment retirement"),
+        ("os error 11", "client calls timed out after 10 s"),
+        ("no blob", "reads racing demotion"),
+        ("recovery failed", "recoveries that failed"),
+        ("torn", "torn writes"),
+        ("never written", "data never written"),
+        ("second recovery", "second recoveries that changed data"),
+        ("lost", "lost writes"),
+        ("tag ", "tag problems"),
+        ("object ", "create problems"),
+    ):
+        if needle in f:
+            return kind
+    return "other"
+
+
 def table(results: list[dict], power: str) -> str:
     runs = sorted({r["run"] for r in results})
     kinds = {k: sum(1 for r in results if r["kind"] == k) for k in (*KINDS, "crash")}
@@ -649,7 +669,13 @@ def table(results: list[dict], power: str) -> str:
     rows.append(("second recoveries that changed data", str(sum(1 for r in results if r.get("second_recovery_diff")))))
     if rec:
         rows.append(("time to recover (median / max)", f"{statistics.median(rec):.2f} s / {max(rec):.2f} s"))
-    rows.append(("failures", str(len(failures))))
+    kinds_of = Counter(failure_kind(f) for f in failures)
+    rows.append(
+        (
+            "failures",
+            f"{len(failures)}" + (f" ({', '.join(f'{n} {k}' for k, n in kinds_of.most_common())})" if failures else ""),
+        )
+    )
     w = max(len(k) for k, _ in rows)
     out = ["| what | value |", "|---|---|"] + [f"| {k.ljust(w)} | {v} |" for k, v in rows]
     if failures:
