@@ -58,7 +58,11 @@ if ((power)); then
       crate_dir=${file%%/src/*}
       crate_dir=${crate_dir%%/tests/*}
       pkg=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$crate_dir/Cargo.toml" | head -1)
-      cmd="cargo test -p $pkg power_cut -- --nocapture"
+      if [[ $file == */tests/* ]]; then
+        cmd="cargo test -p $pkg --test $(basename "$file" .rs) -- --nocapture"
+      else
+        cmd="cargo test -p $pkg power_cut -- --nocapture"
+      fi
     fi
   fi
   if [[ -n $cmd ]]; then
