@@ -607,6 +607,7 @@ def failure_kind(f: str) -> str:
         ("is not part of the log", "reads racing segment retirement"),
         ("os error 11", "client calls timed out after 10 s"),
         ("no blob", "reads racing demotion"),
+        ("workload exited early", "workload crashes (see its session log)"),
         ("recovery failed", "recoveries that failed"),
         ("torn", "torn writes"),
         ("never written", "data never written"),

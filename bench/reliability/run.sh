@@ -10,8 +10,9 @@
 #
 # Environment: PDCX_BIN (server binary, default `pdcx` on PATH), PDCX_CRASH_BIN (a pdcx built
 # with the crash-points feature, for `pdcx debug crash-points` and crash-point runs),
-# PDCX_POWER_CUT_CMD (the power-cut test command; default: cargo test of the workspace test
-# named *power_cut*, if there is one). Exits 1 if anything was lost, torn or failed to recover.
+# PDCX_POWER_CUT_CMD (the power-cut test command; default: every crates/*/tests target that
+# prints a *_SUMMARY line with power_cuts), PDCX_POWER_CUTS / PDCX_CRASH_RUNS (their sizes).
+# Exits 1 if anything was lost, torn or failed to recover.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -35,7 +36,7 @@ if ((quick)); then
   export PDCX_POWER_CUTS=${PDCX_POWER_CUTS:-300}
   preset=(--kills 12 --kills-per-run 6 --servers 2 --ranks 3 --particles 8192 --max-delay 2 --crash-wait 20 --cycle-kinds-in-order)
 else
-  export PDCX_POWER_CUTS=${PDCX_POWER_CUTS:-1000}
+  export PDCX_POWER_CUTS=${PDCX_POWER_CUTS:-1000} PDCX_CRASH_RUNS=${PDCX_CRASH_RUNS:-4}
   preset=(--kills 200 --kills-per-run 6 --servers 3 --ranks 4)
 fi
 out=${out:-$here/out/$(date -u +%Y%m%d-%H%M%S)}
@@ -47,36 +48,44 @@ done
 python3 -c 'import mpi4py, pdcx' || { echo "run.sh: the pdcx wheel and mpi4py must be installed" >&2; exit 2; }
 [[ -x ${VERSITYGW:-/usr/local/bin/versitygw} ]] || { echo "run.sh: versitygw missing (scripts/s3server.sh install)" >&2; exit 2; }
 
-# The power-cut column: the lead's Rust test prints one JSON line with its counts
-# ({"power_cuts": N, ...}); without such a test the column says n/a.
+# The power-cut column: the Rust crash tests print one summary line each with their counts
+# (`POWER_CUT_SUMMARY {"layer":"log","power_cuts":N,...}`, `CRASH_SUMMARY {"layer":"server",...}`);
+# without such a test the column says n/a.
 power_col="n/a"
 if ((power)); then
-  cmd=${PDCX_POWER_CUT_CMD:-}
-  if [[ -z $cmd ]]; then
-    file=$(grep -rlE --include='*.rs' 'fn [a-z0-9_]*power_cut' "$repo/crates" 2>/dev/null | head -1 || true)
-    if [[ -n $file ]]; then
-      crate_dir=${file%%/src/*}
-      crate_dir=${crate_dir%%/tests/*}
+  cmds=()
+  if [[ -n ${PDCX_POWER_CUT_CMD:-} ]]; then
+    cmds=("$PDCX_POWER_CUT_CMD")
+  else
+    # Every test target that prints such a line: the store's (the log alone) and the server's
+    # (the whole durable path; with its crash points compiled in where the crate has the feature).
+    while IFS= read -r file; do
+      crate_dir=${file%%/tests/*}
       pkg=$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$crate_dir/Cargo.toml" | head -1)
-      if [[ $file == */tests/* ]]; then
-        cmd="cargo test -p $pkg --test $(basename "$file" .rs) -- --nocapture"
-      else
-        cmd="cargo test -p $pkg power_cut -- --nocapture"
-      fi
-    fi
+      feat=""
+      grep -q '^crash-points *=' "$crate_dir/Cargo.toml" && feat=" --features crash-points"
+      cmds+=("cargo test -p $pkg --test $(basename "$file" .rs)$feat -- --nocapture")
+    done < <(grep -rlE --include='*.rs' '_SUMMARY \{' "$repo"/crates/*/tests 2>/dev/null | xargs -r grep -l power_cuts | sort)
   fi
-  if [[ -n $cmd ]]; then
-    echo "run.sh: power cuts: $cmd (log: $out/power-cut.log)"
-    if (cd "$repo" && nice -n 10 bash -c "$cmd") >"$out/power-cut.log" 2>&1; then status=ok; else status=FAILED; fi
-    # The summary line: "POWER_CUT_SUMMARY {json}" (or a bare JSON line) with a "power_cuts" key.
-    line=$(grep -E '\{.*"power_cuts"' "$out/power-cut.log" | tail -1 | sed 's/^[^{]*//' || true)
-    if [[ -n $line ]]; then
-      power_col=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(", ".join(f"{k} {v}" for k, v in d.items()))' "$line")
+  parts=()
+  for i in "${!cmds[@]}"; do
+    cmd=${cmds[$i]}
+    log=$out/power-cut-$i.log
+    echo "run.sh: power cuts: $cmd (log: $log)"
+    if (cd "$repo" && nice -n 10 bash -c "$cmd") >"$log" 2>&1; then status=ok; else status=FAILED; fi
+    lines=$(grep -E '_SUMMARY \{.*"power_cuts"|^\{.*"power_cuts"' "$log" | sed 's/^[^{]*//' || true)
+    if [[ -n $lines ]]; then
+      parts+=("$(python3 -c 'import json, sys
+for line in sys.argv[1].splitlines():
+    d = json.loads(line)
+    layer = d.pop("layer", "?")
+    print(layer + ": " + ", ".join(f"{k} {v}" for k, v in d.items()))' "$lines" | paste -sd';' -)")
     else
-      power_col="no counts printed"
+      parts+=("no counts printed by: $cmd")
     fi
-    [[ $status == ok ]] || { power_col="$power_col (test FAILED, see $out/power-cut.log)"; args+=(--power-failed); }
-  fi
+    [[ $status == ok ]] || { parts+=("FAILED, see $log"); args+=(--power-failed); }
+  done
+  ((${#cmds[@]})) && power_col=$(printf '%s; ' "${parts[@]}" | sed 's/; $//')
 fi
 
 cd "$repo"
