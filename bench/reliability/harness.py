@@ -659,7 +659,7 @@ def table(results: list[dict], power: str) -> str:
             "crash points hit / tried",
             f"{hit} / {kinds['crash']}" + (f" (not hit: {', '.join(missed)})" if missed else ""),
         ),
-        ("power cuts (store test)", power),
+        ("power cuts (Rust crash tests)", power),
     ]
     for d in durs:
         rows.append((f"bytes acknowledged at {d}", mib(acked.get(d, 0))))
