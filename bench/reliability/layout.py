@@ -1,0 +1,74 @@
+"""What the crash harness's workload writes: object layout, write ids and data patterns.
+
+Shared by the workload ranks (workload.py), the harness that creates the objects and the
+oracle that reads them back, so the three agree on names, shapes and patterns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# VPIC-IO's eight particle variables, each placed on a tier (and some compressed) so the
+# flusher moves data to the shared directory ("pfs") and to S3 while the harness kills servers.
+VARS = {
+    "x": {"pdcx.tier": "pfs"},
+    "y": {"pdcx.tier": "pfs:50%,s3"},
+    "z": {"pdcx.tier": "s3"},
+    "ux": {"pdcx.tier": "s3", "pdcx.codec": "zstd"},
+    "uy": {"pdcx.tier": "pfs", "pdcx.codec": "lz4"},
+    "uz": {},
+    "id1": {"pdcx.tier": "pfs"},
+    "id2": {"pdcx.tier": "s3"},
+}
+FILL = -1
+DTYPE = "<i8"
+ITEM = 8
+POS_BITS = 20
+POS_MASK = (1 << POS_BITS) - 1
+
+# wid = session << 27 | rank << 20 | n: unique over a run, and wid << 20 stays below 2^63.
+SESSION_BITS, RANK_BITS, N_BITS = 16, 7, 20
+
+
+def wid(session: int, rank: int, n: int) -> int:
+    if not (0 <= session < 1 << SESSION_BITS and 0 <= rank < 1 << RANK_BITS and 0 < n < 1 << N_BITS):
+        raise ValueError(f"write id out of range: session {session} rank {rank} n {n}")
+    return (session << (RANK_BITS + N_BITS)) | (rank << N_BITS) | n
+
+
+def flat_index(offset, count, shape) -> np.ndarray:
+    """Flat (C-order) element indices of the region, shaped like the region."""
+    grids = np.ix_(*[np.arange(o, o + c, dtype=np.int64) for o, c in zip(offset, count)])
+    idx = np.zeros(tuple(count), dtype=np.int64)
+    stride = 1
+    for d in range(len(shape) - 1, -1, -1):
+        idx += grids[d] * stride
+        stride *= int(shape[d])
+    return idx
+
+
+def pattern(w: int, offset, count, shape) -> np.ndarray:
+    """The data of write `w` over the region: (w << 20) | (flat index & 0xFFFFF)."""
+    return ((np.int64(w) << POS_BITS) | (flat_index(offset, count, shape) & POS_MASK)).astype(DTYPE)
+
+
+def region_slices(offset, count) -> tuple:
+    return tuple(slice(o, o + c) for o, c in zip(offset, count))
+
+
+def base_objects(cfg: dict) -> list[dict]:
+    """The objects the harness creates before the first session: name, shape, tags."""
+    ranks, n = cfg["ranks"], cfg["particles"]
+    out = [{"name": f"vpic/{v}", "shape": [ranks * n], "tags": {**tags, "var": v}} for v, tags in VARS.items()]
+    out.append(
+        {"name": "grid", "shape": [cfg["grid"], cfg["grid"]], "tags": {"pdcx.tier": "pfs:50%,s3", "kind": "grid"}}
+    )
+    out.append({"name": "hot", "shape": [cfg["hot"]], "tags": {"kind": "hot"}})
+    out.append({"name": "big", "shape": [cfg["big"]], "tags": {"pdcx.tier": "s3", "kind": "big"}})
+    out += [{"name": f"tags/r{r}", "shape": [4], "tags": {"rank": r}} for r in range(ranks)]
+    return out
+
+
+def shared_objects(cfg: dict) -> list[str]:
+    """Objects every rank writes (candidates for relaxed consistency)."""
+    return [f"vpic/{v}" for v in VARS] + ["grid", "hot", "big"]

@@ -1,0 +1,210 @@
+"""One MPI rank of the crash harness's workload (run by harness.py under mpirun).
+
+Usage: mpirun -n R python3 workload.py RUN_DIR SESSION SEED   (PDCX_ROOT set)
+
+Every rank writes VPIC-like output (8 particle variables, each rank its block plus a halo that
+overlaps the next rank's block), random rectangles of a shared 2-D grid, small overlapping
+writes of a hot object, now and then a large (multipart-sized) write to an S3-placed object,
+and tag puts; with a random durability per batch (from the run's config), some objects in
+relaxed consistency (with syncs), and a random placement per session. It runs until the
+harness creates RUN_DIR/stop (then it syncs and exits 0) or until errors persist.
+
+The oracle's history: each rank appends JSON lines to RUN_DIR/journal/rank-R.jsonl and fsyncs
+them *before* starting an operation ("w": issue of a write, "tag", "create") and *after* the
+call returned ("ack", "sync"). A line is never written for an acknowledgement the rank did
+not receive, so the journal never claims more than what was acknowledged. Times are
+CLOCK_MONOTONIC nanoseconds, which every process on the host shares.
+
+Write data is a pattern the oracle can attribute: element e (flat index) of write `wid` holds
+(wid << 20) | (e & 0xFFFFF), so a value read back names the write it came from and its place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import pdcx
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import layout as L
+
+
+class Journal:
+    def __init__(self, path: str):
+        self.f = open(path, "a", buffering=1 << 16)  # noqa: SIM115 - lives as long as the rank
+
+    def put(self, *recs: dict) -> None:
+        for r in recs:
+            self.f.write(json.dumps(r, separators=(",", ":")) + "\n")
+        self.f.flush()
+        os.fsync(self.f.fileno())
+
+
+def now() -> int:
+    return time.monotonic_ns()
+
+
+def main() -> int:
+    run_dir, session, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    with open(os.path.join(run_dir, "config.json")) as f:
+        cfg = json.load(f)
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    rng = np.random.default_rng([seed, session, rank])
+    jr = Journal(os.path.join(run_dir, "journal", f"rank-{rank}.jsonl"))
+    client = pdcx.connect()
+    placement = "object-static" if rng.random() < cfg.get("object_static_share", 0.3) else "region-local"
+    client.placement = placement
+    jr.put({"k": "begin", "session": session, "pid": os.getpid(), "placement": placement, "t": now()})
+    stop_path = os.path.join(run_dir, "stop")
+    durs = cfg["durabilities"]
+    n = cfg["particles"]
+    objs: dict[str, pdcx.Object] = {}
+
+    def obj(name: str) -> pdcx.Object:
+        if name not in objs:
+            objs[name] = client.open_object(name)
+        return objs[name]
+
+    # Step output: rank 0 creates this session's object (VPIC writes one file per time step).
+    step_name = f"steps/s{session}"
+    if rank == 0:
+        jr.put({"k": "create", "obj": step_name, "shape": [size * n], "tags": {"session": session}, "t": now()})
+        try:
+            client.open_container("steps").create_object(
+                step_name, size * n, "int64", fill=-1, tags={"session": session}
+            )
+            jr.put({"k": "created", "obj": step_name, "t": now()})
+        except pdcx.PdcxError as e:  # a server died (a crash point at the first commit): in doubt
+            jr.put({"k": "err", "what": "create", "error": str(e)[:300], "t": now()})
+    comm.Barrier()
+
+    # Relaxed consistency for a random subset of the shared objects (per rank and session).
+    relaxed = set()
+    for name in L.shared_objects(cfg):
+        if rng.random() < cfg.get("relaxed_share", 0.3):
+            expected = int(rng.choice([0, 4]))
+            try:
+                obj(name).set_consistency("relaxed", expected_writes=expected)
+                relaxed.add(name)
+            except pdcx.PdcxError as e:
+                jr.put({"k": "err", "what": "open", "error": str(e)[:300], "t": now()})
+    jr.put({"k": "relaxed", "objs": sorted(relaxed), "t": now()})
+
+    counter = [0]
+
+    def next_wid() -> int:
+        counter[0] += 1
+        return L.wid(session, rank, counter[0])
+
+    def server_of(o: pdcx.Object) -> int:
+        return o.metadata["owner"] if placement == "object-static" else client.local_server
+
+    def write_batch(items: list[tuple[str, list[int], list[int]]], dur: str) -> None:
+        """items: (object, offset, count). Journals the issues, starts all, waits all."""
+        recs, ts = [], []
+        for name, off, cnt in items:
+            o = obj(name)
+            w = next_wid()
+            recs.append(
+                {
+                    "k": "w",
+                    "wid": w,
+                    "obj": name,
+                    "off": off,
+                    "cnt": cnt,
+                    "dur": dur,
+                    "cons": "relaxed" if name in relaxed else "strong",
+                    "srv": server_of(o),
+                    "t": 0,
+                }
+            )
+        t0 = now()
+        for r in recs:
+            r["t"] = t0
+        jr.put(*recs)
+        for r in recs:
+            o = obj(r["obj"])
+            data = L.pattern(r["wid"], r["off"], r["cnt"], o.shape)
+            ts.append(o.write_async(data, offset=r["off"], durability=dur))
+        pdcx.wait_all(ts)
+        jr.put({"k": "ack", "wids": [r["wid"] for r in recs], "t": now()})
+
+    def vpic_step() -> None:
+        total = size * n
+        lo, hi = rank * n, min(total, (rank + 1) * n + cfg["halo"])
+        write_batch([(f"vpic/{v}", [lo], [hi - lo]) for v in L.VARS], str(rng.choice(durs)))
+
+    def grid_rect() -> None:
+        g = cfg["grid"]
+        r0, c0 = (int(x) for x in rng.integers(0, g - 1, size=2))
+        h, w = int(rng.integers(1, min(g - r0, g // 2) + 1)), int(rng.integers(1, min(g - c0, g // 2) + 1))
+        write_batch([("grid", [r0, c0], [h, w])], str(rng.choice(durs)))
+
+    def hot() -> None:
+        m = cfg["hot"]
+        items = []
+        for _ in range(int(rng.integers(1, 4))):
+            off = int(rng.integers(0, m - 1))
+            items.append(("hot", [off], [int(rng.integers(1, min(m - off, m // 4) + 1))]))
+        write_batch(items, str(rng.choice(durs)))
+
+    def big() -> None:
+        m, b = cfg["big"], cfg["big_write"]
+        off = int(rng.integers(0, m - b + 1))
+        write_batch([("big", [off], [b])], str(rng.choice(durs)))
+
+    def tag() -> None:
+        name = f"tags/r{rank}"
+        o = obj(name)
+        key = "step" if rng.random() < 0.7 else f"s{session}"
+        val = next_wid()  # unique over the run, so a value read back names its put
+        jr.put({"k": "tag", "obj": name, "key": key, "val": val, "t": now()})
+        o.tags[key] = val
+        jr.put({"k": "tagged", "val": val, "t": now()})
+
+    def sync() -> None:
+        t0 = now()
+        client.sync()
+        jr.put({"k": "sync", "t0": t0, "t": now()})
+
+    def step_output() -> None:
+        write_batch([(step_name, [rank * n], [n])], str(rng.choice(durs)))
+
+    # This session's step output first, then the mix until told to stop.
+    first = [step_output]
+    ops = [(vpic_step, 0.35), (grid_rect, 0.2), (hot, 0.2), (tag, 0.1), (sync, 0.1), (big, cfg["big_share"])]
+    fns, weights = zip(*ops)
+    weights = np.array(weights) / sum(weights)
+    errors_since = None
+    while not os.path.exists(stop_path):
+        fn = first.pop() if first else fns[int(rng.choice(len(fns), p=weights))]
+        try:
+            fn()
+            errors_since = None
+        except pdcx.PdcxError as e:
+            # A server died under us: the operation is in doubt (its issue is journaled, its
+            # ack is not). Keep going: the harness restarts the server and we reconnect.
+            jr.put({"k": "err", "what": fn.__name__, "error": f"{type(e).__name__}: {e}"[:300], "t": now()})
+            errors_since = errors_since or time.monotonic()
+            if time.monotonic() - errors_since > cfg.get("give_up_s", 60):
+                print(f"rank {rank}: giving up after persistent errors: {e}", flush=True)
+                return 3
+            time.sleep(0.1)
+            objs.clear()  # re-open: the object may need its metadata again after a restart
+    try:
+        sync()
+    except pdcx.PdcxError as e:
+        jr.put({"k": "err", "what": "final sync", "error": str(e)[:300], "t": now()})
+    jr.put({"k": "end", "t": now()})
+    print(f"rank {rank}/{size}: ok", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
