@@ -22,5 +22,10 @@ cargo test -q --workspace 2>&1 | tee /tmp/pdcx-cargo-test.log | grep -E '^(test 
 echo "== rust: crash points of the data path (real SIGKILL at each, then recovery)"
 cargo clippy -q -p pdcx-server --features crash-points --all-targets -- -D warnings
 cargo test -q -p pdcx-server --features crash-points --test crashpoints --test crash -- --nocapture 2>&1 | grep -E "^(test result|CRASH_SUMMARY)|panicked|FAILED"; [[ ${PIPESTATUS[0]} -eq 0 ]]
+# A pdcx whose servers die at named crash points, for the kill-loop harness's crash-point test
+# (tests/test_reliability.py); copied out, since the next plain build replaces target/debug/pdcx.
+cargo build -q -p pdcx-cli --features crash-points
+cp target/debug/pdcx target/pdcx-crash-points
+export PDCX_CRASH_BIN=$PWD/target/pdcx-crash-points
 echo "== python: integration tests (real servers, mpirun)"
 python3 -m pytest -q tests
