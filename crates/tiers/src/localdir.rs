@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Temporary files carry this marker; they are never listed and are removed at open.
-const TMP_MARK: &str = ".pdcx-tmp-";
+pub(crate) const TMP_MARK: &str = ".pdcx-tmp-";
 
 /// Makes a put's temporary file on the real file system before it is written (see
 /// [`DirTier::put_with`]).
@@ -29,6 +29,8 @@ pub struct DirTier {
     /// Serialises capacity checks with the puts that pass them.
     reserve: Mutex<()>,
     tmp_counter: AtomicU64,
+    /// Marks this server's temporary files in a shared directory (empty: node-local).
+    owner: String,
     throttle: Option<Throttle>,
 }
 
@@ -62,6 +64,13 @@ impl DirTier {
 
     /// [`open`](Self::open) on the file system `fs` (a simulated disk in crash tests).
     pub fn open_with_fs(cfg: &TierConfig, fs: Arc<dyn Fs>) -> Result<Self> {
+        Self::open_owned(cfg, fs, "")
+    }
+
+    /// Opens a directory several servers share: `owner` (e.g. `r3`) goes into this server's
+    /// temporary names, and only temporaries with it are removed at open (others belong to
+    /// puts of live servers). A file another server removes during the scan is skipped.
+    pub fn open_owned(cfg: &TierConfig, fs: Arc<dyn Fs>, owner: &str) -> Result<Self> {
         let root = cfg
             .path
             .clone()
@@ -73,13 +82,12 @@ impl DirTier {
             )
         })?;
         let mut used = 0;
+        let mine = format!("{TMP_MARK}{owner}");
         scan(&*fs, &root, &mut |p, len| {
-            if p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.contains(TMP_MARK))
-            {
-                let _ = fs.remove_file(p); // a put that died before its rename
-            } else {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.contains(&mine) {
+                let _ = fs.remove_file(p); // a put of ours that died before its rename
+            } else if !name.contains(TMP_MARK) {
                 used += len;
             }
         })
@@ -98,6 +106,7 @@ impl DirTier {
             used: AtomicU64::new(used),
             reserve: Mutex::new(()),
             tmp_counter: AtomicU64::new(0),
+            owner: owner.to_string(),
             throttle: cfg.max_mbps.map(|mbps| Throttle {
                 bytes_per_sec: mbps * 1e6,
                 next_free: Mutex::new(std::time::Instant::now()),
@@ -139,7 +148,11 @@ impl DirTier {
             .map_err(|e| Error::io(&self.ctx("creating the directory of", key), &e))?;
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
         let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
-        let tmp = parent.join(format!("{file_name}{TMP_MARK}{}-{n}", std::process::id()));
+        let tmp = parent.join(format!(
+            "{file_name}{TMP_MARK}{}{}-{n}",
+            self.owner,
+            std::process::id()
+        ));
         if let Some(create) = create {
             create(&tmp).map_err(|e| Error::io(&self.ctx("creating", key), &e))?;
         }
@@ -182,8 +195,13 @@ impl DirTier {
 }
 
 /// Calls `f(path, len)` for every regular file under `dir`.
+/// Files and directories another server removes meanwhile are skipped (a shared directory).
 fn scan(fs: &dyn Fs, dir: &Path, f: &mut dyn FnMut(&Path, u64)) -> std::io::Result<()> {
-    for name in fs.list_dir(dir)? {
+    let names = match fs.list_dir(dir) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        names => names?,
+    };
+    for name in names {
         let path = dir.join(name);
         if fs.is_dir(&path) {
             scan(fs, &path, f)?;

@@ -39,7 +39,8 @@ impl SharedTier {
         ctx: &OpenContext,
         fs: std::sync::Arc<dyn pdcx_fsio::Fs>,
     ) -> Result<Self> {
-        let dir = DirTier::open_with_fs(cfg, fs)?;
+        // Other servers put into the same directory: clean only this rank's leftovers.
+        let dir = DirTier::open_owned(cfg, fs, &format!("r{}-", ctx.rank))?;
         let osts = if dir.root().exists() && lustre::is_lustre(dir.root())? {
             match lustre::ost_count(dir.root()) {
                 Ok(n) => Some(n),
@@ -153,6 +154,30 @@ mod tests {
         let t = SharedTier::open(&cfg(dir.path()), &OpenContext { rank: 1, size: 4 }).unwrap();
         assert_eq!(t.kind(), TierKind::Shared);
         conformance::check(&t);
+    }
+
+    #[test]
+    fn a_restart_cleans_only_its_own_leftovers_in_the_shared_directory() {
+        use crate::localdir::TMP_MARK;
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = |rank| OpenContext { rank, size: 2 };
+        let t0 = SharedTier::open(&cfg(dir.path()), &ctx(0)).unwrap();
+        t0.put("d/s0000/a", &[1; 100]).unwrap();
+        // A put of server 1 in flight, and one of server 0 that died before its rename.
+        let theirs = dir.path().join(format!("d/s0001/b{TMP_MARK}r1-77-0"));
+        let ours = dir.path().join(format!("d/s0000/c{TMP_MARK}r0-66-0"));
+        for p in [&theirs, &ours] {
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, [0u8; 10]).unwrap();
+        }
+        drop(t0);
+        let t0 = SharedTier::open(&cfg(dir.path()), &ctx(0)).unwrap();
+        assert!(
+            theirs.exists(),
+            "another server's in-flight put was removed"
+        );
+        assert!(!ours.exists(), "our own leftover stayed");
+        assert_eq!(t0.get("d/s0000/a").unwrap(), vec![1; 100]);
     }
 
     #[test]

@@ -448,8 +448,7 @@ impl DataStore {
                 return Ok(Arc::new(log.read_payload(&e.loc)?));
             }
         }
-        let home = self.current_home(obj.id, e)?;
-        self.read_from_tier(obj, e, &home, (0, e.loc.len))
+        self.read_home(obj, e, (0, e.loc.len))
     }
 
     /// An internal error for an extent found nowhere.

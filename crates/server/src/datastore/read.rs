@@ -4,7 +4,7 @@
 use super::index::Extent;
 use super::DataStore;
 use crate::tiering::{codec, Home};
-use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
+use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use std::sync::Arc;
 
 /// Reads within this many bytes of each other are merged into one log read.
@@ -59,9 +59,7 @@ impl DataStore {
             any_from_tier = true;
             drop(log);
             for &i in &gone {
-                let e = &pieces[i].0;
-                let home = self.current_home(obj.id, e)?;
-                fetched[i] = Some(self.read_from_tier(obj, e, &home, spans[i])?);
+                fetched[i] = Some(self.read_home(obj, &pieces[i].0, spans[i])?);
             }
             log = self.log();
         }
@@ -103,6 +101,32 @@ impl DataStore {
             k = j;
         }
         Ok(fetched)
+    }
+
+    /// Bytes `span` of `e` from its home tier. A blob that is gone may have been moved (the
+    /// rebalancer demotes a blob, records the new home, then deletes the old one) after this
+    /// reader copied `e`: then the home is looked up again in the index and read there.
+    pub(super) fn read_home(
+        &self,
+        obj: &ObjectMeta,
+        e: &Extent,
+        span: (u64, u64),
+    ) -> Result<Arc<Vec<u8>>> {
+        let home = self.current_home(obj.id, e)?;
+        match self.read_from_tier(obj, e, &home, span) {
+            Err(err) if err.kind == ErrorKind::NotFound => {
+                let now = self
+                    .index()
+                    .get(&obj.id)
+                    .and_then(|v| v.iter().find(|x| x.seq == e.seq))
+                    .and_then(|x| x.home.clone());
+                match now {
+                    Some(moved) if moved != home => self.read_from_tier(obj, e, &moved, span),
+                    _ => Err(err),
+                }
+            }
+            r => r,
+        }
     }
 
     /// The home of `e` as the index knows it now (a reader's copy of `e` may predate it).
