@@ -121,7 +121,7 @@ fn open(disk: &SimFs, sql: &Path) -> pdcx_core::Result<(Arc<Metadata>, Engine)> 
     )?);
     let tiering = Tiering::open_with_fs(&tier_config(), "crash-test", 0, 1, fs.clone())?;
     let opts = LogOptions {
-        segment_bytes: 16 << 10,
+        segment_bytes: 8 << 10,
         fs,
     };
     let (engine, _, _) = Engine::open_with(
@@ -304,10 +304,12 @@ fn run(seed: u64, t: &mut Totals) {
     #[cfg(feature = "crash-points")]
     {
         let (capture, torn, rng) = (capture.clone(), torn.clone(), rng.clone());
+        let seen: Mutex<std::collections::HashSet<&'static str>> = Mutex::default();
         pdcx_fsio::crash::set_hook(Some(Box::new(move |point| {
-            // Capture at about a third of the hits, so every point is seen without drowning
-            // the run in captures.
-            let take = rng.lock().unwrap_or_else(|p| p.into_inner()).below(3) == 0;
+            // Capture the first hit of every point, then about a third of the hits, so every
+            // point is seen without drowning the run in captures.
+            let first = seen.lock().unwrap_or_else(|p| p.into_inner()).insert(point);
+            let take = first || rng.lock().unwrap_or_else(|p| p.into_inner()).below(3) == 0;
             if take {
                 capture(point, &mut torn.lock().unwrap_or_else(|p| p.into_inner()));
             }
