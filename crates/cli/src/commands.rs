@@ -1,7 +1,7 @@
 //! Client-side commands: ls, show, put, get, query, tag, and the formatting they share.
 
-use crate::{npy, region_arg};
 use anyhow::{anyhow, bail, Context, Result};
+use pdcx_cli::{npy, region_arg};
 use pdcx_client::Client;
 use pdcx_core::model::Tags;
 use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
@@ -42,12 +42,7 @@ pub fn resolve(client: &Client, what: &str) -> Result<ObjectMeta> {
 
 // ---------------------------------------------------------------- formatting helpers
 
-pub fn dims_str(dims: &[u64]) -> String {
-    dims.iter()
-        .map(u64::to_string)
-        .collect::<Vec<_>>()
-        .join("x")
-}
+pub use pdcx_cli::dims_str;
 
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

@@ -2,8 +2,6 @@
 
 mod commands;
 mod daemon;
-mod npy;
-mod region_arg;
 mod tiers_cmd;
 
 use anyhow::{anyhow, Result};

@@ -12,7 +12,7 @@ pub fn parse(spec: &str, dims: &[u64]) -> Result<Region> {
             "region {spec:?} has {} dims but the object has {} (dims {}); give one item per dim, e.g. {}",
             parts.len(),
             dims.len(),
-            crate::commands::dims_str(dims),
+            crate::dims_str(dims),
             example(dims)
         );
     }
@@ -47,7 +47,7 @@ pub fn parse(spec: &str, dims: &[u64]) -> Result<Region> {
         if hi > dim {
             bail!(
                 "region {spec:?}: dim {d} range {lo}:{hi} is outside the object's dims {} (valid: 0..{dim})",
-                crate::commands::dims_str(dims)
+                crate::dims_str(dims)
             );
         }
         offset.push(lo);

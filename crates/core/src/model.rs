@@ -111,7 +111,8 @@ impl TagValue {
 }
 
 fn decode_hex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
+    // from_str_radix alone would also take a sign: "bytes:+f" read as byte 0x0f.
+    if !s.len().is_multiple_of(2) || !s.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
     (0..s.len())
@@ -173,6 +174,19 @@ impl ObjectMeta {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by fuzz/ (the same sign-as-digit bug as the cluster file's secret).
+    #[test]
+    fn bytes_literals_take_hex_digits_only() {
+        assert_eq!(
+            TagValue::parse_literal("bytes:00ff"),
+            TagValue::Bytes(vec![0, 255])
+        );
+        assert_eq!(
+            TagValue::parse_literal("bytes:+f"),
+            TagValue::Str("bytes:+f".into())
+        );
+    }
 
     #[test]
     fn ids_route_to_owner_and_names_hash_stably() {

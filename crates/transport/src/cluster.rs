@@ -145,6 +145,10 @@ pub fn decode_hex(s: &str) -> Result<Vec<u8>> {
     if !s.len().is_multiple_of(2) || s.is_empty() {
         return Err(Error::invalid("secret is not a non-empty hex string"));
     }
+    // from_str_radix alone would also take a sign ("+f"), so "+f" and "0f" were one secret.
+    if !s.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::invalid("secret is not hex"));
+    }
     (0..s.len())
         .step_by(2)
         .map(|i| {
@@ -185,6 +189,15 @@ pub fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by fuzz/ (target `cluster`): a sign was taken as a hex digit.
+    #[test]
+    fn hex_secret_takes_hex_digits_only() {
+        assert_eq!(decode_hex("0fA0").unwrap(), vec![0x0f, 0xa0]);
+        for bad in ["+f", "-1", "0x", " f", "f "] {
+            assert!(decode_hex(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn secret_is_created_once_and_private() {
