@@ -18,6 +18,10 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_odr_violation=0}
 cd "$(dirname "$0")/../fuzz"
 
 secs=${FUZZ_SECONDS:-15}
+# FUZZ_DEV=1: unoptimised targets (a cold build takes minutes instead of tens of minutes; each
+# input runs slower). The test suite uses it.
+dev=()
+[ "${FUZZ_DEV:-0}" = 1 ] && dev=(--dev)
 target_dir=${FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:+$CARGO_TARGET_DIR-fuzz}}
 target_dir=${target_dir:-$PWD/target}
 fuzz=(cargo +nightly fuzz)
@@ -37,7 +41,7 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 start=$(date +%s)
 # One build for all targets (release, debug assertions, AddressSanitizer: cargo-fuzz defaults).
-if ! "${fuzz[@]}" build --target-dir "$target_dir" >"$scratch/build.log" 2>&1; then
+if ! "${fuzz[@]}" build "${dev[@]}" --target-dir "$target_dir" >"$scratch/build.log" 2>&1; then
     tail -n 60 "$scratch/build.log" >&2
     echo "fuzz-smoke: build failed" >&2
     exit 1
@@ -54,7 +58,7 @@ for t in "${targets[@]}"; do
     # The in-process server allocates on its own threads between inputs: libFuzzer's
     # per-input leak check would only report its caches.
     [ "$t" = server ] && extra=(-detect_leaks=0)
-    if "${fuzz[@]}" run --target-dir "$target_dir" "$t" "$scratch/$t" "corpus/$t" -- \
+    if "${fuzz[@]}" run "${dev[@]}" --target-dir "$target_dir" "$t" "$scratch/$t" "corpus/$t" -- \
         -max_total_time="$secs" -malloc_limit_mb=256 -rss_limit_mb=2048 \
         -artifact_prefix="$scratch/$t-" -print_final_stats=1 "${extra[@]}" >"$log" 2>&1; then
         execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')

@@ -22,6 +22,9 @@ cargo test -q --workspace 2>&1 | tee /tmp/pdcx-cargo-test.log | grep -E '^(test 
 echo "== rust: crash points of the data path (real SIGKILL at each, then recovery)"
 cargo clippy -q -p pdcx-server --features crash-points --all-targets -- -D warnings
 cargo test -q -p pdcx-server --features crash-points --test crashpoints --test crash -- --nocapture 2>&1 | grep -E "^(test result|CRASH_SUMMARY)|panicked|FAILED"; [[ ${PIPESTATUS[0]} -eq 0 ]]
+echo "== fuzz: a short run of every cargo-fuzz target (nightly toolchain)"
+command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz
+FUZZ_DEV=1 FUZZ_SECONDS=10 bash scripts/fuzz-smoke.sh
 # A pdcx whose servers die at named crash points, for the kill-loop harness's crash-point test
 # (tests/test_reliability.py); copied out, since the next plain build replaces target/debug/pdcx.
 cargo build -q -p pdcx-cli --features crash-points

@@ -9,7 +9,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use pdcx_core::protocol::{
-    self, decode_body, encode_body, FrameKind, Header, Request, Response, HEADER_LEN, MAX_BODY,
+    self, decode_body, encode_body, FrameKind, Header, Hello, PeerRequest, PeerResponse, Request,
+    Response, ServerInfo, HEADER_LEN, MAX_BODY,
 };
 use pdcx_core::{ContainerInfo, ObjectMeta, Region};
 use serde::{de::DeserializeOwned, Serialize};
@@ -42,7 +43,11 @@ fuzz_target!(|data: &[u8]| {
                 match h.kind {
                     FrameKind::Request => round_trip::<Request>(&body),
                     FrameKind::Response => round_trip::<Response>(&body),
-                    FrameKind::Challenge | FrameKind::Auth => {}
+                    FrameKind::PeerRequest => round_trip::<PeerRequest>(&body),
+                    FrameKind::PeerResponse => round_trip::<PeerResponse>(&body),
+                    FrameKind::Hello => round_trip::<Hello>(&body),
+                    FrameKind::Welcome => round_trip::<Result<ServerInfo, pdcx_core::Error>>(&body),
+                    FrameKind::Challenge => {}
                 }
             }
             // The handshake's tighter limit must hold as well.
@@ -59,8 +64,10 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(h.encode(), b, "a decoded header re-encodes to other bytes");
             }
         }
-        2 | 3 => round_trip::<Request>(rest),
-        4 | 5 => round_trip::<Response>(rest),
+        2 => round_trip::<Request>(rest),
+        3 => round_trip::<PeerRequest>(rest),
+        4 => round_trip::<Response>(rest),
+        5 => round_trip::<PeerResponse>(rest),
         6 => round_trip::<ObjectMeta>(rest),
         _ => {
             round_trip::<ContainerInfo>(rest);

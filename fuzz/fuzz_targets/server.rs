@@ -85,10 +85,16 @@ fn connect(f: &Fixture) -> TcpStream {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let (h, nonce) = protocol::read_frame_head(&mut s, 0).expect("challenge");
     assert_eq!(h.kind, FrameKind::Challenge);
-    let tag = protocol::auth_tag(&f.secret, &nonce);
-    protocol::write_frame(&mut s, FrameKind::Auth, 0, &tag, &[]).unwrap();
-    match read_response(&mut s) {
-        Response::Welcome { .. } => s,
+    let hello = protocol::Hello {
+        role: protocol::Role::Client,
+        tag: protocol::hello_tag(&f.secret, &nonce, protocol::Role::Client),
+    };
+    let body = protocol::encode_body(&hello).unwrap();
+    protocol::write_frame(&mut s, FrameKind::Hello, 0, &body, &[]).unwrap();
+    let (h, body) = protocol::read_frame_head(&mut s, 0).expect("welcome");
+    assert_eq!(h.kind, FrameKind::Welcome);
+    match protocol::decode_body::<Result<protocol::ServerInfo, pdcx_core::Error>>(&body) {
+        Ok(Ok(_)) => s,
         other => panic!("handshake answered with {other:?}"),
     }
 }
