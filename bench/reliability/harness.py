@@ -267,6 +267,15 @@ def flush_all(root: Path, timeout: float = 120) -> bool:
 # -- the workload ------------------------------------------------------------------------------
 
 
+def launch_env() -> dict:
+    """This process's environment without the variables of an MPI job: a caller that imported
+    mpi4py (a pytest process, say) is an MPI singleton, and an mpirun (or a server reading its
+    rank from them) started with its OMPI_/PMIX_ variables fails at once without a word."""
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM_WORLD", "OMPI_MCA_", "PMIX_", "PMI_"))
+    } | {k: v for k, v in os.environ.items() if k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
+
+
 class Session:
     """One mpirun of workload.py, ended by the stop file (or killed)."""
 
@@ -436,10 +445,10 @@ class Run:
         self.root = self.dir / "root"
         self.root.mkdir()
         (self.root / "pdcx.toml").write_text(tier_config(self.dir, s3, shard=run_id % 2 == 1))
-        server_env = dict(os.environ, **s3.env)
+        server_env = dict(launch_env(), **s3.env)
         server_env.pop("PDCX_ROOT", None)
         self.servers = Servers(self.root, args.servers, server_env, self.dir / "journal" / "harness.jsonl")
-        self.client_env = dict(os.environ, PDCX_ROOT=str(self.root))
+        self.client_env = dict(launch_env(), PDCX_ROOT=str(self.root))
         self.session = 0
         self.cfg = {
             "ranks": args.ranks,
