@@ -25,7 +25,7 @@
 use pdcx_core::model::TagValue;
 use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
 use pdcx_core::{Dtype, Region};
-use pdcx_fsio::{Faults, Fs, SimFs};
+use pdcx_fsio::{Faults, Fs, SimFs, SimRng as Rng};
 use pdcx_server::engine::Engine;
 use pdcx_server::meta::Metadata;
 use pdcx_server::tiering::Tiering;
@@ -38,19 +38,6 @@ use std::sync::{Arc, Mutex};
 const N: u64 = 1024; // elements (u32) per object
 const OBJECTS: usize = 3;
 const OPS: usize = 120;
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// One write as the application issued it. Ids are given in commit order, and every element
 /// of the write holds its id, so a value read back names the write it came from.
@@ -265,9 +252,7 @@ fn run(seed: u64, t: &mut Totals) {
     let sqldir = tempfile::tempdir().unwrap();
     let sql = sqldir.path();
     let disk = SimFs::new();
-    let rng = Arc::new(Mutex::new(
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1),
-    ));
+    let rng = Arc::new(Mutex::new(Rng::new(seed)));
     let history = Arc::new(Mutex::new(History {
         tags: vec![(0, 0); OBJECTS],
         ..History::default()
@@ -281,7 +266,7 @@ fn run(seed: u64, t: &mut Totals) {
             let h = history.lock().unwrap_or_else(|p| p.into_inner()).clone();
             let tear = r.below(2) == 0;
             *torn += u64::from(tear);
-            let cut = disk.power_cut(tear.then(|| r.next()));
+            let cut = disk.power_cut(tear.then(|| r.next_u64()));
             let killed = disk
                 .process_crash()
                 .expect("snapshot of the database files");

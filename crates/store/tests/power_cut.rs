@@ -6,25 +6,11 @@
 //! `bench/reliability/run.sh`. `PDCX_POWER_CUTS=N` sets the number of cuts (default 300).
 
 use pdcx_core::{ErrorKind, Region};
-use pdcx_fsio::{Faults, Fs, SimFs};
+use pdcx_fsio::{Faults, Fs, SimFs, SimRng as Rng};
 use pdcx_store::{scan_segment_in, Location, LogOptions, SegmentLog};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-
-/// xorshift64*: deterministic per seed, no dependency.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 fn payload(txn: u64, len: usize) -> Vec<u8> {
     let mut x = txn.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -97,7 +83,7 @@ fn check(
 }
 
 fn run(seed: u64, cuts: u64, t: &mut Totals) {
-    let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut rng = Rng::new(seed);
     let mut disk = SimFs::new();
     let mut acked: Acked = HashMap::new();
     let mut appended: HashMap<u64, usize> = HashMap::new();
@@ -169,7 +155,7 @@ fn run(seed: u64, cuts: u64, t: &mut Totals) {
         let torn = rng.below(2) == 0;
         t.torn += u64::from(torn);
         t.cuts += 1;
-        let after = disk.power_cut(torn.then(|| rng.next()));
+        let after = disk.power_cut(torn.then(|| rng.next_u64()));
         drop(log);
         // A second recovery changes nothing: open, check, close, open again and compare.
         let (log, _) = open(&after).expect("recovery must succeed");
