@@ -12,8 +12,8 @@
 /// Every crash point, by name: `area.where`.
 pub const POINTS: &[&str] = &[
     // The commit (see the data store's commit order).
-    "commit.after_log_sync",
     "commit.after_register",
+    "commit.after_log_sync",
     "commit.after_extent_rows",
     "commit.after_publish",
     // The owner's side of a registration.
@@ -21,6 +21,8 @@ pub const POINTS: &[&str] = &[
     // The flusher: a tier copy made, its home recorded.
     "flush.after_put",
     "flush.after_home_rows",
+    // A checkpoint: the metadata WAL fsynced, the log's MANIFEST not yet published.
+    "checkpoint.after_wal_sync",
     // Retirement of flushed log segments.
     "retire.before_manifest",
     "retire.after_manifest",

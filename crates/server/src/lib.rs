@@ -120,6 +120,7 @@ pub struct ServerHandle {
     acceptor: Option<std::thread::JoinHandle<()>>,
     flusher: Option<std::thread::JoinHandle<()>>,
     registrar: Option<std::thread::JoinHandle<()>>,
+    checkpointer: Option<std::thread::JoinHandle<()>>,
     exporter: Option<metrics::Exporter>,
 }
 
@@ -306,11 +307,17 @@ impl Server {
             .name("pdcx-registrar".into())
             .spawn(move || registrar(weak))
             .map_err(|e| Error::io("spawning registrar thread", &e))?;
+        let weak = Arc::downgrade(&server);
+        let checkpointer = std::thread::Builder::new()
+            .name("pdcx-checkpoint".into())
+            .spawn(move || checkpointer(weak))
+            .map_err(|e| Error::io("spawning checkpoint thread", &e))?;
         Ok(ServerHandle {
             server,
             acceptor: Some(acceptor),
             flusher,
             registrar: Some(registrar),
+            checkpointer: Some(checkpointer),
             exporter,
         })
     }
@@ -451,6 +458,9 @@ impl ServerHandle {
         if let Some(t) = self.registrar.take() {
             let _ = t.join();
         }
+        if let Some(t) = self.checkpointer.take() {
+            let _ = t.join();
+        }
         let engine = &self.server.engine;
         if engine.deferred_count() > 0 {
             if let Err(e) = engine.register_deferred(None) {
@@ -512,6 +522,33 @@ impl ServerHandle {
             );
         }
         Ok(())
+    }
+}
+
+/// How often the checkpoint thread looks for commits to checkpoint (`PDCX_CHECKPOINT_MS`).
+const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The checkpoint thread: while commits happen, every `PDCX_CHECKPOINT_MS` (default 1 s)
+/// fsyncs the metadata WAL and records the log's synced lengths in its MANIFEST
+/// (`DataStore::checkpoint`), so recovery replays at most that much of the log. Commits
+/// themselves pay one fdatasync and never wait for it.
+fn checkpointer(server: Weak<Server>) {
+    let interval = std::env::var("PDCX_CHECKPOINT_MS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map_or(DEFAULT_CHECKPOINT_INTERVAL, Duration::from_millis);
+    loop {
+        let Some(s) = server.upgrade() else { return };
+        if s.registrar_sleep(interval) {
+            return;
+        }
+        if s.engine.store().commits_since_checkpoint() == 0 {
+            continue;
+        }
+        if let Err(e) = s.engine.store().checkpoint() {
+            tracing::warn!(rank = s.config.rank, "checkpoint failed: {e}");
+        }
     }
 }
 

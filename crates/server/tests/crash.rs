@@ -372,10 +372,14 @@ fn run(seed: u64, t: &mut Totals) {
                     }
                 }
             }
-            70..=84 => {
+            70..=79 => {
                 // The flusher: copies to the tier, records homes, retires segments. Errors on
                 // a failing or full device are reported and retried later, never fatal here.
                 let _ = engine.flush_pass(u64::MAX);
+            }
+            80..=84 => {
+                // The checkpoint timer: metadata WAL fsync, then the log's MANIFEST.
+                let _ = engine.store().checkpoint();
             }
             // Device errors come late in a run: after one, the server fails stop.
             85..=86 if step > OPS * 4 / 5 => {

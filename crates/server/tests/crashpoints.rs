@@ -202,13 +202,14 @@ fn crash_child() {
 fn every_crash_point_loses_nothing_acknowledged_and_tears_nothing() {
     // (point, which hit kills): later hits of the commit points, so some writes are acked.
     let points = [
-        ("commit.after_log_sync", 3),
         ("commit.after_register", 8),
+        ("commit.after_log_sync", 3),
         ("commit.after_extent_rows", 8),
         ("commit.after_publish", 3),
         ("register.after_region_map", 2),
         ("flush.after_put", 1),
         ("flush.after_home_rows", 1),
+        ("checkpoint.after_wal_sync", 1),
         ("retire.before_manifest", 1),
         ("retire.after_manifest", 1),
     ];

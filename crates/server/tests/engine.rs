@@ -90,17 +90,19 @@ fn memory_durability_commits_do_not_survive_an_unsynced_crash() {
     let second = engine.stage(2, id, &whole, &constant(&whole, 6)).unwrap();
     engine.commit(&[second], Durability::Memory).unwrap();
     assert_eq!(read(&engine, id, &whole), vec![6; 8]);
-    // "Crash": drop without sync, then cut the unsynced tail as a power loss could.
+    // "Crash": drop without sync, then tear the unsynced write's data record (the third
+    // record: data, commit record, data, commit record) as a power loss could.
     drop(engine);
     drop(meta);
     let seg = dir.path().join("log/seg-00000001.log");
     let manifest = std::fs::read_to_string(dir.path().join("log/MANIFEST")).unwrap();
-    let len = std::fs::metadata(&seg).unwrap().len();
+    let (records, _) = pdcx_store::scan_segment(&seg, None).unwrap();
+    assert_eq!(records.len(), 4, "{records:?}");
     std::fs::OpenOptions::new()
         .write(true)
         .open(&seg)
         .unwrap()
-        .set_len(len - 3)
+        .set_len(records[2].location.offset + 3)
         .unwrap();
     let (_meta, engine) = open(dir.path());
     assert_eq!(

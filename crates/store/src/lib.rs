@@ -7,10 +7,12 @@
 //! memory under a byte budget. See [`record`] for the on-disk format.
 
 pub mod cache;
+pub mod commit_record;
 pub mod log;
 pub mod manifest;
 pub mod record;
 
 pub use cache::Cache;
+pub use commit_record::{CommitEntry, COMMIT_OBJECT};
 pub use log::{CommitPlan, LogOptions, Recovery, SegmentLog};
-pub use record::{scan_segment, scan_segment_in, Location, RecordInfo};
+pub use record::{scan_segment, scan_segment_in, Location, RecordInfo, Scanned};

@@ -1,9 +1,21 @@
-//! The segment log: appends go to the OS page cache, `commit` makes them durable and visible
-//! to recovery by atomically replacing the MANIFEST. Anything not covered by the MANIFEST at
-//! open time is discarded, so a crash at any point leaves exactly the last commit.
+//! The segment log: appends go to the OS page cache; a sync (one fdatasync per written
+//! segment) makes them durable; a checkpoint atomically replaces the MANIFEST, which lists the
+//! segments and how far each was checkpointed.
+//!
+//! Recovery trusts the MANIFEST up to each segment's checkpointed length and scans past it:
+//! every whole record whose checksums match is kept (the valid tail), the first torn or garbage
+//! header ends the segment and everything after it is cut off. A record whose header is intact
+//! but whose payload does not match its checksum is skipped, never ending the scan (a writer
+//! that damaged its own bytes loses only its own record). So a commit needs no MANIFEST write:
+//! its records, including the commit record naming its extents (`commit_record`), are durable
+//! once the sync returns, and recovery finds them in the tail. Checkpoints only bound how much
+//! recovery scans (and are what the server's metadata replay starts from).
 
+use crate::commit_record::{self, CommitEntry, COMMIT_OBJECT};
 use crate::manifest::{self, Manifest, SegmentEntry, StoreError, MANIFEST_TMP};
-use crate::record::{self, parse_segment_file_name, scan_segment_in, segment_file_name, Location};
+use crate::record::{
+    self, parse_segment_file_name, scan_tail, segment_file_name, Location, Scanned,
+};
 use pdcx_core::{Error, ErrorKind, Region, Result};
 use pdcx_fsio::{crash, Fs, FsFile, LockGuard, OpenMode};
 use std::collections::{BTreeMap, BTreeSet};
@@ -51,29 +63,40 @@ impl Default for LogOptions {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Recovery {
     pub segments: usize,
+    /// Valid bytes kept: checkpointed ones plus the valid tails found past the checkpoint.
     pub committed_bytes: u64,
-    /// Uncommitted bytes dropped: tails truncated off listed segments plus the whole size of
+    /// Bytes dropped: torn or garbage tails cut off listed segments plus the whole size of
     /// removed unlisted segments.
     pub discarded_bytes: u64,
     pub removed_segments: usize,
+    /// Valid tail bytes found past the checkpoint (durable commits not checkpointed yet).
+    pub tail_bytes: u64,
+    /// Records in the tails skipped because their payload did not match its checksum.
+    pub damaged_records: usize,
+    /// The entries of every commit record in the tails, in log order: commits the metadata
+    /// may not have made durable yet (the server replays them).
+    pub commits: Vec<CommitEntry>,
 }
 
 struct Segment {
     file: Arc<dyn FsFile>,
     len: u64,
-    committed: u64,
+    /// Bytes made durable by an fdatasync (a sync, or recovery).
+    synced: u64,
+    /// Bytes the MANIFEST lists (the last checkpoint that covered this segment).
+    checkpointed: u64,
 }
 
-/// What one commit makes durable; see [`SegmentLog::prepare_commit`].
+/// What one sync makes durable; see [`SegmentLog::prepare_commit`].
 pub struct CommitPlan {
-    files: Vec<(u64, PathBuf, Arc<dyn FsFile>)>,
-    manifest: Manifest,
+    /// Segment, path, file, and its length when the plan was made.
+    files: Vec<(u64, PathBuf, Arc<dyn FsFile>, u64)>,
 }
 
 impl CommitPlan {
     /// fdatasync every segment of the plan. Needs no lock on the log.
     pub fn sync(&self) -> Result<()> {
-        for (_, path, file) in &self.files {
+        for (_, path, file, _) in &self.files {
             if let Err(e) = file.sync_data() {
                 return Err(Error::new(
                     ErrorKind::Io,
@@ -91,7 +114,7 @@ pub struct SegmentLog {
     opts: LogOptions,
     fs: Arc<dyn Fs>,
     segments: BTreeMap<u64, Segment>,
-    /// Segments written or created since the last commit.
+    /// Segments written since the last sync.
     dirty: BTreeSet<u64>,
     poisoned: bool,
     /// Held for the life of the log so a second process cannot delete our uncommitted tail.
@@ -121,11 +144,15 @@ fn missing(path: &Path, committed: u64, what: &str) -> Error {
 }
 
 impl SegmentLog {
-    /// Opens or creates the log in `dir`. Recovery: segments not in the MANIFEST are deleted,
-    /// listed segments are truncated to their committed length, and the records of the last
-    /// segment are verified. Missing committed bytes or a bad checksum inside the committed
-    /// range are errors, never silently dropped. Nothing is changed on disk until every listed
-    /// segment has passed those checks, so a failed open leaves the evidence in place.
+    /// Opens or creates the log in `dir`. Recovery: segments not in the MANIFEST are deleted;
+    /// the last segment's checkpointed range is verified; every listed segment's tail past its
+    /// checkpoint is scanned (see the module doc), its valid part made durable (fdatasync) and
+    /// kept, the rest cut off; the commit records found there are returned
+    /// ([`Recovery::commits`]). Missing checkpointed bytes or a torn header inside the
+    /// checkpointed range are errors, never silently dropped. Nothing is changed on disk until
+    /// every listed segment has passed those checks, so a failed open leaves the evidence.
+    /// The MANIFEST is not rewritten here: the caller checkpoints once it has replayed the
+    /// commits ([`checkpoint`](Self::checkpoint)).
     pub fn open(dir: &Path, opts: LogOptions) -> Result<(SegmentLog, Recovery)> {
         let fs = opts.fs.clone();
         fs.create_dir_all(dir)
@@ -138,6 +165,8 @@ impl SegmentLog {
         };
 
         let mut segments = BTreeMap::new();
+        // (segment, valid end) of each listed segment, from its scanned tail.
+        let mut valid_ends = Vec::with_capacity(listed.len());
         for entry in &listed {
             let path = dir.join(segment_file_name(entry.id));
             let file = match fs.open(&path, OpenMode::ReadWrite) {
@@ -157,28 +186,56 @@ impl SegmentLog {
                     &format!("is {len} bytes"),
                 ));
             }
+            let ctx = |what: &str| format!("{what} {}", path.display());
+            // Earlier segments were verified when they were the last one; re-reading every
+            // segment at startup would cost a full pass over the data.
+            if Some(entry.id) == listed.last().map(|l| l.id) {
+                let (_, valid) = scan_tail(&*file, entry.id, 0, entry.committed_len)
+                    .map_err(|e| Error::io(&ctx("scan"), &e))?;
+                if valid != entry.committed_len {
+                    return Err(Error::new(
+                        ErrorKind::Io,
+                        format!(
+                            "{}: record at offset {valid} is corrupt (header) inside the checkpointed range of {} bytes",
+                            path.display(),
+                            entry.committed_len
+                        ),
+                    ));
+                }
+            }
+            let (found, valid) = scan_tail(&*file, entry.id, entry.committed_len, len)
+                .map_err(|e| Error::io(&ctx("scan the tail of"), &e))?;
+            for s in found {
+                match s {
+                    Scanned::Record(r) if r.object == COMMIT_OBJECT => {
+                        let mut payload = vec![0u8; r.location.len as usize];
+                        file.read_exact_at(&mut payload, r.location.offset)
+                            .map_err(|e| Error::io(&ctx("read a commit record of"), &e))?;
+                        let entries = commit_record::decode(&payload).ok_or_else(|| {
+                            Error::new(
+                                ErrorKind::Io,
+                                format!(
+                                    "{}: the commit record at offset {} is of an unknown format (written by a newer pdcx?)",
+                                    path.display(),
+                                    r.location.offset
+                                ),
+                            )
+                        })?;
+                        rec.commits.extend(entries);
+                    }
+                    Scanned::Record(_) => {}
+                    Scanned::Damaged(_) => rec.damaged_records += 1,
+                }
+            }
+            rec.tail_bytes += valid - entry.committed_len;
+            valid_ends.push((entry.id, valid));
             let seg = Segment {
                 file,
                 len,
-                committed: entry.committed_len,
+                synced: valid,
+                checkpointed: entry.committed_len,
             };
             segments.insert(entry.id, seg);
-        }
-        // Earlier segments were verified when they were the last one; re-reading every
-        // segment at startup would cost a full pass over the data.
-        if let Some(last) = listed.last() {
-            let path = dir.join(segment_file_name(last.id));
-            let (_, valid) = scan_segment_in(&*fs, &path, Some(last.committed_len))?;
-            if valid != last.committed_len {
-                return Err(Error::new(
-                    ErrorKind::Io,
-                    format!(
-                        "{}: record at offset {valid} is corrupt (checksum or header) inside the committed range of {} bytes",
-                        path.display(),
-                        last.committed_len
-                    ),
-                ));
-            }
         }
 
         let names = fs
@@ -200,18 +257,25 @@ impl SegmentLog {
         }
         fs.remove_if_exists(&dir.join(MANIFEST_TMP))
             .map_err(|e| Error::io("remove leftover MANIFEST.tmp", &e))?;
-        for (&id, seg) in segments.iter_mut() {
-            if seg.len > seg.committed {
-                let path = dir.join(segment_file_name(id));
-                let ctx = format!("truncate uncommitted tail of {}", path.display());
-                seg.file
-                    .set_len(seg.committed)
-                    .and_then(|()| seg.file.sync_data())
-                    .map_err(|e| Error::io(&ctx, &e))?;
-                rec.discarded_bytes += seg.len - seg.committed;
-                seg.len = seg.committed;
+        for (id, valid) in valid_ends {
+            let seg = segments
+                .get_mut(&id)
+                .ok_or_else(|| Error::internal(format!("segment {id} vanished")))?;
+            let path = dir.join(segment_file_name(id));
+            let torn = seg.len > valid;
+            if torn {
+                let ctx = format!("truncate the torn tail of {}", path.display());
+                seg.file.set_len(valid).map_err(|e| Error::io(&ctx, &e))?;
+                rec.discarded_bytes += seg.len - valid;
+                seg.len = valid;
             }
-            rec.committed_bytes += seg.committed;
+            if torn || valid > seg.checkpointed {
+                // The valid tail may only be in the page cache (the process died, the machine
+                // did not): make it durable before anything relies on it.
+                let ctx = format!("fdatasync the tail of {}", path.display());
+                seg.file.sync_data().map_err(|e| Error::io(&ctx, &e))?;
+            }
+            rec.committed_bytes += valid;
         }
 
         let log = SegmentLog {
@@ -252,18 +316,75 @@ impl SegmentLog {
         let seg = Segment {
             file,
             len: 0,
-            committed: 0,
+            synced: 0,
+            checkpointed: 0,
         };
         self.segments.insert(next, seg);
-        // Dirty even while empty: its directory entry must be made durable by the next commit.
-        self.dirty.insert(next);
+        // Listed before anything is appended to it (publishing the MANIFEST also fsyncs the
+        // directory, making the new file's entry durable): recovery scans only listed segments,
+        // and a sync of the file alone would not make its name durable. Once per segment.
+        if let Err(e) = self.store_manifest() {
+            self.segments.remove(&next);
+            let _ = self.fs.remove_file(&path);
+            return Err(e);
+        }
         Ok(next)
+    }
+
+    /// Publishes the MANIFEST: every segment with its checkpointed length. A failed fsync
+    /// poisons the log.
+    fn store_manifest(&mut self) -> Result<()> {
+        let listed = Manifest {
+            version: manifest::VERSION,
+            segments: self
+                .segments
+                .iter()
+                .map(|(&id, s)| SegmentEntry {
+                    id,
+                    committed_len: s.checkpointed,
+                })
+                .collect(),
+        };
+        match manifest::store_in(&*self.fs, &self.dir, &listed) {
+            Ok(()) => Ok(()),
+            Err(StoreError::Write(e)) => Err(e),
+            Err(StoreError::Sync(what, e)) => {
+                self.poisoned = true;
+                Err(Error::new(
+                    ErrorKind::Io,
+                    format!("{what}: {e}; {POISONED}"),
+                ))
+            }
+        }
     }
 
     /// Appends one record (a buffered write through the OS, no fsync) and returns where its
     /// payload sits. On a failed write the segment is truncated back to its previous end and
     /// the error returned (NoSpace for ENOSPC); the log stays usable.
     pub fn append(
+        &mut self,
+        object: u64,
+        txn: u64,
+        region: &Region,
+        payload: &[u8],
+    ) -> Result<Location> {
+        if object == COMMIT_OBJECT {
+            return Err(Error::invalid(format!(
+                "object id {object:#x} is reserved for commit records"
+            )));
+        }
+        self.append_record(object, txn, region, payload)
+    }
+
+    /// Appends a commit record naming `entries` (see `commit_record`): once a sync covers it,
+    /// recovery finds these extents even if the metadata never recorded them.
+    pub fn append_commit(&mut self, entries: &[CommitEntry]) -> Result<Location> {
+        let payload = commit_record::encode(entries);
+        let region = Region::new(vec![0], vec![entries.len().max(1) as u64])?;
+        self.append_record(COMMIT_OBJECT, 0, &region, &payload)
+    }
+
+    fn append_record(
         &mut self,
         object: u64,
         txn: u64,
@@ -310,32 +431,23 @@ impl SegmentLog {
         })
     }
 
-    /// The consistency point. In this exact order:
-    /// 1. fdatasync every segment written (or created) since the last commit;
-    /// 2. write MANIFEST.tmp with the current segment lengths and fsync it;
-    /// 3. rename MANIFEST.tmp over MANIFEST;
-    /// 4. fsync the directory (making the rename and any new segment files durable).
-    ///
-    /// The manifest must never name bytes that are not yet on disk, hence data before
-    /// manifest. If any fsync fails the log is poisoned: this and every later append/commit
-    /// fail, because after a failed fsync the kernel may have dropped the dirty pages and a
-    /// retried fsync would report success for data that is gone. A failed write or rename
-    /// leaves the old MANIFEST in place and may simply be retried. Nothing appended since the
-    /// last commit makes this a no-op.
+    /// Everything appended so far made durable and checkpointed: a sync, then a MANIFEST
+    /// naming every segment's synced length. For callers without metadata of their own to
+    /// replay (tests, tools); the server syncs per commit and checkpoints on its own schedule
+    /// ([`prepare_commit`](Self::prepare_commit), [`checkpoint`](Self::checkpoint)).
     pub fn commit(&mut self) -> Result<()> {
-        match self.prepare_commit()? {
-            None => Ok(()),
-            Some(plan) => {
-                let synced = plan.sync();
-                self.finish_commit(plan, synced)
-            }
+        if let Some(plan) = self.prepare_commit()? {
+            let synced = plan.sync();
+            self.finish_commit(plan, synced)?;
         }
+        let lengths = self.checkpoint_lengths();
+        self.checkpoint(&lengths)
     }
 
-    /// First part of [`commit`](Self::commit), under the caller's lock: snapshots what the
-    /// commit covers (the dirty segments and every segment's current length). The slow part,
-    /// [`CommitPlan::sync`], needs no access to the log, so appends can go on meanwhile; the
-    /// manifest then names exactly the snapshotted lengths, never bytes appended later.
+    /// First part of a sync, under the caller's lock: snapshots the segments written since
+    /// the last sync and their lengths. The slow part, [`CommitPlan::sync`] (fdatasync), needs
+    /// no access to the log, so appends go on meanwhile; [`finish_commit`](Self::finish_commit)
+    /// then marks exactly the snapshotted lengths durable, never bytes appended later.
     pub fn prepare_commit(&mut self) -> Result<Option<CommitPlan>> {
         self.check_poisoned()?;
         if self.dirty.is_empty() {
@@ -347,61 +459,66 @@ impl SegmentLog {
                 .segments
                 .get(&id)
                 .ok_or_else(|| Error::internal(format!("segment {id} vanished")))?;
-            files.push((id, self.segment_path(id), seg.file.clone()));
+            files.push((id, self.segment_path(id), seg.file.clone(), seg.len));
         }
-        let manifest = Manifest {
-            version: manifest::VERSION,
-            segments: self
-                .segments
-                .iter()
-                .map(|(&id, s)| SegmentEntry {
-                    id,
-                    committed_len: s.len,
-                })
-                .collect(),
-        };
         self.dirty.clear();
-        Ok(Some(CommitPlan { files, manifest }))
+        Ok(Some(CommitPlan { files }))
     }
 
-    /// Last part of [`commit`](Self::commit), under the caller's lock again: poisons the log
-    /// if the sync failed, else publishes the manifest of the plan.
+    /// Last part of a sync, under the caller's lock again: poisons the log if the fdatasync
+    /// failed (never retry an fsync), else marks the plan's lengths durable.
     pub fn finish_commit(&mut self, plan: CommitPlan, synced: Result<()>) -> Result<()> {
-        let retry = |log: &mut Self| {
-            for (id, _, _) in &plan.files {
-                if log.segments.contains_key(id) {
-                    log.dirty.insert(*id);
-                }
-            }
-        };
         if let Err(e) = synced {
             self.poisoned = true;
             return Err(e);
         }
         self.check_poisoned()?;
-        // A segment retired while this plan synced must not be listed again.
-        let mut listed = plan.manifest.clone();
-        listed
-            .segments
-            .retain(|e| self.segments.contains_key(&e.id));
-        match manifest::store_in(&*self.fs, &self.dir, &listed) {
-            Ok(()) => {}
-            Err(StoreError::Write(e)) => {
-                retry(self);
-                return Err(e);
-            }
-            Err(StoreError::Sync(what, e)) => {
-                self.poisoned = true;
-                return Err(Error::new(
-                    ErrorKind::Io,
-                    format!("{what}: {e}; {POISONED}"),
-                ));
+        for (id, _, _, len) in &plan.files {
+            if let Some(seg) = self.segments.get_mut(id) {
+                seg.synced = seg.synced.max(*len);
             }
         }
-        for entry in &plan.manifest.segments {
-            if let Some(seg) = self.segments.get_mut(&entry.id) {
-                seg.committed = seg.committed.max(entry.committed_len);
+        Ok(())
+    }
+
+    /// Each segment's durable length where it is past its checkpoint (what a checkpoint now
+    /// would record). Empty when there is nothing new to checkpoint.
+    pub fn checkpoint_lengths(&self) -> Vec<(u64, u64)> {
+        self.segments
+            .iter()
+            .filter(|(_, s)| s.synced > s.checkpointed)
+            .map(|(&id, s)| (id, s.synced))
+            .collect()
+    }
+
+    /// Publishes a MANIFEST recording `lengths` (from [`checkpoint_lengths`]) as checkpointed:
+    /// write MANIFEST.tmp, fsync, rename, fsync the directory. The caller guarantees that
+    /// whatever the commit records below those lengths describe is durable elsewhere (the
+    /// server: its metadata WAL was fsynced after they were recorded), since recovery no
+    /// longer replays them. Lengths of segments retired meanwhile are ignored.
+    ///
+    /// [`checkpoint_lengths`]: Self::checkpoint_lengths
+    pub fn checkpoint(&mut self, lengths: &[(u64, u64)]) -> Result<()> {
+        self.check_poisoned()?;
+        if lengths.is_empty() {
+            return Ok(());
+        }
+        let before: Vec<(u64, u64)> = lengths
+            .iter()
+            .filter_map(|&(id, len)| {
+                let seg = self.segments.get_mut(&id)?;
+                let old = seg.checkpointed;
+                seg.checkpointed = seg.checkpointed.max(len.min(seg.synced));
+                Some((id, old))
+            })
+            .collect();
+        if let Err(e) = self.store_manifest() {
+            for (id, old) in before {
+                if let Some(seg) = self.segments.get_mut(&id) {
+                    seg.checkpointed = old;
+                }
             }
+            return Err(e);
         }
         Ok(())
     }
@@ -419,7 +536,7 @@ impl SegmentLog {
                 .segments
                 .get(id)
                 .ok_or_else(|| Error::invalid(format!("segment {id} is not part of the log")))?;
-            if Some(*id) == last || self.dirty.contains(id) || seg.len != seg.committed {
+            if Some(*id) == last || self.dirty.contains(id) || seg.len != seg.checkpointed {
                 return Err(Error::invalid(format!(
                     "segment {id} is active or has uncommitted bytes; only sealed segments can be retired"
                 )));
@@ -433,7 +550,7 @@ impl SegmentLog {
                 .filter(|(id, _)| !ids.contains(id))
                 .map(|(&id, s)| SegmentEntry {
                     id,
-                    committed_len: s.committed,
+                    committed_len: s.checkpointed,
                 })
                 .collect(),
         };
@@ -461,13 +578,14 @@ impl SegmentLog {
         Ok(freed)
     }
 
-    /// Ids of segments that no longer take appends and whose bytes are all committed.
+    /// Ids of segments that no longer take appends and whose bytes are all synced and
+    /// checkpointed.
     pub fn sealed_segments(&self) -> Vec<u64> {
         let last = self.segments.last_key_value().map(|(&id, _)| id);
         self.segments
             .iter()
             .filter(|(id, s)| {
-                Some(**id) != last && !self.dirty.contains(id) && s.len == s.committed
+                Some(**id) != last && !self.dirty.contains(id) && s.len == s.checkpointed
             })
             .map(|(&id, _)| id)
             .collect()
@@ -526,12 +644,12 @@ impl SegmentLog {
         Ok(buf)
     }
 
-    /// True when `loc` lies within committed (MANIFEST-covered) bytes.
+    /// True when `loc` lies within durable (synced) bytes of the log.
     pub fn is_committed(&self, loc: &Location) -> bool {
         self.segments.get(&loc.segment).is_some_and(|s| {
             loc.offset
                 .checked_add(loc.len)
-                .is_some_and(|end| end <= s.committed)
+                .is_some_and(|end| end <= s.synced)
         })
     }
 
@@ -557,7 +675,7 @@ impl SegmentLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{scan_segment, RecordInfo};
+    use crate::record::{scan_segment, scan_segment_in, RecordInfo};
     use std::fs::{self, File};
     use std::os::unix::fs::FileExt;
 
@@ -620,6 +738,7 @@ mod tests {
             committed_bytes: total,
             discarded_bytes: 0,
             removed_segments: 0,
+            ..Recovery::default()
         };
         assert_eq!(rec, want);
         let (recs, valid) = scan_segment(&log.segment_path(1), None).unwrap();
@@ -693,30 +812,82 @@ mod tests {
             "the later append is still dirty"
         );
         drop(log);
+        // The process died, the page cache kept the later append: a whole valid record past
+        // the checkpoint is kept (it is garbage unless a commit record names it).
         let (log, rec) = open(tmp.path());
-        assert!(rec.discarded_bytes > 0);
-        assert_eq!(objects(&log.segment_path(1)), [1]);
+        assert_eq!(rec.discarded_bytes, 0);
+        assert!(rec.tail_bytes > 0);
+        assert_eq!(objects(&log.segment_path(1)), [1, 2]);
     }
 
     #[test]
-    fn uncommitted_tail_is_dropped_on_reopen() {
+    fn synced_tail_past_the_checkpoint_is_kept_and_a_torn_end_cut() {
         let tmp = tempfile::tempdir().unwrap();
         let (mut log, _) = open(tmp.path());
         log.append(1, 1, &r(&[0], &[4]), b"aaaa").unwrap();
         log.commit().unwrap();
-        let committed = log.total_bytes();
+        let checkpointed = log.total_bytes();
         let kept = log.append(2, 2, &r(&[4], &[4]), b"bbbb").unwrap();
         log.append(3, 2, &r(&[8], &[4]), b"cccc").unwrap();
-        let appended = log.total_bytes() - committed;
-        log.commit().unwrap();
-        log.append(4, 3, &r(&[8], &[4]), b"dddd").unwrap();
-        let tail = log.total_bytes() - committed - appended;
+        // A sync without a checkpoint: what a server commit does.
+        let plan = log.prepare_commit().unwrap().unwrap();
+        let synced = plan.sync();
+        log.finish_commit(plan, synced).unwrap();
+        assert!(log.is_committed(&kept));
+        let durable = log.total_bytes();
+        let torn = log.append(4, 3, &r(&[8], &[4]), b"dddd").unwrap();
+        let path = log.segment_path(1);
         drop(log);
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(torn.offset + 2)
+            .unwrap();
         let (log, rec) = open(tmp.path());
-        assert_eq!(rec.committed_bytes, committed + appended);
-        assert_eq!(rec.discarded_bytes, tail);
+        assert_eq!(rec.committed_bytes, durable);
+        assert_eq!(rec.tail_bytes, durable - checkpointed);
+        assert_eq!(rec.discarded_bytes, torn.offset + 2 - durable);
         assert_eq!(objects(&log.segment_path(1)), [1, 2, 3]);
         assert_eq!(log.read_payload(&kept).unwrap(), b"bbbb");
+    }
+
+    #[test]
+    fn a_damaged_payload_in_the_tail_loses_only_its_own_record() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut log, _) = open(tmp.path());
+        log.commit().unwrap();
+        let a = log.append(1, 1, &r(&[0], &[16]), &payload(1, 16)).unwrap();
+        let b = log.append(2, 1, &r(&[16], &[16]), &payload(2, 16)).unwrap();
+        let entry = CommitEntry {
+            object: 3,
+            seq: 7,
+            region: r(&[32], &[16]),
+            loc: log.append(3, 1, &r(&[32], &[16]), &payload(3, 16)).unwrap(),
+        };
+        log.append_commit(std::slice::from_ref(&entry)).unwrap();
+        let plan = log.prepare_commit().unwrap().unwrap();
+        let synced = plan.sync();
+        log.finish_commit(plan, synced).unwrap();
+        let path = log.segment_path(1);
+        drop(log);
+        // b's writer changed its bytes while they were written: only b is lost.
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all_at(&[0xff], b.offset + 3)
+            .unwrap();
+        let (log, rec) = open(tmp.path());
+        assert_eq!((rec.damaged_records, rec.discarded_bytes), (1, 0));
+        assert_eq!(rec.commits, vec![entry.clone()]);
+        assert_eq!(log.read_payload(&a).unwrap(), payload(1, 16));
+        assert!(log.read_payload(&b).is_err());
+        assert_eq!(log.read_payload(&entry.loc).unwrap(), payload(3, 16));
+        // The reserved id cannot be used by a data record.
+        drop(log);
+        let (mut log, _) = open(tmp.path());
+        assert!(log.append(COMMIT_OBJECT, 1, &r(&[0], &[1]), b"x").is_err());
     }
 
     #[test]
@@ -740,6 +911,17 @@ mod tests {
         let (recs, valid) = scan_segment(&path, None).unwrap();
         assert_eq!((recs.len(), valid), (1, a.offset + a.len));
         drop(log);
+        // A damaged payload inside the checkpointed range costs only that record.
+        let (log, _) = SegmentLog::open(tmp.path(), LogOptions::default()).unwrap();
+        assert!(log.read_payload(&a).is_ok() && log.read_payload(&b).is_err());
+        drop(log);
+        // A damaged header there is refused, naming the place.
+        File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .write_all_at(&[0xff], valid + 9)
+            .unwrap();
         let e = SegmentLog::open(tmp.path(), LogOptions::default())
             .err()
             .unwrap();
@@ -812,26 +994,26 @@ mod tests {
         }
         let all = log.segment_ids();
         assert_eq!(all.len(), committed.len() + 2);
-        let extra: Vec<PathBuf> = all[committed.len()..]
-            .iter()
-            .map(|&i| log.segment_path(i))
-            .collect();
+        // A file no MANIFEST ever listed (a crash between its creation and its listing).
+        let stray = log.segment_path(all[all.len() - 1] + 1);
+        fs::write(&stray, payload(1, 300)).unwrap();
         drop(log);
 
         let (log, rec) = SegmentLog::open(tmp.path(), opts()).unwrap();
-        assert_eq!((rec.segments, rec.removed_segments), (committed.len(), 2));
-        assert!(extra.iter().all(|p| !p.exists()));
-        assert_eq!(log.segment_ids(), committed);
+        // New segments are listed when created, so their valid records are found.
+        assert_eq!((rec.segments, rec.removed_segments), (all.len(), 1));
+        assert!(!stray.exists());
+        assert_eq!(log.segment_ids(), all);
         for (i, loc) in locs.iter().enumerate() {
             let n = if i == 40 { 3000 } else { 100 };
             let seed = if i == 40 { 99 } else { i as u8 };
             assert_eq!(log.read_payload(loc).unwrap(), payload(seed, n));
         }
-        let scanned: usize = committed
+        let scanned: usize = all
             .iter()
             .map(|&id| scan_segment(&log.segment_path(id), None).unwrap().0.len())
             .sum();
-        assert_eq!(scanned, 41);
+        assert_eq!(scanned, 41 + 12);
     }
 
     #[test]

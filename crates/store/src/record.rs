@@ -162,6 +162,32 @@ fn read_record(
     pos: u64,
     end: u64,
 ) -> io::Result<Option<(RecordInfo, u64)>> {
+    Ok(match read_record_or_damaged(file, segment, pos, end)? {
+        Some((Scanned::Record(info), next)) => Some((info, next)),
+        _ => None,
+    })
+}
+
+/// What recovery finds at one position of a segment's tail.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Scanned {
+    /// A whole record whose header and payload checksums match.
+    Record(RecordInfo),
+    /// A record whose header is intact and whose payload is all there but does not match its
+    /// checksum: its writer changed the bytes while they were written (a client scribbling on
+    /// its shared-memory block) or the write was torn. Only that record is lost: the scan goes
+    /// on after it, so one writer's damage never drops records that follow it.
+    Damaged(Location),
+}
+
+/// Like [`read_record`], but a record with an intact header and a damaged payload is reported
+/// ([`Scanned::Damaged`]) instead of ending the scan.
+fn read_record_or_damaged(
+    file: &dyn FsFile,
+    segment: u64,
+    pos: u64,
+    end: u64,
+) -> io::Result<Option<(Scanned, u64)>> {
     if end - pos < HEADER_LEN as u64 {
         return Ok(None);
     }
@@ -181,9 +207,7 @@ fn read_record(
         return Ok(None);
     };
     let payload_at = pos + prefix_len;
-    if end - payload_at < h.payload_len
-        || crc_of_range(file, payload_at, h.payload_len)? != h.payload_crc
-    {
+    if end - payload_at < h.payload_len {
         return Ok(None);
     }
     let location = Location {
@@ -192,13 +216,39 @@ fn read_record(
         len: h.payload_len,
         crc: h.payload_crc,
     };
+    let next = payload_at + h.payload_len;
+    if crc_of_range(file, payload_at, h.payload_len)? != h.payload_crc {
+        return Ok(Some((Scanned::Damaged(location), next)));
+    }
     let info = RecordInfo {
         object: h.object,
         txn: h.txn,
         region,
         location,
     };
-    Ok(Some((info, payload_at + h.payload_len)))
+    Ok(Some((Scanned::Record(info), next)))
+}
+
+/// Recovery's scan of a segment from `from` (a record boundary) to at most `end`: every whole
+/// record, damaged payloads included ([`Scanned::Damaged`], skipped over), up to the first
+/// torn or garbage header. Returns them and the offset where the valid part ends.
+pub fn scan_tail(
+    file: &dyn FsFile,
+    segment: u64,
+    from: u64,
+    end: u64,
+) -> io::Result<(Vec<Scanned>, u64)> {
+    let (mut out, mut pos) = (Vec::new(), from);
+    while pos < end {
+        match read_record_or_damaged(file, segment, pos, end)? {
+            Some((s, next)) => {
+                out.push(s);
+                pos = next;
+            }
+            None => break,
+        }
+    }
+    Ok((out, pos))
 }
 
 /// Walks the records of one segment file from offset 0 and returns them plus the length of the

@@ -6,6 +6,7 @@ use crate::meta::ExtentRow;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Durability, RegisterItem};
 use pdcx_core::{Error, ObjectId, Result};
+use pdcx_store::CommitEntry;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -80,23 +81,26 @@ impl DataStore {
     /// crash between any two steps loses nothing acknowledged and exposes nothing torn):
     ///
     /// 0. take the commit lock (commits are serialised);
-    /// 1. `local`/`remote`: fdatasync the log and publish its manifest
-    ///    ([`sync_log`](Self::sync_log)) — crash point `commit.after_log_sync`;
-    /// 2. number the writes ([`assign_seqs`](Self::assign_seqs)): this server's objects from its
+    /// 1. number the writes ([`assign_seqs`](Self::assign_seqs)): this server's objects from its
     ///    counter; strong writes of foreign objects from their owners (`Registrar`, under the
     ///    owner's register lock, this server's earlier deferred writes for that owner first in
     ///    the same request); relaxed ones provisional numbers — `commit.after_register`;
-    /// 3. record the extents in the extent map (one SQLite transaction into the WAL) —
-    ///    `commit.after_extent_rows`;
+    /// 2. append a commit record naming the extents (object, seq, region, log location) to
+    ///    the log; `local`/`remote`: fdatasync the log ([`sync_log`](Self::sync_log)): ONE
+    ///    fdatasync makes the data and the commit record durable — `commit.after_log_sync`;
+    /// 3. record the extents in the extent map (one SQLite transaction into the WAL, not
+    ///    waited for: the commit record is what makes them durable; recovery replays commit
+    ///    records past the last checkpoint) — `commit.after_extent_rows`;
     /// 4. publish them in the index, or on the deferred list ([`publish`](Self::publish)) —
-    ///    `commit.after_publish`;
-    /// 5. release the commit lock; `local`/`remote`: wait until a (shared) fsync of the
-    ///    metadata WAL covers step 3.
+    ///    `commit.after_publish`; release the commit lock.
     ///
-    /// A crash after 1 leaves unreferenced log bytes (garbage); after 3 the write is complete
-    /// (recovery drops rows whose log bytes were never committed: `memory` writes). A crash
-    /// after an owner recorded a registration but before 3 leaves a region-map entry naming no
-    /// extent here, which reads skip.
+    /// A crash before 2's sync leaves unreferenced log bytes (garbage) and perhaps a commit
+    /// record that a later sync covers (then the commit is replayed whole: its writes were
+    /// staged completely, they were just not acknowledged); after 2 the write is complete even
+    /// if the SQLite rows are lost (recovery replays them). A crash after an owner recorded a
+    /// registration but before 2 leaves a region-map entry naming no extent here, which reads
+    /// skip. The metadata WAL is fsynced by [`checkpoint`](Self::checkpoint), which then
+    /// records in the log's MANIFEST how far recovery no longer needs to replay.
     ///
     /// Relaxed writes of foreign objects skip the owner: they are durable (per `durability`)
     /// and acknowledged but invisible until [`register_deferred`](Self::register_deferred).
@@ -113,10 +117,6 @@ impl DataStore {
     ) -> Result<Committed> {
         let commit = self.lock_commit();
         self.io.log_commits.fetch_add(1, Ordering::Relaxed);
-        if durability != Durability::Memory {
-            self.sync_log(&commit)?;
-        }
-        crash_point("commit.after_log_sync");
         let (seqs, deferred) = self.assign_seqs(&commit, staged, relaxed, registrar)?;
         crash_point("commit.after_register");
         let rows: Vec<ExtentRow> = staged
@@ -129,24 +129,74 @@ impl DataStore {
                 loc: s.loc,
             })
             .collect();
-        let ticket = self.meta.insert_extents(&rows)?;
+        let entries: Vec<CommitEntry> = rows
+            .iter()
+            .map(|r| CommitEntry {
+                object: r.id,
+                seq: r.seq,
+                region: r.region.clone(),
+                loc: r.loc,
+            })
+            .collect();
+        self.log().append_commit(&entries)?;
+        if durability != Durability::Memory {
+            self.sync_log(&commit)?;
+        }
+        crash_point("commit.after_log_sync");
+        // Not waited for: the commit record above is the durable copy until a checkpoint.
+        // `memory`: visible now, durable once a later sync covers the log.
+        self.meta.insert_extents(&rows)?;
         crash_point("commit.after_extent_rows");
         let out = self.publish(&commit, rows, &deferred);
         crash_point("commit.after_publish");
         drop(commit);
-        // The extent rows must be on stable storage before the ack. The wait runs outside the
-        // commit lock, so commits of other connections share this WAL fsync. `memory`: the rows
-        // are in the WAL (they survive kill -9, but recovery keeps them only if the log bytes
-        // were committed too); the next sync makes them durable.
-        if durability != Durability::Memory {
-            self.meta.wait_durable(ticket)?;
-        }
+        self.commits_since_checkpoint
+            .fetch_add(1, Ordering::Relaxed);
         Ok(out)
     }
 
-    /// Step 1: fdatasync every dirty log segment and publish the manifest. The fdatasync runs
-    /// without the log lock, so other connections keep appending.
-    fn sync_log(&self, _c: &CommitGuard<'_>) -> Result<()> {
+    /// Makes the metadata WAL durable and records in the log's MANIFEST that the commits
+    /// synced so far need no replay (recovery then scans only what follows). Run by the
+    /// server's checkpoint timer, before retirement and at shutdown. Order: under the commit
+    /// lock, snapshot the synced lengths (every commit they cover has inserted its rows, since
+    /// a commit holds the lock from its sync to its insert); release it; fsync the WAL (covers
+    /// those rows); publish the MANIFEST with the snapshot. A crash anywhere in between only
+    /// means recovery replays a little more. Returns whether it checkpointed anything.
+    pub fn checkpoint(&self) -> Result<bool> {
+        let lengths = {
+            let _c = self.lock_commit();
+            self.log().checkpoint_lengths()
+        };
+        if lengths.is_empty() {
+            return Ok(false);
+        }
+        self.commits_since_checkpoint.store(0, Ordering::Relaxed);
+        self.meta.sync()?;
+        crash_point("checkpoint.after_wal_sync");
+        self.log().checkpoint(&lengths)?;
+        Ok(true)
+    }
+
+    /// [`checkpoint`](Self::checkpoint) for callers already holding the commit lock
+    /// (retirement): the WAL fsync then runs under it.
+    pub(super) fn checkpoint_locked(&self, _c: &CommitGuard<'_>) -> Result<()> {
+        let lengths = self.log().checkpoint_lengths();
+        if lengths.is_empty() {
+            return Ok(());
+        }
+        self.meta.sync()?;
+        crash_point("checkpoint.after_wal_sync");
+        self.log().checkpoint(&lengths)
+    }
+
+    /// Commits since the last checkpoint (the checkpoint timer skips idle servers).
+    pub fn commits_since_checkpoint(&self) -> u64 {
+        self.commits_since_checkpoint.load(Ordering::Relaxed)
+    }
+
+    /// Step 2: fdatasync every dirty log segment. The fdatasync runs without the log lock, so
+    /// other connections keep appending.
+    pub(super) fn sync_log(&self, _c: &CommitGuard<'_>) -> Result<()> {
         let plan = self.log().prepare_commit()?;
         if let Some(plan) = plan {
             let synced = plan.sync();

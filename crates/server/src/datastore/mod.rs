@@ -83,6 +83,8 @@ pub struct DataStore {
     io: crate::metrics::EngineCounters,
     /// The log's incarnation (see `Metadata::log_incarnation`), part of deferred writes' tokens.
     incarnation: u64,
+    /// Commits since the last checkpoint (see [`DataStore::checkpoint`]).
+    commits_since_checkpoint: AtomicU64,
 }
 
 /// What [`DataStore::open`] found.
@@ -91,6 +93,58 @@ pub struct Opened {
     pub recovery: Recovery,
     /// Extents dropped because the log never made them durable (`memory` writes before a crash).
     pub dropped: usize,
+}
+
+/// Recovery's metadata half: the extent rows, plus those of commit records found past the
+/// log's last checkpoint that the metadata lost (its WAL was not fsynced before the crash:
+/// commits do not wait for it). An entry is replayed only if its bytes are whole in the log
+/// (a record a writer damaged stays lost), its location has no row yet (a deferred write
+/// renumbered since keeps its new number), and, for this server's own objects, the object
+/// still exists (a delete after the commit wins). The replayed rows are fsynced before the
+/// caller checkpoints past them.
+fn replay(
+    meta: &Metadata,
+    log: &SegmentLog,
+    commits: &[pdcx_store::CommitEntry],
+) -> Result<Vec<ExtentRow>> {
+    let mut rows = meta.load_extents()?;
+    if commits.is_empty() {
+        return Ok(rows);
+    }
+    let mut have: HashSet<(u64, u64)> =
+        rows.iter().map(|r| (r.loc.segment, r.loc.offset)).collect();
+    let mut keys: HashSet<(ObjectId, u64)> = rows.iter().map(|r| (r.id, r.seq)).collect();
+    let mut missing = Vec::new();
+    for e in commits {
+        if have.contains(&(e.loc.segment, e.loc.offset)) || keys.contains(&(e.object, e.seq)) {
+            continue;
+        }
+        if owner_of_id(e.object) == meta.rank && meta.object(e.object).is_err() {
+            continue;
+        }
+        if !log.is_committed(&e.loc) || log.read_payload(&e.loc).is_err() {
+            continue;
+        }
+        have.insert((e.loc.segment, e.loc.offset));
+        keys.insert((e.object, e.seq));
+        missing.push(ExtentRow {
+            id: e.object,
+            seq: e.seq,
+            region: e.region.clone(),
+            loc: e.loc,
+        });
+    }
+    if !missing.is_empty() {
+        tracing::info!(
+            replayed = missing.len(),
+            "replayed commits the metadata had not made durable"
+        );
+        meta.insert_extents(&missing)?;
+        meta.sync()?;
+        rows.extend(missing);
+        rows.sort_by_key(|r| (r.id, r.seq));
+    }
+    Ok(rows)
 }
 
 impl DataStore {
@@ -110,7 +164,7 @@ impl DataStore {
         min_next_seq: u64,
     ) -> Result<(DataStore, Opened)> {
         let (log, recovery) = SegmentLog::open(dir, log_opts)?;
-        let rows = meta.load_extents()?;
+        let rows = replay(&meta, &log, &recovery.commits)?;
         // A log with nothing committed while extents are recorded is a new log (the node lost
         // the old one): its locations start over, so its tokens get a new incarnation. (An
         // empty log holds no deferred write, so no pending token is orphaned.)
@@ -187,7 +241,11 @@ impl DataStore {
             rank,
             io: Default::default(),
             incarnation,
+            commits_since_checkpoint: AtomicU64::new(0),
         };
+        // The replayed rows are durable now (`replay`), so the tails scanned need no replay
+        // next time.
+        store.checkpoint()?;
         Ok((
             store,
             Opened {
@@ -197,7 +255,7 @@ impl DataStore {
         ))
     }
 
-    fn log(&self) -> MutexGuard<'_, SegmentLog> {
+    pub(crate) fn log(&self) -> MutexGuard<'_, SegmentLog> {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -242,12 +300,14 @@ impl DataStore {
         })
     }
 
-    /// Makes every staged byte and every metadata change durable (shutdown).
+    /// Makes every staged byte and every metadata change durable and checkpoints (shutdown,
+    /// `memory` durability's sync).
     pub fn sync(&self) -> Result<()> {
         {
-            let _c = self.lock_commit();
-            self.log().commit()?;
+            let c = self.lock_commit();
+            self.sync_log(&c)?;
         }
+        self.checkpoint()?;
         self.meta.sync()
     }
 

@@ -25,6 +25,9 @@ impl DataStore {
             return Ok(0);
         };
         let commit = self.lock_commit();
+        // Only checkpointed segments are sealed: a segment is retired only once no commit
+        // record in it needs replaying (the rows it names are durable in the metadata).
+        self.checkpoint_locked(&commit)?;
         let blocked = self.blocked_segments(&commit, &|tier| t.is_durable(tier));
         let (ready, freed) = {
             let mut log = self.log();
