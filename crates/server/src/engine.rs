@@ -177,6 +177,30 @@ impl Engine {
     /// Checks a write against the object and stages it in the data store (appended to the
     /// log, invisible until committed).
     pub fn stage(&self, txn: u64, id: ObjectId, region: &Region, payload: &[u8]) -> Result<Staged> {
+        self.stage_with(txn, id, region, payload, true)
+    }
+
+    /// [`stage`](Self::stage) straight from a client's shared-memory block: logged from
+    /// there, never copied into the cache (the page cache holds it; the client may reuse the
+    /// block once the stage is answered).
+    pub fn stage_shared(
+        &self,
+        txn: u64,
+        id: ObjectId,
+        region: &Region,
+        payload: &[u8],
+    ) -> Result<Staged> {
+        self.stage_with(txn, id, region, payload, false)
+    }
+
+    fn stage_with(
+        &self,
+        txn: u64,
+        id: ObjectId,
+        region: &Region,
+        payload: &[u8],
+        cache: bool,
+    ) -> Result<Staged> {
         let obj = self.checked_meta(id, region)?;
         let want = region.byte_len(obj.dtype.size())?;
         if payload.len() as u64 != want {
@@ -191,7 +215,7 @@ impl Engine {
                 ),
             ));
         }
-        self.store.stage(txn, id, region, payload)
+        self.store.stage(txn, id, region, payload, cache)
     }
 
     /// The consistency point of strong writes: `commit_with(.., Consistency::Strong)`.

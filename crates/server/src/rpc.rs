@@ -456,13 +456,7 @@ fn handle(
                 .attach(&server.secret, arena, pid, fd, &name, len)?;
             Response::Ok
         }
-        Request::StageShm { items, locs } => {
-            let r = stage_shm(server, items, &locs, sess);
-            if sess.recv.capacity() > crate::limits::keep_limit(server, RECV_KEEP) {
-                sess.recv = Vec::new();
-            }
-            return r;
-        }
+        Request::StageShm { items, locs } => return stage_shm(server, items, &locs, sess),
         Request::ReadShm { items, held, locs } => {
             return read_shm(server, items, held, &locs, sess)
         }
@@ -634,10 +628,9 @@ fn stage_received(
 }
 
 /// `StageShm`: like `Stage`, with each item's bytes in an attached arena. Every location is
-/// checked before anything is copied. The bytes are copied into the connection's private
-/// receive buffer first: the checksum and the log must see the same bytes even if the
-/// client keeps writing into its arena (a record whose checksum does not match its payload
-/// would make recovery refuse the log).
+/// checked before anything is staged. The bytes are checksummed and written to the log
+/// straight from the arena: one copy (into the page cache) on the server. A client that keeps
+/// writing into a block it handed over ruins only its own record (see `ShmArenas::slice`).
 fn stage_shm(
     server: &Server,
     items: Vec<protocol::StageItem>,
@@ -662,18 +655,21 @@ fn stage_shm(
             server.config.max_payload
         )));
     }
-    let n = total as usize;
-    if sess.recv.len() < n {
-        sess.recv.resize(n, 0);
-    }
-    let mut at = 0usize;
-    for (item, loc) in items.iter().zip(locs) {
-        let len = item.len as usize;
-        sess.shm.copy_out(*loc, &mut sess.recv[at..at + len])?;
-        at += len;
+    for (item, loc) in items.into_iter().zip(locs) {
+        let body = sess.shm.slice(*loc, item.len)?;
+        let staged = server
+            .engine
+            .stage_shared(item.txn, item.id, &item.region, body)?;
+        sess.pending.insert(item.txn, staged);
     }
     server.shm_bytes.fetch_add(total, Ordering::Relaxed);
-    stage_received(server, items, sess)
+    server.metrics.staged.fetch_add(total, Ordering::Relaxed);
+    Ok((
+        Response::Staged {
+            count: sess.pending.len() as u64,
+        },
+        Vec::new(),
+    ))
 }
 
 /// Largest read buffer a connection keeps for its next reply.

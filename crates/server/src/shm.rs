@@ -106,20 +106,22 @@ impl Attached {
         self.span(loc, len).map(|_| ())
     }
 
-    /// Copies `dst.len()` bytes at `loc` into `dst` (private memory: the client may keep
-    /// writing to its arena, the copy is what gets checksummed and logged).
-    pub fn copy_out(&self, loc: ShmLoc, dst: &mut [u8]) -> Result<()> {
-        let (m, off) = self.span(loc, dst.len() as u64)?;
-        // SAFETY: [off, off + len) is inside the mapping (checked above) and the file cannot
-        // shrink below it (F_SEAL_SHRINK, checked at attach), so the read cannot fault.
-        unsafe { std::ptr::copy_nonoverlapping(m.base.add(off), dst.as_mut_ptr(), dst.len()) };
-        Ok(())
+    /// The `len` bytes at `loc`, read in place: a stage checksums and logs them straight from
+    /// the client's arena (no copy). The client may change them meanwhile; then the log holds
+    /// a record whose payload does not match its checksum, which reads refuse and recovery
+    /// skips (`pdcx_store::Scanned::Damaged`): the client ruins only its own write.
+    pub fn slice(&self, loc: ShmLoc, len: u64) -> Result<&[u8]> {
+        let (m, off) = self.span(loc, len)?;
+        // SAFETY: inside the mapping, which cannot shrink below it (F_SEAL_SHRINK, checked at
+        // attach), so reading it cannot fault; concurrent writes by the client can only make
+        // the bytes inconsistent with each other, which the checksum catches (see above).
+        Ok(unsafe { std::slice::from_raw_parts(m.base.add(off), len as usize) })
     }
 
     /// The `len` bytes at `loc`, for the server to write a read's result into.
     pub fn slice_mut(&mut self, loc: ShmLoc, len: u64) -> Result<&mut [u8]> {
         let (m, off) = self.span(loc, len)?;
-        // SAFETY: inside the mapping, which cannot shrink (as in `copy_out`). The memory is
+        // SAFETY: inside the mapping, which cannot shrink (as in `slice`). The memory is
         // shared with the client, which leaves the range alone until the reply; if it does
         // not, only its own read result is garbled. `&mut self` keeps this the server's only
         // view of it.
@@ -260,9 +262,7 @@ mod tests {
         r.unwrap();
         let mut b = pool.alloc(10).unwrap();
         b.as_mut_slice().copy_from_slice(b"0123456789");
-        let mut out = [0u8; 10];
-        att.copy_out(b.loc(), &mut out).unwrap();
-        assert_eq!(&out, b"0123456789");
+        assert_eq!(att.slice(b.loc(), 10).unwrap(), b"0123456789");
         att.slice_mut(b.loc(), 3).unwrap().copy_from_slice(b"abc");
         assert_eq!(&b.as_slice()[..4], b"abc3");
         let len = b.arena().len() as u64;

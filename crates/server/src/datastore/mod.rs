@@ -277,10 +277,18 @@ impl DataStore {
     }
 
     /// Appends a checked write to the log; it stays invisible until committed. `payload` is
-    /// borrowed (the connection's reused receive buffer). Small writes are copied into the
-    /// cache; large ones are not, since copying them costs more than reading them back from the
-    /// log, which the OS page cache still holds.
-    pub fn stage(&self, txn: u64, id: ObjectId, region: &Region, payload: &[u8]) -> Result<Staged> {
+    /// borrowed (the connection's reused receive buffer, or the client's shared-memory
+    /// block). With `cache`, small writes are copied into the cache; large ones never are,
+    /// since copying them costs more than reading them back from the log, which the OS page
+    /// cache still holds.
+    pub fn stage(
+        &self,
+        txn: u64,
+        id: ObjectId,
+        region: &Region,
+        payload: &[u8],
+        cache: bool,
+    ) -> Result<Staged> {
         // Pinned under the log lock: retirement checks pins under it too, so a sealed segment
         // is never retired between this append and its pin.
         let (loc, pin) = {
@@ -288,7 +296,7 @@ impl DataStore {
             let loc = log.append(id, txn, region, payload)?;
             (loc, self.pins.pin(loc.segment))
         };
-        if payload.len() <= CACHE_COPY_MAX {
+        if cache && payload.len() <= CACHE_COPY_MAX {
             self.cache.insert(loc, Arc::new(payload.to_vec()));
         }
         Ok(Staged {
