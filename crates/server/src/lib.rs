@@ -533,11 +533,19 @@ const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// (`DataStore::checkpoint`), so recovery replays at most that much of the log. Commits
 /// themselves pay one fdatasync and never wait for it.
 fn checkpointer(server: Weak<Server>) {
-    let interval = std::env::var("PDCX_CHECKPOINT_MS")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&ms| ms > 0)
-        .map_or(DEFAULT_CHECKPOINT_INTERVAL, Duration::from_millis);
+    let interval = match std::env::var("PDCX_CHECKPOINT_MS") {
+        Err(_) => DEFAULT_CHECKPOINT_INTERVAL,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => {
+                tracing::warn!(
+                    "PDCX_CHECKPOINT_MS={v:?} is not a positive number of milliseconds; using {} ms",
+                    DEFAULT_CHECKPOINT_INTERVAL.as_millis()
+                );
+                DEFAULT_CHECKPOINT_INTERVAL
+            }
+        },
+    };
     loop {
         let Some(s) = server.upgrade() else { return };
         if s.registrar_sleep(interval) {
