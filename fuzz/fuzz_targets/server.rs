@@ -111,6 +111,7 @@ fuzz_target!(|data: &[u8]| {
             Request::Shutdown
                 | Request::AttachShm { .. }
                 | Request::StageShm { .. }
+                | Request::StageShmCommit { .. }
                 | Request::ReadShm { .. }
         ) {
             return;

@@ -52,6 +52,10 @@ pub(crate) struct Inner {
     same_node: Vec<bool>,
     /// Per server: it refused to map an arena, so its connections use TCP.
     shm_refused: Vec<Arc<AtomicBool>>,
+    /// Per server on this node: its Unix-domain listener, the cheaper channel every connection
+    /// tries first (falling back to TCP when it fails); None for other servers, servers
+    /// without one, or with `PDCX_UNIX=0`.
+    unix: Vec<Option<String>>,
 }
 
 /// A handle to one deployment. Cheap to clone; safe to share between threads.
@@ -106,6 +110,13 @@ impl Client {
             shm::debug("shm: disabled by PDCX_SHM; bulk data goes over TCP");
             None
         };
+        let unix_ok = pdcx_transport::stream::unix_enabled_by_env();
+        let unix = cluster
+            .servers
+            .iter()
+            .zip(&same_node)
+            .map(|(s, &same)| (unix_ok && same && !s.unix.is_empty()).then(|| s.unix.clone()))
+            .collect();
         let local = local_server(&cluster);
         let on_node = cluster
             .servers
@@ -120,6 +131,7 @@ impl Client {
             shm,
             same_node,
             shm_refused: (0..n).map(|_| Arc::new(AtomicBool::new(false))).collect(),
+            unix,
             local: AtomicU32::new(local),
             aggregate: AtomicBool::new(aggregate),
             consistency: Mutex::new(HashMap::new()),
@@ -308,12 +320,42 @@ impl Client {
     }
 
     fn connect_at(&self, rank: u32, addr: &str, secret: &[u8]) -> Result<Conn> {
-        let mut conn = Conn::connect(addr, secret)?;
+        let mut conn = match self.connect_unix(rank, secret) {
+            Some(c) => c,
+            None => Conn::connect(addr, secret)?,
+        };
         if let (Some(pool), Some(true)) = (&self.inner.shm, self.inner.same_node.get(rank as usize))
         {
             conn.enable_shm(pool.clone(), self.inner.shm_refused[rank as usize].clone());
         }
         Ok(conn)
+    }
+
+    /// A connection to server `rank` over its Unix-domain listener, if it is on this node and
+    /// has one that answers as that rank; None means use TCP (a listener that cannot be
+    /// reached, e.g. from another network namespace, or a stale one, is no error).
+    fn connect_unix(&self, rank: u32, secret: &[u8]) -> Option<Conn> {
+        let spec = self.inner.unix.get(rank as usize)?.as_deref()?;
+        match Conn::connect_unix(spec, secret) {
+            Ok(c) if c.rank == rank => Some(c),
+            Ok(c) => {
+                shm::debug(&format!(
+                    "unix: {spec} answers as server {}, not {rank}; using TCP",
+                    c.rank
+                ));
+                None
+            }
+            Err(e) => {
+                shm::debug(&format!("unix: {}; using TCP", e.message));
+                None
+            }
+        }
+    }
+
+    /// Whether the pooled connection to server `rank` runs over its Unix-domain socket (it
+    /// is opened if need be). For tests and diagnostics.
+    pub fn uses_unix(&self, rank: u32) -> Result<bool> {
+        self.with_conn(rank, &mut |c| Ok(c.is_unix()))
     }
 
     /// Whether bulk data to server `rank` goes through shared memory (as far as known yet:
@@ -343,7 +385,11 @@ impl Client {
     }
 
     /// Runs `f` on the pooled connection to `rank`, reconnecting once if the pooled one is dead.
-    fn with_conn<T>(&self, rank: u32, f: &mut dyn FnMut(&mut Conn) -> Result<T>) -> Result<T> {
+    pub(crate) fn with_conn<T>(
+        &self,
+        rank: u32,
+        f: &mut dyn FnMut(&mut Conn) -> Result<T>,
+    ) -> Result<T> {
         let open = |addr: &str, secret: &[u8]| self.connect_at(rank, addr, secret);
         self.inner.pool.with_conn(rank, &open, f)
     }
@@ -757,20 +803,27 @@ impl Client {
                 b.as_mut_slice().copy_from_slice(data);
                 Payload::Shm(b)
             });
+        // Stage and commit travel in one message, answered once committed (one round trip).
+        let relaxed = match commit {
+            Request::CommitRelaxed {
+                expected_writes, ..
+            } => Some(expected_writes),
+            _ => None,
+        };
         let r = self.with_conn(dest, &mut |c| {
             match &block {
-                Some(p) => c.stage(std::slice::from_ref(&item), &[p])?,
+                Some(p) => {
+                    c.stage_commit(std::slice::from_ref(&item), &[p], durability, relaxed)?
+                }
                 None => {
-                    c.call(
-                        &Request::Stage {
-                            items: vec![item.clone()],
-                        },
-                        &[data],
-                    )?
-                    .0
+                    let req = Request::StageCommit {
+                        items: vec![item.clone()],
+                        durability,
+                        relaxed,
+                    };
+                    c.call(&req, &[data])?.0
                 }
             };
-            c.call(&commit, &[])?;
             Ok(())
         });
         if r.is_ok() && matches!(commit, Request::CommitRelaxed { .. }) {

@@ -6,7 +6,7 @@
 //! is on this client's node and has mapped the arena (see `shm.rs`), else in the frame payload.
 
 use crate::shm::{self, Arena, Payload, ShmBuf, ShmPool};
-use pdcx_core::protocol::{ReadItem, Request, Response, ShmLoc, StageItem};
+use pdcx_core::protocol::{Durability, ReadItem, Request, Response, Role, ShmLoc, StageItem};
 use pdcx_core::{Error, ErrorKind, Result};
 use pdcx_transport::pool::Pooled;
 use std::collections::HashSet;
@@ -54,6 +54,14 @@ impl Conn {
     pub fn connect(addr: &str, secret: &[u8]) -> Result<Conn> {
         Ok(Conn {
             inner: pdcx_transport::Conn::connect(addr, secret)?,
+            shm: None,
+        })
+    }
+
+    /// A client connection over the Unix-domain listener `spec` of a server on this node.
+    pub fn connect_unix(spec: &str, secret: &[u8]) -> Result<Conn> {
+        Ok(Conn {
+            inner: pdcx_transport::Conn::connect_unix_as(spec, secret, Role::Client)?,
             shm: None,
         })
     }
@@ -146,6 +154,35 @@ impl Conn {
         let parts: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
         let req = Request::Stage {
             items: items.to_vec(),
+        };
+        self.call(&req, &parts).map(|(r, _)| r)
+    }
+
+    /// Stages and commits `items` (bytes `data` in order) in one message, answered once
+    /// committed: `StageShmCommit` when the bytes all sit in arenas the server has mapped, else
+    /// `StageCommit` with the bytes in the frame payload. `relaxed`: commit as
+    /// `CommitRelaxed` with that `expected_writes`.
+    pub fn stage_commit(
+        &mut self,
+        items: &[StageItem],
+        data: &[&Payload],
+        durability: Durability,
+        relaxed: Option<u64>,
+    ) -> Result<Response> {
+        if let Some(locs) = self.shm_locs(data)? {
+            let req = Request::StageShmCommit {
+                items: items.to_vec(),
+                locs,
+                durability,
+                relaxed,
+            };
+            return self.call(&req, &[]).map(|(r, _)| r);
+        }
+        let parts: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+        let req = Request::StageCommit {
+            items: items.to_vec(),
+            durability,
+            relaxed,
         };
         self.call(&req, &parts).map(|(r, _)| r)
     }

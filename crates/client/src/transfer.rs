@@ -5,10 +5,21 @@
 //! this node the bytes travel through shared memory (`shm.rs`): `load` copies into an arena
 //! block, and a read's result is the block the server wrote into.
 //!
+//! Small transfers (at most `ONE_MESSAGE_MAX` bytes) skip the worker: `start` only checks and
+//! keeps them (a write's bytes are already the transfer's own copy, loaded before `start`),
+//! and `wait`/`wait_all` sends each destination's small writes as one `StageCommit` (stage and
+//! commit in one message, one round trip) and its small reads as one `Read`, on the calling
+//! thread's pooled connection: no hand-off to another thread, whose two context switches would
+//! cost more than the message itself. Their overlap with the caller's work is lost, which for
+//! a few KiB is nothing; large transfers keep the worker path, where overlap matters.
+//!
 //! Status: `Pending` while in flight; `Complete` once the server holds the data (for reads: once
 //! the data has arrived); `Failed` with the error. A write becomes visible to other clients
 //! only when `wait` returns: that is the consistency point (under relaxed consistency `wait`
-//! makes it durable, and `Client::sync` is the consistency point).
+//! makes it durable, and `Client::sync` is the consistency point). A small transfer that was
+//! started and not waited is `Pending`; asking its `status` sends it through the worker then
+//! (a write as a plain stage, committed at `wait` as before), so a loop polling `status` until
+//! `Complete` still ends.
 
 use crate::client::commit_request;
 use crate::client::Client;
@@ -34,6 +45,8 @@ pub enum Status {
 #[derive(Debug)]
 enum Phase {
     Idle,
+    /// Started, small: kept here until `wait` sends it (or `status` ships it to the worker).
+    Deferred,
     InFlight,
     Delivered,
     Done,
@@ -333,6 +346,11 @@ impl Transfer {
         let g = self.state.phase.lock().unwrap_or_else(|p| p.into_inner());
         match &g.0 {
             Phase::Idle => Status::Idle,
+            Phase::Deferred => {
+                drop(g);
+                self.ship_deferred();
+                Status::Pending
+            }
             Phase::InFlight => Status::Pending,
             Phase::Delivered | Phase::Done => Status::Complete,
             Phase::Failed(e) => Status::Failed(e.clone()),
@@ -358,6 +376,59 @@ impl Transfer {
             .take()
     }
 
+    /// Sends a deferred transfer through its worker, as `start` does for large ones (the
+    /// write is staged; `wait` commits it). Nothing if it is not deferred (any more).
+    fn ship_deferred(&self) {
+        {
+            let mut g = self.state.phase.lock().unwrap_or_else(|p| p.into_inner());
+            if !matches!(g.0, Phase::Deferred) {
+                return;
+            }
+            g.0 = Phase::InFlight;
+        }
+        let states = vec![self.state.clone()];
+        let job = if self.is_write {
+            let Some(data) = self.data.clone() else {
+                self.state.set(
+                    Phase::Failed(Error::invalid("write transfer has no data loaded")),
+                    None,
+                );
+                return;
+            };
+            self.client.inner.in_flight[self.dest as usize]
+                .fetch_add(self.byte_len as u64, Ordering::Relaxed);
+            Job::Stage {
+                items: vec![self.stage_item()],
+                data: vec![data],
+                states,
+            }
+        } else {
+            Job::Read {
+                items: vec![self.read_item()],
+                lens: vec![self.byte_len],
+                states,
+                held: self.held,
+            }
+        };
+        self.worker().submit(job);
+    }
+
+    fn stage_item(&self) -> StageItem {
+        StageItem {
+            txn: self.txn,
+            id: self.id,
+            region: self.region.clone(),
+            len: self.byte_len as u64,
+        }
+    }
+
+    fn read_item(&self) -> ReadItem {
+        ReadItem {
+            id: self.id,
+            region: self.region.clone(),
+        }
+    }
+
     fn worker(&self) -> &Worker {
         self.client.inner.workers[self.dest as usize]
             .get_or_init(|| Worker::spawn(&self.client, self.dest))
@@ -368,7 +439,7 @@ impl Transfer {
 pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
     for t in transfers.iter() {
         let g = t.state.phase.lock().unwrap_or_else(|p| p.into_inner());
-        if matches!(g.0, Phase::InFlight | Phase::Delivered) {
+        if matches!(g.0, Phase::Deferred | Phase::InFlight | Phase::Delivered) {
             return Err(Error::invalid(format!(
                 "transfer on region {} is already started; wait() before restarting",
                 t.region
@@ -387,26 +458,25 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
     plan_reads(transfers)?;
     let mut per_server: BTreeMap<u32, Batch> = BTreeMap::new();
     for t in transfers.iter_mut() {
+        if t.is_write {
+            t.txn = t.client.next_txn();
+        }
+        if t.byte_len <= ONE_MESSAGE_MAX && !t.held {
+            // Sent by `wait` on the calling thread (see the module comment).
+            *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::Deferred, None);
+            continue;
+        }
         *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::InFlight, None);
         let b = per_server.entry(t.dest).or_default();
         if t.is_write {
             t.client.inner.in_flight[t.dest as usize]
                 .fetch_add(t.byte_len as u64, Ordering::Relaxed);
-            t.txn = t.client.next_txn();
-            b.stage_items.push(StageItem {
-                txn: t.txn,
-                id: t.id,
-                region: t.region.clone(),
-                len: t.byte_len as u64,
-            });
+            b.stage_items.push(t.stage_item());
             b.stage_data.push(t.data.clone().expect("checked above"));
             b.stage_states.push(t.state.clone());
         } else {
             let r = &mut b.reads[t.held as usize];
-            r.0.push(ReadItem {
-                id: t.id,
-                region: t.region.clone(),
-            });
+            r.0.push(t.read_item());
             r.1.push(t.byte_len);
             r.2.push(t.state.clone());
         }
@@ -450,6 +520,10 @@ struct Batch {
 
 /// Read items, their byte lengths and the transfers waiting for them.
 type ReadBatch = (Vec<ReadItem>, Vec<usize>, Vec<Arc<State>>);
+
+/// Transfers of at most this many bytes are sent by `wait` on the calling thread, a write as
+/// one `StageCommit` (see the module comment); larger ones go through the worker at `start`.
+pub const ONE_MESSAGE_MAX: usize = 64 << 10;
 
 /// Reads at least this large ask the owner where their region lives (one small round trip per
 /// owner per batch) so that a region held by one other server is read there directly; smaller
@@ -513,25 +587,40 @@ fn durability_of_code(c: u8) -> Durability {
 }
 
 /// The consistency point for a batch: one `Commit` per server for the started writes, then
-/// blocks until every transfer is done. Returns the first failure (all are still waited for).
+/// blocks until every transfer is done. Small transfers `start` kept are sent here on this
+/// thread: a server's small writes as one `StageCommit`, its small reads as one `Read`;
+/// small writes that share a commit with large ones in the worker join the worker's queue
+/// instead, so one commit still covers them all. Returns the first failure (all are still
+/// waited for).
 pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
     let mut commits: Commits = BTreeMap::new();
-    for t in transfers.iter() {
+    // Per commit group: the transfers (indices) still kept by `start`.
+    let mut kept: BTreeMap<(u32, u8, Option<u64>), Vec<usize>> = BTreeMap::new();
+    let mut kept_reads: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+    for (i, t) in transfers.iter().enumerate() {
         let g = t.state.phase.lock().unwrap_or_else(|p| p.into_inner());
-        if t.is_write && matches!(g.0, Phase::InFlight | Phase::Delivered) {
+        let deferred = matches!(g.0, Phase::Deferred);
+        if t.is_write && (deferred || matches!(g.0, Phase::InFlight | Phase::Delivered)) {
             let relaxed = match t.consistency {
                 Consistency::Relaxed { expected_writes } => Some(expected_writes),
                 Consistency::Strong => None,
             };
-            let c = commits
-                .entry((t.dest, durability_code(t.durability), relaxed))
-                .or_default();
+            let key = (t.dest, durability_code(t.durability), relaxed);
+            let c = commits.entry(key).or_default();
             c.0.push(t.txn);
             c.1.push(t.state.clone());
             c.2.push(t.id);
+            if deferred {
+                kept.entry(key).or_default().push(i);
+            }
+        } else if deferred {
+            kept_reads.entry(t.dest).or_default().push(i);
         }
     }
-    for ((dest, durability, relaxed), (txns, states, ids)) in commits {
+    // One message per group of small writes alone, sent after the worker's jobs are queued.
+    let mut one_message = Vec::new();
+    for (key, (txns, states, ids)) in commits {
+        let (dest, durability, relaxed) = key;
         let t = transfers
             .iter()
             .find(|t| t.dest == dest)
@@ -552,7 +641,72 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
                 t.client.note_relaxed(id, dest);
             }
         }
+        let small = kept.remove(&key).unwrap_or_default();
+        if small.len() == states.len() {
+            one_message.push((dest, request, small));
+            continue;
+        }
+        // Mixed with writes already in the worker: stage the small ones there too, ahead of
+        // the commit in the same queue.
+        for &i in &small {
+            transfers[i].ship_deferred();
+        }
         t.worker().submit(Job::Commit { request, states });
+    }
+    for (dest, request, small) in one_message {
+        let (durability, relaxed) = match request {
+            Request::CommitRelaxed {
+                durability,
+                expected_writes,
+                ..
+            } => (durability, Some(expected_writes)),
+            Request::Commit { durability, .. } => (durability, None),
+            _ => unreachable!("commit_request makes commits"),
+        };
+        let items: Vec<StageItem> = small.iter().map(|&i| transfers[i].stage_item()).collect();
+        let mut data: Vec<Arc<Payload>> = Vec::with_capacity(small.len());
+        for &i in &small {
+            match transfers[i].data.clone() {
+                Some(d) => data.push(d),
+                None => {
+                    let e = Error::invalid("write transfer has no data loaded");
+                    small
+                        .iter()
+                        .for_each(|&i| transfers[i].state.set(Phase::Failed(e.clone()), None));
+                    continue;
+                }
+            }
+        }
+        if data.len() != small.len() {
+            continue;
+        }
+        let parts: Vec<&Payload> = data.iter().map(|d| &**d).collect();
+        let client = transfers[small[0]].client.clone();
+        let r = client.with_conn(dest, &mut |c| {
+            c.stage_commit(&items, &parts, durability, relaxed)
+        });
+        for &i in &small {
+            let phase = match &r {
+                Ok(_) => Phase::Done,
+                Err(e) => Phase::Failed(e.clone()),
+            };
+            transfers[i].state.set(phase, None);
+        }
+    }
+    for (dest, idx) in kept_reads {
+        let items: Vec<ReadItem> = idx.iter().map(|&i| transfers[i].read_item()).collect();
+        let lens: Vec<usize> = idx.iter().map(|&i| transfers[i].byte_len).collect();
+        let client = transfers[idx[0]].client.clone();
+        match client.with_conn(dest, &mut |c| c.read(&items, false, &lens)) {
+            Ok(parts) => {
+                for (&i, data) in idx.iter().zip(parts) {
+                    transfers[i].state.set(Phase::Done, Some(data));
+                }
+            }
+            Err(e) => idx
+                .iter()
+                .for_each(|&i| transfers[i].state.set(Phase::Failed(e.clone()), None)),
+        }
     }
     let mut first_err = None;
     for t in transfers.iter_mut() {
@@ -566,7 +720,8 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
                     first_err.get_or_insert_with(|| e.clone());
                     break;
                 }
-                Phase::Done | Phase::Idle => break,
+                // Not started (or kept and then not sent, which cannot happen here).
+                Phase::Done | Phase::Idle | Phase::Deferred => break,
             }
         }
     }

@@ -503,6 +503,24 @@ pub enum Request {
         held: bool,
         locs: Vec<ShmLoc>,
     },
+    // --- issue 10, part 4 (small operations): a small write in one round trip ---
+    /// `Stage` of `items` (their bytes in the frame payload) and, in the same message, their
+    /// `Commit` at `durability`, or with `relaxed: Some(expected_writes)` their
+    /// `CommitRelaxed`. Answered with `Committed` once committed. If an item fails to stage,
+    /// none of them stays staged and nothing is committed.
+    StageCommit {
+        items: Vec<StageItem>,
+        durability: Durability,
+        relaxed: Option<u64>,
+    },
+    /// `StageCommit` whose item `i` has its bytes in the attached arena at `locs[i]` (as in
+    /// `StageShm`; the frame carries no payload).
+    StageShmCommit {
+        items: Vec<StageItem>,
+        locs: Vec<ShmLoc>,
+        durability: Durability,
+        relaxed: Option<u64>,
+    },
 }
 
 /// How a lookup names an object.
@@ -631,6 +649,10 @@ pub struct ServerStats {
     /// The flusher's last tier error, if the last attempt failed.
     #[serde(default)]
     pub flush_error: Option<String>,
+    // --- issue 10, part 4 (small operations) ---
+    /// Client connections accepted on the server's Unix-domain listener since start.
+    #[serde(default)]
+    pub unix_connections: u64,
 }
 
 /// What a flush did and what is left.

@@ -6,6 +6,8 @@
 //! ROOT/secret            deployment secret (0600), created by the first rank to start
 //! ROOT/cluster.json      rank -> address map + secret (0600), written by rank 0 once all ranks answer
 //! ROOT/run/rank-N.json   each running rank's address and pid (removed at clean shutdown)
+//! ROOT/run/rank-N.sock   its Unix-domain listener for same-node clients (0600; removed at
+//!                        shutdown; an abstract socket instead when this path is too long)
 //! ROOT/server-NNNN/      one rank's state: LOCK, meta.sqlite (+WAL), log/ (segments + MANIFEST)
 //! ```
 
@@ -27,7 +29,9 @@ use engine::Engine;
 use meta::Metadata;
 use pdcx_core::{owner_of_name, Error, ErrorKind, Result};
 use pdcx_transport::cluster::{load_or_create_secret, write_private_atomic, ServerEntry};
+use pdcx_transport::Stream;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -58,6 +62,9 @@ pub struct ServerConfig {
     pub metrics: Option<String>,
     /// Connections, timeouts (`limits.rs`; `pdcx server` reads them from the environment).
     pub limits: limits::Limits,
+    /// Also listen on a Unix-domain socket for clients on this node (default on; `PDCX_UNIX=0`
+    /// turns it off).
+    pub unix: bool,
 }
 
 /// Default `ServerConfig::agg_window`: long enough for a burst of ranks released by a barrier.
@@ -82,6 +89,7 @@ impl ServerConfig {
                 .ok()
                 .filter(|a| !a.trim().is_empty()),
             limits: limits::Limits::default(),
+            unix: pdcx_transport::stream::unix_enabled_by_env(),
         }
     }
 }
@@ -91,10 +99,15 @@ pub struct Server {
     pub meta: Arc<Metadata>,
     pub engine: Engine,
     pub addr: SocketAddr,
+    /// The Unix-domain listener clients on this node use, as advertised (a path, or `@name`
+    /// for an abstract socket); None when there is none.
+    pub unix: Option<String>,
     pub dir: PathBuf,
     secret: Vec<u8>,
     started: Instant,
     connections: AtomicU64,
+    /// Client connections accepted on the Unix-domain listener since start.
+    unix_connections: AtomicU64,
     /// Bytes of read replies served (owner reads and direct reads of held regions).
     read_bytes: AtomicU64,
     /// Lookups answered as owner; of those forwarded by other servers, and the client
@@ -118,6 +131,7 @@ pub struct Server {
 pub struct ServerHandle {
     pub server: Arc<Server>,
     acceptor: Option<std::thread::JoinHandle<()>>,
+    unix_acceptor: Option<std::thread::JoinHandle<()>>,
     flusher: Option<std::thread::JoinHandle<()>>,
     registrar: Option<std::thread::JoinHandle<()>>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
@@ -130,6 +144,44 @@ pub fn rank_dir(root: &Path, rank: u32) -> PathBuf {
 
 pub fn rank_file(root: &Path, rank: u32) -> PathBuf {
     root.join("run").join(format!("rank-{rank}.json"))
+}
+
+/// Where rank `rank` of the deployment at `root` puts its Unix-domain listener.
+pub fn unix_socket_path(root: &Path, rank: u32) -> PathBuf {
+    root.join("run").join(format!("rank-{rank}.sock"))
+}
+
+/// Binds rank `rank`'s Unix-domain listener: `ROOT/run/rank-N.sock` (mode 0600), replacing a
+/// stale one (the caller holds the rank's lock, so no live server of this rank owns it); an
+/// abstract socket named from the root when that path does not fit in `sun_path`. Returns
+/// the listener and how clients name it.
+fn bind_unix(root: &Path, rank: u32) -> std::io::Result<(UnixListener, String)> {
+    use std::os::unix::fs::PermissionsExt;
+    let path = unix_socket_path(root, rank);
+    // sun_path holds 108 bytes with the terminating NUL.
+    if path.as_os_str().len() < 108 {
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let l = UnixListener::bind(&path)?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        return Ok((l, path.to_string_lossy().into_owned()));
+    }
+    // Named after the canonical root so that two deployments never share a name; the kernel
+    // removes it with the last descriptor, so it is never stale.
+    let canon = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in canon.as_os_str().as_encoded_bytes() {
+        h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
+    }
+    let spec = format!(
+        "{}pdcx-{h:016x}-{rank}",
+        pdcx_transport::stream::ABSTRACT_PREFIX
+    );
+    let addr = pdcx_transport::stream::unix_addr(&spec)?;
+    Ok((UnixListener::bind_addr(&addr)?, spec))
 }
 
 fn io<'a>(ctx: &str, path: &'a Path) -> impl Fn(std::io::Error) -> Error + 'a {
@@ -234,16 +286,37 @@ impl Server {
         let addr = listener
             .local_addr()
             .map_err(|e| Error::io("local_addr", &e))?;
+        // The Unix listener is an optimisation: without one, clients on this node use TCP.
+        let unix = if config.unix {
+            match bind_unix(&config.root, config.rank) {
+                Ok(x) => Some(x),
+                Err(e) => {
+                    tracing::warn!(
+                        rank = config.rank,
+                        "no Unix-domain listener ({e}); clients on this node use TCP"
+                    );
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let (unix_listener, unix_spec) = match unix {
+            Some((l, s)) => (Some(l), Some(s)),
+            None => (None, None),
+        };
         let relay = relay::Relay::new(config.agg_window);
         let server = Arc::new(Server {
             config,
             meta,
             engine,
             addr,
+            unix: unix_spec,
             dir,
             secret,
             started: Instant::now(),
             connections: AtomicU64::new(0),
+            unix_connections: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
             lookups: AtomicU64::new(0),
             lookups_forwarded: AtomicU64::new(0),
@@ -263,7 +336,10 @@ impl Server {
             None => None,
         };
         let s = server.clone();
+        // One admission count for both listeners: the limit is on connections, whatever the
+        // channel.
         let admission = limits::Admission::new(server.config.limits.max_connections);
+        let a = admission.clone();
         let acceptor = std::thread::Builder::new()
             .name("pdcx-accept".into())
             .spawn(move || {
@@ -273,10 +349,34 @@ impl Server {
                     }
                     let Ok(stream) = stream else { continue };
                     s.metrics.accepted.fetch_add(1, Ordering::Relaxed);
-                    accept(&s, &admission, stream);
+                    let _ = stream.set_nodelay(true);
+                    accept(&s, &a, Stream::Tcp(stream));
                 }
             })
             .map_err(|e| Error::io("spawning accept thread", &e))?;
+        let unix_acceptor = match unix_listener {
+            None => None,
+            Some(listener) => {
+                let s = server.clone();
+                let a = admission.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("pdcx-accept-unix".into())
+                        .spawn(move || {
+                            for stream in listener.incoming() {
+                                if s.shutdown_requested.load(Ordering::SeqCst) {
+                                    break;
+                                }
+                                let Ok(stream) = stream else { continue };
+                                s.metrics.accepted.fetch_add(1, Ordering::Relaxed);
+                                s.unix_connections.fetch_add(1, Ordering::Relaxed);
+                                accept(&s, &a, Stream::Unix(stream));
+                            }
+                        })
+                        .map_err(|e| Error::io("spawning accept thread", &e))?,
+                )
+            }
+        };
         let flusher = match server.engine.tiering.clone() {
             None => None,
             Some(t) => {
@@ -315,6 +415,7 @@ impl Server {
         Ok(ServerHandle {
             server,
             acceptor: Some(acceptor),
+            unix_acceptor,
             flusher,
             registrar: Some(registrar),
             checkpointer: Some(checkpointer),
@@ -351,6 +452,14 @@ impl Server {
 
     fn wake_acceptor(&self) {
         let _ = TcpStream::connect(self.addr);
+        if let Some(spec) = &self.unix {
+            let _ = pdcx_transport::stream::connect_unix(spec);
+        }
+    }
+
+    /// Client connections accepted on the Unix-domain listener since start.
+    pub fn unix_connections(&self) -> u64 {
+        self.unix_connections.load(Ordering::Relaxed)
     }
 
     /// The address clients should dial: a wildcard bind advertises this host's first
@@ -375,6 +484,7 @@ impl Server {
             pid: std::process::id(),
             host: launch::hostname(),
             node: self.config.node.clone(),
+            unix: self.unix.clone().unwrap_or_default(),
         }
     }
 
@@ -395,7 +505,7 @@ impl Server {
 
 /// Serves a new connection on its own thread, or refuses it with a message (at the connection
 /// limit, or when no thread can be started).
-fn accept(server: &Arc<Server>, admission: &limits::Admission, stream: TcpStream) {
+fn accept(server: &Arc<Server>, admission: &limits::Admission, stream: Stream) {
     let rank = server.config.rank;
     let Some(slot) = admission.admit() else {
         limits::refuse(
@@ -447,6 +557,14 @@ impl ServerHandle {
         self.server.wake_acceptor();
         if let Some(t) = self.acceptor.take() {
             let _ = t.join();
+        }
+        if let Some(t) = self.unix_acceptor.take() {
+            let _ = t.join();
+        }
+        if let Some(spec) = &self.server.unix {
+            if !spec.starts_with(pdcx_transport::stream::ABSTRACT_PREFIX) {
+                let _ = std::fs::remove_file(spec);
+            }
         }
         if let Some(t) = &self.server.engine.tiering {
             t.kick();

@@ -19,8 +19,8 @@
 
 use pdcx_core::protocol::{self, FrameKind, Response};
 use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_transport::Stream;
 use std::io::{BufRead, BufReader};
-use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -143,6 +143,7 @@ fn share(budget: u64, open: u64, max: usize) -> usize {
 }
 
 /// Counts open connections against `max_connections`.
+#[derive(Clone)]
 pub(crate) struct Admission {
     open: Arc<AtomicUsize>,
     max: usize,
@@ -190,7 +191,7 @@ impl Admission {
 /// Tells a connection the server will not serve it, in an error frame where a client expects
 /// the challenge, then closes it. Never blocks the accept loop for long: the frame is small and
 /// the write is bounded.
-pub(crate) fn refuse(stream: TcpStream, why: String) {
+pub(crate) fn refuse(stream: Stream, why: String) {
     let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
     let e = Error::new(ErrorKind::Unavailable, why);
     if let Ok(body) = protocol::encode_body(&Response::Error(e)) {
@@ -201,7 +202,7 @@ pub(crate) fn refuse(stream: TcpStream, why: String) {
 }
 
 /// Applies the write timeout to a new connection.
-pub(crate) fn on_connect(stream: &TcpStream, limits: &Limits) {
+pub(crate) fn on_connect(stream: &Stream, limits: &Limits) {
     let _ = stream.set_write_timeout(limits.write_timeout);
 }
 
@@ -209,7 +210,7 @@ pub(crate) fn on_connect(stream: &TcpStream, limits: &Limits) {
 /// timeout for the rest of it. False: the client closed the connection, or stayed idle past
 /// the idle timeout while `may_idle_out` (nothing staged that a close would lose).
 pub(crate) fn await_request(
-    reader: &mut BufReader<TcpStream>,
+    reader: &mut BufReader<Stream>,
     limits: &Limits,
     may_idle_out: bool,
 ) -> bool {
@@ -254,7 +255,7 @@ pub(crate) fn stalled_or_gone(e: &std::io::Error) -> bool {
 }
 
 /// Arms the frame timeout on a freshly authenticated connection (the handshake has its own).
-pub(crate) fn after_handshake(stream: &TcpStream, limits: &Limits) -> Result<()> {
+pub(crate) fn after_handshake(stream: &Stream, limits: &Limits) -> Result<()> {
     stream
         .set_read_timeout(limits.frame_timeout)
         .map_err(|e| Error::io("socket", &e))

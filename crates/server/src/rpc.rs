@@ -14,17 +14,16 @@ use pdcx_core::protocol::{
     Role, ServerInfo, ServerStats,
 };
 use pdcx_core::{owner_of_name, Error, ErrorKind, ObjectMeta, Result};
+use pdcx_transport::Stream;
 use std::collections::HashMap;
 use std::io::{BufReader, BufWriter, Read};
-use std::net::TcpStream;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-type Reader = BufReader<TcpStream>;
-type Writer = BufWriter<TcpStream>;
+type Reader = BufReader<Stream>;
+type Writer = BufWriter<Stream>;
 
-pub(crate) fn serve_connection(server: &Server, stream: TcpStream) {
-    let _ = stream.set_nodelay(true);
+pub(crate) fn serve_connection(server: &Server, stream: Stream) {
     crate::limits::on_connect(&stream, &server.config.limits);
     let Ok(read_half) = stream.try_clone() else {
         return;
@@ -198,10 +197,7 @@ fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Resul
     let theirs = protocol::header_version(&hb);
     if protocol::has_magic(&hb) && theirs != protocol::VERSION {
         let ours = protocol::VERSION;
-        let who = reader
-            .get_ref()
-            .peer_addr()
-            .map_or_else(|_| "?".into(), |a| a.to_string());
+        let who = reader.get_ref().peer_desc();
         eprintln!(
             "pdcx server {}: refused a connection from {who}: it speaks pdcx protocol {theirs}, this server {ours}",
             server.config.rank
@@ -302,6 +298,19 @@ fn handle(
             sess.recv = Vec::new();
         }
         return r;
+    }
+    if let Request::StageCommit {
+        items,
+        durability,
+        relaxed,
+    } = req
+    {
+        let txns: Vec<u64> = items.iter().map(|i| i.txn).collect();
+        let r = stage(server, items, payload_len, reader, sess);
+        if sess.recv.capacity() > crate::limits::keep_limit(server, RECV_KEEP) {
+            sess.recv = Vec::new();
+        }
+        return stage_then_commit(server, sess, r, &txns, durability, relaxed);
     }
     no_payload(reader, payload_len)?;
     let pending = &mut sess.pending;
@@ -460,7 +469,47 @@ fn handle(
         Request::ReadShm { items, held, locs } => {
             return read_shm(server, items, held, &locs, sess)
         }
+        Request::StageCommit { .. } => unreachable!("handled above"),
+        Request::StageShmCommit {
+            items,
+            locs,
+            durability,
+            relaxed,
+        } => {
+            let txns: Vec<u64> = items.iter().map(|i| i.txn).collect();
+            let r = stage_shm(server, items, &locs, sess);
+            if sess.recv.capacity() > crate::limits::keep_limit(server, RECV_KEEP) {
+                sess.recv = Vec::new();
+            }
+            return stage_then_commit(server, sess, r, &txns, durability, relaxed);
+        }
     };
+    Ok((resp, Vec::new()))
+}
+
+/// The commit half of `StageCommit` / `StageShmCommit`: after `staged` (the stage half's
+/// outcome) succeeded, commits `txns` on this thread, right away (no other thread is involved:
+/// the reply goes out once the commit is done at `durability`). If the stage failed, none of
+/// `txns` stays staged.
+fn stage_then_commit(
+    server: &Server,
+    sess: &mut Session,
+    staged: Result<(Response, Vec<u8>)>,
+    txns: &[u64],
+    durability: protocol::Durability,
+    relaxed: Option<u64>,
+) -> Result<(Response, Vec<u8>)> {
+    if let Err(e) = staged {
+        for t in txns {
+            sess.pending.remove(t);
+        }
+        return Err(e);
+    }
+    let consistency = match relaxed {
+        Some(expected_writes) => Consistency::Relaxed { expected_writes },
+        None => Consistency::Strong,
+    };
+    let resp = commit(server, &mut sess.pending, txns, durability, consistency)?;
     Ok((resp, Vec::new()))
 }
 
@@ -815,6 +864,7 @@ pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
         registers_sent: c.sent.load(Ordering::Relaxed),
         unregistered: server.engine.deferred_count(),
         shm_bytes: server.shm_bytes.load(Ordering::Relaxed),
+        unix_connections: server.unix_connections(),
         ..ServerStats::default()
     };
     server.engine.fill_tier_stats(&mut st);

@@ -20,6 +20,11 @@ pub struct ServerEntry {
     /// host name). Clients on the same node send their data here.
     #[serde(default)]
     pub node: String,
+    /// The server's Unix-domain listener for clients on its node: a path (mode 0600), or
+    /// `@name` for an abstract socket. Empty when it has none (older servers, or none could
+    /// be bound); clients then use `addr`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub unix: String,
 }
 
 impl ServerEntry {
@@ -226,6 +231,7 @@ mod tests {
                 pid: 1,
                 host: "h".into(),
                 node: String::new(),
+                unix: "/r/run/rank-0.sock".into(),
             }],
         };
         cf.store(&dir).unwrap();
@@ -238,6 +244,15 @@ mod tests {
                 & 0o777,
             0o600
         );
+        // A cluster file written before servers had Unix listeners still loads.
+        let old = r#"{"version":1,"size":1,"secret":"0f","servers":[{"rank":0,"addr":"127.0.0.1:1","pid":1,"host":"h","node":"n"}]}"#;
+        std::fs::write(ClusterFile::path(&dir), old).unwrap();
+        std::fs::set_permissions(
+            ClusterFile::path(&dir),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        assert_eq!(ClusterFile::load(&dir).unwrap().servers[0].unix, "");
         std::fs::write(ClusterFile::path(&dir), "{\"version\":1}").unwrap();
         assert!(ClusterFile::load(&dir)
             .unwrap_err()

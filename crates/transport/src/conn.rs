@@ -4,6 +4,7 @@
 //!
 //! The client library adds the shared-memory bulk path on top (`pdcx_client::conn`).
 
+use crate::stream::{self, Stream};
 use pdcx_core::protocol::{
     self, FrameKind, Hello, PeerRequest, PeerResponse, Reply, Request, Response, Role, ServerInfo,
 };
@@ -16,11 +17,11 @@ use std::time::Duration;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The buffered read half of a connection (reply payloads are read from it directly).
-pub type Reader = BufReader<TcpStream>;
+pub type Reader = BufReader<Stream>;
 
 pub struct Conn {
     reader: Reader,
-    writer: BufWriter<TcpStream>,
+    writer: BufWriter<Stream>,
     next_id: u64,
     /// The server's rank and the deployment's size, as its `Welcome` said.
     pub rank: u32,
@@ -76,6 +77,23 @@ impl Conn {
             )
         })?;
         stream.set_nodelay(true).map_err(|e| net_err(addr, &e))?;
+        Self::over(Stream::Tcp(stream), addr, secret, role)
+    }
+
+    /// A connection in `role` over the Unix-domain listener a server on this node advertises
+    /// (`spec`: a path, or `@name` for an abstract socket). Same handshake as over TCP.
+    pub fn connect_unix_as(spec: &str, secret: &[u8], role: Role) -> Result<Conn> {
+        let s = stream::connect_unix(spec).map_err(|e| {
+            Error::new(
+                ErrorKind::Unavailable,
+                format!("cannot reach pdcx server at Unix socket {spec}: {e}"),
+            )
+        })?;
+        Self::over(Stream::Unix(s), &format!("unix:{spec}"), secret, role)
+    }
+
+    /// Authenticates a freshly connected `stream` to the server at `addr` (for messages).
+    fn over(stream: Stream, addr: &str, secret: &[u8], role: Role) -> Result<Conn> {
         // Something that accepts but never speaks (a frozen server, a reused port) must not
         // hang the client: bound the handshake, then lift the limit for long transfers.
         stream
@@ -103,6 +121,11 @@ impl Conn {
             .set_read_timeout(None)
             .map_err(|e| net_err(addr, &e))?;
         Ok(conn)
+    }
+
+    /// Whether this connection runs over a Unix-domain socket (else TCP).
+    pub fn is_unix(&self) -> bool {
+        self.writer.get_ref().is_unix()
     }
 
     fn handshake(&mut self, secret: &[u8]) -> Result<()> {

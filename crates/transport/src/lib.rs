@@ -7,8 +7,10 @@ pub mod cluster;
 pub mod conn;
 pub mod peer;
 pub mod pool;
+pub mod stream;
 
 pub use cluster::ClusterFile;
 pub use conn::Conn;
 pub use peer::PeerClient;
 pub use pool::Pool;
+pub use stream::Stream;
