@@ -478,9 +478,6 @@ fn handle(
         } => {
             let txns: Vec<u64> = items.iter().map(|i| i.txn).collect();
             let r = stage_shm(server, items, &locs, sess);
-            if sess.recv.capacity() > crate::limits::keep_limit(server, RECV_KEEP) {
-                sess.recv = Vec::new();
-            }
             return stage_then_commit(server, sess, r, &txns, durability, relaxed);
         }
     };
