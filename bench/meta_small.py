@@ -5,8 +5,8 @@
 Starts `pdcx server start -n S --root DIR/pdcx` ($PDCX_BIN or `pdcx` on PATH) and prints:
 
 - creates/s per server, single: `cont.create_object(name, 1, "int32", tags={"step": i % 100})`
-  in a loop (create + tag in one durable request), and from 4 clients at once (the server's
-  metadata group commit shares WAL fsyncs between them);
+  in a loop (create + tag in one request, answered at the owner's commit) ended by
+  `client.sync()` (every create on stable storage; timed), and from 4 clients at once;
 - creates/s per server, batched: `cont.create_objects([...])`, `--batch` specs per call;
 - 4 KiB write + wait latency (`write_async(..).wait()`) with `local` and `memory` durability;
 - baselines: h5py dataset creation rate (one file, an int attribute each; no fsync: HDF5 has
@@ -52,6 +52,7 @@ def bench_creates(client, servers: int, n: int, batch: int, prefix: str) -> None
     t0 = time.perf_counter()
     for i in range(n):
         cont.create_object(f"{prefix}-s-{i}", 1, "int32", tags={"step": i % 100})
+    client.sync()  # the consistency point: every create above is on stable storage (timed)
     dt = time.perf_counter() - t0
     print(f"pdcx create+tag, single, 1 thread    : {rate(n, dt)} total, {rate(n // servers, dt)} per server")
 
@@ -60,9 +61,11 @@ def bench_creates(client, servers: int, n: int, batch: int, prefix: str) -> None
     def worker(t: int) -> None:
         # One client per thread: a client has one pooled connection per server, shared (and
         # serialised) by its threads; separate clients are what concurrent ranks look like.
-        c = pdcx.connect(client.root).open_container(f"{prefix}-c")
+        pdcx_client = pdcx.connect(client.root)
+        c = pdcx_client.open_container(f"{prefix}-c")
         for i in range(per):
             c.create_object(f"{prefix}-t{t}-{i}", 1, "int32", tags={"step": i % 100})
+        pdcx_client.sync()
 
     ths = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
     t0 = time.perf_counter()

@@ -136,10 +136,17 @@ pub unsafe extern "C" fn PDCcont_get_id(name: *const c_char, pdc: PdcId) -> PdcI
 #[no_mangle]
 pub extern "C" fn PDCcont_close(id: PdcId) -> Perr {
     ffi_err("PDCcont_close", || {
-        let mut st = state();
-        cont_name(&st, id)?;
-        st.handles.remove(&id);
-        Ok(())
+        {
+            let mut st = state();
+            cont_name(&st, id)?;
+            st.handles.remove(&id);
+        }
+        // A consistency point of this process's creates and tags (see ARCHITECTURE.md,
+        // "Creates"); cheap when there are none.
+        match client() {
+            Ok(c) => c.sync_metadata().map_err(err),
+            Err(_) => Ok(()),
+        }
     })
 }
 

@@ -56,7 +56,19 @@ pub(crate) struct Inner {
     /// tries first (falling back to TCP when it fails); None for other servers, servers
     /// without one, or with `PDCX_UNIX=0`.
     unix: Vec<Option<String>>,
+    /// Creates (issue 10, item 5): owners holding metadata changes of this client answered
+    /// at commit (lazy creates and tag puts) and not yet known to be on stable storage; the
+    /// next consistency point sends them `SyncMeta`.
+    lazy_at: Mutex<BTreeSet<u32>>,
+    /// Containers this client saw exist recently (a create checks its containers here before
+    /// asking their owners again).
+    containers_seen: Mutex<HashMap<String, std::time::Instant>>,
 }
+
+/// How long a container seen to exist is trusted by creates without asking its owner again.
+/// A container deleted by another client within this window can still receive a membership
+/// (as when the delete had come right after the create).
+const CONTAINER_SEEN_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A handle to one deployment. Cheap to clone; safe to share between threads.
 #[derive(Clone)]
@@ -143,6 +155,8 @@ impl Client {
             cluster,
             txn_base,
             txn_counter: AtomicU64::new(1),
+            lazy_at: Mutex::new(BTreeSet::new()),
+            containers_seen: Mutex::new(HashMap::new()),
         };
         let client = Client {
             inner: Arc::new(inner),
@@ -262,8 +276,10 @@ impl Client {
         first_err.map_or(Ok(()), Err)
     }
 
-    /// [`sync`](Self::sync) of every object with relaxed writes this client has not synced.
+    /// [`sync`](Self::sync) of every object with relaxed writes this client has not synced,
+    /// and [`sync_metadata`](Self::sync_metadata).
     pub fn sync_all(&self) -> Result<()> {
+        let meta = self.sync_metadata();
         let ids: Vec<ObjectId> = self
             .inner
             .relaxed_at
@@ -272,7 +288,8 @@ impl Client {
             .keys()
             .copied()
             .collect();
-        self.sync(&ids)
+        let data = self.sync(&ids);
+        meta.and(data)
     }
 
     pub fn placement(&self) -> Placement {
@@ -442,19 +459,87 @@ impl Client {
         Ok(all)
     }
 
+    /// Creates one object. When this returns the object exists at its owner: it is visible to
+    /// every client (open by name, tag queries), usable for transfers, and survives a crash of
+    /// the owner's process; a duplicate name or a bad spec has failed here, leaving nothing
+    /// behind. It is on stable storage (survives power loss) about one WAL fsync later by
+    /// itself, and for certain at this client's next consistency point
+    /// ([`sync_metadata`](Self::sync_metadata): any write, `sync_all`, C `PDCclose` /
+    /// `PDCcont_close`, Python `Client.sync`/`close`). See ARCHITECTURE.md, "Creates".
     pub fn create_object(&self, mut spec: ObjectSpec) -> Result<ObjectMeta> {
         validate_name("object", &spec.name)?;
         for c in &spec.containers {
-            self.get_container(c)?;
+            self.check_container(c)?;
         }
         if spec.creator.is_empty() {
             spec.creator = current_user();
         }
         let owner = owner_of_name(&spec.name, self.size());
-        match self.call(owner, &Request::CreateObject(spec), &[])? {
+        self.note_lazy(owner);
+        match self.call(owner, &Request::CreateObjectLazy(spec), &[])? {
             Response::Object(o) => Ok(o),
             r => Err(unexpected("create_object", r)),
         }
+    }
+
+    /// Fails if container `name` does not exist; a positive answer is remembered for
+    /// [`CONTAINER_SEEN_TTL`] (creates in a loop ask once, not once per object).
+    fn check_container(&self, name: &str) -> Result<()> {
+        let now = std::time::Instant::now();
+        let seen = |m: &HashMap<String, std::time::Instant>| {
+            m.get(name)
+                .is_some_and(|t| now.duration_since(*t) < CONTAINER_SEEN_TTL)
+        };
+        if seen(
+            &self
+                .inner
+                .containers_seen
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        ) {
+            return Ok(());
+        }
+        self.get_container(name)?;
+        self.inner
+            .containers_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_string(), now);
+        Ok(())
+    }
+
+    /// Remembers that `owner` may hold a metadata change of this client answered at commit.
+    /// Called before the request, so a change the owner committed is never missed by a
+    /// consistency point running meanwhile in another thread.
+    fn note_lazy(&self, owner: u32) {
+        self.inner
+            .lazy_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(owner);
+    }
+
+    /// The consistency point of this client's creates and tag puts: when it returns, each of
+    /// them is on stable storage at its owner (one `SyncMeta` per owner that has any, sharing
+    /// the owner's group commit; nothing to do, and no request, when there are none).
+    pub fn sync_metadata(&self) -> Result<()> {
+        let owners =
+            std::mem::take(&mut *self.inner.lazy_at.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut first_err = None;
+        for owner in owners {
+            match self.call(owner, &Request::SyncMeta, &[]) {
+                Ok(Response::Ok) => {}
+                Ok(r) => {
+                    self.note_lazy(owner);
+                    first_err.get_or_insert(unexpected("sync_metadata", r));
+                }
+                Err(e) => {
+                    self.note_lazy(owner);
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Creates many objects: grouped per owning server, one request and one metadata
@@ -625,6 +710,11 @@ impl Client {
     /// Deletes a container and its tags, then drops its memberships on every server. The
     /// member objects stay (they may belong to other containers or none).
     pub fn delete_container(&self, name: &str) -> Result<()> {
+        self.inner
+            .containers_seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
         self.call(
             self.container_owner(name),
             &Request::DeleteContainer { name: name.into() },
@@ -656,13 +746,16 @@ impl Client {
         }
     }
 
+    /// Sets tags. Visible to every client when this returns and on stable storage with the
+    /// same promise as [`create_object`](Self::create_object) (answered at the owner's commit,
+    /// durable at the next consistency point).
     pub fn put_tags(&self, target: TagTarget, tags: Tags) -> Result<()> {
-        self.call(
-            self.target_owner(&target)?,
-            &Request::PutTags { target, tags },
-            &[],
-        )?;
-        Ok(())
+        let owner = self.target_owner(&target)?;
+        self.note_lazy(owner);
+        match self.call(owner, &Request::PutTagsLazy { target, tags }, &[])? {
+            Response::Ok => Ok(()),
+            r => Err(unexpected("put_tags", r)),
+        }
     }
 
     pub fn delete_tag(&self, target: TagTarget, key: &str) -> Result<()> {
@@ -783,6 +876,8 @@ impl Client {
         data: &[u8],
         durability: Durability,
     ) -> Result<()> {
+        // A durable write of an object whose create is not yet durable would be lost with it.
+        self.sync_metadata()?;
         let txn = self.next_txn();
         let item = StageItem {
             txn,

@@ -450,6 +450,12 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             return Err(Error::invalid("write transfer has no data loaded"));
         }
     }
+    // Creates (issue 10, item 5): a write acknowledged at wait must not outlive the create of
+    // its object in a power loss, so creates and tags answered at commit are made durable
+    // first (nothing to send when there are none).
+    if let Some(t) = transfers.iter().find(|t| t.is_write) {
+        t.client.sync_metadata()?;
+    }
     for t in transfers.iter_mut() {
         if t.is_write {
             t.dest = t.client.data_server(t.id, &t.region)?;

@@ -521,6 +521,20 @@ pub enum Request {
         durability: Durability,
         relaxed: Option<u64>,
     },
+    // --- creates (issue 10, item 5): metadata answered at commit, made durable later ---
+    /// `CreateObject` answered at the owner's metadata commit: the object is visible and
+    /// usable (a duplicate or bad spec has failed) and survives a crash of the server process
+    /// when the answer comes; it survives power loss once the owner's background WAL sync has
+    /// run (about one fsync later) or a `SyncMeta` to the owner has been answered.
+    CreateObjectLazy(ObjectSpec),
+    /// `PutTags` answered at commit, with the durability of `CreateObjectLazy`.
+    PutTagsLazy {
+        target: TagTarget,
+        tags: Tags,
+    },
+    /// Answered `Ok` once every metadata change this server committed before it is on stable
+    /// storage (the consistency point of lazy creates and tags).
+    SyncMeta,
 }
 
 /// How a lookup names an object.

@@ -349,9 +349,13 @@ fn handle(
         }
         Request::PutTags { target, tags } => {
             match target {
-                protocol::TagTarget::Object(id) => {
-                    crate::tiering::put_object_tags(md, server.engine.tiering.as_deref(), id, tags)?
-                }
+                protocol::TagTarget::Object(id) => crate::tiering::put_object_tags(
+                    md,
+                    server.engine.tiering.as_deref(),
+                    id,
+                    tags,
+                    false,
+                )?,
                 _ => md.put_tags(&target, &tags)?,
             }
             Response::Ok
@@ -453,6 +457,35 @@ fn handle(
                     .map(|r| r.unwrap_or_else(|| Err(Error::internal("missing create result"))))
                     .collect(),
             )
+        }
+        // --- creates (issue 10, item 5) ---
+        Request::CreateObjectLazy(mut spec) => {
+            server.check_owner(&spec.name)?;
+            crate::tiering::check_new_object(server.engine.tiering.as_deref(), &mut spec)?;
+            let created = md
+                .create_objects_with(std::slice::from_ref(&spec), true)
+                .pop();
+            Response::Object(
+                created
+                    .unwrap_or_else(|| Err(Error::internal("create_objects returned no result")))?,
+            )
+        }
+        Request::PutTagsLazy { target, tags } => {
+            match target {
+                protocol::TagTarget::Object(id) => crate::tiering::put_object_tags(
+                    md,
+                    server.engine.tiering.as_deref(),
+                    id,
+                    tags,
+                    true,
+                )?,
+                _ => md.put_tags_with(&target, &tags, true)?,
+            }
+            Response::Ok
+        }
+        Request::SyncMeta => {
+            md.sync()?;
+            Response::Ok
         }
         Request::AttachShm {
             arena,

@@ -212,7 +212,9 @@ class Client:
 
     def sync(self) -> None:
         """The consistency point of every relaxed write this client waited: when it returns,
-        they are visible to every reader (see :meth:`Object.set_consistency`)."""
+        they are visible to every reader (see :meth:`Object.set_consistency`); and of this
+        client's creates and tag puts: when it returns they survive power loss (they are
+        visible, and survive a server crash, as soon as their call returns)."""
         self._c.sync(None)
 
     def create_container(self, name: str, tags: dict | None = None) -> Container:
@@ -319,6 +321,11 @@ class Container:
 
         ``fill`` is returned for never-written elements (default 0). Dims may grow later
         (``obj.resize``), so a size unknown up front is fine.
+
+        When this returns the object is visible to every client and survives a server crash; a
+        taken name raises ``AlreadyExistsError`` here. It survives power loss about one fsync
+        later, and for certain after this client's next consistency point (a write,
+        :meth:`Client.sync`, :meth:`Client.close`).
         """
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)
         dt = _pdcx_dtype(dtype)

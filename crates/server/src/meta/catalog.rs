@@ -157,17 +157,32 @@ impl Metadata {
     }
 
     /// Creates many objects in one transaction and one (group-committed) fsync. Each object
-    /// gets its own result: a duplicate name or a bad spec fails that object only (a savepoint
-    /// undoes its partial rows), never the batch. Returns once the batch is durable.
+    /// gets its own result: a duplicate name or a bad spec fails that object only (before any
+    /// of its rows is written), never the batch; a database error fails the whole batch (the
+    /// transaction rolls back, so no object is left half-created). Returns once the batch is
+    /// durable.
     pub fn create_objects(&self, specs: &[ObjectSpec]) -> Vec<Result<ObjectMeta>> {
+        self.create_objects_with(specs, false)
+    }
+
+    /// [`create_objects`](Self::create_objects), or with `lazy` answered at commit: the
+    /// objects are visible (and a duplicate has failed) at return, survive a crash of this
+    /// process, and are on stable storage about one fsync later (the syncer) or at the next
+    /// [`sync`](Metadata::sync) (`SyncMeta`), whichever comes first.
+    pub fn create_objects_with(&self, specs: &[ObjectSpec], lazy: bool) -> Vec<Result<ObjectMeta>> {
         let t = now();
-        let batch = self.write(|tx| {
+        let rows = |tx: &rusqlite::Transaction| {
             let mut out = Vec::with_capacity(specs.len());
             for spec in specs {
-                out.push(self.insert_object(tx, spec, t));
+                out.push(self.insert_object(tx, spec, t)?);
             }
             Ok(out)
-        });
+        };
+        let batch = if lazy {
+            self.write_lazy(rows)
+        } else {
+            self.write(rows)
+        };
         let results = match batch {
             Ok(r) => r,
             // The transaction (or its fsync) failed: nothing of it is acknowledged.
@@ -180,21 +195,26 @@ impl Metadata {
         results
     }
 
-    /// One object's rows inside the caller's transaction, under a savepoint. Builds the
-    /// metadata the way `read_object` would read it back (memberships and tags sorted by name,
-    /// the last value of a repeated tag wins), saving three queries per object.
+    /// One object's rows inside the caller's transaction. Builds the metadata the way
+    /// `read_object` would read it back (memberships and tags sorted by name, the last value
+    /// of a repeated tag wins), saving three queries per object. The inner result is the
+    /// object's own (a bad spec or a duplicate name, found before any row of it is written);
+    /// the outer one a database error, which must fail the whole transaction: the object's
+    /// rows may be half written.
     fn insert_object(
         &self,
         tx: &rusqlite::Transaction,
         spec: &ObjectSpec,
         t: f64,
-    ) -> Result<ObjectMeta> {
-        validate_dims(&spec.dims)?;
+    ) -> Result<Result<ObjectMeta>> {
+        if let Err(e) = validate_dims(&spec.dims) {
+            return Ok(Err(e));
+        }
         let fill = match &spec.fill {
             None => vec![0u8; spec.dtype.size()],
             Some(f) if f.len() == spec.dtype.size() => f.clone(),
             Some(f) => {
-                return Err(Error::new(
+                return Ok(Err(Error::new(
                     ErrorKind::DtypeMismatch,
                     format!(
                         "fill value has {} bytes but {} elements have {}",
@@ -202,52 +222,42 @@ impl Metadata {
                         spec.dtype,
                         spec.dtype.size()
                     ),
-                ))
+                )))
             }
         };
         if spec.tags.iter().any(|(k, _)| k.is_empty()) {
-            return Err(Error::invalid("tag names must not be empty"));
+            return Ok(Err(Error::invalid("tag names must not be empty")));
         }
-        let dims = serde_json::to_string(&spec.dims).map_err(|e| Error::internal(e.to_string()))?;
-        tx.execute_batch("SAVEPOINT obj").map_err(db_err)?;
-        let rows = (|| {
-            let inserted = tx
-                .prepare_cached(
-                    "INSERT OR IGNORE INTO objects (name, dtype, dims, fill, creator, ctime, mtime) VALUES (?1,?2,?3,?4,?5,?6,?6)",
-                )
-                .and_then(|mut st| st.execute(params![spec.name, spec.dtype as u8, dims, fill, spec.creator, t]))
-                .map_err(db_err)?;
-            if inserted == 0 {
-                return Err(Error::new(
-                    ErrorKind::AlreadyExists,
-                    format!("object {:?} already exists", spec.name),
-                ));
-            }
-            let lid = tx.last_insert_rowid();
-            let mut st = tx
-                .prepare_cached("INSERT OR IGNORE INTO memberships VALUES (?1, ?2)")
-                .map_err(db_err)?;
-            for c in &spec.containers {
-                st.execute(params![lid, c]).map_err(db_err)?;
-            }
-            write_tags(tx, 0, lid, &spec.tags)?;
-            Ok(lid)
-        })();
-        let lid = match rows {
-            Ok(lid) => {
-                tx.execute_batch("RELEASE obj").map_err(db_err)?;
-                lid
-            }
-            Err(e) => {
-                tx.execute_batch("ROLLBACK TO obj; RELEASE obj")
-                    .map_err(db_err)?;
-                return Err(e);
-            }
+        let dims = match serde_json::to_string(&spec.dims) {
+            Ok(d) => d,
+            Err(e) => return Ok(Err(Error::internal(e.to_string()))),
         };
+        // No savepoint per object (two statements each): a duplicate writes nothing (OR
+        // IGNORE), and any later failure is a database error that fails the batch.
+        let inserted = tx
+            .prepare_cached(
+                "INSERT OR IGNORE INTO objects (name, dtype, dims, fill, creator, ctime, mtime) VALUES (?1,?2,?3,?4,?5,?6,?6)",
+            )
+            .and_then(|mut st| st.execute(params![spec.name, spec.dtype as u8, dims, fill, spec.creator, t]))
+            .map_err(db_err)?;
+        if inserted == 0 {
+            return Ok(Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("object {:?} already exists", spec.name),
+            )));
+        }
+        let lid = tx.last_insert_rowid();
+        let mut st = tx
+            .prepare_cached("INSERT OR IGNORE INTO memberships VALUES (?1, ?2)")
+            .map_err(db_err)?;
+        for c in &spec.containers {
+            st.execute(params![lid, c]).map_err(db_err)?;
+        }
+        write_tags(tx, 0, lid, &spec.tags)?;
         let containers: std::collections::BTreeSet<&String> = spec.containers.iter().collect();
         let tags: std::collections::BTreeMap<&String, &TagValue> =
             spec.tags.iter().map(|(k, v)| (k, v)).collect();
-        Ok(ObjectMeta {
+        Ok(Ok(ObjectMeta {
             id: make_object_id(self.rank, lid as u64),
             name: spec.name.clone(),
             owner: self.rank,
@@ -262,7 +272,7 @@ impl Metadata {
                 .into_iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-        })
+        }))
     }
 
     pub fn object(&self, id: ObjectId) -> Result<ObjectMeta> {
@@ -434,10 +444,37 @@ impl Metadata {
     }
 
     pub fn put_tags(&self, target: &TagTarget, tags: &Tags) -> Result<()> {
+        self.put_tags_with(target, tags, false)
+    }
+
+    /// [`put_tags`](Self::put_tags), or with `lazy` answered at commit (as
+    /// [`create_objects_with`](Self::create_objects_with)).
+    pub fn put_tags_with(&self, target: &TagTarget, tags: &Tags, lazy: bool) -> Result<()> {
         let (kind, lid) = self.target_lid(target)?;
-        self.write(|tx| write_tags(tx, kind, lid, tags))?;
+        let rows = |tx: &rusqlite::Transaction| write_tags(tx, kind, lid, tags);
+        if lazy {
+            self.write_lazy(rows)?;
+        } else {
+            self.write(rows)?;
+        }
         if let TagTarget::Object(id) = target {
-            self.refresh(*id)?;
+            // The cached copy takes the new values the way `read_object` would read them back
+            // (sorted by name, the last value of a repeated name wins), saving three queries.
+            let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+            match objects.get_mut(id) {
+                Some(o) => {
+                    let mut merged: std::collections::BTreeMap<String, TagValue> =
+                        std::mem::take(&mut o.tags).into_iter().collect();
+                    for (k, v) in tags {
+                        merged.insert(k.clone(), v.clone());
+                    }
+                    o.tags = merged.into_iter().collect();
+                }
+                None => {
+                    drop(objects);
+                    self.refresh(*id)?;
+                }
+            }
         }
         Ok(())
     }

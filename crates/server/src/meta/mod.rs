@@ -28,7 +28,7 @@ use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 pub use locations::{ExtentRow, HomeRow, Registration};
 
@@ -36,8 +36,68 @@ pub struct Metadata {
     db: Mutex<Connection>,
     /// The catalog's in-memory copy of every object of this shard.
     objects: RwLock<HashMap<ObjectId, ObjectMeta>>,
-    sync: GroupSync,
+    sync: Arc<GroupSync>,
+    /// Background fsync of lazy writes ([`write_lazy`](Metadata::write_lazy)).
+    syncer: Arc<Syncer>,
     pub rank: u32,
+}
+
+/// The WAL syncer of lazy writes: a thread that, once kicked, runs the group commit for
+/// everything committed so far, so a lazily acknowledged change reaches stable storage about
+/// one fsync after its acknowledgement without its request waiting for it. Kicks during a
+/// sync are coalesced into the next one.
+#[derive(Default)]
+struct Syncer {
+    state: Mutex<SyncerState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct SyncerState {
+    kicked: bool,
+    stop: bool,
+}
+
+impl Syncer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SyncerState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn kick(&self) {
+        let mut s = self.lock();
+        if !s.kicked {
+            s.kicked = true;
+            self.cv.notify_one();
+        }
+    }
+
+    fn run(&self, sync: &GroupSync) {
+        loop {
+            {
+                let mut s = self.lock();
+                while !s.kicked && !s.stop {
+                    s = self.cv.wait(s).unwrap_or_else(|p| p.into_inner());
+                }
+                if s.stop {
+                    return;
+                }
+                s.kicked = false;
+            }
+            // A failure poisons the group commit: every later durable write and every
+            // SyncMeta reports it, so there is nobody to tell here.
+            if let Err(e) = sync.wait(sync.latest()) {
+                tracing::warn!("metadata WAL syncer: {}", e.message);
+            }
+        }
+    }
+}
+
+impl Drop for Metadata {
+    fn drop(&mut self) {
+        let mut s = self.syncer.lock();
+        s.stop = true;
+        self.syncer.cv.notify_all();
+    }
 }
 
 pub(crate) fn db_err(e: rusqlite::Error) -> Error {
@@ -127,7 +187,7 @@ impl Metadata {
             .write(true)
             .open(&wal_path)
             .map_err(|e| Error::io(&format!("open {}", wal_path.display()), &e))?;
-        let sync = GroupSync::with_fs(wal, &wal_path, fs);
+        let sync = Arc::new(GroupSync::with_fs(wal, &wal_path, fs));
         sync.sync_now()?;
         let parent = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -136,10 +196,19 @@ impl Metadata {
         std::fs::File::open(parent)
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::io(&format!("fsync {}", parent.display()), &e))?;
+        let syncer = Arc::new(Syncer::default());
+        {
+            let (syncer, sync) = (syncer.clone(), sync.clone());
+            std::thread::Builder::new()
+                .name(format!("meta-sync-{rank}"))
+                .spawn(move || syncer.run(&sync))
+                .map_err(|e| Error::io("start the metadata WAL syncer", &e))?;
+        }
         let md = Metadata {
             db: Mutex::new(db),
             objects: RwLock::new(HashMap::new()),
             sync,
+            syncer,
             rank,
         };
         md.load_objects()?;
@@ -173,6 +242,18 @@ impl Metadata {
         tx.commit().map_err(db_err)?;
         // Under the database lock: ticket order is commit order.
         Ok((v, self.sync.ticket()))
+    }
+
+    /// Like [`write`](Self::write) but returns at commit: the change is visible and survives a
+    /// crash of this process (its WAL frames are written), and the background syncer makes it
+    /// survive power loss about one fsync later; [`sync`](Self::sync) waits for that.
+    pub(crate) fn write_lazy<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction) -> Result<T>,
+    ) -> Result<T> {
+        let (v, _ticket) = self.write_nowait(f)?;
+        self.syncer.kick();
+        Ok(v)
     }
 
     /// Returns once the transaction of `ticket` is on stable storage.

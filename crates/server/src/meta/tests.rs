@@ -342,3 +342,60 @@ fn a_shard_from_a_newer_pdcx_is_refused_with_what_to_do() {
     let db = Connection::open(&path).unwrap();
     assert_eq!(schema::version(&db).unwrap(), newer);
 }
+
+/// Lazy creates and tag puts (issue 10, item 5): visible and checked at return, on stable
+/// storage after `sync` (the consistency point), and by themselves through the WAL syncer.
+#[test]
+fn lazy_creates_are_checked_at_once_and_durable_at_sync() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let disk = pdcx_fsio::SimFs::new();
+    let md = Metadata::open_with_fs(&path, 0, 1, std::sync::Arc::new(disk.clone())).unwrap();
+    let syncs = md.wal_syncs();
+    let made = md
+        .create_objects_with(&[spec("lazy/a", vec![])], true)
+        .pop()
+        .unwrap()
+        .unwrap();
+    assert_eq!(md.object_by_name("lazy/a").unwrap().id, made.id);
+    // A duplicate fails in its own call and leaves no row behind; a bad spec likewise.
+    let dup = md
+        .create_objects_with(&[spec("lazy/a", vec![])], true)
+        .pop()
+        .unwrap();
+    assert_eq!(dup.unwrap_err().kind, ErrorKind::AlreadyExists);
+    let mut bad = spec("lazy/bad", vec![("".into(), TagValue::Int(1))]);
+    assert!(md.create_objects_with(&[bad.clone()], true)[0].is_err());
+    bad.tags.clear();
+    bad.fill = Some(vec![1]);
+    assert!(md.create_objects_with(&[bad], true)[0].is_err());
+    assert!(md.object_by_name("lazy/bad").is_err());
+    md.put_tags_with(
+        &TagTarget::Object(made.id),
+        &vec![("step".into(), TagValue::Int(7))],
+        true,
+    )
+    .unwrap();
+    assert_eq!(md.object_tag(made.id, "step"), Some(TagValue::Int(7)));
+    // The syncer fsyncs the WAL without anyone waiting for it.
+    let t0 = std::time::Instant::now();
+    while md.wal_syncs() == syncs {
+        assert!(t0.elapsed().as_secs() < 10, "the WAL syncer never ran");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // A later lazy change is durable once `sync` returns: cut the power right after it.
+    let late = md
+        .create_objects_with(&[spec("lazy/b", vec![])], true)
+        .pop()
+        .unwrap()
+        .unwrap();
+    md.sync().unwrap();
+    let cut = disk.power_cut(None);
+    drop(md);
+    cut.restore_foreign().unwrap();
+    let md = Metadata::open_with_fs(&path, 0, 1, std::sync::Arc::new(cut)).unwrap();
+    assert_eq!(md.object_by_name("lazy/b").unwrap().id, late.id);
+    let a = md.object_by_name("lazy/a").unwrap();
+    assert_eq!(a.tags, vec![("step".to_string(), TagValue::Int(7))]);
+    assert!(md.object_by_name("lazy/bad").is_err());
+}

@@ -578,11 +578,12 @@ pub(crate) fn put_object_tags(
     tiering: Option<&Tiering>,
     id: ObjectId,
     mut tags: Tags,
+    lazy: bool,
 ) -> Result<()> {
     let _serial = tags.iter().find_map(|(k, _)| rule_change_guard(k));
     let obj = md.object(id)?;
     check_tags(tiering, obj.dtype, &obj.dims, &tags)?;
     let stored = placement::tag_str(&obj, placement::TIER_RULES_TAG).unwrap_or("");
     resolve_rule_appends(stored, &mut tags)?;
-    md.put_tags(&TagTarget::Object(id), &tags)
+    md.put_tags_with(&TagTarget::Object(id), &tags, lazy)
 }
