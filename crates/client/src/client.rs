@@ -5,13 +5,14 @@
 //! the server).
 
 use crate::conn::Conn;
+use crate::direct::Outcome;
 use crate::shm::{self, Payload, ShmPool};
 use crate::transfer::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
 use pdcx_core::placement::{data_server, PlacementInput};
 use pdcx_core::protocol::{
-    Consistency, Durability, ExtentInfo, FlushReport, ObjectKey, ObjectSpec, ReadItem, Request,
-    Response, ServerStats, StageItem, TagTarget,
+    Consistency, Durability, ExtentInfo, FlushReport, ObjectKey, ObjectSpec, ReadItem, ReadPlans,
+    Request, Response, ServerStats, StageItem, TagTarget,
 };
 use pdcx_core::{
     owner_of_name, Condition, ContainerInfo, Error, ErrorKind, ObjectId, ObjectMeta, Placement,
@@ -52,6 +53,9 @@ pub(crate) struct Inner {
     same_node: Vec<bool>,
     /// Per server: it refused to map an arena, so its connections use TCP.
     shm_refused: Vec<Arc<AtomicBool>>,
+    /// One-copy reads from the segment logs of servers on this node (issue 10, "reads");
+    /// None when no server is on this node or `PDCX_DIRECT_READ=0`.
+    pub(crate) direct: Option<crate::direct::DirectReads>,
 }
 
 /// A handle to one deployment. Cheap to clone; safe to share between threads.
@@ -116,7 +120,10 @@ impl Client {
                 std::env::var("PDCX_AGGREGATE").as_deref().map(str::trim),
                 Ok("0" | "off" | "false" | "no")
             );
+        let direct = (same_node.contains(&true) && crate::direct::enabled_by_env())
+            .then(crate::direct::DirectReads::default);
         let inner = Inner {
+            direct,
             shm,
             same_node,
             shm_refused: (0..n).map(|_| Arc::new(AtomicBool::new(false))).collect(),
@@ -803,7 +810,33 @@ impl Client {
             }
         }
         let held = dest != owner;
+        if self.direct_reads(dest) {
+            let plans = self.with_conn(dest, &mut |c| read_plans(c, &items, held))?;
+            if let Some(Some(plan)) = plans.plans.first() {
+                let direct = self.inner.direct.as_ref().expect("checked by direct_reads");
+                if direct.execute(dest, &plans, plan, out)? == Outcome::Done {
+                    return Ok(());
+                }
+            }
+        }
         self.with_conn(dest, &mut |c| c.read_into(&items[0], held, out))
+    }
+
+    /// Whether reads from server `rank` may be one-copy reads of its log (same node).
+    pub(crate) fn direct_reads(&self, rank: u32) -> bool {
+        self.inner.direct.is_some() && self.inner.same_node.get(rank as usize) == Some(&true)
+    }
+}
+
+/// Asks the server on `c` for the read plans of `items` (issue 10, "reads").
+pub(crate) fn read_plans(c: &mut Conn, items: &[ReadItem], held: bool) -> Result<ReadPlans> {
+    let req = Request::ReadPlan {
+        items: items.to_vec(),
+        held,
+    };
+    match c.call(&req, &[])?.0 {
+        Response::ReadPlans(p) if p.plans.len() == items.len() => Ok(p),
+        r => Err(unexpected("ReadPlan", r)),
     }
 }
 

@@ -10,7 +10,8 @@
 //! only when `wait` returns: that is the consistency point (under relaxed consistency `wait`
 //! makes it durable, and `Client::sync` is the consistency point).
 
-use crate::client::commit_request;
+use crate::client::{commit_request, read_plans};
+use crate::direct::Outcome;
 use crate::client::Client;
 use crate::conn::Conn;
 use crate::shm::Payload;
@@ -157,7 +158,7 @@ fn run_job_inner(client: &Client, rank: u32, conn: &mut Option<Conn>, job: &Job)
         }
     }
     let c = conn.as_mut().expect("connection just opened");
-    let mut result = execute(c, job);
+    let mut result = execute(client, rank, c, job);
     // A pooled connection may have died with a server restart. A stage or a read is safe to
     // send once more on a new connection; a commit is not (its writes were staged on the dead
     // connection and are gone, which the original error says).
@@ -165,7 +166,7 @@ fn run_job_inner(client: &Client, rank: u32, conn: &mut Option<Conn>, job: &Job)
         if pooled && e.kind == ErrorKind::Unavailable && !matches!(job, Job::Commit { .. }) {
             result = client.open_conn(rank).and_then(|c| {
                 let c = conn.insert(c);
-                execute(c, job)
+                execute(client, rank, c, job)
             });
         }
     }
@@ -182,7 +183,7 @@ fn run_job_inner(client: &Client, rank: u32, conn: &mut Option<Conn>, job: &Job)
     }
 }
 
-fn execute(c: &mut Conn, job: &Job) -> Result<()> {
+fn execute(client: &Client, rank: u32, c: &mut Conn, job: &Job) -> Result<()> {
     match job {
         Job::Stage {
             items,
@@ -202,12 +203,52 @@ fn execute(c: &mut Conn, job: &Job) -> Result<()> {
             lens,
             states,
             held,
-        } => c.read(items, *held, lens).map(|parts| {
+        } => read_job(client, rank, c, items, *held, lens).map(|parts| {
             for (s, data) in states.iter().zip(parts) {
                 s.set(Phase::Done, Some(data));
             }
         }),
     }
+}
+
+/// A read job: with the server on this node, one-copy reads of its log for every item it can
+/// plan (issue 10, "reads"; see `direct.rs`), the rest (and any whose plan went stale) read
+/// through the server.
+fn read_job(
+    client: &Client,
+    rank: u32,
+    c: &mut Conn,
+    items: &[ReadItem],
+    held: bool,
+    lens: &[usize],
+) -> Result<Vec<Payload>> {
+    let Some(direct) = client.inner.direct.as_ref().filter(|_| client.direct_reads(rank)) else {
+        return c.read(items, held, lens);
+    };
+    let plans = read_plans(c, items, held)?;
+    let mut out: Vec<Option<Payload>> = (0..items.len()).map(|_| None).collect();
+    let mut rest: Vec<usize> = Vec::new();
+    for (i, plan) in plans.plans.iter().enumerate() {
+        if let Some(p) = plan {
+            // Zeroed pages straight from the kernel (calloc): no pass over the memory here.
+            let mut v = vec![0u8; lens[i]];
+            if direct.execute(rank, &plans, p, &mut v)? == Outcome::Done {
+                out[i] = Some(Payload::Heap(v));
+                continue;
+            }
+        }
+        rest.push(i);
+    }
+    if !rest.is_empty() {
+        let its: Vec<ReadItem> = rest.iter().map(|&i| items[i].clone()).collect();
+        let ls: Vec<usize> = rest.iter().map(|&i| lens[i]).collect();
+        for (&i, p) in rest.iter().zip(c.read(&its, held, &ls)?) {
+            out[i] = Some(p);
+        }
+    }
+    out.into_iter()
+        .map(|p| p.ok_or_else(|| Error::internal("read item without data")))
+        .collect()
 }
 
 /// One region of one object moving in one direction.

@@ -503,6 +503,16 @@ pub enum Request {
         held: bool,
         locs: Vec<ShmLoc>,
     },
+    // ---- issue 10, part "reads": one-copy reads for same-node clients ----
+    /// Where the bytes of each item's region are in this server's segment log, so a client on
+    /// the same node can `pread` them straight into its own buffer (`Read` semantics, or with
+    /// `held` those of `ReadHeld`). Answered with `ReadPlans`; an item the server cannot plan
+    /// (other holders, extents on a tier, bytes not yet committed to the log) gets None and is
+    /// read the usual way.
+    ReadPlan {
+        items: Vec<ReadItem>,
+        held: bool,
+    },
 }
 
 /// How a lookup names an object.
@@ -693,6 +703,41 @@ pub enum Response {
         extents: u64,
         bytes: u64,
     },
+    // ---- issue 10, part "reads" ----
+    /// Answer to `ReadPlan`.
+    ReadPlans(ReadPlans),
+}
+
+/// Answer to `ReadPlan`: the server's log directory, the identity of every segment file a
+/// plan names (so a client never reads a different file that came to have the same path), and
+/// one plan per item in request order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadPlans {
+    /// Absolute path of the server's log directory; segment `n` is `seg-{n:08}.log` in it.
+    pub dir: String,
+    /// (segment, st_dev, st_ino) of each segment file named below.
+    pub segments: Vec<(u64, u64, u64)>,
+    pub plans: Vec<Option<ReadPlan>>,
+}
+
+/// How to assemble one item's region (`len` bytes, C order) from the log: fill first when
+/// `fill` is set (element bytes, repeated), then copy each span in order. Spans are in the
+/// writes' sequence order, so where writes overlap the later span wins, exactly as in the
+/// server's own read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadPlan {
+    pub len: u64,
+    pub fill: Option<Vec<u8>>,
+    pub spans: Vec<PlanSpan>,
+}
+
+/// `len` bytes at byte `offset` of log segment `segment`, to byte `dest` of the item's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanSpan {
+    pub segment: u64,
+    pub offset: u64,
+    pub len: u64,
+    pub dest: u64,
 }
 
 /// Requests only servers send each other, on a connection whose `Hello` named the sender's

@@ -17,7 +17,7 @@ use crate::datastore::{DataStore, Extent, Registrar};
 use crate::meta::{Metadata, Registration};
 use crate::tiering::Tiering;
 use pdcx_core::model::owner_of_id;
-use pdcx_core::protocol::{Consistency, Durability, ExtentInfo, RegisterItem};
+use pdcx_core::protocol::{Consistency, Durability, ExtentInfo, PlanSpan, ReadPlan, RegisterItem};
 use pdcx_core::region::{copy_region, Layout};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use pdcx_store::{Cache, LogOptions, Recovery};
@@ -71,6 +71,8 @@ pub struct Engine {
     peers: OnceLock<Arc<dyn Peers>>,
     /// The storage hierarchy behind the log; None when the config declares no tiers.
     pub(crate) tiering: Option<Arc<Tiering>>,
+    /// The log directory as an absolute path, for read plans (resolved once).
+    plan_dir: OnceLock<String>,
 }
 
 /// The engine's side of registration: sends a holder's items to their owner.
@@ -127,6 +129,7 @@ impl Engine {
             meta,
             peers: OnceLock::new(),
             tiering,
+            plan_dir: OnceLock::new(),
         };
         Ok((engine, opened.recovery, opened.dropped))
     }
@@ -346,6 +349,50 @@ impl Engine {
             holders.sort_unstable();
         }
         Ok(holders)
+    }
+
+    /// Issue 10, "reads": the one-copy read plan of `region` of `id` for a client on this
+    /// node (see `protocol::ReadPlan`), with `Read` semantics at the owner or, with `held`,
+    /// `ReadHeld` semantics. `Ok(None)`: this read cannot be planned (other holders hold
+    /// parts of it, an extent is only on a tier, its bytes are not committed to the log yet,
+    /// too many spans); the client then reads it the usual way.
+    pub fn read_plan(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        held: bool,
+    ) -> Result<Option<(ReadPlan, Vec<(u64, u64, u64)>)>> {
+        let obj = if held {
+            self.checked_meta(id, region)?
+        } else {
+            let owner = owner_of_id(id);
+            if owner != self.rank {
+                return Err(Error::invalid(format!(
+                    "object {id:#x} is owned by server {owner}, not {}: read it there",
+                    self.rank
+                )));
+            }
+            let obj = self.meta.object(id)?;
+            region.check_within(&obj.dims)?;
+            if !self.remote_holders(id, region).is_empty() {
+                return Ok(None);
+            }
+            obj
+        };
+        let elem = obj.dtype.size() as u64;
+        let len = region.byte_len(elem as usize)?;
+        let pieces = self.store.local_pieces(id, region);
+        let Some(segments) = self.store.committed_segments(&pieces) else {
+            return Ok(None);
+        };
+        let mut spans: Vec<PlanSpan> = Vec::new();
+        for (e, inter) in &pieces {
+            if !plan_piece(e, inter, region, elem, &mut spans) {
+                return Ok(None);
+            }
+        }
+        let fill = (!covers(region, &pieces)).then(|| obj.fill.clone());
+        Ok(Some((ReadPlan { len, fill, spans }, segments)))
     }
 
     fn read_here(
@@ -578,6 +625,22 @@ impl Engine {
     pub fn log_dir(&self) -> std::path::PathBuf {
         self.store.log_dir()
     }
+
+    /// The log directory as clients on this node open it: absolute (their working directory
+    /// is not this server's), without symlinks.
+    pub fn plan_dir(&self) -> Result<&str> {
+        if let Some(d) = self.plan_dir.get() {
+            return Ok(d);
+        }
+        let dir = self.store.log_dir();
+        let abs = std::fs::canonicalize(&dir)
+            .map_err(|e| Error::io(&format!("resolve {}", dir.display()), &e))?;
+        let s = abs
+            .to_str()
+            .ok_or_else(|| Error::internal(format!("log directory {} is not UTF-8", abs.display())))?
+            .to_owned();
+        Ok(self.plan_dir.get_or_init(|| s))
+    }
 }
 
 /// Bytes [lo, hi) of its extent's payload that each piece needs.
@@ -589,6 +652,81 @@ fn piece_spans(pieces: &[(Extent, Region)], elem: usize) -> Vec<(u64, u64)> {
             (lo * elem as u64, hi * elem as u64)
         })
         .collect()
+}
+
+/// Most spans one read plan may have (an N-D read crossing many rows of many extents is
+/// served by the server instead: one request per span would cost more than the copy).
+const PLAN_MAX_SPANS: usize = 1 << 16;
+
+/// Row-major element index of global point `p` inside box `r` (which contains it).
+fn linear_index(r: &Region, p: &[u64]) -> u64 {
+    (0..r.ndim()).fold(0u64, |idx, d| idx * r.count[d] + (p[d] - r.offset[d]))
+}
+
+/// Appends the log spans copying piece `inter` of extent `e` into the layout of `region`:
+/// one per row of the piece, rows contiguous in both the log and the output merged. False
+/// when the plan would exceed [`PLAN_MAX_SPANS`].
+fn plan_piece(e: &Extent, inter: &Region, region: &Region, elem: u64, spans: &mut Vec<PlanSpan>) -> bool {
+    let n = inter.ndim();
+    let run = inter.count[n - 1] * elem;
+    let mut point = inter.offset.clone();
+    loop {
+        let src = e.loc.offset + linear_index(&e.region, &point) * elem;
+        let dst = linear_index(region, &point) * elem;
+        match spans.last_mut() {
+            Some(last)
+                if last.segment == e.loc.segment
+                    && last.offset + last.len == src
+                    && last.dest + last.len == dst =>
+            {
+                last.len += run
+            }
+            _ => {
+                if spans.len() >= PLAN_MAX_SPANS {
+                    return false;
+                }
+                spans.push(PlanSpan {
+                    segment: e.loc.segment,
+                    offset: src,
+                    len: run,
+                    dest: dst,
+                });
+            }
+        }
+        let mut d = n - 1;
+        loop {
+            if d == 0 {
+                return true;
+            }
+            d -= 1;
+            point[d] += 1;
+            if point[d] < inter.end(d) {
+                break;
+            }
+            point[d] = inter.offset[d];
+        }
+    }
+}
+
+/// Whether the pieces together cover every element of `region` (then no fill is needed):
+/// exactly for 1-D (the union of intervals), else when one piece is the whole region.
+fn covers(region: &Region, pieces: &[(Extent, Region)]) -> bool {
+    if pieces.iter().any(|(_, i)| i == region) {
+        return true;
+    }
+    if region.ndim() != 1 {
+        return false;
+    }
+    let mut iv: Vec<(u64, u64)> = pieces.iter().map(|(_, i)| (i.offset[0], i.end(0))).collect();
+    iv.sort_unstable();
+    let mut reached = region.offset[0];
+    for (lo, hi) in iv {
+        if lo > reached {
+            return false;
+        }
+        reached = reached.max(hi);
+    }
+    reached >= region.end(0)
 }
 
 fn fill(out: &mut [u8], pattern: &[u8]) {

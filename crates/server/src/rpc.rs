@@ -466,6 +466,7 @@ fn handle(
         Request::ReadShm { items, held, locs } => {
             return read_shm(server, items, held, &locs, sess)
         }
+        Request::ReadPlan { items, held } => read_plans(server, &items, held)?,
     };
     Ok((resp, Vec::new()))
 }
@@ -726,6 +727,37 @@ fn read_shm(
     server.read_bytes.fetch_add(total, Ordering::Relaxed);
     server.shm_bytes.fetch_add(total, Ordering::Relaxed);
     Ok((Response::Data, Vec::new()))
+}
+
+/// `ReadPlan` (issue 10, "reads"): where each item's bytes are in this server's log, for a
+/// client on this node that reads them itself. Counted as read bytes when planned.
+fn read_plans(server: &Server, items: &[protocol::ReadItem], held: bool) -> Result<Response> {
+    let mut plans = Vec::with_capacity(items.len());
+    let mut segments: Vec<(u64, u64, u64)> = Vec::new();
+    let mut total = 0u64;
+    for item in items {
+        match server.engine.read_plan(item.id, &item.region, held)? {
+            Some((plan, segs)) => {
+                total += plan.len;
+                segments.extend(segs);
+                plans.push(Some(plan));
+            }
+            None => plans.push(None),
+        }
+    }
+    segments.sort_unstable();
+    segments.dedup();
+    let dir = if segments.is_empty() {
+        String::new()
+    } else {
+        server.engine.plan_dir()?.to_owned()
+    };
+    server.read_bytes.fetch_add(total, Ordering::Relaxed);
+    Ok(Response::ReadPlans(protocol::ReadPlans {
+        dir,
+        segments,
+        plans,
+    }))
 }
 
 fn read_item(server: &Server, item: &protocol::ReadItem, held: bool, dst: &mut [u8]) -> Result<()> {
