@@ -108,7 +108,9 @@ impl DirectReads {
         }
         for s in &plan.spans {
             let Some(&(_, dev, ino)) = plans.segments.iter().find(|x| x.0 == s.segment) else {
-                return Err(Error::protocol("read plan names a segment it does not identify"));
+                return Err(Error::protocol(
+                    "read plan names a segment it does not identify",
+                ));
             };
             let Some(f) = self.file(rank, &plans.dir, s.segment, dev, ino) else {
                 return Ok(Outcome::Fallback);
@@ -127,11 +129,17 @@ impl DirectReads {
 fn check(plans: &ReadPlans, plan: &ReadPlan, len: usize) -> Result<()> {
     let bad = |what: String| Err(Error::protocol(format!("refused read plan: {what}")));
     if plan.len != len as u64 {
-        return bad(format!("it is for {} bytes, the buffer has {len}", plan.len));
+        return bad(format!(
+            "it is for {} bytes, the buffer has {len}",
+            plan.len
+        ));
     }
     if let Some(p) = &plan.fill {
         if p.is_empty() || len % p.len() != 0 {
-            return bad(format!("fill pattern of {} bytes does not tile {len} bytes", p.len()));
+            return bad(format!(
+                "fill pattern of {} bytes does not tile {len} bytes",
+                p.len()
+            ));
         }
     }
     if !plan.spans.is_empty() && !plans.dir.starts_with('/') {
@@ -252,23 +260,35 @@ mod tests {
             spans: vec![span(0, 4, 0)],
         };
         let mut out = [0u8; 4];
-        assert_eq!(reads.execute(0, &plans, &plan, &mut out).unwrap(), Outcome::Done);
+        assert_eq!(
+            reads.execute(0, &plans, &plan, &mut out).unwrap(),
+            Outcome::Done
+        );
         // Past the end of the file: a short read.
         let short = ReadPlan {
             len: 4,
             fill: None,
             spans: vec![span(14, 4, 0)],
         };
-        assert_eq!(reads.execute(0, &plans, &short, &mut out).unwrap(), Outcome::Fallback);
+        assert_eq!(
+            reads.execute(0, &plans, &short, &mut out).unwrap(),
+            Outcome::Fallback
+        );
         // Retired (unlinked) after this client opened it: the open descriptor still has the
         // planned bytes, and is then dropped from the cache.
         let p = d.path().join("seg-00000001.log");
         std::fs::remove_file(&p).unwrap();
-        assert_eq!(reads.execute(0, &plans, &plan, &mut out).unwrap(), Outcome::Done);
+        assert_eq!(
+            reads.execute(0, &plans, &plan, &mut out).unwrap(),
+            Outcome::Done
+        );
         assert_eq!(&out, b"0123");
         assert!(reads.files.lock().unwrap().is_empty());
         // Gone, for a client that had not opened it: fall back.
-        assert_eq!(reads.execute(0, &plans, &plan, &mut out).unwrap(), Outcome::Fallback);
+        assert_eq!(
+            reads.execute(0, &plans, &plan, &mut out).unwrap(),
+            Outcome::Fallback
+        );
         // Another file at the same path (a new log after node loss): not the planned file.
         std::fs::write(&p, b"XXXXXXXXXXXXXXXX").unwrap();
         let now = std::fs::metadata(&p).unwrap();

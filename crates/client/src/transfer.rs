@@ -10,16 +10,16 @@
 //! only when `wait` returns: that is the consistency point (under relaxed consistency `wait`
 //! makes it durable, and `Client::sync` is the consistency point).
 
-use crate::client::{commit_request, read_plans};
-use crate::direct::Outcome;
 use crate::client::Client;
+use crate::client::{commit_request, read_plans};
 use crate::conn::Conn;
+use crate::direct::Outcome;
 use crate::shm::Payload;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Consistency, Durability, ReadItem, Request, StageItem};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -46,6 +46,8 @@ struct State {
     /// memory: handed on to the caller without another copy).
     phase: Mutex<(Phase, Option<Payload>)>,
     cv: Condvar,
+    /// A finished read was read straight into the transfer's read target (no payload).
+    landed: AtomicBool,
 }
 
 impl State {
@@ -73,6 +75,8 @@ enum Job {
     Read {
         items: Vec<ReadItem>,
         lens: Vec<usize>,
+        /// Where each item may be read straight into (see `Transfer::set_read_target`).
+        targets: Vec<Option<ReadTarget>>,
         states: Vec<Arc<State>>,
         /// Sent to the regions' only holder (`ReadHeld`) rather than the owner (`Read`).
         held: bool,
@@ -201,11 +205,13 @@ fn execute(client: &Client, rank: u32, c: &mut Conn, job: &Job) -> Result<()> {
         Job::Read {
             items,
             lens,
+            targets,
             states,
             held,
-        } => read_job(client, rank, c, items, *held, lens).map(|parts| {
+        } => read_job(client, rank, c, items, *held, lens, targets).map(|parts| {
             for (s, data) in states.iter().zip(parts) {
-                s.set(Phase::Done, Some(data));
+                s.landed.store(data.is_none(), Ordering::Relaxed);
+                s.set(Phase::Done, data);
             }
         }),
     }
@@ -213,7 +219,7 @@ fn execute(client: &Client, rank: u32, c: &mut Conn, job: &Job) -> Result<()> {
 
 /// A read job: with the server on this node, one-copy reads of its log for every item it can
 /// plan (issue 10, "reads"; see `direct.rs`), the rest (and any whose plan went stale) read
-/// through the server.
+/// through the server. An item read straight into its read target has no payload (None).
 fn read_job(
     client: &Client,
     rank: u32,
@@ -221,20 +227,38 @@ fn read_job(
     items: &[ReadItem],
     held: bool,
     lens: &[usize],
-) -> Result<Vec<Payload>> {
-    let Some(direct) = client.inner.direct.as_ref().filter(|_| client.direct_reads(rank)) else {
-        return c.read(items, held, lens);
+    targets: &[Option<ReadTarget>],
+) -> Result<Vec<Option<Payload>>> {
+    let Some(direct) = client
+        .inner
+        .direct
+        .as_ref()
+        .filter(|_| client.direct_reads(rank))
+    else {
+        return Ok(c.read(items, held, lens)?.into_iter().map(Some).collect());
     };
     let plans = read_plans(c, items, held)?;
     let mut out: Vec<Option<Payload>> = (0..items.len()).map(|_| None).collect();
     let mut rest: Vec<usize> = Vec::new();
     for (i, plan) in plans.plans.iter().enumerate() {
         if let Some(p) = plan {
-            // Zeroed pages straight from the kernel (calloc): no pass over the memory here.
-            let mut v = vec![0u8; lens[i]];
-            if direct.execute(rank, &plans, p, &mut v)? == Outcome::Done {
-                out[i] = Some(Payload::Heap(v));
-                continue;
+            if let Some(Some(t)) = targets
+                .get(i)
+                .filter(|t| t.is_some_and(|t| t.len == lens[i]))
+            {
+                // SAFETY: `set_read_target`'s contract: the memory is the caller's, valid and
+                // not otherwise accessed until the transfer is waited for.
+                let dst = unsafe { std::slice::from_raw_parts_mut(t.ptr as *mut u8, t.len) };
+                if direct.execute(rank, &plans, p, dst)? == Outcome::Done {
+                    continue;
+                }
+            } else {
+                // Zeroed pages straight from the kernel (calloc): no pass over the memory.
+                let mut v = vec![0u8; lens[i]];
+                if direct.execute(rank, &plans, p, &mut v)? == Outcome::Done {
+                    out[i] = Some(Payload::Heap(v));
+                    continue;
+                }
             }
         }
         rest.push(i);
@@ -246,9 +270,14 @@ fn read_job(
             out[i] = Some(p);
         }
     }
-    out.into_iter()
-        .map(|p| p.ok_or_else(|| Error::internal("read item without data")))
-        .collect()
+    Ok(out)
+}
+
+/// Memory a read transfer may be read straight into (see [`Transfer::set_read_target`]).
+#[derive(Debug, Clone, Copy)]
+struct ReadTarget {
+    ptr: usize,
+    len: usize,
 }
 
 /// One region of one object moving in one direction.
@@ -270,6 +299,8 @@ pub struct Transfer {
     txn: u64,
     /// The loaded bytes: an arena block when shared memory is in use (see `shm.rs`).
     data: Option<Arc<Payload>>,
+    /// For reads: the caller's memory the result may be read straight into.
+    target: Option<ReadTarget>,
     state: Arc<State>,
 }
 
@@ -299,9 +330,11 @@ impl Transfer {
             consistency: client.consistency(id),
             txn: 0,
             data: None,
+            target: None,
             state: Arc::new(State {
                 phase: Mutex::new((Phase::Idle, None)),
                 cv: Condvar::new(),
+                landed: AtomicBool::new(false),
             }),
         })
     }
@@ -380,6 +413,34 @@ impl Transfer {
         }
     }
 
+    /// Lets a read transfer put its result straight into `ptr` (`len` = `byte_len()` bytes,
+    /// the region in C order) when it can: a one-copy read from the log of a server on this
+    /// node. After `wait`, [`landed_in_target`](Self::landed_in_target) says whether it did;
+    /// otherwise the result is in the payload as usual. Until the wait returns the memory may
+    /// be written at any time (also partly, by a read that then falls back).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes, and not read or written by anyone else
+    /// from the next `start` until its `wait` has returned (and the transfer must be waited
+    /// for before the memory goes away).
+    pub unsafe fn set_read_target(&mut self, ptr: *mut u8, len: usize) -> Result<()> {
+        if self.is_write || len != self.byte_len {
+            return Err(Error::invalid(
+                "a read target is for read transfers, of exactly the region's size",
+            ));
+        }
+        self.target = Some(ReadTarget {
+            ptr: ptr as usize,
+            len,
+        });
+        Ok(())
+    }
+
+    /// After `wait`: the result was read straight into the read target (no payload).
+    pub fn landed_in_target(&self) -> bool {
+        self.state.landed.load(Ordering::Relaxed)
+    }
+
     /// The bytes a read transfer brought back (after `wait`); None before or for writes.
     pub fn take_result(&mut self) -> Option<Vec<u8>> {
         self.take_payload().map(|p| match p {
@@ -429,6 +490,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
     let mut per_server: BTreeMap<u32, Batch> = BTreeMap::new();
     for t in transfers.iter_mut() {
         *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::InFlight, None);
+        t.state.landed.store(false, Ordering::Relaxed);
         let b = per_server.entry(t.dest).or_default();
         if t.is_write {
             t.client.inner.in_flight[t.dest as usize]
@@ -450,6 +512,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             });
             r.1.push(t.byte_len);
             r.2.push(t.state.clone());
+            r.3.push(t.target);
         }
     }
     for (dest, batch) in per_server {
@@ -465,11 +528,12 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
                 states: batch.stage_states,
             });
         }
-        for (held, (items, lens, states)) in batch.reads.into_iter().enumerate() {
+        for (held, (items, lens, states, targets)) in batch.reads.into_iter().enumerate() {
             if !items.is_empty() {
                 w.submit(Job::Read {
                     items,
                     lens,
+                    targets,
                     states,
                     held: held == 1,
                 });
@@ -489,8 +553,13 @@ struct Batch {
     reads: [ReadBatch; 2],
 }
 
-/// Read items, their byte lengths and the transfers waiting for them.
-type ReadBatch = (Vec<ReadItem>, Vec<usize>, Vec<Arc<State>>);
+/// Read items, their byte lengths, the transfers waiting for them and their read targets.
+type ReadBatch = (
+    Vec<ReadItem>,
+    Vec<usize>,
+    Vec<Arc<State>>,
+    Vec<Option<ReadTarget>>,
+);
 
 /// Reads at least this large ask the owner where their region lives (one small round trip per
 /// owner per batch) so that a region held by one other server is read there directly; smaller

@@ -411,6 +411,24 @@ impl Engine {
         if !holders.is_empty() {
             return self.read_merged(obj, region, out, &pieces, &spans, holders);
         }
+        // One copy: log → `out` (the reply buffer or the client's arena), span by span, when
+        // the spans are few or large (many small extents are better served by the merged
+        // reads of `fetch`, one large pread for many of them).
+        if !pieces.is_empty() {
+            let mut spans = Vec::new();
+            let planned = pieces
+                .iter()
+                .all(|(e, i)| plan_piece(e, i, region, elem as u64, &mut spans));
+            let bytes: u64 = spans.iter().map(|s| s.len).sum();
+            if planned && (spans.len() <= 8 || bytes / spans.len() as u64 >= DIRECT_MIN_SPAN) {
+                if !covers(region, &pieces) {
+                    fill(out, &obj.fill);
+                }
+                if self.store.read_spans_into(&pieces, &spans, out)? {
+                    return Ok(());
+                }
+            }
+        }
         let covered = pieces.iter().any(|(_, i)| i == region);
         if !covered || pieces.len() > 1 {
             fill(out, &obj.fill);
@@ -637,7 +655,9 @@ impl Engine {
             .map_err(|e| Error::io(&format!("resolve {}", dir.display()), &e))?;
         let s = abs
             .to_str()
-            .ok_or_else(|| Error::internal(format!("log directory {} is not UTF-8", abs.display())))?
+            .ok_or_else(|| {
+                Error::internal(format!("log directory {} is not UTF-8", abs.display()))
+            })?
             .to_owned();
         Ok(self.plan_dir.get_or_init(|| s))
     }
@@ -654,6 +674,10 @@ fn piece_spans(pieces: &[(Extent, Region)], elem: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// Average span size from which the server reads a region span by span straight into the
+/// output rather than with `DataStore::fetch`'s merged reads and a copy.
+const DIRECT_MIN_SPAN: u64 = 64 << 10;
+
 /// Most spans one read plan may have (an N-D read crossing many rows of many extents is
 /// served by the server instead: one request per span would cost more than the copy).
 const PLAN_MAX_SPANS: usize = 1 << 16;
@@ -666,7 +690,13 @@ fn linear_index(r: &Region, p: &[u64]) -> u64 {
 /// Appends the log spans copying piece `inter` of extent `e` into the layout of `region`:
 /// one per row of the piece, rows contiguous in both the log and the output merged. False
 /// when the plan would exceed [`PLAN_MAX_SPANS`].
-fn plan_piece(e: &Extent, inter: &Region, region: &Region, elem: u64, spans: &mut Vec<PlanSpan>) -> bool {
+fn plan_piece(
+    e: &Extent,
+    inter: &Region,
+    region: &Region,
+    elem: u64,
+    spans: &mut Vec<PlanSpan>,
+) -> bool {
     let n = inter.ndim();
     let run = inter.count[n - 1] * elem;
     let mut point = inter.offset.clone();
@@ -717,7 +747,10 @@ fn covers(region: &Region, pieces: &[(Extent, Region)]) -> bool {
     if region.ndim() != 1 {
         return false;
     }
-    let mut iv: Vec<(u64, u64)> = pieces.iter().map(|(_, i)| (i.offset[0], i.end(0))).collect();
+    let mut iv: Vec<(u64, u64)> = pieces
+        .iter()
+        .map(|(_, i)| (i.offset[0], i.end(0)))
+        .collect();
     iv.sort_unstable();
     let mut reached = region.offset[0];
     for (lo, hi) in iv {

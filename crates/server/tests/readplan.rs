@@ -66,8 +66,8 @@ fn execute(engine: &Engine, dir: &str, segs: &[(u64, u64, u64)], plan: &ReadPlan
     }
     for s in &plan.spans {
         let &(_, dev, ino) = segs.iter().find(|x| x.0 == s.segment).unwrap();
-        let f = std::fs::File::open(Path::new(dir).join(format!("seg-{:08}.log", s.segment)))
-            .unwrap();
+        let f =
+            std::fs::File::open(Path::new(dir).join(format!("seg-{:08}.log", s.segment))).unwrap();
         let m = f.metadata().unwrap();
         assert_eq!((m.dev(), m.ino()), (dev, ino));
         let dest = &mut out[s.dest as usize..(s.dest + s.len) as usize];
@@ -82,6 +82,28 @@ fn planned(engine: &Engine, id: u64, region: &Region) -> Option<Vec<u8>> {
     Some(execute(engine, &dir, &segs, &plan))
 }
 
+/// Every point of `r`, in C order.
+fn points(r: &Region) -> Vec<Vec<u64>> {
+    let mut out = vec![vec![]];
+    for d in 0..r.ndim() {
+        out = out
+            .into_iter()
+            .flat_map(|p| {
+                (r.offset[d]..r.end(d)).map(move |x| {
+                    let mut q = p.clone();
+                    q.push(x);
+                    q
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+fn linear(dims: &[u64], p: &[u64]) -> usize {
+    (0..dims.len()).fold(0u64, |i, d| i * dims[d] + p[d]) as usize
+}
+
 fn read(engine: &Engine, id: u64, region: &Region) -> Vec<u8> {
     let mut out = vec![0u8; region.num_elements() as usize * 2];
     engine.read(id, region, &mut out).unwrap();
@@ -93,30 +115,50 @@ fn plans_give_the_bytes_of_a_read_with_overlaps_and_fill() {
     let dir = tempfile::tempdir().unwrap();
     let (meta, engine) = open(dir.path());
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    for (name, dims) in [("one", vec![5000u64]), ("two", vec![37, 53]), ("three", vec![7, 9, 11])] {
+    for (name, dims) in [
+        ("one", vec![5000u64]),
+        ("two", vec![37, 53]),
+        ("three", vec![7, 9, 11]),
+    ] {
         let id = object(&meta, name, dims.clone(), 0xfeed);
         // Unwritten: the plan is all fill.
         let whole = Region::whole(&dims);
-        assert_eq!(planned(&engine, id, &whole).unwrap(), read(&engine, id, &whole));
+        assert_eq!(
+            planned(&engine, id, &whole).unwrap(),
+            read(&engine, id, &whole)
+        );
+        // The model: a dense array the committed writes are applied to, in commit order.
+        let mut model: Vec<u16> = vec![0xfeed; whole.num_elements() as usize];
         let mut staged = Vec::new();
         for k in 0..40u16 {
             let w = rng.region(&dims);
             let bytes: Vec<u8> = (0..w.num_elements())
                 .flat_map(|i| (k.wrapping_mul(1000).wrapping_add(i as u16)).to_le_bytes())
                 .collect();
-            staged.push(engine.stage(k as u64 + 1, id, &w, &bytes).unwrap());
+            staged.push((engine.stage(k as u64 + 1, id, &w, &bytes).unwrap(), w, k));
         }
         // Committed in an order other than staged: the commit order decides overlaps.
         while !staged.is_empty() {
-            let s = staged.remove(rng.below(staged.len() as u64) as usize);
+            let (s, w, k) = staged.remove(rng.below(staged.len() as u64) as usize);
             engine.commit(&[s], Durability::Local).unwrap();
+            for (i, p) in points(&w).into_iter().enumerate() {
+                model[linear(&dims, &p)] = k.wrapping_mul(1000).wrapping_add(i as u16);
+            }
         }
         for _ in 0..60 {
             let q = rng.region(&dims);
             let got = planned(&engine, id, &q).expect("committed local writes are plannable");
             assert_eq!(got, read(&engine, id, &q), "{name} {q}");
+            let want: Vec<u8> = points(&q)
+                .iter()
+                .flat_map(|p| model[linear(&dims, p)].to_le_bytes())
+                .collect();
+            assert_eq!(got, want, "{name} {q} against the model");
         }
-        assert_eq!(planned(&engine, id, &whole).unwrap(), read(&engine, id, &whole));
+        assert_eq!(
+            planned(&engine, id, &whole).unwrap(),
+            read(&engine, id, &whole)
+        );
     }
 }
 
@@ -133,7 +175,10 @@ fn uncommitted_log_bytes_are_not_planned_until_synced() {
     let q = r(&[0], &[100]);
     assert!(engine.read_plan(id, &q, false).unwrap().is_none());
     // A region without that extent is still plannable.
-    assert!(engine.read_plan(id, &r(&[50], &[10]), false).unwrap().is_some());
+    assert!(engine
+        .read_plan(id, &r(&[50], &[10]), false)
+        .unwrap()
+        .is_some());
     engine.sync().unwrap();
     assert_eq!(planned(&engine, id, &q).unwrap(), read(&engine, id, &q));
 }
@@ -145,12 +190,20 @@ fn fully_covered_reads_need_no_fill() {
     let id = object(&meta, "c", vec![100], 7);
     for (k, (o, c)) in [(0u64, 60u64), (40, 60)].iter().enumerate() {
         let w = r(&[*o], &[*c]);
-        let s = engine.stage(k as u64 + 1, id, &w, &vec![k as u8 + 1; 2 * *c as usize]).unwrap();
+        let s = engine
+            .stage(k as u64 + 1, id, &w, &vec![k as u8 + 1; 2 * *c as usize])
+            .unwrap();
         engine.commit(&[s], Durability::Local).unwrap();
     }
-    let (plan, _) = engine.read_plan(id, &r(&[0], &[100]), false).unwrap().unwrap();
+    let (plan, _) = engine
+        .read_plan(id, &r(&[0], &[100]), false)
+        .unwrap()
+        .unwrap();
     assert!(plan.fill.is_none(), "two pieces cover the region");
     assert_eq!(plan.spans.len(), 2);
-    let (plan, _) = engine.read_plan(id, &r(&[0], &[100]), false).unwrap().unwrap();
+    let (plan, _) = engine
+        .read_plan(id, &r(&[0], &[100]), false)
+        .unwrap()
+        .unwrap();
     assert_eq!(plan.spans[1].dest, 80, "the later write's span comes last");
 }

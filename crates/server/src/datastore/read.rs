@@ -103,6 +103,37 @@ impl DataStore {
         Ok(fetched)
     }
 
+    /// One copy on the server's own read path (issue 10, "reads"): reads each span (`len`
+    /// bytes at `offset` of `segment`, to byte `dest` of `out`, in order) straight from the
+    /// log into `out`, when every piece is uncached and in a live log segment. False, with
+    /// nothing read, otherwise (the caller uses [`fetch`](Self::fetch)). The spans must lie
+    /// inside `out` (the engine derives them from the pieces and the region).
+    pub fn read_spans_into(
+        &self,
+        pieces: &[(Extent, Region)],
+        spans: &[pdcx_core::protocol::PlanSpan],
+        out: &mut [u8],
+    ) -> Result<bool> {
+        if pieces.iter().any(|(e, _)| self.cache.contains(&e.loc)) {
+            return Ok(false);
+        }
+        let log = self.log();
+        if !pieces
+            .iter()
+            .all(|(e, _)| e.in_log && log.has_segment(e.loc.segment))
+        {
+            return Ok(false);
+        }
+        for s in spans {
+            let dst = out
+                .get_mut(s.dest as usize..(s.dest + s.len) as usize)
+                .ok_or_else(|| Error::internal("read span outside the output"))?;
+            log.read_at(s.segment, s.offset, dst)?;
+        }
+        self.io.cache_lookups(0, pieces.len());
+        Ok(true)
+    }
+
     /// For a read a same-node client performs itself (issue 10, "reads"): the (segment,
     /// st_dev, st_ino) of every log segment holding `pieces`, if each piece's bytes are in a
     /// live segment *within its committed length* (covered by the MANIFEST), else None (the
