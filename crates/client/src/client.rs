@@ -812,14 +812,57 @@ impl Client {
         let held = dest != owner;
         if self.direct_reads(dest) {
             let plans = self.with_conn(dest, &mut |c| read_plans(c, &items, held))?;
-            if let Some(Some(plan)) = plans.plans.first() {
-                let direct = self.inner.direct.as_ref().expect("checked by direct_reads");
-                if direct.execute(dest, &plans, plan, out)? == Outcome::Done {
-                    return Ok(());
-                }
+            if self.direct_read(dest, &plans, 0, &items[0], out)? {
+                return Ok(());
             }
         }
         self.with_conn(dest, &mut |c| c.read_into(&items[0], held, out))
+    }
+
+    /// Whether item `i` of a read can be a one-copy read (issue 10, "reads") given the plans
+    /// server `rank` answered: planned there, or (asked at the owner) held in parts by
+    /// servers that are all on this node.
+    pub(crate) fn direct_possible(&self, plans: &ReadPlans, i: usize) -> bool {
+        plans.plans.get(i).is_some_and(Option::is_some)
+            || plans.holders.get(i).is_some_and(|h| {
+                !h.is_empty()
+                    && h.len() <= MERGE_MAX_HOLDERS
+                    && h.iter().all(|&r| self.direct_reads(r))
+            })
+    }
+
+    /// Reads item `i` (`item`) of a read straight into `out` (its byte size) when
+    /// [`direct_possible`](Self::direct_possible): from the plan server `rank` gave, or by
+    /// asking every holder for its part (`held`) and merging the spans by sequence number.
+    /// False when it was not possible or a plan went stale: the caller reads the item through
+    /// the server (`out` may be partly written).
+    pub(crate) fn direct_read(
+        &self,
+        rank: u32,
+        plans: &ReadPlans,
+        i: usize,
+        item: &ReadItem,
+        out: &mut [u8],
+    ) -> Result<bool> {
+        let Some(direct) = self.inner.direct.as_ref() else {
+            return Ok(false);
+        };
+        if !self.direct_possible(plans, i) {
+            return Ok(false);
+        }
+        if let Some(Some(p)) = plans.plans.get(i) {
+            return Ok(direct.execute(rank, plans, p, out)? == Outcome::Done);
+        }
+        let holders = &plans.holders[i];
+        let mut parts = Vec::with_capacity(holders.len());
+        for &h in holders {
+            // Any failure here (a holder restarting, say) leaves the item to the owner.
+            match self.with_conn(h, &mut |c| read_plans(c, std::slice::from_ref(item), true)) {
+                Ok(p) if p.plans[0].is_some() => parts.push((h, p)),
+                _ => return Ok(false),
+            }
+        }
+        Ok(direct.execute_merged(&parts, out)? == Outcome::Done)
     }
 
     /// Whether reads from server `rank` may be one-copy reads of its log (same node).
@@ -828,6 +871,9 @@ impl Client {
     }
 }
 
+/// Most holders whose plans a client merges for one read (beyond that the owner merges).
+const MERGE_MAX_HOLDERS: usize = 8;
+
 /// Asks the server on `c` for the read plans of `items` (issue 10, "reads").
 pub(crate) fn read_plans(c: &mut Conn, items: &[ReadItem], held: bool) -> Result<ReadPlans> {
     let req = Request::ReadPlan {
@@ -835,7 +881,12 @@ pub(crate) fn read_plans(c: &mut Conn, items: &[ReadItem], held: bool) -> Result
         held,
     };
     match c.call(&req, &[])?.0 {
-        Response::ReadPlans(p) if p.plans.len() == items.len() => Ok(p),
+        Response::ReadPlans(p)
+            if p.plans.len() == items.len()
+                && (p.holders.is_empty() || p.holders.len() == items.len()) =>
+        {
+            Ok(p)
+        }
         r => Err(unexpected("ReadPlan", r)),
     }
 }

@@ -17,7 +17,7 @@
 //!
 //! `PDCX_DIRECT_READ=0` turns it off (reads then go through the server as before).
 
-use pdcx_core::protocol::{ReadPlan, ReadPlans};
+use pdcx_core::protocol::{PlanSpan, ReadPlan, ReadPlans};
 use pdcx_core::{Error, Result};
 use std::collections::HashMap;
 use std::fs::File;
@@ -107,20 +107,68 @@ impl DirectReads {
             fill(out, pattern);
         }
         for s in &plan.spans {
-            let Some(&(_, dev, ino)) = plans.segments.iter().find(|x| x.0 == s.segment) else {
-                return Err(Error::protocol(
-                    "read plan names a segment it does not identify",
-                ));
-            };
-            let Some(f) = self.file(rank, &plans.dir, s.segment, dev, ino) else {
-                return Ok(Outcome::Fallback);
-            };
-            let dst = &mut out[s.dest as usize..(s.dest + s.len) as usize];
-            if f.file.read_exact_at(dst, s.offset).is_err() {
+            if !self.read_span(rank, plans, s, out)? {
                 return Ok(Outcome::Fallback);
             }
         }
         Ok(Outcome::Done)
+    }
+
+    /// Executes the plans several holders gave for their parts of one item (each asked with
+    /// `held`): fill when any part needs it, then every span of every part in the order of
+    /// the writes' sequence numbers, so overlaps between holders resolve as at the owner.
+    pub(crate) fn execute_merged(
+        &self,
+        parts: &[(u32, ReadPlans)],
+        out: &mut [u8],
+    ) -> Result<Outcome> {
+        let mut spans: Vec<(u64, usize, PlanSpan)> = Vec::new();
+        let mut pattern: Option<&[u8]> = None;
+        for (k, (_, plans)) in parts.iter().enumerate() {
+            let plan = plans
+                .plans
+                .first()
+                .and_then(Option::as_ref)
+                .ok_or_else(|| Error::internal("merged read of a part without a plan"))?;
+            check(plans, plan, out.len())?;
+            if let Some(p) = &plan.fill {
+                pattern = Some(p);
+            }
+            spans.extend(plan.spans.iter().map(|s| (s.seq, k, *s)));
+        }
+        // Stable: spans of one write keep their order.
+        spans.sort_by_key(|x| x.0);
+        if let Some(p) = pattern {
+            fill(out, p);
+        }
+        for (_, k, s) in &spans {
+            let (rank, plans) = &parts[*k];
+            if !self.read_span(*rank, plans, s, out)? {
+                return Ok(Outcome::Fallback);
+            }
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// Reads span `s` of a checked plan into `out`; false if its file is gone, another file
+    /// or too short.
+    fn read_span(
+        &self,
+        rank: u32,
+        plans: &ReadPlans,
+        s: &PlanSpan,
+        out: &mut [u8],
+    ) -> Result<bool> {
+        let Some(&(_, dev, ino)) = plans.segments.iter().find(|x| x.0 == s.segment) else {
+            return Err(Error::protocol(
+                "refused read plan: it names a segment it does not identify",
+            ));
+        };
+        let Some(f) = self.file(rank, &plans.dir, s.segment, dev, ino) else {
+            return Ok(false);
+        };
+        let dst = &mut out[s.dest as usize..(s.dest + s.len) as usize];
+        Ok(f.file.read_exact_at(dst, s.offset).is_ok())
     }
 }
 
@@ -170,7 +218,6 @@ fn fill(out: &mut [u8], pattern: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pdcx_core::protocol::PlanSpan;
     use pdcx_core::ErrorKind;
 
     fn plans_for(dir: &str, seg: u64) -> ReadPlans {
@@ -180,11 +227,13 @@ mod tests {
             dir: dir.to_owned(),
             segments: vec![(seg, m.dev(), m.ino())],
             plans: vec![],
+            holders: vec![],
         }
     }
 
     fn span(offset: u64, len: u64, dest: u64) -> PlanSpan {
         PlanSpan {
+            seq: 1,
             segment: 1,
             offset,
             len,

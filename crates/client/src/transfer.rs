@@ -13,7 +13,6 @@
 use crate::client::Client;
 use crate::client::{commit_request, read_plans};
 use crate::conn::Conn;
-use crate::direct::Outcome;
 use crate::shm::Payload;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Consistency, Durability, ReadItem, Request, StageItem};
@@ -229,35 +228,35 @@ fn read_job(
     lens: &[usize],
     targets: &[Option<ReadTarget>],
 ) -> Result<Vec<Option<Payload>>> {
-    let Some(direct) = client
-        .inner
-        .direct
-        .as_ref()
-        .filter(|_| client.direct_reads(rank))
-    else {
+    if !client.direct_reads(rank) {
         return Ok(c.read(items, held, lens)?.into_iter().map(Some).collect());
-    };
+    }
     let plans = read_plans(c, items, held)?;
     let mut out: Vec<Option<Payload>> = (0..items.len()).map(|_| None).collect();
     let mut rest: Vec<usize> = Vec::new();
-    for (i, plan) in plans.plans.iter().enumerate() {
-        if let Some(p) = plan {
-            if let Some(Some(t)) = targets
+    for (i, item) in items.iter().enumerate() {
+        if client.direct_possible(&plans, i) {
+            match targets
                 .get(i)
-                .filter(|t| t.is_some_and(|t| t.len == lens[i]))
+                .copied()
+                .flatten()
+                .filter(|t| t.len == lens[i])
             {
-                // SAFETY: `set_read_target`'s contract: the memory is the caller's, valid and
-                // not otherwise accessed until the transfer is waited for.
-                let dst = unsafe { std::slice::from_raw_parts_mut(t.ptr as *mut u8, t.len) };
-                if direct.execute(rank, &plans, p, dst)? == Outcome::Done {
-                    continue;
+                Some(t) => {
+                    // SAFETY: `set_read_target`'s contract: the memory is the caller's, valid
+                    // and not otherwise accessed until the transfer is waited for.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(t.ptr as *mut u8, t.len) };
+                    if client.direct_read(rank, &plans, i, item, dst)? {
+                        continue;
+                    }
                 }
-            } else {
-                // Zeroed pages straight from the kernel (calloc): no pass over the memory.
-                let mut v = vec![0u8; lens[i]];
-                if direct.execute(rank, &plans, p, &mut v)? == Outcome::Done {
-                    out[i] = Some(Payload::Heap(v));
-                    continue;
+                None => {
+                    // Zeroed pages straight from the kernel (calloc): no pass over the memory.
+                    let mut v = vec![0u8; lens[i]];
+                    if client.direct_read(rank, &plans, i, item, &mut v)? {
+                        out[i] = Some(Payload::Heap(v));
+                        continue;
+                    }
                 }
             }
         }

@@ -718,6 +718,11 @@ pub struct ReadPlans {
     /// (segment, st_dev, st_ino) of each segment file named below.
     pub segments: Vec<(u64, u64, u64)>,
     pub plans: Vec<Option<ReadPlan>>,
+    /// Per item without a plan at the owner because other servers hold parts of it: every
+    /// server holding committed data of the region (the owner too when it does), so a client
+    /// on their node can ask each for its part (`held`) and merge the spans by `seq`. Empty
+    /// otherwise.
+    pub holders: Vec<Vec<u32>>,
 }
 
 /// How to assemble one item's region (`len` bytes, C order) from the log: fill first when
@@ -731,9 +736,11 @@ pub struct ReadPlan {
     pub spans: Vec<PlanSpan>,
 }
 
-/// `len` bytes at byte `offset` of log segment `segment`, to byte `dest` of the item's output.
+/// `len` bytes at byte `offset` of log segment `segment`, to byte `dest` of the item's output;
+/// `seq`: the sequence number of the write it comes from (orders spans of several holders).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanSpan {
+    pub seq: u64,
     pub segment: u64,
     pub offset: u64,
     pub len: u64,

@@ -353,15 +353,9 @@ impl Engine {
 
     /// Issue 10, "reads": the one-copy read plan of `region` of `id` for a client on this
     /// node (see `protocol::ReadPlan`), with `Read` semantics at the owner or, with `held`,
-    /// `ReadHeld` semantics. `Ok(None)`: this read cannot be planned (other holders hold
-    /// parts of it, an extent is only on a tier, its bytes are not committed to the log yet,
-    /// too many spans); the client then reads it the usual way.
-    pub fn read_plan(
-        &self,
-        id: ObjectId,
-        region: &Region,
-        held: bool,
-    ) -> Result<Option<(ReadPlan, Vec<(u64, u64, u64)>)>> {
+    /// `ReadHeld` semantics (this server's pieces only, each span with its write's sequence
+    /// number so a client can merge several holders' plans). See [`PlanOutcome`].
+    pub fn read_plan(&self, id: ObjectId, region: &Region, held: bool) -> Result<PlanOutcome> {
         let obj = if held {
             self.checked_meta(id, region)?
         } else {
@@ -374,8 +368,13 @@ impl Engine {
             }
             let obj = self.meta.object(id)?;
             region.check_within(&obj.dims)?;
-            if !self.remote_holders(id, region).is_empty() {
-                return Ok(None);
+            let mut holders = self.remote_holders(id, region);
+            if !holders.is_empty() {
+                if !self.store.local_pieces(id, region).is_empty() {
+                    holders.push(self.rank);
+                    holders.sort_unstable();
+                }
+                return Ok(PlanOutcome::Holders(holders));
             }
             obj
         };
@@ -383,16 +382,16 @@ impl Engine {
         let len = region.byte_len(elem as usize)?;
         let pieces = self.store.local_pieces(id, region);
         let Some(segments) = self.store.committed_segments(&pieces) else {
-            return Ok(None);
+            return Ok(PlanOutcome::None);
         };
         let mut spans: Vec<PlanSpan> = Vec::new();
         for (e, inter) in &pieces {
             if !plan_piece(e, inter, region, elem, &mut spans) {
-                return Ok(None);
+                return Ok(PlanOutcome::None);
             }
         }
         let fill = (!covers(region, &pieces)).then(|| obj.fill.clone());
-        Ok(Some((ReadPlan { len, fill, spans }, segments)))
+        Ok(PlanOutcome::Plan(ReadPlan { len, fill, spans }, segments))
     }
 
     fn read_here(
@@ -674,6 +673,17 @@ fn piece_spans(pieces: &[(Extent, Region)], elem: usize) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// What [`Engine::read_plan`] found.
+#[derive(Debug)]
+pub enum PlanOutcome {
+    /// The plan, and (segment, st_dev, st_ino) of every segment it names.
+    Plan(ReadPlan, Vec<(u64, u64, u64)>),
+    /// At the owner: other servers hold parts of the region; these all hold some of it.
+    Holders(Vec<u32>),
+    /// Not plannable (extents on a tier, bytes not committed to the log, too many spans).
+    None,
+}
+
 /// Average span size from which the server reads a region span by span straight into the
 /// output rather than with `DataStore::fetch`'s merged reads and a copy.
 const DIRECT_MIN_SPAN: u64 = 64 << 10;
@@ -705,7 +715,8 @@ fn plan_piece(
         let dst = linear_index(region, &point) * elem;
         match spans.last_mut() {
             Some(last)
-                if last.segment == e.loc.segment
+                if last.seq == e.seq
+                    && last.segment == e.loc.segment
                     && last.offset + last.len == src
                     && last.dest + last.len == dst =>
             {
@@ -716,6 +727,7 @@ fn plan_piece(
                     return false;
                 }
                 spans.push(PlanSpan {
+                    seq: e.seq,
                     segment: e.loc.segment,
                     offset: src,
                     len: run,

@@ -732,18 +732,28 @@ fn read_shm(
 /// `ReadPlan` (issue 10, "reads"): where each item's bytes are in this server's log, for a
 /// client on this node that reads them itself. Counted as read bytes when planned.
 fn read_plans(server: &Server, items: &[protocol::ReadItem], held: bool) -> Result<Response> {
+    use crate::engine::PlanOutcome;
     let mut plans = Vec::with_capacity(items.len());
+    let mut holders = Vec::new();
     let mut segments: Vec<(u64, u64, u64)> = Vec::new();
     let mut total = 0u64;
-    for item in items {
+    for (k, item) in items.iter().enumerate() {
         match server.engine.read_plan(item.id, &item.region, held)? {
-            Some((plan, segs)) => {
+            PlanOutcome::Plan(plan, segs) => {
                 total += plan.len;
                 segments.extend(segs);
                 plans.push(Some(plan));
             }
-            None => plans.push(None),
+            PlanOutcome::Holders(h) => {
+                holders.resize(k, Vec::new());
+                holders.push(h);
+                plans.push(None);
+            }
+            PlanOutcome::None => plans.push(None),
         }
+    }
+    if !holders.is_empty() {
+        holders.resize(items.len(), Vec::new());
     }
     segments.sort_unstable();
     segments.dedup();
@@ -757,6 +767,7 @@ fn read_plans(server: &Server, items: &[protocol::ReadItem], held: bool) -> Resu
         dir,
         segments,
         plans,
+        holders,
     }))
 }
 
