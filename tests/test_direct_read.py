@@ -118,7 +118,7 @@ def test_several_holders_and_unsynced_memory_writes_fall_back(deployment):
 
 def test_reads_after_a_segment_is_retired_and_after_a_restart(deployment, tmp_path):
     dep = deployment(n=1, start=False)
-    write_config(dep.root, tmp_path)
+    write_config(dep.root, tmp_path, interval_ms=3_600_000)  # flushes only when asked
     dep.start()
     c = dep.client()
     cont = c.create_container("r")

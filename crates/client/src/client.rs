@@ -811,7 +811,7 @@ impl Client {
         }
         let held = dest != owner;
         if self.direct_reads(dest) {
-            let plans = self.with_conn(dest, &mut |c| read_plans(c, &items, held))?;
+            let plans = self.with_conn(dest, &mut |c| read_plans(self, c, &items, held))?;
             if self.direct_read(dest, &plans, 0, &items[0], out)? {
                 return Ok(());
             }
@@ -857,7 +857,9 @@ impl Client {
         let mut parts = Vec::with_capacity(holders.len());
         for &h in holders {
             // Any failure here (a holder restarting, say) leaves the item to the owner.
-            match self.with_conn(h, &mut |c| read_plans(c, std::slice::from_ref(item), true)) {
+            match self.with_conn(h, &mut |c| {
+                read_plans(self, c, std::slice::from_ref(item), true)
+            }) {
                 Ok(p) if p.plans[0].is_some() => parts.push((h, p)),
                 _ => return Ok(false),
             }
@@ -874,8 +876,14 @@ impl Client {
 /// Most holders whose plans a client merges for one read (beyond that the owner merges).
 const MERGE_MAX_HOLDERS: usize = 8;
 
-/// Asks the server on `c` for the read plans of `items` (issue 10, "reads").
-pub(crate) fn read_plans(c: &mut Conn, items: &[ReadItem], held: bool) -> Result<ReadPlans> {
+/// Asks the server on `c` for the read plans of `items` (issue 10, "reads"), and lets
+/// `client`'s descriptor cache see the answer.
+pub(crate) fn read_plans(
+    client: &Client,
+    c: &mut Conn,
+    items: &[ReadItem],
+    held: bool,
+) -> Result<ReadPlans> {
     let req = Request::ReadPlan {
         items: items.to_vec(),
         held,
@@ -885,6 +893,9 @@ pub(crate) fn read_plans(c: &mut Conn, items: &[ReadItem], held: bool) -> Result
             if p.plans.len() == items.len()
                 && (p.holders.is_empty() || p.holders.len() == items.len()) =>
         {
+            if let Some(d) = &client.inner.direct {
+                d.note_plans(&p);
+            }
             Ok(p)
         }
         r => Err(unexpected("ReadPlan", r)),

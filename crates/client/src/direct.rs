@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// Open segment files kept per client; beyond this many the cache is emptied (a client
 /// reading from very many segments reopens them, which costs an `open` each).
@@ -45,7 +46,13 @@ struct SegFile {
 #[derive(Default)]
 pub(crate) struct DirectReads {
     files: Mutex<HashMap<(u32, u64), Arc<SegFile>>>,
+    /// When descriptors of unlinked (retired) segments were last closed.
+    swept: Mutex<Option<Instant>>,
 }
+
+/// How often at most the open descriptors are checked for retired segments, unless a plan
+/// answer suggests a retirement.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
 
 /// How executing one plan ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -56,6 +63,28 @@ pub(crate) enum Outcome {
 }
 
 impl DirectReads {
+    /// Called with every plan answer: closes the descriptors of segments that were retired
+    /// (unlinked) since they were opened, so they do not keep the disk space allocated. Right
+    /// away when an item got no plan and no holders (its extents may have moved to a tier),
+    /// else at most every [`SWEEP_EVERY`].
+    pub(crate) fn note_plans(&self, plans: &ReadPlans) {
+        let hint = plans
+            .plans
+            .iter()
+            .enumerate()
+            .any(|(i, p)| p.is_none() && plans.holders.get(i).is_none_or(Vec::is_empty));
+        let now = Instant::now();
+        {
+            let mut last = self.swept.lock().unwrap_or_else(|p| p.into_inner());
+            if !hint && last.is_some_and(|t| now.duration_since(t) < SWEEP_EVERY) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        files.retain(|_, f| f.file.metadata().is_ok_and(|m| m.nlink() > 0));
+    }
+
     /// Segment `seg` of server `rank`, opened read-only from `dir` unless the open file is
     /// already that very file (same device and inode as the plan names). None when the file
     /// is gone or is not the file the plan means.

@@ -231,7 +231,7 @@ fn read_job(
     if !client.direct_reads(rank) {
         return Ok(c.read(items, held, lens)?.into_iter().map(Some).collect());
     }
-    let plans = read_plans(c, items, held)?;
+    let plans = read_plans(client, c, items, held)?;
     let mut out: Vec<Option<Payload>> = (0..items.len()).map(|_| None).collect();
     let mut rest: Vec<usize> = Vec::new();
     for (i, item) in items.iter().enumerate() {
