@@ -212,7 +212,7 @@ fn check(plans: &ReadPlans, plan: &ReadPlan, len: usize) -> Result<()> {
         ));
     }
     if let Some(p) = &plan.fill {
-        if p.is_empty() || len % p.len() != 0 {
+        if p.is_empty() || !len.is_multiple_of(p.len()) {
             return bad(format!(
                 "fill pattern of {} bytes does not tile {len} bytes",
                 p.len()
