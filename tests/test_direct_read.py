@@ -8,6 +8,8 @@ restart fall back to the usual read, correctly. PDCX_DIRECT_READ=0 turns it off.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pdcx
@@ -90,9 +92,6 @@ def test_overlapping_writes_from_two_clients_and_fill_read_directly(deployment):
         "(os.readlink('/proc/self/fd/' + f) if os.path.exists('/proc/self/fd/' + f) else '')]\n"
         "sys.stdout.buffer.write(x.tobytes() + y.tobytes())\n"
     )
-    import subprocess
-    import sys
-
     p = subprocess.run([sys.executable, "-c", code], env=off, capture_output=True, check=True, timeout=60)
     assert p.stdout == want.tobytes() + want2.tobytes()
 
