@@ -34,6 +34,22 @@ def shm_total(c: pdcx.Client) -> int:
     return sum(s["shm_bytes"] for s in c.stats())
 
 
+def through_server(dep, *names: str) -> bytes:
+    """The objects' bytes as a client with PDCX_DIRECT_READ=0 reads them (the server reads,
+    merging other holders' pieces at the owner); it must open no segment file."""
+    code = (
+        "import os, sys, pdcx\n"
+        f"c = pdcx.connect({str(dep.root)!r})\n"
+        f"out = b''.join(c.open_object(n)[...].tobytes() for n in {list(names)!r})\n"
+        "fds = [os.readlink('/proc/self/fd/' + f) for f in os.listdir('/proc/self/fd')\n"
+        "       if os.path.exists('/proc/self/fd/' + f)]\n"
+        "assert not [t for t in fds if '/log/seg-' in t], fds\n"
+        "sys.stdout.buffer.write(out)\n"
+    )
+    env = {**os.environ, "PDCX_DIRECT_READ": "0"}
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, check=True, timeout=60).stdout
+
+
 def reads_every_way(obj, want: np.ndarray) -> None:
     assert np.array_equal(obj[...], want)
     assert np.array_equal(obj.read_async().wait(), want)
@@ -83,17 +99,7 @@ def test_overlapping_writes_from_two_clients_and_fill_read_directly(deployment):
         assert shm_total(c) == shm_before
     assert any("/server-0000/log/seg-" in p for p in seg_fds()), seg_fds()
 
-    off = {**os.environ, "PDCX_DIRECT_READ": "0"}
-    code = (
-        "import pdcx, numpy as np, os, sys\n"
-        f"c = pdcx.connect({str(dep.root)!r})\n"
-        "x = c.open_object('d/one')[...]; y = c.open_object('d/two')[...]\n"
-        "assert not [f for f in os.listdir('/proc/self/fd') if '/log/seg-' in "
-        "(os.readlink('/proc/self/fd/' + f) if os.path.exists('/proc/self/fd/' + f) else '')]\n"
-        "sys.stdout.buffer.write(x.tobytes() + y.tobytes())\n"
-    )
-    p = subprocess.run([sys.executable, "-c", code], env=off, capture_output=True, check=True, timeout=60)
-    assert p.stdout == want.tobytes() + want2.tobytes()
+    assert through_server(dep, "d/one", "d/two") == want.tobytes() + want2.tobytes()
 
 
 def test_several_holders_and_unsynced_memory_writes_fall_back(deployment):
@@ -107,12 +113,14 @@ def test_several_holders_and_unsynced_memory_writes_fall_back(deployment):
     want[1500:3500] = -1
     for c in (a, b):
         reads_every_way(c.open_object("h/x"), want)
+    assert through_server(dep, "h/x") == want.tobytes()
     # `memory` durability: visible before the next sync, not under the log's manifest yet.
     mem = a.open_object("h/x")
     mem.write_async(np.full(100, 9, dtype="<i8"), offset=(3900,), durability="memory").wait()
     want[3900:4000] = 9
     for c in (a, b):
         reads_every_way(c.open_object("h/x"), want)
+    assert through_server(dep, "h/x") == want.tobytes()
 
 
 def test_reads_after_a_segment_is_retired_and_after_a_restart(deployment, tmp_path):

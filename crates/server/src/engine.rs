@@ -503,10 +503,29 @@ impl Engine {
         let obj = self.object_meta(id, false)?;
         let elem = obj.dtype.size();
         let pieces = self.store.local_pieces(id, region);
+        let list: Vec<(u64, Region)> = pieces.iter().map(|(e, i)| (e.seq, i.clone())).collect();
+        // One copy (log → reply) when the pieces' spans are few or large, as in `read_here`.
+        let mut direct = Vec::new();
+        let mut at = 0u64;
+        let mut planned = true;
+        for (e, inter) in &pieces {
+            let first = direct.len();
+            planned &= plan_piece(e, inter, inter, elem as u64, &mut direct);
+            for s in &mut direct[first..] {
+                s.dest += at;
+            }
+            at += inter.byte_len(elem)?;
+        }
+        let avg = at / (direct.len() as u64).max(1);
+        if planned && !pieces.is_empty() && (direct.len() <= 8 || avg >= DIRECT_MIN_SPAN) {
+            let mut out = vec![0u8; at as usize];
+            if self.store.read_spans_into(&pieces, &direct, &mut out)? {
+                return Ok((list, out));
+            }
+        }
         let spans = piece_spans(&pieces, elem);
         let fetched = self.store.fetch(&obj, None, &pieces, &spans, &mut [])?;
         let mut out = Vec::new();
-        let mut list = Vec::with_capacity(pieces.len());
         for (i, (e, inter)) in pieces.iter().enumerate() {
             let bytes = fetched[i]
                 .as_deref()
@@ -522,7 +541,6 @@ impl Engine {
                 base: 0,
             };
             copy_region(elem, inter, (&src, bytes), (&dst, &mut out[at..]));
-            list.push((e.seq, inter.clone()));
         }
         Ok((list, out))
     }
