@@ -84,6 +84,8 @@ def exercise(c: pdcx.Client, prefix: str) -> int:
 def test_same_node_data_goes_through_shared_memory(deployment, monkeypatch):
     dep = deployment(n=2)
     monkeypatch.delenv("PDCX_SHM", raising=False)
+    # Reads of committed log bytes would bypass the server (tests/test_direct_read.py).
+    monkeypatch.setenv("PDCX_DIRECT_READ", "0")
     c = dep.client()
     before = shm_total(c)
     moved = exercise(c, "same")
@@ -107,6 +109,7 @@ def test_same_node_data_goes_through_shared_memory(deployment, monkeypatch):
 
 @pytest.mark.parametrize("env", [{"PDCX_NODE": "a-different-node"}, {"PDCX_SHM": "0"}])
 def test_other_nodes_and_pdcx_shm_0_use_tcp(deployment, monkeypatch, env):
+    monkeypatch.setenv("PDCX_DIRECT_READ", "0")  # see above
     dep = deployment(n=2)
     servers_node = dep.cluster()["servers"][0]["node"]
     assert servers_node != "a-different-node"

@@ -307,6 +307,13 @@ fn start(ids: &[PdcId]) -> R<()> {
         }
         if g.t.is_write {
             g.load().map_err(crate::err)?;
+        } else if g.local == g.local_shape {
+            // The local region is the whole buffer, in C order: a read from a server on this
+            // node may land straight in it (one copy, issue 10 "reads"). PDC's contract: the
+            // buffer is the transfer's until it is waited for (close waits too).
+            let (buf, len) = (g.buf as *mut u8, g.user_len());
+            // SAFETY: as in `scatter`; valid until the wait, which every path performs.
+            unsafe { g.t.set_read_target(buf, len) }.map_err(crate::err)?;
         }
     }
     let mut ts: Vec<&mut Transfer> = guards.iter_mut().map(|g| &mut g.t).collect();
@@ -340,7 +347,7 @@ fn wait_arcs(ids: &[PdcId], arcs: &[Arc<Mutex<Xfer>>]) -> R<()> {
     let mut first_err = r.err().map(crate::err);
     for g in active.iter_mut() {
         g.started = false;
-        if !g.t.is_write && first_err.is_none() {
+        if !g.t.is_write && first_err.is_none() && !g.t.landed_in_target() {
             match g.t.take_payload() {
                 Some(data) => g.scatter(data.as_slice()),
                 None => first_err = Some("read finished without data".into()),

@@ -5,13 +5,14 @@
 //! the server).
 
 use crate::conn::Conn;
+use crate::direct::Outcome;
 use crate::shm::{self, Payload, ShmPool};
 use crate::transfer::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
 use pdcx_core::placement::{data_server, PlacementInput};
 use pdcx_core::protocol::{
-    Consistency, Durability, ExtentInfo, FlushReport, ObjectKey, ObjectSpec, ReadItem, Request,
-    Response, ServerStats, StageItem, TagTarget,
+    Consistency, Durability, ExtentInfo, FlushReport, ObjectKey, ObjectSpec, ReadItem, ReadPlans,
+    Request, Response, ServerStats, StageItem, TagTarget,
 };
 use pdcx_core::{
     owner_of_name, Condition, ContainerInfo, Error, ErrorKind, ObjectId, ObjectMeta, Placement,
@@ -63,6 +64,9 @@ pub(crate) struct Inner {
     /// Containers this client saw exist recently (a create checks its containers here before
     /// asking their owners again).
     containers_seen: Mutex<HashMap<String, std::time::Instant>>,
+    /// One-copy reads from the segment logs of servers on this node (issue 10, "reads");
+    /// None when no server is on this node or `PDCX_DIRECT_READ=0`.
+    pub(crate) direct: Option<crate::direct::DirectReads>,
 }
 
 /// How long a container seen to exist is trusted by creates without asking its owner again.
@@ -139,7 +143,10 @@ impl Client {
                 std::env::var("PDCX_AGGREGATE").as_deref().map(str::trim),
                 Ok("0" | "off" | "false" | "no")
             );
+        let direct = (same_node.contains(&true) && crate::direct::enabled_by_env())
+            .then(crate::direct::DirectReads::default);
         let inner = Inner {
+            direct,
             shm,
             same_node,
             shm_refused: (0..n).map(|_| Arc::new(AtomicBool::new(false))).collect(),
@@ -951,7 +958,95 @@ impl Client {
             }
         }
         let held = dest != owner;
+        if self.direct_reads(dest) {
+            let plans = self.with_conn(dest, &mut |c| read_plans(self, c, &items, held))?;
+            if self.direct_read(dest, &plans, 0, &items[0], out)? {
+                return Ok(());
+            }
+        }
         self.with_conn(dest, &mut |c| c.read_into(&items[0], held, out))
+    }
+
+    /// Whether item `i` of a read can be a one-copy read (issue 10, "reads") given the plans
+    /// server `rank` answered: planned there, or (asked at the owner) held in parts by
+    /// servers that are all on this node.
+    pub(crate) fn direct_possible(&self, plans: &ReadPlans, i: usize) -> bool {
+        plans.plans.get(i).is_some_and(Option::is_some)
+            || plans.holders.get(i).is_some_and(|h| {
+                !h.is_empty()
+                    && h.len() <= MERGE_MAX_HOLDERS
+                    && h.iter().all(|&r| self.direct_reads(r))
+            })
+    }
+
+    /// Reads item `i` (`item`) of a read straight into `out` (its byte size) when
+    /// [`direct_possible`](Self::direct_possible): from the plan server `rank` gave, or by
+    /// asking every holder for its part (`held`) and merging the spans by sequence number.
+    /// False when it was not possible or a plan went stale: the caller reads the item through
+    /// the server (`out` may be partly written).
+    pub(crate) fn direct_read(
+        &self,
+        rank: u32,
+        plans: &ReadPlans,
+        i: usize,
+        item: &ReadItem,
+        out: &mut [u8],
+    ) -> Result<bool> {
+        let Some(direct) = self.inner.direct.as_ref() else {
+            return Ok(false);
+        };
+        if !self.direct_possible(plans, i) {
+            return Ok(false);
+        }
+        if let Some(Some(p)) = plans.plans.get(i) {
+            return Ok(direct.execute(rank, plans, p, out)? == Outcome::Done);
+        }
+        let holders = &plans.holders[i];
+        let mut parts = Vec::with_capacity(holders.len());
+        for &h in holders {
+            // Any failure here (a holder restarting, say) leaves the item to the owner.
+            match self.with_conn(h, &mut |c| {
+                read_plans(self, c, std::slice::from_ref(item), true)
+            }) {
+                Ok(p) if p.plans[0].is_some() => parts.push((h, p)),
+                _ => return Ok(false),
+            }
+        }
+        Ok(direct.execute_merged(&parts, out)? == Outcome::Done)
+    }
+
+    /// Whether reads from server `rank` may be one-copy reads of its log (same node).
+    pub(crate) fn direct_reads(&self, rank: u32) -> bool {
+        self.inner.direct.is_some() && self.inner.same_node.get(rank as usize) == Some(&true)
+    }
+}
+
+/// Most holders whose plans a client merges for one read (beyond that the owner merges).
+const MERGE_MAX_HOLDERS: usize = 8;
+
+/// Asks the server on `c` for the read plans of `items` (issue 10, "reads"), and lets
+/// `client`'s descriptor cache see the answer.
+pub(crate) fn read_plans(
+    client: &Client,
+    c: &mut Conn,
+    items: &[ReadItem],
+    held: bool,
+) -> Result<ReadPlans> {
+    let req = Request::ReadPlan {
+        items: items.to_vec(),
+        held,
+    };
+    match c.call(&req, &[])?.0 {
+        Response::ReadPlans(p)
+            if p.plans.len() == items.len()
+                && (p.holders.is_empty() || p.holders.len() == items.len()) =>
+        {
+            if let Some(d) = &client.inner.direct {
+                d.note_plans(&p);
+            }
+            Ok(p)
+        }
+        r => Err(unexpected("ReadPlan", r)),
     }
 }
 

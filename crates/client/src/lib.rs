@@ -3,6 +3,7 @@
 
 pub mod client;
 pub mod conn;
+mod direct;
 pub mod shm;
 pub mod transfer;
 

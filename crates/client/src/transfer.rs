@@ -21,15 +21,15 @@
 //! (a write as a plain stage, committed at `wait` as before), so a loop polling `status` until
 //! `Complete` still ends.
 
-use crate::client::commit_request;
 use crate::client::Client;
+use crate::client::{commit_request, read_plans};
 use crate::conn::Conn;
 use crate::shm::Payload;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Consistency, Durability, ReadItem, Request, StageItem};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
@@ -58,6 +58,8 @@ struct State {
     /// memory: handed on to the caller without another copy).
     phase: Mutex<(Phase, Option<Payload>)>,
     cv: Condvar,
+    /// A finished read was read straight into the transfer's read target (no payload).
+    landed: AtomicBool,
 }
 
 impl State {
@@ -85,6 +87,8 @@ enum Job {
     Read {
         items: Vec<ReadItem>,
         lens: Vec<usize>,
+        /// Where each item may be read straight into (see `Transfer::set_read_target`).
+        targets: Vec<Option<ReadTarget>>,
         states: Vec<Arc<State>>,
         /// Sent to the regions' only holder (`ReadHeld`) rather than the owner (`Read`).
         held: bool,
@@ -170,7 +174,7 @@ fn run_job_inner(client: &Client, rank: u32, conn: &mut Option<Conn>, job: &Job)
         }
     }
     let c = conn.as_mut().expect("connection just opened");
-    let mut result = execute(c, job);
+    let mut result = execute(client, rank, c, job);
     // A pooled connection may have died with a server restart. A stage or a read is safe to
     // send once more on a new connection; a commit is not (its writes were staged on the dead
     // connection and are gone, which the original error says).
@@ -178,7 +182,7 @@ fn run_job_inner(client: &Client, rank: u32, conn: &mut Option<Conn>, job: &Job)
         if pooled && e.kind == ErrorKind::Unavailable && !matches!(job, Job::Commit { .. }) {
             result = client.open_conn(rank).and_then(|c| {
                 let c = conn.insert(c);
-                execute(c, job)
+                execute(client, rank, c, job)
             });
         }
     }
@@ -195,7 +199,7 @@ fn run_job_inner(client: &Client, rank: u32, conn: &mut Option<Conn>, job: &Job)
     }
 }
 
-fn execute(c: &mut Conn, job: &Job) -> Result<()> {
+fn execute(client: &Client, rank: u32, c: &mut Conn, job: &Job) -> Result<()> {
     match job {
         Job::Stage {
             items,
@@ -213,14 +217,79 @@ fn execute(c: &mut Conn, job: &Job) -> Result<()> {
         Job::Read {
             items,
             lens,
+            targets,
             states,
             held,
-        } => c.read(items, *held, lens).map(|parts| {
+        } => read_job(client, rank, c, items, *held, lens, targets).map(|parts| {
             for (s, data) in states.iter().zip(parts) {
-                s.set(Phase::Done, Some(data));
+                s.landed.store(data.is_none(), Ordering::Relaxed);
+                s.set(Phase::Done, data);
             }
         }),
     }
+}
+
+/// A read job: with the server on this node, one-copy reads of its log for every item it can
+/// plan (issue 10, "reads"; see `direct.rs`), the rest (and any whose plan went stale) read
+/// through the server. An item read straight into its read target has no payload (None).
+fn read_job(
+    client: &Client,
+    rank: u32,
+    c: &mut Conn,
+    items: &[ReadItem],
+    held: bool,
+    lens: &[usize],
+    targets: &[Option<ReadTarget>],
+) -> Result<Vec<Option<Payload>>> {
+    if !client.direct_reads(rank) {
+        return Ok(c.read(items, held, lens)?.into_iter().map(Some).collect());
+    }
+    let plans = read_plans(client, c, items, held)?;
+    let mut out: Vec<Option<Payload>> = (0..items.len()).map(|_| None).collect();
+    let mut rest: Vec<usize> = Vec::new();
+    for (i, item) in items.iter().enumerate() {
+        if client.direct_possible(&plans, i) {
+            match targets
+                .get(i)
+                .copied()
+                .flatten()
+                .filter(|t| t.len == lens[i])
+            {
+                Some(t) => {
+                    // SAFETY: `set_read_target`'s contract: the memory is the caller's, valid
+                    // and not otherwise accessed until the transfer is waited for.
+                    let dst = unsafe { std::slice::from_raw_parts_mut(t.ptr as *mut u8, t.len) };
+                    if client.direct_read(rank, &plans, i, item, dst)? {
+                        continue;
+                    }
+                }
+                None => {
+                    // Zeroed pages straight from the kernel (calloc): no pass over the memory.
+                    let mut v = vec![0u8; lens[i]];
+                    if client.direct_read(rank, &plans, i, item, &mut v)? {
+                        out[i] = Some(Payload::Heap(v));
+                        continue;
+                    }
+                }
+            }
+        }
+        rest.push(i);
+    }
+    if !rest.is_empty() {
+        let its: Vec<ReadItem> = rest.iter().map(|&i| items[i].clone()).collect();
+        let ls: Vec<usize> = rest.iter().map(|&i| lens[i]).collect();
+        for (&i, p) in rest.iter().zip(c.read(&its, held, &ls)?) {
+            out[i] = Some(p);
+        }
+    }
+    Ok(out)
+}
+
+/// Memory a read transfer may be read straight into (see [`Transfer::set_read_target`]).
+#[derive(Debug, Clone, Copy)]
+struct ReadTarget {
+    ptr: usize,
+    len: usize,
 }
 
 /// One region of one object moving in one direction.
@@ -242,6 +311,8 @@ pub struct Transfer {
     txn: u64,
     /// The loaded bytes: an arena block when shared memory is in use (see `shm.rs`).
     data: Option<Arc<Payload>>,
+    /// For reads: the caller's memory the result may be read straight into.
+    target: Option<ReadTarget>,
     state: Arc<State>,
 }
 
@@ -271,9 +342,11 @@ impl Transfer {
             consistency: client.consistency(id),
             txn: 0,
             data: None,
+            target: None,
             state: Arc::new(State {
                 phase: Mutex::new((Phase::Idle, None)),
                 cv: Condvar::new(),
+                landed: AtomicBool::new(false),
             }),
         })
     }
@@ -357,6 +430,34 @@ impl Transfer {
         }
     }
 
+    /// Lets a read transfer put its result straight into `ptr` (`len` = `byte_len()` bytes,
+    /// the region in C order) when it can: a one-copy read from the log of a server on this
+    /// node. After `wait`, [`landed_in_target`](Self::landed_in_target) says whether it did;
+    /// otherwise the result is in the payload as usual. Until the wait returns the memory may
+    /// be written at any time (also partly, by a read that then falls back).
+    ///
+    /// # Safety
+    /// `ptr` must be valid for writes of `len` bytes, and not read or written by anyone else
+    /// from the next `start` until its `wait` has returned (and the transfer must be waited
+    /// for before the memory goes away).
+    pub unsafe fn set_read_target(&mut self, ptr: *mut u8, len: usize) -> Result<()> {
+        if self.is_write || len != self.byte_len {
+            return Err(Error::invalid(
+                "a read target is for read transfers, of exactly the region's size",
+            ));
+        }
+        self.target = Some(ReadTarget {
+            ptr: ptr as usize,
+            len,
+        });
+        Ok(())
+    }
+
+    /// After `wait`: the result was read straight into the read target (no payload).
+    pub fn landed_in_target(&self) -> bool {
+        self.state.landed.load(Ordering::Relaxed)
+    }
+
     /// The bytes a read transfer brought back (after `wait`); None before or for writes.
     pub fn take_result(&mut self) -> Option<Vec<u8>> {
         self.take_payload().map(|p| match p {
@@ -408,6 +509,7 @@ impl Transfer {
                 lens: vec![self.byte_len],
                 states,
                 held: self.held,
+                targets: vec![self.target],
             }
         };
         self.worker().submit(job);
@@ -473,6 +575,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             continue;
         }
         *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::InFlight, None);
+        t.state.landed.store(false, Ordering::Relaxed);
         let b = per_server.entry(t.dest).or_default();
         if t.is_write {
             t.client.inner.in_flight[t.dest as usize]
@@ -485,6 +588,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             r.0.push(t.read_item());
             r.1.push(t.byte_len);
             r.2.push(t.state.clone());
+            r.3.push(t.target);
         }
     }
     for (dest, batch) in per_server {
@@ -500,11 +604,12 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
                 states: batch.stage_states,
             });
         }
-        for (held, (items, lens, states)) in batch.reads.into_iter().enumerate() {
+        for (held, (items, lens, states, targets)) in batch.reads.into_iter().enumerate() {
             if !items.is_empty() {
                 w.submit(Job::Read {
                     items,
                     lens,
+                    targets,
                     states,
                     held: held == 1,
                 });
@@ -524,8 +629,13 @@ struct Batch {
     reads: [ReadBatch; 2],
 }
 
-/// Read items, their byte lengths and the transfers waiting for them.
-type ReadBatch = (Vec<ReadItem>, Vec<usize>, Vec<Arc<State>>);
+/// Read items, their byte lengths, the transfers waiting for them and their read targets.
+type ReadBatch = (
+    Vec<ReadItem>,
+    Vec<usize>,
+    Vec<Arc<State>>,
+    Vec<Option<ReadTarget>>,
+);
 
 /// Transfers of at most this many bytes are sent by `wait` on the calling thread, a write as
 /// one `StageCommit` (see the module comment); larger ones go through the worker at `start`.

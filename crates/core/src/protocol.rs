@@ -535,6 +535,16 @@ pub enum Request {
     /// Answered `Ok` once every metadata change this server committed before it is on stable
     /// storage (the consistency point of lazy creates and tags).
     SyncMeta,
+    // ---- issue 10, part "reads": one-copy reads for same-node clients ----
+    /// Where the bytes of each item's region are in this server's segment log, so a client on
+    /// the same node can `pread` them straight into its own buffer (`Read` semantics, or with
+    /// `held` those of `ReadHeld`). Answered with `ReadPlans`; an item the server cannot plan
+    /// (other holders, extents on a tier, bytes not yet committed to the log) gets None and is
+    /// read the usual way.
+    ReadPlan {
+        items: Vec<ReadItem>,
+        held: bool,
+    },
 }
 
 /// How a lookup names an object.
@@ -729,6 +739,48 @@ pub enum Response {
         extents: u64,
         bytes: u64,
     },
+    // ---- issue 10, part "reads" ----
+    /// Answer to `ReadPlan`.
+    ReadPlans(ReadPlans),
+}
+
+/// Answer to `ReadPlan`: the server's log directory, the identity of every segment file a
+/// plan names (so a client never reads a different file that came to have the same path), and
+/// one plan per item in request order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadPlans {
+    /// Absolute path of the server's log directory; segment `n` is `seg-{n:08}.log` in it.
+    pub dir: String,
+    /// (segment, st_dev, st_ino) of each segment file named below.
+    pub segments: Vec<(u64, u64, u64)>,
+    pub plans: Vec<Option<ReadPlan>>,
+    /// Per item without a plan at the owner because other servers hold parts of it: every
+    /// server holding committed data of the region (the owner too when it does), so a client
+    /// on their node can ask each for its part (`held`) and merge the spans by `seq`. Empty
+    /// otherwise.
+    pub holders: Vec<Vec<u32>>,
+}
+
+/// How to assemble one item's region (`len` bytes, C order) from the log: fill first when
+/// `fill` is set (element bytes, repeated), then copy each span in order. Spans are in the
+/// writes' sequence order, so where writes overlap the later span wins, exactly as in the
+/// server's own read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReadPlan {
+    pub len: u64,
+    pub fill: Option<Vec<u8>>,
+    pub spans: Vec<PlanSpan>,
+}
+
+/// `len` bytes at byte `offset` of log segment `segment`, to byte `dest` of the item's output;
+/// `seq`: the sequence number of the write it comes from (orders spans of several holders).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanSpan {
+    pub seq: u64,
+    pub segment: u64,
+    pub offset: u64,
+    pub len: u64,
+    pub dest: u64,
 }
 
 /// Requests only servers send each other, on a connection whose `Hello` named the sender's

@@ -17,7 +17,7 @@ use crate::datastore::{DataStore, Extent, Registrar};
 use crate::meta::{Metadata, Registration};
 use crate::tiering::Tiering;
 use pdcx_core::model::owner_of_id;
-use pdcx_core::protocol::{Consistency, Durability, ExtentInfo, RegisterItem};
+use pdcx_core::protocol::{Consistency, Durability, ExtentInfo, PlanSpan, ReadPlan, RegisterItem};
 use pdcx_core::region::{copy_region, Layout};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use pdcx_store::{Cache, LogOptions, Recovery};
@@ -71,6 +71,8 @@ pub struct Engine {
     peers: OnceLock<Arc<dyn Peers>>,
     /// The storage hierarchy behind the log; None when the config declares no tiers.
     pub(crate) tiering: Option<Arc<Tiering>>,
+    /// The log directory as an absolute path, for read plans (resolved once).
+    plan_dir: OnceLock<String>,
 }
 
 /// The engine's side of registration: sends a holder's items to their owner.
@@ -127,6 +129,7 @@ impl Engine {
             meta,
             peers: OnceLock::new(),
             tiering,
+            plan_dir: OnceLock::new(),
         };
         Ok((engine, opened.recovery, opened.dropped))
     }
@@ -372,6 +375,49 @@ impl Engine {
         Ok(holders)
     }
 
+    /// Issue 10, "reads": the one-copy read plan of `region` of `id` for a client on this
+    /// node (see `protocol::ReadPlan`), with `Read` semantics at the owner or, with `held`,
+    /// `ReadHeld` semantics (this server's pieces only, each span with its write's sequence
+    /// number so a client can merge several holders' plans). See [`PlanOutcome`].
+    pub fn read_plan(&self, id: ObjectId, region: &Region, held: bool) -> Result<PlanOutcome> {
+        let obj = if held {
+            self.checked_meta(id, region)?
+        } else {
+            let owner = owner_of_id(id);
+            if owner != self.rank {
+                return Err(Error::invalid(format!(
+                    "object {id:#x} is owned by server {owner}, not {}: read it there",
+                    self.rank
+                )));
+            }
+            let obj = self.meta.object(id)?;
+            region.check_within(&obj.dims)?;
+            let mut holders = self.remote_holders(id, region);
+            if !holders.is_empty() {
+                if !self.store.local_pieces(id, region).is_empty() {
+                    holders.push(self.rank);
+                    holders.sort_unstable();
+                }
+                return Ok(PlanOutcome::Holders(holders));
+            }
+            obj
+        };
+        let elem = obj.dtype.size() as u64;
+        let len = region.byte_len(elem as usize)?;
+        let pieces = self.store.local_pieces(id, region);
+        let Some(segments) = self.store.committed_segments(&pieces) else {
+            return Ok(PlanOutcome::None);
+        };
+        let mut spans: Vec<PlanSpan> = Vec::new();
+        for (e, inter) in &pieces {
+            if !plan_piece(e, inter, region, elem, &mut spans) {
+                return Ok(PlanOutcome::None);
+            }
+        }
+        let fill = (!covers(region, &pieces)).then(|| obj.fill.clone());
+        Ok(PlanOutcome::Plan(ReadPlan { len, fill, spans }, segments))
+    }
+
     fn read_here(
         &self,
         obj: &ObjectMeta,
@@ -387,6 +433,24 @@ impl Engine {
         let spans = piece_spans(&pieces, elem);
         if !holders.is_empty() {
             return self.read_merged(obj, region, out, &pieces, &spans, holders);
+        }
+        // One copy: log → `out` (the reply buffer or the client's arena), span by span, when
+        // the spans are few or large (many small extents are better served by the merged
+        // reads of `fetch`, one large pread for many of them).
+        if !pieces.is_empty() {
+            let mut spans = Vec::new();
+            let planned = pieces
+                .iter()
+                .all(|(e, i)| plan_piece(e, i, region, elem as u64, &mut spans));
+            let bytes: u64 = spans.iter().map(|s| s.len).sum();
+            if planned && (spans.len() <= 8 || bytes / spans.len() as u64 >= DIRECT_MIN_SPAN) {
+                if !covers(region, &pieces) {
+                    fill(out, &obj.fill);
+                }
+                if self.store.read_spans_into(&pieces, &spans, out)? {
+                    return Ok(());
+                }
+            }
         }
         let covered = pieces.iter().any(|(_, i)| i == region);
         if !covered || pieces.len() > 1 {
@@ -463,10 +527,29 @@ impl Engine {
         let obj = self.object_meta(id, false)?;
         let elem = obj.dtype.size();
         let pieces = self.store.local_pieces(id, region);
+        let list: Vec<(u64, Region)> = pieces.iter().map(|(e, i)| (e.seq, i.clone())).collect();
+        // One copy (log → reply) when the pieces' spans are few or large, as in `read_here`.
+        let mut direct = Vec::new();
+        let mut at = 0u64;
+        let mut planned = true;
+        for (e, inter) in &pieces {
+            let first = direct.len();
+            planned &= plan_piece(e, inter, inter, elem as u64, &mut direct);
+            for s in &mut direct[first..] {
+                s.dest += at;
+            }
+            at += inter.byte_len(elem)?;
+        }
+        let avg = at / (direct.len() as u64).max(1);
+        if planned && !pieces.is_empty() && (direct.len() <= 8 || avg >= DIRECT_MIN_SPAN) {
+            let mut out = vec![0u8; at as usize];
+            if self.store.read_spans_into(&pieces, &direct, &mut out)? {
+                return Ok((list, out));
+            }
+        }
         let spans = piece_spans(&pieces, elem);
         let fetched = self.store.fetch(&obj, None, &pieces, &spans, &mut [])?;
         let mut out = Vec::new();
-        let mut list = Vec::with_capacity(pieces.len());
         for (i, (e, inter)) in pieces.iter().enumerate() {
             let bytes = fetched[i]
                 .as_deref()
@@ -482,7 +565,6 @@ impl Engine {
                 base: 0,
             };
             copy_region(elem, inter, (&src, bytes), (&dst, &mut out[at..]));
-            list.push((e.seq, inter.clone()));
         }
         Ok((list, out))
     }
@@ -602,6 +684,24 @@ impl Engine {
     pub fn log_dir(&self) -> std::path::PathBuf {
         self.store.log_dir()
     }
+
+    /// The log directory as clients on this node open it: absolute (their working directory
+    /// is not this server's), without symlinks.
+    pub fn plan_dir(&self) -> Result<&str> {
+        if let Some(d) = self.plan_dir.get() {
+            return Ok(d);
+        }
+        let dir = self.store.log_dir();
+        let abs = std::fs::canonicalize(&dir)
+            .map_err(|e| Error::io(&format!("resolve {}", dir.display()), &e))?;
+        let s = abs
+            .to_str()
+            .ok_or_else(|| {
+                Error::internal(format!("log directory {} is not UTF-8", abs.display()))
+            })?
+            .to_owned();
+        Ok(self.plan_dir.get_or_init(|| s))
+    }
 }
 
 /// Bytes [lo, hi) of its extent's payload that each piece needs.
@@ -613,6 +713,107 @@ fn piece_spans(pieces: &[(Extent, Region)], elem: usize) -> Vec<(u64, u64)> {
             (lo * elem as u64, hi * elem as u64)
         })
         .collect()
+}
+
+/// What [`Engine::read_plan`] found.
+#[derive(Debug)]
+pub enum PlanOutcome {
+    /// The plan, and (segment, st_dev, st_ino) of every segment it names.
+    Plan(ReadPlan, Vec<(u64, u64, u64)>),
+    /// At the owner: other servers hold parts of the region; these all hold some of it.
+    Holders(Vec<u32>),
+    /// Not plannable (extents on a tier, bytes not committed to the log, too many spans).
+    None,
+}
+
+/// Average span size from which the server reads a region span by span straight into the
+/// output rather than with `DataStore::fetch`'s merged reads and a copy.
+const DIRECT_MIN_SPAN: u64 = 64 << 10;
+
+/// Most spans one read plan may have (an N-D read crossing many rows of many extents is
+/// served by the server instead: one request per span would cost more than the copy).
+const PLAN_MAX_SPANS: usize = 1 << 16;
+
+/// Row-major element index of global point `p` inside box `r` (which contains it).
+fn linear_index(r: &Region, p: &[u64]) -> u64 {
+    (0..r.ndim()).fold(0u64, |idx, d| idx * r.count[d] + (p[d] - r.offset[d]))
+}
+
+/// Appends the log spans copying piece `inter` of extent `e` into the layout of `region`:
+/// one per row of the piece, rows contiguous in both the log and the output merged. False
+/// when the plan would exceed [`PLAN_MAX_SPANS`].
+fn plan_piece(
+    e: &Extent,
+    inter: &Region,
+    region: &Region,
+    elem: u64,
+    spans: &mut Vec<PlanSpan>,
+) -> bool {
+    let n = inter.ndim();
+    let run = inter.count[n - 1] * elem;
+    let mut point = inter.offset.clone();
+    loop {
+        let src = e.loc.offset + linear_index(&e.region, &point) * elem;
+        let dst = linear_index(region, &point) * elem;
+        match spans.last_mut() {
+            Some(last)
+                if last.seq == e.seq
+                    && last.segment == e.loc.segment
+                    && last.offset + last.len == src
+                    && last.dest + last.len == dst =>
+            {
+                last.len += run
+            }
+            _ => {
+                if spans.len() >= PLAN_MAX_SPANS {
+                    return false;
+                }
+                spans.push(PlanSpan {
+                    seq: e.seq,
+                    segment: e.loc.segment,
+                    offset: src,
+                    len: run,
+                    dest: dst,
+                });
+            }
+        }
+        let mut d = n - 1;
+        loop {
+            if d == 0 {
+                return true;
+            }
+            d -= 1;
+            point[d] += 1;
+            if point[d] < inter.end(d) {
+                break;
+            }
+            point[d] = inter.offset[d];
+        }
+    }
+}
+
+/// Whether the pieces together cover every element of `region` (then no fill is needed):
+/// exactly for 1-D (the union of intervals), else when one piece is the whole region.
+fn covers(region: &Region, pieces: &[(Extent, Region)]) -> bool {
+    if pieces.iter().any(|(_, i)| i == region) {
+        return true;
+    }
+    if region.ndim() != 1 {
+        return false;
+    }
+    let mut iv: Vec<(u64, u64)> = pieces
+        .iter()
+        .map(|(_, i)| (i.offset[0], i.end(0)))
+        .collect();
+    iv.sort_unstable();
+    let mut reached = region.offset[0];
+    for (lo, hi) in iv {
+        if lo > reached {
+            return false;
+        }
+        reached = reached.max(hi);
+    }
+    reached >= region.end(0)
 }
 
 fn fill(out: &mut [u8], pattern: &[u8]) {

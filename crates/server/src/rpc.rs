@@ -513,6 +513,7 @@ fn handle(
             let r = stage_shm(server, items, &locs, sess);
             return stage_then_commit(server, sess, r, &txns, durability, relaxed);
         }
+        Request::ReadPlan { items, held } => read_plans(server, &items, held)?,
     };
     Ok((resp, Vec::new()))
 }
@@ -801,6 +802,48 @@ fn read_shm(
     server.read_bytes.fetch_add(total, Ordering::Relaxed);
     server.shm_bytes.fetch_add(total, Ordering::Relaxed);
     Ok((Response::Data, Vec::new()))
+}
+
+/// `ReadPlan` (issue 10, "reads"): where each item's bytes are in this server's log, for a
+/// client on this node that reads them itself. Counted as read bytes when planned.
+fn read_plans(server: &Server, items: &[protocol::ReadItem], held: bool) -> Result<Response> {
+    use crate::engine::PlanOutcome;
+    let mut plans = Vec::with_capacity(items.len());
+    let mut holders = Vec::new();
+    let mut segments: Vec<(u64, u64, u64)> = Vec::new();
+    let mut total = 0u64;
+    for (k, item) in items.iter().enumerate() {
+        match server.engine.read_plan(item.id, &item.region, held)? {
+            PlanOutcome::Plan(plan, segs) => {
+                total += plan.len;
+                segments.extend(segs);
+                plans.push(Some(plan));
+            }
+            PlanOutcome::Holders(h) => {
+                holders.resize(k, Vec::new());
+                holders.push(h);
+                plans.push(None);
+            }
+            PlanOutcome::None => plans.push(None),
+        }
+    }
+    if !holders.is_empty() {
+        holders.resize(items.len(), Vec::new());
+    }
+    segments.sort_unstable();
+    segments.dedup();
+    let dir = if segments.is_empty() {
+        String::new()
+    } else {
+        server.engine.plan_dir()?.to_owned()
+    };
+    server.read_bytes.fetch_add(total, Ordering::Relaxed);
+    Ok(Response::ReadPlans(protocol::ReadPlans {
+        dir,
+        segments,
+        plans,
+        holders,
+    }))
 }
 
 fn read_item(server: &Server, item: &protocol::ReadItem, held: bool, dst: &mut [u8]) -> Result<()> {

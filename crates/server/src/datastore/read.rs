@@ -103,6 +103,68 @@ impl DataStore {
         Ok(fetched)
     }
 
+    /// One copy on the server's own read path (issue 10, "reads"): reads each span (`len`
+    /// bytes at `offset` of `segment`, to byte `dest` of `out`, in order) straight from the
+    /// log into `out`, when every piece is uncached and in a live log segment. False, with
+    /// nothing read, otherwise (the caller uses [`fetch`](Self::fetch)). The spans must lie
+    /// inside `out` (the engine derives them from the pieces and the region).
+    pub fn read_spans_into(
+        &self,
+        pieces: &[(Extent, Region)],
+        spans: &[pdcx_core::protocol::PlanSpan],
+        out: &mut [u8],
+    ) -> Result<bool> {
+        if pieces.iter().any(|(e, _)| self.cache.contains(&e.loc)) {
+            return Ok(false);
+        }
+        let log = self.log();
+        if !pieces
+            .iter()
+            .all(|(e, _)| e.in_log && log.has_segment(e.loc.segment))
+        {
+            return Ok(false);
+        }
+        for s in spans {
+            let dst = out
+                .get_mut(s.dest as usize..(s.dest + s.len) as usize)
+                .ok_or_else(|| Error::internal("read span outside the output"))?;
+            log.read_at(s.segment, s.offset, dst)?;
+        }
+        self.io.cache_lookups(0, pieces.len());
+        Ok(true)
+    }
+
+    /// For a read a same-node client performs itself (issue 10, "reads"): the (segment,
+    /// st_dev, st_ino) of every log segment holding `pieces`, if each piece's bytes are in a
+    /// live segment *within its committed length* (covered by the MANIFEST), else None (the
+    /// caller serves that read itself). Committed bytes of a segment are never rewritten: the
+    /// log only appends, recovery truncates only past the committed length, and retirement
+    /// deletes whole files (see `docs/ARCHITECTURE.md`, "One read"). So a client reading such
+    /// a span later gets exactly these bytes, or finds the file gone (then it falls back).
+    /// Uncommitted bytes (`memory` durability before the next sync) are refused because a
+    /// crash would truncate them and a restarted server could append other bytes there.
+    pub fn committed_segments(&self, pieces: &[(Extent, Region)]) -> Option<Vec<(u64, u64, u64)>> {
+        use std::os::unix::fs::MetadataExt;
+        let log = self.log();
+        let mut segs: Vec<u64> = Vec::new();
+        for (e, _) in pieces {
+            if !e.in_log || !log.has_segment(e.loc.segment) || !log.is_committed(&e.loc) {
+                return None;
+            }
+            segs.push(e.loc.segment);
+        }
+        segs.sort_unstable();
+        segs.dedup();
+        // Stat under the log lock: the files cannot be retired (unlinked) meanwhile. A log on
+        // a simulated file system (crash tests) has no such files: no plan.
+        segs.into_iter()
+            .map(|s| {
+                let m = std::fs::metadata(log.segment_path(s)).ok()?;
+                Some((s, m.dev(), m.ino()))
+            })
+            .collect()
+    }
+
     /// Bytes `span` of `e` from its home tier. A blob that is gone may have been moved (the
     /// rebalancer demotes a blob, records the new home, then deletes the old one) after this
     /// reader copied `e`: then the home is looked up again in the index and read there.

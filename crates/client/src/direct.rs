@@ -1,0 +1,378 @@
+//! One-copy reads for a client on its server's node (issue 10, "reads").
+//!
+//! Instead of asking the server for the bytes, the client asks it for a *read plan*
+//! (`Request::ReadPlan`): where each part of the region lives in the server's segment log,
+//! in the writes' sequence order, and whether the rest takes the fill value. The client opens
+//! the segment files read-only (same node, same user) and `pread`s each span straight into
+//! the caller's buffer: page cache → user buffer, one copy, no server CPU for the bytes.
+//!
+//! Why a plan stays true until the client has read it: the server plans only spans inside a
+//! segment's *committed* length, and committed bytes of a segment file are never rewritten
+//! (the log only appends; recovery truncates only uncommitted tails; retirement and node
+//! loss remove whole files). So a span read later is either exactly the planned bytes, or
+//! its file is gone (ENOENT) or is another file at the same path (a new log after node loss:
+//! caught by the (st_dev, st_ino) the plan names). In both cases, and on a short read, the
+//! client reads that item the usual way. A plan is never trusted blindly: every span is
+//! checked against the output buffer before a byte is read.
+//!
+//! `PDCX_DIRECT_READ=0` turns it off (reads then go through the server as before).
+
+use pdcx_core::protocol::{PlanSpan, ReadPlan, ReadPlans};
+use pdcx_core::{Error, Result};
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Open segment files kept per client; beyond this many the cache is emptied (a client
+/// reading from very many segments reopens them, which costs an `open` each).
+const MAX_OPEN: usize = 256;
+
+pub(crate) fn enabled_by_env() -> bool {
+    !matches!(
+        std::env::var("PDCX_DIRECT_READ").as_deref().map(str::trim),
+        Ok("0" | "off" | "false" | "no")
+    )
+}
+
+struct SegFile {
+    file: File,
+    dev: u64,
+    ino: u64,
+}
+
+/// The segment files this client has open, per (server, segment).
+#[derive(Default)]
+pub(crate) struct DirectReads {
+    files: Mutex<HashMap<(u32, u64), Arc<SegFile>>>,
+    /// When descriptors of unlinked (retired) segments were last closed.
+    swept: Mutex<Option<Instant>>,
+}
+
+/// How often at most the open descriptors are checked for retired segments, unless a plan
+/// answer suggests a retirement.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// How executing one plan ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    Done,
+    /// A segment file is gone, changed or shorter than planned: read this item the usual way.
+    Fallback,
+}
+
+impl DirectReads {
+    /// Called with every plan answer: closes the descriptors of segments that were retired
+    /// (unlinked) since they were opened, so they do not keep the disk space allocated. Right
+    /// away when an item got no plan and no holders (its extents may have moved to a tier),
+    /// else at most every [`SWEEP_EVERY`].
+    pub(crate) fn note_plans(&self, plans: &ReadPlans) {
+        let hint = plans
+            .plans
+            .iter()
+            .enumerate()
+            .any(|(i, p)| p.is_none() && plans.holders.get(i).is_none_or(Vec::is_empty));
+        let now = Instant::now();
+        {
+            let mut last = self.swept.lock().unwrap_or_else(|p| p.into_inner());
+            if !hint && last.is_some_and(|t| now.duration_since(t) < SWEEP_EVERY) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        files.retain(|_, f| f.file.metadata().is_ok_and(|m| m.nlink() > 0));
+    }
+
+    /// Segment `seg` of server `rank`, opened read-only from `dir` unless the open file is
+    /// already that very file (same device and inode as the plan names). None when the file
+    /// is gone or is not the file the plan means.
+    fn file(&self, rank: u32, dir: &str, seg: u64, dev: u64, ino: u64) -> Option<Arc<SegFile>> {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = files.get(&(rank, seg)).cloned() {
+            if f.dev == dev && f.ino == ino {
+                // A retired segment stays readable through this descriptor (its bytes are
+                // exactly what the plan means), but the disk space is only freed once it is
+                // closed: stop caching it.
+                if f.file.metadata().map_or(true, |m| m.nlink() == 0) {
+                    files.remove(&(rank, seg));
+                }
+                return Some(f);
+            }
+        }
+        let path = std::path::Path::new(dir).join(format!("seg-{seg:08}.log"));
+        // Read-only; O_NOFOLLOW: the log never contains symlinks, so one is not ours.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .ok()?;
+        let m = file.metadata().ok()?;
+        if !m.is_file() || m.dev() != dev || m.ino() != ino {
+            files.remove(&(rank, seg));
+            return None;
+        }
+        if files.len() >= MAX_OPEN {
+            files.clear();
+        }
+        let f = Arc::new(SegFile { file, dev, ino });
+        files.insert((rank, seg), f.clone());
+        Some(f)
+    }
+
+    /// Executes `plan` (one item of `plans`, from server `rank`) into `out`. An error when the
+    /// plan does not fit `out` (a server bug: nothing is read); `Fallback` when the log
+    /// changed under it (`out` may be partly written: the caller overwrites it all).
+    pub(crate) fn execute(
+        &self,
+        rank: u32,
+        plans: &ReadPlans,
+        plan: &ReadPlan,
+        out: &mut [u8],
+    ) -> Result<Outcome> {
+        check(plans, plan, out.len())?;
+        if let Some(pattern) = &plan.fill {
+            fill(out, pattern);
+        }
+        for s in &plan.spans {
+            if !self.read_span(rank, plans, s, out)? {
+                return Ok(Outcome::Fallback);
+            }
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// Executes the plans several holders gave for their parts of one item (each asked with
+    /// `held`): fill when any part needs it, then every span of every part in the order of
+    /// the writes' sequence numbers, so overlaps between holders resolve as at the owner.
+    pub(crate) fn execute_merged(
+        &self,
+        parts: &[(u32, ReadPlans)],
+        out: &mut [u8],
+    ) -> Result<Outcome> {
+        let mut spans: Vec<(u64, usize, PlanSpan)> = Vec::new();
+        let mut pattern: Option<&[u8]> = None;
+        for (k, (_, plans)) in parts.iter().enumerate() {
+            let plan = plans
+                .plans
+                .first()
+                .and_then(Option::as_ref)
+                .ok_or_else(|| Error::internal("merged read of a part without a plan"))?;
+            check(plans, plan, out.len())?;
+            if let Some(p) = &plan.fill {
+                pattern = Some(p);
+            }
+            spans.extend(plan.spans.iter().map(|s| (s.seq, k, *s)));
+        }
+        // Stable: spans of one write keep their order.
+        spans.sort_by_key(|x| x.0);
+        if let Some(p) = pattern {
+            fill(out, p);
+        }
+        for (_, k, s) in &spans {
+            let (rank, plans) = &parts[*k];
+            if !self.read_span(*rank, plans, s, out)? {
+                return Ok(Outcome::Fallback);
+            }
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// Reads span `s` of a checked plan into `out`; false if its file is gone, another file
+    /// or too short.
+    fn read_span(
+        &self,
+        rank: u32,
+        plans: &ReadPlans,
+        s: &PlanSpan,
+        out: &mut [u8],
+    ) -> Result<bool> {
+        let Some(&(_, dev, ino)) = plans.segments.iter().find(|x| x.0 == s.segment) else {
+            return Err(Error::protocol(
+                "refused read plan: it names a segment it does not identify",
+            ));
+        };
+        let Some(f) = self.file(rank, &plans.dir, s.segment, dev, ino) else {
+            return Ok(false);
+        };
+        let dst = &mut out[s.dest as usize..(s.dest + s.len) as usize];
+        Ok(f.file.read_exact_at(dst, s.offset).is_ok())
+    }
+}
+
+/// Refuses a plan that does not describe exactly an `len`-byte output: every span inside it,
+/// a fill pattern that tiles it.
+fn check(plans: &ReadPlans, plan: &ReadPlan, len: usize) -> Result<()> {
+    let bad = |what: String| Err(Error::protocol(format!("refused read plan: {what}")));
+    if plan.len != len as u64 {
+        return bad(format!(
+            "it is for {} bytes, the buffer has {len}",
+            plan.len
+        ));
+    }
+    if let Some(p) = &plan.fill {
+        if p.is_empty() || !len.is_multiple_of(p.len()) {
+            return bad(format!(
+                "fill pattern of {} bytes does not tile {len} bytes",
+                p.len()
+            ));
+        }
+    }
+    if !plan.spans.is_empty() && !plans.dir.starts_with('/') {
+        return bad(format!("log directory {:?} is not absolute", plans.dir));
+    }
+    for s in &plan.spans {
+        let end = s.dest.checked_add(s.len);
+        if !matches!(end, Some(e) if e <= len as u64) || s.offset.checked_add(s.len).is_none() {
+            return bad(format!(
+                "span of {} bytes to {} is outside the {len}-byte buffer",
+                s.len, s.dest
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn fill(out: &mut [u8], pattern: &[u8]) {
+    if pattern.iter().all(|&b| b == 0) {
+        out.fill(0);
+    } else {
+        for chunk in out.chunks_exact_mut(pattern.len()) {
+            chunk.copy_from_slice(pattern);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pdcx_core::ErrorKind;
+
+    fn plans_for(dir: &str, seg: u64) -> ReadPlans {
+        let path = std::path::Path::new(dir).join(format!("seg-{seg:08}.log"));
+        let m = std::fs::metadata(path).unwrap();
+        ReadPlans {
+            dir: dir.to_owned(),
+            segments: vec![(seg, m.dev(), m.ino())],
+            plans: vec![],
+            holders: vec![],
+        }
+    }
+
+    fn span(offset: u64, len: u64, dest: u64) -> PlanSpan {
+        PlanSpan {
+            seq: 1,
+            segment: 1,
+            offset,
+            len,
+            dest,
+        }
+    }
+
+    fn setup() -> (tempfile::TempDir, String) {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::write(d.path().join("seg-00000001.log"), b"0123456789abcdef").unwrap();
+        let s = d.path().to_str().unwrap().to_owned();
+        (d, s)
+    }
+
+    #[test]
+    fn spans_land_in_order_over_the_fill() {
+        let (_d, dir) = setup();
+        let plans = plans_for(&dir, 1);
+        let plan = ReadPlan {
+            len: 8,
+            fill: Some(vec![b'.', b'-']),
+            spans: vec![span(0, 4, 0), span(10, 2, 2)],
+        };
+        let mut out = [0u8; 8];
+        let r = DirectReads::default().execute(0, &plans, &plan, &mut out);
+        assert_eq!(r.unwrap(), Outcome::Done);
+        assert_eq!(&out, b"01ab.-.-");
+    }
+
+    #[test]
+    fn a_span_outside_the_buffer_is_refused_before_reading() {
+        let (_d, dir) = setup();
+        let plans = plans_for(&dir, 1);
+        let mut out = [7u8; 8];
+        for bad in [span(0, 4, 5), span(0, 1, u64::MAX), span(u64::MAX, 2, 0)] {
+            let plan = ReadPlan {
+                len: 8,
+                fill: None,
+                spans: vec![span(0, 1, 0), bad],
+            };
+            let err = DirectReads::default()
+                .execute(0, &plans, &plan, &mut out)
+                .unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Protocol, "{err}");
+            assert_eq!(out, [7u8; 8], "nothing read before the check");
+        }
+        let wrong_len = ReadPlan {
+            len: 9,
+            fill: None,
+            spans: vec![],
+        };
+        assert!(DirectReads::default()
+            .execute(0, &plans, &wrong_len, &mut out)
+            .is_err());
+        let bad_fill = ReadPlan {
+            len: 8,
+            fill: Some(vec![1, 2, 3]),
+            spans: vec![],
+        };
+        assert!(DirectReads::default()
+            .execute(0, &plans, &bad_fill, &mut out)
+            .is_err());
+    }
+
+    #[test]
+    fn a_gone_replaced_or_short_file_falls_back() {
+        let (d, dir) = setup();
+        let plans = plans_for(&dir, 1);
+        let reads = DirectReads::default();
+        let plan = ReadPlan {
+            len: 4,
+            fill: None,
+            spans: vec![span(0, 4, 0)],
+        };
+        let mut out = [0u8; 4];
+        assert_eq!(
+            reads.execute(0, &plans, &plan, &mut out).unwrap(),
+            Outcome::Done
+        );
+        // Past the end of the file: a short read.
+        let short = ReadPlan {
+            len: 4,
+            fill: None,
+            spans: vec![span(14, 4, 0)],
+        };
+        assert_eq!(
+            reads.execute(0, &plans, &short, &mut out).unwrap(),
+            Outcome::Fallback
+        );
+        // Retired (unlinked) after this client opened it: the open descriptor still has the
+        // planned bytes, and is then dropped from the cache.
+        let p = d.path().join("seg-00000001.log");
+        std::fs::remove_file(&p).unwrap();
+        assert_eq!(
+            reads.execute(0, &plans, &plan, &mut out).unwrap(),
+            Outcome::Done
+        );
+        assert_eq!(&out, b"0123");
+        assert!(reads.files.lock().unwrap().is_empty());
+        // Gone, for a client that had not opened it: fall back.
+        assert_eq!(
+            reads.execute(0, &plans, &plan, &mut out).unwrap(),
+            Outcome::Fallback
+        );
+        // Another file at the same path (a new log after node loss): not the planned file.
+        std::fs::write(&p, b"XXXXXXXXXXXXXXXX").unwrap();
+        let now = std::fs::metadata(&p).unwrap();
+        if (now.dev(), now.ino()) != (plans.segments[0].1, plans.segments[0].2) {
+            let r = DirectReads::default().execute(0, &plans, &plan, &mut out);
+            assert_eq!(r.unwrap(), Outcome::Fallback);
+        }
+    }
+}
