@@ -37,9 +37,11 @@ pub struct EngineCounters {
     pub cache_hits: AtomicU64,
     pub cache_misses: AtomicU64,
     /// Commits of staged writes (any durability), and the log sync rounds they ran: each
-    /// fdatasyncs the segments written since the last round and publishes the manifest.
+    /// fdatasyncs the segments written since the last round (one per commit at most; none
+    /// when another commit's round covered it: `log_syncs_shared`).
     pub log_commits: AtomicU64,
     pub log_syncs: AtomicU64,
+    pub log_syncs_shared: AtomicU64,
 }
 
 impl EngineCounters {
@@ -614,8 +616,14 @@ pub fn render(server: &Server) -> String {
     t.one(
         "pdcx_log_syncs_total",
         "counter",
-        "Log sync rounds run by commits at durability local (each fdatasyncs the segments written since the last round, then publishes the manifest with file and directory fsyncs).",
+        "Log sync rounds run by commits at durability local (each fdatasyncs the segments written since the last round; the MANIFEST is written by checkpoints, not commits).",
         c.log_syncs.load(Ordering::Relaxed) as f64,
+    );
+    t.one(
+        "pdcx_log_syncs_shared_total",
+        "counter",
+        "Commits at durability local that needed no fdatasync of their own: another commit's sync round covered their records (group commit).",
+        c.log_syncs_shared.load(Ordering::Relaxed) as f64,
     );
     t.one(
         "pdcx_metadata_wal_fsyncs_total",

@@ -75,8 +75,10 @@ pub struct Recovery {
     pub removed_segments: usize,
     /// Valid tail bytes found past the checkpoint (durable commits not checkpointed yet).
     pub tail_bytes: u64,
-    /// Records in the tails skipped because their payload did not match its checksum.
-    pub damaged_records: usize,
+    /// Records in the tails skipped because their payload did not match its checksum (torn
+    /// by a power cut, or changed by their writer while logged): where their payloads were.
+    /// Metadata naming one of them must not be trusted (the server drops such rows).
+    pub damaged: Vec<Location>,
     /// The entries of every commit record in the tails, in log order: commits the metadata
     /// may not have made durable yet (the server replays them).
     pub commits: Vec<CommitEntry>,
@@ -228,7 +230,7 @@ impl SegmentLog {
                         rec.commits.extend(entries);
                     }
                     Scanned::Record(_) => {}
-                    Scanned::Damaged(_) => rec.damaged_records += 1,
+                    Scanned::Damaged(loc) => rec.damaged.push(loc),
                 }
             }
             rec.tail_bytes += valid - entry.committed_len;
@@ -890,7 +892,7 @@ mod tests {
             .write_all_at(&[0xff], b.offset + 3)
             .unwrap();
         let (log, rec) = open(tmp.path());
-        assert_eq!((rec.damaged_records, rec.discarded_bytes), (1, 0));
+        assert_eq!((rec.damaged, rec.discarded_bytes), (vec![b], 0));
         assert_eq!(rec.commits, vec![entry.clone()]);
         assert_eq!(log.read_payload(&a).unwrap(), payload(1, 16));
         assert!(log.read_payload(&b).is_err());

@@ -80,19 +80,23 @@ impl DataStore {
     /// The consistency point: makes `staged` durable (per `durability`) and visible. Order (a
     /// crash between any two steps loses nothing acknowledged and exposes nothing torn):
     ///
-    /// 0. take the commit lock (commits are serialised);
+    /// 0. take the commit lock;
     /// 1. number the writes ([`assign_seqs`](Self::assign_seqs)): this server's objects from its
     ///    counter; strong writes of foreign objects from their owners (`Registrar`, under the
     ///    owner's register lock, this server's earlier deferred writes for that owner first in
     ///    the same request); relaxed ones provisional numbers — `commit.after_register`;
     /// 2. append a commit record naming the extents (object, seq, region, log location) to
-    ///    the log; `local`/`remote`: fdatasync the log ([`sync_log`](Self::sync_log)): ONE
-    ///    fdatasync makes the data and the commit record durable — `commit.after_log_sync`;
-    /// 3. record the extents in the extent map (one SQLite transaction into the WAL, not
-    ///    waited for: the commit record is what makes them durable; recovery replays commit
-    ///    records past the last checkpoint) — `commit.after_extent_rows`;
-    /// 4. publish them in the index, or on the deferred list ([`publish`](Self::publish)) —
-    ///    `commit.after_publish`; release the commit lock.
+    ///    the log, and record the extents in the extent map (one SQLite transaction into the
+    ///    WAL, not waited for: the commit record is what makes them durable; recovery replays
+    ///    commit records past the last checkpoint) — `commit.after_extent_rows`;
+    /// 3. `local`/`remote`: release the commit lock and fdatasync the log up to the commit
+    ///    record ([`sync_through`](Self::sync_through)): ONE fdatasync makes the data and the
+    ///    commit record durable, shared by every commit that appended its record before it
+    ///    started (group commit) — `commit.after_log_sync`. (Commits with deferred relaxed
+    ///    writes sync under the lock instead, keeping their registration order.)
+    /// 4. take the lock again and publish the extents in the index, or on the deferred list
+    ///    ([`publish`](Self::publish)) — `commit.after_publish`. `memory` does 4 right after
+    ///    2, without a sync.
     ///
     /// A crash before 2's sync leaves unreferenced log bytes (garbage) and perhaps a commit
     /// record that a later sync covers (then the commit is replayed whole: its writes were
@@ -138,21 +142,57 @@ impl DataStore {
                 loc: r.loc,
             })
             .collect();
-        self.log().append_commit(&entries)?;
-        if durability != Durability::Memory {
-            self.sync_log(&commit)?;
-        }
-        crash_point("commit.after_log_sync");
-        // Not waited for: the commit record above is the durable copy until a checkpoint.
-        // `memory`: visible now, durable once a later sync covers the log.
+        let record = self.log().append_commit(&entries)?;
+        // Under the commit lock, before the sync: a checkpoint (which snapshots the synced
+        // lengths under this lock) must never pass a commit record whose rows are not in the
+        // metadata yet. Not waited for: the commit record is the durable copy until then.
         self.meta.insert_extents(&rows)?;
         crash_point("commit.after_extent_rows");
-        let out = self.publish(&commit, rows, &deferred);
-        crash_point("commit.after_publish");
-        drop(commit);
         self.commits_since_checkpoint
             .fetch_add(1, Ordering::Relaxed);
+        if durability == Durability::Memory {
+            // Visible now, durable once a later sync covers the log.
+            let out = self.publish(&commit, rows, &deferred);
+            crash_point("commit.after_publish");
+            return Ok(out);
+        }
+        if deferred.iter().any(|&d| d) {
+            // Deferred writes join the deferred list in commit order (their registration
+            // order at the owner): no other commit may pass this one, so it syncs under the
+            // lock.
+            self.sync_log(&commit)?;
+            crash_point("commit.after_log_sync");
+            let out = self.publish(&commit, rows, &deferred);
+            crash_point("commit.after_publish");
+            return Ok(out);
+        }
+        // Group commit: the fdatasync runs without the commit lock, so commits of other
+        // connections append their records meanwhile and one fdatasync covers many of them.
+        drop(commit);
+        self.sync_through(&record)?;
+        crash_point("commit.after_log_sync");
+        let commit = self.lock_commit();
+        let out = self.publish(&commit, rows, &deferred);
+        crash_point("commit.after_publish");
         Ok(out)
+    }
+
+    /// Returns once the log is synced at least up to `record` (a commit record): if a sync
+    /// of another commit covered it meanwhile, without syncing again; else this commit syncs
+    /// everything appended so far (the leader of a group of commits waiting here).
+    fn sync_through(&self, record: &pdcx_store::Location) -> Result<()> {
+        let _leader = self.sync_lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.log().is_committed(record) {
+            self.io.log_syncs_shared.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        let plan = self.log().prepare_commit()?;
+        if let Some(plan) = plan {
+            let synced = plan.sync();
+            self.log().finish_commit(plan, synced)?;
+            self.io.log_syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Makes the metadata WAL durable and records in the log's MANIFEST that the commits

@@ -85,6 +85,8 @@ pub struct DataStore {
     incarnation: u64,
     /// Commits since the last checkpoint (see [`DataStore::checkpoint`]).
     commits_since_checkpoint: AtomicU64,
+    /// Held by the commit that syncs the log for a group of commits (see `sync_through`).
+    sync_lock: Mutex<()>,
 }
 
 /// What [`DataStore::open`] found.
@@ -177,9 +179,19 @@ impl DataStore {
             meta.set_log_incarnation(incarnation)?;
         }
         let homes = homes::load(&meta, tiering.as_deref())?;
-        let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) = rows
-            .into_iter()
-            .partition(|r| log.is_committed(&r.loc) || homes.contains_key(&(r.id, r.seq)));
+        // A row naming a record recovery found damaged in a tail (a power cut tore it after
+        // the metadata had recorded it: a `memory` write, or a commit whose sync never
+        // finished) names bytes that were never acknowledged whole: dropped like a row naming
+        // bytes past the log's end.
+        let damaged: HashSet<(u64, u64)> = recovery
+            .damaged
+            .iter()
+            .map(|l| (l.segment, l.offset))
+            .collect();
+        let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) = rows.into_iter().partition(|r| {
+            (log.is_committed(&r.loc) && !damaged.contains(&(r.loc.segment, r.loc.offset)))
+                || homes.contains_key(&(r.id, r.seq))
+        });
         meta.delete_extents(&lost.iter().map(|r| (r.id, r.seq)).collect::<Vec<_>>())?;
         // Extents that live on only through their home (segment retired, or the whole log lost
         // with its node) get a log location no log can hold: a new log directory numbers its
@@ -242,6 +254,7 @@ impl DataStore {
             io: Default::default(),
             incarnation,
             commits_since_checkpoint: AtomicU64::new(0),
+            sync_lock: Mutex::new(()),
         };
         // The replayed rows are durable now (`replay`), so the tails scanned need no replay
         // next time.
