@@ -7,7 +7,11 @@
  *   PDCregion_create x2, PDCregion_transfer_create, _start, _wait, _close,
  *   PDCregion_close x2
  * i.e. the full cost an application pays for one synchronous small write.
- * Reported: mean, p50, p99 microseconds per operation over all ranks' ops.
+ * Then K reads of B bytes of the slots just written, the same calls with PDC_READ
+ * (the data is in the servers' memory or page cache: a warm small read), each checked.
+ * -y memory|local|remote sets the objects' durability (what a wait guarantees).
+ * Reported: mean, p50, p99 microseconds per operation over all ranks' ops; one RESULT
+ * line per mode (mode=write, mode=read).
  */
 #include "pdccommon.h"
 
@@ -16,7 +20,7 @@ int main(int argc, char **argv)
     bench_opts_t o;
     int          rank, size, i;
     uint64_t     elems;
-    int32_t     *data;
+    int32_t     *data, *back;
     double      *lat, mean, p50, p99, tot = 0;
     pdcid_t      pdc, cont, prop, obj;
     xfer_t       x;
@@ -26,6 +30,7 @@ int main(int argc, char **argv)
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     opts_parse(argc, argv, &o, "small-transfer latency, PDC API (-k ops/rank, default 1000; -b bytes, default 4096)\n");
+    set_durability(&o);
     if (o.ops == 0)
         o.ops = 1000;
     if (o.xfer == 0)
@@ -34,6 +39,7 @@ int main(int argc, char **argv)
         die("-b must be a multiple of 4");
     elems = o.xfer / 4;
     data  = (int32_t *)xmalloc(o.xfer);
+    back  = (int32_t *)xmalloc(o.xfer);
     for (i = 0; i < (int)elems; i++)
         data[i] = rank * 1000 + i;
     lat = (double *)xmalloc(sizeof(double) * (size_t)o.ops);
@@ -57,7 +63,30 @@ int main(int argc, char **argv)
     tot = max_all(tot);
     latency_stats(lat, o.ops, &mean, &p50, &p99);
     report("small", "pdc", (uint64_t)size * (uint64_t)o.ops * o.xfer, tot,
-           "mode=create+start+wait+close xfer=%" PRIu64 " ops=%d mean_us=%.1f p50_us=%.1f p99_us=%.1f servers=%d",
+           "mode=write calls=create+start+wait+close xfer=%" PRIu64
+           " ops=%d mean_us=%.1f p50_us=%.1f p99_us=%.1f servers=%d durability=%s",
+           o.xfer, o.ops, mean, p50, p99, o.servers, durability_name());
+
+    /* Reads of the slots just written: each op the same calls as a write, then a check. */
+    MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    tot = 0;
+    for (i = 0; i < o.ops; i++) {
+        double t0 = now();
+        memset(back, 0, o.xfer);
+        xfer_create(&x, back, PDC_READ, obj, (uint64_t)i * elems, elems);
+        PDC_OK(PDCregion_transfer_start(x.req));
+        PDC_OK(PDCregion_transfer_wait(x.req));
+        xfer_close(&x);
+        lat[i] = now() - t0;
+        tot += lat[i];
+        if (memcmp(back, data, o.xfer) != 0)
+            die("small read %d: the data read back differs from what was written", i);
+    }
+    tot = max_all(tot);
+    latency_stats(lat, o.ops, &mean, &p50, &p99);
+    report("small", "pdc", (uint64_t)size * (uint64_t)o.ops * o.xfer, tot,
+           "mode=read calls=create+start+wait+close xfer=%" PRIu64
+           " ops=%d mean_us=%.1f p50_us=%.1f p99_us=%.1f servers=%d",
            o.xfer, o.ops, mean, p50, p99, o.servers);
 
     PDC_OK(PDCobj_close(obj));
@@ -66,6 +95,7 @@ int main(int argc, char **argv)
     PDC_OK(PDCclose(pdc));
     free(lat);
     free(data);
+    free(back);
     MPI_CHECK(MPI_Finalize());
     return 0;
 }
