@@ -12,6 +12,9 @@
  * -y memory|local|remote sets the objects' durability (what a wait guarantees).
  * Reported: mean, p50, p99 microseconds per operation over all ranks' ops; one RESULT
  * line per mode (mode=write, mode=read).
+ * -M write: the writes only. -M read: the reads only, of the objects an earlier
+ * `-M write` run with the same -p, -k and -b left (opened by name): bench/profile counts
+ * each phase in a process of its own.
  */
 #include "pdccommon.h"
 
@@ -22,15 +25,24 @@ int main(int argc, char **argv)
     uint64_t     elems;
     int32_t     *data, *back;
     double      *lat, mean, p50, p99, tot = 0;
-    pdcid_t      pdc, cont, prop, obj;
+    pdcid_t      pdc, cont = 0, prop = 0, obj;
     xfer_t       x;
     char         name[256];
+    int          do_write = 1, do_read = 1;
 
     MPI_CHECK(MPI_Init(&argc, &argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     opts_parse(argc, argv, &o, "small-transfer latency, PDC API (-k ops/rank, default 1000; -b bytes, default 4096)\n");
     set_durability(&o);
+    if (o.mode != NULL) {
+        if (strcmp(o.mode, "write") == 0)
+            do_read = 0;
+        else if (strcmp(o.mode, "read") == 0)
+            do_write = 0;
+        else
+            die("-M %s: the modes are 'write' and 'read'", o.mode);
+    }
     if (o.ops == 0)
         o.ops = 1000;
     if (o.xfer == 0)
@@ -44,14 +56,20 @@ int main(int argc, char **argv)
         data[i] = rank * 1000 + i;
     lat = (double *)xmalloc(sizeof(double) * (size_t)o.ops);
     PDC_ID(pdc, PDCinit("pdc"));
-    snprintf(name, sizeof(name), "%s-small", o.prefix);
-    cont = cont_create(pdc, name);
-    prop = obj_prop_1d(pdc, VT_I32, elems * (uint64_t)o.ops, 0);
-    snprintf(name, sizeof(name), "%s-small-r%d", o.prefix, rank);
-    PDC_ID(obj, PDCobj_create(cont, name, prop));
+    if (do_write) {
+        snprintf(name, sizeof(name), "%s-small", o.prefix);
+        cont = cont_create(pdc, name);
+        prop = obj_prop_1d(pdc, VT_I32, elems * (uint64_t)o.ops, 0);
+        snprintf(name, sizeof(name), "%s-small-r%d", o.prefix, rank);
+        PDC_ID(obj, PDCobj_create(cont, name, prop));
+    }
+    else {
+        snprintf(name, sizeof(name), "%s-small-r%d", o.prefix, rank);
+        PDC_ID(obj, PDCobj_open(name, pdc));
+    }
 
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
-    for (i = 0; i < o.ops; i++) {
+    for (i = 0; do_write && i < o.ops; i++) {
         double t0 = now();
         xfer_create(&x, data, PDC_WRITE, obj, (uint64_t)i * elems, elems);
         PDC_OK(PDCregion_transfer_start(x.req));
@@ -62,15 +80,16 @@ int main(int argc, char **argv)
     }
     tot = max_all(tot);
     latency_stats(lat, o.ops, &mean, &p50, &p99);
-    report("small", "pdc", (uint64_t)size * (uint64_t)o.ops * o.xfer, tot,
-           "mode=write calls=create+start+wait+close xfer=%" PRIu64
-           " ops=%d mean_us=%.1f p50_us=%.1f p99_us=%.1f servers=%d durability=%s",
-           o.xfer, o.ops, mean, p50, p99, o.servers, durability_name());
+    if (do_write)
+        report("small", "pdc", (uint64_t)size * (uint64_t)o.ops * o.xfer, tot,
+               "mode=write calls=create+start+wait+close xfer=%" PRIu64
+               " ops=%d mean_us=%.1f p50_us=%.1f p99_us=%.1f servers=%d durability=%s",
+               o.xfer, o.ops, mean, p50, p99, o.servers, durability_name());
 
     /* Reads of the slots just written: each op the same calls as a write, then a check. */
     MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD));
     tot = 0;
-    for (i = 0; i < o.ops; i++) {
+    for (i = 0; do_read && i < o.ops; i++) {
         double t0 = now();
         memset(back, 0, o.xfer);
         xfer_create(&x, back, PDC_READ, obj, (uint64_t)i * elems, elems);
@@ -84,14 +103,17 @@ int main(int argc, char **argv)
     }
     tot = max_all(tot);
     latency_stats(lat, o.ops, &mean, &p50, &p99);
-    report("small", "pdc", (uint64_t)size * (uint64_t)o.ops * o.xfer, tot,
-           "mode=read calls=create+start+wait+close xfer=%" PRIu64
-           " ops=%d mean_us=%.1f p50_us=%.1f p99_us=%.1f servers=%d",
-           o.xfer, o.ops, mean, p50, p99, o.servers);
+    if (do_read)
+        report("small", "pdc", (uint64_t)size * (uint64_t)o.ops * o.xfer, tot,
+               "mode=read calls=create+start+wait+close xfer=%" PRIu64
+               " ops=%d mean_us=%.1f p50_us=%.1f p99_us=%.1f servers=%d",
+               o.xfer, o.ops, mean, p50, p99, o.servers);
 
     PDC_OK(PDCobj_close(obj));
-    PDC_OK(PDCprop_close(prop));
-    PDC_OK(PDCcont_close(cont));
+    if (do_write) {
+        PDC_OK(PDCprop_close(prop));
+        PDC_OK(PDCcont_close(cont));
+    }
     PDC_OK(PDCclose(pdc));
     free(lat);
     free(data);
