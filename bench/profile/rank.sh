@@ -4,14 +4,17 @@
 # child, so once it has been reaped the shell's /proc/$$/stat (cutime, cstime) and
 # /proc/$$/io hold the kernel's CPU time and I/O counters (the kernel adds a reaped child's
 # counters to its parent's).
-# Usage: rank.sh OUTDIR TRACE(0|1) KERNEL ARGS...
+# Usage: rank.sh OUTDIR TRACE KERNEL ARGS...   TRACE: 0 none, 1 strace -c -f, 2 perf stat
+# ($PROFILE_PERF_EVENTS: the syscall tracepoints; perf counts the threads the kernel starts).
 set -u
 out=$1 trace=$2
 shift 2
 rank=${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-0}}
 rc=0
-if ((trace)); then
+if ((trace == 1)); then
   strace -f -c -o "$out/strace-client-$rank.txt" -- "$@" || rc=$?
+elif ((trace == 2)); then
+  perf stat -x, -o "$out/perf-client-$rank.txt" -e "$PROFILE_PERF_EVENTS" -- "$@" || rc=$?
 else
   "$@" || rc=$?
 fi

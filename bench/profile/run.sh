@@ -9,7 +9,7 @@ usage() {
   cat <<'EOF'
 Usage: bench/profile/run.sh [--ranks R] [--servers S] [--particles N] [--ops K]
                             [--cache-mb MB] [--durability memory|local] [--label NAME]
-                            [--no-strace] [--perf] [--out FILE] [--json FILE]
+                            [--syscalls perf|strace|none] [--perf-record] [--out FILE] [--json FILE]
                             [--small-ranks R] [--bin DIR] [--keep]
 
   --ranks R        MPI ranks of VPIC/BDCATS (default 4; the 4 KiB kernels use 1)
@@ -20,8 +20,13 @@ Usage: bench/profile/run.sh [--ranks R] [--servers S] [--particles N] [--ops K]
                    can drop the page cache; reads then come from the log's page cache)
   --durability D   durability of the writes (default local)
   --label NAME     names the build in the table (default: the pdcx binary's path)
-  --no-strace      skip the strace pass (no syscall counts; faster)
-  --perf           also `perf record -g` the servers during each phase (perf.data
+  --syscalls HOW   how syscalls are counted (default perf, else strace if perf does not
+                   work here): perf = `perf stat` syscall tracepoints on every server
+                   and rank during the measured pass (in-kernel counters, small
+                   overhead); strace = a second pass under `strace -c -f` (every
+                   syscall by name, but 100x slower: clients may time out); none
+  --no-strace      the same as --syscalls none
+  --perf-record    also `perf record -g` the servers during each phase (perf.data
                    per phase in the work dir; flame graphs with `perf script`)
   --out FILE       append the markdown table to FILE (default bench/out/profile-last.md)
   --json FILE      also write the per-phase figures as JSON (bench/profile/scale.sh)
@@ -29,17 +34,16 @@ Usage: bench/profile/run.sh [--ranks R] [--servers S] [--particles N] [--ops K]
   --bin DIR        use the kernels already built in DIR (make BUILD=DIR pdc)
   --keep           keep the data
 
-Two passes over the same four phases, each on fresh objects:
-  clean pass   CPU seconds (servers: /proc/PID/stat; ranks: their reaped children),
-               /proc/PID/io byte counters, the servers' metrics (requests, syncs, shm bytes)
-  strace pass  `strace -c -f` attached to every server and wrapping every rank:
-               syscalls by name, fsync + fdatasync counts (times from this pass are void)
+Per phase: CPU seconds (servers: /proc/PID/stat; ranks: their reaped children),
+/proc/PID/io byte counters, the servers' metrics (requests, syncs, shm bytes), syscalls
+and fsync + fdatasync (--syscalls). With --syscalls strace, a second pass on fresh
+objects does the counting (its times are void).
 Environment: PDCX (pdcx binary; else `pdcx` on PATH), PDC_CFLAGS / PDC_LIBS (libpdcx; else
 pkg-config pdcx), exactly as bench/c/run.sh.
 EOF
 }
 
-ranks=4 servers=2 particles=1048576 ops=1000 cache_mb=0 durability=local label="" strace=1 perf=0
+ranks=4 servers=2 particles=1048576 ops=1000 cache_mb=0 durability=local label="" sysmode=perf perf=0
 out_md="" keep=0 json="" small_ranks=1 prebuilt=""
 cmdline="bench/profile/run.sh $*"
 while (($#)); do
@@ -51,8 +55,9 @@ while (($#)); do
     --cache-mb) cache_mb=${2:?}; shift 2 ;;
     --durability) durability=${2:?}; shift 2 ;;
     --label) label=${2:?}; shift 2 ;;
-    --no-strace) strace=0; shift ;;
-    --perf) perf=1; shift ;;
+    --syscalls) sysmode=${2:?}; shift 2 ;;
+    --no-strace) sysmode=none; shift ;;
+    --perf-record) perf=1; shift ;;
     --out) out_md=${2:?}; shift 2 ;;
     --keep) keep=1; shift ;;
     --json) json=${2:?}; shift 2 ;;
@@ -67,12 +72,28 @@ for v in ranks servers particles ops small_ranks; do
 done
 [[ $cache_mb =~ ^[0-9]+$ ]] || { echo "profile: --cache-mb must be an integer" >&2; exit 2; }
 [[ $durability == memory || $durability == local ]] || { echo "profile: --durability memory|local" >&2; exit 2; }
-if ((strace)) && ! command -v strace >/dev/null; then
-  echo "profile: strace not found: running without syscall counts (--no-strace)" >&2
-  strace=0
+[[ $sysmode == perf || $sysmode == strace || $sysmode == none ]] || { echo "profile: --syscalls perf|strace|none" >&2; exit 2; }
+# The syscalls perf counts by name (tracepoints syscalls:sys_enter_NAME), besides the total.
+perf_names="read write pread64 pwrite64 readv writev preadv pwritev preadv2 pwritev2 sendto recvfrom
+  sendmsg recvmsg fsync fdatasync sync_file_range futex epoll_wait epoll_pwait poll ppoll sched_yield
+  mmap munmap madvise fallocate openat close io_uring_enter nanosleep clock_nanosleep memfd_create"
+perf_events=raw_syscalls:sys_enter
+for n in $perf_names; do
+  if [[ -d /sys/kernel/tracing/events/syscalls/sys_enter_$n || -d /sys/kernel/debug/tracing/events/syscalls/sys_enter_$n ]]; then
+    perf_events+=,syscalls:sys_enter_$n
+  fi
+done
+export PROFILE_PERF_EVENTS=$perf_events
+if [[ $sysmode == perf ]] && ! perf stat -e raw_syscalls:sys_enter true >/dev/null 2>&1; then
+  echo "profile: perf cannot count syscall tracepoints here: using strace" >&2
+  sysmode=strace
+fi
+if [[ $sysmode == strace ]] && ! command -v strace >/dev/null; then
+  echo "profile: strace not found: no syscall counts" >&2
+  sysmode=none
 fi
 if ((perf)) && ! perf stat -e task-clock true >/dev/null 2>&1; then
-  echo "profile: perf does not work here: --perf ignored" >&2
+  echo "profile: perf does not work here: --perf-record ignored" >&2
   perf=0
 fi
 
@@ -149,24 +170,32 @@ phase() {
   shift 4
   local d=$work/$pass/$name
   mkdir -p "$d"
+  # How this pass counts syscalls: 0 none, 1 strace, 2 perf.
   local trace=0
   [[ $pass == strace ]] && trace=1
+  [[ $pass == clean && $sysmode == perf ]] && trace=2
   log "$pass: $name (-n $n) $kernel $*"
   # The peak resident set is reset, so VmHWM after the phase is this phase's peak.
   for p in "${spids[@]}"; do echo 5 >"/proc/$p/clear_refs" 2>/dev/null || true; done
   snapshot "$d" before
   tracers=()
-  if ((trace)); then
+  if ((trace == 1)); then
     for i in "${!spids[@]}"; do
       strace -f -c -o "$d/strace-server-$i.txt" -p "${spids[$i]}" 2>"$d/strace-server-$i.err" &
       tracers+=($!)
     done
     sleep 1 # attached to every thread before the kernel starts
+  elif ((trace == 2)); then
+    for i in "${!spids[@]}"; do
+      perf stat -x, -o "$d/perf-server-$i.txt" -e "$perf_events" -p "${spids[$i]}" 2>"$d/perf-server-$i.err" &
+      tracers+=($!)
+    done
+    sleep 0.5
   fi
   local perfs=()
   if ((perf)) && [[ $pass == clean ]]; then
     for i in "${!spids[@]}"; do
-      perf record -g -o "$d/perf-server-$i.data" -p "${spids[$i]}" 2>"$d/perf-server-$i.err" >/dev/null &
+      perf record -g -o "$d/perf-server-$i.data" -p "${spids[$i]}" 2>"$d/perf-record-$i.err" >/dev/null &
       perfs+=($!)
     done
   fi
@@ -176,7 +205,7 @@ phase() {
   t1=$(date +%s.%N)
   for p in "${perfs[@]}"; do kill -INT "$p" 2>/dev/null || true; done
   for p in "${perfs[@]}"; do wait "$p" || true; done
-  # strace prints its summary when it detaches (SIGINT).
+  # strace and perf stat print their summaries when interrupted.
   for p in "${tracers[@]}"; do kill -INT "$p" 2>/dev/null || true; done
   for p in "${tracers[@]}"; do wait "$p" || true; done
   tracers=()
@@ -195,7 +224,7 @@ mkdir -p "$files"
 y=()
 [[ $durability == memory ]] && y=(-y memory)
 passes=(clean)
-((strace)) && passes+=(strace)
+[[ $sysmode == strace ]] && passes+=(strace)
 for pass in "${passes[@]}"; do
   pfx=p$pass
   phase "$pass" vpic-write "$ranks" vpic_pdc -d "$files" -S "$servers" -n "$particles" -p "$pfx" "${y[@]}"
@@ -209,7 +238,7 @@ servers_up=0
 
 lib=$(ldd "$bin/vpic_pdc" | awk '/libpdcx/ {print $3}')
 python3 "$pdir/table.py" "$work" --label "${label:-$pdcx_bin}" --pdcx "$pdcx_bin" --lib "$lib" \
-  --servers "$servers" --ranks "$ranks" --cache-mb "$cache_mb" --durability "$durability" \
+  --servers "$servers" --ranks "$ranks" --cache-mb "$cache_mb" --durability "$durability" --syscalls "$sysmode" \
   --load "$load_start; after: $(cut -d' ' -f1-3 /proc/loadavg)" --cmd "$cmdline" --append "$out_md" \
   ${json:+--json "$json"}
 log "done; raw data in $work"

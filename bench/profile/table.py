@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 PHASES = ("vpic-write", "bdcats-read", "small-write", "small-read")
+TOTAL = "(all)"  # perf's raw_syscalls:sys_enter: every syscall, named or not
 SYNC_CALLS = ("fsync", "fdatasync", "sync_file_range", "syncfs", "msync")
 # Where the payload is copied by a CPU, from the code and docs/ARCHITECTURE.md ("Shared
 # memory", "One read") of the build before issue 10 (same-node client, shared memory).
@@ -78,6 +79,21 @@ def strace_calls(path: Path) -> dict[str, int]:
                 out[f[-1]] = out.get(f[-1], 0) + int(f[3])
             except ValueError:
                 continue
+    return out
+
+
+def perf_calls(path: Path) -> dict[str, int]:
+    """`perf stat -x,` of syscall tracepoints -> {syscall: calls, TOTAL: all syscalls}."""
+    out: dict[str, int] = {}
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        f = line.split(",")
+        if line.startswith("#") or len(f) < 3 or not f[0].strip().isdigit():
+            continue
+        ev = f[2].strip()
+        name = TOTAL if ev == "raw_syscalls:sys_enter" else ev.removeprefix("syscalls:sys_enter_")
+        out[name] = out.get(name, 0) + int(f[0])
     return out
 
 
@@ -144,10 +160,15 @@ class Phase:
             tot = add(tot, kv_file(p))
         return tot
 
-    def strace(self, who: str) -> dict[str, int]:
+    def syscalls(self, who: str) -> dict[str, int]:
+        """Calls by name (and TOTAL) of the servers or the ranks: perf stat or strace -c files."""
         tot: dict[str, int] = {}
+        for p in sorted(self.d.glob(f"perf-{who}-*.txt")):
+            tot = add(tot, perf_calls(p))
         for p in sorted(self.d.glob(f"strace-{who}-*.txt")):
             tot = add(tot, strace_calls(p))
+        if tot and TOTAL not in tot:
+            tot[TOTAL] = sum(tot.values())
         return tot
 
 
@@ -166,7 +187,7 @@ def per(v: float | None, d: float | None) -> float | None:
 
 
 def top(calls: dict[str, int], n: int = 6) -> str:
-    items = sorted(calls.items(), key=lambda kv: -kv[1])[:n]
+    items = sorted(((k, v) for k, v in calls.items() if k != TOTAL and v > 0), key=lambda kv: -kv[1])[:n]
     return ", ".join(f"{k} {v}" for k, v in items)
 
 
@@ -180,6 +201,7 @@ def main(argv=None) -> int:
     ap.add_argument("--ranks", default="?")
     ap.add_argument("--cache-mb", default="?")
     ap.add_argument("--durability", default="local")
+    ap.add_argument("--syscalls", default="?", help="how syscalls were counted (perf, strace, none)")
     ap.add_argument("--load", default="?")
     ap.add_argument("--cmd", default="")
     ap.add_argument("--copies", action="append", default=[], help="PHASE=TEXT: the payload copies of this build")
@@ -221,9 +243,12 @@ def main(argv=None) -> int:
         ccpu = (ccpu_t.get("cutime", 0) + ccpu_t.get("cstime", 0)) / os.sysconf("SC_CLK_TCK") if ccpu_t else None
         s_wchar, s_rchar = clean.server_delta("io", "wchar"), clean.server_delta("io", "rchar")
         s_wdev = clean.server_delta("io", "write_bytes")
-        ss, cs = traced.strace("server"), traced.strace("client")
-        s_sys = sum(ss.values()) if ss else None
-        c_sys = sum(cs.values()) if cs else None
+        # perf counts in the measured pass; strace in a pass of its own.
+        ss = clean.syscalls("server") or traced.syscalls("server")
+        cs = clean.syscalls("client") or traced.syscalls("client")
+        s_sys = ss.get(TOTAL)
+        # MPI ranks idle in a barrier spin on sched_yield (mpi_yield_when_idle): not the data path.
+        c_sys = cs[TOTAL] - cs.get("sched_yield", 0) if TOTAL in cs else None
         syncs = sum(ss.get(k, 0) + cs.get(k, 0) for k in SYNC_CALLS) if ss or cs else None
         gb = nbytes / 1e9
         figs[name] = {
@@ -289,7 +314,10 @@ def main(argv=None) -> int:
         f"## Profile: {a.label} ({now})",
         "",
         f"- pdcx: {a.pdcx}; libpdcx: {a.lib}",
-        f"- {a.ranks} ranks (4 KiB kernels: 1), {a.servers} servers, data cache {a.cache_mb} MiB, durability {a.durability}",
+        (
+            f"- {a.ranks} ranks (4 KiB kernels: 1), {a.servers} servers, data cache {a.cache_mb} MiB, "
+            f"durability {a.durability}; syscalls counted with {a.syscalls}"
+        ),
         f"- machine: {os.cpu_count()} cpus, kernel {platform.release()}; load average (1/5/15): {a.load}",
         "",
         "```",
@@ -305,9 +333,9 @@ def main(argv=None) -> int:
         (
             "Counts per MB (10^6 payload bytes) for the bulk kernels, per operation for the 4 KiB ones. "
             "requests: the servers' `pdcx_requests_total` (client and peer requests), the round trips. "
-            "Syscalls and fsync+fdatasync (servers and clients): `strace -c -f` in a separate pass "
-            "(client syscalls include MPI's). CPU: utime+stime of the servers, of the ranks (with MPI "
-            "start-up) in the untraced pass. wchar/rchar: bytes through the servers' read/write "
+            "Syscalls and fsync+fdatasync (servers and clients): `perf stat` syscall tracepoints during "
+            "the run (or `strace -c -f` in a pass of its own); client syscalls include MPI's but not "
+            "its idle sched_yield. CPU: utime+stime of the servers, of the ranks (with MPI start-up). wchar/rchar: bytes through the servers' read/write "
             "syscalls (/proc/PID/io), ~1 per copy through the kernel; shm: `pdcx_shm_bytes_total`."
         ),
         "",
