@@ -45,7 +45,7 @@ EOF
 
 ranks=4 servers=2 particles=1048576 ops=1000 cache_mb=0 durability=local label="" sysmode=perf perf=0
 out_md="" keep=0 json="" small_ranks=1 prebuilt=""
-cmdline="bench/profile/run.sh $*"
+cmdline="bench/profile/run.sh${*:+ $(printf "%q " "$@")}"
 while (($#)); do
   case $1 in
     --ranks) ranks=${2:?}; shift 2 ;;

@@ -22,7 +22,7 @@ EOF2
 }
 
 rank_list="1 2 4 8" server_list="1 2" particles=524288 ops=300 cache_mb=0 out_md=""
-cmdline="bench/profile/scale.sh $*"
+cmdline="bench/profile/scale.sh${*:+ $(printf "%q " "$@")}"
 while (($#)); do
   case $1 in
     --ranks) rank_list=${2:?}; shift 2 ;;
