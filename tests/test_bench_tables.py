@@ -96,3 +96,23 @@ def test_profile_parsers(tmp_path):
     m = tmp_path / "m"
     m.write_text('# HELP x\npdcx_requests_total{kind="StageShm"} 12\npdcx_shm_bytes_total 4096\n')
     assert table.metrics(m) == {'pdcx_requests_total{kind="StageShm"}': 12.0, "pdcx_shm_bytes_total": 4096.0}
+
+
+def test_before_after_ratios_within_rounds(tmp_path, capsys):
+    summ = load("bench/c/summarize.py", "bench_c_summarize3")
+    after = [_round(tmp_path, i, v, 200, 30, 1000) for i, v in ((1, 200), (2, 300))]
+    before = []
+    for i, v in ((1, 100), (2, 100)):
+        d = tmp_path / f"b{i}"
+        d.mkdir()
+        before.append(_round(d, i, v, 200, 60, 1000)[0])
+    argv = ["--pdc", *[p for p, _ in after], "--hdf5", *[h for _, h in after], "--pdc-before", *before]
+    assert summ.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "After against before" in out
+    rows = [line for line in out.splitlines() if line.startswith("| VPIC write MB/s, local (vs hdf5 + fsync)")]
+    # the normal table, the before build's table, then after/before: 2x and 3x -> 2.5x, higher is better
+    assert len(rows) == 3
+    assert "2.500x (2.000x–3.000x)" in rows[2] and rows[2].rstrip().endswith("| higher |")
+    mem = [line for line in out.splitlines() if line.startswith("| 4 KiB write+wait p50 us, memory")][-1]
+    assert "0.500x" in mem and mem.rstrip().endswith("| lower |")

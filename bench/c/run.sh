@@ -42,6 +42,10 @@ memory durability (-y memory) and bare PDCobj_create from 1 rank (M/4 objects).
 
 Environment: PDC_CFLAGS / PDC_LIBS override `pkg-config pdcx` for the PDC
 kernels (e.g. a libpdcx built elsewhere); PDCX points to the pdcx binary.
+Before/after in one run: BEFORE_PDCX, BEFORE_PDC_CFLAGS, BEFORE_PDC_LIBS name a
+second build; every round then also runs the pdc kernels on it (the two builds
+in alternating order, then hdf5), and the summary adds the before build's table
+and an after/before table, each ratio taken within its round.
 The kernels are built in the work dir, so two builds never mix.
 Output: bench/out/c-run-<date>-XXXX/{pdc,hdf5}-<round>.log (RESULT lines),
 table.md; the table is also appended to bench/out/c-last.md. Exits nonzero if
@@ -106,13 +110,27 @@ mkdir -p "$data"
 bin=$work/build
 log "make hdf5 (into $bin)"
 make -s -C "$cdir" BUILD="$bin" hdf5
-have_pdc=0
+have_pdc=0 have_before=0
+if [[ -n ${BEFORE_PDCX:-} ]]; then
+  [[ -x $BEFORE_PDCX && -n ${BEFORE_PDC_LIBS:-} ]] ||
+    { echo "run.sh: BEFORE_PDCX needs an executable pdcx and BEFORE_PDC_LIBS (and BEFORE_PDC_CFLAGS)" >&2; exit 2; }
+  ((nodes == 1)) || { echo "run.sh: BEFORE_PDCX (before/after) runs on one node only" >&2; exit 2; }
+fi
 if [[ $only != hdf5 ]]; then
   if [[ -n ${PDC_LIBS:-} ]] || pkg-config --exists pdcx 2>/dev/null; then
     log "make pdc"
     if make -s -C "$cdir" BUILD="$bin" pdc; then have_pdc=1; else echo "run.sh: building the PDC kernels failed" >&2; fi
   else
     echo "run.sh: NOTE: libpdcx not found (pkg-config pdcx; or set PDC_CFLAGS/PDC_LIBS): PDC kernels skipped" >&2
+  fi
+fi
+if ((have_pdc)) && [[ -n ${BEFORE_PDCX:-} ]]; then
+  log "make pdc, the before build (into $work/build-before)"
+  if make -s -C "$cdir" BUILD="$work/build-before" PDC_CFLAGS="${BEFORE_PDC_CFLAGS:-}" PDC_LIBS="$BEFORE_PDC_LIBS" pdc; then
+    have_before=1
+  else
+    echo "run.sh: building the PDC kernels against the before build failed" >&2
+    exit 1
   fi
 fi
 pdcx_bin=${PDCX:-$(command -v pdcx || true)}
@@ -202,20 +220,24 @@ set_mpi_cmd() {
 # run_kernel BACKEND NAME NRANKS args...: output to BACKEND.log; failure recorded. A kernel
 # that outlives --timeout is killed (mpirun takes its ranks and daemons down) and reported,
 # so one stuck run never stalls the whole benchmark.
+# cur_tag / cur_bin: the log name and kernel directory of the build being run (pdc and
+# $bin; pdc-before and $work/build-before for the before build of a before/after run).
+cur_tag="" cur_bin=""
 run_kernel() {
   local be=$1 name=$2 n=$3 rc
   shift 3
-  log "$be: $name (-n $n) $*"
+  local tag=${cur_tag:-$be} kb=${cur_bin:-$bin}
+  log "$tag: $name (-n $n) $*"
   set_mpi_cmd "$n"
   rc=0
-  local out=$work/$be-$round.log
-  timeout -k 10 "$kernel_timeout" "${mpi_cmd[@]}" "$bin/${name}_$be" "$@" 2>&1 | tee -a "$out" || rc=${PIPESTATUS[0]}
+  local out=$work/$tag-$round.log
+  timeout -k 10 "$kernel_timeout" "${mpi_cmd[@]}" "$kb/${name}_$be" "$@" 2>&1 | tee -a "$out" || rc=${PIPESTATUS[0]}
   if ((rc == 124 || rc == 137)); then
     echo "FAILED kernel=$name backend=$be: still running after --timeout $kernel_timeout s; killed" | tee -a "$out"
-    failed+=("$name/$be(timeout)")
+    failed+=("$name/$tag(timeout)")
   elif ((rc != 0)); then
     echo "FAILED kernel=$name backend=$be (exit status $rc)" | tee -a "$out"
-    failed+=("$name/$be")
+    failed+=("$name/$tag")
   fi
 }
 
@@ -255,17 +277,32 @@ bash "$repo/bench/seqbw.sh" "$data/seqbw" "$seq_mib" | tee "$work/seqbw.txt"
 for ((round = 1; round <= repeat; round++)); do
   ((repeat > 1)) && log "round $round of $repeat"
   if ((have_pdc)) && [[ $only != hdf5 ]]; then
-    pdcx_root=$data/pdcx-$round
-    log "pdcx: $servers servers (cache ${cache_mb:-default} MiB), $ranks ranks"
-    export PDCX_ROOT=$pdcx_root
-    if start_servers; then
-      run_backend pdc "$data/pdc-files-$round"
-    else
-      echo "run.sh: pdcx server start failed" >&2
-      failed+=(servers)
+    # A before/after run alternates which build goes first, so drift in the background
+    # load does not always favour the same one.
+    builds=(after)
+    if ((have_before)); then
+      if ((round % 2)); then builds=(before after); else builds=(after before); fi
     fi
-    stop_servers
-    if ((!keep)); then rm -rf "$pdcx_root"; fi
+    for build in "${builds[@]}"; do
+      pdcx_root=$data/pdcx-$build-$round
+      if [[ $build == before ]]; then
+        cur_tag=pdc-before cur_bin=$work/build-before pdcx_bin_saved=$pdcx_bin pdcx_bin=$BEFORE_PDCX
+      else
+        cur_tag="" cur_bin=""
+      fi
+      log "pdcx${cur_tag:+ ($cur_tag, $pdcx_bin)}: $servers servers (cache ${cache_mb:-default} MiB), $ranks ranks"
+      export PDCX_ROOT=$pdcx_root
+      if start_servers; then
+        run_backend pdc "$data/pdc-files-$build-$round"
+      else
+        echo "run.sh: pdcx server start failed ($pdcx_bin)" >&2
+        failed+=(servers)
+      fi
+      stop_servers
+      if ((!keep)); then rm -rf "$pdcx_root"; fi
+      if [[ $build == before ]]; then pdcx_bin=$pdcx_bin_saved; fi
+      cur_tag="" cur_bin=""
+    done
   fi
   if [[ $only != pdc ]]; then
     export PDCX_ROOT="" # unused by the HDF5 kernels
@@ -278,18 +315,26 @@ done
 
 # ---- table -------------------------------------------------------------------
 log "summary (also appended to bench/out/c-last.md)"
-pdc_logs=() hdf5_logs=()
+pdc_logs=() hdf5_logs=() before_args=()
 for ((round = 1; round <= repeat; round++)); do
   touch "$work/pdc-$round.log" "$work/hdf5-$round.log"
   pdc_logs+=("$work/pdc-$round.log")
   hdf5_logs+=("$work/hdf5-$round.log")
+  if ((have_before)); then
+    touch "$work/pdc-before-$round.log"
+    before_args+=("$work/pdc-before-$round.log")
+  fi
 done
+if ((have_before)); then
+  before_args=(--pdc-before "${before_args[@]}" --before-pdcx-bin "$BEFORE_PDCX"
+    --before-pdc-lib "$(ldd "$work/build-before/vpic_pdc" | awk '/libpdcx/ {print $3}')")
+fi
 pdc_lib=""
 if ((have_pdc)); then pdc_lib=$(ldd "$bin/vpic_pdc" | awk '/libpdcx/ {print $3}'); fi
 python3 "$cdir/summarize.py" --pdc "${pdc_logs[@]}" --hdf5 "${hdf5_logs[@]}" --seqbw "$work/seqbw.txt" \
   --ranks "$ranks" --servers "$servers" --particles "$particles" --cache-mb "${cache_mb:-default}" \
   --load-start "$load_start" --load-end "$(cut -d' ' -f1-3 /proc/loadavg)" --cmd "$cmdline" \
-  --notes "$work/notes.txt" --pdc-built "$have_pdc" --pdcx-bin "$pdcx_bin" --pdc-lib "$pdc_lib" \
+  --notes "$work/notes.txt" --pdc-built "$have_pdc" --pdcx-bin "$pdcx_bin" --pdc-lib "$pdc_lib" "${before_args[@]}" \
   --append "$repo/bench/out/c-last.md" | tee "$work/table.md"
 
 if ((${#failed[@]})); then

@@ -294,6 +294,31 @@ def table(rounds):
     return rows
 
 
+def lower_is_better(f0):
+    """Latencies and I/O seconds: smaller is better; rates and ratios: larger."""
+    if f0.check is not None and f0.on == "pdc":
+        return f0.check(0.0)  # at_most(t) holds at 0, at_least(t) does not
+    return " us" in f0.name or "I/O s" in f0.name or "query" in f0.name
+
+
+def compare_table(after_rounds, before_rounds):
+    """after/before of the pdc value of every figure, the ratio taken within each round."""
+    rows = []
+    for i, f0 in enumerate(after_rounds[0]):
+        pairs = [(a[i].pdc, b[i].pdc) for a, b in zip(after_rounds, before_rounds, strict=False)]
+        lower = lower_is_better(f0)
+        rows.append(
+            (
+                f0.name,
+                median_cell((b for _, b in pairs), fmt),
+                median_cell((a for a, _ in pairs), fmt),
+                median_cell((ratio(a, b) for a, b in pairs), lambda v: fmt(v, "x")),
+                "lower" if lower else "higher",
+            )
+        )
+    return rows
+
+
 def machine():
     def sh(cmd):
         try:
@@ -331,6 +356,9 @@ def main(argv=None):
     ap.add_argument("--pdc-built", default="1")
     ap.add_argument("--pdcx-bin", default="")
     ap.add_argument("--pdc-lib", default="")
+    ap.add_argument("--pdc-before", nargs="*", default=[], help="pdc logs of the before build, one per round")
+    ap.add_argument("--before-pdcx-bin", default="")
+    ap.add_argument("--before-pdc-lib", default="")
     ap.add_argument("--append")
     a = ap.parse_args(argv)
 
@@ -352,12 +380,20 @@ def main(argv=None):
         h5_failed |= hf
         rounds.append(figures(pdc, h5, fio_w, fio_r, a.servers))
     rows = table(rounds)
+    before_rounds, before_failed = [], set()
+    for i in range(len(a.pdc_before)):
+        pdc, pf = parse(a.pdc_before[i])
+        h5, _ = parse(a.hdf5[i] if i < len(a.hdf5) else None)
+        before_failed |= pf
+        before_rounds.append(figures(pdc, h5, fio_w, fio_r, a.servers))
 
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = a.load_start + (f"; after: {a.load_end}" if a.load_end else "")
     out = [f"## {now}", "", *machine()]
     if a.pdcx_bin or a.pdc_lib:
         out.append(f"- pdcx binary: {a.pdcx_bin or '?'}; libpdcx: {a.pdc_lib or '?'}")
+    if before_rounds:
+        out.append(f"- before build: pdcx {a.before_pdcx_bin or '?'}; libpdcx: {a.before_pdc_lib or '?'}")
     out += [f"- load average (1/5/15 min) before the run: {load}", "", "```", a.cmd, "```", ""]
     reps = f"; {n} rounds (pdc, hdf5 interleaved), median (min–max)" if n > 1 else ""
     out.append(
@@ -366,13 +402,25 @@ def main(argv=None):
     )
     if a.pdc_built != "1":
         out.append("\n**PDC kernels not built (libpdcx not found): pdc columns are n/a.**")
-    for be, fl in (("pdc", pdc_failed), ("hdf5", h5_failed)):
+    for be, fl in (("pdc", pdc_failed), ("pdc (before build)", before_failed), ("hdf5", h5_failed)):
         if fl:
             out.append(f"\n**FAILED {be} kernels: {', '.join(sorted(fl))}**")
     if a.notes and Path(a.notes).exists():
         out += ["", *Path(a.notes).read_text().strip().splitlines()]
     out += ["", "| figure | pdc | baseline | pdc vs baseline | target | |", "|---|---:|---:|---:|---|---|"]
     out += ["| " + " | ".join(cells) + " |" for cells in rows]
+    if before_rounds:
+        out += ["", "The before build against the same HDF5 runs:", ""]
+        out += ["| figure | pdc (before) | baseline | pdc vs baseline | target | |", "|---|---:|---:|---:|---|---|"]
+        out += ["| " + " | ".join(cells) + " |" for cells in table(before_rounds)]
+        out += [
+            "",
+            "After against before (pdc figures; the two builds ran in the same rounds, in alternating order):",
+            "",
+            "| figure | before | after | after / before | better |",
+            "|---|---:|---:|---:|---|",
+        ]
+        out += ["| " + " | ".join(cells) + " |" for cells in compare_table(rounds, before_rounds)]
     out += [
         "",
         (
