@@ -76,7 +76,9 @@ done
 # The syscalls perf counts by name (tracepoints syscalls:sys_enter_NAME), besides the total.
 perf_names="read write pread64 pwrite64 readv writev preadv pwritev preadv2 pwritev2 sendto recvfrom
   sendmsg recvmsg fsync fdatasync sync_file_range futex epoll_wait epoll_pwait poll ppoll sched_yield
-  mmap munmap madvise fallocate openat close io_uring_enter nanosleep clock_nanosleep memfd_create"
+  mmap munmap madvise fallocate openat close io_uring_enter nanosleep clock_nanosleep memfd_create
+  fcntl setsockopt getsockopt ioctl brk accept4 connect rt_sigprocmask newfstatat statx lseek ftruncate
+  rename renameat renameat2 unlink unlinkat fstatfs"
 perf_events=raw_syscalls:sys_enter
 for n in $perf_names; do
   if [[ -d /sys/kernel/tracing/events/syscalls/sys_enter_$n || -d /sys/kernel/debug/tracing/events/syscalls/sys_enter_$n ]]; then
