@@ -10,7 +10,7 @@ usage() {
 Usage: bench/profile/run.sh [--ranks R] [--servers S] [--particles N] [--ops K]
                             [--cache-mb MB] [--durability memory|local] [--label NAME]
                             [--syscalls perf|strace|none] [--perf-record] [--out FILE] [--json FILE]
-                            [--small-ranks R] [--bin DIR] [--keep]
+                            [--small-ranks R] [--bin DIR] [--copies PHASE=TEXT] [--keep]
 
   --ranks R        MPI ranks of VPIC/BDCATS (default 4; the 4 KiB kernels use 1)
   --servers S      pdcx servers (default 2)
@@ -32,6 +32,8 @@ Usage: bench/profile/run.sh [--ranks R] [--servers S] [--particles N] [--ops K]
   --json FILE      also write the per-phase figures as JSON (bench/profile/scale.sh)
   --small-ranks R  ranks of the 4 KiB kernels (default 1)
   --bin DIR        use the kernels already built in DIR (make BUILD=DIR pdc)
+  --copies P=TEXT  the payload copies of phase P in this build, for the table (repeatable;
+                   default: the path before issue 10, see table.py)
   --keep           keep the data
 
 Per phase: CPU seconds (servers: /proc/PID/stat; ranks: their reaped children),
@@ -44,7 +46,7 @@ EOF
 }
 
 ranks=4 servers=2 particles=1048576 ops=1000 cache_mb=0 durability=local label="" sysmode=perf perf=0
-out_md="" keep=0 json="" small_ranks=1 prebuilt=""
+out_md="" keep=0 json="" small_ranks=1 prebuilt="" copies=()
 cmdline="bench/profile/run.sh${*:+ $(printf "%q " "$@")}"
 while (($#)); do
   case $1 in
@@ -63,6 +65,7 @@ while (($#)); do
     --json) json=${2:?}; shift 2 ;;
     --small-ranks) small_ranks=${2:?}; shift 2 ;;
     --bin) prebuilt=${2:?}; shift 2 ;;
+    --copies) copies+=(--copies "${2:?}"); shift 2 ;;
     -h | --help) usage; exit 0 ;;
     *) echo "profile: unknown argument: $1" >&2; usage >&2; exit 2 ;;
   esac
@@ -242,5 +245,5 @@ lib=$(ldd "$bin/vpic_pdc" | awk '/libpdcx/ {print $3}')
 python3 "$pdir/table.py" "$work" --label "${label:-$pdcx_bin}" --pdcx "$pdcx_bin" --lib "$lib" \
   --servers "$servers" --ranks "$ranks" --cache-mb "$cache_mb" --durability "$durability" --syscalls "$sysmode" \
   --load "$load_start; after: $(cut -d' ' -f1-3 /proc/loadavg)" --cmd "$cmdline" --append "$out_md" \
-  ${json:+--json "$json"}
+  ${json:+--json "$json"} "${copies[@]}"
 log "done; raw data in $work"

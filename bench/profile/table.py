@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         clean, traced = Phase(work / "clean" / name), Phase(work / "strace" / name)
         res = clean.res
         if not res:
-            rows.append([name] + ["n/a"] * 14)
+            rows.append([name] + ["n/a"] * 15)
             continue
         nbytes = float(res.get("bytes", 0))
         mb = nbytes / 1e6
@@ -243,6 +243,8 @@ def main(argv=None) -> int:
         ccpu = (ccpu_t.get("cutime", 0) + ccpu_t.get("cstime", 0)) / os.sysconf("SC_CLK_TCK") if ccpu_t else None
         s_wchar, s_rchar = clean.server_delta("io", "wchar"), clean.server_delta("io", "rchar")
         s_wdev = clean.server_delta("io", "write_bytes")
+        cio = clean.clients("io")
+        c_rchar, c_wchar = cio.get("rchar"), cio.get("wchar")
         # perf counts in the measured pass; strace in a pass of its own.
         ss = clean.syscalls("server") or traced.syscalls("server")
         cs = clean.syscalls("client") or traced.syscalls("client")
@@ -279,6 +281,7 @@ def main(argv=None) -> int:
                 fnum(per(scpu, gb)) if not small else fnum(per(scpu * 1e6 if scpu is not None else None, unit_n), 0),
                 fnum(per(ccpu, gb)) if not small else fnum(per(ccpu * 1e6 if ccpu is not None else None, unit_n), 0),
                 f"{fnum(per(s_wchar, nbytes))} / {fnum(per(s_rchar, nbytes))}",
+                f"{fnum(per(c_wchar, nbytes))} / {fnum(per(c_rchar, nbytes))}",
                 fnum(per(s_wdev, nbytes)),
                 fnum(per(shm, nbytes)) if md else "n/a",
                 fnum(clean.peak_rss_mib(), 0),
@@ -304,6 +307,7 @@ def main(argv=None) -> int:
         "server CPU s/GB (us/op)",
         "client CPU s/GB (us/op)",
         "server wchar / rchar per payload byte",
+        "client wchar / rchar per payload byte",
         "server bytes to device per payload byte",
         "shm bytes per payload byte",
         "server peak RSS MiB",
@@ -336,7 +340,8 @@ def main(argv=None) -> int:
             "Syscalls and fsync+fdatasync (servers and clients): `perf stat` syscall tracepoints during "
             "the run (or `strace -c -f` in a pass of its own); client syscalls include MPI's but not "
             "its idle sched_yield. CPU: utime+stime of the servers, of the ranks (with MPI start-up). wchar/rchar: bytes through the servers' read/write "
-            "syscalls (/proc/PID/io), ~1 per copy through the kernel; shm: `pdcx_shm_bytes_total`."
+            "syscalls (/proc/PID/io), ~1 per copy through the kernel; the ranks' also count what MPI and the "
+            "loader read at start-up (a few MB: noise for the 4 KiB kernels); shm: `pdcx_shm_bytes_total`."
         ),
         "",
         *details,
