@@ -48,7 +48,8 @@ for s in $server_list; do
     printf '\033[1m[scale]\033[0m %s servers, %s ranks\n' "$s" "$r" >&2
     bash "$pdir/run.sh" --no-strace --bin "$work/build" --servers "$s" --ranks "$r" --small-ranks "$r" \
       --particles "$particles" --ops "$ops" --cache-mb "$cache_mb" --label "scale S=$s R=$r" \
-      --out "$work/profiles.md" --json "$work/s$s-r$r.json" >/dev/null
+      --out "$work/profiles.md" --json "$work/s$s-r$r.json" >"$work/s$s-r$r.log" 2>&1 ||
+      echo "scale: $s servers, $r ranks failed (log: $work/s$s-r$r.log); its row shows FAILED" >&2
     jsons+=("$work/s$s-r$r.json")
   done
 done
