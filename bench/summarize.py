@@ -17,9 +17,12 @@ import os
 import platform
 import re
 import shutil
-import statistics
 import subprocess
 import sys
+
+# bench/stats.py: the median code shared with bench/c/summarize.py.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from stats import median, median_cell
 
 
 def load_json(path: str | None) -> dict | None:
@@ -50,19 +53,12 @@ def fnum(x: float | None, fmt: str = "{:.1f}") -> str:
 
 
 def med(runs: list[dict] | None, key: str) -> float | None:
-    vals = [r[key] for r in runs or [] if r.get(key) is not None]
-    return statistics.median(vals) if vals else None
+    return median(r.get(key) for r in runs or [])
 
 
 def cell(runs: list[dict], key: str, fmt: str = "{:.1f}") -> str:
     """Median, and with several repetitions its min-max range."""
-    vals = [r[key] for r in runs if r.get(key) is not None]
-    if not vals:
-        return "n/a"
-    m = fmt.format(statistics.median(vals))
-    if len(vals) == 1:
-        return m
-    return f"{m} ({fmt.format(min(vals))}–{fmt.format(max(vals))})"
+    return median_cell((r.get(key) for r in runs), fmt.format)
 
 
 def ratio(a: float | None, b: float | None) -> str:

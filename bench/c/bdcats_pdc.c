@@ -27,6 +27,7 @@ int main(int argc, char **argv)
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     opts_parse(argc, argv, &o, "BD-CATS-IO read of vpic_pdc's objects, PDC API (-w writer ranks, default = ranks)\n");
+    set_durability(&o);
     if (o.writers == 0)
         o.writers = size;
 

@@ -73,13 +73,20 @@ typedef struct {
     int      servers;     /* -S: pdcx servers (only reported; creates/s per server) */
     int      drop;        /* -D: drop the page cache between write and read (HACC) */
     int      verbose;     /* -v */
+    const char *durability; /* -y: memory|local|remote (PDC kernels; NULL = the library default) */
+    const char *label;    /* -L: appended to every RESULT line as label=... (run variants apart) */
+    const char *mode;     /* -M: kernel-specific variant (meta: "create" = create+close, no tags) */
 } bench_opts_t;
+
+/* -L of this process: report() appends it, so run.sh can tell variants of one kernel apart. */
+static const char *bench_label_g = NULL;
 
 static inline void opts_usage(const char *prog, const char *help)
 {
     fprintf(stderr,
             "usage: %s [-n particles/rank] [-s steps] [-c compute_s] [-w writer_ranks]\n"
-            "          [-m objects] [-k ops] [-b bytes] [-d dir] [-p prefix] [-S servers] [-D] [-v]\n%s",
+            "          [-m objects] [-k ops] [-b bytes] [-d dir] [-p prefix] [-S servers] [-D] [-v]\n"
+            "          [-y memory|local|remote] [-L label] [-M mode]\n%s",
             prog, help);
 }
 
@@ -108,7 +115,7 @@ static inline void opts_parse(int argc, char **argv, bench_opts_t *o, const char
     o->dir       = ".";
     o->prefix    = "bench";
     o->servers   = 1;
-    while ((c = getopt(argc, argv, "n:s:c:w:m:k:b:d:p:S:Dvh")) != -1) {
+    while ((c = getopt(argc, argv, "n:s:c:w:m:k:b:d:p:S:Dvy:L:M:h")) != -1) {
         switch (c) {
             case 'n': o->particles = parse_u64(optarg, "-n"); break;
             case 's': o->steps = (int)parse_u64(optarg, "-s"); break;
@@ -128,6 +135,13 @@ static inline void opts_parse(int argc, char **argv, bench_opts_t *o, const char
             case 'S': o->servers = (int)parse_u64(optarg, "-S"); break;
             case 'D': o->drop = 1; break;
             case 'v': o->verbose = 1; break;
+            case 'y':
+                if (strcmp(optarg, "memory") != 0 && strcmp(optarg, "local") != 0 && strcmp(optarg, "remote") != 0)
+                    die("bad value for -y: '%s' (memory, local or remote)", optarg);
+                o->durability = optarg;
+                break;
+            case 'L': o->label = optarg; bench_label_g = optarg; break;
+            case 'M': o->mode = optarg; break;
             case 'h': opts_usage(argv[0], help); MPI_Finalize(); exit(0);
             default: opts_usage(argv[0], help); die("bad command line");
         }
@@ -186,9 +200,9 @@ static inline void report(const char *kernel, const char *backend, uint64_t byte
     va_start(ap, extra_fmt);
     vsnprintf(extra, sizeof(extra), extra_fmt, ap);
     va_end(ap);
-    printf("RESULT kernel=%s backend=%s ranks=%d bytes=%" PRIu64 " seconds=%.6f mbps=%.1f%s%s\n", kernel,
+    printf("RESULT kernel=%s backend=%s ranks=%d bytes=%" PRIu64 " seconds=%.6f mbps=%.1f%s%s%s%s\n", kernel,
            backend, size, bytes, seconds, seconds > 0 ? (double)bytes / seconds / 1e6 : 0.0,
-           extra[0] ? " " : "", extra);
+           extra[0] ? " " : "", extra, bench_label_g ? " label=" : "", bench_label_g ? bench_label_g : "");
     fflush(stdout);
 }
 

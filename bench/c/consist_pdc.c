@@ -62,6 +62,7 @@ int main(int argc, char **argv)
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     opts_parse(argc, argv, &o, "consistency probe, PDC API (-k ops/rank, default 100; -b bytes, default 65536)\n");
+    set_durability(&o);
     if (o.ops == 0)
         o.ops = 100;
     if (o.xfer == 0)

@@ -25,6 +25,7 @@ int main(int argc, char **argv)
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     opts_parse(argc, argv, &o, "HACC-IO write + read, PDC API; -D drops the page cache between them\n");
+    set_durability(&o);
 
     total = o.particles * (uint64_t)size;
     start = o.particles * (uint64_t)rank;
@@ -55,7 +56,8 @@ int main(int argc, char **argv)
     }
     PDC_OK(PDCcont_close(cont));
     tw = max_all(now() - t0);
-    report("hacc-write", "pdc", total * bpp, tw, "particles=%" PRIu64 " servers=%d", o.particles, o.servers);
+    report("hacc-write", "pdc", total * bpp, tw, "particles=%" PRIu64 " servers=%d durability=%s", o.particles,
+           o.servers, durability_name());
 
     if (o.drop)
         dropped = drop_page_cache();

@@ -9,6 +9,9 @@
  * Query: rank 0 asks for all objects with step == 42 (PDCobj_get_id, PDC's
  * public tag lookup), timed, and checks the count; if the library refuses
  * the call the query is reported as query=unsupported.
+ * -M create: create + close only (no tag, no check, no query): the rate of bare
+ * PDCobj_create calls, the figure of "creates/s from C" (run it with 1 rank for one
+ * client's rate).
  */
 #include "pdccommon.h"
 
@@ -39,11 +42,16 @@ int main(int argc, char **argv)
     char         name[256];
     double       t0, t, tq = 0;
     const char  *query = "skipped";
+    int          bare;
 
     MPI_CHECK(MPI_Init(&argc, &argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     opts_parse(argc, argv, &o, "metadata probe, PDC API (-m objects in total, default 20000; -S servers)\n");
+    set_durability(&o);
+    if (o.mode != NULL && strcmp(o.mode, "create") != 0)
+        die("-M %s: the only mode is 'create'", o.mode);
+    bare = o.mode != NULL;
     split_range(o.objects, size, rank, &start, &count);
     for (i = 0; i < o.objects; i++)
         if (i % 100 == 42)
@@ -58,12 +66,13 @@ int main(int argc, char **argv)
         int step = (int)(i % 100);
         snprintf(name, sizeof(name), "%s-meta-%" PRIu64, o.prefix, i);
         PDC_ID(obj, PDCobj_create(cont, name, prop));
-        PDC_OK(PDCobj_put_tag(obj, "step", &step, PDC_INT, sizeof(int)));
+        if (!bare)
+            PDC_OK(PDCobj_put_tag(obj, "step", &step, PDC_INT, sizeof(int)));
         PDC_OK(PDCobj_close(obj));
     }
     t = max_all(now() - t0);
 
-    if (rank == 0) { /* tags read back from a sample of objects */
+    if (rank == 0 && !bare) { /* tags read back from a sample of objects */
         uint64_t probe[3] = {0, o.objects / 2, o.objects - 1};
         int      k;
         for (k = 0; k < 3; k++) {
@@ -98,9 +107,9 @@ int main(int argc, char **argv)
     }
     report("meta", "pdc", 0, t,
            "objects=%" PRIu64 " creates_per_s=%.0f creates_per_s_per_server=%.0f servers=%d query=%s query_s=%.6f "
-           "query_matches=%" PRIu64 " expected_matches=%" PRIu64,
+           "query_matches=%" PRIu64 " expected_matches=%" PRIu64 " mode=%s",
            o.objects, (double)o.objects / t, (double)o.objects / t / o.servers, o.servers, query, tq, matches,
-           expect);
+           expect, bare ? "create" : "create+tag");
 
     PDC_OK(PDCprop_close(prop));
     PDC_OK(PDCcont_close(cont));

@@ -42,7 +42,38 @@ static inline pdc_var_type_t pdc_type_of(vtype_t t)
     return PDC_UNKNOWN;
 }
 
-/* Object-create property: 1-D, `total` elements of type t, time step `step`. */
+/*
+ * Durability of the objects the kernel creates (-y; NULL = the library's default, local).
+ * A pdcx extension: building against the original PDC (-DPDCX_BENCH_NO_DURABILITY) makes -y
+ * an error instead of a silently ignored flag.
+ */
+static const char *bench_durability_g = NULL;
+
+static inline void set_durability(const bench_opts_t *o) { bench_durability_g = o->durability; }
+
+static inline void prop_apply_durability(pdcid_t prop)
+{
+    if (bench_durability_g == NULL)
+        return;
+#ifdef PDCX_BENCH_NO_DURABILITY
+    (void)prop;
+    die("-y %s: this build has no PDCXprop_set_obj_durability", bench_durability_g);
+#else
+    {
+        pdcx_durability_t d = PDCX_DURABILITY_LOCAL;
+        if (strcmp(bench_durability_g, "memory") == 0)
+            d = PDCX_DURABILITY_MEMORY;
+        else if (strcmp(bench_durability_g, "remote") == 0)
+            d = PDCX_DURABILITY_REMOTE;
+        PDC_OK(PDCXprop_set_obj_durability(prop, d));
+    }
+#endif
+}
+
+/* The durability a RESULT line reports: what -y asked for, else the library default. */
+static inline const char *durability_name(void) { return bench_durability_g ? bench_durability_g : "local"; }
+
+/* Object-create property: 1-D, `total` elements of type t, time step `step`, durability of -y. */
 static inline pdcid_t obj_prop_1d(pdcid_t pdc, vtype_t t, uint64_t total, uint32_t step)
 {
     pdcid_t  prop;
@@ -51,6 +82,7 @@ static inline pdcid_t obj_prop_1d(pdcid_t pdc, vtype_t t, uint64_t total, uint32
     PDC_OK(PDCprop_set_obj_dims(prop, 1, dims));
     PDC_OK(PDCprop_set_obj_type(prop, pdc_type_of(t)));
     PDC_OK(PDCprop_set_obj_time_step(prop, step));
+    prop_apply_durability(prop);
     return prop;
 }
 

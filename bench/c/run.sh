@@ -8,7 +8,7 @@ usage() {
   cat <<'EOF'
 Usage: bench/c/run.sh [--ranks R] [--servers S] [--nodes K] [--particles N]
                       [--steps S] [--compute SEC] [--objects M] [--cache-mb MB]
-                      [--only pdc|hdf5] [--timeout SEC] [--quick] [--keep]
+                      [--only pdc|hdf5] [--timeout SEC] [--repeat N] [--quick] [--keep]
 
   --ranks R       MPI ranks of the kernels (default 4; the latency probe uses 1)
   --servers S     pdcx servers (default 2)
@@ -28,19 +28,33 @@ Usage: bench/c/run.sh [--ranks R] [--servers S] [--nodes K] [--particles N]
   --only B        run only the pdc or the hdf5 kernels
   --timeout SEC   longest run of one kernel (default 3600; 600 with --quick):
                   a kernel still running then is killed and reported as failed
+  --repeat N      N rounds, backends interleaved (pdc, hdf5, pdc, hdf5, ...;
+                  fresh servers and files each round, fio once); the table shows
+                  per figure the median over rounds and the min-max (default 1)
   --quick         small sizes for a smoke run (N=131072, M=2000, 200 ops)
   --keep          keep the data directory
 
+Per round, each backend runs: VPIC 1 step (local durability), [drop page cache]
+BDCATS cold, BDCATS warm (again, cache kept), VPIC multi-step, HACC (-D), the
+4 KiB probe (write, read; hdf5 also pwrite+fdatasync, the device floor), the
+consistency probe, the metadata probe; pdc also VPIC, HACC and the 4 KiB probe at
+memory durability (-y memory) and bare PDCobj_create from 1 rank (M/4 objects).
+
 Environment: PDC_CFLAGS / PDC_LIBS override `pkg-config pdcx` for the PDC
 kernels (e.g. a libpdcx built elsewhere); PDCX points to the pdcx binary.
-Output: bench/out/c-run-<date>-XXXX/{pdc,hdf5}.log (RESULT lines), table.md;
-the table is also appended to bench/out/c-last.md. Exits nonzero if a built
-kernel failed or its read-back verification failed.
+Before/after in one run: BEFORE_PDCX, BEFORE_PDC_CFLAGS, BEFORE_PDC_LIBS name a
+second build; every round then also runs the pdc kernels on it (the two builds
+in alternating order, then hdf5), and the summary adds the before build's table
+and an after/before table, each ratio taken within its round.
+The kernels are built in the work dir, so two builds never mix.
+Output: bench/out/c-run-<date>-XXXX/{pdc,hdf5}-<round>.log (RESULT lines),
+table.md; the table is also appended to bench/out/c-last.md. Exits nonzero if
+a built kernel failed or its read-back verification failed.
 EOF
 }
 
 ranks=4 servers=2 nodes=1 particles=1048576 steps=5 compute=1.0 objects=20000 ops_small=1000
-cache_mb="" only="" quick=0 keep=0 kernel_timeout=""
+cache_mb="" only="" quick=0 keep=0 kernel_timeout="" repeat=1
 cmdline="bench/c/run.sh $*"
 while (($#)); do
   case $1 in
@@ -54,6 +68,7 @@ while (($#)); do
     --cache-mb) cache_mb=${2:?--cache-mb needs a value}; shift 2 ;;
     --only) only=${2:?--only needs pdc or hdf5}; shift 2 ;;
     --timeout) kernel_timeout=${2:?--timeout needs a value}; shift 2 ;;
+    --repeat) repeat=${2:?--repeat needs a value}; shift 2 ;;
     --quick) quick=1; shift ;;
     --keep) keep=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -64,7 +79,7 @@ if ((quick)); then
   particles=131072 objects=2000 ops_small=200 compute=0.3
 fi
 if [[ -z $kernel_timeout ]]; then kernel_timeout=$((quick ? 600 : 3600)); fi
-for v in ranks servers nodes particles steps objects kernel_timeout; do
+for v in ranks servers nodes particles steps objects kernel_timeout repeat; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --$v must be a positive integer" >&2; exit 2; }
 done
 [[ $compute =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "run.sh: --compute must be a number of seconds" >&2; exit 2; }
@@ -83,16 +98,39 @@ repo=$(cd "$cdir/../.." && pwd)
 cd "$repo"
 log() { printf '\033[1m[bench/c]\033[0m %s\n' "$*"; }
 
+# ---- work dir, cleanup ---------------------------------------------------
+mkdir -p "$repo/bench/out"
+work=$(mktemp -d "$repo/bench/out/c-run-$(date +%Y%m%d-%H%M%S)-XXXX")
+data=$work/data
+mkdir -p "$data"
+
 # ---- build ---------------------------------------------------------------
-log "make hdf5"
-make -s -C "$cdir" hdf5
-have_pdc=0
+# Into the work dir: a run against another libpdcx (PDC_LIBS) never reuses kernels linked
+# against the previous one.
+bin=$work/build
+log "make hdf5 (into $bin)"
+make -s -C "$cdir" BUILD="$bin" hdf5
+have_pdc=0 have_before=0
+if [[ -n ${BEFORE_PDCX:-} ]]; then
+  [[ -x $BEFORE_PDCX && -n ${BEFORE_PDC_LIBS:-} ]] ||
+    { echo "run.sh: BEFORE_PDCX needs an executable pdcx and BEFORE_PDC_LIBS (and BEFORE_PDC_CFLAGS)" >&2; exit 2; }
+  ((nodes == 1)) || { echo "run.sh: BEFORE_PDCX (before/after) runs on one node only" >&2; exit 2; }
+fi
 if [[ $only != hdf5 ]]; then
   if [[ -n ${PDC_LIBS:-} ]] || pkg-config --exists pdcx 2>/dev/null; then
     log "make pdc"
-    if make -s -C "$cdir" pdc; then have_pdc=1; else echo "run.sh: building the PDC kernels failed" >&2; fi
+    if make -s -C "$cdir" BUILD="$bin" pdc; then have_pdc=1; else echo "run.sh: building the PDC kernels failed" >&2; fi
   else
     echo "run.sh: NOTE: libpdcx not found (pkg-config pdcx; or set PDC_CFLAGS/PDC_LIBS): PDC kernels skipped" >&2
+  fi
+fi
+if ((have_pdc)) && [[ -n ${BEFORE_PDCX:-} ]]; then
+  log "make pdc, the before build (into $work/build-before)"
+  if make -s -C "$cdir" BUILD="$work/build-before" PDC_CFLAGS="${BEFORE_PDC_CFLAGS:-}" PDC_LIBS="$BEFORE_PDC_LIBS" pdc; then
+    have_before=1
+  else
+    echo "run.sh: building the PDC kernels against the before build failed" >&2
+    exit 1
   fi
 fi
 pdcx_bin=${PDCX:-$(command -v pdcx || true)}
@@ -105,13 +143,7 @@ if ((have_pdc)) && [[ -z $pdcx_bin ]]; then
     have_pdc=0
   fi
 fi
-bin=$cdir/build
 
-# ---- work dir, cleanup ---------------------------------------------------
-mkdir -p "$repo/bench/out"
-work=$(mktemp -d "$repo/bench/out/c-run-$(date +%Y%m%d-%H%M%S)-XXXX")
-data=$work/data
-mkdir -p "$data"
 log "work dir: $work"
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 pdcx_root=$data/pdcx
@@ -123,7 +155,7 @@ stop_servers() {
     log "pdcx server stop"
     "$pdcx_bin" server stop --root "$pdcx_root" || echo "run.sh: pdcx server stop failed" >&2
     servers_up=0
-    if [[ -d $pdcx_root/logs ]]; then cp -r "$pdcx_root/logs" "$work/pdcx-logs" || true; fi
+    if [[ -d $pdcx_root/logs ]]; then mkdir -p "$work/pdcx-logs" && cp -r "$pdcx_root/logs" "$work/pdcx-logs/$(basename "$pdcx_root")" || true; fi
   fi
 }
 netns_up=0
@@ -188,19 +220,24 @@ set_mpi_cmd() {
 # run_kernel BACKEND NAME NRANKS args...: output to BACKEND.log; failure recorded. A kernel
 # that outlives --timeout is killed (mpirun takes its ranks and daemons down) and reported,
 # so one stuck run never stalls the whole benchmark.
+# cur_tag / cur_bin: the log name and kernel directory of the build being run (pdc and
+# $bin; pdc-before and $work/build-before for the before build of a before/after run).
+cur_tag="" cur_bin=""
 run_kernel() {
   local be=$1 name=$2 n=$3 rc
   shift 3
-  log "$be: $name (-n $n) $*"
+  local tag=${cur_tag:-$be} kb=${cur_bin:-$bin}
+  log "$tag: $name (-n $n) $*"
   set_mpi_cmd "$n"
   rc=0
-  timeout -k 10 "$kernel_timeout" "${mpi_cmd[@]}" "$bin/${name}_$be" "$@" 2>&1 | tee -a "$work/$be.log" || rc=${PIPESTATUS[0]}
+  local out=$work/$tag-$round.log
+  timeout -k 10 "$kernel_timeout" "${mpi_cmd[@]}" "$kb/${name}_$be" "$@" 2>&1 | tee -a "$out" || rc=${PIPESTATUS[0]}
   if ((rc == 124 || rc == 137)); then
-    echo "FAILED kernel=$name backend=$be: still running after --timeout $kernel_timeout s; killed" | tee -a "$work/$be.log"
-    failed+=("$name/$be(timeout)")
+    echo "FAILED kernel=$name backend=$be: still running after --timeout $kernel_timeout s; killed" | tee -a "$out"
+    failed+=("$name/$tag(timeout)")
   elif ((rc != 0)); then
-    echo "FAILED kernel=$name backend=$be (exit status $rc)" | tee -a "$work/$be.log"
-    failed+=("$name/$be")
+    echo "FAILED kernel=$name backend=$be (exit status $rc)" | tee -a "$out"
+    failed+=("$name/$tag")
   fi
 }
 
@@ -209,13 +246,23 @@ run_backend() {
   local be=$1 d=$2
   local common=(-d "$d" -S "$servers")
   run_kernel "$be" vpic "$ranks" "${common[@]}" -n "$particles" -p one
-  ((can_drop)) && drop_caches
-  run_kernel "$be" bdcats "$ranks" "${common[@]}" -n "$particles" -p one
+  if ((can_drop)); then drop_caches; fi
+  run_kernel "$be" bdcats "$ranks" "${common[@]}" -n "$particles" -p one -L cold
+  # The same read again at once: the data is in the page cache now (warm).
+  run_kernel "$be" bdcats "$ranks" "${common[@]}" -n "$particles" -p one -L warm
   run_kernel "$be" vpic "$ranks" "${common[@]}" -n "$particles" -p multi -s "$steps" -c "$compute"
   run_kernel "$be" hacc "$ranks" "${common[@]}" -n "$particles" -p hacc -D
   run_kernel "$be" small 1 "${common[@]}" -p small -k "$ops_small"
   run_kernel "$be" consist "$ranks" "${common[@]}" -p consist
   run_kernel "$be" meta "$ranks" "${common[@]}" -p meta -m "$objects"
+  if [[ $be == pdc ]]; then
+    # memory durability (HDF5's figure without fsync is its baseline) and one client's
+    # bare creates: pdcx-only variants, so no HDF5 counterpart runs.
+    run_kernel pdc vpic "$ranks" "${common[@]}" -n "$particles" -p onemem -y memory -L memory
+    run_kernel pdc hacc "$ranks" "${common[@]}" -n "$particles" -p haccmem -y memory -L memory
+    run_kernel pdc small 1 "${common[@]}" -p smallmem -k "$ops_small" -y memory -L memory
+    run_kernel pdc meta 1 "${common[@]}" -p meta1 -m "$((objects / 4 > 0 ? objects / 4 : 1))" -M create -L single
+  fi
 }
 
 # ---- fio reference --------------------------------------------------------
@@ -224,34 +271,70 @@ seq_mib=$((vol_mib > 512 ? vol_mib : 512))
 log "seqbw.sh ($seq_mib MiB)"
 bash "$repo/bench/seqbw.sh" "$data/seqbw" "$seq_mib" | tee "$work/seqbw.txt"
 
-# ---- pdc -------------------------------------------------------------------
-if ((have_pdc)) && [[ $only != hdf5 ]]; then
-  log "pdcx: $servers servers (cache ${cache_mb:-default} MiB), $ranks ranks"
-  export PDCX_ROOT=$pdcx_root
-  if start_servers; then
-    run_backend pdc "$data/pdc-files"
-  else
-    echo "run.sh: pdcx server start failed" >&2
-    failed+=(servers)
+# ---- rounds: pdc, hdf5, pdc, hdf5, ... ---------------------------------------
+# Interleaved so that both backends see the same background load over the run; every
+# round starts fresh servers on a fresh root and writes fresh files.
+for ((round = 1; round <= repeat; round++)); do
+  ((repeat > 1)) && log "round $round of $repeat"
+  if ((have_pdc)) && [[ $only != hdf5 ]]; then
+    # A before/after run alternates which build goes first, so drift in the background
+    # load does not always favour the same one.
+    builds=(after)
+    if ((have_before)); then
+      if ((round % 2)); then builds=(before after); else builds=(after before); fi
+    fi
+    for build in "${builds[@]}"; do
+      pdcx_root=$data/pdcx-$build-$round
+      if [[ $build == before ]]; then
+        cur_tag=pdc-before cur_bin=$work/build-before pdcx_bin_saved=$pdcx_bin pdcx_bin=$BEFORE_PDCX
+      else
+        cur_tag="" cur_bin=""
+      fi
+      log "pdcx${cur_tag:+ ($cur_tag, $pdcx_bin)}: $servers servers (cache ${cache_mb:-default} MiB), $ranks ranks"
+      export PDCX_ROOT=$pdcx_root
+      if start_servers; then
+        run_backend pdc "$data/pdc-files-$build-$round"
+      else
+        echo "run.sh: pdcx server start failed ($pdcx_bin)" >&2
+        failed+=(servers)
+      fi
+      stop_servers
+      if ((!keep)); then rm -rf "$pdcx_root"; fi
+      if [[ $build == before ]]; then pdcx_bin=$pdcx_bin_saved; fi
+      cur_tag="" cur_bin=""
+    done
   fi
-  stop_servers
-  if ((!keep)); then rm -rf "$pdcx_root"; fi
-fi
-
-# ---- hdf5 ------------------------------------------------------------------
-if [[ $only != pdc ]]; then
-  export PDCX_ROOT="" # unused by the HDF5 kernels
-  mkdir -p "$data/hdf5"
-  log "hdf5: $ranks ranks, $data/hdf5"
-  run_backend hdf5 "$data/hdf5"
-fi
+  if [[ $only != pdc ]]; then
+    export PDCX_ROOT="" # unused by the HDF5 kernels
+    mkdir -p "$data/hdf5-$round"
+    log "hdf5: $ranks ranks, $data/hdf5-$round"
+    run_backend hdf5 "$data/hdf5-$round"
+    if ((!keep)); then rm -rf "$data/hdf5-$round"; fi
+  fi
+done
 
 # ---- table -------------------------------------------------------------------
 log "summary (also appended to bench/out/c-last.md)"
-touch "$work/pdc.log" "$work/hdf5.log"
-python3 "$cdir/summarize.py" --pdc "$work/pdc.log" --hdf5 "$work/hdf5.log" --seqbw "$work/seqbw.txt" \
+pdc_logs=() hdf5_logs=() before_args=()
+for ((round = 1; round <= repeat; round++)); do
+  touch "$work/pdc-$round.log" "$work/hdf5-$round.log"
+  pdc_logs+=("$work/pdc-$round.log")
+  hdf5_logs+=("$work/hdf5-$round.log")
+  if ((have_before)); then
+    touch "$work/pdc-before-$round.log"
+    before_args+=("$work/pdc-before-$round.log")
+  fi
+done
+if ((have_before)); then
+  before_args=(--pdc-before "${before_args[@]}" --before-pdcx-bin "$BEFORE_PDCX"
+    --before-pdc-lib "$(ldd "$work/build-before/vpic_pdc" | awk '/libpdcx/ {print $3}')")
+fi
+pdc_lib=""
+if ((have_pdc)); then pdc_lib=$(ldd "$bin/vpic_pdc" | awk '/libpdcx/ {print $3}'); fi
+python3 "$cdir/summarize.py" --pdc "${pdc_logs[@]}" --hdf5 "${hdf5_logs[@]}" --seqbw "$work/seqbw.txt" \
   --ranks "$ranks" --servers "$servers" --particles "$particles" --cache-mb "${cache_mb:-default}" \
-  --load-start "$load_start" --cmd "$cmdline" --notes "$work/notes.txt" --pdc-built "$have_pdc" \
+  --load-start "$load_start" --load-end "$(cut -d' ' -f1-3 /proc/loadavg)" --cmd "$cmdline" \
+  --notes "$work/notes.txt" --pdc-built "$have_pdc" --pdcx-bin "$pdcx_bin" --pdc-lib "$pdc_lib" "${before_args[@]}" \
   --append "$repo/bench/out/c-last.md" | tee "$work/table.md"
 
 if ((${#failed[@]})); then

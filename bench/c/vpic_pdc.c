@@ -33,6 +33,7 @@ int main(int argc, char **argv)
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     opts_parse(argc, argv, &o, "VPIC-IO write, PDC API (objects <prefix>-vpic-s<step>-<var>)\n");
+    set_durability(&o);
 
     total = o.particles * (uint64_t)size;
     start = o.particles * (uint64_t)rank;
@@ -92,8 +93,8 @@ int main(int argc, char **argv)
 
     report("vpic", "pdc", total * bpp * (uint64_t)o.steps, io,
            "steps=%d particles=%" PRIu64 " compute_s=%.3f elapsed_s=%.6f create_s=%.6f servers=%d "
-           "mode=async-start_all/wait_all",
-           o.steps, o.particles, compute, elapsed, create, o.servers);
+           "mode=async-start_all/wait_all durability=%s",
+           o.steps, o.particles, compute, elapsed, create, o.servers, durability_name());
 
     PDC_OK(PDCclose(pdc));
     for (b = 0; b < 2; b++)

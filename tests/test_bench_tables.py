@@ -1,0 +1,118 @@
+"""The benchmark summaries: medians over interleaved rounds (bench/c/summarize.py with
+bench/stats.py) and the profile table's parsers (bench/profile/table.py). No servers."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def load(path: str, name: str):
+    spec = importlib.util.spec_from_file_location(name, REPO / path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_median_cell():
+    stats = load("bench/stats.py", "bench_stats")
+    assert stats.median_cell([3.0, None, 1.0, 2.0]) == "2.0 (1.0–3.0)"
+    assert stats.median_cell([5.0]) == "5.0"
+    assert stats.median_cell([None]) == "n/a"
+
+
+def _round(tmp: Path, i: int, pdc_mbps: float, h5_fsync_mbps: float, p50_mem: float, sync_p50: float):
+    pdc = tmp / f"pdc-{i}.log"
+    h5 = tmp / f"hdf5-{i}.log"
+    pdc.write_text(
+        f"RESULT kernel=vpic backend=pdc ranks=4 bytes=1 seconds=1 mbps={pdc_mbps} steps=1\n"
+        "RESULT kernel=vpic backend=pdc ranks=4 bytes=1 seconds=1 mbps=900 steps=1 label=memory\n"
+        f"RESULT kernel=small backend=pdc ranks=1 bytes=1 seconds=1 mbps=1 mode=write ops=10 mean_us=9 "
+        f"p50_us={sync_p50 + 40} p99_us=9\n"
+        f"RESULT kernel=small backend=pdc ranks=1 bytes=1 seconds=1 mbps=1 mode=write ops=10 mean_us=9 "
+        f"p50_us={p50_mem} p99_us=9 label=memory\n"
+    )
+    h5.write_text(
+        f"RESULT kernel=vpic backend=hdf5 ranks=4 bytes=1 seconds=1 mbps=800 steps=1 mbps_fsync={h5_fsync_mbps}\n"
+        f"RESULT kernel=small backend=hdf5 ranks=1 bytes=1 seconds=1 mbps=1 mode=pwrite+fdatasync ops=10 "
+        f"mean_us=1 p50_us={sync_p50} p99_us=1\n"
+    )
+    return str(pdc), str(h5)
+
+
+def test_rounds_are_compared_within_the_round_and_summarised(tmp_path, capsys):
+    summ = load("bench/c/summarize.py", "bench_c_summarize")
+    # Round 1: pdc 100 vs 200 (0.5x); round 2: 300 vs 200 (1.5x); round 3: 400 vs 200 (2x).
+    logs = [
+        _round(tmp_path, 1, 100, 200, 60, 1000),
+        _round(tmp_path, 2, 300, 200, 40, 2000),
+        _round(tmp_path, 3, 400, 200, 45, 3000),
+    ]
+    argv = ["--pdc", *[p for p, _ in logs], "--hdf5", *[h for _, h in logs], "--ranks", "4"]
+    assert summ.main(argv) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("| VPIC write MB/s, local (vs hdf5 + fsync)"))
+    assert "| 300.0 (100.0–400.0) |" in row
+    assert "1.500x (0.500x–2.000x)" in row and row.rstrip().endswith("| PASS |")
+    mem = next(line for line in out.splitlines() if line.startswith("| 4 KiB write+wait p50 us, memory"))
+    assert "45.0 (40.0–60.0)" in mem and mem.rstrip().endswith("| PASS |")
+    # local: pdc p50 = that round's fdatasync p50 + 40 us, so the excess is 40 in every round.
+    loc = next(line for line in out.splitlines() if line.startswith("| 4 KiB write+wait p50 us, local"))
+    assert "40.0 us (40.0 us–40.0 us)" in loc and loc.rstrip().endswith("| PASS |")
+    rounds_line = next(line for line in out.splitlines() if "rounds" in line)
+    assert "3 rounds" in rounds_line
+
+
+def test_missing_backend_is_na_not_pass(tmp_path, capsys):
+    summ = load("bench/c/summarize.py", "bench_c_summarize2")
+    (tmp_path / "pdc-1.log").write_text("FAILED kernel=vpic backend=pdc (exit status 1)\n")
+    (tmp_path / "hdf5-1.log").write_text("")
+    summ.main(["--pdc", str(tmp_path / "pdc-1.log"), "--hdf5", str(tmp_path / "hdf5-1.log")])
+    out = capsys.readouterr().out
+    assert "FAILED pdc kernels: vpic" in out
+    assert "| PASS |" not in out
+
+
+def test_profile_parsers(tmp_path):
+    table = load("bench/profile/table.py", "bench_profile_table")
+    st = tmp_path / "strace.txt"
+    st.write_text(
+        "% time     seconds  usecs/call     calls    errors syscall\n"
+        "------ ----------- ----------- --------- --------- ----------------\n"
+        " 60.00    0.600000          60     10000           pwrite64\n"
+        " 30.00    0.300000         300      1000        12 fdatasync\n"
+        " 10.00    0.100000          10     10000           sendmsg\n"
+        "------ ----------- ----------- --------- --------- ----------------\n"
+        "100.00    1.000000          47     21000        12 total\n"
+    )
+    assert table.strace_calls(st) == {"pwrite64": 10000, "fdatasync": 1000, "sendmsg": 10000}
+    stat = tmp_path / "stat"
+    # comm with a space and a parenthesis: the fields are counted after the last ") ".
+    stat.write_text("42 (pdcx (x) y) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 5 0 0\n")
+    tck = table.os.sysconf("SC_CLK_TCK")
+    assert abs(table.proc_cpu_s(stat) - 300 / tck) < 1e-9
+    m = tmp_path / "m"
+    m.write_text('# HELP x\npdcx_requests_total{kind="StageShm"} 12\npdcx_shm_bytes_total 4096\n')
+    assert table.metrics(m) == {'pdcx_requests_total{kind="StageShm"}': 12.0, "pdcx_shm_bytes_total": 4096.0}
+
+
+def test_before_after_ratios_within_rounds(tmp_path, capsys):
+    summ = load("bench/c/summarize.py", "bench_c_summarize3")
+    after = [_round(tmp_path, i, v, 200, 30, 1000) for i, v in ((1, 200), (2, 300))]
+    before = []
+    for i, v in ((1, 100), (2, 100)):
+        d = tmp_path / f"b{i}"
+        d.mkdir()
+        before.append(_round(d, i, v, 200, 60, 1000)[0])
+    argv = ["--pdc", *[p for p, _ in after], "--hdf5", *[h for _, h in after], "--pdc-before", *before]
+    assert summ.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "After against before" in out
+    rows = [line for line in out.splitlines() if line.startswith("| VPIC write MB/s, local (vs hdf5 + fsync)")]
+    # the normal table, the before build's table, then after/before: 2x and 3x -> 2.5x, higher is better
+    assert len(rows) == 3
+    assert "2.500x (2.000x–3.000x)" in rows[2] and rows[2].rstrip().endswith("| higher |")
+    mem = [line for line in out.splitlines() if line.startswith("| 4 KiB write+wait p50 us, memory")][-1]
+    assert "0.500x" in mem and mem.rstrip().endswith("| lower |")
