@@ -1017,7 +1017,8 @@ impl Client {
 
     /// Whether reads from server `rank` may be one-copy reads of its log (same node).
     pub(crate) fn direct_reads(&self, rank: u32) -> bool {
-        self.inner.direct.is_some() && self.inner.same_node.get(rank as usize) == Some(&true)
+        self.inner.same_node.get(rank as usize) == Some(&true)
+            && self.inner.direct.as_ref().is_some_and(|d| d.allowed(rank))
     }
 }
 

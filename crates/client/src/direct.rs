@@ -19,7 +19,7 @@
 
 use pdcx_core::protocol::{PlanSpan, ReadPlan, ReadPlans};
 use pdcx_core::{Error, Result};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::sync::{Arc, Mutex};
@@ -48,6 +48,9 @@ pub(crate) struct DirectReads {
     files: Mutex<HashMap<(u32, u64), Arc<SegFile>>>,
     /// When descriptors of unlinked (retired) segments were last closed.
     swept: Mutex<Option<Instant>>,
+    /// Servers whose log this client may not open (another user, another mount namespace):
+    /// their reads go through the server from then on, without asking for plans.
+    refused: Mutex<HashSet<u32>>,
 }
 
 /// How often at most the open descriptors are checked for retired segments, unless a plan
@@ -63,6 +66,15 @@ pub(crate) enum Outcome {
 }
 
 impl DirectReads {
+    /// Whether this client may read server `rank`'s log files (not refused so far).
+    pub(crate) fn allowed(&self, rank: u32) -> bool {
+        !self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&rank)
+    }
+
     /// Called with every plan answer: closes the descriptors of segments that were retired
     /// (unlinked) since they were opened, so they do not keep the disk space allocated. Right
     /// away when an item got no plan and no holders (its extents may have moved to a tier),
@@ -103,11 +115,26 @@ impl DirectReads {
         }
         let path = std::path::Path::new(dir).join(format!("seg-{seg:08}.log"));
         // Read-only; O_NOFOLLOW: the log never contains symlinks, so one is not ours.
-        let file = std::fs::OpenOptions::new()
+        let file = match std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
-            .ok()?;
+        {
+            Ok(f) => f,
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::PermissionDenied {
+                    crate::shm::debug(&format!(
+                        "direct reads: cannot open {} ({e}); reads from server {rank} go through it",
+                        path.display()
+                    ));
+                    self.refused
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(rank);
+                }
+                return None;
+            }
+        };
         let m = file.metadata().ok()?;
         if !m.is_file() || m.dev() != dev || m.ino() != ino {
             files.remove(&(rank, seg));
