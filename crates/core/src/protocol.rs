@@ -674,7 +674,8 @@ pub struct ServerStats {
     #[serde(default)]
     pub flush_error: Option<String>,
     // --- issue 10, part 4 (small operations) ---
-    /// Client connections accepted on the server's Unix-domain listener since start.
+    /// Connections (clients, and other servers on its node) accepted on the server's
+    /// Unix-domain listener since start.
     #[serde(default)]
     pub unix_connections: u64,
 }

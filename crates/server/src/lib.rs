@@ -106,7 +106,8 @@ pub struct Server {
     secret: Vec<u8>,
     started: Instant,
     connections: AtomicU64,
-    /// Client connections accepted on the Unix-domain listener since start.
+    /// Connections (clients, other servers on this node) accepted on the Unix-domain listener
+    /// since start.
     unix_connections: AtomicU64,
     /// Bytes of read replies served (owner reads and direct reads of held regions).
     read_bytes: AtomicU64,
@@ -457,7 +458,8 @@ impl Server {
         }
     }
 
-    /// Client connections accepted on the Unix-domain listener since start.
+    /// Connections (clients, other servers on this node) accepted on the Unix-domain listener
+    /// since start.
     pub fn unix_connections(&self) -> u64 {
         self.unix_connections.load(Ordering::Relaxed)
     }

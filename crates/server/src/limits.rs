@@ -220,6 +220,28 @@ pub(crate) fn await_request(
         } else {
             None
         };
+        if idle.is_none() {
+            // Waiting as long as it takes (the default): the socket keeps its frame timeout,
+            // which only wakes this wait now and then. Switching timeouts around every request
+            // cost two setsockopt calls per request, a tenth of a small write.
+            loop {
+                match reader.fill_buf() {
+                    Ok([]) => return false, // closed by the client
+                    Ok(_) => return true,
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            std::io::ErrorKind::Interrupted
+                                | std::io::ErrorKind::WouldBlock
+                                | std::io::ErrorKind::TimedOut
+                        ) =>
+                    {
+                        continue
+                    }
+                    Err(_) => return false,
+                }
+            }
+        }
         if idle != limits.frame_timeout && reader.get_ref().set_read_timeout(idle).is_err() {
             return false;
         }

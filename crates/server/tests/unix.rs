@@ -263,3 +263,34 @@ fn a_small_write_that_fails_leaves_nothing_staged() {
     c.read_into(o.id, &r(0, 4096), &mut out).unwrap();
     assert_eq!(out, vec![2u8; 4096]);
 }
+
+#[test]
+fn servers_on_one_node_call_each_other_over_the_unix_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let hs: Vec<ServerHandle> = (0..2)
+        .map(|r| {
+            let h = Server::start(ServerConfig::new(dir.path(), r, 2)).unwrap();
+            h.server.publish_rank_file().unwrap();
+            h
+        })
+        .collect();
+    pdcx_server::launch::assemble_cluster(dir.path(), 2, Duration::from_secs(30)).unwrap();
+    let c = Client::connect(Some(dir.path())).unwrap();
+    // An object server 1 owns, looked up through server 0 (per-node aggregation): server 0
+    // forwards the lookup to server 1 on a peer connection.
+    let name = (0..)
+        .map(|i| format!("peer{i}"))
+        .find(|n| pdcx_core::owner_of_name(n, 2) == 1)
+        .unwrap();
+    object(&c, &name, 16);
+    c.set_local_server(0).unwrap();
+    c.set_aggregation(true);
+    assert!(c.uses_unix(0).unwrap() && c.uses_unix(1).unwrap());
+    let before = hs[1].server.unix_connections();
+    c.open_object(&name).unwrap();
+    assert_eq!(
+        hs[1].server.unix_connections(),
+        before + 1,
+        "server 0's peer connection came over the Unix socket"
+    );
+}

@@ -15,7 +15,15 @@ use std::sync::{Arc, Mutex};
 pub struct PeerClient {
     root: PathBuf,
     rank: u32,
-    pool: Mutex<Option<Arc<Pool<Conn>>>>,
+    pool: Mutex<Option<Peers>>,
+}
+
+/// The pool, and per server the Unix-domain listener to try first (servers on this server's
+/// node that advertise one; `PDCX_UNIX=0` turns it off).
+#[derive(Clone)]
+struct Peers {
+    pool: Arc<Pool<Conn>>,
+    unix: Arc<Vec<Option<String>>>,
 }
 
 fn unexpected(what: &str, r: PeerResponse) -> Error {
@@ -36,21 +44,47 @@ impl PeerClient {
         self.rank
     }
 
-    fn pool(&self) -> Result<Arc<Pool<Conn>>> {
+    fn peers(&self) -> Result<Peers> {
         let mut guard = self.pool.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(p) = guard.as_ref() {
             return Ok(p.clone());
         }
         let cluster = ClusterFile::load(&self.root)?;
-        let p = Arc::new(Pool::new(&cluster, Some(self.root.clone()))?);
+        let mine = cluster.servers.get(self.rank as usize).map(|s| s.node());
+        let on = crate::stream::unix_enabled_by_env();
+        let unix = cluster
+            .servers
+            .iter()
+            .map(|s| (on && Some(s.node()) == mine && !s.unix.is_empty()).then(|| s.unix.clone()))
+            .collect();
+        let p = Peers {
+            pool: Arc::new(Pool::new(&cluster, Some(self.root.clone()))?),
+            unix: Arc::new(unix),
+        };
         *guard = Some(p.clone());
         Ok(p)
     }
 
+    fn pool(&self) -> Result<Arc<Pool<Conn>>> {
+        Ok(self.peers()?.pool)
+    }
+
     fn call(&self, to: u32, req: &PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
         let role = Role::Peer { rank: self.rank };
-        let open = |addr: &str, secret: &[u8]| Conn::connect_as(addr, secret, role);
-        self.pool()?.with_conn(to, &open, &mut |c| c.peer_call(req))
+        let peers = self.peers()?;
+        let unix = peers.unix.get(to as usize).cloned().flatten();
+        // A server on this node is reached over its Unix socket when that works and answers as
+        // the rank asked for; else over TCP, as always.
+        let open = |addr: &str, secret: &[u8]| {
+            if let Some(spec) = &unix {
+                match Conn::connect_unix_as(spec, secret, role) {
+                    Ok(c) if c.rank == to => return Ok(c),
+                    _ => {}
+                }
+            }
+            Conn::connect_as(addr, secret, role)
+        };
+        peers.pool.with_conn(to, &open, &mut |c| c.peer_call(req))
     }
 
     /// The metadata of object `id` from its owner.
