@@ -108,8 +108,16 @@ impl Region {
         self.offset[d] + self.count[d]
     }
 
+    /// Whether the two regions share an element, without allocating (reads test every
+    /// extent of an object against the region they read: most do not overlap).
+    pub fn overlaps(&self, other: &Region) -> bool {
+        self.ndim() == other.ndim()
+            && (0..self.ndim())
+                .all(|d| self.offset[d].max(other.offset[d]) < self.end(d).min(other.end(d)))
+    }
+
     pub fn intersect(&self, other: &Region) -> Option<Region> {
-        if self.ndim() != other.ndim() {
+        if !self.overlaps(other) {
             return None;
         }
         let mut offset = Vec::with_capacity(self.ndim());
