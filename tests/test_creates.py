@@ -4,7 +4,6 @@ returned `create_object` promises at once, and what the consistency point adds."
 import numpy as np
 import pdcx
 import pytest
-
 from conftest import names_on_every_server
 
 
