@@ -566,12 +566,6 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             return Err(Error::invalid("write transfer has no data loaded"));
         }
     }
-    // Creates (issue 10, item 5): a write acknowledged at wait must not outlive the create of
-    // its object in a power loss, so creates and tags answered at commit are made durable
-    // first (nothing to send when there are none).
-    if let Some(t) = transfers.iter().find(|t| t.is_write) {
-        t.client.sync_metadata()?;
-    }
     for t in transfers.iter_mut() {
         if t.is_write {
             t.dest = t.client.data_server(t.id, &t.region)?;
@@ -838,7 +832,14 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
                 .for_each(|&i| transfers[i].state.set_here(Phase::Failed(e.clone()), None)),
         }
     }
-    let mut first_err = None;
+    // Creates (issue 10, item 5): a write acknowledged here must not outlive the create of its
+    // object in a power loss, so this client's creates and tags answered at commit are made
+    // durable before the wait returns (nothing to send when there are none). Done here, not at
+    // start: start never blocks on a server.
+    let mut first_err = transfers
+        .iter()
+        .find(|t| t.is_write)
+        .and_then(|t| t.client.sync_metadata().err());
     for t in transfers.iter_mut() {
         let mut g = t.state.phase.lock().unwrap_or_else(|p| p.into_inner());
         loop {

@@ -525,7 +525,7 @@ pub enum Request {
     /// `CreateObject` answered at the owner's metadata commit: the object is visible and
     /// usable (a duplicate or bad spec has failed) and survives a crash of the server process
     /// when the answer comes; it survives power loss once the owner's background WAL sync has
-    /// run (about one fsync later) or a `SyncMeta` to the owner has been answered.
+    /// run (within about 5 ms plus one fsync) or a `SyncMeta` to the owner has been answered.
     CreateObjectLazy(ObjectSpec),
     /// `PutTags` answered at commit, with the durability of `CreateObjectLazy`.
     PutTagsLazy {

@@ -323,8 +323,8 @@ class Container:
         (``obj.resize``), so a size unknown up front is fine.
 
         When this returns the object is visible to every client and survives a server crash; a
-        taken name raises ``AlreadyExistsError`` here. It survives power loss about one fsync
-        later, and for certain after this client's next consistency point (a write,
+        taken name raises ``AlreadyExistsError`` here. It survives power loss within about 5 ms
+        and one fsync, and for certain after this client's next consistency point (a write,
         :meth:`Client.sync`, :meth:`Client.close`).
         """
         shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(int(s) for s in shape)

@@ -167,7 +167,7 @@ impl Metadata {
 
     /// [`create_objects`](Self::create_objects), or with `lazy` answered at commit: the
     /// objects are visible (and a duplicate has failed) at return, survive a crash of this
-    /// process, and are on stable storage about one fsync later (the syncer) or at the next
+    /// process, and are on stable storage within about 5 ms and one fsync (the syncer) or at the next
     /// [`sync`](Metadata::sync) (`SyncMeta`), whichever comes first.
     pub fn create_objects_with(&self, specs: &[ObjectSpec], lazy: bool) -> Vec<Result<ObjectMeta>> {
         let t = now();
