@@ -820,19 +820,11 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
     for (dest, idx) in kept_reads {
         let items: Vec<ReadItem> = idx.iter().map(|&i| transfers[i].read_item()).collect();
         let lens: Vec<usize> = idx.iter().map(|&i| transfers[i].byte_len).collect();
-        let targets: Vec<Option<ReadTarget>> = idx.iter().map(|&i| transfers[i].target).collect();
         let client = transfers[idx[0]].client.clone();
-        // The same read as the worker's (one-copy from the log where it can be planned),
-        // on this thread.
-        let r = client.with_conn(dest, &mut |c| {
-            read_job(&client, dest, c, &items, false, &lens, &targets)
-        });
-        match r {
+        match client.with_conn(dest, &mut |c| c.read(&items, false, &lens)) {
             Ok(parts) => {
                 for (&i, data) in idx.iter().zip(parts) {
-                    let s = &transfers[i].state;
-                    s.landed.store(data.is_none(), Ordering::Relaxed);
-                    s.set_here(Phase::Done, data);
+                    transfers[i].state.set_here(Phase::Done, Some(data));
                 }
             }
             Err(e) => idx
