@@ -4,24 +4,14 @@
 
 use pdcx_client::conn::Conn;
 use pdcx_client::{Client, ClusterFile};
-use pdcx_core::protocol::{
-    self, Durability, FrameKind, ObjectSpec, ReadItem, Request, Response, StageItem,
-};
-use pdcx_core::{Dtype, ErrorKind, ObjectMeta, Region};
+use pdcx_core::protocol::{self, Durability, FrameKind, ReadItem, Request, Response, StageItem};
+use pdcx_core::{ErrorKind, Region};
 use pdcx_server::limits::Limits;
-use pdcx_server::{Server, ServerConfig, ServerHandle};
 use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
-
-fn deployment(root: &std::path::Path, f: impl FnOnce(&mut ServerConfig)) -> ServerHandle {
-    let mut cfg = ServerConfig::new(root, 0, 1);
-    f(&mut cfg);
-    let h = Server::start(cfg).unwrap();
-    h.server.publish_rank_file().unwrap();
-    pdcx_server::launch::assemble_cluster(root, 1, Duration::from_secs(30)).unwrap();
-    h
-}
+mod common;
+use common::{byte_object as object, deployment_with};
 
 fn secret(root: &std::path::Path) -> (String, Vec<u8>) {
     let cf = ClusterFile::load(root).unwrap();
@@ -49,19 +39,6 @@ fn raw(root: &std::path::Path) -> (BufReader<TcpStream>, TcpStream) {
         .unwrap()
         .unwrap();
     (r, w)
-}
-
-fn object(c: &Client, name: &str, n: u64) -> ObjectMeta {
-    c.create_object(ObjectSpec {
-        name: name.into(),
-        dims: vec![n],
-        dtype: Dtype::UInt8,
-        fill: None,
-        containers: vec![],
-        tags: vec![],
-        creator: String::new(),
-    })
-    .unwrap()
 }
 
 /// Reads until the server closes the connection; how long that took. Replies in between are
@@ -106,7 +83,7 @@ fn wait_connections(c: &Client, want: u64, within: Duration) {
 #[test]
 fn connections_beyond_the_limit_are_refused_with_a_message() {
     let dir = tempfile::tempdir().unwrap();
-    let h = deployment(dir.path(), |c| c.limits.max_connections = 2);
+    let h = deployment_with(dir.path(), |c| c.limits.max_connections = 2);
     let (addr, secret) = secret(dir.path());
     let a = Conn::connect(&addr, &secret).unwrap();
     let b = Conn::connect(&addr, &secret).unwrap();
@@ -141,7 +118,7 @@ fn connections_beyond_the_limit_are_refused_with_a_message() {
 #[test]
 fn frames_over_the_size_limits_get_an_error_and_the_connection_closes() {
     let dir = tempfile::tempdir().unwrap();
-    let h = deployment(dir.path(), |c| c.max_payload = 1 << 20);
+    let h = deployment_with(dir.path(), |c| c.max_payload = 1 << 20);
     // Payload over max_payload.
     let (mut r, mut w) = raw(dir.path());
     let head = protocol::Header {
@@ -185,7 +162,7 @@ fn frames_over_the_size_limits_get_an_error_and_the_connection_closes() {
 #[test]
 fn a_client_that_stops_reading_is_dropped_and_does_not_stall_others() {
     let dir = tempfile::tempdir().unwrap();
-    let h = deployment(dir.path(), |c| {
+    let h = deployment_with(dir.path(), |c| {
         c.limits.write_timeout = Some(Duration::from_secs(1))
     });
     let client = Client::connect(Some(dir.path())).unwrap();
@@ -231,7 +208,7 @@ fn a_client_that_stops_reading_is_dropped_and_does_not_stall_others() {
 #[test]
 fn a_request_that_stops_half_way_is_dropped_after_the_frame_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let h = deployment(dir.path(), |c| {
+    let h = deployment_with(dir.path(), |c| {
         c.limits.frame_timeout = Some(Duration::from_secs(1))
     });
     let client = Client::connect(Some(dir.path())).unwrap();
@@ -275,7 +252,7 @@ fn a_request_that_stops_half_way_is_dropped_after_the_frame_timeout() {
 #[test]
 fn idle_connections_close_and_clients_reconnect_but_staged_writes_are_kept() {
     let dir = tempfile::tempdir().unwrap();
-    let h = deployment(dir.path(), |c| {
+    let h = deployment_with(dir.path(), |c| {
         c.limits.idle_timeout = Some(Duration::from_secs(1))
     });
     let client = Client::connect(Some(dir.path())).unwrap();

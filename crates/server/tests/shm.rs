@@ -3,30 +3,10 @@
 use pdcx_client::conn::Conn;
 use pdcx_client::shm::ShmPool;
 use pdcx_client::{start_all, wait_all, Client, ClusterFile, Transfer};
-use pdcx_core::protocol::{Durability, ObjectSpec, Request, Response, ShmLoc, StageItem};
-use pdcx_core::{Dtype, ErrorKind, ObjectMeta, Region};
-use pdcx_server::{Server, ServerConfig, ServerHandle};
-use std::time::Duration;
-
-fn deployment(root: &std::path::Path) -> ServerHandle {
-    let h = Server::start(ServerConfig::new(root, 0, 1)).unwrap();
-    h.server.publish_rank_file().unwrap();
-    pdcx_server::launch::assemble_cluster(root, 1, Duration::from_secs(30)).unwrap();
-    h
-}
-
-fn object(c: &Client, name: &str, n: u64) -> ObjectMeta {
-    c.create_object(ObjectSpec {
-        name: name.into(),
-        dims: vec![n],
-        dtype: Dtype::UInt8,
-        fill: None,
-        containers: vec![],
-        tags: vec![],
-        creator: String::new(),
-    })
-    .unwrap()
-}
+use pdcx_core::protocol::{Durability, Request, Response, ShmLoc, StageItem};
+use pdcx_core::{ErrorKind, Region};
+mod common;
+use common::{byte_object as object, deployment};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n).map(|i| (i as u8).wrapping_mul(31) ^ seed).collect()

@@ -4,31 +4,13 @@
 //! `start` and `wait` come back to back.
 
 use pdcx_client::{start_all, wait_all, Client, ClusterFile, Status, Transfer};
-use pdcx_core::protocol::{Consistency, Durability, ObjectSpec};
-use pdcx_core::{Dtype, ObjectMeta, Region};
+use pdcx_core::protocol::{Consistency, Durability};
+use pdcx_core::{Dtype, Region};
 use pdcx_server::{Server, ServerConfig, ServerHandle};
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
 use std::time::Duration;
-
-fn deployment(root: &std::path::Path) -> ServerHandle {
-    let h = Server::start(ServerConfig::new(root, 0, 1)).unwrap();
-    h.server.publish_rank_file().unwrap();
-    pdcx_server::launch::assemble_cluster(root, 1, Duration::from_secs(30)).unwrap();
-    h
-}
-
-fn object(c: &Client, name: &str, n: u64) -> ObjectMeta {
-    c.create_object(ObjectSpec {
-        name: name.into(),
-        dims: vec![n],
-        dtype: Dtype::UInt8,
-        fill: None,
-        containers: vec![],
-        tags: vec![],
-        creator: String::new(),
-    })
-    .unwrap()
-}
+mod common;
+use common::{byte_object as object, deployment};
 
 fn r(o: u64, n: u64) -> Region {
     Region::new(vec![o], vec![n]).unwrap()
