@@ -84,8 +84,10 @@ def exercise(c: pdcx.Client, prefix: str) -> int:
 def test_same_node_data_goes_through_shared_memory(deployment, monkeypatch):
     dep = deployment(n=2)
     monkeypatch.delenv("PDCX_SHM", raising=False)
-    # Reads of committed log bytes would bypass the server (tests/test_direct_read.py).
+    # Reads of committed log bytes and large writes would bypass the server
+    # (tests/test_direct_read.py, tests/test_direct_write.py).
     monkeypatch.setenv("PDCX_DIRECT_READ", "0")
+    monkeypatch.setenv("PDCX_DIRECT_WRITE", "0")
     c = dep.client()
     before = shm_total(c)
     moved = exercise(c, "same")
@@ -236,7 +238,11 @@ def test_a_killed_clients_arena_is_unmapped_by_the_server(deployment):
         sys.stdin.read()
         """
     )
-    p = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    # A 1 MiB write would be a one-copy write into the log (tests/test_direct_write.py).
+    env = {**os.environ, "PDCX_DIRECT_WRITE": "0"}
+    p = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert p.stdout.readline().strip() == "written"
         assert arenas_mapped_by(server), "the server maps the live client's arena"

@@ -305,7 +305,15 @@ fn start(ids: &[PdcId]) -> R<()> {
         if g.started {
             return Err("transfer already started; wait for it before starting it again".into());
         }
-        if g.t.is_write {
+        if g.t.is_write && g.local == g.local_shape && g.t.direct_write_possible() {
+            // The local region is the whole buffer, in C order: its bytes go from the buffer
+            // straight into the log of a server on this node (one copy, issue 10 "writes").
+            // PDC's contract: the buffer is the transfer's until it is waited for.
+            let (buf, len) = (g.buf as *const u8, g.user_len());
+            // SAFETY: PDCregion_transfer_create's contract (`buf` holds the local shape) and
+            // PDC's (unchanged until the wait, which every path performs).
+            unsafe { g.t.set_write_source(buf, len) }.map_err(crate::err)?;
+        } else if g.t.is_write {
             g.load().map_err(crate::err)?;
         } else if g.local == g.local_shape {
             // The local region is the whole buffer, in C order: a read from a server on this

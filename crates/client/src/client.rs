@@ -67,6 +67,8 @@ pub(crate) struct Inner {
     /// One-copy reads from the segment logs of servers on this node (issue 10, "reads");
     /// None when no server is on this node or `PDCX_DIRECT_READ=0`.
     pub(crate) direct: Option<crate::direct::DirectReads>,
+    /// One-copy writes into the logs of servers on this node (`direct_write.rs`).
+    pub(crate) direct_write: Option<crate::direct_write::DirectWrites>,
     /// The creator name of this client's creates, looked up once (`getpwuid_r` reads the
     /// passwd database, a dozen syscalls per create otherwise).
     user: OnceLock<String>,
@@ -148,8 +150,11 @@ impl Client {
             );
         let direct = (same_node.contains(&true) && crate::direct::enabled_by_env())
             .then(crate::direct::DirectReads::default);
+        let direct_write = (same_node.contains(&true) && crate::direct_write::enabled_by_env())
+            .then(crate::direct_write::DirectWrites::default);
         let inner = Inner {
             direct,
+            direct_write,
             shm,
             same_node,
             shm_refused: (0..n).map(|_| Arc::new(AtomicBool::new(false))).collect(),
@@ -904,6 +909,14 @@ impl Client {
         let dest = self.data_server(id, region)?;
         let foreign = dest != owner_of_id(id);
         let commit = commit_request(vec![txn], durability, self.consistency(id), foreign);
+        if self.direct_writes(dest, data.len()) {
+            if let Some(r) = self.write_direct(dest, &item, data, &commit) {
+                if r.is_ok() && matches!(commit, Request::CommitRelaxed { .. }) {
+                    self.note_relaxed(id, dest);
+                }
+                return r;
+            }
+        }
         // Shared memory costs one copy here (into the arena) and saves the two socket copies.
         // Over TCP the bytes are sent straight from the caller's buffer.
         let block = self
@@ -941,6 +954,34 @@ impl Client {
             self.note_relaxed(id, dest);
         }
         r
+    }
+
+    /// [`write`](Self::write) as a one-copy write (`direct_write.rs`): reserve, write `data`
+    /// into the log straight from the caller's buffer, commit, on one connection. None when
+    /// the server turned it down before anything was reserved (the caller writes the usual
+    /// way).
+    fn write_direct(
+        &self,
+        dest: u32,
+        item: &StageItem,
+        data: &[u8],
+        commit: &Request,
+    ) -> Option<Result<()>> {
+        let dw = self.inner.direct_write.as_ref()?;
+        let r = self.with_conn(dest, &mut |c| match dw.write(
+            c,
+            dest,
+            std::slice::from_ref(item),
+            &[data],
+        )? {
+            crate::direct_write::Outcome::Fallback => Ok(false),
+            crate::direct_write::Outcome::Written => c.call(commit, &[]).map(|_| true),
+        });
+        match r {
+            Ok(false) => None,
+            Ok(true) => Some(Ok(())),
+            Err(e) => Some(Err(e)),
+        }
     }
 
     /// The servers holding committed data of each region, from the objects' `owner`.
@@ -1022,6 +1063,24 @@ impl Client {
             }
         }
         Ok(direct.execute_merged(&parts, out)? == Outcome::Done)
+    }
+
+    /// Whether a write of `len` bytes to server `rank` may be written into its log by this
+    /// client (same node, large enough, not refused).
+    pub(crate) fn direct_writes(&self, rank: u32, len: usize) -> bool {
+        len >= crate::direct_write::DIRECT_WRITE_MIN
+            && self.inner.same_node.get(rank as usize) == Some(&true)
+            && self
+                .inner
+                .direct_write
+                .as_ref()
+                .is_some_and(|d| d.allowed(rank))
+    }
+
+    /// Whether some server on this node may take one-copy writes of `len` bytes (the C API
+    /// then hands over the caller's buffer instead of copying it at start).
+    pub fn direct_writes_possible(&self, len: usize) -> bool {
+        (0..self.size()).any(|r| self.direct_writes(r, len))
     }
 
     /// Whether reads from server `rank` may be one-copy reads of its log (same node).

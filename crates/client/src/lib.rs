@@ -4,6 +4,7 @@
 pub mod client;
 pub mod conn;
 mod direct;
+mod direct_write;
 pub mod shm;
 pub mod transfer;
 

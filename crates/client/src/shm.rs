@@ -429,10 +429,44 @@ impl ShmPool {
     }
 }
 
-/// Bytes a write carries: an arena block when the shared-memory path may be used, else heap.
+/// Bytes a write carries: an arena block when the shared-memory path may be used, else heap,
+/// or the caller's own buffer (see [`UserBuf`]).
 pub enum Payload {
     Heap(Vec<u8>),
     Shm(ShmBuf),
+    User(UserBuf),
+}
+
+/// A caller's buffer a write transfer reads its bytes from without copying them first (the C
+/// API's `PDCregion_transfer_start` for a write whose buffer is its region, C order): written
+/// into the log of a server on this node with one copy (`direct_write.rs`). Created only by
+/// [`Transfer::set_write_source`](crate::Transfer::set_write_source), whose caller promises
+/// the buffer stays valid and unchanged until the transfer is waited for.
+pub struct UserBuf {
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the bytes are only read, and the creator guarantees they stay valid and unchanged
+// while any thread may read them (until the transfer's wait).
+unsafe impl Send for UserBuf {}
+// SAFETY: as for Send: shared read-only access.
+unsafe impl Sync for UserBuf {}
+
+impl UserBuf {
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes, unchanged, for the life of this value.
+    pub(crate) unsafe fn new(ptr: *const u8, len: usize) -> UserBuf {
+        UserBuf { ptr, len }
+    }
+
+    pub fn as_slice(&self) -> &[u8] {
+        if self.len == 0 {
+            return &[];
+        }
+        // SAFETY: `new`'s contract.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
 }
 
 impl Payload {
@@ -440,14 +474,25 @@ impl Payload {
         match self {
             Payload::Heap(v) => v,
             Payload::Shm(b) => b.as_slice(),
+            Payload::User(u) => u.as_slice(),
         }
     }
 
+    /// The bytes, writable. A caller's buffer is never written: it is copied first.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        if let Payload::User(u) = self {
+            *self = Payload::Heap(u.as_slice().to_vec());
+        }
         match self {
             Payload::Heap(v) => v,
             Payload::Shm(b) => b.as_mut_slice(),
+            Payload::User(_) => unreachable!("replaced by a copy above"),
         }
+    }
+
+    /// Whether this is the caller's own buffer.
+    pub fn is_user(&self) -> bool {
+        matches!(self, Payload::User(_))
     }
 
     pub fn len(&self) -> usize {

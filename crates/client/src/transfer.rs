@@ -24,7 +24,7 @@
 use crate::client::Client;
 use crate::client::{commit_request, read_plans};
 use crate::conn::Conn;
-use crate::shm::Payload;
+use crate::shm::{Payload, UserBuf};
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Consistency, Durability, ReadItem, Request, StageItem};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
@@ -215,10 +215,9 @@ fn execute(client: &Client, rank: u32, c: &mut Conn, job: &Job) -> Result<()> {
             data,
             states,
         } => {
-            let parts: Vec<&Payload> = data.iter().map(|d| &**d).collect();
-            c.stage(items, &parts).map(|_| {
-                states.iter().for_each(|s| s.set(Phase::Delivered, None));
-            })
+            stage(client, rank, c, items, data)?;
+            states.iter().for_each(|s| s.set(Phase::Delivered, None));
+            Ok(())
         }
         Job::Commit { request, states } => c.call(request, &[]).map(|_| {
             states.iter().for_each(|s| s.set(Phase::Done, None));
@@ -236,6 +235,34 @@ fn execute(client: &Client, rank: u32, c: &mut Conn, job: &Job) -> Result<()> {
             }
         }),
     }
+}
+
+/// Stages `items` on `c`: the large ones a server on this node lets this client write into
+/// its log itself are reserved and written (one copy, `direct_write.rs`), the others (all of
+/// them if the server turns that down) are staged the usual way.
+fn stage(
+    client: &Client,
+    rank: u32,
+    c: &mut Conn,
+    items: &[StageItem],
+    data: &[Arc<Payload>],
+) -> Result<()> {
+    let (mut direct, mut usual): (Vec<usize>, Vec<usize>) =
+        (0..items.len()).partition(|&i| client.direct_writes(rank, items[i].len as usize));
+    if let (false, Some(dw)) = (direct.is_empty(), client.inner.direct_write.as_ref()) {
+        let d_items: Vec<StageItem> = direct.iter().map(|&i| items[i].clone()).collect();
+        let d_parts: Vec<&[u8]> = direct.iter().map(|&i| data[i].as_slice()).collect();
+        if dw.write(c, rank, &d_items, &d_parts)? == crate::direct_write::Outcome::Fallback {
+            usual.append(&mut direct);
+            usual.sort_unstable();
+        }
+    }
+    if usual.is_empty() {
+        return Ok(());
+    }
+    let u_items: Vec<StageItem> = usual.iter().map(|&i| items[i].clone()).collect();
+    let u_parts: Vec<&Payload> = usual.iter().map(|&i| &*data[i]).collect();
+    c.stage(&u_items, &u_parts).map(|_| ())
 }
 
 /// A read job: with the server on this node, one-copy reads of its log for every item it can
@@ -405,6 +432,28 @@ impl Transfer {
         Ok(())
     }
 
+    /// Makes the caller's buffer the bytes the next `start` sends, without copying it: a
+    /// large write to a server on this node is then written from it straight into the
+    /// server's log (one copy; see `direct_write.rs`); to any other server it is copied at
+    /// `start`, as `load_from` would.
+    ///
+    /// # Safety
+    /// `ptr` must be valid for reads of `len` bytes, and the bytes must not change, until this
+    /// transfer has been waited for (the contract of PDC's `PDCregion_transfer_start`).
+    pub unsafe fn set_write_source(&mut self, ptr: *const u8, len: usize) -> Result<()> {
+        self.check_load(len)?;
+        self.data = None;
+        // SAFETY: forwarded from this function's contract.
+        self.data = Some(Arc::new(Payload::User(unsafe { UserBuf::new(ptr, len) })));
+        Ok(())
+    }
+
+    /// Whether [`set_write_source`](Self::set_write_source) can save this write a copy: a
+    /// write large enough for one-copy writes, with some server on this node taking them.
+    pub fn direct_write_possible(&self) -> bool {
+        self.is_write && self.client.direct_writes_possible(self.byte_len)
+    }
+
     fn check_load(&self, len: usize) -> Result<()> {
         if !self.is_write {
             return Err(Error::invalid("load() is for write transfers"));
@@ -477,6 +526,7 @@ impl Transfer {
         self.take_payload().map(|p| match p {
             Payload::Heap(v) => v,
             Payload::Shm(b) => b.as_slice().to_vec(),
+            Payload::User(u) => u.as_slice().to_vec(),
         })
     }
 
@@ -569,6 +619,17 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
     for t in transfers.iter_mut() {
         if t.is_write {
             t.dest = t.client.data_server(t.id, &t.region)?;
+            // The caller's own buffer goes straight into the log of a server on this node;
+            // for any other destination it is copied now, as `load_from` would have.
+            if t.data.as_ref().is_some_and(|d| d.is_user())
+                && !t.client.direct_writes(t.dest, t.byte_len)
+            {
+                let src = t.data.take().expect("checked above");
+                t.data =
+                    Some(Arc::new(t.client.payload_with(t.byte_len, |dst| {
+                        dst.copy_from_slice(src.as_slice())
+                    })));
+            }
         }
     }
     plan_reads(transfers)?;
@@ -854,6 +915,12 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
                 // Not started (or kept and then not sent, which cannot happen here).
                 Phase::Done | Phase::Idle | Phase::Deferred => break,
             }
+        }
+    }
+    // The caller's buffer is the transfer's only until this wait: never keep a pointer to it.
+    for t in transfers.iter_mut() {
+        if t.data.as_ref().is_some_and(|d| d.is_user()) {
+            t.data = None;
         }
     }
     first_err.map_or(Ok(()), Err)

@@ -545,6 +545,17 @@ pub enum Request {
         items: Vec<ReadItem>,
         held: bool,
     },
+    // ---- issue 10, session 2, part "direct writes" (lead): one-copy writes ----
+    /// Like `Stage`, for a client on this server's node that writes each item's payload into
+    /// the log itself: the server checks each item as a stage, writes its record header
+    /// (`len` bytes with checksum `crcs[i]`) and reserves room for the payload, and answers
+    /// `Reserved`. The client then `pwrite`s the payload there, straight from its buffer
+    /// (the one copy), before it commits the items by their `txn` as usual. A payload that
+    /// does not match its checksum ruins only its own write (reads and recovery refuse it).
+    ReserveWrite {
+        items: Vec<StageItem>,
+        crcs: Vec<u32>,
+    },
 }
 
 /// How a lookup names an object.
@@ -678,6 +689,11 @@ pub struct ServerStats {
     /// Unix-domain listener since start.
     #[serde(default)]
     pub unix_connections: u64,
+    // --- issue 10, session 2 (one-copy writes) ---
+    /// Bytes of writes whose payload same-node clients wrote into this server's log
+    /// themselves (`ReserveWrite`) since start.
+    #[serde(default)]
+    pub direct_write_bytes: u64,
 }
 
 /// What a flush did and what is left.
@@ -743,6 +759,19 @@ pub enum Response {
     // ---- issue 10, part "reads" ----
     /// Answer to `ReadPlan`.
     ReadPlans(ReadPlans),
+    // ---- issue 10, session 2, part "direct writes" (lead) ----
+    /// Answer to `ReserveWrite`.
+    Reserved(Reservations),
+}
+
+/// Answer to `ReserveWrite`: where each item's payload goes, in request order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reservations {
+    /// Absolute path of the server's log directory; segment `n` is `seg-{n:08}.log` in it.
+    pub dir: String,
+    /// Per item: (segment, st_dev, st_ino, payload offset). The client writes only into a
+    /// file that has this device and inode, so never into another file at the same path.
+    pub spans: Vec<(u64, u64, u64, u64)>,
 }
 
 /// Answer to `ReadPlan`: the server's log directory, the identity of every segment file a

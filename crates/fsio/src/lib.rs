@@ -58,6 +58,12 @@ pub trait FsFile: Send + Sync {
     /// A hint to start writing `[offset, offset+len)` back now, without waiting (Linux
     /// `sync_file_range(SYNC_FILE_RANGE_WRITE)`); promises nothing about durability.
     fn write_behind(&self, _offset: u64, _len: u64) {}
+    /// (st_dev, st_ino) when this is a real file another process can open by its path and
+    /// find to be this very file; None for simulated files. A same-node client writes its
+    /// payload into the log only through such a file (issue 10, one-copy writes).
+    fn identity(&self) -> Option<(u64, u64)> {
+        None
+    }
 
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {

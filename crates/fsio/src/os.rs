@@ -33,6 +33,11 @@ impl FsFile for OsFile {
     fn sync_all(&self) -> io::Result<()> {
         self.0.sync_all()
     }
+    fn identity(&self) -> Option<(u64, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = self.0.metadata().ok()?;
+        Some((m.dev(), m.ino()))
+    }
     fn write_behind(&self, offset: u64, len: u64) {
         // SAFETY: plain syscall on an fd that `self.0` keeps open; failure only loses a hint.
         unsafe {

@@ -196,6 +196,38 @@ impl Engine {
         self.stage_with(txn, id, region, payload, false)
     }
 
+    /// A write whose payload (`len` bytes, checksum `crc`) a same-node client writes into
+    /// the log itself: checked like a stage, then reserved ([`DataStore::reserve`]).
+    pub fn reserve(
+        &self,
+        txn: u64,
+        id: ObjectId,
+        region: &Region,
+        len: u64,
+        crc: u32,
+    ) -> Result<(Staged, (u64, u64))> {
+        self.check_stage_len(id, region, len)?;
+        self.store.reserve(txn, id, region, len, crc)
+    }
+
+    /// Fails unless a write of `len` bytes to `region` of object `id` has the right size.
+    pub(crate) fn check_stage_len(&self, id: ObjectId, region: &Region, len: u64) -> Result<()> {
+        let obj = self.checked_meta(id, region)?;
+        let want = region.byte_len(obj.dtype.size())?;
+        if len != want {
+            return Err(Error::new(
+                ErrorKind::DtypeMismatch,
+                format!(
+                    "write to {} region {region} carries {len} bytes but {} {} elements need {want}",
+                    obj.name,
+                    region.num_elements(),
+                    obj.dtype
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn stage_with(
         &self,
         txn: u64,
@@ -204,20 +236,7 @@ impl Engine {
         payload: &[u8],
         cache: bool,
     ) -> Result<Staged> {
-        let obj = self.checked_meta(id, region)?;
-        let want = region.byte_len(obj.dtype.size())?;
-        if payload.len() as u64 != want {
-            return Err(Error::new(
-                ErrorKind::DtypeMismatch,
-                format!(
-                    "write to {} region {region} carries {} bytes but {} {} elements need {want}",
-                    obj.name,
-                    payload.len(),
-                    region.num_elements(),
-                    obj.dtype
-                ),
-            ));
-        }
+        self.check_stage_len(id, region, payload.len() as u64)?;
         self.store.stage(txn, id, region, payload, cache)
     }
 

@@ -139,6 +139,9 @@ pub struct Metrics {
     pub(crate) accepted: AtomicU64,
     /// Bytes of writes staged (over TCP or from shared memory).
     pub(crate) staged: AtomicU64,
+    /// Bytes of writes whose payload a same-node client wrote into the log itself
+    /// (`ReserveWrite`); also counted in `staged`.
+    pub(crate) direct_written: AtomicU64,
     pub(crate) recovery: RwLock<RecoveryStats>,
     scrapes: AtomicU64,
 }
@@ -553,6 +556,12 @@ pub fn render(server: &Server) -> String {
         "counter",
         "Bytes of writes staged (received over TCP or copied from shared memory).",
         server.metrics.staged.load(Ordering::Relaxed) as f64,
+    );
+    t.one(
+        "pdcx_direct_write_bytes_total",
+        "counter",
+        "Bytes of writes a same-node client wrote into the log itself (one copy, no server CPU for the bytes).",
+        server.metrics.direct_written.load(Ordering::Relaxed) as f64,
     );
     t.one(
         "pdcx_read_bytes_total",

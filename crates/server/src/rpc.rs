@@ -514,6 +514,7 @@ fn handle(
             return stage_then_commit(server, sess, r, &txns, durability, relaxed);
         }
         Request::ReadPlan { items, held } => read_plans(server, &items, held)?,
+        Request::ReserveWrite { items, crcs } => reserve_write(server, items, &crcs, sess)?,
     };
     Ok((resp, Vec::new()))
 }
@@ -804,6 +805,48 @@ fn read_shm(
     Ok((Response::Data, Vec::new()))
 }
 
+/// `ReserveWrite` (issue 10, one-copy writes): every item is checked before anything is
+/// reserved; each reserved item is pending in this session like a staged one, under its txn.
+fn reserve_write(
+    server: &Server,
+    items: Vec<protocol::StageItem>,
+    crcs: &[u32],
+    sess: &mut Session,
+) -> Result<Response> {
+    if items.len() != crcs.len() {
+        return Err(Error::protocol(format!(
+            "ReserveWrite has {} items but {} checksums",
+            items.len(),
+            crcs.len()
+        )));
+    }
+    let mut total = 0u64;
+    for item in &items {
+        server
+            .engine
+            .check_stage_len(item.id, &item.region, item.len)?;
+        total = total.saturating_add(item.len);
+    }
+    let mut spans = Vec::with_capacity(items.len());
+    for (item, &crc) in items.into_iter().zip(crcs) {
+        let (staged, (dev, ino)) =
+            server
+                .engine
+                .reserve(item.txn, item.id, &item.region, item.len, crc)?;
+        spans.push((staged.loc.segment, dev, ino, staged.loc.offset));
+        sess.pending.insert(item.txn, staged);
+    }
+    server.metrics.staged.fetch_add(total, Ordering::Relaxed);
+    server
+        .metrics
+        .direct_written
+        .fetch_add(total, Ordering::Relaxed);
+    Ok(Response::Reserved(protocol::Reservations {
+        dir: server.engine.log_dir().to_string_lossy().into_owned(),
+        spans,
+    }))
+}
+
 /// `ReadPlan` (issue 10, "reads"): where each item's bytes are in this server's log, for a
 /// client on this node that reads them itself. Counted as read bytes when planned.
 fn read_plans(server: &Server, items: &[protocol::ReadItem], held: bool) -> Result<Response> {
@@ -938,6 +981,7 @@ pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
         unregistered: server.engine.deferred_count(),
         shm_bytes: server.shm_bytes.load(Ordering::Relaxed),
         unix_connections: server.unix_connections(),
+        direct_write_bytes: server.metrics.direct_written.load(Ordering::Relaxed),
         ..ServerStats::default()
     };
     server.engine.fill_tier_stats(&mut st);

@@ -424,6 +424,102 @@ impl SegmentLog {
         self.append_record(COMMIT_OBJECT, 0, &region, &payload)
     }
 
+    /// Reserves room for a record of `len` payload bytes with checksum `crc` whose payload a
+    /// same-node client writes itself, straight from its buffer into the segment file (issue
+    /// 10, one-copy writes; `docs/ARCHITECTURE.md`, "One write"). The header is written now
+    /// and the file extended over the payload (a hole until the client writes it), so:
+    /// - the file is never shorter than the log's length: a checkpoint covering the range
+    ///   stays consistent with the file even if the client never writes;
+    /// - recovery's scan reads a valid header here and, should the payload not match `crc`
+    ///   (never written, torn, or changed by its writer), skips only this record
+    ///   ([`Scanned::Damaged`](crate::record::Scanned)) and goes on to the records after it.
+    ///
+    /// Returns where the payload goes and the segment file's (st_dev, st_ino), which the
+    /// client checks so it never writes into another file at the same path. Fails with
+    /// `Unavailable` when the log's files are not real files (a simulated disk).
+    pub fn reserve(
+        &mut self,
+        object: u64,
+        txn: u64,
+        region: &Region,
+        len: u64,
+        crc: u32,
+    ) -> Result<(Location, (u64, u64))> {
+        self.check_poisoned()?;
+        if object == COMMIT_OBJECT {
+            return Err(Error::invalid(format!(
+                "object id {object:#x} is reserved for commit records"
+            )));
+        }
+        region.validate()?;
+        let prefix = record::encode_prefix(object, txn, region, len, crc);
+        let rec_len = (prefix.len() as u64)
+            .checked_add(len)
+            .ok_or_else(|| Error::invalid(format!("a record of {len} bytes is too large")))?;
+        let id = self.segment_for(rec_len)?;
+        let path = self.segment_path(id);
+        let seg = self
+            .segments
+            .get_mut(&id)
+            .ok_or_else(|| Error::internal(format!("segment {id} vanished")))?;
+        let identity = seg.file.identity().ok_or_else(|| {
+            Error::new(
+                ErrorKind::Unavailable,
+                "this log's segments are not files a client can write (simulated disk)",
+            )
+        })?;
+        let start = seg.len;
+        let end = start + rec_len;
+        let written = seg.file.write_all_at(&prefix, start).and_then(|()| {
+            if end > seg.zeroed {
+                seg.file.set_len(end)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = written {
+            // As in `append_record`: `seg.len` is authoritative, the truncate keeps the file
+            // tidy.
+            let _ = seg.file.set_len(start);
+            seg.zeroed = start;
+            return Err(Error::io(&format!("reserve in {}", path.display()), &e));
+        }
+        seg.len = end;
+        seg.zeroed = seg.zeroed.max(end);
+        self.dirty.insert(id);
+        Ok((
+            Location {
+                segment: id,
+                offset: start + prefix.len() as u64,
+                len,
+                crc,
+            },
+            identity,
+        ))
+    }
+
+    /// Voids a commit record whose commit failed after it was appended (its metadata could
+    /// not be written, e.g. a full device): its payload is overwritten with zeros in place
+    /// (no new space needed), so it no longer matches its checksum and recovery skips it as
+    /// damaged instead of replaying a commit its caller was told failed. A failure to do so
+    /// poisons the log (fail-stop), since the record might otherwise be replayed.
+    pub fn void_commit(&mut self, record: &Location) -> Result<()> {
+        let seg = self
+            .segments
+            .get(&record.segment)
+            .ok_or_else(|| Error::internal(format!("segment {} vanished", record.segment)))?;
+        let zeros = vec![0u8; record.len as usize];
+        if let Err(e) = seg.file.write_all_at(&zeros, record.offset) {
+            self.poisoned = true;
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!("void a failed commit's record: {e}; {POISONED}"),
+            ));
+        }
+        self.dirty.insert(record.segment);
+        Ok(())
+    }
+
     fn append_record(
         &mut self,
         object: u64,
@@ -817,6 +913,132 @@ mod tests {
         assert_eq!(&four[..], &written[1].1[2..6]);
         assert!(log.read_at(1, total - 2, &mut four).is_err());
         assert!(log.read_at(9, 0, &mut four).is_err());
+    }
+
+    /// Writes `data` into a reserved payload the way a client does: through its own open of
+    /// the segment file by path, after checking it is the file the log named.
+    fn client_write(log: &SegmentLog, loc: &Location, ident: (u64, u64), data: &[u8]) {
+        use std::os::unix::fs::MetadataExt;
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .open(log.segment_path(loc.segment))
+            .unwrap();
+        let m = f.metadata().unwrap();
+        assert_eq!((m.dev(), m.ino()), ident);
+        f.write_all_at(data, loc.offset).unwrap();
+    }
+
+    #[test]
+    fn reserved_record_written_by_another_file_handle_survives_reopen() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        let (mut log, _) = open(&dir);
+        let before = payload(1, 100);
+        log.append(1, 1, &r(&[0], &[100]), &before).unwrap();
+        let big = payload(2, 300_000);
+        let (loc, ident) = log
+            .reserve(
+                2,
+                7,
+                &r(&[0], &[300_000]),
+                big.len() as u64,
+                crc32c::crc32c(&big),
+            )
+            .unwrap();
+        client_write(&log, &loc, ident, &big);
+        let after = payload(3, 50);
+        let after_loc = log.append(3, 9, &r(&[0], &[50]), &after).unwrap();
+        log.commit().unwrap();
+        assert_eq!(log.read_payload(&loc).unwrap(), big);
+        drop(log);
+        let (log, rec) = open(&dir);
+        assert!(rec.damaged.is_empty());
+        assert_eq!(objects(&log.segment_path(1)), vec![1, 2, 3]);
+        assert_eq!(log.read_payload(&loc).unwrap(), big);
+        assert_eq!(log.read_payload(&after_loc).unwrap(), after);
+    }
+
+    #[test]
+    fn reserved_record_never_written_loses_only_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        let (mut log, _) = open(&dir);
+        let big = payload(2, 200_000);
+        let (loc, _) = log
+            .reserve(
+                2,
+                7,
+                &r(&[0], &[200_000]),
+                big.len() as u64,
+                crc32c::crc32c(&big),
+            )
+            .unwrap();
+        // The file already spans the payload, so a checkpoint over it matches the file.
+        assert_eq!(
+            fs::metadata(log.segment_path(1)).unwrap().len(),
+            loc.offset + loc.len
+        );
+        let after = payload(3, 70_000);
+        let after_loc = log.append(3, 9, &r(&[0], &[70_000]), &after).unwrap();
+        let plan = log.prepare_commit().unwrap().unwrap();
+        let synced = plan.sync();
+        log.finish_commit(plan, synced).unwrap();
+        drop(log);
+        // Recovery scans the unchecked tail: the hole fails its checksum, the record after it
+        // is kept.
+        let (mut log, rec) = open(&dir);
+        assert_eq!(rec.damaged, vec![loc]);
+        assert_eq!(log.read_payload(&after_loc).unwrap(), after);
+        // A checkpoint over a reservation never written still reopens.
+        let (loc2, _) = log
+            .reserve(4, 1, &r(&[0], &[100_000]), 100_000, 12345)
+            .unwrap();
+        log.commit().unwrap();
+        drop(log);
+        let (log, _) = open(&dir);
+        assert!(log.read_payload(&loc2).is_err());
+        assert_eq!(log.read_payload(&after_loc).unwrap(), after);
+    }
+
+    #[test]
+    fn a_voided_commit_record_is_skipped_by_recovery() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("log");
+        let (mut log, _) = open(&dir);
+        let data = payload(1, 1000);
+        let loc = log.append(5, 1, &r(&[0], &[1000]), &data).unwrap();
+        let entry = |seq| CommitEntry {
+            object: 5,
+            seq,
+            region: r(&[0], &[1000]),
+            loc,
+        };
+        let kept = log.append_commit(&[entry(1)]).unwrap();
+        let failed = log.append_commit(&[entry(2)]).unwrap();
+        log.void_commit(&failed).unwrap();
+        let after = log.append_commit(&[entry(3)]).unwrap();
+        let plan = log.prepare_commit().unwrap().unwrap();
+        let synced = plan.sync();
+        log.finish_commit(plan, synced).unwrap();
+        assert!(log.is_committed(&after) && log.is_committed(&kept));
+        drop(log);
+        let (_, rec) = open(&dir);
+        let seqs: Vec<u64> = rec.commits.iter().map(|c| c.seq).collect();
+        assert_eq!(seqs, vec![1, 3], "the voided commit is not replayed");
+        assert_eq!(rec.damaged, vec![failed]);
+    }
+
+    #[test]
+    fn reserve_refuses_simulated_files_and_commit_object() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut log, _) = open(tmp.path());
+        let e = log
+            .reserve(COMMIT_OBJECT, 1, &r(&[0], &[8]), 8, 0)
+            .unwrap_err();
+        assert_eq!(e.kind, ErrorKind::InvalidArgument);
+        let mut log = sim_open(&pdcx_fsio::SimFs::new());
+        let e = log.reserve(1, 1, &r(&[0], &[8]), 8, 0).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Unavailable);
     }
 
     #[test]

@@ -146,7 +146,11 @@ impl DataStore {
         // Under the commit lock, before the sync: a checkpoint (which snapshots the synced
         // lengths under this lock) must never pass a commit record whose rows are not in the
         // metadata yet. Not waited for: the commit record is the durable copy until then.
-        self.meta.insert_extents(&rows)?;
+        if let Err(e) = self.meta.insert_extents(&rows) {
+            // The caller is told the commit failed: its record must never be replayed.
+            self.log().void_commit(&record)?;
+            return Err(e);
+        }
         crash_point("commit.after_extent_rows");
         self.commits_since_checkpoint
             .fetch_add(1, Ordering::Relaxed);

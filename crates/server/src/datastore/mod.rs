@@ -321,6 +321,34 @@ impl DataStore {
         })
     }
 
+    /// Like [`stage`](Self::stage) for a payload a same-node client writes into the log
+    /// itself ([`SegmentLog::reserve`]): the record's header is written and room reserved;
+    /// the write stays invisible until committed, as a staged one. Also returns the segment
+    /// file's (st_dev, st_ino) for the client.
+    pub fn reserve(
+        &self,
+        txn: u64,
+        id: ObjectId,
+        region: &Region,
+        len: u64,
+        crc: u32,
+    ) -> Result<(Staged, (u64, u64))> {
+        // Pinned under the log lock, as in `stage`.
+        let (loc, ident, pin) = {
+            let mut log = self.log();
+            let (loc, ident) = log.reserve(id, txn, region, len, crc)?;
+            (loc, ident, self.pins.pin(loc.segment))
+        };
+        let staged = Staged {
+            txn,
+            id,
+            region: region.clone(),
+            loc,
+            _pin: pin,
+        };
+        Ok((staged, ident))
+    }
+
     /// Makes every staged byte and every metadata change durable and checkpoints (shutdown,
     /// `memory` durability's sync).
     pub fn sync(&self) -> Result<()> {

@@ -1,0 +1,234 @@
+//! One-copy writes for a client on its server's node (issue 10, "writes").
+//!
+//! A large write to a server on this node does not hand its bytes to the server at all. The
+//! client checksums the payload and sends `Request::ReserveWrite`; the server checks the write
+//! as it checks a stage, writes the record's header into its segment log and reserves room
+//! for the payload (`SegmentLog::reserve`). The client then `pwrite`s the payload into the
+//! segment file, straight from its buffer: user buffer → page cache, the only copy of the
+//! bytes on the node, and no server CPU for them. The write is then committed like any staged
+//! one (same connection, same txn), so the commit's fdatasync covers the payload.
+//!
+//! Why this keeps the log's guarantees:
+//! - The client writes only inside the range the server reserved for that write, into the
+//!   file the server named (checked by st_dev and st_ino, so never another file that came to
+//!   have the same path).
+//! - A payload that does not match the checksum in its header (never written because the
+//!   client died, torn, or changed by its writer while written) is refused by reads and
+//!   skipped by recovery, which goes on to the records after it: a writer can ruin only its
+//!   own write.
+//! - The commit is sent only after every `pwrite` returned, and the commit's fdatasync is of
+//!   the whole file, so "acknowledged means durable" holds at `local` as for staged writes.
+//!
+//! Anything that stops the client from writing the file itself (another user owns the log, a
+//! server on a simulated disk, an older server) makes it stage the write the usual way and
+//! stop trying with that server. `PDCX_DIRECT_WRITE=0` turns the path off.
+
+use crate::conn::Conn;
+use pdcx_core::protocol::{Request, Reservations, Response, StageItem};
+use pdcx_core::{Error, ErrorKind, Result};
+use std::collections::{HashMap, HashSet};
+use std::fs::File;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::sync::{Arc, Mutex};
+
+/// Writes at least this large go straight into the log; smaller ones are staged (the
+/// reservation round trip costs more than the copy it saves).
+pub const DIRECT_WRITE_MIN: usize = 256 << 10;
+
+/// Open segment files kept per client; beyond this many the cache is emptied.
+const MAX_OPEN: usize = 64;
+
+pub(crate) fn enabled_by_env() -> bool {
+    !matches!(
+        std::env::var("PDCX_DIRECT_WRITE").as_deref().map(str::trim),
+        Ok("0" | "off" | "false" | "no")
+    )
+}
+
+struct SegFile {
+    file: File,
+    dev: u64,
+    ino: u64,
+}
+
+/// The segment files this client writes into, per (server, segment), and the servers it
+/// may not write to.
+#[derive(Default)]
+pub(crate) struct DirectWrites {
+    files: Mutex<HashMap<(u32, u64), Arc<SegFile>>>,
+    refused: Mutex<HashSet<u32>>,
+}
+
+/// How one attempt ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Every payload is in the log, reserved under its txn: commit as usual.
+    Written,
+    /// This server's log cannot be written by this client: stage the items the usual way
+    /// (same txns; a stage replaces the reservation in the server's session).
+    Fallback,
+}
+
+impl DirectWrites {
+    /// Whether this client may try to write server `rank`'s log (not refused so far).
+    pub(crate) fn allowed(&self, rank: u32) -> bool {
+        !self
+            .refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(&rank)
+    }
+
+    fn refuse(&self, rank: u32, why: &str) {
+        crate::shm::debug(&format!(
+            "one-copy writes to server {rank} are off from now on: {why}"
+        ));
+        self.refused
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(rank);
+    }
+
+    /// Reserves `items` on `c` (server `rank`), then writes each payload into the log. An
+    /// error is the write's own (a bad region, a full device, the connection gone);
+    /// `Fallback` means the caller stages the items instead.
+    pub(crate) fn write(
+        &self,
+        c: &mut Conn,
+        rank: u32,
+        items: &[StageItem],
+        data: &[&[u8]],
+    ) -> Result<Outcome> {
+        let crcs: Vec<u32> = data.iter().map(|d| crc32c::crc32c(d)).collect();
+        let req = Request::ReserveWrite {
+            items: items.to_vec(),
+            crcs,
+        };
+        c.send(&req, &[])?;
+        // `read_reply` tells an error the server answered from a failed connection.
+        let reply = c.read_reply(&mut |_, len| {
+            Err(Error::protocol(format!(
+                "a ReserveWrite answer carries {len} payload bytes"
+            )))
+        })?;
+        let resv = match reply {
+            Response::Reserved(r) => r,
+            // An older server does not know the request; a server on a simulated disk has no
+            // files to give: the writes go the usual way.
+            Response::Error(e)
+                if matches!(e.kind, ErrorKind::Protocol | ErrorKind::Unavailable) =>
+            {
+                self.refuse(rank, &e.message);
+                return Ok(Outcome::Fallback);
+            }
+            Response::Error(e) => return Err(e),
+            other => {
+                self.refuse(rank, &format!("unexpected answer {other:?}"));
+                return Ok(Outcome::Fallback);
+            }
+        };
+        if resv.spans.len() != items.len() {
+            return Err(Error::protocol(format!(
+                "ReserveWrite of {} items answered with {} spans",
+                items.len(),
+                resv.spans.len()
+            )));
+        }
+        for (i, d) in data.iter().enumerate() {
+            let (seg, dev, ino, offset) = resv.spans[i];
+            let Some(f) = self.file(rank, &resv, seg, dev, ino) else {
+                return Ok(Outcome::Fallback);
+            };
+            let bytes: &[u8] = d;
+            if let Err(e) = f.file.write_all_at(bytes, offset) {
+                // Give back what the partial write took (on a full device, the space the
+                // server needs to go on): the record is then damaged, never committed, and
+                // skipped by recovery like any unwritten reservation.
+                // SAFETY: plain syscall on an fd `f` keeps open, inside the reserved range.
+                unsafe {
+                    libc::fallocate(
+                        f.file.as_raw_fd(),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        offset as libc::off_t,
+                        bytes.len() as libc::off_t,
+                    );
+                }
+                let kind = if e.raw_os_error() == Some(libc::ENOSPC) {
+                    ErrorKind::NoSpace
+                } else {
+                    ErrorKind::Io
+                };
+                return Err(Error::new(
+                    kind,
+                    format!("write {} bytes into server {rank}'s log: {e}", bytes.len()),
+                ));
+            }
+            // Start writeback now (asynchronous), so the commit's fdatasync finds little left
+            // to write, as the server does for the records it appends itself.
+            // SAFETY: plain syscall on an fd `f` keeps open; failure only loses a hint.
+            unsafe {
+                libc::sync_file_range(
+                    f.file.as_raw_fd(),
+                    offset as libc::off64_t,
+                    bytes.len() as libc::off64_t,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                );
+            }
+        }
+        Ok(Outcome::Written)
+    }
+
+    /// Segment `seg` of server `rank`, opened for writing unless the open file is already
+    /// that very file. None (and the server refused from then on) when it cannot be opened
+    /// or is not the file the server named.
+    fn file(
+        &self,
+        rank: u32,
+        resv: &Reservations,
+        seg: u64,
+        dev: u64,
+        ino: u64,
+    ) -> Option<Arc<SegFile>> {
+        let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = files.get(&(rank, seg)) {
+            if f.dev == dev && f.ino == ino {
+                return Some(f.clone());
+            }
+        }
+        let path = std::path::Path::new(&resv.dir).join(format!("seg-{seg:08}.log"));
+        // Write-only, never created here; O_NOFOLLOW: the log never contains symlinks.
+        let opened = std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .and_then(|file| Ok((file.metadata()?, file)));
+        let (m, file) = match opened {
+            Ok(x) => x,
+            Err(e) => {
+                drop(files);
+                self.refuse(rank, &format!("open {}: {e}", path.display()));
+                return None;
+            }
+        };
+        if (m.dev(), m.ino()) != (dev, ino) {
+            // The server is on another node after all (the same path is another file here),
+            // or the log was replaced: this client cannot write it.
+            drop(files);
+            self.refuse(
+                rank,
+                &format!("{} is not the server's file", path.display()),
+            );
+            return None;
+        }
+        // The server reserves only in its newest segment: older ones of this server are
+        // never written again (and an open descriptor would keep a retired one's space).
+        files.retain(|&(r, s), _| r != rank || s > seg);
+        if files.len() >= MAX_OPEN {
+            files.clear();
+        }
+        let f = Arc::new(SegFile { file, dev, ino });
+        files.insert((rank, seg), f.clone());
+        Some(f)
+    }
+}

@@ -1,0 +1,175 @@
+//! One-copy writes (issue 10, "writes"): a same-node client writes a large payload into the
+//! server's log itself, into room the server reserved; the write is then committed like a
+//! staged one, survives a restart, and a payload that does not match its checksum ruins only
+//! its own write.
+
+use pdcx_client::{start_all, wait_all, Transfer};
+use pdcx_core::protocol::{Durability, ObjectSpec};
+use pdcx_core::{Dtype, Region};
+use pdcx_server::engine::Engine;
+use pdcx_server::meta::Metadata;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::Arc;
+mod common;
+use common::{byte_object, deployment};
+
+fn r(o: u64, n: u64) -> Region {
+    Region::new(vec![o], vec![n]).unwrap()
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect()
+}
+
+/// The server's `pdcx_direct_write_bytes_total`.
+fn direct_bytes(h: &pdcx_server::ServerHandle) -> u64 {
+    let text = pdcx_server::metrics::render(&h.server);
+    text.lines()
+        .find(|l| l.starts_with("pdcx_direct_write_bytes_total"))
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .expect("metric present") as u64
+}
+
+#[test]
+fn large_writes_go_into_the_log_from_the_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let h = deployment(root);
+    let c = pdcx_client::Client::connect(Some(root)).unwrap();
+    const MIB: usize = 1 << 20;
+    let o = byte_object(&c, "direct", 4 * MIB as u64);
+    let loaded = pattern(MIB, 1);
+    let user = pattern(2 * MIB, 2);
+    let small = pattern(4096, 3);
+    let mut a = Transfer::write(&c, &o, r(0, MIB as u64)).unwrap();
+    a.load_from(&loaded).unwrap();
+    let mut b = Transfer::write(&c, &o, r(MIB as u64, 2 * MIB as u64)).unwrap();
+    assert!(b.direct_write_possible());
+    // SAFETY: `user` outlives the wait below and is not changed before it.
+    unsafe { b.set_write_source(user.as_ptr(), user.len()) }.unwrap();
+    let mut s = Transfer::write(&c, &o, r(3 * MIB as u64, 4096)).unwrap();
+    assert!(!s.direct_write_possible(), "small writes are staged");
+    s.load_from(&small).unwrap();
+    for t in [&mut a, &mut b, &mut s] {
+        t.durability = Durability::Local;
+    }
+    let mut all = [&mut a, &mut b, &mut s];
+    start_all(&mut all).unwrap();
+    wait_all(&mut all).unwrap();
+    assert_eq!(direct_bytes(&h), 3 * MIB as u64);
+
+    let mut want = vec![0u8; 4 * MIB];
+    want[..MIB].copy_from_slice(&loaded);
+    want[MIB..3 * MIB].copy_from_slice(&user);
+    want[3 * MIB..3 * MIB + 4096].copy_from_slice(&small);
+    let mut got = vec![0u8; 4 * MIB];
+    c.read_into(o.id, &r(0, 4 * MIB as u64), &mut got).unwrap();
+    assert!(got == want, "read back after one-copy writes");
+    // (Restarts: the engine test below and tests/test_direct_write.py, which kills servers.)
+
+    // Overwrite part of it the same way: the later write wins.
+    let again = pattern(MIB, 9);
+    c.write(
+        o.id,
+        &r(MIB as u64 / 2, MIB as u64),
+        &again,
+        Durability::Local,
+    )
+    .unwrap();
+    want[MIB / 2..MIB / 2 + MIB].copy_from_slice(&again);
+    assert_eq!(direct_bytes(&h), 4 * MIB as u64);
+
+    drop(c);
+    h.shutdown().unwrap();
+}
+
+fn open(dir: &Path) -> (Arc<Metadata>, Engine) {
+    let meta = Arc::new(Metadata::open(&dir.join("meta.sqlite"), 0, 1).unwrap());
+    let (engine, _, _) = Engine::open(&dir.join("log"), meta.clone(), 1 << 20).unwrap();
+    (meta, engine)
+}
+
+fn object(meta: &Metadata, name: &str, n: u64) -> u64 {
+    let spec = ObjectSpec {
+        name: name.into(),
+        dims: vec![n],
+        dtype: Dtype::UInt8,
+        fill: None,
+        containers: vec![],
+        tags: vec![],
+        creator: "test".into(),
+    };
+    meta.create_object(&spec).unwrap().id
+}
+
+/// What a client does with a reservation: write the payload into the named file.
+fn client_write(engine: &Engine, span: (u64, u64, u64, u64), bytes: &[u8]) {
+    let (seg, dev, ino, offset) = span;
+    let path = engine.log_dir().join(format!("seg-{seg:08}.log"));
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    let m = f.metadata().unwrap();
+    assert_eq!((m.dev(), m.ino()), (dev, ino));
+    f.write_all_at(bytes, offset).unwrap();
+}
+
+#[test]
+fn a_payload_that_does_not_match_its_checksum_ruins_only_its_own_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let (meta, engine) = open(dir.path());
+    let n = 300_000u64;
+    let bad = object(&meta, "bad", n);
+    let good = object(&meta, "good", n);
+    let promised = pattern(n as usize, 4);
+    let scribbled = pattern(n as usize, 5);
+    let ok = pattern(n as usize, 6);
+    // The bad writer announces one payload and writes another (as a client changing its
+    // buffer during the write would).
+    let (s1, (dev, ino)) = engine
+        .reserve(1, bad, &r(0, n), n, crc32c::crc32c(&promised))
+        .unwrap();
+    client_write(
+        &engine,
+        (s1.loc.segment, dev, ino, s1.loc.offset),
+        &scribbled,
+    );
+    let (s2, (dev, ino)) = engine
+        .reserve(2, good, &r(0, n), n, crc32c::crc32c(&ok))
+        .unwrap();
+    client_write(&engine, (s2.loc.segment, dev, ino, s2.loc.offset), &ok);
+    // A staged write after both, and a reservation never written at all.
+    let (s3, _) = engine
+        .reserve(3, bad, &r(0, 10), 10, crc32c::crc32c(&[7u8; 10]))
+        .unwrap();
+    let s4 = engine.stage(4, good, &r(0, 100), &[8u8; 100]).unwrap();
+    engine.commit(&[s1, s2, s3, s4], Durability::Local).unwrap();
+
+    let mut out = vec![0u8; n as usize];
+    let mut want = ok.clone();
+    want[..100].copy_from_slice(&[8u8; 100]);
+    engine.read(good, &r(0, n), &mut out).unwrap();
+    assert!(out == want);
+    drop(engine);
+    drop(meta);
+
+    // A crash before any checkpoint: recovery scans the log, finds the two bad records
+    // damaged, drops their extents and keeps everything else.
+    let (meta, engine) = open(dir.path());
+    engine.read(good, &r(0, n), &mut out).unwrap();
+    assert!(out == want, "the good write survives a restart");
+    engine.read(bad, &r(0, n), &mut out).unwrap();
+    assert!(
+        out.iter().all(|&b| b == 0),
+        "the damaged writes are dropped (fill value), never read as data"
+    );
+    // The log goes on after them.
+    let s5 = engine.stage(5, bad, &r(0, 3), &[1, 2, 3]).unwrap();
+    engine.commit(&[s5], Durability::Local).unwrap();
+    drop(engine);
+    drop(meta);
+    let (_meta, engine) = open(dir.path());
+    engine.read(bad, &r(0, 4), &mut out[..4]).unwrap();
+    assert_eq!(&out[..4], &[1, 2, 3, 0]);
+}
