@@ -424,7 +424,10 @@ fn ids_are_not_reused_after_a_crash_that_lost_unwritten_creates() {
     // The crash: the process goes away with the rows still queued.
     drop(md);
     let md = Metadata::open(&path, 0, 1).unwrap();
-    assert!(md.object_by_name("lost/a").is_err(), "never written, never synced");
+    assert!(
+        md.object_by_name("lost/a").is_err(),
+        "never written, never synced"
+    );
     assert_eq!(md.object_by_name("kept").unwrap().id, kept.id);
     let again = md.create_object(&spec("lost/a", vec![])).unwrap();
     assert!(
@@ -459,8 +462,11 @@ fn queued_creates_are_written_before_other_uses_of_the_database() {
         .pop()
         .unwrap()
         .unwrap();
-    md.put_tags(&TagTarget::Object(b.id), &vec![("t".into(), TagValue::Int(2))])
-        .unwrap();
+    md.put_tags(
+        &TagTarget::Object(b.id),
+        &vec![("t".into(), TagValue::Int(2))],
+    )
+    .unwrap();
     md.delete_object(a.id).unwrap();
     assert!(md.object_by_name("q/a").is_err());
     md.sync().unwrap();
