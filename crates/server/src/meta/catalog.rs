@@ -429,6 +429,18 @@ impl Metadata {
     /// [`put_tags`](Self::put_tags), or with `lazy` answered at commit (as
     /// [`create_objects_with`](Self::create_objects_with)).
     pub fn put_tags_with(&self, target: &TagTarget, tags: &Tags, lazy: bool) -> Result<()> {
+        if tags.iter().any(|(k, _)| k.is_empty()) {
+            return Err(Error::invalid("tag names must not be empty"));
+        }
+        if let (true, TagTarget::Object(id)) = (lazy, target) {
+            // An object whose rows are still queued (the create-then-tag pattern) takes the
+            // tags into its queued row: no transaction of its own, and no more durable than
+            // the create it belongs to would be anyway.
+            if self.tag_queued(*id, tags) {
+                self.syncer.kick();
+                return Ok(());
+            }
+        }
         let (kind, lid) = self.target_lid(target)?;
         let rows = |tx: &rusqlite::Transaction| write_tags(tx, kind, lid, tags);
         if lazy {
@@ -456,6 +468,27 @@ impl Metadata {
             }
         }
         Ok(())
+    }
+
+    /// Merges `tags` into object `id`'s queued row and cached copy if its row is still queued
+    /// (false: it is not, write the tags the usual way). Holds the queue's lock throughout, so
+    /// a flush takes the row either before (then this returns false) or after the merge.
+    fn tag_queued(&self, id: ObjectId, tags: &Tags) -> bool {
+        let merge = |have: &mut Tags| {
+            let mut merged: std::collections::BTreeMap<String, TagValue> =
+                std::mem::take(have).into_iter().collect();
+            for (k, v) in tags {
+                merged.insert(k.clone(), v.clone());
+            }
+            *have = merged.into_iter().collect();
+        };
+        self.shard.with_queued(id, |row| {
+            merge(&mut row.tags);
+            let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(o) = objects.get_mut(&id) {
+                merge(&mut o.tags);
+            }
+        })
     }
 
     pub fn delete_tag(&self, target: &TagTarget, key: &str) -> Result<()> {

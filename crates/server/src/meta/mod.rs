@@ -121,6 +121,23 @@ impl Shard {
     fn flush(&self) -> Result<()> {
         self.flush_locked(&mut self.lock())
     }
+
+    /// Runs `f` on the queued row of object `id` under the queue's lock; false if its row is
+    /// not queued (written already, or no such object). Searches from the newest row: a tag
+    /// put usually follows its create.
+    fn with_queued(&self, id: ObjectId, f: impl FnOnce(&mut ObjectMeta)) -> bool {
+        if self.pending_n.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut p = self.pending();
+        match p.iter_mut().rev().find(|m| m.id == id) {
+            Some(row) => {
+                f(row);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The WAL syncer of lazy writes: a thread that, once kicked, runs the group commit for

@@ -473,3 +473,40 @@ fn queued_creates_are_written_before_other_uses_of_the_database() {
     assert_eq!(md.unwritten_creates(), 0);
     assert_eq!(md.object_tag(b.id, "t"), Some(TagValue::Int(2)));
 }
+
+/// A lazy tag put on an object whose row is still queued joins the queued row (no transaction
+/// of its own): visible at once, written with the create, durable at `sync`; an empty tag name
+/// still fails at once.
+#[test]
+fn lazy_tags_on_a_queued_create_join_its_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    md.hold_syncer();
+    let o = md
+        .create_objects_with(&[spec("qt/a", vec![("k".into(), TagValue::Int(1))])], true)
+        .pop()
+        .unwrap()
+        .unwrap();
+    let target = TagTarget::Object(o.id);
+    md.put_tags_with(&target, &vec![("step".into(), TagValue::Int(7))], true)
+        .unwrap();
+    md.put_tags_with(&target, &vec![("k".into(), TagValue::Int(2))], true)
+        .unwrap();
+    assert_eq!(md.unwritten_creates(), 1, "the tags joined the queued row");
+    assert_eq!(md.object_tag(o.id, "step"), Some(TagValue::Int(7)));
+    assert!(md
+        .put_tags_with(&target, &vec![("".into(), TagValue::Int(1))], true)
+        .is_err());
+    md.sync().unwrap();
+    drop(md);
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    let back = md.object_by_name("qt/a").unwrap();
+    assert_eq!(
+        back.tags,
+        vec![
+            ("k".to_string(), TagValue::Int(2)),
+            ("step".to_string(), TagValue::Int(7))
+        ]
+    );
+}
