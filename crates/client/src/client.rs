@@ -470,13 +470,15 @@ impl Client {
         Ok(all)
     }
 
-    /// Creates one object. When this returns the object exists at its owner: it is visible to
-    /// every client (open by name, tag queries), usable for transfers, and survives a crash of
-    /// the owner's process; a duplicate name or a bad spec has failed here, leaving nothing
-    /// behind. It is on stable storage (survives power loss) within about 5 ms and one WAL fsync by
-    /// itself, and for certain at this client's next consistency point
+    /// Creates one object (one round trip; the owner answers from its in-memory catalog). When
+    /// this returns the object exists at its owner: it is visible to every client (open by
+    /// name, tag queries) and usable for transfers; a duplicate name or a bad spec has failed
+    /// here, leaving nothing behind. It survives a crash of the owner (kill -9 or power loss)
+    /// once the owner has written and fsynced its row, within about 5 ms by itself, and for
+    /// certain after this client's next consistency point
     /// ([`sync_metadata`](Self::sync_metadata): any write, `sync_all`, C `PDCclose` /
-    /// `PDCcont_close`, Python `Client.sync`/`close`). See ARCHITECTURE.md, "Creates".
+    /// `PDCcont_close`, Python `Client.sync`/`close`); a crash before that loses it but never
+    /// gives its id to another object. See ARCHITECTURE.md, "Creates".
     pub fn create_object(&self, mut spec: ObjectSpec) -> Result<ObjectMeta> {
         validate_name("object", &spec.name)?;
         for c in &spec.containers {
