@@ -242,3 +242,21 @@ def test_c_remote_durability(build, deployment, server_bin, tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     doc = json.loads(run_pdcx("show", "dur/x", "--json", "--root", dep.root).stdout)
     assert [e["durability"] for e in doc["extents"]] == ["remote"], doc["extents"]
+
+
+def test_create_many_fails_alone_and_is_durable_at_pdcclose(build, dep):
+    """pdcx_ext.h PDCXobj_create_many (issue 10, creates): a taken name and a name repeated in
+    the call fail alone (id 0, FAIL, one stderr line each); the other objects are usable at once
+    and survive kill -9 of every server after PDCclose (the consistency point)."""
+    p = run([str(build("obj_create_many"))], dep.env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "obj_create_many: ok" in p.stdout
+    assert 'object 7: object "many/taken" already exists' in p.stderr, p.stderr
+    assert 'object 200: object "many/o100" already exists' in p.stderr, p.stderr
+    assert "2 of 300 objects were not created" in p.stderr, p.stderr
+    dep.kill9()
+    dep.start()
+    client = dep.client()
+    names = {o.name for o in client.open_container("many").objects()}
+    assert len(names) == 299 and "many/o299" in names and "many/taken" in names
+    assert client.open_object("many/o123")[...].tolist() == [1, 2, 3, 4]

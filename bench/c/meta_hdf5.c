@@ -6,8 +6,35 @@
  * latest file format). Timed: H5Fcreate .. H5Fclose; creates/s = M / time.
  * Query: rank 0 reopens the file and visits every group, reading "step", and
  * counts step == 42 (HDF5 has no index; this is the scan an application does).
+ * -M create: the counterpart of the PDC kernel's bare creates: M datasets of one int32
+ * element each (H5Dcreate2 + H5Dclose, what PDCobj_create + PDCobj_close stand for) in one
+ * file, from every rank collectively (run it with 1 rank); timed H5Fcreate .. H5Fclose, no
+ * fsync (HDF5 makes them durable only at a flush the application adds).
  */
 #include "h5common.h"
+
+/* -M create: M one-element datasets; returns the seconds. */
+static double dataset_creates(const char *path, uint64_t n)
+{
+    hid_t    fapl, file, space, dset;
+    hsize_t  one = 1;
+    char     name[64];
+    uint64_t i;
+    double   t0 = phase_start();
+    fapl        = h5_fapl_mpio();
+    H5OK(H5Pset_libver_bounds(fapl, H5F_LIBVER_LATEST, H5F_LIBVER_LATEST));
+    H5ID(file, H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+    H5ID(space, H5Screate_simple(1, &one, NULL));
+    for (i = 0; i < n; i++) {
+        snprintf(name, sizeof(name), "d%08" PRIu64, i);
+        H5ID(dset, H5Dcreate2(file, name, H5T_NATIVE_INT32, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+        H5OK(H5Dclose(dset));
+    }
+    H5OK(H5Sclose(space));
+    H5OK(H5Fclose(file));
+    H5OK(H5Pclose(fapl));
+    return max_all(now() - t0);
+}
 
 typedef struct {
     int      want;
@@ -50,6 +77,15 @@ int main(int argc, char **argv)
     MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &size));
     opts_parse(argc, argv, &o, "metadata probe, parallel HDF5 (-m groups, default 20000; file DIR/meta.h5)\n");
     h5_path(path, sizeof(path), o.dir, "meta.h5");
+    if (o.mode != NULL) {
+        if (strcmp(o.mode, "create") != 0)
+            die("-M %s: the only mode is 'create'", o.mode);
+        t = dataset_creates(path, o.objects);
+        report("meta", "hdf5", 0, t, "objects=%" PRIu64 " creates_per_s=%.0f mode=dataset-create", o.objects,
+               (double)o.objects / t);
+        MPI_CHECK(MPI_Finalize());
+        return 0;
+    }
 
     t0   = phase_start();
     fapl = h5_fapl_mpio();

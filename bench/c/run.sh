@@ -38,7 +38,9 @@ Per round, each backend runs: VPIC 1 step (local durability), [drop page cache]
 BDCATS cold, BDCATS warm (again, cache kept), VPIC multi-step, HACC (-D), the
 4 KiB probe (write, read; hdf5 also pwrite+fdatasync, the device floor), the
 consistency probe, the metadata probe; pdc also VPIC, HACC and the 4 KiB probe at
-memory durability (-y memory) and bare PDCobj_create from 1 rank (M/4 objects).
+memory durability (-y memory) and bare PDCobj_create from 1 rank (M/4 objects), single
+(-M create) and batched (-M create-many, PDCXobj_create_many); hdf5 also M/4 one-element
+H5Dcreate from 1 rank, their baseline.
 
 Environment: PDC_CFLAGS / PDC_LIBS override `pkg-config pdcx` for the PDC
 kernels (e.g. a libpdcx built elsewhere); PDCX points to the pdcx binary.
@@ -262,6 +264,10 @@ run_backend() {
     run_kernel pdc hacc "$ranks" "${common[@]}" -n "$particles" -p haccmem -y memory -L memory
     run_kernel pdc small 1 "${common[@]}" -p smallmem -k "$ops_small" -y memory -L memory
     run_kernel pdc meta 1 "${common[@]}" -p meta1 -m "$((objects / 4 > 0 ? objects / 4 : 1))" -M create -L single
+    run_kernel pdc meta 1 "${common[@]}" -p metam -m "$((objects / 4 > 0 ? objects / 4 : 1))" -M create-many -L many
+  else
+    # The counterpart of the bare creates: one-element dataset creates from 1 rank.
+    run_kernel hdf5 meta 1 "${common[@]}" -p meta1 -m "$((objects / 4 > 0 ? objects / 4 : 1))" -M create -L single
   fi
 }
 

@@ -478,6 +478,7 @@ class Run:
                     + "\n"
                 )
                 j.write(json.dumps({"k": "created", "obj": spec["name"]}) + "\n")
+            c.sync()  # the creates' consistency point (durable from here on)
             j.flush()
             os.fsync(j.fileno())
         self.cfg["durabilities"] = ["memory", "local"] + (["remote"] if supports_remote(self.root) else [])

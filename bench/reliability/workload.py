@@ -79,6 +79,10 @@ def main() -> int:
             client.open_container("steps").create_object(
                 step_name, size * n, "int64", fill=-1, tags={"session": session}
             )
+            # A create is durable at the creating client's next consistency point (it is
+            # visible at once, but a kill -9 in the next few ms may lose it): only then is it
+            # acknowledged in the sense the oracle checks.
+            client.sync()
             jr.put({"k": "created", "obj": step_name, "t": now()})
         except pdcx.PdcxError as e:  # a server died (a crash point at the first commit): in doubt
             jr.put({"k": "err", "what": "create", "error": str(e)[:300], "t": now()})

@@ -51,6 +51,7 @@ pub fn obj_meta(st: &mut State, id: PdcId) -> R<ObjectMeta> {
 
 /// Registers an object handle; `prop` gives the public property fields when known.
 /// What an object handle takes from the object property it was created with.
+#[derive(Clone)]
 struct Settings {
     unlimited: Vec<bool>,
     partition: c_int,
@@ -186,6 +187,65 @@ pub unsafe extern "C" fn PDCobj_create(
         // SAFETY: the caller promises a C string.
         let name = unsafe { cstr(name, "object name") }?;
         create(cont_id, name, prop_id)
+    })
+}
+
+/// pdcx extension (`pdcx_ext.h`): creates `n` objects named `names[0..n]` in container
+/// `cont_id`, all with object property `prop_id`, in one request per owning server and batch
+/// (issue 10, creates). `obj_ids[i]` gets the handle of object `i`, or 0 when it failed (a
+/// duplicate name, a bad name); the call returns FAIL when any failed, after printing each
+/// failure. Visibility and durability are those of `PDCobj_create`: each object exists at its
+/// owner when this returns and is on stable storage at the next consistency point.
+///
+/// # Safety
+/// `names` must point to `n` NUL-terminated strings and `obj_ids` to room for `n` ids.
+#[no_mangle]
+pub unsafe extern "C" fn PDCXobj_create_many(
+    cont_id: PdcId,
+    n: usize,
+    names: *const *const c_char,
+    prop_id: PdcId,
+    obj_ids: *mut PdcId,
+) -> Perr {
+    ffi_err("PDCXobj_create_many", || {
+        if n == 0 {
+            return Ok(());
+        }
+        if names.is_null() || obj_ids.is_null() {
+            return Err("names and obj_ids must not be NULL".into());
+        }
+        // SAFETY: the caller promises `n` entries in each array.
+        let (names, out) = unsafe {
+            (
+                std::slice::from_raw_parts(names, n),
+                std::slice::from_raw_parts_mut(obj_ids, n),
+            )
+        };
+        out.fill(0);
+        let mut specs = Vec::with_capacity(n);
+        let template = plan(cont_id, "", prop_id)?;
+        for (i, &p) in names.iter().enumerate() {
+            // SAFETY: the caller promises C strings.
+            let name = unsafe { cstr(p, &format!("names[{i}]")) }?;
+            let mut spec = template.spec.clone();
+            spec.name = name.to_string();
+            specs.push(spec);
+        }
+        let results = client()?.create_objects_lazy(specs);
+        let mut failed = 0usize;
+        for (i, r) in results.into_iter().enumerate() {
+            match r {
+                Ok(meta) => out[i] = register(meta, prop_id, template.settings.clone()),
+                Err(e) => {
+                    failed += 1;
+                    eprintln!("pdcx: PDCXobj_create_many: object {i}: {}", e.message);
+                }
+            }
+        }
+        match failed {
+            0 => Ok(()),
+            k => Err(format!("{k} of {n} objects were not created")),
+        }
     })
 }
 

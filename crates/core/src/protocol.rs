@@ -522,10 +522,12 @@ pub enum Request {
         relaxed: Option<u64>,
     },
     // --- creates (issue 10, item 5): metadata answered at commit, made durable later ---
-    /// `CreateObject` answered at the owner's metadata commit: the object is visible and
-    /// usable (a duplicate or bad spec has failed) and survives a crash of the server process
-    /// when the answer comes; it survives power loss once the owner's background WAL sync has
-    /// run (within about 5 ms plus one fsync) or a `SyncMeta` to the owner has been answered.
+    /// `CreateObject` answered once the owner has created the object in its in-memory catalog:
+    /// it is visible and usable (a duplicate or bad spec has failed) when the answer comes; its
+    /// rows reach the owner's database with the next batch (the WAL syncer's, within about
+    /// 5 ms plus one transaction, or before any other use of the database) and stable storage
+    /// with that batch's background fsync or a `SyncMeta` to the owner, whichever comes first.
+    /// Its id is never reused, even if a crash loses the object before that.
     CreateObjectLazy(ObjectSpec),
     /// `PutTags` answered at commit, with the durability of `CreateObjectLazy`.
     PutTagsLazy {
@@ -544,6 +546,12 @@ pub enum Request {
     ReadPlan {
         items: Vec<ReadItem>,
         held: bool,
+    },
+    // ---- creates2 (issue 10, creates session 2): batched creates with lazy durability ----
+    /// `CreateObjects` with the durability of `CreateObjectLazy` (durable at the next
+    /// `SyncMeta` to this owner): answered with `ObjectsCreated`, one result per spec in order.
+    CreateObjectsLazy {
+        specs: Vec<ObjectSpec>,
     },
     // ---- issue 10, session 2, part "direct writes" (lead): one-copy writes ----
     /// Like `Stage`, for a client on this server's node that writes each item's payload into

@@ -268,8 +268,10 @@ impl Client {
 
     /// Many objects in one go: specs are (name, dims, dtype, containers, tags, fill). Returns
     /// one item per spec, in order: the object's JSON, or the exception for that object (a
-    /// duplicate or bad spec fails only itself).
+    /// duplicate or bad spec fails only itself). With `lazy`, durable at the next consistency
+    /// point instead of at return (`Client::create_objects_lazy`).
     #[allow(clippy::type_complexity)]
+    #[pyo3(signature = (specs, lazy = false))]
     fn create_objects(
         &self,
         py: Python<'_>,
@@ -281,6 +283,7 @@ impl Client {
             Vec<(String, Bound<'_, PyAny>)>,
             Option<Vec<u8>>,
         )>,
+        lazy: bool,
     ) -> R<Vec<PyObject>> {
         let mut parsed = Vec::with_capacity(specs.len());
         for (name, dims, dtype, containers, tags, fill) in specs {
@@ -294,7 +297,13 @@ impl Client {
                 creator: String::new(),
             });
         }
-        let results = py.allow_threads(|| self.inner.create_objects(parsed));
+        let results = py.allow_threads(|| {
+            if lazy {
+                self.inner.create_objects_lazy(parsed)
+            } else {
+                self.inner.create_objects(parsed)
+            }
+        });
         results
             .into_iter()
             .map(|r| match r {

@@ -428,36 +428,7 @@ fn handle(
             server.engine.register_deferred(ids.as_deref())?;
             Response::Ok
         }
-        Request::CreateObjects { mut specs } => {
-            // Misrouted names and bad tags fail individually; the rest go in one transaction.
-            let tiering = server.engine.tiering.as_deref();
-            let mut results: Vec<Option<Result<pdcx_core::ObjectMeta>>> = specs
-                .iter_mut()
-                .map(|s| {
-                    server
-                        .check_owner(&s.name)
-                        .and_then(|()| crate::tiering::check_new_object(tiering, s))
-                        .err()
-                        .map(Err)
-                })
-                .collect();
-            let ok: Vec<protocol::ObjectSpec> = specs
-                .into_iter()
-                .zip(&results)
-                .filter(|(_, r)| r.is_none())
-                .map(|(s, _)| s)
-                .collect();
-            let mut created = md.create_objects(&ok).into_iter();
-            for r in results.iter_mut().filter(|r| r.is_none()) {
-                *r = created.next();
-            }
-            Response::ObjectsCreated(
-                results
-                    .into_iter()
-                    .map(|r| r.unwrap_or_else(|| Err(Error::internal("missing create result"))))
-                    .collect(),
-            )
-        }
+        Request::CreateObjects { specs } => create_objects(server, specs, false),
         // --- creates (issue 10, item 5) ---
         Request::CreateObjectLazy(mut spec) => {
             server.check_owner(&spec.name)?;
@@ -487,6 +458,8 @@ fn handle(
             md.sync()?;
             Response::Ok
         }
+        // ---- creates2 ----
+        Request::CreateObjectsLazy { specs } => create_objects(server, specs, true),
         Request::AttachShm {
             arena,
             pid,
@@ -986,4 +959,37 @@ pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
     };
     server.engine.fill_tier_stats(&mut st);
     Ok(st)
+}
+
+/// `CreateObjects` / `CreateObjectsLazy`: misrouted names and specs the tier rules refuse fail
+/// individually; the rest are created together (one batch of rows, and for the durable kind
+/// one fsync).
+fn create_objects(server: &Server, mut specs: Vec<protocol::ObjectSpec>, lazy: bool) -> Response {
+    let tiering = server.engine.tiering.as_deref();
+    let mut results: Vec<Option<Result<pdcx_core::ObjectMeta>>> = specs
+        .iter_mut()
+        .map(|s| {
+            server
+                .check_owner(&s.name)
+                .and_then(|()| crate::tiering::check_new_object(tiering, s))
+                .err()
+                .map(Err)
+        })
+        .collect();
+    let ok: Vec<protocol::ObjectSpec> = specs
+        .into_iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_none())
+        .map(|(s, _)| s)
+        .collect();
+    let mut created = server.meta.create_objects_with(&ok, lazy).into_iter();
+    for r in results.iter_mut().filter(|r| r.is_none()) {
+        *r = created.next();
+    }
+    Response::ObjectsCreated(
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(Error::internal("missing create result"))))
+            .collect(),
+    )
 }

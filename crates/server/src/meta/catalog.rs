@@ -22,6 +22,10 @@ impl Metadata {
         };
         for lid in lids {
             let meta = self.read_object(&self.db(), lid)?;
+            self.names
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(meta.name.clone(), meta.id);
             self.objects
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
@@ -165,114 +169,86 @@ impl Metadata {
         self.create_objects_with(specs, false)
     }
 
-    /// [`create_objects`](Self::create_objects), or with `lazy` answered at commit: the
-    /// objects are visible (and a duplicate has failed) at return, survive a crash of this
-    /// process, and are on stable storage within about 5 ms and one fsync (the syncer) or at the next
-    /// [`sync`](Metadata::sync) (`SyncMeta`), whichever comes first.
+    /// [`create_objects`](Self::create_objects), or with `lazy` answered without waiting for
+    /// the disk. Either way the objects are created in memory: checked (a duplicate name or a
+    /// bad spec fails here), given ids, visible to every request at once, and their rows are
+    /// queued; they are written in one transaction with whatever else is queued by the next use
+    /// of the database, by the syncer (kicked here, so within about one transaction plus 5 ms)
+    /// or by [`sync`](Metadata::sync) (`SyncMeta`), which also fsyncs. Without `lazy` this
+    /// returns after that `sync`; with it, a kill -9 before the syncer ran loses the objects
+    /// (never their ids: see [`LidRange`]).
     pub fn create_objects_with(&self, specs: &[ObjectSpec], lazy: bool) -> Vec<Result<ObjectMeta>> {
         let t = now();
-        let rows = |tx: &rusqlite::Transaction| {
-            let mut out = Vec::with_capacity(specs.len());
-            for spec in specs {
-                out.push(self.insert_object(tx, spec, t)?);
+        let mut results = Vec::with_capacity(specs.len());
+        {
+            let mut lids = self.lids.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = self.reserve_lids(&mut lids, specs.len() as u64) {
+                return specs.iter().map(|_| Err(e.clone())).collect();
             }
-            Ok(out)
-        };
-        let batch = if lazy {
-            self.write_lazy(rows)
-        } else {
-            self.write(rows)
-        };
-        let results = match batch {
-            Ok(r) => r,
-            // The transaction (or its fsync) failed: nothing of it is acknowledged.
-            Err(e) => return specs.iter().map(|_| Err(e.clone())).collect(),
-        };
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        for m in results.iter().flatten() {
-            objects.insert(m.id, m.clone());
+            let mut names = self.names.write().unwrap_or_else(|p| p.into_inner());
+            let mut made = Vec::new();
+            for spec in specs {
+                let meta = match new_object(spec, t) {
+                    Ok(m) => m,
+                    Err(e) => {
+                        results.push(Err(e));
+                        continue;
+                    }
+                };
+                if names.contains_key(&spec.name) {
+                    results.push(Err(Error::new(
+                        ErrorKind::AlreadyExists,
+                        format!("object {:?} already exists", spec.name),
+                    )));
+                    continue;
+                }
+                let meta = ObjectMeta {
+                    id: make_object_id(self.rank, lids.take()),
+                    owner: self.rank,
+                    ..meta
+                };
+                names.insert(meta.name.clone(), meta.id);
+                made.push(meta.clone());
+                results.push(Ok(meta));
+            }
+            let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+            for m in &made {
+                objects.insert(m.id, m.clone());
+            }
+            drop(objects);
+            drop(names);
+            self.shard.queue(made);
+        }
+        if lazy {
+            self.syncer.kick();
+        } else if let Err(e) = self.sync() {
+            // Not durable, so not acknowledged (they stay queued and visible; the shard's
+            // group commit is poisoned by a failed fsync, so no later write succeeds either).
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(e.clone());
+            }
         }
         results
     }
 
-    /// One object's rows inside the caller's transaction. Builds the metadata the way
-    /// `read_object` would read it back (memberships and tags sorted by name, the last value
-    /// of a repeated tag wins), saving three queries per object. The inner result is the
-    /// object's own (a bad spec or a duplicate name, found before any row of it is written);
-    /// the outer one a database error, which must fail the whole transaction: the object's
-    /// rows may be half written.
-    fn insert_object(
-        &self,
-        tx: &rusqlite::Transaction,
-        spec: &ObjectSpec,
-        t: f64,
-    ) -> Result<Result<ObjectMeta>> {
-        if let Err(e) = validate_dims(&spec.dims) {
-            return Ok(Err(e));
+    /// Makes sure the next `n` local ids are recorded as handed out: when the recorded range
+    /// is too short it is extended by `n` + [`LID_BLOCK`] in one durable transaction (one per
+    /// about 4096 creates). An id is handed out only inside the recorded range, so ids stay
+    /// unique after a crash that lost created objects whose ids clients already hold.
+    fn reserve_lids(&self, lids: &mut LidRange, n: u64) -> Result<()> {
+        if lids.next + n <= lids.end {
+            return Ok(());
         }
-        let fill = match &spec.fill {
-            None => vec![0u8; spec.dtype.size()],
-            Some(f) if f.len() == spec.dtype.size() => f.clone(),
-            Some(f) => {
-                return Ok(Err(Error::new(
-                    ErrorKind::DtypeMismatch,
-                    format!(
-                        "fill value has {} bytes but {} elements have {}",
-                        f.len(),
-                        spec.dtype,
-                        spec.dtype.size()
-                    ),
-                )))
-            }
-        };
-        if spec.tags.iter().any(|(k, _)| k.is_empty()) {
-            return Ok(Err(Error::invalid("tag names must not be empty")));
-        }
-        let dims = match serde_json::to_string(&spec.dims) {
-            Ok(d) => d,
-            Err(e) => return Ok(Err(Error::internal(e.to_string()))),
-        };
-        // No savepoint per object (two statements each): a duplicate writes nothing (OR
-        // IGNORE), and any later failure is a database error that fails the batch.
-        let inserted = tx
-            .prepare_cached(
-                "INSERT OR IGNORE INTO objects (name, dtype, dims, fill, creator, ctime, mtime) VALUES (?1,?2,?3,?4,?5,?6,?6)",
+        let end = lids.next + n + LID_BLOCK;
+        self.write(|tx| {
+            tx.execute(
+                "INSERT OR REPLACE INTO settings VALUES ('lids_reserved', ?1)",
+                [end.to_string()],
             )
-            .and_then(|mut st| st.execute(params![spec.name, spec.dtype as u8, dims, fill, spec.creator, t]))
-            .map_err(db_err)?;
-        if inserted == 0 {
-            return Ok(Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("object {:?} already exists", spec.name),
-            )));
-        }
-        let lid = tx.last_insert_rowid();
-        let mut st = tx
-            .prepare_cached("INSERT OR IGNORE INTO memberships VALUES (?1, ?2)")
-            .map_err(db_err)?;
-        for c in &spec.containers {
-            st.execute(params![lid, c]).map_err(db_err)?;
-        }
-        write_tags(tx, 0, lid, &spec.tags)?;
-        let containers: std::collections::BTreeSet<&String> = spec.containers.iter().collect();
-        let tags: std::collections::BTreeMap<&String, &TagValue> =
-            spec.tags.iter().map(|(k, v)| (k, v)).collect();
-        Ok(Ok(ObjectMeta {
-            id: make_object_id(self.rank, lid as u64),
-            name: spec.name.clone(),
-            owner: self.rank,
-            creator: spec.creator.clone(),
-            ctime: t,
-            mtime: t,
-            dims: spec.dims.clone(),
-            dtype: spec.dtype,
-            fill,
-            containers: containers.into_iter().cloned().collect(),
-            tags: tags
-                .into_iter()
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect(),
-        }))
+            .map_err(db_err)
+        })?;
+        lids.end = end;
+        Ok(())
     }
 
     pub fn object(&self, id: ObjectId) -> Result<ObjectMeta> {
@@ -295,15 +271,14 @@ impl Metadata {
     }
 
     pub fn object_by_name(&self, name: &str) -> Result<ObjectMeta> {
-        let lid: Option<i64> = self
-            .db()
-            .query_row("SELECT lid FROM objects WHERE name=?1", [name], |r| {
-                r.get(0)
-            })
-            .optional()
-            .map_err(db_err)?;
-        let lid = lid.ok_or_else(|| Error::not_found(format!("no object named {name:?}")))?;
-        self.object(make_object_id(self.rank, lid as u64))
+        let id = self
+            .names
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied();
+        let id = id.ok_or_else(|| Error::not_found(format!("no object named {name:?}")))?;
+        self.object(id)
     }
 
     pub fn list_objects(&self, container: Option<&str>) -> Result<Vec<ObjectMeta>> {
@@ -375,6 +350,10 @@ impl Metadata {
                 .map_err(db_err)?;
             Ok(())
         })?;
+        self.names
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&meta.name);
         self.objects
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -450,6 +429,18 @@ impl Metadata {
     /// [`put_tags`](Self::put_tags), or with `lazy` answered at commit (as
     /// [`create_objects_with`](Self::create_objects_with)).
     pub fn put_tags_with(&self, target: &TagTarget, tags: &Tags, lazy: bool) -> Result<()> {
+        if tags.iter().any(|(k, _)| k.is_empty()) {
+            return Err(Error::invalid("tag names must not be empty"));
+        }
+        if let (true, TagTarget::Object(id)) = (lazy, target) {
+            // An object whose rows are still queued (the create-then-tag pattern) takes the
+            // tags into its queued row: no transaction of its own, and no more durable than
+            // the create it belongs to would be anyway.
+            if self.tag_queued(*id, tags) {
+                self.syncer.kick();
+                return Ok(());
+            }
+        }
         let (kind, lid) = self.target_lid(target)?;
         let rows = |tx: &rusqlite::Transaction| write_tags(tx, kind, lid, tags);
         if lazy {
@@ -477,6 +468,27 @@ impl Metadata {
             }
         }
         Ok(())
+    }
+
+    /// Merges `tags` into object `id`'s queued row and cached copy if its row is still queued
+    /// (false: it is not, write the tags the usual way). Holds the queue's lock throughout, so
+    /// a flush takes the row either before (then this returns false) or after the merge.
+    fn tag_queued(&self, id: ObjectId, tags: &Tags) -> bool {
+        let merge = |have: &mut Tags| {
+            let mut merged: std::collections::BTreeMap<String, TagValue> =
+                std::mem::take(have).into_iter().collect();
+            for (k, v) in tags {
+                merged.insert(k.clone(), v.clone());
+            }
+            *have = merged.into_iter().collect();
+        };
+        self.shard.with_queued(id, |row| {
+            merge(&mut row.tags);
+            let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(o) = objects.get_mut(&id) {
+                merge(&mut o.tags);
+            }
+        })
     }
 
     pub fn delete_tag(&self, target: &TagTarget, key: &str) -> Result<()> {
@@ -533,6 +545,127 @@ impl Metadata {
             c as u64,
         ))
     }
+}
+
+/// Local ids handed out per durable record of the range (`settings.lids_reserved`): one
+/// transaction and fsync per this many creates.
+const LID_BLOCK: u64 = 4096;
+
+/// The shard's local ids (the low 48 bits of object ids). `next` is the next to hand out;
+/// every id below `end` may have been handed out, and `end` is on stable storage before any
+/// id at or above the old end is (so after a crash, ids restart at the recorded end, above
+/// any id a client may hold for an object the crash lost).
+pub(crate) struct LidRange {
+    next: u64,
+    end: u64,
+}
+
+impl LidRange {
+    /// After the highest id ever used by a row (`sqlite_sequence` keeps it after deletes) and
+    /// the recorded range.
+    pub(super) fn load(db: &Connection) -> Result<LidRange> {
+        let seq: Option<i64> = db
+            .query_row(
+                "SELECT seq FROM sqlite_sequence WHERE name='objects'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err)?;
+        let max: Option<i64> = db
+            .query_row("SELECT max(lid) FROM objects", [], |r| r.get(0))
+            .map_err(db_err)?;
+        let reserved: Option<String> = db
+            .query_row(
+                "SELECT value FROM settings WHERE key='lids_reserved'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err)?;
+        let reserved = match reserved {
+            None => 0,
+            Some(v) => v.parse::<u64>().map_err(|_| {
+                Error::internal(format!("settings.lids_reserved is not a number: {v:?}"))
+            })?,
+        };
+        let used = seq.unwrap_or(0).max(max.unwrap_or(0)).max(0) as u64;
+        // Local id 0 is never used (rowids start at 1).
+        let next = (used + 1).max(reserved).max(1);
+        Ok(LidRange { next, end: next })
+    }
+
+    fn take(&mut self) -> u64 {
+        let lid = self.next;
+        self.next += 1;
+        lid
+    }
+}
+
+/// An object for `spec` (id and owner still to be set), or why the spec is refused. Builds
+/// the metadata the way `read_object` would read it back: memberships and tags sorted by
+/// name, the last value of a repeated tag winning.
+fn new_object(spec: &ObjectSpec, t: f64) -> Result<ObjectMeta> {
+    validate_dims(&spec.dims)?;
+    let fill = match &spec.fill {
+        None => vec![0u8; spec.dtype.size()],
+        Some(f) if f.len() == spec.dtype.size() => f.clone(),
+        Some(f) => {
+            return Err(Error::new(
+                ErrorKind::DtypeMismatch,
+                format!(
+                    "fill value has {} bytes but {} elements have {}",
+                    f.len(),
+                    spec.dtype,
+                    spec.dtype.size()
+                ),
+            ))
+        }
+    };
+    if spec.tags.iter().any(|(k, _)| k.is_empty()) {
+        return Err(Error::invalid("tag names must not be empty"));
+    }
+    let containers: std::collections::BTreeSet<&String> = spec.containers.iter().collect();
+    let tags: std::collections::BTreeMap<&String, &TagValue> =
+        spec.tags.iter().map(|(k, v)| (k, v)).collect();
+    Ok(ObjectMeta {
+        id: 0,
+        name: spec.name.clone(),
+        owner: 0,
+        creator: spec.creator.clone(),
+        ctime: t,
+        mtime: t,
+        dims: spec.dims.clone(),
+        dtype: spec.dtype,
+        fill,
+        containers: containers.into_iter().cloned().collect(),
+        tags: tags
+            .into_iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    })
+}
+
+/// The rows of a created object (`Shard::flush_locked`), inside the caller's transaction.
+/// Plain INSERT: the catalog checked the name and handed out the id, so a conflict here is a
+/// bug and fails the batch rather than being ignored.
+pub(super) fn insert_rows(tx: &rusqlite::Transaction, m: &ObjectMeta) -> Result<()> {
+    let dims = serde_json::to_string(&m.dims).map_err(|e| Error::internal(e.to_string()))?;
+    let lid = lid_of(m.id);
+    tx.prepare_cached(
+        "INSERT INTO objects (lid, name, dtype, dims, fill, creator, ctime, mtime) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+    )
+    .and_then(|mut st| {
+        st.execute(params![lid, m.name, m.dtype as u8, dims, m.fill, m.creator, m.ctime, m.mtime])
+    })
+    .map_err(db_err)?;
+    let mut st = tx
+        .prepare_cached("INSERT OR IGNORE INTO memberships VALUES (?1, ?2)")
+        .map_err(db_err)?;
+    for c in &m.containers {
+        st.execute(params![lid, c]).map_err(db_err)?;
+    }
+    write_tags(tx, 0, lid, &m.tags)
 }
 
 fn write_tags(tx: &rusqlite::Transaction, kind: i64, lid: i64, tags: &Tags) -> Result<()> {

@@ -28,18 +28,116 @@ use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use rusqlite::{params, Connection, OptionalExtension};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
 pub use locations::{ExtentRow, HomeRow, Registration};
 
 pub struct Metadata {
-    db: Mutex<Connection>,
-    /// The catalog's in-memory copy of every object of this shard.
+    /// The database, the group commit of its WAL, and the object rows not written yet.
+    shard: Arc<Shard>,
+    /// The catalog's in-memory copy of every object of this shard, created rows not yet
+    /// written included.
     objects: RwLock<HashMap<ObjectId, ObjectMeta>>,
-    sync: Arc<GroupSync>,
-    /// Background fsync of lazy writes ([`write_lazy`](Metadata::write_lazy)).
+    /// Every object name of this shard (with `objects`, the catalog answers creates and
+    /// lookups by name without SQLite).
+    names: RwLock<HashMap<String, ObjectId>>,
+    /// Local ids: the next one and the end of the range recorded as handed out (creates
+    /// hold this lock, so they are serialised per shard).
+    lids: Mutex<catalog::LidRange>,
+    /// Background flush and fsync of lazy writes ([`write_lazy`](Metadata::write_lazy)).
     syncer: Arc<Syncer>,
+    syncer_thread: Option<std::thread::JoinHandle<()>>,
     pub rank: u32,
+}
+
+/// What the syncer thread shares with the catalog: the connection, its group commit and the
+/// rows of created objects waiting to be written (issue 10, creates: a create is answered
+/// from memory and its rows reach SQLite in batches, one transaction per batch).
+pub(crate) struct Shard {
+    db: Mutex<Connection>,
+    sync: GroupSync,
+    /// Objects created (answered) whose rows are not in the database yet, in creation order.
+    /// Written before any other use of the connection (`Metadata::db`), so every query and
+    /// every later transaction sees them; by the syncer; and by `sync`.
+    pending: Mutex<Vec<ObjectMeta>>,
+    /// `pending.len()`, readable without the lock (the check on every use of the connection).
+    pending_n: AtomicUsize,
+}
+
+impl Shard {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Connection> {
+        self.db.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<ObjectMeta>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues the rows of objects just created (already in the in-memory catalog).
+    fn queue(&self, made: Vec<ObjectMeta>) {
+        let mut p = self.pending();
+        p.extend(made);
+        self.pending_n.store(p.len(), Ordering::Release);
+    }
+
+    /// Writes the queued rows in one transaction on `db` (held by the caller, so nobody uses
+    /// the connection before they are in). On failure they stay queued (in order) and the
+    /// error is returned; the next use of the connection tries again.
+    fn flush_locked(&self, db: &mut Connection) -> Result<()> {
+        if self.pending_n.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        let rows = {
+            let mut p = self.pending();
+            self.pending_n.store(0, Ordering::Release);
+            std::mem::take(&mut *p)
+        };
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let written = db.transaction().map_err(db_err).and_then(|tx| {
+            for m in &rows {
+                catalog::insert_rows(&tx, m)?;
+            }
+            tx.commit().map_err(db_err)
+        });
+        match written {
+            Ok(()) => {
+                // Under the database lock: ticket order is commit order.
+                self.sync.ticket();
+                Ok(())
+            }
+            Err(e) => {
+                let mut p = self.pending();
+                let later = std::mem::replace(&mut *p, rows);
+                p.extend(later);
+                self.pending_n.store(p.len(), Ordering::Release);
+                Err(e)
+            }
+        }
+    }
+
+    fn flush(&self) -> Result<()> {
+        self.flush_locked(&mut self.lock())
+    }
+
+    /// Runs `f` on the queued row of object `id` under the queue's lock; false if its row is
+    /// not queued (written already, or no such object). Searches from the newest row: a tag
+    /// put usually follows its create.
+    fn with_queued(&self, id: ObjectId, f: impl FnOnce(&mut ObjectMeta)) -> bool {
+        if self.pending_n.load(Ordering::Acquire) == 0 {
+            return false;
+        }
+        let mut p = self.pending();
+        match p.iter_mut().rev().find(|m| m.id == id) {
+            Some(row) => {
+                f(row);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 /// The WAL syncer of lazy writes: a thread that, once kicked, runs the group commit for
@@ -59,6 +157,9 @@ struct Syncer {
 struct SyncerState {
     kicked: bool,
     stop: bool,
+    /// Tests: the syncer does nothing until stopped (so queued rows stay unwritten, as at a
+    /// crash right after a create).
+    held: bool,
 }
 
 impl Syncer {
@@ -74,11 +175,11 @@ impl Syncer {
         }
     }
 
-    fn run(&self, sync: &GroupSync) {
+    fn run(&self, shard: &Shard) {
         loop {
             {
                 let mut s = self.lock();
-                while !s.kicked && !s.stop {
+                while (!s.kicked || s.held) && !s.stop {
                     s = self.cv.wait(s).unwrap_or_else(|p| p.into_inner());
                 }
                 if s.stop {
@@ -86,23 +187,44 @@ impl Syncer {
                 }
                 s.kicked = false;
             }
-            // A failure poisons the group commit: every later durable write and every
-            // SyncMeta reports it, so there is nobody to tell here.
-            if let Err(e) = sync.wait(sync.latest()) {
+            // Queued object rows first (one transaction for all of them), then the fsync. A
+            // failed write stays queued and is reported to the next SyncMeta; a failed fsync
+            // poisons the group commit, which every later durable write and SyncMeta reports:
+            // nobody to tell here.
+            if let Err(e) = shard.flush() {
+                tracing::warn!("metadata: writing created objects: {}", e.message);
+            }
+            if let Err(e) = shard.sync.wait(shard.sync.latest()) {
                 tracing::warn!("metadata WAL syncer: {}", e.message);
             }
             // At most one background fsync per interval: each costs CPU and device time, and
             // lazy changes only need to reach the disk soon (a SyncMeta does not wait here).
-            std::thread::sleep(SYNCER_INTERVAL);
+            let s = self.lock();
+            if s.stop {
+                return;
+            }
+            let _ = self
+                .cv
+                .wait_timeout_while(s, SYNCER_INTERVAL, |s| !s.stop)
+                .unwrap_or_else(|p| p.into_inner());
         }
     }
 }
 
 impl Drop for Metadata {
+    /// Stops the syncer and waits for it, so the connection is closed when this returns (a
+    /// reopen, or a test restoring the files, must not race a write of the old one). Rows not
+    /// written yet are dropped, as a crash of the process would: acknowledged creates are
+    /// durable only at [`sync`](Metadata::sync) (the server runs it at shutdown).
     fn drop(&mut self) {
-        let mut s = self.syncer.lock();
-        s.stop = true;
-        self.syncer.cv.notify_all();
+        {
+            let mut s = self.syncer.lock();
+            s.stop = true;
+            self.syncer.cv.notify_all();
+        }
+        if let Some(t) = self.syncer_thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -193,7 +315,7 @@ impl Metadata {
             .write(true)
             .open(&wal_path)
             .map_err(|e| Error::io(&format!("open {}", wal_path.display()), &e))?;
-        let sync = Arc::new(GroupSync::with_fs(wal, &wal_path, fs));
+        let sync = GroupSync::with_fs(wal, &wal_path, fs);
         sync.sync_now()?;
         let parent = match path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -202,27 +324,43 @@ impl Metadata {
         std::fs::File::open(parent)
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::io(&format!("fsync {}", parent.display()), &e))?;
+        let lids = catalog::LidRange::load(&db)?;
+        let shard = Arc::new(Shard {
+            db: Mutex::new(db),
+            sync,
+            pending: Mutex::new(Vec::new()),
+            pending_n: AtomicUsize::new(0),
+        });
         let syncer = Arc::new(Syncer::default());
-        {
-            let (syncer, sync) = (syncer.clone(), sync.clone());
+        let syncer_thread = {
+            let (syncer, shard) = (syncer.clone(), shard.clone());
             std::thread::Builder::new()
                 .name(format!("meta-sync-{rank}"))
-                .spawn(move || syncer.run(&sync))
-                .map_err(|e| Error::io("start the metadata WAL syncer", &e))?;
-        }
+                .spawn(move || syncer.run(&shard))
+                .map_err(|e| Error::io("start the metadata WAL syncer", &e))?
+        };
         let md = Metadata {
-            db: Mutex::new(db),
+            shard,
             objects: RwLock::new(HashMap::new()),
-            sync,
+            names: RwLock::new(HashMap::new()),
+            lids: Mutex::new(lids),
             syncer,
+            syncer_thread: Some(syncer_thread),
             rank,
         };
         md.load_objects()?;
         Ok(md)
     }
 
+    /// The connection, with every created object's rows written first (so whatever the caller
+    /// reads or writes sees them, and its own transaction comes after theirs). A failure to
+    /// write them is logged and left for the next use or `sync` to retry and report.
     pub(super) fn db(&self) -> std::sync::MutexGuard<'_, Connection> {
-        self.db.lock().unwrap_or_else(|p| p.into_inner())
+        let mut db = self.shard.lock();
+        if let Err(e) = self.shard.flush_locked(&mut db) {
+            tracing::warn!("metadata: writing created objects: {}", e.message);
+        }
+        db
     }
 
     /// Runs `f` in one write transaction and returns once it is durable (group commit). An
@@ -232,7 +370,7 @@ impl Metadata {
         f: impl FnOnce(&rusqlite::Transaction) -> Result<T>,
     ) -> Result<T> {
         let (v, ticket) = self.write_nowait(f)?;
-        self.sync.wait(ticket)?;
+        self.shard.sync.wait(ticket)?;
         Ok(v)
     }
 
@@ -242,12 +380,14 @@ impl Metadata {
         &self,
         f: impl FnOnce(&rusqlite::Transaction) -> Result<T>,
     ) -> Result<(T, u64)> {
-        let mut db = self.db();
+        let mut db = self.shard.lock();
+        // Created objects' rows go first (a transaction naming one must not commit without it).
+        self.shard.flush_locked(&mut db)?;
         let tx = db.transaction().map_err(db_err)?;
         let v = f(&tx)?;
         tx.commit().map_err(db_err)?;
         // Under the database lock: ticket order is commit order.
-        Ok((v, self.sync.ticket()))
+        Ok((v, self.shard.sync.ticket()))
     }
 
     /// Like [`write`](Self::write) but returns at commit: the change is visible and survives a
@@ -264,16 +404,29 @@ impl Metadata {
 
     /// Returns once the transaction of `ticket` is on stable storage.
     pub fn wait_durable(&self, ticket: u64) -> Result<()> {
-        self.sync.wait(ticket)
+        self.shard.sync.wait(ticket)
     }
 
-    /// Makes every committed metadata change durable (shutdown, `memory` durability's sync).
+    /// Makes every metadata change durable, created objects whose rows were not written yet
+    /// included (SyncMeta, shutdown, `memory` durability's sync).
     pub fn sync(&self) -> Result<()> {
-        self.sync.wait(self.sync.latest())
+        self.shard.flush()?;
+        self.shard.sync.wait(self.shard.sync.latest())
     }
 
     /// How many WAL fsyncs the group commit has issued (shows how well commits are grouped).
     pub fn wal_syncs(&self) -> u64 {
-        self.sync.syncs()
+        self.shard.sync.syncs()
+    }
+
+    /// Tests: keeps the syncer from writing or fsyncing anything from now on.
+    #[cfg(test)]
+    pub(crate) fn hold_syncer(&self) {
+        self.syncer.lock().held = true;
+    }
+
+    /// Created objects whose rows are not in the database yet (stats and tests).
+    pub fn unwritten_creates(&self) -> usize {
+        self.shard.pending_n.load(Ordering::Acquire)
     }
 }

@@ -1,0 +1,27 @@
+/* pdcx-only extensions of the PDC C API (not in PDC; guard their use with
+ * #ifdef PDCX_EXT_H). Build: cc prog.c $(pkg-config --cflags --libs pdcx) */
+#ifndef PDCX_EXT_H
+#define PDCX_EXT_H
+
+#include "pdc.h"
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Creates n objects named names[0..n-1] in container cont_id, all with the object property
+ * prop_id, in one request per owning server and batch of up to 4096 objects. obj_ids[i]
+ * receives the handle of object i (close it with PDCobj_close), or 0 if that object failed
+ * (a name already taken, an invalid name: each failure is printed on stderr); returns FAIL if
+ * any failed, SUCCEED otherwise. As with PDCobj_create, every object this returns is visible
+ * to all clients and usable at once, and is on stable storage at this process's next
+ * consistency point (a transfer wait, PDCcont_close, PDCclose, PDCobj_flush_all_start). */
+perr_t PDCXobj_create_many(pdcid_t cont_id, size_t n, const char *const *names, pdcid_t prop_id,
+                           pdcid_t *obj_ids);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PDCX_EXT_H */
