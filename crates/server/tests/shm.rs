@@ -58,9 +58,11 @@ fn round_trip(c: &Client, prefix: &str) -> u64 {
 fn same_node_data_goes_through_shared_memory_and_other_nodes_use_tcp() {
     let dir = tempfile::tempdir().unwrap();
     let _server = deployment(dir.path());
-    // Reads of committed log bytes would bypass the server (issue 10, "reads": one-copy
-    // reads from the segment files); this test is about the shared-memory path.
+    // Reads of committed log bytes and large writes would bypass the server (issue 10:
+    // one-copy reads and writes of the segment files); this test is about the shared-memory
+    // path.
     std::env::set_var("PDCX_DIRECT_READ", "0");
+    std::env::set_var("PDCX_DIRECT_WRITE", "0");
     let c = Client::connect(Some(dir.path())).unwrap();
     assert!(c.shm_active(0), "the server runs on this node");
     let moved = round_trip(&c, "same");
