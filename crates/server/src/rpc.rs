@@ -584,6 +584,9 @@ fn handle_peer(server: &Server, from: u32, req: PeerRequest) -> Result<(PeerResp
         PeerRequest::Register { items } => {
             PeerResponse::Seqs(server.engine.register_batch(from, &items)?)
         }
+        PeerRequest::RegisterMemory { items } => {
+            PeerResponse::Seqs(server.engine.register_batch_with(from, &items, false)?)
+        }
         PeerRequest::ReadPieces { id, region } => {
             let (list, bytes) = server.engine.pieces(id, &region)?;
             if bytes.len() as u64 > server.config.max_payload {

@@ -39,6 +39,8 @@ pub struct Metadata {
     sync: Arc<GroupSync>,
     /// Background fsync of lazy writes ([`write_lazy`](Metadata::write_lazy)).
     syncer: Arc<Syncer>,
+    /// The durable reserved sequence mark (`locations::Metadata::register_regions`).
+    seq_reserved: std::sync::atomic::AtomicU64,
     pub rank: u32,
 }
 
@@ -210,11 +212,13 @@ impl Metadata {
                 .spawn(move || syncer.run(&sync))
                 .map_err(|e| Error::io("start the metadata WAL syncer", &e))?;
         }
+        let seq_reserved = Self::load_seq_reserved(&db)?;
         let md = Metadata {
             db: Mutex::new(db),
             objects: RwLock::new(HashMap::new()),
             sync,
             syncer,
+            seq_reserved: seq_reserved.into(),
             rank,
         };
         md.load_objects()?;
@@ -260,6 +264,11 @@ impl Metadata {
         let (v, _ticket) = self.write_nowait(f)?;
         self.syncer.kick();
         Ok(v)
+    }
+
+    /// Asks the background syncer to make everything committed so far durable soon.
+    pub(crate) fn kick_syncer(&self) {
+        self.syncer.kick();
     }
 
     /// Returns once the transaction of `ticket` is on stable storage.
