@@ -131,6 +131,13 @@ fn peer_request_refused(body: &[u8]) -> Error {
 /// The request loop of a connection from server `from` of the deployment.
 fn serve_peer(server: &Server, from: u32, reader: &mut Reader, writer: &mut Writer) {
     loop {
+        if reader.buffer().is_empty() {
+            // Registrations of a stream of small commits come back to back (`spin_budget`).
+            pdcx_transport::stream::spin_until_readable(
+                reader.get_ref(),
+                pdcx_transport::stream::spin_budget(),
+            );
+        }
         let (head, body) = match protocol::read_frame_head(reader, server.config.max_payload) {
             Ok(x) => x,
             Err(e) if e.kind == ErrorKind::Unavailable => break,
