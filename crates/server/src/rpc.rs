@@ -132,10 +132,12 @@ fn peer_request_refused(body: &[u8]) -> Error {
 fn serve_peer(server: &Server, from: u32, reader: &mut Reader, writer: &mut Writer) {
     loop {
         if reader.buffer().is_empty() {
-            // Registrations of a stream of small commits come back to back (`spin_budget`).
+            // A holder's registrations come one per small commit, i.e. one per round trip of
+            // its client (holder and owner included): wait as long as a caller waits for a
+            // reply (`reply_spin_budget`), or a stream of them settles into sleeping here.
             pdcx_transport::stream::spin_until_readable(
                 reader.get_ref(),
-                pdcx_transport::stream::spin_budget(),
+                pdcx_transport::stream::reply_spin_budget(),
             );
         }
         let (head, body) = match protocol::read_frame_head(reader, server.config.max_payload) {

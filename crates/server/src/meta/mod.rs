@@ -146,7 +146,12 @@ impl Metadata {
         let db = Connection::open(path).map_err(db_err)?;
         db.execute_batch(
             // NORMAL: commits write the WAL without fsync; GroupSync adds the (shared) fsync.
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+            // EXCLUSIVE (smallmem, issue 10): this server is the shard's only user, so the
+            // connection keeps the file lock and the WAL index in its own memory instead of
+            // taking and dropping 6 `fcntl` locks on the -shm file per transaction (a small
+            // `memory` commit runs one or two transactions). A second process opening the
+            // shard while the server runs is refused ("database is locked").
+            "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
         )
         .map_err(db_err)?;
         let old_format: bool = db
