@@ -195,3 +195,25 @@ fn a_lost_memory_registration_never_gets_its_number_reused() {
         "seq {lost} handed out again after the power cut"
     );
 }
+
+#[test]
+fn a_shard_whose_wal_fsync_failed_refuses_memory_registrations_too() {
+    let sql = tempfile::tempdir().unwrap();
+    let disk = SimFs::new();
+    let (meta, engine) = open(&disk, sql.path());
+    let id = object(&meta);
+    register(&engine, id, 0, false);
+    register(&engine, id, 1, false);
+    disk.set_faults(pdcx_fsio::Faults {
+        sync_eio: true,
+        ..Default::default()
+    });
+    let err = engine
+        .register_batch_with(1, &item(id, 2), true)
+        .expect_err("a failed WAL fsync fails the durable registration");
+    assert!(err.message.contains("fsync"), "{err}");
+    let err = engine
+        .register_batch_with(1, &item(id, 3), false)
+        .expect_err("fail-stop: no more registrations after a failed fsync");
+    assert!(err.message.contains("no longer accepts writes"), "{err}");
+}

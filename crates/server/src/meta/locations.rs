@@ -219,6 +219,12 @@ impl Metadata {
         next_seq: &mut u64,
         durable: bool,
     ) -> Result<(Vec<(u64, bool)>, bool)> {
+        if !durable {
+            // A shard whose WAL fsync failed accepts no more writes (fail-stop), also none
+            // that would not wait for an fsync: ticket 0 is always covered, so this only
+            // reports the poisoning.
+            self.wait_durable(0)?;
+        }
         let start = *next_seq;
         let reserved = self.seq_reserved();
         let ((out, next, raised), ticket) = self.write_nowait(|tx| {
