@@ -842,6 +842,13 @@ pub enum PeerRequest {
     /// its sequence number, so the owner can merge several holders' data. Answered with
     /// `Pieces`.
     ReadPieces { id: ObjectId, region: Region },
+    // --- smallmem (issue 10): registrations of `memory`-durability writes ---
+    /// `Register` of strong writes waited at `memory` durability (no item has a token): the
+    /// owner records them as `Register` does (region map in its WAL, visible at once) but
+    /// answers without waiting for its WAL fsync. Its numbers stay below a durable high-water
+    /// mark (reserved in blocks, fsynced once per block), so none is reused after a crash.
+    /// Items with a token are registered durably, as by `Register`. Answered with `Seqs`.
+    RegisterMemory { items: Vec<RegisterItem> },
 }
 
 impl PeerRequest {
@@ -852,6 +859,7 @@ impl PeerRequest {
             PeerRequest::Lookup { .. } => "Lookup",
             PeerRequest::Register { .. } => "Register",
             PeerRequest::ReadPieces { .. } => "ReadPieces",
+            PeerRequest::RegisterMemory { .. } => "RegisterMemory",
         }
     }
 }

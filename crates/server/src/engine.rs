@@ -36,6 +36,11 @@ pub trait Peers: Send + Sync {
     /// Tells `owner` that this server committed these regions of its objects; returns the
     /// sequence number the owner assigned each (None: a deferred write of a deleted object).
     fn register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>>;
+    /// [`register`](Self::register) of the strong writes of a `memory` commit: the owner
+    /// answers before its metadata WAL fsync (`PeerRequest::RegisterMemory`).
+    fn register_memory(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
+        self.register(owner, items)
+    }
     /// `holder`'s committed pieces of `region` (seq, piece) and their bytes back to back.
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces>;
 }
@@ -58,6 +63,9 @@ pub struct RegisterCounters {
     pub regions: AtomicU64,
     /// Register requests sent to owners as a holder.
     pub sent: AtomicU64,
+    /// Of the requests answered as owner, those answered before their metadata WAL fsync
+    /// (`RegisterMemory` within the reserved sequence block).
+    pub unsynced: AtomicU64,
 }
 
 pub struct Engine {
@@ -83,6 +91,11 @@ impl Registrar for PeerRegistrar<'_> {
         self.0.counters.sent.fetch_add(1, Ordering::Relaxed);
         self.0.peers()?.register(owner, items)
     }
+
+    fn register_memory(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
+        self.0.counters.sent.fetch_add(1, Ordering::Relaxed);
+        self.0.peers()?.register_memory(owner, items)
+    }
 }
 
 impl Engine {
@@ -104,7 +117,9 @@ impl Engine {
     ) -> Result<(Engine, Recovery, usize)> {
         let tiering = tiering.map(Arc::new);
         let mut remote: HashMap<ObjectId, Vec<RemoteExtent>> = HashMap::new();
-        let mut max_seq = 0;
+        // Numbers up to the reserved mark may have been handed out by registrations answered
+        // before their rows were fsynced (`memory`), so the counter resumes above it.
+        let mut max_seq = meta.seq_reserved().saturating_sub(1);
         for (id, seq, holder, region) in meta.load_region_map()? {
             max_seq = max_seq.max(seq);
             remote.entry(id).or_default().push(RemoteExtent {
@@ -593,6 +608,21 @@ impl Engine {
     /// token) registered before gets its number back; one whose object is gone gets None.
     /// Anything wrong with a strong item (not ours, unknown, out of bounds) fails the request.
     pub fn register_batch(&self, holder: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
+        self.register_batch_with(holder, items, true)
+    }
+
+    /// [`register_batch`](Self::register_batch); with `durable` false (the strong writes of a
+    /// `memory` commit, `PeerRequest::RegisterMemory`) the answer does not wait for the WAL
+    /// fsync that makes the region-map rows durable: they are written (visible, and kept by a
+    /// kill -9) and fsynced in the background; the numbers stay below the durable high-water
+    /// mark (`Metadata::register_regions`), so a crash never reuses one. Items with a token
+    /// (deferred writes) always make the registration durable.
+    pub fn register_batch_with(
+        &self,
+        holder: u32,
+        items: &[RegisterItem],
+        durable: bool,
+    ) -> Result<Vec<Option<u64>>> {
         self.counters.received.fetch_add(1, Ordering::Relaxed);
         self.counters
             .regions
@@ -619,7 +649,13 @@ impl Engine {
         if live.is_empty() {
             return Ok(out);
         }
-        let got = self.store.record_registrations(holder, &live)?;
+        let durable = durable || live.iter().any(|(_, _, token)| token.is_some());
+        let (got, synced) = self.store.record_registrations(holder, &live, durable)?;
+        if !synced {
+            // Durable within about one background fsync (and 5 ms), off this request's path.
+            self.meta.kick_syncer();
+            self.counters.unsynced.fetch_add(1, Ordering::Relaxed);
+        }
         let mut remote = self.remote.write().unwrap_or_else(|p| p.into_inner());
         for ((&k, (id, region, _)), (seq, new)) in at.iter().zip(&live).zip(got) {
             out[k] = Some(seq);

@@ -215,6 +215,12 @@ pub(crate) fn await_request(
     may_idle_out: bool,
 ) -> bool {
     if reader.buffer().is_empty() {
+        // A client issuing back-to-back small operations sends the next one within
+        // microseconds of this reply: poll before sleeping (see `spin_budget`).
+        pdcx_transport::stream::spin_until_readable(
+            reader.get_ref(),
+            pdcx_transport::stream::spin_budget(),
+        );
         let idle = if may_idle_out {
             limits.idle_timeout
         } else {

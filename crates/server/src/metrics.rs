@@ -679,7 +679,7 @@ pub fn render(server: &Server) -> String {
     );
 
     // Lookups and registration (the metadata traffic between servers).
-    let counters: [(&str, &str, u64); 7] = [
+    let counters: [(&str, &str, u64); 8] = [
         (
             "pdcx_lookups_total",
             "Object lookups answered as the owner.",
@@ -714,6 +714,11 @@ pub fn render(server: &Server) -> String {
             "pdcx_registers_sent_total",
             "Register requests sent to owners as a holder.",
             st.registers_sent,
+        ),
+        (
+            "pdcx_registers_unsynced_total",
+            "Of the register requests answered as owner, those answered before their metadata WAL fsync (memory durability, within the reserved sequence block).",
+            server.engine.counters.unsynced.load(Ordering::Relaxed),
         ),
     ];
     for (name, help, v) in counters {

@@ -69,6 +69,18 @@ impl Peers for ClusterPeers {
         })
     }
 
+    fn register_memory(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
+        self.peers.register_memory(owner, items).map_err(|e| {
+            Error::new(
+                e.kind,
+                format!(
+                    "could not record the write with server {owner}, the objects' owner: {}",
+                    e.message
+                ),
+            )
+        })
+    }
+
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
         self.peers
             .read_pieces(holder, id, region)

@@ -131,6 +131,15 @@ fn peer_request_refused(body: &[u8]) -> Error {
 /// The request loop of a connection from server `from` of the deployment.
 fn serve_peer(server: &Server, from: u32, reader: &mut Reader, writer: &mut Writer) {
     loop {
+        if reader.buffer().is_empty() {
+            // A holder's registrations come one per small commit, i.e. one per round trip of
+            // its client (holder and owner included): wait as long as a caller waits for a
+            // reply (`reply_spin_budget`), or a stream of them settles into sleeping here.
+            pdcx_transport::stream::spin_until_readable(
+                reader.get_ref(),
+                pdcx_transport::stream::reply_spin_budget(),
+            );
+        }
         let (head, body) = match protocol::read_frame_head(reader, server.config.max_payload) {
             Ok(x) => x,
             Err(e) if e.kind == ErrorKind::Unavailable => break,
@@ -557,6 +566,9 @@ fn handle_peer(server: &Server, from: u32, req: PeerRequest) -> Result<(PeerResp
         }
         PeerRequest::Register { items } => {
             PeerResponse::Seqs(server.engine.register_batch(from, &items)?)
+        }
+        PeerRequest::RegisterMemory { items } => {
+            PeerResponse::Seqs(server.engine.register_batch_with(from, &items, false)?)
         }
         PeerRequest::ReadPieces { id, region } => {
             let (list, bytes) = server.engine.pieces(id, &region)?;

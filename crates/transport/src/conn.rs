@@ -300,6 +300,10 @@ impl Conn {
         kind: FrameKind,
         on_payload: &mut dyn FnMut(&mut Reader, u64) -> Result<()>,
     ) -> Result<R> {
+        if self.reader.buffer().is_empty() {
+            // The reply of a small call comes within microseconds: poll before sleeping.
+            stream::spin_until_readable(self.reader.get_ref(), stream::reply_spin_budget());
+        }
         let (h, body) = protocol::read_frame_head(&mut self.reader, u64::MAX)?;
         if h.kind != kind {
             return Err(Error::protocol(format!(

@@ -125,6 +125,18 @@ impl PeerClient {
         }
     }
 
+    /// [`register`](Self::register) of `memory`-durability writes: the owner answers without
+    /// waiting for its metadata WAL fsync (see `PeerRequest::RegisterMemory`).
+    pub fn register_memory(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
+        let req = PeerRequest::RegisterMemory {
+            items: items.to_vec(),
+        };
+        match self.call(owner, &req)? {
+            (PeerResponse::Seqs(s), _) if s.len() == items.len() => Ok(s),
+            (r, _) => Err(unexpected("register", r)),
+        }
+    }
+
     /// `holder`'s committed pieces of `region` of object `id`.
     pub fn read_pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
         let req = PeerRequest::ReadPieces {

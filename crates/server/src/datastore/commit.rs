@@ -47,6 +47,11 @@ pub struct OwnerGuard<'a> {
 /// is gone). Answers must be one per item, in order.
 pub trait Registrar {
     fn register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>>;
+    /// `register` for the strong writes of a `memory` commit (smallmem, issue 10): the owner
+    /// may answer before its metadata WAL fsync. Defaults to the durable `register`.
+    fn register_memory(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
+        self.register(owner, items)
+    }
 }
 
 /// What a commit made visible.
@@ -121,7 +126,8 @@ impl DataStore {
     ) -> Result<Committed> {
         let commit = self.lock_commit();
         self.io.log_commits.fetch_add(1, Ordering::Relaxed);
-        let (seqs, deferred) = self.assign_seqs(&commit, staged, relaxed, registrar)?;
+        let memory = durability == Durability::Memory;
+        let (seqs, deferred) = self.assign_seqs(&commit, staged, relaxed, memory, registrar)?;
         crash_point("commit.after_register");
         let rows: Vec<ExtentRow> = staged
             .iter()
@@ -256,6 +262,7 @@ impl DataStore {
         _c: &CommitGuard<'_>,
         staged: &[Staged],
         relaxed: bool,
+        memory: bool,
         registrar: &dyn Registrar,
     ) -> Result<(Vec<u64>, Vec<bool>)> {
         let mut seqs = vec![0u64; staged.len()];
@@ -287,7 +294,15 @@ impl DataStore {
                 region: staged[i].region.clone(),
                 token: None,
             }));
-            let got = checked_answer(*owner, &items, registrar.register(*owner, &items)?)?;
+            // A `memory` commit need not wait for the owner's WAL fsync, unless it carries
+            // earlier deferred writes (their numbers must be durable at the owner before the
+            // holder renumbers them).
+            let answer = if memory && earlier.is_empty() {
+                registrar.register_memory(*owner, &items)?
+            } else {
+                registrar.register(*owner, &items)?
+            };
+            let got = checked_answer(*owner, &items, answer)?;
             let (early, mine) = got.split_at(earlier.len());
             self.publish_registered(&g, &earlier, early)?;
             for (&i, seq) in idx.iter().zip(mine) {

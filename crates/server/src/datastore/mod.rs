@@ -522,15 +522,19 @@ impl DataStore {
     }
 
     /// Owner side of a registration: records where `holder`'s regions live (region map, one
-    /// durable transaction) and gives each its sequence number from this server's counter.
-    /// Returns (seq, newly recorded) per item.
+    /// transaction, durable when `durable` or when it raised the reserved sequence mark; see
+    /// `Metadata::register_regions`) and gives each its sequence number from this server's
+    /// counter. Returns (seq, newly recorded) per item, and whether it waited for the fsync.
     pub fn record_registrations(
         &self,
         holder: u32,
         items: &[Registration<'_>],
-    ) -> Result<Vec<(u64, bool)>> {
+        durable: bool,
+    ) -> Result<(Vec<(u64, bool)>, bool)> {
         let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
-        let got = self.meta.register_regions(holder, items, &mut next_seq)?;
+        let got = self
+            .meta
+            .register_regions(holder, items, &mut next_seq, durable)?;
         crash_point("register.after_region_map");
         Ok(got)
     }

@@ -15,6 +15,10 @@ use pdcx_core::{Error, ObjectId, Region, Result};
 use pdcx_store::Location;
 use rusqlite::{params, OptionalExtension};
 
+/// How many sequence numbers a raise of the reserved mark covers: one metadata fsync per this
+/// many `memory` registrations; a crash skips at most this many numbers.
+pub const SEQ_BLOCK: u64 = 1 << 20;
+
 /// One region an owner records for a holder: object, region, and the token of a deferred
 /// write (its location in the holder's log), if it is one.
 pub type Registration<'a> = (ObjectId, &'a Region, Option<(u64, u64)>);
@@ -197,16 +201,33 @@ impl Metadata {
     /// Owner side of a registration by `holder`: each item's sequence number. A deferred write
     /// (with a token) that was registered before gets its first number back; every other item
     /// takes the next number from `next_seq` and is recorded in the region map (and its token,
-    /// if any), all in one transaction that is durable when this returns. `next_seq` advances
-    /// only if it commits. Returns (seq, newly recorded) per item.
+    /// if any), all in one transaction. `next_seq` advances once it commits.
+    ///
+    /// With `durable` the transaction is fsynced (group commit) before this returns. Without
+    /// it (the strong writes of a `memory` commit) it returns at commit: the rows are visible
+    /// and survive a kill -9 (their WAL frames are written), the caller kicks the background
+    /// syncer ([`kick_syncer`](Self::kick_syncer)) to make them durable soon after, and no number is ever handed out twice because every number handed
+    /// out stays below the **reserved mark** (`settings.seq_reserved`), which is durable
+    /// before any number at or above it is answered: when a registration needs numbers past
+    /// it, the same transaction raises it by [`SEQ_BLOCK`] and waits for the fsync (once per
+    /// block). After a crash the counter resumes at the mark (`Engine::open`). Returns (seq,
+    /// newly recorded) per item and whether it waited for the fsync.
     pub fn register_regions(
         &self,
         holder: u32,
         items: &[Registration<'_>],
         next_seq: &mut u64,
-    ) -> Result<Vec<(u64, bool)>> {
+        durable: bool,
+    ) -> Result<(Vec<(u64, bool)>, bool)> {
+        if !durable {
+            // A shard whose WAL fsync failed accepts no more writes (fail-stop), also none
+            // that would not wait for an fsync: ticket 0 is always covered, so this only
+            // reports the poisoning.
+            self.wait_durable(0)?;
+        }
         let start = *next_seq;
-        let (out, next) = self.write(|tx| {
+        let reserved = self.seq_reserved();
+        let ((out, next, raised), ticket) = self.write_nowait(|tx| {
             let mut find = tx
                 .prepare_cached(
                     "SELECT seq FROM region_tokens WHERE holder=?1 AND segment=?2 AND offset=?3",
@@ -254,9 +275,32 @@ impl Metadata {
                 }
                 out.push((seq, true));
             }
-            Ok((out, next))
+            // Every number handed out (< next) must stay below a durable mark.
+            let raised = if next > reserved {
+                let mark = next
+                    .checked_add(SEQ_BLOCK)
+                    .ok_or_else(|| Error::internal("sequence numbers exhausted"))?;
+                tx.execute(
+                    "INSERT OR REPLACE INTO settings (key, value) VALUES ('seq_reserved', ?1)",
+                    [mark.to_string()],
+                )
+                .map_err(db_err)?;
+                Some(mark)
+            } else {
+                None
+            };
+            Ok((out, next, raised))
         })?;
+        // The rows are in the WAL and visible: their numbers are taken, fsync or not.
         *next_seq = next;
+        let synced = durable || raised.is_some();
+        if synced {
+            self.wait_durable(ticket)?;
+            if let Some(mark) = raised {
+                self.seq_reserved
+                    .store(mark, std::sync::atomic::Ordering::Release);
+            }
+        }
         let t = now();
         let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
         for (id, _, _) in items {
@@ -264,7 +308,29 @@ impl Metadata {
                 o.mtime = t;
             }
         }
-        Ok(out)
+        Ok((out, synced))
+    }
+
+    /// The durable reserved mark: every sequence number this server handed out to a
+    /// registration is below it (see [`register_regions`](Self::register_regions)).
+    pub fn seq_reserved(&self) -> u64 {
+        self.seq_reserved.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// The stored mark (0: none yet), read when the shard opens.
+    pub(super) fn load_seq_reserved(db: &rusqlite::Connection) -> Result<u64> {
+        let v: Option<String> = db
+            .query_row(
+                "SELECT value FROM settings WHERE key='seq_reserved'",
+                [],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(db_err)?;
+        v.map_or(Ok(0), |v| {
+            v.parse()
+                .map_err(|e| Error::internal(format!("stored seq_reserved {v:?}: {e}")))
+        })
     }
 
     /// Holder side, once the owners answered a registration of deferred writes: gives each

@@ -48,6 +48,8 @@ pub struct Metadata {
     /// Background flush and fsync of lazy writes ([`write_lazy`](Metadata::write_lazy)).
     syncer: Arc<Syncer>,
     syncer_thread: Option<std::thread::JoinHandle<()>>,
+    /// The durable reserved sequence mark (`locations::Metadata::register_regions`).
+    seq_reserved: std::sync::atomic::AtomicU64,
     pub rank: u32,
 }
 
@@ -266,7 +268,12 @@ impl Metadata {
         let db = Connection::open(path).map_err(db_err)?;
         db.execute_batch(
             // NORMAL: commits write the WAL without fsync; GroupSync adds the (shared) fsync.
-            "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+            // EXCLUSIVE (smallmem, issue 10): this server is the shard's only user, so the
+            // connection keeps the file lock and the WAL index in its own memory instead of
+            // taking and dropping 6 `fcntl` locks on the -shm file per transaction (a small
+            // `memory` commit runs one or two transactions). A second process opening the
+            // shard while the server runs is refused ("database is locked").
+            "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
         )
         .map_err(db_err)?;
         let old_format: bool = db
@@ -325,6 +332,7 @@ impl Metadata {
             .and_then(|d| d.sync_all())
             .map_err(|e| Error::io(&format!("fsync {}", parent.display()), &e))?;
         let lids = catalog::LidRange::load(&db)?;
+        let seq_reserved = Self::load_seq_reserved(&db)?;
         let shard = Arc::new(Shard {
             db: Mutex::new(db),
             sync,
@@ -346,6 +354,7 @@ impl Metadata {
             lids: Mutex::new(lids),
             syncer,
             syncer_thread: Some(syncer_thread),
+            seq_reserved: seq_reserved.into(),
             rank,
         };
         md.load_objects()?;
@@ -400,6 +409,11 @@ impl Metadata {
         let (v, _ticket) = self.write_nowait(f)?;
         self.syncer.kick();
         Ok(v)
+    }
+
+    /// Asks the background syncer to make everything committed so far durable soon.
+    pub(crate) fn kick_syncer(&self) {
+        self.syncer.kick();
     }
 
     /// Returns once the transaction of `ticket` is on stable storage.

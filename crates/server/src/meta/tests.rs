@@ -510,3 +510,26 @@ fn lazy_tags_on_a_queued_create_join_its_row() {
         ]
     );
 }
+
+/// smallmem (issue 10): the server keeps its shard's file lock (EXCLUSIVE locking mode, no
+/// per-transaction `fcntl` locks), so another process's connection is refused while it runs,
+/// and gets in once the server is gone.
+#[test]
+fn the_shard_is_locked_for_other_connections_while_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    let other = Connection::open(&path).unwrap();
+    other.busy_timeout(std::time::Duration::ZERO).unwrap();
+    let err = other
+        .query_row("SELECT count(*) FROM settings", [], |r| r.get::<_, i64>(0))
+        .expect_err("a second connection must not read the shard under the server");
+    assert!(err.to_string().contains("locked"), "{err}");
+    drop(other);
+    drop(md);
+    let other = Connection::open(&path).unwrap();
+    let n: i64 = other
+        .query_row("SELECT count(*) FROM settings", [], |r| r.get(0))
+        .unwrap();
+    assert!(n >= 2);
+}
