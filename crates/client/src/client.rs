@@ -1006,11 +1006,13 @@ impl Client {
         commit: &Request,
     ) -> Option<Result<()>> {
         let dw = self.inner.direct_write.as_ref()?;
+        // No write-behind: the commit right after syncs (or, at `memory`, need not).
         let r = self.with_conn(dest, &mut |c| match dw.write(
             c,
             dest,
             std::slice::from_ref(item),
             &[data],
+            false,
         )? {
             crate::direct_write::Outcome::Fallback => Ok(false),
             crate::direct_write::Outcome::Written => c.call(commit, &[]).map(|_| true),

@@ -93,12 +93,21 @@ impl DirectWrites {
     /// Reserves `items` on `c` (server `rank`), then writes each payload into the log. An
     /// error is the write's own (a bad region, a full device, the connection gone);
     /// `Fallback` means the caller stages the items instead.
+    ///
+    /// `write_behind`: once every payload is written, start their writeback
+    /// (`sync_file_range`, asynchronous), for writes a later `local` commit will sync: the
+    /// device then works while the caller computes, and that commit's fdatasync finds little
+    /// left (the 5-step VPIC run). Never per payload and never for `memory` writes: measured
+    /// on the C VPIC kernel, a hint after each `pwrite` blocks the writer while the device
+    /// queue is busy and made `memory` writes 1.5-3x slower (bench/RESULTS.md, issue 10
+    /// session 2).
     pub(crate) fn write(
         &self,
         c: &mut Conn,
         rank: u32,
         items: &[StageItem],
         data: &[&[u8]],
+        write_behind: bool,
     ) -> Result<Outcome> {
         let crcs: Vec<u32> = data.iter().map(|d| crc32c::crc32c(d)).collect();
         let req = Request::ReserveWrite {
@@ -164,16 +173,21 @@ impl DirectWrites {
                     format!("write {} bytes into server {rank}'s log: {e}", bytes.len()),
                 ));
             }
-            // Start writeback now (asynchronous), so the commit's fdatasync finds little left
-            // to write, as the server does for the records it appends itself.
-            // SAFETY: plain syscall on an fd `f` keeps open; failure only loses a hint.
-            unsafe {
-                libc::sync_file_range(
-                    f.file.as_raw_fd(),
-                    offset as libc::off64_t,
-                    bytes.len() as libc::off64_t,
-                    libc::SYNC_FILE_RANGE_WRITE,
-                );
+        }
+        if write_behind {
+            for (i, d) in data.iter().enumerate() {
+                let (seg, dev, ino, offset) = resv.spans[i];
+                if let Some(f) = self.file(rank, &resv, seg, dev, ino) {
+                    // SAFETY: plain syscall on an fd `f` keeps open; failure loses a hint.
+                    unsafe {
+                        libc::sync_file_range(
+                            f.file.as_raw_fd(),
+                            offset as libc::off64_t,
+                            d.len() as libc::off64_t,
+                            libc::SYNC_FILE_RANGE_WRITE,
+                        );
+                    }
+                }
             }
         }
         Ok(Outcome::Written)

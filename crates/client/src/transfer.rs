@@ -87,6 +87,9 @@ enum Job {
         items: Vec<StageItem>,
         data: Vec<Arc<Payload>>,
         states: Vec<Arc<State>>,
+        /// Some write of the job will be committed at `local` or `remote`: one-copy writes
+        /// then start their writeback once all are written (see `DirectWrites::write`).
+        write_behind: bool,
     },
     Commit {
         /// `Commit` or `CommitRelaxed`.
@@ -214,8 +217,9 @@ fn execute(client: &Client, rank: u32, c: &mut Conn, job: &Job) -> Result<()> {
             items,
             data,
             states,
+            write_behind,
         } => {
-            stage(client, rank, c, items, data)?;
+            stage(client, rank, c, items, data, *write_behind)?;
             states.iter().for_each(|s| s.set(Phase::Delivered, None));
             Ok(())
         }
@@ -246,13 +250,16 @@ fn stage(
     c: &mut Conn,
     items: &[StageItem],
     data: &[Arc<Payload>],
+    write_behind: bool,
 ) -> Result<()> {
     let (mut direct, mut usual): (Vec<usize>, Vec<usize>) =
         (0..items.len()).partition(|&i| client.direct_writes(rank, items[i].len as usize));
     if let (false, Some(dw)) = (direct.is_empty(), client.inner.direct_write.as_ref()) {
         let d_items: Vec<StageItem> = direct.iter().map(|&i| items[i].clone()).collect();
         let d_parts: Vec<&[u8]> = direct.iter().map(|&i| data[i].as_slice()).collect();
-        if dw.write(c, rank, &d_items, &d_parts)? == crate::direct_write::Outcome::Fallback {
+        if dw.write(c, rank, &d_items, &d_parts, write_behind)?
+            == crate::direct_write::Outcome::Fallback
+        {
             usual.append(&mut direct);
             usual.sort_unstable();
         }
@@ -566,6 +573,7 @@ impl Transfer {
                 items: vec![self.stage_item()],
                 data: vec![data],
                 states,
+                write_behind: self.durability != Durability::Memory,
             }
         } else {
             Job::Read {
@@ -652,6 +660,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             b.stage_items.push(t.stage_item());
             b.stage_data.push(t.data.clone().expect("checked above"));
             b.stage_states.push(t.state.clone());
+            b.write_behind |= t.durability != Durability::Memory;
         } else {
             let r = &mut b.reads[t.held as usize];
             r.0.push(t.read_item());
@@ -671,6 +680,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
                 items: batch.stage_items,
                 data: batch.stage_data,
                 states: batch.stage_states,
+                write_behind: batch.write_behind,
             });
         }
         for (held, (items, lens, states, targets)) in batch.reads.into_iter().enumerate() {
@@ -695,6 +705,7 @@ struct Batch {
     stage_items: Vec<StageItem>,
     stage_data: Vec<Arc<Payload>>,
     stage_states: Vec<Arc<State>>,
+    write_behind: bool,
     reads: [ReadBatch; 2],
 }
 
