@@ -17,11 +17,11 @@
 //!
 //! `PDCX_DIRECT_READ=0` turns it off (reads then go through the server as before).
 
+use crate::segfile::SegFile;
 use pdcx_core::protocol::{PlanSpan, ReadPlan, ReadPlans};
 use pdcx_core::{Error, Result};
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -30,16 +30,7 @@ use std::time::{Duration, Instant};
 const MAX_OPEN: usize = 256;
 
 pub(crate) fn enabled_by_env() -> bool {
-    !matches!(
-        std::env::var("PDCX_DIRECT_READ").as_deref().map(str::trim),
-        Ok("0" | "off" | "false" | "no")
-    )
-}
-
-struct SegFile {
-    file: File,
-    dev: u64,
-    ino: u64,
+    crate::segfile::env_on("PDCX_DIRECT_READ")
 }
 
 /// The segment files this client has open, per (server, segment).
@@ -103,7 +94,7 @@ impl DirectReads {
     fn file(&self, rank: u32, dir: &str, seg: u64, dev: u64, ino: u64) -> Option<Arc<SegFile>> {
         let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = files.get(&(rank, seg)).cloned() {
-            if f.dev == dev && f.ino == ino {
+            if f.is(dev, ino) {
                 // A retired segment stays readable through this descriptor (its bytes are
                 // exactly what the plan means), but the disk space is only freed once it is
                 // closed: stop caching it.
@@ -113,19 +104,17 @@ impl DirectReads {
                 return Some(f);
             }
         }
-        let path = std::path::Path::new(dir).join(format!("seg-{seg:08}.log"));
-        // Read-only; O_NOFOLLOW: the log never contains symlinks, so one is not ours.
-        let file = match std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-        {
-            Ok(f) => f,
+        let file = match SegFile::open(dir, seg, false) {
+            Ok(Some(f)) if f.is(dev, ino) => f,
+            Ok(_) => {
+                files.remove(&(rank, seg));
+                return None;
+            }
             Err(e) => {
                 if e.kind() == std::io::ErrorKind::PermissionDenied {
                     crate::shm::debug(&format!(
                         "direct reads: cannot open {} ({e}); reads from server {rank} go through it",
-                        path.display()
+                        SegFile::path(dir, seg).display()
                     ));
                     self.refused
                         .lock()
@@ -135,15 +124,10 @@ impl DirectReads {
                 return None;
             }
         };
-        let m = file.metadata().ok()?;
-        if !m.is_file() || m.dev() != dev || m.ino() != ino {
-            files.remove(&(rank, seg));
-            return None;
-        }
         if files.len() >= MAX_OPEN {
             files.clear();
         }
-        let f = Arc::new(SegFile { file, dev, ino });
+        let f = Arc::new(file);
         files.insert((rank, seg), f.clone());
         Some(f)
     }

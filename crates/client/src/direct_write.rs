@@ -24,11 +24,11 @@
 //! stop trying with that server. `PDCX_DIRECT_WRITE=0` turns the path off.
 
 use crate::conn::Conn;
+use crate::segfile::SegFile;
 use pdcx_core::protocol::{Request, Reservations, Response, StageItem};
 use pdcx_core::{Error, ErrorKind, Result};
 use std::collections::{HashMap, HashSet};
-use std::fs::File;
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex};
 
@@ -40,16 +40,7 @@ pub const DIRECT_WRITE_MIN: usize = 256 << 10;
 const MAX_OPEN: usize = 64;
 
 pub(crate) fn enabled_by_env() -> bool {
-    !matches!(
-        std::env::var("PDCX_DIRECT_WRITE").as_deref().map(str::trim),
-        Ok("0" | "off" | "false" | "no")
-    )
-}
-
-struct SegFile {
-    file: File,
-    dev: u64,
-    ino: u64,
+    crate::segfile::env_on("PDCX_DIRECT_WRITE")
 }
 
 /// The segment files this client writes into, per (server, segment), and the servers it
@@ -206,42 +197,33 @@ impl DirectWrites {
     ) -> Option<Arc<SegFile>> {
         let mut files = self.files.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(f) = files.get(&(rank, seg)) {
-            if f.dev == dev && f.ino == ino {
+            if f.is(dev, ino) {
                 return Some(f.clone());
             }
         }
-        let path = std::path::Path::new(&resv.dir).join(format!("seg-{seg:08}.log"));
-        // Write-only, never created here; O_NOFOLLOW: the log never contains symlinks.
-        let opened = std::fs::OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path)
-            .and_then(|file| Ok((file.metadata()?, file)));
-        let (m, file) = match opened {
-            Ok(x) => x,
-            Err(e) => {
+        let why = match SegFile::open(&resv.dir, seg, true) {
+            Ok(Some(f)) if f.is(dev, ino) => Ok(f),
+            // The server is on another node after all (the same path is another file here),
+            // or the log was replaced: this client cannot write it.
+            Ok(_) => Err("is not the server's file".to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let file = match why {
+            Ok(f) => f,
+            Err(why) => {
                 drop(files);
-                self.refuse(rank, &format!("open {}: {e}", path.display()));
+                let path = SegFile::path(&resv.dir, seg);
+                self.refuse(rank, &format!("{}: {why}", path.display()));
                 return None;
             }
         };
-        if (m.dev(), m.ino()) != (dev, ino) {
-            // The server is on another node after all (the same path is another file here),
-            // or the log was replaced: this client cannot write it.
-            drop(files);
-            self.refuse(
-                rank,
-                &format!("{} is not the server's file", path.display()),
-            );
-            return None;
-        }
         // The server reserves only in its newest segment: older ones of this server are
         // never written again (and an open descriptor would keep a retired one's space).
         files.retain(|&(r, s), _| r != rank || s > seg);
         if files.len() >= MAX_OPEN {
             files.clear();
         }
-        let f = Arc::new(SegFile { file, dev, ino });
+        let f = Arc::new(file);
         files.insert((rank, seg), f.clone());
         Some(f)
     }

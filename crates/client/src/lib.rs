@@ -5,6 +5,7 @@ pub mod client;
 pub mod conn;
 mod direct;
 mod direct_write;
+mod segfile;
 pub mod shm;
 pub mod transfer;
 

@@ -1,0 +1,74 @@
+//! A server's log segment file as a same-node client opens it for one-copy reads
+//! (`direct.rs`) and writes (`direct_write.rs`): by path, never following a symlink (the log
+//! never contains one), and known by its (st_dev, st_ino), so a client never uses another file
+//! that came to have the same path (a new log after node loss, another node's file).
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Whether the switch `var` is on: on unless set to `0`, `off`, `false` or `no`.
+pub(crate) fn env_on(var: &str) -> bool {
+    !matches!(
+        std::env::var(var).as_deref().map(str::trim),
+        Ok("0" | "off" | "false" | "no")
+    )
+}
+
+pub(crate) struct SegFile {
+    pub(crate) file: File,
+    pub(crate) dev: u64,
+    pub(crate) ino: u64,
+}
+
+impl SegFile {
+    /// The path of segment `seg` in the log directory `dir`.
+    pub(crate) fn path(dir: &str, seg: u64) -> PathBuf {
+        Path::new(dir).join(format!("seg-{seg:08}.log"))
+    }
+
+    /// Opens segment `seg` of `dir` read-only, or write-only with `write` (never created).
+    /// Ok(None) when it is not a regular file.
+    pub(crate) fn open(dir: &str, seg: u64, write: bool) -> io::Result<Option<SegFile>> {
+        let file = std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(Self::path(dir, seg))?;
+        let m = file.metadata()?;
+        if !m.is_file() {
+            return Ok(None);
+        }
+        Ok(Some(SegFile {
+            file,
+            dev: m.dev(),
+            ino: m.ino(),
+        }))
+    }
+
+    /// Whether this is the file a server named by (st_dev, st_ino).
+    pub(crate) fn is(&self, dev: u64, ino: u64) -> bool {
+        (self.dev, self.ino) == (dev, ino)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn opens_only_regular_files_and_knows_them_by_inode() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_str().unwrap();
+        std::fs::write(SegFile::path(dir, 3), b"abc").unwrap();
+        let f = SegFile::open(dir, 3, false).unwrap().unwrap();
+        let m = std::fs::metadata(SegFile::path(dir, 3)).unwrap();
+        assert!(f.is(m.dev(), m.ino()) && !f.is(m.dev(), m.ino() + 1));
+        assert!(SegFile::open(dir, 4, true).is_err(), "never created");
+        std::fs::create_dir(SegFile::path(dir, 5)).unwrap();
+        assert!(SegFile::open(dir, 5, false).unwrap().is_none());
+        std::os::unix::fs::symlink(SegFile::path(dir, 3), SegFile::path(dir, 6)).unwrap();
+        assert!(SegFile::open(dir, 6, false).is_err(), "no symlinks");
+    }
+}
