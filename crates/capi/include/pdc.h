@@ -22,6 +22,11 @@ pdcid_t PDCinit(const char *pdc_name);
 /* Waits for every started transfer and frees every handle. */
 perr_t PDCclose(pdcid_t pdcid);
 
+/* PDC's timing report (PDC builds with PDC_TIMING print per-call timings; its other builds
+ * return 0, as pdcx does: pdcx's own figures are its servers' metrics and `pdcx server
+ * status`). Present so programs written for PDC, e.g. its vpicio/bdcats examples, link. */
+int PDC_timing_report(const char *prefix);
+
 #ifdef __cplusplus
 }
 #endif

@@ -222,6 +222,13 @@ pub unsafe extern "C" fn PDCinit(pdc_name: *const c_char) -> PdcId {
     })
 }
 
+/// PDC's timing report: 0 and nothing printed, as in PDC builds without `PDC_TIMING` (pdcx's
+/// timings are its servers' metrics). Lets programs written for PDC link unchanged.
+#[no_mangle]
+pub extern "C" fn PDC_timing_report(_prefix: *const std::ffi::c_char) -> std::ffi::c_int {
+    0
+}
+
 /// Waits for every started transfer, frees every handle and leaves the deployment.
 #[no_mangle]
 pub extern "C" fn PDCclose(pdc_id: PdcId) -> Perr {

@@ -738,6 +738,7 @@ pub fn status(root: &Path, json: bool) -> Result<u8> {
                             "cache_bytes": st.cache_bytes, "cache_capacity": st.cache_capacity,
                             "connections": st.connections, "uptime_s": st.uptime_s,
                             "read_bytes": st.read_bytes, "shm_bytes": st.shm_bytes,
+                            "direct_write_bytes": st.direct_write_bytes,
                             "dir": st.dir, "size": st.size,
                             "lookups": st.lookups, "lookups_forwarded": st.lookups_forwarded,
                             "lookups_forwarded_clients": st.lookups_forwarded_clients,
