@@ -21,9 +21,13 @@ use crate::meta::versions::{self, Sealed};
 use crate::Server;
 use pdcx_core::protocol::VersionInfo;
 use pdcx_core::{Error, ErrorKind, ObjectId, Region, Result};
+use pdcx_tiers::config::TierConfig;
+use pdcx_tiers::s3::S3Tier;
+use pdcx_tiers::TierKind;
+use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 /// Bytes read and written per step of a copy.
@@ -31,14 +35,33 @@ const CHUNK: u64 = 16 << 20;
 /// How long the copier waits before retrying a failed copy.
 const RETRY: Duration = Duration::from_secs(2);
 
-/// Wakes the copier thread; tells it to stop.
+/// Wakes the copier thread; tells it to stop; keeps one S3 client per home bucket.
 #[derive(Default)]
 pub struct HomeCopier {
     state: Mutex<(bool, bool)>, // (kicked, stop)
     cv: Condvar,
+    buckets: Mutex<HashMap<String, Arc<S3Tier>>>,
 }
 
 impl HomeCopier {
+    /// The S3 client for home bucket `bucket` (endpoint and credentials from the server's
+    /// `AWS_*` environment, as for an S3 tier).
+    fn s3(&self, bucket: &str) -> Result<Arc<S3Tier>> {
+        let mut b = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = b.get(bucket) {
+            return Ok(t.clone());
+        }
+        let cfg = TierConfig {
+            name: format!("home s3://{bucket}"),
+            kind: TierKind::S3,
+            bucket: Some(bucket.to_string()),
+            ..TierConfig::default()
+        };
+        let t = Arc::new(S3Tier::open_destination(&cfg)?);
+        b.insert(bucket.to_string(), t.clone());
+        Ok(t)
+    }
+
     pub fn kick(&self) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.0 = true;
@@ -176,16 +199,28 @@ fn copy_version(server: &Server, v: &VersionInfo) -> Result<()> {
         .set_version_state(v.id, v.epoch, versions::WRITING, "")?;
     match Home::parse(&v.home)? {
         Home::File(path) => copy_to_file(server, v, &path)?,
-        Home::S3 { .. } => {
-            return Err(Error::invalid(format!(
-                "home {}: S3 homes are not supported yet",
-                v.home
-            )))
-        }
+        Home::S3 { bucket, key } => copy_to_s3(server, v, &bucket, &key)?,
     }
     server
         .meta
         .set_version_state(v.id, v.epoch, versions::DONE, "")
+}
+
+/// One S3 object (paper 002 §6.3): a single PUT when smaller than a part, else a multipart
+/// upload whose parts are read from the version as they go (several in flight). This server
+/// (the owner) uploads every part, reading other holders' bytes over the network.
+fn copy_to_s3(server: &Server, v: &VersionInfo, bucket: &str, key: &str) -> Result<()> {
+    let dest = server.homecopy.s3(bucket)?;
+    dest.put_streamed(key, v.size, &mut |off, buf| {
+        if server.stopping() {
+            return Err(Error::new(ErrorKind::Unavailable, "server stopping"));
+        }
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let region = Region::new(vec![off], vec![buf.len() as u64])?;
+        server.engine.read_version(v.id, &region, v.seal_seq, buf)
+    })
 }
 
 fn copy_to_file(server: &Server, v: &VersionInfo, dst: &Path) -> Result<()> {

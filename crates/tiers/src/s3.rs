@@ -78,7 +78,7 @@ impl S3Tier {
     /// Missing credentials or a bad config are still errors.
     pub fn open(cfg: &TierConfig) -> Result<Self> {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        Self::open_inner(cfg, &env, false)
+        Self::open_inner(cfg, &env, false, true)
     }
 
     /// Opens the tier, reading `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
@@ -87,10 +87,24 @@ impl S3Tier {
     /// variables). Lists the prefix once to count the bytes already there, which also checks
     /// the endpoint, the bucket and the credentials before the tier is used.
     pub fn open_with_env(cfg: &TierConfig, env: EnvLookup<'_>) -> Result<Self> {
-        Self::open_inner(cfg, env, true)
+        Self::open_inner(cfg, env, true, true)
     }
 
-    fn open_inner(cfg: &TierConfig, env: EnvLookup<'_>, strict: bool) -> Result<Self> {
+    /// Opens a bucket as a destination for whole objects at keys the caller names (issue 11:
+    /// the home of a file written under `pdcx run`), with credentials from the process
+    /// environment. Unlike a tier it does not list the prefix at open (a home bucket may hold
+    /// anything) and keeps no capacity accounting.
+    pub fn open_destination(cfg: &TierConfig) -> Result<Self> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Self::open_inner(cfg, &env, false, false)
+    }
+
+    fn open_inner(
+        cfg: &TierConfig,
+        env: EnvLookup<'_>,
+        strict: bool,
+        account: bool,
+    ) -> Result<Self> {
         let name = cfg.name.clone();
         let bad = |kind: ErrorKind, why: String| Error::new(kind, format!("tier {name:?}: {why}"));
         let bucket = cfg.bucket.clone().ok_or_else(|| {
@@ -193,6 +207,9 @@ impl S3Tier {
             capacity: cfg.capacity,
             acct: Mutex::new(Accounting::default()),
         };
+        if !account {
+            return Ok(tier);
+        }
         let existing = match tier.list("") {
             Ok(e) => e,
             Err(e) if !strict && matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Auth) => {
@@ -359,6 +376,53 @@ impl S3Tier {
             let old = a.sizes.insert(key.to_string(), len).unwrap_or(0);
             a.used = a.used - old.min(a.used) + len;
         }
+    }
+
+    /// Writes object `key` (under the prefix) of `size` bytes whose content `read(offset,
+    /// buf)` produces piece by piece: one PUT below `part_size`, else a multipart upload with
+    /// up to `concurrency` parts in flight (memory: that many parts), aborted if anything
+    /// fails, so no orphan parts stay billed. The object appears whole or not at all.
+    pub fn put_streamed(
+        &self,
+        key: &str,
+        size: u64,
+        read: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        check_key(key)?;
+        let path = self.object_path(key);
+        let part = self.part_size as u64;
+        if size < part {
+            let mut buf = vec![0u8; size as usize];
+            read(0, &mut buf)?;
+            return self
+                .block_on(self.store.put(&path, PutPayload::from(Bytes::from(buf))))?
+                .map(|_| ())
+                .map_err(|e| self.map_err("writing", key, e));
+        }
+        let res: Result<std::result::Result<(), object_store::Error>> = self.block_on(async {
+            let upload = match self.store.put_multipart(&path).await {
+                Ok(u) => u,
+                Err(e) => return Ok(Err(e)),
+            };
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, self.part_size);
+            let mut off = 0u64;
+            while off < size {
+                if let Err(e) = writer.wait_for_capacity(self.concurrency).await {
+                    let _ = writer.abort().await;
+                    return Ok(Err(e));
+                }
+                let n = part.min(size - off);
+                let mut buf = vec![0u8; n as usize];
+                if let Err(e) = read(off, &mut buf) {
+                    let _ = writer.abort().await;
+                    return Err(e);
+                }
+                writer.put(Bytes::from(buf));
+                off += n;
+            }
+            Ok(writer.finish().await.map(|_| ()))
+        })?;
+        res?.map_err(|e| self.map_err("writing", key, e))
     }
 
     async fn upload(&self, path: &Path, data: &[u8]) -> object_store::Result<()> {
