@@ -147,6 +147,7 @@ pub fn seal(server: &Server, id: ObjectId, home: &str) -> Result<u64> {
         .seal_version(id, seal_seq, newest, obj.dims[0], home)?
     {
         Sealed::New(epoch) => {
+            pdcx_fsio::crash::point("seal.after_row");
             server.homecopy.kick();
             Ok(epoch)
         }
@@ -261,10 +262,12 @@ fn copy_to_file(server: &Server, v: &VersionInfo, dst: &Path) -> Result<()> {
     }
     f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
     drop(f);
+    pdcx_fsio::crash::point("home.after_tmp_written");
     std::fs::rename(&tmp, dst).map_err(|e| io("renaming onto", dst, e))?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io("syncing directory", dir, e))?;
+    pdcx_fsio::crash::point("home.after_rename");
     Ok(())
 }
 
