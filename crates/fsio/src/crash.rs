@@ -36,6 +36,8 @@ pub const POINTS: &[&str] = &[
     "seal.after_row",
     "home.after_tmp_written",
     "home.after_rename",
+    // An S3 home's multipart upload started and its id recorded, no part sent.
+    "s3.after_create_upload",
 ];
 
 /// Marks crash point `name` (one of [`POINTS`]).

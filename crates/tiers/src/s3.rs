@@ -24,6 +24,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{HttpError, HttpErrorKind};
+use object_store::multipart::MultipartStore;
 use object_store::path::Path;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload,
@@ -423,6 +424,61 @@ impl S3Tier {
             Ok(writer.finish().await.map(|_| ()))
         })?;
         res?.map_err(|e| self.map_err("writing", key, e))
+    }
+
+    /// Starts a multipart upload of `key` whose parts several processes may put (issue 11:
+    /// servers upload the parts they hold); returns its upload id.
+    pub fn create_upload(&self, key: &str) -> Result<String> {
+        check_key(key)?;
+        let path = self.object_path(key);
+        self.block_on(self.store.create_multipart(&path))?
+            .map_err(|e| self.map_err("starting an upload of", key, e))
+    }
+
+    /// Puts part `idx` (0-based) of upload `upload_id` of `key`; returns its ETag.
+    pub fn put_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        idx: usize,
+        data: Vec<u8>,
+    ) -> Result<String> {
+        let path = self.object_path(key);
+        let id = upload_id.to_string();
+        self.block_on(
+            self.store
+                .put_part(&path, &id, idx, PutPayload::from(Bytes::from(data))),
+        )?
+        .map(|p| p.content_id)
+        .map_err(|e| self.map_err(&format!("uploading part {idx} of"), key, e))
+    }
+
+    /// Completes upload `upload_id` of `key` from its parts' ETags in part order: the object
+    /// appears, whole.
+    pub fn complete_upload(&self, key: &str, upload_id: &str, etags: Vec<String>) -> Result<()> {
+        let path = self.object_path(key);
+        let id = upload_id.to_string();
+        let parts = etags
+            .into_iter()
+            .map(|content_id| object_store::multipart::PartId { content_id })
+            .collect();
+        self.block_on(self.store.complete_multipart(&path, &id, parts))?
+            .map(|_| ())
+            .map_err(|e| self.map_err("completing the upload of", key, e))
+    }
+
+    /// Aborts upload `upload_id` of `key` (its parts are deleted); an upload that no longer
+    /// exists is not an error.
+    pub fn abort_upload(&self, key: &str, upload_id: &str) -> Result<()> {
+        let path = self.object_path(key);
+        let id = upload_id.to_string();
+        match self.block_on(self.store.abort_multipart(&path, &id))? {
+            Ok(()) => Ok(()),
+            Err(e) => match self.map_err("aborting the upload of", key, e) {
+                e if e.kind == ErrorKind::NotFound => Ok(()),
+                e => Err(e),
+            },
+        }
     }
 
     async fn upload(&self, path: &Path, data: &[u8]) -> object_store::Result<()> {
