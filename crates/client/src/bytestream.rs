@@ -182,9 +182,7 @@ impl ByteStream {
                 joined = bufs.concat();
                 &joined
             };
-            let dest = self.client.data_server(self.meta.id, &region)?;
-            self.client
-                .write(self.meta.id, &region, data, Durability::Memory)?;
+            let dest = self.write_one(&mut st, &region, data)?;
             st.dirty.insert(dest);
             return Ok(());
         }
@@ -202,6 +200,23 @@ impl ByteStream {
             self.drain(&mut st)?;
         }
         Ok(())
+    }
+
+    /// Commits one write (`memory`); returns the server that took it. Another handle may
+    /// have shrunk the stream since this one last grew it: then the server refuses the write
+    /// as out of bounds, and it is retried once after growing the stream again.
+    fn write_one(&self, st: &mut State, region: &Region, data: &[u8]) -> Result<u32> {
+        let dest = self.client.data_server(self.meta.id, region)?;
+        let id = self.meta.id;
+        match self.client.write(id, region, data, Durability::Memory) {
+            Err(e) if e.kind == ErrorKind::OutOfBounds => {
+                st.known_size = 0;
+                self.grow(st, region.end(0))?;
+                self.client.write(id, region, data, Durability::Memory)?;
+            }
+            r => r?,
+        }
+        Ok(dest)
     }
 
     /// Makes sure the owner's size is at least `end`.
@@ -243,16 +258,15 @@ impl ByteStream {
         st.queued = 0;
         for (i, (off, bytes)) in queue.iter().enumerate() {
             let region = range(*off, bytes.len() as u64)?;
-            let dest = self.client.data_server(self.meta.id, &region)?;
-            if let Err(e) = self
-                .client
-                .write(self.meta.id, &region, bytes, Durability::Memory)
-            {
-                // Keep what was not committed, in order, for the next attempt.
-                st.queue = queue[i..].to_vec();
-                st.queued = st.queue.iter().map(|(_, b)| b.len()).sum();
-                return Err(e);
-            }
+            let dest = match self.write_one(st, &region, bytes) {
+                Ok(d) => d,
+                Err(e) => {
+                    // Keep what was not committed, in order, for the next attempt.
+                    st.queue = queue[i..].to_vec();
+                    st.queued = st.queue.iter().map(|(_, b)| b.len()).sum();
+                    return Err(e);
+                }
+            };
             st.dirty.insert(dest);
         }
         Ok(())
@@ -337,6 +351,26 @@ impl ByteStream {
             Response::Sealed { epoch } => Ok(epoch),
             r => Err(Error::protocol(format!("unexpected reply to Seal: {r:?}"))),
         }
+    }
+
+    /// Makes the stream's content its last sealed version again (empty if none): writes
+    /// made after the last seal, e.g. by a run that crashed before its consistency point,
+    /// stop being visible and never reach the home. For a writer re-opening a stream (rank 0
+    /// of `MPI_File_open` under `pdcx run`), before anyone writes. Returns the bytes
+    /// discarded.
+    pub fn discard_incomplete(&self) -> Result<u64> {
+        let mut st = self.lock();
+        self.drain(&mut st)?;
+        let r = match self.client.call(
+            self.meta.owner,
+            &Request::DiscardIncomplete { id: self.meta.id },
+            &[],
+        )? {
+            Response::Discarded { bytes } => bytes,
+            r => return Err(Error::protocol(format!("unexpected reply: {r:?}"))),
+        };
+        st.known_size = 0;
+        Ok(r)
     }
 
     /// The versions recorded so far, oldest first.

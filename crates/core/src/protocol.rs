@@ -592,6 +592,12 @@ pub enum Request {
     Versions {
         id: Option<ObjectId>,
     },
+    /// Owner: makes a byte stream's content its last version again, overwriting writes made
+    /// after the last seal (a crashed run's incomplete version, which never becomes visible
+    /// or reaches the home). Answered with `Discarded`.
+    DiscardIncomplete {
+        id: ObjectId,
+    },
 }
 
 /// How a lookup names an object.
@@ -810,6 +816,10 @@ pub enum Response {
     },
     /// Answer to `Versions`.
     Versions(Vec<VersionInfo>),
+    /// Answer to `DiscardIncomplete`: bytes of incomplete writes overwritten.
+    Discarded {
+        bytes: u64,
+    },
 }
 
 /// One version of a byte-stream object (issue 11): the object's content as of a consistency

@@ -434,6 +434,37 @@ impl Engine {
         v
     }
 
+    /// The 1-D ranges `[start, end)` of every write of object `id` (owned here) numbered
+    /// `seq_from` or later, wherever it is held, merged (issue 11: a crashed run's writes after
+    /// its last version).
+    pub fn ranges_since(&self, id: ObjectId, seq_from: u64) -> Vec<(u64, u64)> {
+        let mut r: Vec<(u64, u64)> = self
+            .store
+            .extents_of(id)
+            .iter()
+            .filter(|e| e.seq >= seq_from && e.region.ndim() == 1)
+            .map(|e| (e.region.offset[0], e.region.end(0)))
+            .collect();
+        let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
+        r.extend(
+            remote
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .filter(|x| x.seq >= seq_from && x.region.ndim() == 1)
+                .map(|x| (x.region.offset[0], x.region.end(0))),
+        );
+        r.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in r {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        merged
+    }
+
     /// [`read_version`](Self::read_version) on any server (not only the owner), given the
     /// other servers holding writes of the region (`holders`, from the owner's
     /// [`version_holders`](Self::version_holders)). A server uploading a part reads it so.

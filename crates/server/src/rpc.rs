@@ -353,7 +353,12 @@ fn handle(
         }
         Request::SetDims { id, dims } => Response::Object(md.set_dims(id, &dims)?),
         Request::ExtendDims { id, dims } => Response::Object(md.extend_dims(id, &dims)?),
-        Request::SetSize { id, len } => Response::Object(md.set_size(id, len)?),
+        Request::SetSize { id, len } => {
+            Response::Object(crate::streams::set_size(server, id, len)?)
+        }
+        Request::DiscardIncomplete { id } => Response::Discarded {
+            bytes: crate::streams::discard_incomplete(server, id)?,
+        },
         Request::SyncLog => {
             server.engine.store().sync_committed()?;
             Response::Ok

@@ -333,3 +333,78 @@ fn versions_reach_an_s3_home_in_parts_from_the_servers_holding_them() {
     let v = sa.versions().unwrap();
     assert!(v.iter().all(|v| v.upload_id.is_empty()), "{v:?}");
 }
+
+/// `ftruncate` semantics: bytes cut off by a shrink read as zeros once the stream grows
+/// again, wherever they were held.
+#[test]
+fn a_shrink_then_growth_reads_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _servers = two_servers(&root);
+    let a = client_at(&root, 0).bs_open("t", true).unwrap();
+    let b = client_at(&root, 1).bs_open("t", false).unwrap();
+    a.pwrite(0, &[1u8; 4000]).unwrap();
+    b.pwrite(4000, &[2u8; 600_000]).unwrap();
+    a.commit().unwrap();
+    b.commit().unwrap();
+    b.set_size(1000).unwrap();
+    assert_eq!(a.size().unwrap(), 1000);
+    a.pwrite(700_000, b"end").unwrap();
+    a.flush().unwrap();
+    let mut all = vec![9u8; 700_003];
+    assert_eq!(b.pread(0, &mut all).unwrap(), all.len());
+    assert!(all[..1000].iter().all(|&x| x == 1));
+    assert!(
+        all[1000..700_000].iter().all(|&x| x == 0),
+        "old bytes came back"
+    );
+    assert_eq!(&all[700_000..], b"end");
+}
+
+/// A run that crashes between consistency points leaves an incomplete version in the log;
+/// the next run's open discards it: the content is the last version again, and the next
+/// version holds the last one plus the new writes only.
+#[test]
+fn an_incomplete_version_is_discarded_and_never_reaches_the_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _servers = two_servers(&root);
+    let home = dir.path().join("home/f");
+    let home_s = home.to_str().unwrap();
+    let a = client_at(&root, 0).bs_open("mpiio/f", true).unwrap();
+    let b = client_at(&root, 1).bs_open("mpiio/f", false).unwrap();
+    let v1 = pattern(300_000, 5);
+    a.pwrite(0, &v1).unwrap();
+    a.commit().unwrap();
+    assert_eq!(a.seal(home_s).unwrap(), 1);
+    // The "crashed" run: overwrites part of version 1 and grows the stream, never seals.
+    b.pwrite(1000, &[7u8; 400_000]).unwrap();
+    a.pwrite(10, b"XXXX").unwrap();
+    a.commit().unwrap();
+    b.commit().unwrap();
+    assert_eq!(a.size().unwrap(), 401_000);
+    // The next run opens it.
+    let c = client_at(&root, 1).bs_open("mpiio/f", true).unwrap();
+    assert!(c.discard_incomplete().unwrap() > 0);
+    assert_eq!(c.size().unwrap(), v1.len() as u64);
+    let mut back = vec![0u8; v1.len()];
+    assert_eq!(a.pread(0, &mut back).unwrap(), v1.len());
+    assert!(back == v1, "content is version 1 again");
+    assert_eq!(
+        c.discard_incomplete().unwrap(),
+        0,
+        "nothing left to discard"
+    );
+    // It grows the stream past the discarded end: zeros, not the crashed run's bytes.
+    c.pwrite(450_000, b"new").unwrap();
+    c.commit().unwrap();
+    let e = c.seal(home_s).unwrap();
+    wait_done(&client_at(&root, 0), "mpiio/f", e);
+    let got = std::fs::read(&home).unwrap();
+    let mut want = v1.clone();
+    want.resize(450_000, 0);
+    want.extend_from_slice(b"new");
+    assert!(got == want, "home holds version 1 + the new write only");
+}
