@@ -432,6 +432,21 @@ fn refuse_if_running(root: &Path) -> Result<()> {
 }
 
 /// Name hashing depends on the server count, so a root must restart with the count it has.
+/// How many servers the data under `root` belongs to (0: none yet).
+pub fn servers_on_disk(root: &Path) -> u32 {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return 0;
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let rank = name.strip_prefix("server-")?.parse::<u32>().ok()?;
+            e.path().join("meta.sqlite").exists().then_some(rank + 1)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 fn check_server_count(root: &Path, n: u32) -> Result<()> {
     let Ok(dir) = std::fs::read_dir(root) else {
         return Ok(());

@@ -159,6 +159,18 @@ enum Command {
         program: Vec<std::ffi::OsString>,
     },
 
+    /// After a crash: start the servers if needed and finish every interrupted copy of a
+    /// file written under `pdcx run` to its home (idempotent).
+    #[command(after_help = RECOVER_EXAMPLES)]
+    Recover {
+        /// Give up (exit 1) after this many seconds without progress.
+        #[arg(long, default_value_t = 60, value_name = "SECS")]
+        stall: u64,
+        /// No progress line.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+
     /// Set or delete an object's tags.
     #[command(after_help = TAG_EXAMPLES)]
     Tag {
@@ -344,6 +356,13 @@ sees the previous complete version or the new one). `pdcx show mpiio/NAME` lists
 If pdcx cannot log (no server, library missing), one line says so and the program writes
 straight to the home.";
 
+const RECOVER_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx recover --root /local/pdcx     # after a node restart: servers up, home copies finished
+
+Versions sealed at a consistency point (MPI_File_sync/close) are copied from the logs; what a
+program wrote after its last consistency point stays in the log and never reaches the home.";
+
 const MIGRATE_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx migrate run1/x --tier s3     # demote to object storage
@@ -477,6 +496,7 @@ fn run(cli: Cli) -> Result<u8> {
                 mpiio_cmd::wait_homes(&client, stall, quiet)
             })
             .map(|()| 0),
+        Command::Recover { stall, quiet } => mpiio_cmd::recover(&root, stall, quiet).map(|()| 0),
         Command::Migrate { object, tier } => tiers_cmd::migrate(&root, &object, &tier).map(|()| 0),
         Command::Top {
             interval,

@@ -289,3 +289,45 @@ pub fn print_versions(root: &Path, id: u64) -> Result<()> {
     );
     Ok(())
 }
+
+/// `pdcx recover`: after a crash, finishes every interrupted home copy from the servers'
+/// logs. Starts the local deployment first when no server answers (each server resumes its
+/// copies as it starts), then waits like `pdcx flush` and reports the recovery throughput.
+/// Running it again does nothing more.
+pub fn recover(root: &Path, stall: u64, quiet: bool) -> Result<()> {
+    let up = Client::connect(Some(root))
+        .and_then(|c| (0..c.size()).try_for_each(|r| c.stats(r).map(|_| ())))
+        .is_ok();
+    if !up {
+        let n = crate::daemon::servers_on_disk(root);
+        if n == 0 {
+            bail!(
+                "nothing to recover: {} holds no pdcx server data",
+                root.display()
+            );
+        }
+        eprintln!(
+            "recover: starting the {n} servers of {} (each resumes its copies)",
+            root.display()
+        );
+        crate::daemon::start(root, n, 256, "127.0.0.1", None)?;
+    }
+    let client = connect(root)?;
+    let start = Instant::now();
+    let todo: Vec<VersionInfo> = client
+        .all_versions()
+        .map_err(msg)?
+        .into_iter()
+        .filter(pending)
+        .collect();
+    wait_homes(&client, stall, quiet)?;
+    let bytes: u64 = todo.iter().map(|v| v.size).sum();
+    let secs = start.elapsed().as_secs_f64().max(1e-3);
+    println!(
+        "recovered: {} versions, {} in {secs:.2} s ({}/s)",
+        todo.len(),
+        human_bytes(bytes),
+        human_bytes((bytes as f64 / secs) as u64)
+    );
+    Ok(())
+}
