@@ -321,6 +321,9 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
         "written",
         fraction * 100.0
     );
+    if o.is_byte_stream() {
+        crate::mpiio_cmd::print_versions(root, o.id)?;
+    }
     println!("{:<11}{}", "extents", extents.len());
     const SHOWN: usize = 100;
     let rows: Vec<Vec<String>> = extents
@@ -634,7 +637,12 @@ pub fn get(root: &Path, what: &str, region: Option<&str>, output: &Path) -> Resu
         let f =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
         let mut w = BufWriter::with_capacity(1 << 20, f);
-        w.write_all(&npy::encode_header(o.dtype, &region.count))?;
+        // A byte stream (a file logged by `pdcx run`) comes out as its bytes, unless a
+        // .npy file is asked for.
+        let raw = o.is_byte_stream() && output.extension().is_none_or(|e| e != "npy");
+        if !raw {
+            w.write_all(&npy::encode_header(o.dtype, &region.count))?;
+        }
         let pieces = slabs(&region, elem, SLAB_BYTES);
         let largest = pieces.iter().map(|p| p.num_elements()).max().unwrap_or(0) as usize * elem;
         let mut buf = vec![0u8; largest];

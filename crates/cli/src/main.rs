@@ -2,6 +2,7 @@
 
 mod commands;
 mod daemon;
+mod mpiio_cmd;
 mod tiers_cmd;
 
 use anyhow::{anyhow, Result};
@@ -135,6 +136,27 @@ enum Command {
         /// CSV rows (one per server and tier per sample) instead of tables.
         #[arg(long)]
         csv: bool,
+    },
+
+    /// Run an unmodified MPI-IO program with the files it writes under a prefix logged by
+    /// pdcx and copied to their home in the background.
+    #[command(after_help = RUN_EXAMPLES)]
+    Run {
+        /// Directory the program writes its files in (created if missing). Files under it
+        /// opened with MPI_File_open for writing are logged by the node's pdcx server.
+        #[arg(long, value_name = "DIR")]
+        prefix: PathBuf,
+        /// Where the files end up: a directory (a shared file system), or s3://BUCKET/PREFIX.
+        /// DIR/NAME becomes HOME/NAME after each MPI_File_sync/MPI_File_close.
+        #[arg(long, value_name = "DIR|s3://BUCKET/PREFIX")]
+        home: String,
+        /// log: log through pdcx (default); redirect: write straight to the home (no pdcx);
+        /// off: leave every file alone.
+        #[arg(long, default_value = "log", value_name = "MODE")]
+        mode: String,
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, required = true, value_name = "PROGRAM")]
+        program: Vec<std::ffi::OsString>,
     },
 
     /// Set or delete an object's tags.
@@ -305,7 +327,22 @@ EXAMPLES:
   pdcx flush                 # everything committed goes to its home tier; progress on stderr
   pdcx flush --stall 120 -q  # in a job script: wait up to 2 min without progress
 
+It also waits until every version of a file written under `pdcx run` is copied to its home.
+
 Tiers are declared in ROOT/pdcx.toml (or $PDCX_CONFIG); see docs/TIERS.md.";
+
+const RUN_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx server start -n 1 --root /local/pdcx              # one server per node
+  mpirun -n 64 pdcx run --root /local/pdcx --prefix /local/out --home /lustre/out -- ./app
+  pdcx flush --root /local/pdcx                          # wait until every /lustre/out file is complete
+
+The program writes /local/out/NAME with MPI-IO as usual. Its bytes go to the node's pdcx log
+(fast; durable on the node at each MPI_File_sync/MPI_File_close); the servers then write each
+such version as the ordinary file /lustre/out/NAME in the background, atomically (a reader
+sees the previous complete version or the new one). `pdcx show mpiio/NAME` lists the versions.
+If pdcx cannot log (no server, library missing), one line says so and the program writes
+straight to the home.";
 
 const MIGRATE_EXAMPLES: &str = "\
 EXAMPLES:
@@ -376,8 +413,18 @@ fn run(cli: Cli) -> Result<u8> {
     {
         return Ok(crash_points(*json));
     }
+    if let Command::Run {
+        prefix,
+        home,
+        mode,
+        program,
+    } = &cli.command
+    {
+        return mpiio_cmd::run(cli.root.as_deref(), prefix, home, mode, program).map(|c| c as u8);
+    }
     let root = require_root(cli.root)?;
     match cli.command {
+        Command::Run { .. } => unreachable!("handled above"),
         Command::Server(args) => match args.action {
             None => daemon::foreground(daemon::ForegroundOpts {
                 root,
@@ -424,7 +471,12 @@ fn run(cli: Cli) -> Result<u8> {
             tags,
             delete,
         } => commands::tag(&root, &object, &tags, &delete).map(|()| 0),
-        Command::Flush { stall, quiet } => tiers_cmd::flush(&root, stall, quiet).map(|()| 0),
+        Command::Flush { stall, quiet } => tiers_cmd::flush(&root, stall, quiet)
+            .and_then(|()| {
+                let client = commands::connect(&root)?;
+                mpiio_cmd::wait_homes(&client, stall, quiet)
+            })
+            .map(|()| 0),
         Command::Migrate { object, tier } => tiers_cmd::migrate(&root, &object, &tier).map(|()| 0),
         Command::Top {
             interval,

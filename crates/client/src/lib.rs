@@ -1,6 +1,7 @@
 //! pdcx-client: how a process finds a deployment (the cluster file), talks to its servers
 //! (authenticated framed connections) and moves data (transfers with start/status/wait).
 
+pub mod bytestream;
 pub mod client;
 pub mod conn;
 mod direct;
@@ -12,6 +13,7 @@ pub mod transfer;
 /// The cluster file and secret live in the transport layer the servers share.
 pub use pdcx_transport::cluster;
 
+pub use bytestream::ByteStream;
 pub use client::Client;
 pub use cluster::ClusterFile;
 pub use transfer::{start_all, wait_all, Status, Transfer};

@@ -169,7 +169,22 @@ impl ObjectMeta {
     pub fn size_bytes(&self) -> u64 {
         self.dims.iter().product::<u64>() * self.dtype.size() as u64
     }
+
+    /// Whether this is a byte stream (issue 11/14): a growable 1-D byte object marked by the
+    /// tag [`KIND_TAG`] = [`KIND_BYTE_STREAM`], whose dims are its size.
+    pub fn is_byte_stream(&self) -> bool {
+        self.dims.len() == 1
+            && self.dtype.size() == 1
+            && self.tags.iter().any(|(k, v)| {
+                k == KIND_TAG && matches!(v, TagValue::Str(s) if s == KIND_BYTE_STREAM)
+            })
+    }
 }
+
+/// The tag naming an object's kind; only byte streams carry it today.
+pub const KIND_TAG: &str = "pdcx.kind";
+/// [`KIND_TAG`]'s value for a byte stream.
+pub const KIND_BYTE_STREAM: &str = "bytestream";
 
 #[cfg(test)]
 mod tests {

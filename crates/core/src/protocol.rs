@@ -564,6 +564,34 @@ pub enum Request {
         items: Vec<StageItem>,
         crcs: Vec<u32>,
     },
+    // ---- issue 11: byte-stream objects and their versions ----
+    /// Owner: grows the object's dims to at least `dims` (elementwise maximum; never shrinks,
+    /// so racing writers that each grow a byte stream never fail). Answered with `Object`.
+    ExtendDims {
+        id: ObjectId,
+        dims: Vec<u64>,
+    },
+    /// Owner: sets a byte-stream object's size to exactly `len` (truncate or grow).
+    /// Answered with `Object`.
+    SetSize {
+        id: ObjectId,
+        len: u64,
+    },
+    /// This server: makes every write committed here durable on its node (one fdatasync of
+    /// the log and of the metadata WAL). A client's consistency point after `memory` writes.
+    SyncLog,
+    /// Owner: records the object's current content as its next version (epoch), to be copied
+    /// to `home` (a directory path or `s3://bucket/key`) in the background. Answered with
+    /// `Sealed`; a version with no writes since the previous one is not recorded again.
+    Seal {
+        id: ObjectId,
+        home: String,
+    },
+    /// Owner: the versions of `id` (every byte stream it owns when None). Answered with
+    /// `Versions`.
+    Versions {
+        id: Option<ObjectId>,
+    },
 }
 
 /// How a lookup names an object.
@@ -770,6 +798,32 @@ pub enum Response {
     // ---- issue 10, session 2, part "direct writes" (lead) ----
     /// Answer to `ReserveWrite`.
     Reserved(Reservations),
+    // ---- issue 11: byte-stream versions ----
+    /// Answer to `Seal`: the version's epoch (the previous one's if nothing changed).
+    Sealed {
+        epoch: u64,
+    },
+    /// Answer to `Versions`.
+    Versions(Vec<VersionInfo>),
+}
+
+/// One version of a byte-stream object (issue 11): the object's content as of a consistency
+/// point, and where its copy at the home stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VersionInfo {
+    pub id: ObjectId,
+    pub name: String,
+    pub epoch: u64,
+    /// The version holds every write with a smaller sequence number.
+    pub seal_seq: u64,
+    pub size: u64,
+    pub home: String,
+    /// `sealed` (home copy not started), `writing`, `done`, `superseded` (a newer version
+    /// was sealed before this one was copied), `failed`.
+    pub state: String,
+    pub sealed_at: f64,
+    pub done_at: f64,
+    pub error: String,
 }
 
 /// Answer to `ReserveWrite`: where each item's payload goes, in request order.

@@ -379,14 +379,31 @@ impl Engine {
         let obj = self.meta.object(id)?;
         region.check_within(&obj.dims)?;
         let holders = self.remote_holders(id, region);
-        self.read_here(&obj, region, out, &holders)
+        self.read_here(&obj, region, out, &holders, None)
+    }
+
+    /// Reads `region` of object `id` (owned here) as of a version: only writes with a
+    /// sequence number below `seq_below` count (issue 11: a byte stream's sealed version,
+    /// whatever was written after it). The caller checks the region against the version's
+    /// size, which the object's current dims may be smaller than after a truncate.
+    pub fn read_version(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        seq_below: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let obj = self.meta.object(id)?;
+        region.validate()?;
+        let holders = self.remote_holders(id, region);
+        self.read_here(&obj, region, out, &holders, Some(seq_below))
     }
 
     /// Read of a region the client learned (from the owner's `locate`) is held by this server
     /// alone: fill value plus this server's extents, also for objects owned elsewhere.
     pub fn read_held(&self, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
         let obj = self.checked_meta(id, region)?;
-        self.read_here(&obj, region, out, &[])
+        self.read_here(&obj, region, out, &[], None)
     }
 
     /// Owner side of a client's read planning: the servers holding committed data of each
@@ -458,15 +475,19 @@ impl Engine {
         region: &Region,
         out: &mut [u8],
         holders: &[u32],
+        seq_below: Option<u64>,
     ) -> Result<()> {
         let elem = obj.dtype.size();
         if out.len() as u64 != region.byte_len(elem)? {
             return Err(Error::internal("read buffer size does not match region"));
         }
-        let pieces = self.store.local_pieces(obj.id, region);
+        let mut pieces = self.store.local_pieces(obj.id, region);
+        if let Some(below) = seq_below {
+            pieces.retain(|(e, _)| e.seq < below);
+        }
         let spans = piece_spans(&pieces, elem);
         if !holders.is_empty() {
-            return self.read_merged(obj, region, out, &pieces, &spans, holders);
+            return self.read_merged(obj, region, out, &pieces, &spans, holders, seq_below);
         }
         // One copy: log → `out` (the reply buffer or the client's arena), span by span, when
         // the spans are few or large (many small extents are better served by the merged
@@ -505,6 +526,7 @@ impl Engine {
 
     /// Read of a region that other servers hold parts of: gathers every holder's pieces and
     /// paints them with the local ones in sequence order (newest last).
+    #[allow(clippy::too_many_arguments)]
     fn read_merged(
         &self,
         obj: &ObjectMeta,
@@ -513,6 +535,7 @@ impl Engine {
         pieces: &[(Extent, Region)],
         spans: &[(u64, u64)],
         holders: &[u32],
+        seq_below: Option<u64>,
     ) -> Result<()> {
         let elem = obj.dtype.size();
         fill(out, &obj.fill);
@@ -539,7 +562,9 @@ impl Engine {
                         "server {h} sent a piece {piece} that does not fit the read of {region}"
                     )));
                 }
-                paint.push((*seq, &bytes[at..at + n], piece, 0, piece));
+                if seq_below.is_none_or(|b| *seq < b) {
+                    paint.push((*seq, &bytes[at..at + n], piece, 0, piece));
+                }
                 at += n;
             }
         }

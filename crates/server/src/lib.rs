@@ -14,6 +14,7 @@
 pub mod datastore;
 pub mod engine;
 mod groupsync;
+pub mod homecopy;
 pub mod launch;
 pub mod limits;
 pub mod logging;
@@ -123,6 +124,8 @@ pub struct Server {
     /// Bytes staged from or read into clients' shared-memory arenas.
     shm_bytes: AtomicU64,
     shutdown_requested: AtomicBool,
+    /// Wakes the `pdcx-home` thread that copies sealed byte-stream versions to their homes.
+    pub(crate) homecopy: homecopy::HomeCopier,
     /// Counters for the Prometheus exporter that nothing else keeps.
     pub(crate) metrics: metrics::Metrics,
     _lock: std::fs::File,
@@ -136,6 +139,7 @@ pub struct ServerHandle {
     flusher: Option<std::thread::JoinHandle<()>>,
     registrar: Option<std::thread::JoinHandle<()>>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
+    homecopier: Option<std::thread::JoinHandle<()>>,
     exporter: Option<metrics::Exporter>,
 }
 
@@ -327,6 +331,7 @@ impl Server {
             registrar_stop: (Mutex::new(false), Condvar::new()),
             shm_bytes: AtomicU64::new(0),
             shutdown_requested: AtomicBool::new(false),
+            homecopy: homecopy::HomeCopier::default(),
             metrics: metrics::Metrics::default(),
             _lock: lock,
         });
@@ -413,6 +418,11 @@ impl Server {
             .name("pdcx-checkpoint".into())
             .spawn(move || checkpointer(weak))
             .map_err(|e| Error::io("spawning checkpoint thread", &e))?;
+        let weak = Arc::downgrade(&server);
+        let homecopier = std::thread::Builder::new()
+            .name("pdcx-home".into())
+            .spawn(move || homecopy::run(weak))
+            .map_err(|e| Error::io("spawning home copy thread", &e))?;
         Ok(ServerHandle {
             server,
             acceptor: Some(acceptor),
@@ -420,6 +430,7 @@ impl Server {
             flusher,
             registrar: Some(registrar),
             checkpointer: Some(checkpointer),
+            homecopier: Some(homecopier),
             exporter,
         })
     }
@@ -432,6 +443,11 @@ impl Server {
             .wait_timeout_while(g, d, |stop| !*stop)
             .unwrap_or_else(|p| p.into_inner());
         *g
+    }
+
+    /// Whether a shutdown was requested (long background work checks it between steps).
+    pub(crate) fn stopping(&self) -> bool {
+        self.shutdown_requested.load(Ordering::SeqCst)
     }
 
     fn stop_registrar(&self) {
@@ -579,6 +595,11 @@ impl ServerHandle {
             let _ = t.join();
         }
         if let Some(t) = self.checkpointer.take() {
+            let _ = t.join();
+        }
+        // A copy in progress stops between chunks; the version is copied again at next start.
+        self.server.homecopy.stop();
+        if let Some(t) = self.homecopier.take() {
             let _ = t.join();
         }
         let engine = &self.server.engine;

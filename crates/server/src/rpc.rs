@@ -352,6 +352,16 @@ fn handle(
             Response::Objects(md.list_objects(container.as_deref())?)
         }
         Request::SetDims { id, dims } => Response::Object(md.set_dims(id, &dims)?),
+        Request::ExtendDims { id, dims } => Response::Object(md.extend_dims(id, &dims)?),
+        Request::SetSize { id, len } => Response::Object(md.set_size(id, len)?),
+        Request::SyncLog => {
+            server.engine.store().sync_committed()?;
+            Response::Ok
+        }
+        Request::Seal { id, home } => Response::Sealed {
+            epoch: crate::homecopy::seal(server, id, &home)?,
+        },
+        Request::Versions { id } => Response::Versions(md.versions(id)?),
         Request::AddToContainer { id, container } => {
             md.add_to_container(id, &container)?;
             Response::Ok
@@ -401,6 +411,7 @@ fn handle(
         }
         Request::DeleteObject { id } => {
             md.delete_object(id)?;
+            md.forget_versions(id)?;
             server.engine.forget(id);
             Response::Ok
         }

@@ -360,6 +360,24 @@ impl DataStore {
         self.meta.sync()
     }
 
+    /// Makes every commit made here durable on this node: one fdatasync of the dirty log
+    /// segments (covering `memory` commits and their records), then of the metadata WAL
+    /// (the region-map rows this server registered as an owner). `Request::SyncLog`.
+    pub fn sync_committed(&self) -> Result<()> {
+        {
+            let c = self.lock_commit();
+            self.sync_log(&c)?;
+        }
+        self.meta.sync()
+    }
+
+    /// The newest sequence number of this server's extents of `id`, if any.
+    pub fn newest_seq(&self, id: ObjectId) -> Option<u64> {
+        self.index()
+            .get(&id)
+            .and_then(|v| v.iter().map(|e| e.seq).max())
+    }
+
     /// This server's visible extents of `id` that overlap `region`, with the overlap.
     pub fn local_pieces(&self, id: ObjectId, region: &Region) -> Vec<(Extent, Region)> {
         self.index()

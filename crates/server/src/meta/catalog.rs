@@ -321,6 +321,68 @@ impl Metadata {
         self.refresh(id)
     }
 
+    /// Grows dims to at least `want` (elementwise maximum) and never fails for being smaller:
+    /// the writers of a byte stream grow it concurrently, in any order. The new dims are
+    /// read and written in one transaction, so two growers never lose each other's size. Not
+    /// fsynced before it returns (durable at the next WAL sync: the writer's consistency
+    /// point seals at this owner, which syncs the WAL).
+    pub fn extend_dims(&self, id: ObjectId, want: &[u64]) -> Result<ObjectMeta> {
+        validate_dims(want)?;
+        let cur = self.object(id)?;
+        if want.len() != cur.dims.len() {
+            return Err(Error::invalid(format!(
+                "object {} has {} dims; cannot extend with {}",
+                cur.name,
+                cur.dims.len(),
+                want.len()
+            )));
+        }
+        if want.iter().zip(&cur.dims).all(|(w, c)| w <= c) {
+            return Ok(cur);
+        }
+        self.write_lazy(|tx| {
+            let text: String = tx
+                .query_row(
+                    "SELECT dims FROM objects WHERE lid=?1",
+                    params![lid_of(id)],
+                    |r| r.get(0),
+                )
+                .map_err(db_err)?;
+            let have: Vec<u64> = serde_json::from_str(&text)
+                .map_err(|e| Error::internal(format!("stored dims {text:?}: {e}")))?;
+            let dims: Vec<u64> = have.iter().zip(want).map(|(h, w)| *h.max(w)).collect();
+            validate_dims(&dims)?;
+            let text = serde_json::to_string(&dims).map_err(|e| Error::internal(e.to_string()))?;
+            tx.execute(
+                "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
+                params![text, now(), lid_of(id)],
+            )
+            .map_err(db_err)
+        })?;
+        self.refresh(id)
+    }
+
+    /// Sets the size of a byte-stream object (1-D `u8`, tag `pdcx.kind = "bytestream"`) to
+    /// exactly `len`, shrinking too (POSIX `ftruncate`). Durable when it returns.
+    pub fn set_size(&self, id: ObjectId, len: u64) -> Result<ObjectMeta> {
+        let cur = self.object(id)?;
+        if !cur.is_byte_stream() {
+            return Err(Error::invalid(format!(
+                "object {} is not a byte stream: only byte streams have a size to set (use set_dims)",
+                cur.name
+            )));
+        }
+        let text = serde_json::to_string(&[len]).map_err(|e| Error::internal(e.to_string()))?;
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
+                params![text, now(), lid_of(id)],
+            )
+            .map_err(db_err)
+        })?;
+        self.refresh(id)
+    }
+
     pub fn add_to_container(&self, id: ObjectId, container: &str) -> Result<()> {
         self.object(id)?;
         self.write(|tx| {

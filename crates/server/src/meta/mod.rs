@@ -22,6 +22,7 @@ pub mod locations;
 pub mod schema;
 #[cfg(test)]
 mod tests;
+pub mod versions;
 
 use crate::groupsync::GroupSync;
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};

@@ -9,6 +9,7 @@
 //! |---|---|
 //! | 0 | no version recorded: a new, empty file, or a shard written before versions existed (same tables as 1, `extent_home` possibly without `blob`/`blob_offset`, or missing) |
 //! | 1 | catalog (`settings`, `containers`, `objects`, `memberships`, `tags`) + locations (`extent_map`, `region_map`, `region_tokens`, `extent_home` with `blob`, `blob_offset`) |
+//! | 2 | + `bs_versions`: the versions of byte-stream objects and their home copies (issue 11, `versions.rs`) |
 //!
 //! A database whose version is newer than this code knows is refused (it was written by a
 //! newer pdcx; this one might misread or corrupt it).
@@ -25,7 +26,7 @@ pub const VERSION: u32 = MIGRATIONS.len() as u32;
 type Step = fn(&rusqlite::Transaction) -> Result<()>;
 
 /// The steps, in order. Append only: never change a step that has shipped.
-const MIGRATIONS: &[Step] = &[v1_catalog_and_locations];
+const MIGRATIONS: &[Step] = &[v1_catalog_and_locations, v2_byte_stream_versions];
 
 /// Version 1: today's tables. Also adopts an unversioned shard written by earlier code, which
 /// created the same tables with `IF NOT EXISTS` (so they are kept) and may lack the shard
@@ -84,6 +85,18 @@ pub fn migrate(db: &Connection, path: &Path) -> Result<()> {
         tx.commit().map_err(db_err)?;
     }
     Ok(())
+}
+
+/// Version 2: the versions of byte-stream objects (issue 11).
+fn v2_byte_stream_versions(tx: &rusqlite::Transaction) -> Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS bs_versions (
+            object INTEGER NOT NULL, epoch INTEGER NOT NULL, seal_seq INTEGER NOT NULL,
+            size INTEGER NOT NULL, home TEXT NOT NULL, state TEXT NOT NULL,
+            sealed_at REAL NOT NULL, done_at REAL NOT NULL DEFAULT 0,
+            error TEXT NOT NULL DEFAULT '', PRIMARY KEY (object, epoch));",
+    )
+    .map_err(db_err)
 }
 
 const V1_SCHEMA: &str = "

@@ -1,0 +1,291 @@
+//! `pdcx run` (start an unmodified MPI-IO program with its output logged by pdcx) and the
+//! home-copy side of `pdcx flush` and `pdcx show` (issue 11).
+
+use crate::commands::{connect, human_bytes, iso8601, msg, print_table};
+use anyhow::{anyhow, bail, Result};
+use pdcx_client::Client;
+use pdcx_core::protocol::VersionInfo;
+use std::ffi::OsString;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The preload library's file name.
+pub const LIB_NAME: &str = "libpdcx_mpiio.so";
+
+/// Where `libpdcx_mpiio.so` is: `$PDCX_LIB_DIR`, next to this `pdcx`, or in `../lib` of it
+/// (an install under a prefix).
+pub fn find_library() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(d) = std::env::var_os("PDCX_LIB_DIR") {
+        dirs.push(d.into());
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(d) = exe.parent() {
+            dirs.push(d.to_path_buf());
+            dirs.push(d.join("../lib"));
+        }
+    }
+    dirs.into_iter()
+        .map(|d| d.join(LIB_NAME))
+        .find(|p| p.is_file())
+}
+
+/// Only the job's first process prints the run's one-line messages (every rank runs
+/// `pdcx run`).
+fn first_rank() -> bool {
+    ["OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok())
+        .is_none_or(|r| r.trim() == "0")
+}
+
+fn absolute(p: &Path) -> Result<PathBuf> {
+    let p = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(p)
+    };
+    // Lexically: `..` would let a name escape the prefix.
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            std::path::Component::ParentDir => {
+                out.pop();
+            }
+            std::path::Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    Ok(out)
+}
+
+/// `pdcx run --prefix DIR --home HOME -- PROGRAM ARGS`: checks the setup, sets the preload
+/// and its environment, and replaces this process with the program. A setup that cannot
+/// log (no library, no server, a bad prefix) is reported in one line and the program runs
+/// with its output written directly to the home (`redirect`), never silently elsewhere.
+pub fn run(
+    root: Option<&Path>,
+    prefix: &Path,
+    home: &str,
+    mode: &str,
+    program: &[OsString],
+) -> Result<i32> {
+    let Some((prog, args)) = program.split_first() else {
+        bail!("nothing to run: give the program after `--` (pdcx run --prefix DIR --home DIR -- ./app)");
+    };
+    if !["log", "redirect", "off"].contains(&mode) {
+        bail!("--mode must be log, redirect or off, not {mode:?}");
+    }
+    let prefix = absolute(prefix)?;
+    let home_s3 = home.starts_with("s3://");
+    let home_dir = if home_s3 {
+        let rest = &home["s3://".len()..];
+        if rest.is_empty() || rest.starts_with('/') {
+            bail!("--home {home:?}: an S3 home is s3://BUCKET[/PREFIX]");
+        }
+        None
+    } else {
+        let d = absolute(Path::new(home))?;
+        std::fs::create_dir_all(&d).map_err(|e| anyhow!("--home {}: {e}", d.display()))?;
+        Some(d)
+    };
+    if home_dir.as_deref() == Some(prefix.as_path()) {
+        bail!("--home and --prefix are the same directory; the home must be where the files end up, the prefix where the program writes them");
+    }
+    std::fs::create_dir_all(&prefix).map_err(|e| anyhow!("--prefix {}: {e}", prefix.display()))?;
+    let mut mode = mode.to_string();
+    let mut why = None;
+    let lib = find_library();
+    if lib.is_none() {
+        why = Some(format!(
+            "{LIB_NAME} not found (next to pdcx, in ../lib or $PDCX_LIB_DIR)"
+        ));
+    }
+    let root = match root {
+        Some(r) => Some(r.to_path_buf()),
+        None => std::env::var_os("PDCX_ROOT").map(PathBuf::from),
+    };
+    if mode == "log" && why.is_none() {
+        match &root {
+            None => why = Some("no deployment (--root or PDCX_ROOT)".into()),
+            Some(r) => {
+                if prefix.starts_with(r) {
+                    why = Some(format!(
+                        "--prefix {} is inside the deployment root {}",
+                        prefix.display(),
+                        r.display()
+                    ));
+                } else if let Err(e) = Client::connect(Some(r))
+                    .and_then(|c| (0..c.size()).try_for_each(|rank| c.stats(rank).map(|_| ())))
+                {
+                    why = Some(format!(
+                        "no pdcx server reachable at {} ({})",
+                        r.display(),
+                        e.message
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(w) = &why {
+        if mode == "log" {
+            mode = "redirect".into();
+        }
+        if first_rank() {
+            let dest = match &home_dir {
+                Some(d) if lib.is_some() => format!("directly to {}", d.display()),
+                _ => format!("directly into {} (not copied to {home})", prefix.display()),
+            };
+            eprintln!("pdcx run: {w}; writing {}/* {dest}", prefix.display());
+        }
+    }
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args);
+    if let Some(lib) = &lib {
+        let mut preload = lib.as_os_str().to_owned();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        cmd.env("LD_PRELOAD", preload);
+        cmd.env("PDCX_MPIIO_PREFIX", &prefix);
+        cmd.env(
+            "PDCX_MPIIO_HOME",
+            home_dir.as_ref().map_or_else(
+                || home.trim_end_matches('/').into(),
+                |d| d.clone().into_os_string(),
+            ),
+        );
+        cmd.env("PDCX_MPIIO_MODE", &mode);
+        if let Some(r) = &root {
+            cmd.env("PDCX_ROOT", r);
+        }
+    }
+    let e = cmd.exec();
+    bail!("cannot run {}: {e}", prog.to_string_lossy())
+}
+
+/// Whether a version still has to reach its home.
+fn pending(v: &VersionInfo) -> bool {
+    v.state == "sealed" || v.state == "writing"
+}
+
+/// The home-copy part of `pdcx flush`: waits until no byte-stream version is waiting for
+/// its home copy, with a progress line; fails after `stall` seconds without progress,
+/// naming each pending version and its last error.
+pub fn wait_homes(client: &Client, stall: u64, quiet: bool) -> Result<()> {
+    let start = Instant::now();
+    let mut last_progress = Instant::now();
+    let mut last_left = usize::MAX;
+    let mut shown = false;
+    loop {
+        let all = client.all_versions().map_err(msg)?;
+        let left: Vec<&VersionInfo> = all.iter().filter(|v| pending(v)).collect();
+        if left.is_empty() {
+            if shown {
+                eprintln!();
+            }
+            let done = all.iter().filter(|v| v.state == "done").count();
+            if !all.is_empty() {
+                println!(
+                    "homes: every sealed version is copied ({done} versions done, {:.1} s)",
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            let failed: Vec<String> = all
+                .iter()
+                .filter(|v| v.state == "failed")
+                .map(|v| format!("{} e{}: {}", v.name, v.epoch, v.error))
+                .collect();
+            if !failed.is_empty() {
+                bail!("home copies failed:\n  {}", failed.join("\n  "));
+            }
+            return Ok(());
+        }
+        let bytes: u64 = left.iter().map(|v| v.size).sum();
+        if !quiet {
+            eprint!(
+                "\rhomes: {} versions ({}) being copied, e.g. {} e{}      ",
+                left.len(),
+                human_bytes(bytes),
+                left[0].name,
+                left[0].epoch
+            );
+            let _ = std::io::stderr().flush();
+            shown = true;
+        }
+        if left.len() < last_left {
+            last_left = left.len();
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() >= Duration::from_secs(stall) {
+            if shown {
+                eprintln!();
+            }
+            let lines: Vec<String> = left
+                .iter()
+                .map(|v| {
+                    format!(
+                        "{} e{} -> {} ({}{})",
+                        v.name,
+                        v.epoch,
+                        v.home,
+                        v.state,
+                        if v.error.is_empty() {
+                            String::new()
+                        } else {
+                            format!(": {}", v.error)
+                        }
+                    )
+                })
+                .collect();
+            bail!(
+                "home copies made no progress for {stall} s:\n  {}\nThe data is safe in the servers' logs; they keep retrying.",
+                lines.join("\n  ")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `pdcx show` of a byte stream: its versions and where each is.
+pub fn print_versions(root: &Path, id: u64) -> Result<()> {
+    let client = connect(root)?;
+    let v = client.bs_versions(id).map_err(msg)?;
+    if v.is_empty() {
+        println!("versions: none sealed yet (written data is in the log)");
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = v
+        .iter()
+        .map(|v| {
+            vec![
+                v.epoch.to_string(),
+                human_bytes(v.size),
+                v.state.clone(),
+                iso8601(v.sealed_at),
+                if v.done_at > 0.0 {
+                    iso8601(v.done_at)
+                } else {
+                    "-".into()
+                },
+                v.home.clone(),
+                v.error.clone(),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "EPOCH",
+            "SIZE",
+            "STATE",
+            "SEALED",
+            "HOME COPY",
+            "HOME",
+            "ERROR",
+        ],
+        &rows,
+    );
+    Ok(())
+}

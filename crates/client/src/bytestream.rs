@@ -1,0 +1,346 @@
+//! Byte-stream objects: growable 1-D byte objects whose size need not be known at creation
+//! (paper 004 §VI; issue 11 logs MPI-IO files into them, issue 14 builds its file API on
+//! them).
+//!
+//! A byte stream is an ordinary object (`u8`, one dimension, tag `pdcx.kind =
+//! "bytestream"`) whose dims are its size. Its writers grow it at the owner with
+//! `ExtendDims` (an elementwise maximum, so any number of writers grow it in any order
+//! without failing) before their bytes are committed past the known end; `SetSize` sets it
+//! exactly (truncate). Writes of many processes to one stream are ordinary region writes:
+//! each process's bytes go to the server its placement picks (its node's server by default)
+//! and the owner numbers every commit, so overlapping writes resolve to the last committed
+//! and one process sees its own writes in program order.
+//!
+//! Write path ([`ByteStream::pwrite`]):
+//! - a write of at least [`DIRECT_MIN`] bytes is committed at once (`memory` durability),
+//!   as a one-copy write into the log when the server is on this node;
+//! - smaller writes are queued in program order (a write that continues the previous one
+//!   extends it) and committed together when the queue passes [`QUEUE_MAX`], and before
+//!   anything that must see them: a read, `size`, `set_size`, `flush`, `commit`.
+//!
+//! Durability is the caller's consistency point: [`ByteStream::commit`] commits the queue
+//! and makes every write of this handle durable on the servers that took them (`SyncLog`).
+//! [`ByteStream::seal`] then records the stream's content as a version at its owner.
+
+use crate::client::Client;
+use pdcx_core::model::{KIND_BYTE_STREAM, KIND_TAG};
+use pdcx_core::protocol::{Durability, ObjectSpec, Request, Response, VersionInfo};
+use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result, TagValue};
+use std::collections::BTreeSet;
+use std::sync::{Mutex, MutexGuard};
+
+/// Writes at least this large are committed at once (one-copy when on this node).
+pub const DIRECT_MIN: usize = 256 << 10;
+/// Queued small writes are committed once they hold this many bytes.
+pub const QUEUE_MAX: usize = 8 << 20;
+/// The largest size a byte stream may reach (offsets are u64; this leaves headroom).
+pub const MAX_LEN: u64 = 1 << 60;
+
+/// An open byte stream. Safe to share between threads (calls are serialised per handle).
+pub struct ByteStream {
+    client: Client,
+    meta: ObjectMeta,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Queued small writes, in program order: (offset, bytes).
+    queue: Vec<(u64, Vec<u8>)>,
+    queued: usize,
+    /// A size the owner has confirmed (the stream is at least this long).
+    known_size: u64,
+    /// Servers that committed writes of this handle since the last `commit`.
+    dirty: BTreeSet<u32>,
+}
+
+impl Client {
+    /// Opens byte stream `name`, creating it (empty) when `create` is set and it does not
+    /// exist. Refuses an object that is not a byte stream.
+    pub fn bs_open(&self, name: &str, create: bool) -> Result<ByteStream> {
+        let meta = match self.open_object(name) {
+            Ok(m) => m,
+            Err(e) if e.kind == ErrorKind::NotFound && create => {
+                match self.create_object(ObjectSpec {
+                    name: name.to_string(),
+                    dims: vec![0],
+                    dtype: Dtype::Bytes,
+                    fill: None,
+                    containers: Vec::new(),
+                    tags: vec![(KIND_TAG.into(), TagValue::Str(KIND_BYTE_STREAM.into()))],
+                    creator: String::new(),
+                }) {
+                    Ok(m) => m,
+                    // Another process created it meanwhile.
+                    Err(e) if e.kind == ErrorKind::AlreadyExists => self.open_object(name)?,
+                    Err(e) => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
+        if !meta.is_byte_stream() {
+            return Err(Error::invalid(format!(
+                "object {name:?} is not a byte stream (it is a {:?} array of dims {:?})",
+                meta.dtype, meta.dims
+            )));
+        }
+        Ok(ByteStream {
+            client: self.clone(),
+            state: Mutex::new(State {
+                known_size: meta.dims[0],
+                ..State::default()
+            }),
+            meta,
+        })
+    }
+
+    /// Byte streams whose names start with `prefix`.
+    pub fn bs_list(&self, prefix: &str) -> Result<Vec<ObjectMeta>> {
+        Ok(self
+            .list_objects(None)?
+            .into_iter()
+            .filter(|m| m.name.starts_with(prefix) && m.is_byte_stream())
+            .collect())
+    }
+
+    /// The versions of byte stream `id` (issue 11), oldest first.
+    pub fn bs_versions(&self, id: ObjectId) -> Result<Vec<VersionInfo>> {
+        let owner = self.id_owner(id)?;
+        match self.call(owner, &Request::Versions { id: Some(id) }, &[])? {
+            Response::Versions(v) => Ok(v),
+            r => Err(Error::protocol(format!(
+                "unexpected reply to Versions: {r:?}"
+            ))),
+        }
+    }
+
+    /// Every version recorded by every server (for `pdcx flush` and `pdcx ls`).
+    pub fn all_versions(&self) -> Result<Vec<VersionInfo>> {
+        let mut all = Vec::new();
+        for rank in 0..self.size() {
+            match self.call(rank, &Request::Versions { id: None }, &[])? {
+                Response::Versions(v) => all.extend(v),
+                r => {
+                    return Err(Error::protocol(format!(
+                        "unexpected reply to Versions: {r:?}"
+                    )))
+                }
+            }
+        }
+        Ok(all)
+    }
+}
+
+fn range(off: u64, len: u64) -> Result<Region> {
+    off.checked_add(len)
+        .filter(|&e| e <= MAX_LEN)
+        .ok_or_else(|| {
+            Error::new(
+                ErrorKind::OutOfBounds,
+                format!("byte range {off}+{len} passes the largest byte stream ({MAX_LEN} bytes)"),
+            )
+        })?;
+    Region::new(vec![off], vec![len])
+}
+
+impl ByteStream {
+    pub fn id(&self) -> ObjectId {
+        self.meta.id
+    }
+
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Writes `data` at byte `off` (the stream grows as needed). Visible to other readers
+    /// once committed: at once for large writes, else at the next flush point (see the
+    /// module doc).
+    pub fn pwrite(&self, off: u64, data: &[u8]) -> Result<()> {
+        self.pwritev(off, &[data])
+    }
+
+    /// [`pwrite`](Self::pwrite) of the buffers back to back.
+    pub fn pwritev(&self, off: u64, bufs: &[&[u8]]) -> Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        if len == 0 {
+            return Ok(());
+        }
+        range(off, len as u64)?;
+        let mut st = self.lock();
+        if len >= DIRECT_MIN {
+            self.drain(&mut st)?;
+            self.grow(&mut st, off + len as u64)?;
+            let region = range(off, len as u64)?;
+            let joined;
+            let data: &[u8] = if let [one] = bufs {
+                one
+            } else {
+                joined = bufs.concat();
+                &joined
+            };
+            let dest = self.client.data_server(self.meta.id, &region)?;
+            self.client
+                .write(self.meta.id, &region, data, Durability::Memory)?;
+            st.dirty.insert(dest);
+            return Ok(());
+        }
+        match st.queue.last_mut() {
+            // Continues the previous write: extend it (ParaLog's "active segment").
+            Some((o, b)) if *o + b.len() as u64 == off => {
+                for x in bufs {
+                    b.extend_from_slice(x);
+                }
+            }
+            _ => st.queue.push((off, bufs.concat())),
+        }
+        st.queued += len;
+        if st.queued >= QUEUE_MAX {
+            self.drain(&mut st)?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure the owner's size is at least `end`.
+    fn grow(&self, st: &mut State, end: u64) -> Result<()> {
+        if end <= st.known_size {
+            return Ok(());
+        }
+        let m = self.owner_call(&Request::ExtendDims {
+            id: self.meta.id,
+            dims: vec![end],
+        })?;
+        st.known_size = m.dims[0];
+        Ok(())
+    }
+
+    fn owner_call(&self, req: &Request) -> Result<ObjectMeta> {
+        match self.client.call(self.meta.owner, req, &[])? {
+            Response::Object(m) => Ok(m),
+            r => Err(Error::protocol(format!(
+                "unexpected reply to {req:?}: {r:?}"
+            ))),
+        }
+    }
+
+    /// Commits the queued writes, in order (each a commit of its own, so overlapping ones
+    /// keep program order).
+    fn drain(&self, st: &mut State) -> Result<()> {
+        if st.queue.is_empty() {
+            return Ok(());
+        }
+        let end = st
+            .queue
+            .iter()
+            .map(|(o, b)| o + b.len() as u64)
+            .max()
+            .unwrap_or(0);
+        self.grow(st, end)?;
+        let queue = std::mem::take(&mut st.queue);
+        st.queued = 0;
+        for (i, (off, bytes)) in queue.iter().enumerate() {
+            let region = range(*off, bytes.len() as u64)?;
+            let dest = self.client.data_server(self.meta.id, &region)?;
+            if let Err(e) = self
+                .client
+                .write(self.meta.id, &region, bytes, Durability::Memory)
+            {
+                // Keep what was not committed, in order, for the next attempt.
+                st.queue = queue[i..].to_vec();
+                st.queued = st.queue.iter().map(|(_, b)| b.len()).sum();
+                return Err(e);
+            }
+            st.dirty.insert(dest);
+        }
+        Ok(())
+    }
+
+    /// Commits every queued write of this handle (visible to every reader when it returns).
+    pub fn flush(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.drain(&mut st)
+    }
+
+    /// The consistency point of this handle: [`flush`](Self::flush), then every write it
+    /// committed is made durable on the servers that hold it (`local` durability).
+    pub fn commit(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.drain(&mut st)?;
+        let dirty = std::mem::take(&mut st.dirty);
+        for (i, &rank) in dirty.iter().enumerate() {
+            if let Err(e) = self.client.call(rank, &Request::SyncLog, &[]) {
+                st.dirty.extend(dirty.iter().skip(i));
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The stream's size: the end of the furthest byte any writer committed (or the size
+    /// last set), after this handle's queued writes are committed.
+    pub fn size(&self) -> Result<u64> {
+        let mut st = self.lock();
+        self.drain(&mut st)?;
+        // From the owner itself: a relayed lookup could answer from before the last growth.
+        let m = self.owner_call(&Request::GetObject { id: self.meta.id })?;
+        st.known_size = m.dims[0];
+        Ok(m.dims[0])
+    }
+
+    /// Sets the size to exactly `len` (truncate or grow; grown bytes read as zeros).
+    pub fn set_size(&self, len: u64) -> Result<()> {
+        if len > MAX_LEN {
+            return Err(Error::new(
+                ErrorKind::OutOfBounds,
+                format!("size {len} passes the largest byte stream ({MAX_LEN} bytes)"),
+            ));
+        }
+        let mut st = self.lock();
+        self.drain(&mut st)?;
+        let m = self.owner_call(&Request::SetSize {
+            id: self.meta.id,
+            len,
+        })?;
+        st.known_size = m.dims[0];
+        Ok(())
+    }
+
+    /// Reads up to `out.len()` bytes at `off` (fewer at the end of the stream, 0 past it),
+    /// with every committed write of every writer and this handle's queued ones.
+    pub fn pread(&self, off: u64, out: &mut [u8]) -> Result<usize> {
+        let size = self.size()?;
+        if off >= size || out.is_empty() {
+            return Ok(0);
+        }
+        let n = (size - off).min(out.len() as u64);
+        let region = range(off, n)?;
+        self.client
+            .read_into(self.meta.id, &region, &mut out[..n as usize])?;
+        Ok(n as usize)
+    }
+
+    /// Records the stream's current content as its next version, to be copied to `home` (an
+    /// absolute file path or `s3://bucket/key`) by the servers in the background. Call after
+    /// every writer's [`commit`](Self::commit) returned. Returns the version's epoch.
+    pub fn seal(&self, home: &str) -> Result<u64> {
+        match self.client.call(
+            self.meta.owner,
+            &Request::Seal {
+                id: self.meta.id,
+                home: home.to_string(),
+            },
+            &[],
+        )? {
+            Response::Sealed { epoch } => Ok(epoch),
+            r => Err(Error::protocol(format!("unexpected reply to Seal: {r:?}"))),
+        }
+    }
+
+    /// The versions recorded so far, oldest first.
+    pub fn versions(&self) -> Result<Vec<VersionInfo>> {
+        self.client.bs_versions(self.meta.id)
+    }
+}
