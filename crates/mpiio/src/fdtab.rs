@@ -4,7 +4,7 @@
 //! 65536, so calls on every other fd (stdout, sockets, the MPI library's shared-memory files)
 //! cost that load and nothing else. Only fds that answer yes take the lock of the map.
 
-use crate::stream::ByteStream;
+use pdcx_client::ByteStream;
 use libc::c_int;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -5,7 +5,8 @@
 //!
 //! One job per file: `real.rs` (the real functions), `guard.rs` (recursion guard), `fdtab.rs`
 //! (which fds are ours), `config.rs` (environment, paths, decisions), `posix.rs` (the libc
-//! wrappers), `mpi.rs` (the MPI wrappers), `stream.rs` (the byte-stream API).
+//! wrappers), `mpi.rs` (the MPI wrappers). The bytes go through
+//! `pdcx_client::ByteStream`.
 //!
 //! Exported wrappers carry `#[no_mangle]` only outside `cfg(test)`: the crate's unit tests
 //! must not interpose libc in the test binary itself.
@@ -16,7 +17,6 @@ pub mod guard;
 pub mod mpi;
 pub mod posix;
 pub mod real;
-mod stream;
 
 use libc::c_int;
 use std::panic::AssertUnwindSafe;

@@ -13,9 +13,8 @@ use crate::config::{self, Decision};
 use crate::fdtab::{self, FileState, Opening};
 use crate::guard::{self, Passthrough};
 use crate::real::{self, Handle};
-use crate::stream::{self, ByteStream};
 use libc::{c_char, c_int, c_void};
-use pdcx_client::Client;
+use pdcx_client::{ByteStream, Client};
 use std::collections::HashMap;
 use std::ffi::{CStr, CString};
 use std::os::unix::ffi::OsStrExt;
@@ -178,7 +177,7 @@ fn client() -> Result<Client, String> {
 fn open_stream(name: &str, create: bool) -> Result<ByteStream, String> {
     let c = client()?;
     let _g = Passthrough::enter();
-    stream::open(&c, name, create)
+    c.bs_open(name, create)
         .map_err(|e| format!("cannot open byte stream {name}: {}", e.message))
 }
 
