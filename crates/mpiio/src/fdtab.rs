@@ -4,8 +4,8 @@
 //! 65536, so calls on every other fd (stdout, sockets, the MPI library's shared-memory files)
 //! cost that load and nothing else. Only fds that answer yes take the lock of the map.
 
-use pdcx_client::ByteStream;
 use libc::c_int;
+use pdcx_client::ByteStream;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -620,3 +620,64 @@ pub unsafe extern "C" fn MPI_File_delete(filename: *const c_char, info: Handle) 
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The Open MPI constants this file and `config::amode` hard-code are the ones in this
+    //! machine's `mpi.h`.
+    use super::*;
+    use crate::config::amode;
+    use std::process::Command;
+
+    fn header() -> Option<String> {
+        let o = Command::new("mpicc")
+            .arg("--showme:incdirs")
+            .output()
+            .ok()?;
+        let dirs = String::from_utf8_lossy(&o.stdout).to_string();
+        dirs.split_whitespace()
+            .map(|d| std::path::Path::new(d).join("mpi.h"))
+            .find(|p| p.is_file())
+            .and_then(|p| std::fs::read_to_string(p).ok())
+    }
+
+    fn define(h: &str, name: &str) -> i32 {
+        h.lines()
+            .filter_map(|l| l.trim().strip_prefix("#define "))
+            .find_map(|l| {
+                let mut it = l.split_whitespace();
+                (it.next() == Some(name)).then(|| it.next().unwrap().parse::<i32>().unwrap())
+            })
+            .unwrap_or_else(|| panic!("{name} not defined in mpi.h"))
+    }
+
+    #[test]
+    fn constants_match_mpi_h() {
+        let Some(h) = header() else {
+            eprintln!("SKIPPED constants_match_mpi_h: no mpi.h (mpicc --showme:incdirs)");
+            return;
+        };
+        assert!(h.contains("OMPI_MAJOR_VERSION"), "not Open MPI's mpi.h");
+        for (name, v) in [
+            ("MPI_MODE_CREATE", amode::CREATE),
+            ("MPI_MODE_RDONLY", amode::RDONLY),
+            ("MPI_MODE_WRONLY", amode::WRONLY),
+            ("MPI_MODE_RDWR", amode::RDWR),
+            ("MPI_MODE_DELETE_ON_CLOSE", amode::DELETE_ON_CLOSE),
+            ("MPI_MODE_UNIQUE_OPEN", amode::UNIQUE_OPEN),
+            ("MPI_MODE_EXCL", amode::EXCL),
+            ("MPI_MODE_APPEND", amode::APPEND),
+            ("MPI_MODE_SEQUENTIAL", amode::SEQUENTIAL),
+            ("MPI_SUCCESS", MPI_SUCCESS),
+            ("MPI_ERR_OTHER", MPI_ERR_OTHER),
+            ("MPI_ERR_IO", MPI_ERR_IO),
+        ] {
+            assert_eq!(define(&h, name), v, "{name}");
+        }
+        // Handles are pointers in this ABI (MPI_BYTE is the address of a predefined object).
+        assert!(h.contains("typedef struct ompi_communicator_t *MPI_Comm;"));
+        assert!(h.contains("typedef struct ompi_file_t *MPI_File;"));
+        assert!(h.contains("OMPI_PREDEFINED_GLOBAL(MPI_Datatype, ompi_mpi_byte)"));
+        assert!(h.contains("OMPI_PREDEFINED_GLOBAL(MPI_Op, ompi_mpi_op_max)"));
+    }
+}

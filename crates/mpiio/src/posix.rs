@@ -275,16 +275,35 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 }
 
 fn fcntl_common(fd: c_int, cmd: c_int, arg: usize, real: impl Fn() -> c_int) -> c_int {
-    // Locks and flags act on the placeholder (node-local serialisation as on a local file
-    // system); only new fds need our attention.
-    if (cmd != libc::F_DUPFD && cmd != libc::F_DUPFD_CLOEXEC) || !fdtab::maybe_tracked(fd) {
+    const SETLK: [c_int; 4] = [
+        libc::F_SETLK,
+        libc::F_SETLKW,
+        libc::F_OFD_SETLK,
+        libc::F_OFD_SETLKW,
+    ];
+    let dup = cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC;
+    // Locks and flags act on the placeholder (node-local serialisation, as on a local file
+    // system); new fds and unlocks need our attention.
+    if !(dup || SETLK.contains(&cmd)) || !fdtab::maybe_tracked(fd) || guard::inside() {
         return real();
     }
-    let _ = arg;
     ffi("fcntl", -1, || {
-        let new = real();
-        after_dup(fd, new);
-        Ok(new)
+        if dup {
+            let new = real();
+            after_dup(fd, new);
+            return Ok(new);
+        }
+        // ROMIO's read-modify-write (data sieving) locks a range, reads it, writes it back and
+        // unlocks: this process's queued writes must be visible before the next locker reads.
+        // SAFETY: the lock commands take a `struct flock *`.
+        let unlock = arg != 0
+            && unsafe { (*(arg as *const libc::flock)).l_type } == libc::F_UNLCK as libc::c_short;
+        if unlock {
+            if let Some(t) = fdtab::get(fd) {
+                flush(&t)?;
+            }
+        }
+        Ok(real())
     })
 }
 

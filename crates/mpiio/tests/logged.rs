@@ -1,0 +1,196 @@
+//! An unmodified MPI-IO program under the preload, against two real servers: every byte it
+//! writes under the prefix lands in the byte stream `mpiio/NAME` (the placeholder file stays
+//! empty), the sealed version reaches `HOME/NAME` byte-identical to a direct run, and every
+//! setup that cannot log falls back with exactly one line and writes the file to its home.
+
+mod common;
+
+use common::*;
+use pdcx_client::Client;
+use pdcx_server::{Server, ServerConfig, ServerHandle};
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+fn two_servers(root: &Path) -> Vec<ServerHandle> {
+    let hs: Vec<ServerHandle> = (0..2)
+        .map(|r| {
+            let h = Server::start(ServerConfig::new(root, r, 2)).unwrap();
+            h.server.publish_rank_file().unwrap();
+            h
+        })
+        .collect();
+    pdcx_server::launch::assemble_cluster(root, 2, Duration::from_secs(30)).unwrap();
+    hs
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    root: PathBuf,
+    prefix: PathBuf,
+    home: PathBuf,
+    prog: PathBuf,
+    lib: PathBuf,
+}
+
+impl Setup {
+    fn new() -> Setup {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_path_buf();
+        let s = Setup {
+            root: dir.join("root"),
+            prefix: dir.join("prefix"),
+            home: dir.join("home"),
+            prog: compile("writer", &dir, true),
+            lib: lib(),
+            dir,
+            _dir: d,
+        };
+        std::fs::create_dir_all(s.prefix.join("sub")).unwrap();
+        s
+    }
+
+    fn env<'a>(&'a self, root: &'a Path, mode: &'a str) -> Vec<(&'static str, &'a OsStr)> {
+        vec![
+            ("LD_PRELOAD", self.lib.as_os_str()),
+            ("PDCX_MPIIO_PREFIX", self.prefix.as_os_str()),
+            ("PDCX_MPIIO_HOME", self.home.as_os_str()),
+            ("PDCX_ROOT", root.as_os_str()),
+            ("PDCX_MPIIO_MODE", OsStr::new(mode)),
+        ]
+    }
+
+    /// The direct run's file and output.
+    fn direct(&self, io: &str) -> (Vec<u8>, Vec<String>) {
+        let f = self.dir.join(format!("direct.{io}"));
+        let o = mpirun(2, io, &[], &self.prog, &[f.as_os_str()]);
+        (std::fs::read(&f).unwrap(), sorted_lines(&o))
+    }
+}
+
+/// Waits until `path` holds exactly `want` (the home copy is written in the background).
+fn wait_for_file(path: &Path, want: &[u8]) {
+    let t0 = Instant::now();
+    loop {
+        match std::fs::read(path) {
+            Ok(b) if b == want => return,
+            r => assert!(
+                t0.elapsed() < Duration::from_secs(30),
+                "{} never became the direct run's {} bytes (now: {:?} bytes)",
+                path.display(),
+                want.len(),
+                r.map(|b| b.len())
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn stream_bytes(c: &Client, name: &str) -> Vec<u8> {
+    let bs = c.bs_open(name, false).unwrap();
+    let mut out = vec![0u8; bs.size().unwrap() as usize];
+    let n = bs.pread(0, &mut out).unwrap();
+    out.truncate(n);
+    out
+}
+
+#[test]
+fn writes_under_the_prefix_go_to_the_stream_and_reach_the_home() {
+    if !have_mpi("writes_under_the_prefix_go_to_the_stream_and_reach_the_home") {
+        return;
+    }
+    let s = Setup::new();
+    let _servers = two_servers(&s.root);
+    let c = Client::connect(Some(&s.root)).unwrap();
+    for io in ["ompio", "romio321"] {
+        let (want, want_out) = s.direct(io);
+        let f = s.prefix.join(format!("sub/f.{io}"));
+        let o = mpirun(2, io, &s.env(&s.root, "log"), &s.prog, &[f.as_os_str()]);
+        // The program read back what it wrote (from the stream: the placeholder is empty).
+        assert_eq!(sorted_lines(&o), want_out, "{io}");
+        assert_eq!(our_lines(&o), Vec::<String>::new(), "{io}");
+        assert_eq!(std::fs::metadata(&f).unwrap().len(), 0, "{io}: placeholder");
+        let name = format!("mpiio/sub/f.{io}");
+        assert!(stream_bytes(&c, &name) == want, "{io}: stream differs");
+        // Sealed at each sync and at close; the last version is the whole file.
+        let v = c.bs_open(&name, false).unwrap().versions().unwrap();
+        assert!(v.len() >= 2, "{io}: {v:?}");
+        wait_for_file(&s.home.join(format!("sub/f.{io}")), &want);
+    }
+}
+
+#[test]
+fn a_rerun_replaces_the_file_and_a_missing_placeholder_starts_empty() {
+    if !have_mpi("a_rerun_replaces_the_file_and_a_missing_placeholder_starts_empty") {
+        return;
+    }
+    let s = Setup::new();
+    let _servers = two_servers(&s.root);
+    let c = Client::connect(Some(&s.root)).unwrap();
+    let (want, _) = s.direct("ompio");
+    // An older, longer stream of the same name, with no placeholder: the new file must not
+    // show its bytes.
+    let bs = c.bs_open("mpiio/again", true).unwrap();
+    bs.pwrite(0, &vec![7u8; want.len() + 5000]).unwrap();
+    bs.commit().unwrap();
+    let f = s.prefix.join("again");
+    for _ in 0..2 {
+        // Without MPI_File_set_size(0): only the library can empty the stream.
+        let args = [f.as_os_str(), OsStr::new("nosetsize")];
+        let o = mpirun(2, "ompio", &s.env(&s.root, "log"), &s.prog, &args);
+        assert_eq!(our_lines(&o), Vec::<String>::new());
+        assert!(stream_bytes(&c, "mpiio/again") == want);
+    }
+    wait_for_file(&s.home.join("again"), &want);
+}
+
+#[test]
+fn setups_that_cannot_log_fall_back_to_the_home_with_one_line() {
+    if !have_mpi("setups_that_cannot_log_fall_back_to_the_home_with_one_line") {
+        return;
+    }
+    let s = Setup::new();
+    let (want, want_out) = s.direct("romio321");
+    let nowhere = s.dir.join("no-deployment");
+    let cases: [(&str, &Path, Option<&str>, &str); 3] = [
+        ("noserver", &nowhere, None, "no pdcx server reachable"),
+        ("redirect", &nowhere, None, "PDCX_MPIIO_MODE=redirect"),
+        (
+            "append",
+            &nowhere,
+            Some("append"),
+            "MPI_MODE_APPEND is not supported",
+        ),
+    ];
+    for (name, root, arg, reason) in cases {
+        let f = s.prefix.join(name);
+        let mode = if name == "redirect" {
+            "redirect"
+        } else {
+            "log"
+        };
+        let mut args = vec![f.as_os_str()];
+        args.extend(arg.map(OsStr::new));
+        for io in ["ompio", "romio321"] {
+            let home = s.home.join(name);
+            let _ = std::fs::remove_file(&home);
+            let o = mpirun(2, io, &s.env(root, mode), &s.prog, &args);
+            let lines = our_lines(&o);
+            assert_eq!(lines.len(), 1, "{name} {io}: {lines:?}");
+            assert!(lines[0].contains(reason), "{name} {io}: {lines:?}");
+            assert!(
+                lines[0].ends_with(&format!(
+                    "writing {} directly to {}",
+                    f.display(),
+                    home.display()
+                )),
+                "{name} {io}: {lines:?}"
+            );
+            // Never both paths: the file is only at its home.
+            assert!(!f.exists(), "{name} {io}");
+            assert_eq!(std::fs::read(&home).unwrap(), want, "{name} {io}");
+            assert_eq!(sorted_lines(&o), want_out, "{name} {io}");
+        }
+    }
+}
