@@ -174,7 +174,6 @@ impl ByteStream {
         if len >= DIRECT_MIN {
             self.drain(&mut st)?;
             self.grow(&mut st, off + len as u64)?;
-            let region = range(off, len as u64)?;
             let joined;
             let data: &[u8] = if let [one] = bufs {
                 one
@@ -182,9 +181,7 @@ impl ByteStream {
                 joined = bufs.concat();
                 &joined
             };
-            let dest = self.client.data_server(self.meta.id, &region)?;
-            self.client
-                .write(self.meta.id, &region, data, Durability::Memory)?;
+            let dest = self.write_region(&mut st, off, data)?;
             st.dirty.insert(dest);
             return Ok(());
         }
@@ -226,6 +223,28 @@ impl ByteStream {
         }
     }
 
+    /// Commits `data` at `off` (the stream already grown to cover it); returns the server that
+    /// took it. Another writer may have shrunk the stream (`SetSize`) since this handle last
+    /// learnt its size, so the owner refuses the write as past the end: grow again and retry
+    /// once (MPI-IO: ROMIO truncates on rank 0 only, and the other ranks then write).
+    fn write_region(&self, st: &mut State, off: u64, data: &[u8]) -> Result<u32> {
+        let region = range(off, data.len() as u64)?;
+        let dest = self.client.data_server(self.meta.id, &region)?;
+        match self
+            .client
+            .write(self.meta.id, &region, data, Durability::Memory)
+        {
+            Err(e) if e.kind == ErrorKind::OutOfBounds => {
+                st.known_size = 0;
+                self.grow(st, off + data.len() as u64)?;
+                self.client
+                    .write(self.meta.id, &region, data, Durability::Memory)?;
+            }
+            r => r?,
+        }
+        Ok(dest)
+    }
+
     /// Commits the queued writes, in order (each a commit of its own, so overlapping ones
     /// keep program order).
     fn drain(&self, st: &mut State) -> Result<()> {
@@ -242,17 +261,15 @@ impl ByteStream {
         let queue = std::mem::take(&mut st.queue);
         st.queued = 0;
         for (i, (off, bytes)) in queue.iter().enumerate() {
-            let region = range(*off, bytes.len() as u64)?;
-            let dest = self.client.data_server(self.meta.id, &region)?;
-            if let Err(e) = self
-                .client
-                .write(self.meta.id, &region, bytes, Durability::Memory)
-            {
-                // Keep what was not committed, in order, for the next attempt.
-                st.queue = queue[i..].to_vec();
-                st.queued = st.queue.iter().map(|(_, b)| b.len()).sum();
-                return Err(e);
-            }
+            let dest = match self.write_region(st, *off, bytes) {
+                Ok(d) => d,
+                Err(e) => {
+                    // Keep what was not committed, in order, for the next attempt.
+                    st.queue = queue[i..].to_vec();
+                    st.queued = st.queue.iter().map(|(_, b)| b.len()).sum();
+                    return Err(e);
+                }
+            };
             st.dirty.insert(dest);
         }
         Ok(())
