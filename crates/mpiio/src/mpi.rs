@@ -347,7 +347,7 @@ fn log_open(
             // show through (a direct run would start from an empty file).
             let _g = Passthrough::enter();
             if !readonly && amode & config::amode::CREATE != 0 && !norm.exists() {
-                bs.set_size(0)
+                crate::posix::set_stream_size(&bs, 0)
                     .map_err(|e| format!("cannot empty byte stream {name}: {}", e.message))?;
             }
             Ok(bs)
@@ -416,7 +416,12 @@ fn log_open(
         // SAFETY: the caller's communicator; `dup` receives the new one.
         check(unsafe { (coll.comm_dup)(comm, &mut dup) })?;
     }
-    let file = Arc::new(FileState { bs, name, home });
+    let file = Arc::new(FileState {
+        bs,
+        name,
+        home,
+        rank0: rank == 0,
+    });
     let norm_display = norm.display().to_string();
     fdtab::begin_opening(Opening {
         norm,

@@ -145,6 +145,46 @@ fn a_rerun_replaces_the_file_and_a_missing_placeholder_starts_empty() {
     wait_for_file(&s.home.join("again"), &want);
 }
 
+/// Parallel HDF5 (collective hyperslab writes, an attribute, `H5Fflush` = `MPI_File_sync`,
+/// the superblock rewritten at close): the home file is byte-identical to a direct run, also
+/// when the file is created again over a longer stream (`H5F_ACC_TRUNC`).
+#[test]
+fn parallel_hdf5_files_come_out_byte_identical() {
+    if !have_phdf5("parallel_hdf5_files_come_out_byte_identical") {
+        return;
+    }
+    let s = Setup::new();
+    let _servers = two_servers(&s.root);
+    let c = Client::connect(Some(&s.root)).unwrap();
+    let prog = compile_with("h5pcc", "phdf5", &s.dir);
+    for io in ["ompio", "romio321"] {
+        let direct = s.dir.join(format!("direct.{io}.h5"));
+        mpirun(2, io, &[], &prog, &[direct.as_os_str()]);
+        let want = std::fs::read(&direct).unwrap();
+        let f = s.prefix.join(format!("h.{io}.h5"));
+        let name = format!("mpiio/h.{io}.h5");
+        // The second run truncates a stream that holds a longer file.
+        c.bs_open(&name, true)
+            .unwrap()
+            .pwrite(0, &vec![1u8; want.len() * 2])
+            .unwrap();
+        std::fs::write(&f, b"").unwrap();
+        for _ in 0..2 {
+            let o = mpirun(2, io, &s.env(&s.root, "log"), &prog, &[f.as_os_str()]);
+            assert_eq!(our_lines(&o), Vec::<String>::new(), "{io}");
+            let got = stream_bytes(&c, &name);
+            let first = got.iter().zip(&want).position(|(a, b)| a != b);
+            assert!(
+                got == want,
+                "{io}: stream differs: {} vs {} bytes, first difference at {first:?}",
+                got.len(),
+                want.len()
+            );
+        }
+        wait_for_file(&s.home.join(format!("h.{io}.h5")), &want);
+    }
+}
+
 #[test]
 fn setups_that_cannot_log_fall_back_to_the_home_with_one_line() {
     if !have_mpi("setups_that_cannot_log_fall_back_to_the_home_with_one_line") {
@@ -193,4 +233,26 @@ fn setups_that_cannot_log_fall_back_to_the_home_with_one_line() {
             assert_eq!(sorted_lines(&o), want_out, "{name} {io}");
         }
     }
+}
+
+/// ROMIO truncates on rank 0 only; the other ranks' handles still believe the old size and
+/// must still be able to write (the client grows the stream again and retries), for large
+/// (committed at once) and small (queued) writes alike.
+#[test]
+fn a_writer_whose_size_is_stale_after_another_truncated_still_writes() {
+    let d = tempfile::tempdir().unwrap();
+    let _servers = two_servers(d.path());
+    let c = Client::connect(Some(d.path())).unwrap();
+    let a = c.bs_open("mpiio/t", true).unwrap();
+    a.pwrite(0, &vec![1u8; 1 << 20]).unwrap();
+    a.commit().unwrap();
+    let b = c.bs_open("mpiio/t", false).unwrap();
+    a.set_size(0).unwrap();
+    b.pwrite(1000, &vec![2u8; 300 << 10]).unwrap();
+    b.pwrite(500_000, b"small").unwrap();
+    b.commit().unwrap();
+    assert_eq!(a.size().unwrap(), 500_005);
+    let mut got = vec![0u8; 5];
+    assert_eq!(b.pread(500_000, &mut got).unwrap(), 5);
+    assert_eq!(&got, b"small");
 }

@@ -40,11 +40,24 @@ pub fn have_mpi(test: &str) -> bool {
     ok
 }
 
+/// True when parallel HDF5's `h5pcc` exists; otherwise prints why the test is skipped.
+pub fn have_phdf5(test: &str) -> bool {
+    let ok = have_mpi(test) && on_path("h5pcc");
+    if !ok {
+        eprintln!("SKIPPED {test}: h5pcc not found (apt-get install libhdf5-openmpi-dev)");
+    }
+    ok
+}
+
 /// Compiles `tests/c/NAME.c` with `cc` (`mpicc` when `mpi`) into `dir`.
 pub fn compile(name: &str, dir: &Path, mpi: bool) -> PathBuf {
+    compile_with(if mpi { "mpicc" } else { "cc" }, name, dir)
+}
+
+/// Compiles `tests/c/NAME.c` with `cc` into `dir`.
+pub fn compile_with(cc: &str, name: &str, dir: &Path) -> PathBuf {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
     let out = dir.join(name);
-    let cc = if mpi { "mpicc" } else { "cc" };
     let o = Command::new(cc)
         .args([
             OsStr::new("-O"),
