@@ -5,12 +5,27 @@
 //!
 //! One job per file: `real.rs` (the real functions), `guard.rs` (recursion guard), `fdtab.rs`
 //! (which fds are ours), `config.rs` (environment, paths, decisions), `posix.rs` (the libc
-//! wrappers), `mpi.rs` (the MPI wrappers). The bytes go through
-//! `pdcx_client::ByteStream`.
+//! wrappers), `aio.rs` (POSIX AIO on our fds), `mpi.rs` (the MPI wrappers). The bytes go
+//! through `pdcx_client::ByteStream`.
 //!
 //! Exported wrappers carry `#[no_mangle]` only outside `cfg(test)`: the crate's unit tests
 //! must not interpose libc in the test binary itself.
 
+/// Calls the real `$f`, or fails with ENOSYS if libc has no such function.
+macro_rules! call {
+    ($f:ident($($a:expr),* $(,)?)) => {
+        match crate::real::$f() {
+            // SAFETY: the arguments are the caller's, passed on unchanged (or checked).
+            Some(f) => unsafe { f($($a),*) },
+            None => {
+                crate::set_errno(libc::ENOSYS);
+                -1
+            }
+        }
+    };
+}
+
+pub mod aio;
 pub mod config;
 pub mod fdtab;
 pub mod guard;

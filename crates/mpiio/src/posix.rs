@@ -23,20 +23,6 @@ use std::sync::Arc;
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("the fixed-arity definitions of open/fcntl assume the x86-64 or aarch64 SysV ABI");
 
-/// Calls the real `$f`, or fails with ENOSYS if libc has no such function.
-macro_rules! call {
-    ($f:ident($($a:expr),* $(,)?)) => {
-        match crate::real::$f() {
-            // SAFETY: the arguments are the caller's, passed on unchanged (or checked).
-            Some(f) => unsafe { f($($a),*) },
-            None => {
-                crate::set_errno(libc::ENOSYS);
-                -1
-            }
-        }
-    };
-}
-
 // ---------------------------------------------------------------------------------------------
 // open
 
@@ -370,7 +356,7 @@ fn offset(off: i64) -> Result<u64, c_int> {
 }
 
 /// Writes `bufs` at `off` into the stream; returns the byte count.
-fn write_at(t: &Tracked, bufs: &[&[u8]], off: u64) -> Result<usize, c_int> {
+pub(crate) fn write_at(t: &Tracked, bufs: &[&[u8]], off: u64) -> Result<usize, c_int> {
     let total = bufs
         .iter()
         .try_fold(0usize, |a, b| a.checked_add(b.len()))
@@ -565,7 +551,7 @@ pub unsafe extern "C" fn pwritev64v2(
 // reads (MPI-IO's data sieving and read-modify-write read what was logged)
 
 /// Reads into `bufs` from `off`, stopping at the stream's end; returns the byte count.
-fn read_at(t: &Tracked, bufs: &mut [&mut [u8]], off: u64) -> Result<usize, c_int> {
+pub(crate) fn read_at(t: &Tracked, bufs: &mut [&mut [u8]], off: u64) -> Result<usize, c_int> {
     let _g = Passthrough::enter();
     let mut done = 0usize;
     for b in bufs.iter_mut() {

@@ -86,6 +86,18 @@ real! { libc::RTLD_NEXT;
     dup: unsafe extern "C" fn(c_int) -> c_int;
     dup2: unsafe extern "C" fn(c_int, c_int) -> c_int;
     dup3: unsafe extern "C" fn(c_int, c_int, c_int) -> c_int;
+    aio_write: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
+    aio_write64: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
+    aio_read: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
+    aio_read64: unsafe extern "C" fn(*mut libc::aiocb) -> c_int;
+    aio_error: unsafe extern "C" fn(*const libc::aiocb) -> c_int;
+    aio_error64: unsafe extern "C" fn(*const libc::aiocb) -> c_int;
+    aio_return: unsafe extern "C" fn(*mut libc::aiocb) -> ssize_t;
+    aio_return64: unsafe extern "C" fn(*mut libc::aiocb) -> ssize_t;
+    aio_suspend: unsafe extern "C" fn(*const *const libc::aiocb, c_int, *const libc::timespec) -> c_int;
+    aio_suspend64: unsafe extern "C" fn(*const *const libc::aiocb, c_int, *const libc::timespec) -> c_int;
+    aio_cancel: unsafe extern "C" fn(c_int, *mut libc::aiocb) -> c_int;
+    aio_cancel64: unsafe extern "C" fn(c_int, *mut libc::aiocb) -> c_int;
 }
 
 /// Open MPI 4.1 handles (`MPI_Comm`, `MPI_File`, `MPI_Info`, `MPI_Datatype`, `MPI_Op`) are

@@ -185,6 +185,35 @@ fn parallel_hdf5_files_come_out_byte_identical() {
     }
 }
 
+/// Non-blocking MPI-IO: OMPIO does `MPI_File_iwrite_at`/`iread_at` with POSIX AIO, which
+/// glibc runs in its own threads with calls no preload sees; the aio wrappers must catch them
+/// (else the bytes land in the placeholder and the home file is empty).
+#[test]
+fn non_blocking_writes_and_reads_are_logged() {
+    if !have_mpi("non_blocking_writes_and_reads_are_logged") {
+        return;
+    }
+    let s = Setup::new();
+    let _servers = two_servers(&s.root);
+    let c = Client::connect(Some(&s.root)).unwrap();
+    let prog = compile("iwriter", &s.dir, true);
+    for io in ["ompio", "romio321"] {
+        let direct = s.dir.join(format!("direct.{io}"));
+        let plain = mpirun(2, io, &[], &prog, &[direct.as_os_str()]);
+        let want = std::fs::read(&direct).unwrap();
+        let f = s.prefix.join(format!("i.{io}"));
+        let o = mpirun(2, io, &s.env(&s.root, "log"), &prog, &[f.as_os_str()]);
+        assert_eq!(sorted_lines(&o), sorted_lines(&plain), "{io}");
+        assert_eq!(our_lines(&o), Vec::<String>::new(), "{io}");
+        assert_eq!(std::fs::metadata(&f).unwrap().len(), 0, "{io}: placeholder");
+        assert!(
+            stream_bytes(&c, &format!("mpiio/i.{io}")) == want,
+            "{io}: stream differs"
+        );
+        wait_for_file(&s.home.join(format!("i.{io}")), &want);
+    }
+}
+
 #[test]
 fn setups_that_cannot_log_fall_back_to_the_home_with_one_line() {
     if !have_mpi("setups_that_cannot_log_fall_back_to_the_home_with_one_line") {
