@@ -21,7 +21,7 @@ cargo test -q --workspace 2>&1 | tee /tmp/pdcx-cargo-test.log | grep -E '^(test 
 [[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "cargo test failed; full log in /tmp/pdcx-cargo-test.log"; exit 1; }
 echo "== rust: crash points of the data path (real SIGKILL at each, then recovery)"
 cargo clippy -q -p pdcx-server --features crash-points --all-targets -- -D warnings
-cargo test -q -p pdcx-server --features crash-points --test crashpoints --test crash -- --nocapture 2>&1 | grep -E "^(test result|CRASH_SUMMARY)|panicked|FAILED"; [[ ${PIPESTATUS[0]} -eq 0 ]]
+cargo test -q -p pdcx-server --features crash-points --test crashpoints --test crash --test homecrash -- --nocapture 2>&1 | grep -E "^(test result|CRASH_SUMMARY)|panicked|FAILED"; [[ ${PIPESTATUS[0]} -eq 0 ]]
 echo "== fuzz: a short run of every cargo-fuzz target (nightly toolchain)"
 command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz
 FUZZ_DEV=1 FUZZ_SECONDS=10 bash scripts/fuzz-smoke.sh

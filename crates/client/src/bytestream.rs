@@ -174,6 +174,7 @@ impl ByteStream {
         if len >= DIRECT_MIN {
             self.drain(&mut st)?;
             self.grow(&mut st, off + len as u64)?;
+            let region = range(off, len as u64)?;
             let joined;
             let data: &[u8] = if let [one] = bufs {
                 one
@@ -181,7 +182,7 @@ impl ByteStream {
                 joined = bufs.concat();
                 &joined
             };
-            let dest = self.write_region(&mut st, off, data)?;
+            let dest = self.write_one(&mut st, &region, data)?;
             st.dirty.insert(dest);
             return Ok(());
         }
@@ -199,6 +200,23 @@ impl ByteStream {
             self.drain(&mut st)?;
         }
         Ok(())
+    }
+
+    /// Commits one write (`memory`); returns the server that took it. Another handle may
+    /// have shrunk the stream since this one last grew it: then the server refuses the write
+    /// as out of bounds, and it is retried once after growing the stream again.
+    fn write_one(&self, st: &mut State, region: &Region, data: &[u8]) -> Result<u32> {
+        let dest = self.client.data_server(self.meta.id, region)?;
+        let id = self.meta.id;
+        match self.client.write(id, region, data, Durability::Memory) {
+            Err(e) if e.kind == ErrorKind::OutOfBounds => {
+                st.known_size = 0;
+                self.grow(st, region.end(0))?;
+                self.client.write(id, region, data, Durability::Memory)?;
+            }
+            r => r?,
+        }
+        Ok(dest)
     }
 
     /// Makes sure the owner's size is at least `end`.
@@ -223,28 +241,6 @@ impl ByteStream {
         }
     }
 
-    /// Commits `data` at `off` (the stream already grown to cover it); returns the server that
-    /// took it. Another writer may have shrunk the stream (`SetSize`) since this handle last
-    /// learnt its size, so the owner refuses the write as past the end: grow again and retry
-    /// once (MPI-IO: ROMIO truncates on rank 0 only, and the other ranks then write).
-    fn write_region(&self, st: &mut State, off: u64, data: &[u8]) -> Result<u32> {
-        let region = range(off, data.len() as u64)?;
-        let dest = self.client.data_server(self.meta.id, &region)?;
-        match self
-            .client
-            .write(self.meta.id, &region, data, Durability::Memory)
-        {
-            Err(e) if e.kind == ErrorKind::OutOfBounds => {
-                st.known_size = 0;
-                self.grow(st, off + data.len() as u64)?;
-                self.client
-                    .write(self.meta.id, &region, data, Durability::Memory)?;
-            }
-            r => r?,
-        }
-        Ok(dest)
-    }
-
     /// Commits the queued writes, in order (each a commit of its own, so overlapping ones
     /// keep program order).
     fn drain(&self, st: &mut State) -> Result<()> {
@@ -261,7 +257,8 @@ impl ByteStream {
         let queue = std::mem::take(&mut st.queue);
         st.queued = 0;
         for (i, (off, bytes)) in queue.iter().enumerate() {
-            let dest = match self.write_region(st, *off, bytes) {
+            let region = range(*off, bytes.len() as u64)?;
+            let dest = match self.write_one(st, &region, bytes) {
                 Ok(d) => d,
                 Err(e) => {
                     // Keep what was not committed, in order, for the next attempt.
@@ -354,6 +351,26 @@ impl ByteStream {
             Response::Sealed { epoch } => Ok(epoch),
             r => Err(Error::protocol(format!("unexpected reply to Seal: {r:?}"))),
         }
+    }
+
+    /// Makes the stream's content its last sealed version again (empty if none): writes
+    /// made after the last seal, e.g. by a run that crashed before its consistency point,
+    /// stop being visible and never reach the home. For a writer re-opening a stream (rank 0
+    /// of `MPI_File_open` under `pdcx run`), before anyone writes. Returns the bytes
+    /// discarded.
+    pub fn discard_incomplete(&self) -> Result<u64> {
+        let mut st = self.lock();
+        self.drain(&mut st)?;
+        let r = match self.client.call(
+            self.meta.owner,
+            &Request::DiscardIncomplete { id: self.meta.id },
+            &[],
+        )? {
+            Response::Discarded { bytes } => bytes,
+            r => return Err(Error::protocol(format!("unexpected reply: {r:?}"))),
+        };
+        st.known_size = 0;
+        Ok(r)
     }
 
     /// The versions recorded so far, oldest first.

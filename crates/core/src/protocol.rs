@@ -592,6 +592,12 @@ pub enum Request {
     Versions {
         id: Option<ObjectId>,
     },
+    /// Owner: makes a byte stream's content its last version again, overwriting writes made
+    /// after the last seal (a crashed run's incomplete version, which never becomes visible
+    /// or reaches the home). Answered with `Discarded`.
+    DiscardIncomplete {
+        id: ObjectId,
+    },
 }
 
 /// How a lookup names an object.
@@ -730,6 +736,11 @@ pub struct ServerStats {
     /// themselves (`ReserveWrite`) since start.
     #[serde(default)]
     pub direct_write_bytes: u64,
+    // --- issue 11 ---
+    /// Parts of S3 home copies this server uploaded since start (as the leader of a
+    /// version's upload, or for another leader).
+    #[serde(default)]
+    pub home_parts_uploaded: u64,
 }
 
 /// What a flush did and what is left.
@@ -805,6 +816,10 @@ pub enum Response {
     },
     /// Answer to `Versions`.
     Versions(Vec<VersionInfo>),
+    /// Answer to `DiscardIncomplete`: bytes of incomplete writes overwritten.
+    Discarded {
+        bytes: u64,
+    },
 }
 
 /// One version of a byte-stream object (issue 11): the object's content as of a consistency
@@ -824,6 +839,9 @@ pub struct VersionInfo {
     pub sealed_at: f64,
     pub done_at: f64,
     pub error: String,
+    /// The S3 multipart upload in progress for this version ("" when none): recorded before
+    /// any part is sent, so a restart aborts it instead of leaving its parts billed.
+    pub upload_id: String,
 }
 
 /// Answer to `ReserveWrite`: where each item's payload goes, in request order.
@@ -903,6 +921,25 @@ pub enum PeerRequest {
     /// mark (reserved in blocks, fsynced once per block), so none is reused after a crash.
     /// Items with a token are registered durably, as by `Register`. Answered with `Seqs`.
     RegisterMemory { items: Vec<RegisterItem> },
+    // --- issue 11: byte-stream versions to S3 homes ---
+    /// The leader of a version's S3 upload (the object's owner) asks the server holding most
+    /// of part `part` to upload it: read `region` of the version (writes below `seq_below`;
+    /// `holders` are the other servers holding parts of it) and put it as that part of
+    /// multipart upload `upload_id` of `s3://bucket/key`. Answered with `PartUploaded`.
+    UploadPart(UploadPart),
+}
+
+/// See `PeerRequest::UploadPart`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UploadPart {
+    pub id: ObjectId,
+    pub seq_below: u64,
+    pub region: Region,
+    pub holders: Vec<u32>,
+    pub bucket: String,
+    pub key: String,
+    pub upload_id: String,
+    pub part: u32,
 }
 
 impl PeerRequest {
@@ -914,6 +951,7 @@ impl PeerRequest {
             PeerRequest::Register { .. } => "Register",
             PeerRequest::ReadPieces { .. } => "ReadPieces",
             PeerRequest::RegisterMemory { .. } => "RegisterMemory",
+            PeerRequest::UploadPart(_) => "UploadPart",
         }
     }
 }
@@ -926,6 +964,10 @@ pub enum PeerResponse {
     /// Answer to `ReadPieces`: the payload holds each piece's elements back to back.
     Pieces(Vec<(u64, Region)>),
     Error(Error),
+    /// Answer to `UploadPart`: the part's ETag, for completing the upload.
+    PartUploaded {
+        etag: String,
+    },
 }
 
 /// The error a reply carries, if it is one (both families end in an `Error` variant).

@@ -30,6 +30,14 @@ pub const POINTS: &[&str] = &[
     "s3.after_part_upload",
     // The segment log's own commit: segments fsynced, manifest not yet published.
     "log.after_segment_sync",
+    // Byte-stream versions (issue 11): a version sealed (its row durable), not yet answered;
+    // its home copy written and fsynced under the temporary name; renamed over the home,
+    // `done` not yet recorded.
+    "seal.after_row",
+    "home.after_tmp_written",
+    "home.after_rename",
+    // An S3 home's multipart upload started and its id recorded, no part sent.
+    "s3.after_create_upload",
 ];
 
 /// Marks crash point `name` (one of [`POINTS`]).

@@ -17,9 +17,6 @@ pub struct FileState {
     pub name: String,
     /// Where the sealed versions go: `HOME/REL` (a directory path or `s3://bucket/prefix/REL`).
     pub home: String,
-    /// This process is rank 0 of the file's communicator: it zeroes what a shrink drops (see
-    /// `posix::set_stream_size`); the other ranks only set the size.
-    pub rank0: bool,
 }
 
 /// One open file description: fds made by `dup` share it (and so its offset), as in POSIX.

@@ -21,6 +21,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::{Arc, Mutex, Once, OnceLock};
+use std::time::{Duration, Instant};
 
 /// `mpi.h` of Open MPI 4.1 (a test checks them against the header).
 pub const MPI_SUCCESS: c_int = 0;
@@ -343,12 +344,20 @@ fn log_open(
     let mut mine = None;
     if rank == 0 {
         let r = open_stream(&name, !readonly).and_then(|bs| {
-            // No placeholder: the program creates a new file, so earlier runs' bytes must not
-            // show through (a direct run would start from an empty file).
+            if readonly {
+                return Ok(bs);
+            }
             let _g = Passthrough::enter();
-            if !readonly && amode & config::amode::CREATE != 0 && !norm.exists() {
-                crate::posix::set_stream_size(&bs, 0)
-                    .map_err(|e| format!("cannot empty byte stream {name}: {}", e.message))?;
+            let fail = |what: &str, e: pdcx_core::Error| {
+                format!("cannot {what} byte stream {name}: {}", e.message)
+            };
+            // Writes after the last seal (a run that crashed or stopped before its consistency
+            // point) never become part of the file: start from the last version.
+            bs.discard_incomplete().map_err(|e| fail("reset", e))?;
+            // No placeholder: the program creates a new file, so an earlier run's version
+            // must not show through either (a direct run would start from an empty file).
+            if amode & config::amode::CREATE != 0 && !norm.exists() {
+                bs.set_size(0).map_err(|e| fail("empty", e))?;
             }
             Ok(bs)
         });
@@ -416,12 +425,7 @@ fn log_open(
         // SAFETY: the caller's communicator; `dup` receives the new one.
         check(unsafe { (coll.comm_dup)(comm, &mut dup) })?;
     }
-    let file = Arc::new(FileState {
-        bs,
-        name,
-        home,
-        rank0: rank == 0,
-    });
+    let file = Arc::new(FileState { bs, name, home });
     let norm_display = norm.display().to_string();
     fdtab::begin_opening(Opening {
         norm,
@@ -576,6 +580,36 @@ pub unsafe extern "C" fn MPI_File_close(fh: *mut Handle) -> c_int {
     })
 }
 
+/// How long `MPI_File_delete` waits for the home copies of the stream's versions.
+const DELETE_WAIT: Duration = Duration::from_secs(60);
+
+/// Removes stream `name` once no version of it is still being copied to its home (deleting
+/// it earlier would lose that copy). A stream still copying after [`DELETE_WAIT`] is kept.
+fn remove_stream(c: &Client, name: &str) -> Result<(), String> {
+    let bs = match c.bs_open(name, false) {
+        Ok(bs) => bs,
+        Err(e) if e.kind == pdcx_core::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e.message),
+    };
+    let t0 = Instant::now();
+    loop {
+        let v = bs.versions().map_err(|e| e.message)?;
+        if !v
+            .iter()
+            .any(|v| v.state == "sealed" || v.state == "writing")
+        {
+            return c.delete_object(bs.id()).map_err(|e| e.message);
+        }
+        if t0.elapsed() > DELETE_WAIT {
+            return Err(format!(
+                "its home copy is still being written after {} s; the stream is kept",
+                DELETE_WAIT.as_secs()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// # Safety
 /// C `MPI_File_delete(filename, info)` of Open MPI.
 #[cfg_attr(not(test), no_mangle)]
@@ -605,11 +639,7 @@ pub unsafe extern "C" fn MPI_File_delete(filename: *const c_char, info: Handle) 
                 // version until a newer one replaces it.
                 let removed = client().and_then(|c| {
                     let _g = Passthrough::enter();
-                    match c.open_object(&name) {
-                        Ok(meta) => c.delete_object(meta.id).map_err(|e| e.message),
-                        Err(e) if e.kind == pdcx_core::ErrorKind::NotFound => Ok(()),
-                        Err(e) => Err(e.message),
-                    }
+                    remove_stream(&c, &name)
                 });
                 let rc = pass(filename);
                 match removed {

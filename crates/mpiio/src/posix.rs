@@ -756,42 +756,16 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off6
     ffi("lseek64", -1, || seek(&t, off, whence))
 }
 
-/// Sets the stream's size to `len` so that bytes past `len` read as zeros when the file grows
-/// again, as after a POSIX truncate.
-///
-/// Workaround: the servers' `SetSize` only changes the size, so bytes written before a shrink
-/// would show through holes left after a later growth (HDF5 `H5F_ACC_TRUNC` over an existing
-/// file leaves such holes). Until `SetSize` drops them, the dropped range is overwritten with
-/// zeros first, which costs a write of the bytes dropped. Only rank 0 of the file's
-/// communicator does it (see `truncate`).
-pub(crate) fn set_stream_size(bs: &pdcx_client::ByteStream, len: u64) -> pdcx_core::Result<()> {
-    const CHUNK: u64 = 8 << 20;
-    let cur = bs.size()?;
-    if len < cur {
-        let zeros = vec![0u8; CHUNK.min(cur - len) as usize];
-        let mut off = len;
-        while off < cur {
-            let n = CHUNK.min(cur - off) as usize;
-            bs.pwrite(off, &zeros[..n])?;
-            off += n as u64;
-        }
-    }
-    bs.set_size(len)
-}
-
+/// `MPI_File_set_size` truncates on rank 0 (ROMIO) or on every rank (OMPIO); the owner
+/// zeroes what a shrink cuts, so a later growth reads zeros as after a POSIX truncate.
 fn truncate(t: &Tracked, len: i64) -> Result<c_int, c_int> {
     let len = offset(len)?;
     let _g = Passthrough::enter();
     stats::add(Op::Truncate, 0);
-    // `MPI_File_set_size` truncates on rank 0 (ROMIO) or on every rank (OMPIO, then a
-    // barrier): zeroing once, on rank 0, covers both; the other ranks' writes that race with
-    // it grow the stream again, and every rank sets the same size.
-    let r = if t.file.rank0 {
-        set_stream_size(&t.file.bs, len)
-    } else {
-        t.file.bs.set_size(len)
-    };
-    r.map_err(|e| pdcx_errno("ftruncate", &t.file.name, &e))?;
+    t.file
+        .bs
+        .set_size(len)
+        .map_err(|e| pdcx_errno("ftruncate", &t.file.name, &e))?;
     Ok(0)
 }
 

@@ -214,6 +214,30 @@ fn non_blocking_writes_and_reads_are_logged() {
     }
 }
 
+/// `MPI_File_delete` of a logged file removes its stream and the placeholder; the home keeps
+/// the last version that was sealed.
+#[test]
+fn delete_removes_the_stream_and_keeps_the_home() {
+    if !have_mpi("delete_removes_the_stream_and_keeps_the_home") {
+        return;
+    }
+    let s = Setup::new();
+    let _servers = two_servers(&s.root);
+    let c = Client::connect(Some(&s.root)).unwrap();
+    let prog = compile("deleter", &s.dir, true);
+    let f = s.prefix.join("gone");
+    let o = mpirun(2, "ompio", &s.env(&s.root, "log"), &prog, &[f.as_os_str()]);
+    assert_eq!(sorted_lines(&o), ["delete: 0"]);
+    assert_eq!(our_lines(&o), Vec::<String>::new());
+    assert!(!f.exists());
+    let e = c
+        .bs_open("mpiio/gone", false)
+        .err()
+        .expect("stream removed");
+    assert_eq!(e.kind, pdcx_core::ErrorKind::NotFound, "{e}");
+    wait_for_file(&s.home.join("gone"), &[b'd'; 8192]);
+}
+
 #[test]
 fn setups_that_cannot_log_fall_back_to_the_home_with_one_line() {
     if !have_mpi("setups_that_cannot_log_fall_back_to_the_home_with_one_line") {

@@ -43,6 +43,13 @@ pub trait Peers: Send + Sync {
     }
     /// `holder`'s committed pieces of `region` (seq, piece) and their bytes back to back.
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces>;
+    /// Has `holder` upload one part of a version's S3 multipart upload (issue 11); its ETag.
+    fn upload_part(&self, holder: u32, part: &pdcx_core::protocol::UploadPart) -> Result<String> {
+        let _ = part;
+        Err(Error::invalid(format!(
+            "server {holder} cannot be asked to upload parts here (no peer connections)"
+        )))
+    }
 }
 
 pub use pdcx_core::protocol::Pieces;
@@ -159,7 +166,7 @@ impl Engine {
         let _ = self.peers.set(peers);
     }
 
-    fn peers(&self) -> Result<&Arc<dyn Peers>> {
+    pub(crate) fn peers(&self) -> Result<&Arc<dyn Peers>> {
         self.peers.get().ok_or_else(|| {
             Error::new(
                 ErrorKind::Unavailable,
@@ -397,6 +404,86 @@ impl Engine {
         region.validate()?;
         let holders = self.remote_holders(id, region);
         self.read_here(&obj, region, out, &holders, Some(seq_below))
+    }
+
+    /// For version `seq_below` of object `id` (owned here): every server holding writes of
+    /// `region` below that number, with how many bytes of the region it holds (overlaps
+    /// counted), this server included. Picks the server that uploads a part (issue 11).
+    pub fn version_holders(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        seq_below: u64,
+    ) -> Vec<(u32, u64)> {
+        let mut bytes: HashMap<u32, u64> = HashMap::new();
+        for (e, inter) in self.store.local_pieces(id, region) {
+            if e.seq < seq_below {
+                *bytes.entry(self.rank).or_default() += inter.num_elements();
+            }
+        }
+        let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
+        for r in remote.get(&id).into_iter().flatten() {
+            if r.seq < seq_below && r.holder != self.rank {
+                if let Some(i) = r.region.intersect(region) {
+                    *bytes.entry(r.holder).or_default() += i.num_elements();
+                }
+            }
+        }
+        let mut v: Vec<(u32, u64)> = bytes.into_iter().collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// The 1-D ranges `[start, end)` of every write of object `id` (owned here) numbered
+    /// `seq_from` or later, wherever it is held, merged (issue 11: a crashed run's writes after
+    /// its last version).
+    pub fn ranges_since(&self, id: ObjectId, seq_from: u64) -> Vec<(u64, u64)> {
+        let mut r: Vec<(u64, u64)> = self
+            .store
+            .extents_of(id)
+            .iter()
+            .filter(|e| e.seq >= seq_from && e.region.ndim() == 1)
+            .map(|e| (e.region.offset[0], e.region.end(0)))
+            .collect();
+        let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
+        r.extend(
+            remote
+                .get(&id)
+                .into_iter()
+                .flatten()
+                .filter(|x| x.seq >= seq_from && x.region.ndim() == 1)
+                .map(|x| (x.region.offset[0], x.region.end(0))),
+        );
+        r.sort_unstable();
+        let mut merged: Vec<(u64, u64)> = Vec::new();
+        for (a, b) in r {
+            match merged.last_mut() {
+                Some(last) if a <= last.1 => last.1 = last.1.max(b),
+                _ => merged.push((a, b)),
+            }
+        }
+        merged
+    }
+
+    /// [`read_version`](Self::read_version) on any server (not only the owner), given the
+    /// other servers holding writes of the region (`holders`, from the owner's
+    /// [`version_holders`](Self::version_holders)). A server uploading a part reads it so.
+    pub fn read_version_from(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        seq_below: u64,
+        holders: &[u32],
+        out: &mut [u8],
+    ) -> Result<()> {
+        let obj = self.object_meta(id, false)?;
+        region.validate()?;
+        let others: Vec<u32> = holders
+            .iter()
+            .copied()
+            .filter(|&h| h != self.rank)
+            .collect();
+        self.read_here(&obj, region, out, &others, Some(seq_below))
     }
 
     /// Read of a region the client learned (from the owner's `locate`) is held by this server

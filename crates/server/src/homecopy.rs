@@ -19,11 +19,15 @@
 
 use crate::meta::versions::{self, Sealed};
 use crate::Server;
-use pdcx_core::protocol::VersionInfo;
+use pdcx_core::protocol::{UploadPart, VersionInfo};
 use pdcx_core::{Error, ErrorKind, ObjectId, Region, Result};
+use pdcx_tiers::config::TierConfig;
+use pdcx_tiers::s3::S3Tier;
+use pdcx_tiers::TierKind;
+use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, Weak};
+use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::Duration;
 
 /// Bytes read and written per step of a copy.
@@ -31,14 +35,45 @@ const CHUNK: u64 = 16 << 20;
 /// How long the copier waits before retrying a failed copy.
 const RETRY: Duration = Duration::from_secs(2);
 
-/// Wakes the copier thread; tells it to stop.
+/// Wakes the copier thread; tells it to stop; keeps one S3 client per home bucket.
 #[derive(Default)]
 pub struct HomeCopier {
     state: Mutex<(bool, bool)>, // (kicked, stop)
     cv: Condvar,
+    buckets: Mutex<HashMap<String, Arc<S3Tier>>>,
+    /// Parts of S3 home copies this server uploaded (as leader or for one), since start.
+    pub parts_uploaded: std::sync::atomic::AtomicU64,
 }
 
 impl HomeCopier {
+    /// Parts of one upload in flight at once (`PDCX_HOME_PART_JOBS`, default 8).
+    fn concurrency(&self) -> usize {
+        std::env::var("PDCX_HOME_PART_JOBS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(8)
+            .min(64)
+    }
+
+    /// The S3 client for home bucket `bucket` (endpoint and credentials from the server's
+    /// `AWS_*` environment, as for an S3 tier).
+    fn s3(&self, bucket: &str) -> Result<Arc<S3Tier>> {
+        let mut b = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = b.get(bucket) {
+            return Ok(t.clone());
+        }
+        let cfg = TierConfig {
+            name: format!("home s3://{bucket}"),
+            kind: TierKind::S3,
+            bucket: Some(bucket.to_string()),
+            ..TierConfig::default()
+        };
+        let t = Arc::new(S3Tier::open_destination(&cfg)?);
+        b.insert(bucket.to_string(), t.clone());
+        Ok(t)
+    }
+
     pub fn kick(&self) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.0 = true;
@@ -124,6 +159,7 @@ pub fn seal(server: &Server, id: ObjectId, home: &str) -> Result<u64> {
         .seal_version(id, seal_seq, newest, obj.dims[0], home)?
     {
         Sealed::New(epoch) => {
+            pdcx_fsio::crash::point("seal.after_row");
             server.homecopy.kick();
             Ok(epoch)
         }
@@ -176,16 +212,169 @@ fn copy_version(server: &Server, v: &VersionInfo) -> Result<()> {
         .set_version_state(v.id, v.epoch, versions::WRITING, "")?;
     match Home::parse(&v.home)? {
         Home::File(path) => copy_to_file(server, v, &path)?,
-        Home::S3 { .. } => {
-            return Err(Error::invalid(format!(
-                "home {}: S3 homes are not supported yet",
-                v.home
-            )))
-        }
+        Home::S3 { bucket, key } => copy_to_s3(server, v, &bucket, &key)?,
     }
     server
         .meta
         .set_version_state(v.id, v.epoch, versions::DONE, "")
+}
+
+/// S3's limit on the parts of one upload.
+const MAX_PARTS: u64 = 10_000;
+
+/// One S3 object (paper 002 §6.3). Smaller than a part: one PUT by this server (the owner).
+/// Else a multipart upload that this server leads: it starts the upload and records its id
+/// durably (so a restart aborts it rather than leaving parts billed), cuts the version into
+/// parts of at least the part size (contiguous; never-written bytes are zeros, as in a
+/// direct run), gives each part to the server holding most of its bytes, which reads it
+/// (its own bytes locally, the rest from the other holders) and uploads it, several parts in
+/// flight, then completes the upload with the ETags in part order. Any failure aborts it.
+fn copy_to_s3(server: &Server, v: &VersionInfo, bucket: &str, key: &str) -> Result<()> {
+    let dest = server.homecopy.s3(bucket)?;
+    if !v.upload_id.is_empty() {
+        // A crash or failure interrupted an earlier attempt: its parts are never completed.
+        dest.abort_upload(key, &v.upload_id)?;
+        server.meta.set_upload_id(v.id, v.epoch, "")?;
+    }
+    let part_size = (dest.part_size() as u64).max(v.size.div_ceil(MAX_PARTS));
+    if v.size < part_size {
+        return dest.put_streamed(key, v.size, &mut |off, buf| {
+            if buf.is_empty() {
+                return Ok(());
+            }
+            let region = Region::new(vec![off], vec![buf.len() as u64])?;
+            server.engine.read_version(v.id, &region, v.seal_seq, buf)
+        });
+    }
+    let upload_id = dest.create_upload(key)?;
+    server.meta.set_upload_id(v.id, v.epoch, &upload_id)?;
+    pdcx_fsio::crash::point("s3.after_create_upload");
+    let parts = v.size.div_ceil(part_size);
+    let result = upload_parts(server, v, bucket, key, &upload_id, part_size, parts)
+        .and_then(|etags| dest.complete_upload(key, &upload_id, etags));
+    if let Err(e) = result {
+        if let Err(a) = dest.abort_upload(key, &upload_id) {
+            tracing::warn!(
+                "aborting upload {upload_id} of s3://{bucket}/{key}: {}",
+                a.message
+            );
+            return Err(e); // upload id stays recorded: the next attempt aborts it
+        }
+        server.meta.set_upload_id(v.id, v.epoch, "")?;
+        return Err(e);
+    }
+    server.meta.set_upload_id(v.id, v.epoch, "")
+}
+
+/// Uploads parts `0..parts` of a version, at most the bucket's concurrency at once, each by
+/// the server holding most of its bytes; their ETags in part order.
+fn upload_parts(
+    server: &Server,
+    v: &VersionInfo,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    part_size: u64,
+    parts: u64,
+) -> Result<Vec<String>> {
+    let next = std::sync::atomic::AtomicU64::new(0);
+    let etags: Mutex<Vec<Option<String>>> = Mutex::new(vec![None; parts as usize]);
+    let failed: Mutex<Option<Error>> = Mutex::new(None);
+    let workers = server.homecopy.concurrency().min(parts as usize).max(1);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if k >= parts || failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+                    return;
+                }
+                match upload_one(server, v, bucket, key, upload_id, part_size, k) {
+                    Ok(etag) => {
+                        etags.lock().unwrap_or_else(|p| p.into_inner())[k as usize] = Some(etag)
+                    }
+                    Err(e) => {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    etags
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .enumerate()
+        .map(|(k, e)| e.ok_or_else(|| Error::internal(format!("part {k} was never uploaded"))))
+        .collect()
+}
+
+fn upload_one(
+    server: &Server,
+    v: &VersionInfo,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    part_size: u64,
+    k: u64,
+) -> Result<String> {
+    if server.stopping() {
+        return Err(Error::new(ErrorKind::Unavailable, "server stopping"));
+    }
+    let off = k * part_size;
+    let region = Region::new(vec![off], vec![part_size.min(v.size - off)])?;
+    let held = server.engine.version_holders(v.id, &region, v.seal_seq);
+    // The server holding most of the part uploads it (ties: spread by part number); a part
+    // nobody wrote (zeros) is uploaded here.
+    let most = held.iter().map(|h| h.1).max().unwrap_or(0);
+    let best: Vec<u32> = held.iter().filter(|h| h.1 == most).map(|h| h.0).collect();
+    let uploader = if best.is_empty() {
+        server.config.rank
+    } else {
+        best[k as usize % best.len()]
+    };
+    let part = UploadPart {
+        id: v.id,
+        seq_below: v.seal_seq,
+        region,
+        holders: held.iter().map(|h| h.0).collect(),
+        bucket: bucket.into(),
+        key: key.into(),
+        upload_id: upload_id.into(),
+        part: k as u32,
+    };
+    if uploader == server.config.rank {
+        upload_part(server, &part)
+    } else {
+        server.engine.peers()?.upload_part(uploader, &part)
+    }
+}
+
+/// Reads one part of a version (here and from the other holders) and uploads it: the
+/// leader's own parts, and `PeerRequest::UploadPart` from the leader. Its ETag.
+pub fn upload_part(server: &Server, p: &UploadPart) -> Result<String> {
+    let len =
+        usize::try_from(p.region.num_elements()).map_err(|_| Error::invalid("part too large"))?;
+    if p.region.ndim() != 1 || len as u64 > 5 << 30 {
+        return Err(Error::invalid(format!("bad part region {}", p.region)));
+    }
+    let mut buf = vec![0u8; len];
+    server
+        .engine
+        .read_version_from(p.id, &p.region, p.seq_below, &p.holders, &mut buf)?;
+    let dest = server.homecopy.s3(&p.bucket)?;
+    let etag = dest.put_part(&p.key, &p.upload_id, p.part as usize, buf)?;
+    server
+        .homecopy
+        .parts_uploaded
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    Ok(etag)
 }
 
 fn copy_to_file(server: &Server, v: &VersionInfo, dst: &Path) -> Result<()> {
@@ -226,10 +415,12 @@ fn copy_to_file(server: &Server, v: &VersionInfo, dst: &Path) -> Result<()> {
     }
     f.sync_all().map_err(|e| io("syncing", &tmp, e))?;
     drop(f);
+    pdcx_fsio::crash::point("home.after_tmp_written");
     std::fs::rename(&tmp, dst).map_err(|e| io("renaming onto", dst, e))?;
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io("syncing directory", dir, e))?;
+    pdcx_fsio::crash::point("home.after_rename");
     Ok(())
 }
 

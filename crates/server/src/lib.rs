@@ -24,6 +24,7 @@ pub mod peers;
 mod relay;
 mod rpc;
 mod shm;
+pub mod streams;
 pub mod tiering;
 
 use engine::Engine;

@@ -81,6 +81,18 @@ impl Peers for ClusterPeers {
         })
     }
 
+    fn upload_part(&self, holder: u32, part: &pdcx_core::protocol::UploadPart) -> Result<String> {
+        self.peers.upload_part(holder, part).map_err(|e| {
+            Error::new(
+                e.kind,
+                format!(
+                    "server {holder} could not upload part {} of s3://{}/{}: {}",
+                    part.part, part.bucket, part.key, e.message
+                ),
+            )
+        })
+    }
+
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
         self.peers
             .read_pieces(holder, id, region)

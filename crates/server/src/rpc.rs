@@ -353,7 +353,12 @@ fn handle(
         }
         Request::SetDims { id, dims } => Response::Object(md.set_dims(id, &dims)?),
         Request::ExtendDims { id, dims } => Response::Object(md.extend_dims(id, &dims)?),
-        Request::SetSize { id, len } => Response::Object(md.set_size(id, len)?),
+        Request::SetSize { id, len } => {
+            Response::Object(crate::streams::set_size(server, id, len)?)
+        }
+        Request::DiscardIncomplete { id } => Response::Discarded {
+            bytes: crate::streams::discard_incomplete(server, id)?,
+        },
         Request::SyncLog => {
             server.engine.store().sync_committed()?;
             Response::Ok
@@ -581,6 +586,9 @@ fn handle_peer(server: &Server, from: u32, req: PeerRequest) -> Result<(PeerResp
         PeerRequest::RegisterMemory { items } => {
             PeerResponse::Seqs(server.engine.register_batch_with(from, &items, false)?)
         }
+        PeerRequest::UploadPart(part) => PeerResponse::PartUploaded {
+            etag: crate::homecopy::upload_part(server, &part)?,
+        },
         PeerRequest::ReadPieces { id, region } => {
             let (list, bytes) = server.engine.pieces(id, &region)?;
             if bytes.len() as u64 > server.config.max_payload {
@@ -978,6 +986,7 @@ pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
         shm_bytes: server.shm_bytes.load(Ordering::Relaxed),
         unix_connections: server.unix_connections(),
         direct_write_bytes: server.metrics.direct_written.load(Ordering::Relaxed),
+        home_parts_uploaded: server.homecopy.parts_uploaded.load(Ordering::Relaxed),
         ..ServerStats::default()
     };
     server.engine.fill_tier_stats(&mut st);

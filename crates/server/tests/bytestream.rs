@@ -191,3 +191,220 @@ fn bad_homes_and_non_streams_are_refused() {
     let e = c.bs_open("array", false).err().expect("refused");
     assert!(e.message.contains("not a byte stream"), "{e}");
 }
+
+/// A private versitygw (scripts/s3server.sh), killed by PID on drop; None (said on stderr)
+/// when it is not installed, unless PDCX_REQUIRE_S3=1 (CI).
+struct S3 {
+    vars: std::collections::HashMap<String, String>,
+    pid: i32,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the server this test started.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+        }
+    }
+}
+
+fn s3_server() -> Option<S3> {
+    let bin = std::env::var("VERSITYGW").unwrap_or_else(|_| "/usr/local/bin/versitygw".into());
+    if !Path::new(&bin).is_file() {
+        assert_ne!(
+            std::env::var("PDCX_REQUIRE_S3").as_deref(),
+            Ok("1"),
+            "PDCX_REQUIRE_S3=1 but versitygw is not installed"
+        );
+        eprintln!("SKIPPED (nothing checked): versitygw not installed");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/s3server.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .arg("start")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vars: std::collections::HashMap<String, String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let pid = std::fs::read_to_string(&vars["PDCX_TEST_S3_PIDFILE"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    Some(S3 {
+        vars,
+        pid,
+        _dir: dir,
+    })
+}
+
+/// S3 homes (paper 002 §6.3): a small version is one PUT; a large one a multipart upload
+/// led by the owner whose parts are uploaded by the servers holding their bytes; only the
+/// sealed version reaches the bucket.
+#[test]
+fn versions_reach_an_s3_home_in_parts_from_the_servers_holding_them() {
+    let Some(s3) = s3_server() else { return };
+    // The servers (in this process) read S3 credentials from the environment, as a real
+    // server does.
+    for (k, v) in [
+        ("AWS_ACCESS_KEY_ID", "PDCX_TEST_S3_ACCESS_KEY_ID"),
+        ("AWS_SECRET_ACCESS_KEY", "PDCX_TEST_S3_SECRET_ACCESS_KEY"),
+        ("AWS_ENDPOINT_URL", "PDCX_TEST_S3_ENDPOINT"),
+    ] {
+        std::env::set_var(k, &s3.vars[v]);
+    }
+    std::env::set_var("AWS_REGION", "us-east-1");
+    let bucket = &s3.vars["PDCX_TEST_S3_BUCKET"];
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _servers = two_servers(&root);
+    let a = client_at(&root, 0);
+    let b = client_at(&root, 1);
+    let raw = pdcx_tiers::s3::S3Tier::open_destination(&pdcx_tiers::TierConfig {
+        name: "check".into(),
+        kind: pdcx_tiers::TierKind::S3,
+        bucket: Some(bucket.clone()),
+        ..Default::default()
+    })
+    .unwrap();
+    use pdcx_tiers::Tier;
+
+    // Small: one PUT.
+    let small = a.bs_open("mpiio/small.dat", true).unwrap();
+    small.pwrite(0, b"tiny file").unwrap();
+    small.commit().unwrap();
+    let e = small
+        .seal(&format!("s3://{bucket}/run1/small.dat"))
+        .unwrap();
+    wait_done(&a, "mpiio/small.dat", e);
+    let mut got = vec![0u8; 9];
+    raw.get_range("run1/small.dat", 0, &mut got).unwrap();
+    assert_eq!(&got, b"tiny file");
+
+    // Large: 20 MiB, the first half written through server 0, the rest through server 1,
+    // so parts 1 and 2 (8 MiB parts) are uploaded by server 1.
+    const MIB: usize = 1 << 20;
+    let data = pattern(20 * MIB, 9);
+    let sa = a.bs_open("mpiio/big.dat", true).unwrap();
+    let sb = b.bs_open("mpiio/big.dat", false).unwrap();
+    for k in 0..10 {
+        sa.pwrite((k * MIB) as u64, &data[k * MIB..(k + 1) * MIB])
+            .unwrap();
+        sb.pwrite(
+            ((k + 10) * MIB) as u64,
+            &data[(k + 10) * MIB..(k + 11) * MIB],
+        )
+        .unwrap();
+    }
+    sa.commit().unwrap();
+    sb.commit().unwrap();
+    let parts_before: Vec<u64> = (0..2)
+        .map(|r| a.stats(r).unwrap().home_parts_uploaded)
+        .collect();
+    let e = sa.seal(&format!("s3://{bucket}/run1/big.dat")).unwrap();
+    sb.pwrite(0, b"not in this version").unwrap();
+    sb.commit().unwrap();
+    wait_done(&a, "mpiio/big.dat", e);
+    assert_eq!(raw.len("run1/big.dat").unwrap(), data.len() as u64);
+    let mut back = vec![0u8; data.len()];
+    raw.get_range("run1/big.dat", 0, &mut back).unwrap();
+    assert!(back == data, "the S3 object is not version {e}");
+    let parts: Vec<u64> = (0..2)
+        .map(|r| a.stats(r).unwrap().home_parts_uploaded - parts_before[r as usize])
+        .collect();
+    assert_eq!(parts.iter().sum::<u64>(), 3, "{parts:?}");
+    assert!(
+        parts.iter().all(|&p| p > 0),
+        "both servers upload parts: {parts:?}"
+    );
+    let v = sa.versions().unwrap();
+    assert!(v.iter().all(|v| v.upload_id.is_empty()), "{v:?}");
+}
+
+/// `ftruncate` semantics: bytes cut off by a shrink read as zeros once the stream grows
+/// again, wherever they were held.
+#[test]
+fn a_shrink_then_growth_reads_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _servers = two_servers(&root);
+    let a = client_at(&root, 0).bs_open("t", true).unwrap();
+    let b = client_at(&root, 1).bs_open("t", false).unwrap();
+    a.pwrite(0, &[1u8; 4000]).unwrap();
+    b.pwrite(4000, &[2u8; 600_000]).unwrap();
+    a.commit().unwrap();
+    b.commit().unwrap();
+    b.set_size(1000).unwrap();
+    assert_eq!(a.size().unwrap(), 1000);
+    a.pwrite(700_000, b"end").unwrap();
+    a.flush().unwrap();
+    let mut all = vec![9u8; 700_003];
+    assert_eq!(b.pread(0, &mut all).unwrap(), all.len());
+    assert!(all[..1000].iter().all(|&x| x == 1));
+    assert!(
+        all[1000..700_000].iter().all(|&x| x == 0),
+        "old bytes came back"
+    );
+    assert_eq!(&all[700_000..], b"end");
+}
+
+/// A run that crashes between consistency points leaves an incomplete version in the log;
+/// the next run's open discards it: the content is the last version again, and the next
+/// version holds the last one plus the new writes only.
+#[test]
+fn an_incomplete_version_is_discarded_and_never_reaches_the_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _servers = two_servers(&root);
+    let home = dir.path().join("home/f");
+    let home_s = home.to_str().unwrap();
+    let a = client_at(&root, 0).bs_open("mpiio/f", true).unwrap();
+    let b = client_at(&root, 1).bs_open("mpiio/f", false).unwrap();
+    let v1 = pattern(300_000, 5);
+    a.pwrite(0, &v1).unwrap();
+    a.commit().unwrap();
+    assert_eq!(a.seal(home_s).unwrap(), 1);
+    // The "crashed" run: overwrites part of version 1 and grows the stream, never seals.
+    b.pwrite(1000, &[7u8; 400_000]).unwrap();
+    a.pwrite(10, b"XXXX").unwrap();
+    a.commit().unwrap();
+    b.commit().unwrap();
+    assert_eq!(a.size().unwrap(), 401_000);
+    // The next run opens it.
+    let c = client_at(&root, 1).bs_open("mpiio/f", true).unwrap();
+    assert!(c.discard_incomplete().unwrap() > 0);
+    assert_eq!(c.size().unwrap(), v1.len() as u64);
+    let mut back = vec![0u8; v1.len()];
+    assert_eq!(a.pread(0, &mut back).unwrap(), v1.len());
+    assert!(back == v1, "content is version 1 again");
+    assert_eq!(
+        c.discard_incomplete().unwrap(),
+        0,
+        "nothing left to discard"
+    );
+    // It grows the stream past the discarded end: zeros, not the crashed run's bytes.
+    c.pwrite(450_000, b"new").unwrap();
+    c.commit().unwrap();
+    let e = c.seal(home_s).unwrap();
+    wait_done(&client_at(&root, 0), "mpiio/f", e);
+    let got = std::fs::read(&home).unwrap();
+    let mut want = v1.clone();
+    want.resize(450_000, 0);
+    want.extend_from_slice(b"new");
+    assert!(got == want, "home holds version 1 + the new write only");
+}

@@ -24,6 +24,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::client::{HttpError, HttpErrorKind};
+use object_store::multipart::MultipartStore;
 use object_store::path::Path;
 use object_store::{
     BackoffConfig, ClientOptions, GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload,
@@ -78,7 +79,7 @@ impl S3Tier {
     /// Missing credentials or a bad config are still errors.
     pub fn open(cfg: &TierConfig) -> Result<Self> {
         let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        Self::open_inner(cfg, &env, false)
+        Self::open_inner(cfg, &env, false, true)
     }
 
     /// Opens the tier, reading `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
@@ -87,10 +88,24 @@ impl S3Tier {
     /// variables). Lists the prefix once to count the bytes already there, which also checks
     /// the endpoint, the bucket and the credentials before the tier is used.
     pub fn open_with_env(cfg: &TierConfig, env: EnvLookup<'_>) -> Result<Self> {
-        Self::open_inner(cfg, env, true)
+        Self::open_inner(cfg, env, true, true)
     }
 
-    fn open_inner(cfg: &TierConfig, env: EnvLookup<'_>, strict: bool) -> Result<Self> {
+    /// Opens a bucket as a destination for whole objects at keys the caller names (issue 11:
+    /// the home of a file written under `pdcx run`), with credentials from the process
+    /// environment. Unlike a tier it does not list the prefix at open (a home bucket may hold
+    /// anything) and keeps no capacity accounting.
+    pub fn open_destination(cfg: &TierConfig) -> Result<Self> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        Self::open_inner(cfg, &env, false, false)
+    }
+
+    fn open_inner(
+        cfg: &TierConfig,
+        env: EnvLookup<'_>,
+        strict: bool,
+        account: bool,
+    ) -> Result<Self> {
         let name = cfg.name.clone();
         let bad = |kind: ErrorKind, why: String| Error::new(kind, format!("tier {name:?}: {why}"));
         let bucket = cfg.bucket.clone().ok_or_else(|| {
@@ -193,6 +208,9 @@ impl S3Tier {
             capacity: cfg.capacity,
             acct: Mutex::new(Accounting::default()),
         };
+        if !account {
+            return Ok(tier);
+        }
         let existing = match tier.list("") {
             Ok(e) => e,
             Err(e) if !strict && matches!(e.kind, ErrorKind::Unavailable | ErrorKind::Auth) => {
@@ -358,6 +376,108 @@ impl S3Tier {
         if stored {
             let old = a.sizes.insert(key.to_string(), len).unwrap_or(0);
             a.used = a.used - old.min(a.used) + len;
+        }
+    }
+
+    /// Writes object `key` (under the prefix) of `size` bytes whose content `read(offset,
+    /// buf)` produces piece by piece: one PUT below `part_size`, else a multipart upload with
+    /// up to `concurrency` parts in flight (memory: that many parts), aborted if anything
+    /// fails, so no orphan parts stay billed. The object appears whole or not at all.
+    pub fn put_streamed(
+        &self,
+        key: &str,
+        size: u64,
+        read: &mut dyn FnMut(u64, &mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        check_key(key)?;
+        let path = self.object_path(key);
+        let part = self.part_size as u64;
+        if size < part {
+            let mut buf = vec![0u8; size as usize];
+            read(0, &mut buf)?;
+            return self
+                .block_on(self.store.put(&path, PutPayload::from(Bytes::from(buf))))?
+                .map(|_| ())
+                .map_err(|e| self.map_err("writing", key, e));
+        }
+        let res: Result<std::result::Result<(), object_store::Error>> = self.block_on(async {
+            let upload = match self.store.put_multipart(&path).await {
+                Ok(u) => u,
+                Err(e) => return Ok(Err(e)),
+            };
+            let mut writer = WriteMultipart::new_with_chunk_size(upload, self.part_size);
+            let mut off = 0u64;
+            while off < size {
+                if let Err(e) = writer.wait_for_capacity(self.concurrency).await {
+                    let _ = writer.abort().await;
+                    return Ok(Err(e));
+                }
+                let n = part.min(size - off);
+                let mut buf = vec![0u8; n as usize];
+                if let Err(e) = read(off, &mut buf) {
+                    let _ = writer.abort().await;
+                    return Err(e);
+                }
+                writer.put(Bytes::from(buf));
+                off += n;
+            }
+            Ok(writer.finish().await.map(|_| ()))
+        })?;
+        res?.map_err(|e| self.map_err("writing", key, e))
+    }
+
+    /// Starts a multipart upload of `key` whose parts several processes may put (issue 11:
+    /// servers upload the parts they hold); returns its upload id.
+    pub fn create_upload(&self, key: &str) -> Result<String> {
+        check_key(key)?;
+        let path = self.object_path(key);
+        self.block_on(self.store.create_multipart(&path))?
+            .map_err(|e| self.map_err("starting an upload of", key, e))
+    }
+
+    /// Puts part `idx` (0-based) of upload `upload_id` of `key`; returns its ETag.
+    pub fn put_part(
+        &self,
+        key: &str,
+        upload_id: &str,
+        idx: usize,
+        data: Vec<u8>,
+    ) -> Result<String> {
+        let path = self.object_path(key);
+        let id = upload_id.to_string();
+        self.block_on(
+            self.store
+                .put_part(&path, &id, idx, PutPayload::from(Bytes::from(data))),
+        )?
+        .map(|p| p.content_id)
+        .map_err(|e| self.map_err(&format!("uploading part {idx} of"), key, e))
+    }
+
+    /// Completes upload `upload_id` of `key` from its parts' ETags in part order: the object
+    /// appears, whole.
+    pub fn complete_upload(&self, key: &str, upload_id: &str, etags: Vec<String>) -> Result<()> {
+        let path = self.object_path(key);
+        let id = upload_id.to_string();
+        let parts = etags
+            .into_iter()
+            .map(|content_id| object_store::multipart::PartId { content_id })
+            .collect();
+        self.block_on(self.store.complete_multipart(&path, &id, parts))?
+            .map(|_| ())
+            .map_err(|e| self.map_err("completing the upload of", key, e))
+    }
+
+    /// Aborts upload `upload_id` of `key` (its parts are deleted); an upload that no longer
+    /// exists is not an error.
+    pub fn abort_upload(&self, key: &str, upload_id: &str) -> Result<()> {
+        let path = self.object_path(key);
+        let id = upload_id.to_string();
+        match self.block_on(self.store.abort_multipart(&path, &id))? {
+            Ok(()) => Ok(()),
+            Err(e) => match self.map_err("aborting the upload of", key, e) {
+                e if e.kind == ErrorKind::NotFound => Ok(()),
+                e => Err(e),
+            },
         }
     }
 

@@ -457,3 +457,42 @@ fn multipart_upload_survives_a_server_restart_by_retrying_parts() {
         "content after retried parts"
     );
 }
+
+/// Issue 11's S3 homes: an object written piece by piece from a reader, in one PUT when
+/// small, in parts when large; a reader failing mid-way leaves no object (the upload is
+/// aborted).
+#[test]
+fn streamed_puts_are_whole_or_absent() {
+    let Some(srv) = server() else { return };
+    let mut cfg = srv.config("streamed");
+    cfg.part_size = Some(5 << 20);
+    let t = srv.open(&cfg).expect("open");
+    for (key, n) in [("small", 1_000_000usize), ("large", (12 << 20) + 12345)] {
+        let data = pattern(n, 7);
+        let mut calls = 0;
+        t.put_streamed(key, n as u64, &mut |off, buf| {
+            calls += 1;
+            buf.copy_from_slice(&data[off as usize..off as usize + buf.len()]);
+            Ok(())
+        })
+        .expect("put_streamed");
+        assert_eq!(calls, if n < 5 << 20 { 1 } else { 3 }, "{key}: pieces read");
+        let mut back = vec![0u8; n];
+        t.get_range(key, 0, &mut back).expect("read back");
+        assert!(back == data, "{key}: bytes differ");
+    }
+    let e = t
+        .put_streamed("broken", 11 << 20, &mut |off, buf| {
+            if off > 0 {
+                return Err(pdcx_tiers::Error::new(ErrorKind::Io, "reader failed"));
+            }
+            buf.fill(1);
+            Ok(())
+        })
+        .expect_err("a failing reader fails the put");
+    assert!(e.message.contains("reader failed"), "{e}");
+    assert_eq!(
+        t.len("broken").expect_err("no object").kind,
+        ErrorKind::NotFound
+    );
+}

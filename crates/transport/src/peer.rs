@@ -4,7 +4,9 @@
 use crate::cluster::ClusterFile;
 use crate::conn::Conn;
 use crate::pool::Pool;
-use pdcx_core::protocol::{ObjectKey, PeerRequest, PeerResponse, Pieces, RegisterItem, Role};
+use pdcx_core::protocol::{
+    ObjectKey, PeerRequest, PeerResponse, Pieces, RegisterItem, Role, UploadPart,
+};
 use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -134,6 +136,14 @@ impl PeerClient {
         match self.call(owner, &req)? {
             (PeerResponse::Seqs(s), _) if s.len() == items.len() => Ok(s),
             (r, _) => Err(unexpected("register", r)),
+        }
+    }
+
+    /// Has `holder` upload one part of a version's multipart upload; returns its ETag.
+    pub fn upload_part(&self, holder: u32, part: &UploadPart) -> Result<String> {
+        match self.call(holder, &PeerRequest::UploadPart(part.clone()))? {
+            (PeerResponse::PartUploaded { etag }, _) => Ok(etag),
+            (r, _) => Err(unexpected("upload part", r)),
         }
     }
 

@@ -1,6 +1,6 @@
 /* MPI-IO writer for the libpdcx_mpiio tests: independent, strided (file view), collective
  * (300 KiB per rank, above the byte stream's one-copy threshold) and overlapping writes, a
- * sync, a get_size, a close, then a read-only reopen that checks every byte.
+ * sync, a system() call, a get_size, a close, then a read-only reopen that reads every byte.
  * Prints one line per rank: its view of the size and a checksum of the whole file.
  * Usage: writer PATH [append] [nosetsize] */
 #include <mpi.h>
@@ -50,6 +50,8 @@ int main(int argc, char **argv) {
     check(MPI_File_write(fh, buf + 7, 10 * STRIDE, MPI_BYTE, MPI_STATUS_IGNORE), "strided write");
     check(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL), "reset view");
     check(MPI_File_sync(fh), "sync");
+    /* a helper process between writes (fork + exec with the preload inherited) */
+    if (system("true") != 0) MPI_Abort(MPI_COMM_WORLD, 4);
 
     /* collective: COLL bytes per rank after regions A and B */
     base = 2 * (MPI_Offset)n * BLK;

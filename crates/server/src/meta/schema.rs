@@ -94,7 +94,8 @@ fn v2_byte_stream_versions(tx: &rusqlite::Transaction) -> Result<()> {
             object INTEGER NOT NULL, epoch INTEGER NOT NULL, seal_seq INTEGER NOT NULL,
             size INTEGER NOT NULL, home TEXT NOT NULL, state TEXT NOT NULL,
             sealed_at REAL NOT NULL, done_at REAL NOT NULL DEFAULT 0,
-            error TEXT NOT NULL DEFAULT '', PRIMARY KEY (object, epoch));",
+            error TEXT NOT NULL DEFAULT '', upload_id TEXT NOT NULL DEFAULT '',
+            PRIMARY KEY (object, epoch));",
     )
     .map_err(db_err)
 }

@@ -88,8 +88,8 @@ impl Metadata {
         let db = self.db();
         let mut st = db
             .prepare(
-                "SELECT object, epoch, seal_seq, size, home, state, sealed_at, done_at, error
-                 FROM bs_versions WHERE ?1 IS NULL OR object=?1 ORDER BY object, epoch",
+                "SELECT object, epoch, seal_seq, size, home, state, sealed_at, done_at, error,
+                 upload_id FROM bs_versions WHERE ?1 IS NULL OR object=?1 ORDER BY object, epoch",
             )
             .map_err(db_err)?;
         let rows = st
@@ -106,6 +106,7 @@ impl Metadata {
                     sealed_at: r.get(6)?,
                     done_at: r.get(7)?,
                     error: r.get(8)?,
+                    upload_id: r.get(9)?,
                 })
             })
             .map_err(db_err)?;
@@ -152,6 +153,19 @@ impl Metadata {
         } else {
             self.write_lazy(f)
         }
+    }
+
+    /// Records (durably, before any part is sent) the S3 upload of a version's home copy, or
+    /// clears it (""), so a restart aborts an upload it did not finish.
+    pub fn set_upload_id(&self, id: ObjectId, epoch: u64, upload_id: &str) -> Result<()> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE bs_versions SET upload_id=?3 WHERE object=?1 AND epoch=?2",
+                params![id as i64, epoch as i64, upload_id],
+            )
+            .map_err(db_err)
+            .map(|_| ())
+        })
     }
 
     /// Forgets the versions of a deleted object (its home copies stay: they are the user's
