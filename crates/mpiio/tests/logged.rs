@@ -121,8 +121,8 @@ fn writes_under_the_prefix_go_to_the_stream_and_reach_the_home() {
 }
 
 #[test]
-fn a_rerun_replaces_the_file_and_a_missing_placeholder_starts_empty() {
-    if !have_mpi("a_rerun_replaces_the_file_and_a_missing_placeholder_starts_empty") {
+fn reruns_start_from_the_last_version_or_empty_without_a_placeholder() {
+    if !have_mpi("reruns_start_from_the_last_version_or_empty_without_a_placeholder") {
         return;
     }
     let s = Setup::new();
@@ -142,6 +142,14 @@ fn a_rerun_replaces_the_file_and_a_missing_placeholder_starts_empty() {
         assert_eq!(our_lines(&o), Vec::<String>::new());
         assert!(stream_bytes(&c, "mpiio/again") == want);
     }
+    // A run that crashed after writing past the end, before its consistency point: the next
+    // run (placeholder present) starts from the last sealed version, not from those bytes.
+    let bs = c.bs_open("mpiio/again", false).unwrap();
+    bs.pwrite(want.len() as u64, b"crashed run").unwrap();
+    bs.commit().unwrap();
+    let args = [f.as_os_str(), OsStr::new("nosetsize")];
+    mpirun(2, "ompio", &s.env(&s.root, "log"), &s.prog, &args);
+    assert!(stream_bytes(&c, "mpiio/again") == want);
     wait_for_file(&s.home.join("again"), &want);
 }
 
