@@ -153,6 +153,45 @@ fn reruns_start_from_the_last_version_or_empty_without_a_placeholder() {
     wait_for_file(&s.home.join("again"), &want);
 }
 
+/// One file per process (`MPI_COMM_SELF`): every rank is rank 0 of its own file.
+#[test]
+fn one_file_per_process() {
+    if !have_mpi("one_file_per_process") {
+        return;
+    }
+    let s = Setup::new();
+    let _servers = two_servers(&s.root);
+    let c = Client::connect(Some(&s.root)).unwrap();
+    for io in ["ompio", "romio321"] {
+        let direct = s.dir.join(format!("direct-self.{io}"));
+        let plain = mpirun(
+            2,
+            io,
+            &[],
+            &s.prog,
+            &[direct.as_os_str(), OsStr::new("self")],
+        );
+        let f = s.prefix.join(format!("p.{io}"));
+        let o = mpirun(
+            2,
+            io,
+            &s.env(&s.root, "log"),
+            &s.prog,
+            &[f.as_os_str(), OsStr::new("self")],
+        );
+        assert_eq!(sorted_lines(&o), sorted_lines(&plain), "{io}");
+        assert_eq!(our_lines(&o), Vec::<String>::new(), "{io}");
+        for r in 0..2 {
+            let want = std::fs::read(format!("{}.{r}", direct.display())).unwrap();
+            assert!(
+                stream_bytes(&c, &format!("mpiio/p.{io}.{r}")) == want,
+                "{io} {r}"
+            );
+            wait_for_file(&s.home.join(format!("p.{io}.{r}")), &want);
+        }
+    }
+}
+
 /// Parallel HDF5 (collective hyperslab writes, an attribute, `H5Fflush` = `MPI_File_sync`,
 /// the superblock rewritten at close): the home file is byte-identical to a direct run, also
 /// when the file is created again over a longer stream (`H5F_ACC_TRUNC`).

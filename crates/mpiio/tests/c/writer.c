@@ -2,7 +2,8 @@
  * (300 KiB per rank, above the byte stream's one-copy threshold) and overlapping writes, a
  * sync, a system() call, a get_size, a close, then a read-only reopen that reads every byte.
  * Prints one line per rank: its view of the size and a checksum of the whole file.
- * Usage: writer PATH [append] [nosetsize] */
+ * With "self", every rank writes its own file PATH.RANK over MPI_COMM_SELF.
+ * Usage: writer PATH [append] [nosetsize] [self] */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,17 +24,25 @@ static void check(int rc, const char *what) {
 
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
-    int rank, n;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    int world_rank, rank, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     int amode = MPI_MODE_CREATE | MPI_MODE_WRONLY;
     int setsize = 1;
+    MPI_Comm comm = MPI_COMM_WORLD;
+    char path[4096];
+    snprintf(path, sizeof path, "%s", argv[1]);
     for (int i = 2; i < argc; i++) {
         if (strcmp(argv[i], "append") == 0) amode |= MPI_MODE_APPEND;
         if (strcmp(argv[i], "nosetsize") == 0) setsize = 0;
+        if (strcmp(argv[i], "self") == 0) {
+            comm = MPI_COMM_SELF;
+            snprintf(path, sizeof path, "%s.%d", argv[1], world_rank);
+        }
     }
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &n);
     MPI_File fh;
-    check(MPI_File_open(MPI_COMM_WORLD, argv[1], amode, MPI_INFO_NULL, &fh), "open");
+    check(MPI_File_open(comm, path, amode, MPI_INFO_NULL, &fh), "open");
     if (setsize) check(MPI_File_set_size(fh, 0), "set_size");
 
     /* independent contiguous: block `rank` of region A */
@@ -72,7 +81,7 @@ int main(int argc, char **argv) {
     check(MPI_File_close(&fh), "close");
 
     /* read everything back */
-    check(MPI_File_open(MPI_COMM_WORLD, argv[1], MPI_MODE_RDONLY, MPI_INFO_NULL, &fh), "reopen");
+    check(MPI_File_open(comm, path, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh), "reopen");
     MPI_Offset size2;
     check(MPI_File_get_size(fh, &size2), "get_size 2");
     unsigned char *all = malloc(size2);
@@ -80,7 +89,7 @@ int main(int argc, char **argv) {
     check(MPI_File_close(&fh), "close 2");
     unsigned long sum = 0;
     for (MPI_Offset i = 0; i < size2; i++) sum = sum * 31 + all[i];
-    printf("rank %d size %lld/%lld sum %lx\n", rank, (long long)size, (long long)size2, sum);
+    printf("rank %d size %lld/%lld sum %lx\n", world_rank, (long long)size, (long long)size2, sum);
     free(all);
     free(buf);
     MPI_Type_free(&vec);
