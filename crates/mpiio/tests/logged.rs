@@ -153,6 +153,41 @@ fn reruns_start_from_the_last_version_or_empty_without_a_placeholder() {
     wait_for_file(&s.home.join("again"), &want);
 }
 
+/// Every POSIX wrapper against the kernel: a program does pwrite, write/lseek, writev, dup
+/// (shared offset), fstat, SEEK_END, pwritev, ftruncate, short reads, read/readv/preadv,
+/// F_DUPFD, dup2, fsync and a write past a hole on the MPI library's own fd; the logged run
+/// prints what the direct run prints and leaves the same bytes.
+#[test]
+fn posix_calls_on_the_mpi_fd_match_the_kernel() {
+    if !have_mpi("posix_calls_on_the_mpi_fd_match_the_kernel") {
+        return;
+    }
+    let s = Setup::new();
+    let _servers = two_servers(&s.root);
+    let c = Client::connect(Some(&s.root)).unwrap();
+    let prog = compile("posix", &s.dir, true);
+    for io in ["ompio", "romio321"] {
+        let direct = s.dir.join(format!("direct-posix.{io}"));
+        let plain = mpirun(1, io, &[], &prog, &[direct.as_os_str()]);
+        let want = std::fs::read(&direct).unwrap();
+        assert_eq!(want.len(), 1003);
+        let f = s.prefix.join(format!("posix.{io}"));
+        let o = mpirun(1, io, &s.env(&s.root, "log"), &prog, &[f.as_os_str()]);
+        assert_eq!(
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{io}"
+        );
+        assert_eq!(our_lines(&o), Vec::<String>::new(), "{io}");
+        assert_eq!(std::fs::metadata(&f).unwrap().len(), 0, "{io}: placeholder");
+        assert!(
+            stream_bytes(&c, &format!("mpiio/posix.{io}")) == want,
+            "{io}"
+        );
+        wait_for_file(&s.home.join(format!("posix.{io}")), &want);
+    }
+}
+
 /// One file per process (`MPI_COMM_SELF`): every rank is rank 0 of its own file.
 #[test]
 fn one_file_per_process() {
