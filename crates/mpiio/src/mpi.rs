@@ -166,11 +166,10 @@ fn client() -> Result<Client, String> {
         Some((p, r)) if *p == pid => r.clone(),
         _ => {
             let r = Client::connect(None)
-                .map(|c| {
+                .inspect(|c| {
                     // Each rank's bytes go to its node's server, whatever PDCX_PLACEMENT says
                     // for the program's other pdcx use: commit makes them durable there.
                     c.set_placement(pdcx_core::Placement::RegionLocal);
-                    c
                 })
                 .map_err(|e| {
                     let root = std::env::var("PDCX_ROOT").unwrap_or_else(|_| "(unset)".into());
