@@ -188,6 +188,39 @@ fn posix_calls_on_the_mpi_fd_match_the_kernel() {
     }
 }
 
+/// Shared file pointers (`MPI_File_write_ordered`, `write_shared`): OMPIO keeps the pointer
+/// in shared memory, ROMIO in a hidden file beside ours; both pass through, and the data
+/// writes land in the stream. The ordered part is deterministic, the shared lines' order not.
+#[test]
+fn shared_file_pointers() {
+    if !have_mpi("shared_file_pointers") {
+        return;
+    }
+    let s = Setup::new();
+    let _servers = two_servers(&s.root);
+    let c = Client::connect(Some(&s.root)).unwrap();
+    let prog = compile("ordered", &s.dir, true);
+    let lines = |b: &[u8]| {
+        let t = String::from_utf8_lossy(b).to_string();
+        let (ordered, shared) = t.split_at(t.find("shared").expect("shared lines"));
+        let mut shared: Vec<String> = shared.lines().map(str::to_string).collect();
+        shared.sort();
+        (ordered.to_string(), shared)
+    };
+    for io in ["ompio", "romio321"] {
+        let direct = s.dir.join(format!("direct-ordered.{io}"));
+        mpirun(2, io, &[], &prog, &[direct.as_os_str()]);
+        let want = std::fs::read(&direct).unwrap();
+        let f = s.prefix.join(format!("ordered.{io}"));
+        let o = mpirun(2, io, &s.env(&s.root, "log"), &prog, &[f.as_os_str()]);
+        assert_eq!(our_lines(&o), Vec::<String>::new(), "{io}");
+        let got = stream_bytes(&c, &format!("mpiio/ordered.{io}"));
+        assert_eq!(got.len(), want.len(), "{io}");
+        assert_eq!(lines(&got), lines(&want), "{io}");
+        assert_eq!(std::fs::metadata(&f).unwrap().len(), 0, "{io}: placeholder");
+    }
+}
+
 /// One file per process (`MPI_COMM_SELF`): every rank is rank 0 of its own file.
 #[test]
 fn one_file_per_process() {
