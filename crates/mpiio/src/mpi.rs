@@ -493,7 +493,9 @@ fn consistency_point(
     // Doubles as the barrier: after it every rank's writes are durable on its node.
     let all = coll.max_of(failed, dup)?;
     if all != 0 {
-        return Ok(if rc != MPI_SUCCESS { rc } else { MPI_ERR_IO });
+        // The details are on stderr (each failing rank's lines); the program sees an I/O
+        // error, as from a failing file system, on every rank.
+        return Ok(MPI_ERR_IO);
     }
     let mut sealed: c_int = 0;
     if rank == 0 {

@@ -424,3 +424,71 @@ fn a_writer_whose_size_is_stale_after_another_truncated_still_writes() {
     assert_eq!(b.pread(500_000, &mut got).unwrap(), 5);
     assert_eq!(&got, b"small");
 }
+
+/// The servers go away between the program's writes and its consistency point: `MPI_File_sync`
+/// and `MPI_File_close` return `MPI_ERR_IO` on every rank, with lines on stderr, and nothing
+/// hangs (never a silent success).
+#[test]
+fn a_lost_server_makes_sync_and_close_fail_loudly() {
+    if !have_mpi("a_lost_server_makes_sync_and_close_fail_loudly") {
+        return;
+    }
+    let s = Setup::new();
+    let servers = two_servers(&s.root);
+    let prog = compile("syncfail", &s.dir, true);
+    let f = s.prefix.join("lost");
+    let lib = s.lib.clone();
+    let (prefix, home, root) = (s.prefix.clone(), s.home.clone(), s.root.clone());
+    let (prog2, f2) = (prog.clone(), f.clone());
+    let run = std::thread::spawn(move || {
+        let env = [
+            ("LD_PRELOAD", lib.as_os_str()),
+            ("PDCX_MPIIO_PREFIX", prefix.as_os_str()),
+            ("PDCX_MPIIO_HOME", home.as_os_str()),
+            ("PDCX_ROOT", root.as_os_str()),
+        ];
+        let mut a: Vec<std::ffi::OsString> = ["--allow-run-as-root", "--oversubscribe", "-n", "2"]
+            .iter()
+            .map(|x| x.into())
+            .collect();
+        for (k, v) in env {
+            let mut kv = std::ffi::OsString::from(format!("{k}="));
+            kv.push(v);
+            a.push("-x".into());
+            a.push(kv);
+        }
+        a.push(prog2.into());
+        a.push(f2.into());
+        std::process::Command::new("timeout")
+            .arg("120")
+            .arg("mpirun")
+            .args(a)
+            .output()
+            .unwrap()
+    });
+    let ready = PathBuf::from(format!("{}.ready", f.display()));
+    let t0 = Instant::now();
+    while !ready.exists() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the program never got ready"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for h in servers {
+        h.shutdown().unwrap();
+    }
+    std::fs::write(format!("{}.go", f.display()), b"").unwrap();
+    let o = run.join().unwrap();
+    let out = sorted_lines(&o);
+    assert_eq!(
+        out,
+        [
+            "rank 0 sync MPI_ERR_IO close MPI_ERR_IO",
+            "rank 1 sync MPI_ERR_IO close MPI_ERR_IO"
+        ],
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(!our_lines(&o).is_empty());
+}
