@@ -120,6 +120,7 @@ pub extern "C" fn after_fork_in_child() {
         t.store(false, Ordering::Relaxed);
     }
     HIGH.store(0, Ordering::Relaxed);
+    OPENING_ON.store(false, Ordering::Release);
 }
 
 /// True in a child process made by `fork` after the parent intercepted a file.
@@ -127,10 +128,12 @@ pub fn forked() -> bool {
     FORKED.load(Ordering::Relaxed)
 }
 
-/// While the real `MPI_File_open` of a logged file runs: the file's normalised path and state.
-/// Every POSIX `open` of exactly that path in that window is the MPI library opening the
-/// file, and its fd becomes ours. A list, so that threads opening different files at once
-/// (`MPI_THREAD_MULTIPLE`) never hold a lock across the collective open.
+/// A logged file, from the start of its `MPI_File_open` to the end of its `MPI_File_close`:
+/// its normalised path and state. Every POSIX `open` of exactly that path in that time is the
+/// MPI library opening the file (at `MPI_File_open`, or later: ROMIO's deferred open, a
+/// reopen) or the program opening it by path, and its fd becomes ours: bytes written through
+/// it must never land in the placeholder. A list, so that threads opening different files at
+/// once (`MPI_THREAD_MULTIPLE`) never hold a lock across the collective open.
 pub struct Opening {
     pub norm: std::path::PathBuf,
     pub file: Arc<FileState>,
@@ -139,30 +142,32 @@ pub struct Opening {
 static OPENING_ON: AtomicBool = AtomicBool::new(false);
 static OPENING: Mutex<Vec<Opening>> = Mutex::new(Vec::new());
 
-/// The fast check of the `open` wrappers: false outside every logged `MPI_File_open`.
+/// The fast check of the `open` wrappers: false while no logged file is open.
 #[inline]
 pub fn opening_active() -> bool {
     OPENING_ON.load(Ordering::Acquire)
 }
 
-/// Starts the window of one logged `MPI_File_open`.
+/// A logged file is being opened (at the start of its `MPI_File_open`).
 pub fn begin_opening(o: Opening) {
     let mut g = lock(&OPENING);
     g.push(o);
     OPENING_ON.store(true, Ordering::Release);
 }
 
-/// Ends the window of `file`'s open.
+/// `file` is closed (after its `MPI_File_close`, or a failed open).
 pub fn end_opening(file: &Arc<FileState>) {
     let mut g = lock(&OPENING);
     g.retain(|o| !Arc::ptr_eq(&o.file, file));
     OPENING_ON.store(!g.is_empty(), Ordering::Release);
 }
 
-/// The state of the file being opened if `norm` is its path.
+/// The state of the open logged file whose path is `norm`.
 pub fn opening_match(norm: &std::path::Path) -> Option<Arc<FileState>> {
+    // The newest first: a second handle on the same file gets its own state.
     lock(&OPENING)
         .iter()
+        .rev()
         .find(|o| o.norm == norm)
         .map(|o| o.file.clone())
 }

@@ -437,11 +437,12 @@ fn log_open(
         norm,
         file: file.clone(),
     });
-    // The MPI library opens the ORIGINAL path; the open wrappers track its fds.
+    // The MPI library opens the ORIGINAL path; the open wrappers track its fds (until the
+    // file's MPI_File_close: ROMIO may open it later).
     // SAFETY: the caller's arguments.
     let rc = unsafe { (m.file_open)(comm, filename, amode, info, fh) };
-    fdtab::end_opening(&file);
     if rc != MPI_SUCCESS {
+        fdtab::end_opening(&file);
         if !dup.is_null() {
             // SAFETY: our own duplicate.
             unsafe { (coll.comm_free)(&mut dup) };
@@ -566,6 +567,7 @@ pub unsafe extern "C" fn MPI_File_close(fh: *mut Handle) -> c_int {
         // The library closes its fds (each flushes this process's queued writes) and may write
         // before that (HDF5 rewrites its superblock at close): close is a consistency point.
         let rc = pass();
+        fdtab::end_opening(&of.file);
         if of.readonly {
             return Ok(rc);
         }

@@ -1,6 +1,7 @@
 //! The libc wrappers. Each one first asks whether the call can concern a logged file (for fd
 //! calls: one atomic load in [`fdtab::maybe_tracked`]; for `open`: one atomic load in
-//! [`fdtab::opening_active`]) and otherwise calls the real function at once. On a tracked fd
+//! [`fdtab::opening_active`], false while no logged file is open) and otherwise calls the real
+//! function at once. On a tracked fd
 //! the data goes to the file's byte stream, never to the (empty) placeholder file.
 //!
 //! ## Variadic entry points
@@ -36,7 +37,7 @@ fn mode_arg(flags: c_int, mode: c_uint) -> c_uint {
     }
 }
 
-/// The logged file `path` names, while a logged `MPI_File_open` runs.
+/// The open logged file `path` names.
 fn opening_file(dirfd: c_int, path: *const c_char) -> Option<Arc<fdtab::FileState>> {
     if path.is_null() {
         return None;

@@ -171,6 +171,7 @@ fn posix_calls_on_the_mpi_fd_match_the_kernel() {
         let plain = mpirun(1, io, &[], &prog, &[direct.as_os_str()]);
         let want = std::fs::read(&direct).unwrap();
         assert_eq!(want.len(), 1003);
+        assert_eq!(&want[300..304], b"late");
         let f = s.prefix.join(format!("posix.{io}"));
         let o = mpirun(1, io, &s.env(&s.root, "log"), &prog, &[f.as_os_str()]);
         assert_eq!(

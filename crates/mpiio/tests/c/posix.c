@@ -1,8 +1,8 @@
 /* The POSIX calls on an MPI-IO file's own fd, checked against the kernel's semantics: opens
  * PATH with MPI_File_open, finds the MPI library's fd in /proc/self/fd, and does pwrite,
  * write/lseek, writev, dup (shared offset), fstat, SEEK_END, pwritev, ftruncate, short pread,
- * read, readv, preadv, fcntl(F_DUPFD), dup2, fsync, a write past the end (a hole), then
- * closes. Prints every result; a direct run and a logged run must print the same.
+ * read, readv, preadv, fcntl(F_DUPFD), dup2, fsync, a write past the end (a hole), an open
+ * of the same path by the program, then closes. Prints every result; a direct run and a logged run must print the same.
  * Usage: posix PATH (one rank) */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -95,6 +95,12 @@ int main(int argc, char **argv) {
     show("fstat size", size_of(fd), 0, 0);
     memset(buf, '#', sizeof buf);
     show("pread hole", pread(fd, buf, 16, 995), buf, 16);
+    /* the program opens the file by path while MPI has it open: the same file */
+    int late = open(argv[1], O_RDWR);
+    show("late open", late >= 0, 0, 0);
+    show("late pwrite", pwrite(late, "late", 4, 300), 0, 0);
+    show("late fstat size", size_of(late), 0, 0);
+    show("late close", close(late), 0, 0);
     show("close dup", close(d), 0, 0);
     show("close dupfd", close(f2), 0, 0);
     MPI_Offset sz;
