@@ -490,12 +490,19 @@ fn run(cli: Cli) -> Result<u8> {
             tags,
             delete,
         } => commands::tag(&root, &object, &tags, &delete).map(|()| 0),
-        Command::Flush { stall, quiet } => tiers_cmd::flush(&root, stall, quiet)
-            .and_then(|()| {
-                let client = commands::connect(&root)?;
-                mpiio_cmd::wait_homes(&client, stall, quiet)
-            })
-            .map(|()| 0),
+        Command::Flush { stall, quiet } => {
+            let client = commands::connect(&root)?;
+            // Without tiers only the home copies of `pdcx run` files are left to wait for.
+            let tiers = (0..client.size())
+                .map(|r| client.stats(r).map(|s| !s.tiers.is_empty()))
+                .collect::<std::result::Result<Vec<bool>, _>>()
+                .map_err(commands::msg)?;
+            let versions = client.all_versions().map_err(commands::msg)?;
+            if tiers.contains(&true) || versions.is_empty() {
+                tiers_cmd::flush(&root, stall, quiet)?;
+            }
+            mpiio_cmd::wait_homes(&client, stall, quiet).map(|()| 0)
+        }
         Command::Recover { stall, quiet } => mpiio_cmd::recover(&root, stall, quiet).map(|()| 0),
         Command::Migrate { object, tier } => tiers_cmd::migrate(&root, &object, &tier).map(|()| 0),
         Command::Top {
