@@ -70,9 +70,11 @@ fi
 
 if [[ -f Cargo.toml ]]; then
   target=${CARGO_TARGET_DIR:-target}
-  log "building pdcx (release)"
-  cargo build --release -q -p pdcx-cli
+  log "building pdcx and libpdcx_mpiio (release)"
+  cargo build --release -q -p pdcx-cli -p pdcx-mpiio
   install -m 0755 "$target/release/pdcx" /usr/local/bin/pdcx
+  # `pdcx run` finds the MPI-IO preload library in ../lib of the pdcx binary.
+  install -D -m 0755 "$target/release/libpdcx_mpiio.so" /usr/local/lib/libpdcx_mpiio.so
   log "building and installing the Python package"
   rm -rf "$target/wheels"
   # --auditwheel skip: the module links system libraries (libzfp) that a local install keeps;
