@@ -638,7 +638,7 @@ def failure_kind(f: str) -> str:
     return "other"
 
 
-def table(results: list[dict], power: str) -> str:
+def table(results: list[dict], power: str, mpiio: str = "n/a") -> str:
     runs = sorted({r["run"] for r in results})
     kinds = {k: sum(1 for r in results if r["kind"] == k) for k in (*KINDS, "crash")}
     hit = sum(1 for r in results if r["kind"] == "crash" and r.get("hit"))
@@ -677,6 +677,7 @@ def table(results: list[dict], power: str) -> str:
             f"{hit} / {kinds['crash']}" + (f" (not hit: {', '.join(missed)})" if missed else ""),
         ),
         ("power cuts (Rust crash tests)", power),
+        ("MPI-IO programs under pdcx run (tests/test_mpiio_crash.py)", mpiio),
     ]
     for d in durs:
         rows.append((f"bytes acknowledged at {d}", mib(acked.get(d, 0))))
@@ -720,6 +721,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=None, help="results directory (an existing one is resumed)")
     ap.add_argument("--power", default="n/a", help="the power-cut column (run.sh fills it)")
     ap.add_argument("--power-failed", action="store_true", help="the power-cut test failed (run.sh)")
+    ap.add_argument("--mpiio", default="n/a", help="the MPI-IO crash row (run.sh fills it)")
+    ap.add_argument("--mpiio-failed", action="store_true", help="an MPI-IO crash run failed (run.sh)")
     ap.add_argument("--keep", action="store_true", help="keep each run's data")
     ap.add_argument("--table-only", action="store_true", help="print the table of --out and exit")
     args = ap.parse_args()
@@ -737,7 +740,7 @@ def main() -> int:
     results_path = out / "results.jsonl"
     results = oracle.read_jsonl(results_path) if results_path.exists() else []
     if args.table_only:
-        print(table(results, args.power))
+        print(table(results, args.power, args.mpiio))
         return 1 if any(r.get("failures") for r in results) else 0
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     kinds = [k for k in args.kinds.split(",") if k]
@@ -798,10 +801,12 @@ def main() -> int:
         log("interrupted; rerun with the same --out to resume")
         status = 130
     print()
-    print(table(results, args.power))
+    print(table(results, args.power, args.mpiio))
     if args.power_failed:
         print("FAILURE: the power-cut test failed")
-    if any(r.get("failures") for r in results) or args.power_failed:
+    if args.mpiio_failed:
+        print("FAILURE: an MPI-IO crash run failed")
+    if any(r.get("failures") for r in results) or args.power_failed or args.mpiio_failed:
         status = status or 1
     return status
 

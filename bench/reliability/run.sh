@@ -7,6 +7,7 @@
 #   bench/reliability/run.sh                        # the full run: 200 kill cycles + every crash point
 #   bench/reliability/run.sh --kills 400 --out DIR  # any harness.py option; an existing DIR resumes
 #   bench/reliability/run.sh --no-power-cuts        # skip the cargo power-cut test
+#   bench/reliability/run.sh --no-mpiio             # skip the MPI-IO crash runs
 #
 # Environment: PDCX_BIN (server binary, default `pdcx` on PATH), PDCX_CRASH_BIN (a pdcx built
 # with the crash-points feature, for `pdcx debug crash-points` and crash-point runs),
@@ -19,12 +20,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 quick=0
 power=1
+mpiio=1
 out=""
 args=()
 while (($#)); do
   case $1 in
     --quick) quick=1 ;;
     --no-power-cuts) power=0 ;;
+    --no-mpiio) mpiio=0 ;;
     --out) out=$2; shift ;;
     --out=*) out=${1#--out=} ;;
     -h | --help) sed -n '2,15p' "$0"; exec python3 "$here/harness.py" --help ;;
@@ -88,5 +91,29 @@ for line in sys.argv[1].splitlines():
   ((${#cmds[@]})) && power_col=$(printf '%s; ' "${parts[@]}" | sed 's/; $//')
 fi
 
+# The MPI-IO row: unmodified MPI-IO programs logged by `pdcx run` (tests/test_mpiio_crash.py:
+# kill -9 of a rank, of every server, of a server at the seal and home-copy crash points, then
+# `pdcx recover`; each run checks that the home holds one whole epoch, at least the last one
+# whose MPI_File_sync returned, and that a rerun completes). Seeds vary the kill times.
+mpiio_col="n/a"
+if ((mpiio)); then
+  runs=$((quick ? 1 : 3)); ok=0; failed=0
+  for ((i = 1; i <= runs; i++)); do
+    log=$out/mpiio-$i.log
+    echo "run.sh: MPI-IO crash run $i/$runs (log: $log)"
+    if (cd "$repo" && PDCX_CRASH_SEED=$((1000 + i)) nice -n 10 python3 -m pytest -q tests/test_mpiio_crash.py) >"$log" 2>&1; then
+      ok=$((ok + 1))
+    else
+      failed=$((failed + 1))
+    fi
+    passed=$(grep -oE '[0-9]+ passed' "$log" | tail -1 || true)
+    skipped=$(grep -oE '[0-9]+ skipped' "$log" | tail -1 || true)
+    echo "run.sh:   ${passed:-0 passed}${skipped:+, $skipped}"
+  done
+  scen=$(grep -ohE '[0-9]+ passed' "$out"/mpiio-*.log | awk '{s+=$1} END {print s+0}')
+  mpiio_col="$runs runs, $scen scenarios passed, $failed runs failed (0 lost synced epochs and 0 torn home files in every passed scenario)"
+  ((failed == 0)) || { mpiio_col="$mpiio_col, see $out/mpiio-*.log"; args+=(--mpiio-failed); }
+fi
+
 cd "$repo"
-exec python3 "$here/harness.py" "${preset[@]}" ${args[@]+"${args[@]}"} --out "$out" --power "$power_col"
+exec python3 "$here/harness.py" "${preset[@]}" ${args[@]+"${args[@]}"} --out "$out" --power "$power_col" --mpiio "$mpiio_col"
