@@ -927,6 +927,10 @@ pub enum PeerRequest {
     /// `holders` are the other servers holding parts of it) and put it as that part of
     /// multipart upload `upload_id` of `s3://bucket/key`. Answered with `PartUploaded`.
     UploadPart(UploadPart),
+    /// The owner tells a holder that its extents `seqs` of `id` are shadowed in every version
+    /// still to be read (issue 11): drop them and free their log space. Answered with
+    /// `Dropped`.
+    DropExtents { id: ObjectId, seqs: Vec<u64> },
 }
 
 /// See `PeerRequest::UploadPart`.
@@ -952,6 +956,7 @@ impl PeerRequest {
             PeerRequest::ReadPieces { .. } => "ReadPieces",
             PeerRequest::RegisterMemory { .. } => "RegisterMemory",
             PeerRequest::UploadPart(_) => "UploadPart",
+            PeerRequest::DropExtents { .. } => "DropExtents",
         }
     }
 }
@@ -968,6 +973,8 @@ pub enum PeerResponse {
     PartUploaded {
         etag: String,
     },
+    /// Answer to `DropExtents`: how many were dropped.
+    Dropped { count: u64 },
 }
 
 /// The error a reply carries, if it is one (both families end in an `Error` variant).

@@ -43,6 +43,13 @@ pub trait Peers: Send + Sync {
     }
     /// `holder`'s committed pieces of `region` (seq, piece) and their bytes back to back.
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces>;
+    /// Has `holder` drop its extents `seqs` of `id` (issue 11); how many it dropped.
+    fn drop_extents(&self, holder: u32, id: ObjectId, seqs: &[u64]) -> Result<u64> {
+        let _ = (id, seqs);
+        Err(Error::invalid(format!(
+            "server {holder} cannot be asked to drop extents here (no peer connections)"
+        )))
+    }
     /// Has `holder` upload one part of a version's S3 multipart upload (issue 11); its ETag.
     fn upload_part(&self, holder: u32, part: &pdcx_core::protocol::UploadPart) -> Result<String> {
         let _ = part;
@@ -432,6 +439,71 @@ impl Engine {
         let mut v: Vec<(u32, u64)> = bytes.into_iter().collect();
         v.sort_unstable();
         v
+    }
+
+    /// Issue 11: once version `seq_below` of byte stream `id` (owned here) is at its home, no
+    /// read ever needs an older version again. Drops every write numbered below it that newer
+    /// writes below it cover entirely (an epoch rewritten by the next: the checkpoint
+    /// pattern) — here, in the region map and on the servers holding them — and frees the log
+    /// segments left holding nothing. Returns how many were dropped. A holder that cannot be
+    /// reached keeps its shadowed extents (harmless: they stay shadowed).
+    pub fn drop_shadowed(&self, id: ObjectId, seq_below: u64) -> Result<usize> {
+        // (seq, holder, start, end), newest first.
+        let mut all: Vec<(u64, u32, u64, u64)> = self
+            .store
+            .extents_of(id)
+            .iter()
+            .filter(|e| e.seq < seq_below && e.region.ndim() == 1)
+            .map(|e| (e.seq, self.rank, e.region.offset[0], e.region.end(0)))
+            .collect();
+        {
+            let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
+            all.extend(
+                remote
+                    .get(&id)
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| r.seq < seq_below && r.region.ndim() == 1)
+                    .map(|r| (r.seq, r.holder, r.region.offset[0], r.region.end(0))),
+            );
+        }
+        all.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        let mut covered = Coverage::default();
+        let mut dead: HashMap<u32, Vec<u64>> = HashMap::new();
+        for (seq, holder, start, end) in all {
+            if covered.contains(start, end) {
+                dead.entry(holder).or_default().push(seq);
+            } else {
+                covered.insert(start, end);
+            }
+        }
+        let mut dropped = 0;
+        if let Some(mine) = dead.remove(&self.rank) {
+            dropped += self.store.drop_extents(id, &mine.into_iter().collect())?;
+        }
+        let mut rows = Vec::new();
+        for (holder, seqs) in dead {
+            match self.peers().and_then(|p| p.drop_extents(holder, id, &seqs)) {
+                Ok(n) => dropped += n as usize,
+                Err(e) => {
+                    tracing::warn!("server {holder} keeps shadowed extents of {id:#x}: {}", e.message);
+                    continue;
+                }
+            }
+            rows.extend(seqs.iter().map(|&s| (id, s)));
+            let gone: HashSet<u64> = seqs.into_iter().collect();
+            if let Some(v) = self
+                .remote
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_mut(&id)
+            {
+                v.retain(|r| r.holder != holder || !gone.contains(&r.seq));
+            }
+        }
+        self.meta.delete_region_rows(&rows)?;
+        self.store.retire_flushed()?;
+        Ok(dropped)
     }
 
     /// The 1-D ranges `[start, end)` of every write of object `id` (owned here) numbered
@@ -990,5 +1062,55 @@ fn fill(out: &mut [u8], pattern: &[u8]) {
         for chunk in out.chunks_exact_mut(pattern.len()) {
             chunk.copy_from_slice(pattern);
         }
+    }
+}
+
+/// A set of disjoint 1-D intervals `[start, end)` (start → end), merged on insert.
+#[derive(Default)]
+struct Coverage(std::collections::BTreeMap<u64, u64>);
+
+impl Coverage {
+    /// Whether `[start, end)` lies inside one interval of the set.
+    fn contains(&self, start: u64, end: u64) -> bool {
+        self.0
+            .range(..=start)
+            .next_back()
+            .is_some_and(|(_, &e)| e >= end)
+    }
+
+    fn insert(&mut self, mut start: u64, mut end: u64) {
+        if let Some((&s, &e)) = self.0.range(..=start).next_back() {
+            if e >= start {
+                start = s;
+                end = end.max(e);
+            }
+        }
+        let overlapping: Vec<u64> = self.0.range(start..=end).map(|(&s, _)| s).collect();
+        for s in overlapping {
+            if let Some(e) = self.0.remove(&s) {
+                end = end.max(e);
+            }
+        }
+        self.0.insert(start, end);
+    }
+}
+
+#[cfg(test)]
+mod coverage_tests {
+    use super::Coverage;
+
+    #[test]
+    fn intervals_merge_and_cover() {
+        let mut c = Coverage::default();
+        c.insert(10, 20);
+        c.insert(30, 40);
+        assert!(c.contains(12, 20) && !c.contains(15, 25) && !c.contains(0, 5));
+        c.insert(20, 30);
+        assert!(c.contains(10, 40), "adjacent intervals merge");
+        c.insert(0, 100);
+        assert!(c.contains(0, 100) && c.0.len() == 1);
+        c.insert(200, 300);
+        c.insert(150, 250);
+        assert!(c.contains(150, 300) && !c.contains(90, 160));
     }
 }

@@ -43,6 +43,8 @@ pub struct HomeCopier {
     buckets: Mutex<HashMap<String, Arc<S3Tier>>>,
     /// Parts of S3 home copies this server uploaded (as leader or for one), since start.
     pub parts_uploaded: std::sync::atomic::AtomicU64,
+    /// Extents dropped (here and on holders) because a copied version shadows them.
+    pub extents_dropped: std::sync::atomic::AtomicU64,
 }
 
 impl HomeCopier {
@@ -216,7 +218,23 @@ fn copy_version(server: &Server, v: &VersionInfo) -> Result<()> {
     }
     server
         .meta
-        .set_version_state(v.id, v.epoch, versions::DONE, "")
+        .set_version_state(v.id, v.epoch, versions::DONE, "")?;
+    // No older version is ever read again: free the log space of writes this one shadows.
+    match server.engine.drop_shadowed(v.id, v.seal_seq) {
+        Ok(n) => {
+            server
+                .homecopy
+                .extents_dropped
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        Err(e) => tracing::warn!(
+            "{} e{}: keeping shadowed extents in the log: {}",
+            v.name,
+            v.epoch,
+            e.message
+        ),
+    }
+    Ok(())
 }
 
 /// S3's limit on the parts of one upload.

@@ -93,6 +93,10 @@ impl Peers for ClusterPeers {
         })
     }
 
+    fn drop_extents(&self, holder: u32, id: ObjectId, seqs: &[u64]) -> Result<u64> {
+        self.peers.drop_extents(holder, id, seqs)
+    }
+
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
         self.peers
             .read_pieces(holder, id, region)

@@ -147,6 +147,18 @@ impl PeerClient {
         }
     }
 
+    /// Has `holder` drop its extents `seqs` of `id`; how many it dropped.
+    pub fn drop_extents(&self, holder: u32, id: ObjectId, seqs: &[u64]) -> Result<u64> {
+        let req = PeerRequest::DropExtents {
+            id,
+            seqs: seqs.to_vec(),
+        };
+        match self.call(holder, &req)? {
+            (PeerResponse::Dropped { count }, _) => Ok(count),
+            (r, _) => Err(unexpected("drop extents", r)),
+        }
+    }
+
     /// `holder`'s committed pieces of `region` of object `id`.
     pub fn read_pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
         let req = PeerRequest::ReadPieces {

@@ -411,6 +411,37 @@ impl DataStore {
         gone.len()
     }
 
+    /// Drops extents `seqs` of `id` that no read needs any more (wholly shadowed by newer
+    /// writes in every version still to be read, issue 11): their rows first (durably), then
+    /// the index; their log bytes become garbage that [`retire_flushed`](Self::retire_flushed)
+    /// frees once a segment holds nothing else. A crash in between leaves rows for extents
+    /// still in the log (replayed or not, they stay shadowed). Returns how many were dropped.
+    pub fn drop_extents(&self, id: ObjectId, seqs: &HashSet<u64>) -> Result<usize> {
+        if seqs.is_empty() {
+            return Ok(0);
+        }
+        let _c = self.lock_commit();
+        let keys: Vec<(ObjectId, u64)> = self
+            .extents_of(id)
+            .iter()
+            .filter(|e| seqs.contains(&e.seq))
+            .map(|e| (id, e.seq))
+            .collect();
+        self.meta.delete_extents(&keys)?;
+        let gone: Vec<Extent> = {
+            let mut index = self.index_mut();
+            let Some(list) = index.get_mut(&id) else {
+                return Ok(0);
+            };
+            let (gone, keep): (Vec<Extent>, Vec<Extent>) =
+                list.drain(..).partition(|e| seqs.contains(&e.seq));
+            *list = keep;
+            gone
+        };
+        self.drop_tier_copies(id, &gone);
+        Ok(gone.len())
+    }
+
     /// `pdcx show`: this server's extents of `id`, where each lives and how durable it is.
     pub fn extent_infos(&self, id: ObjectId) -> Vec<ExtentInfo> {
         let index = self.index();

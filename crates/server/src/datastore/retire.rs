@@ -20,15 +20,18 @@ impl DataStore {
     ///    unlisted files, which the next open deletes; every extent they held has a durable home
     ///    row (written and fsynced before its home was published), so recovery finds it there;
     /// 5. mark their extents as no longer in the log (reads go to the home tier).
+    ///
+    /// Without tiers no extent has a durable home: only segments holding no visible extent
+    /// at all (those of dropped or deleted data) are retired.
     pub fn retire_flushed(&self) -> Result<u64> {
-        let Some(t) = self.tiering.clone() else {
-            return Ok(0);
-        };
+        let t = self.tiering.clone();
         let commit = self.lock_commit();
         // Only checkpointed segments are sealed: a segment is retired only once no commit
         // record in it needs replaying (the rows it names are durable in the metadata).
         self.checkpoint_locked(&commit)?;
-        let blocked = self.blocked_segments(&commit, &|tier| t.is_durable(tier));
+        let blocked = self.blocked_segments(&commit, &|tier| {
+            t.as_ref().is_some_and(|t| t.is_durable(tier))
+        });
         let (ready, freed) = {
             let mut log = self.log();
             let ready: Vec<u64> = log
@@ -43,7 +46,7 @@ impl DataStore {
             let freed = log.retire(&ready)?;
             (ready, freed)
         };
-        {
+        if let Some(t) = &t {
             let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
             st.retired_segments += ready.len() as u64;
             st.retired_bytes += freed;

@@ -183,6 +183,21 @@ impl Metadata {
         })
     }
 
+    /// Drops the owner's region-map rows `(object, seq)` (regions other servers hold that no
+    /// read needs any more: shadowed in every version, issue 11). Durable when it returns.
+    pub fn delete_region_rows(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
+        self.write(|tx| {
+            for (id, seq) in keys {
+                tx.execute(
+                    "DELETE FROM region_map WHERE object=?1 AND seq=?2",
+                    params![*id as i64, *seq as i64],
+                )
+                .map_err(db_err)?;
+            }
+            Ok(())
+        })
+    }
+
     /// Drops extents whose data the log does not hold as committed (written with `memory`
     /// durability just before a crash).
     pub fn delete_extents(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
