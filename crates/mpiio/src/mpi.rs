@@ -261,13 +261,13 @@ pub unsafe extern "C" fn MPI_File_open(
                     return fallback_open(m, comm, &read_target(&norm, target), amode, info, fh);
                 }
                 let rank = coll.rank(comm)?;
-                if rank == 0 {
-                    say_line(&config::fallback_line(
-                        &reason,
-                        &norm,
-                        &target,
-                        cfg.home.as_ref(),
-                    ));
+                let line = config::fallback_line(&reason, &norm, &target, cfg.home.as_ref());
+                // Redirect is asked for (by `pdcx run`, which already printed the job's one
+                // line saying why, or by the user): only the debug output repeats it.
+                if cfg.mode == config::Mode::Redirect {
+                    debug_line(rank, &line);
+                } else if rank == 0 {
+                    say_line(&line);
                 }
                 fallback_open(m, comm, &target, amode, info, fh)
             }

@@ -362,9 +362,8 @@ fn setups_that_cannot_log_fall_back_to_the_home_with_one_line() {
     let s = Setup::new();
     let (want, want_out) = s.direct("romio321");
     let nowhere = s.dir.join("no-deployment");
-    let cases: [(&str, &Path, Option<&str>, &str); 3] = [
+    let cases: [(&str, &Path, Option<&str>, &str); 2] = [
         ("noserver", &nowhere, None, "no pdcx server reachable"),
-        ("redirect", &nowhere, None, "PDCX_MPIIO_MODE=redirect"),
         (
             "append",
             &nowhere,
@@ -374,17 +373,12 @@ fn setups_that_cannot_log_fall_back_to_the_home_with_one_line() {
     ];
     for (name, root, arg, reason) in cases {
         let f = s.prefix.join(name);
-        let mode = if name == "redirect" {
-            "redirect"
-        } else {
-            "log"
-        };
         let mut args = vec![f.as_os_str()];
         args.extend(arg.map(OsStr::new));
         for io in ["ompio", "romio321"] {
             let home = s.home.join(name);
             let _ = std::fs::remove_file(&home);
-            let o = mpirun(2, io, &s.env(root, mode), &s.prog, &args);
+            let o = mpirun(2, io, &s.env(root, "log"), &s.prog, &args);
             let lines = our_lines(&o);
             assert_eq!(lines.len(), 1, "{name} {io}: {lines:?}");
             assert!(lines[0].contains(reason), "{name} {io}: {lines:?}");
@@ -401,6 +395,24 @@ fn setups_that_cannot_log_fall_back_to_the_home_with_one_line() {
             assert_eq!(std::fs::read(&home).unwrap(), want, "{name} {io}");
             assert_eq!(sorted_lines(&o), want_out, "{name} {io}");
         }
+    }
+    // Redirect (asked for; `pdcx run` prints the job's one line when it chooses it): silent,
+    // writes the home, and reads come back from there.
+    for io in ["ompio", "romio321"] {
+        let f = s.prefix.join("redirect");
+        let home = s.home.join("redirect");
+        let _ = std::fs::remove_file(&home);
+        let o = mpirun(
+            2,
+            io,
+            &s.env(&nowhere, "redirect"),
+            &s.prog,
+            &[f.as_os_str()],
+        );
+        assert_eq!(our_lines(&o), Vec::<String>::new(), "redirect {io}");
+        assert!(!f.exists(), "redirect {io}");
+        assert_eq!(std::fs::read(&home).unwrap(), want, "redirect {io}");
+        assert_eq!(sorted_lines(&o), want_out, "redirect {io}");
     }
 }
 
@@ -492,4 +504,28 @@ fn a_lost_server_makes_sync_and_close_fail_loudly() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(!our_lines(&o).is_empty());
+}
+
+/// Two handles shrinking one stream at once (OMPIO's `MPI_File_set_size` truncates on every
+/// rank): the owner must take both. Known to fail now (server `streams::set_size` race); the
+/// library retries meanwhile (posix.rs `truncate`). Run with `--ignored`.
+#[test]
+#[ignore = "owner-side race of concurrent shrinks (lead: crates/server/src/streams.rs)"]
+fn concurrent_shrinks_of_one_stream_both_succeed() {
+    let d = tempfile::tempdir().unwrap();
+    let _servers = two_servers(d.path());
+    let c = Client::connect(Some(d.path())).unwrap();
+    let c2 = Client::connect(Some(d.path())).unwrap();
+    for i in 0..20 {
+        let name = format!("mpiio/shrink{i}");
+        let a = c.bs_open(&name, true).unwrap();
+        a.pwrite(0, &vec![1u8; 4 << 20]).unwrap();
+        a.commit().unwrap();
+        // Another process: its own client (connections).
+        let b = c2.bs_open(&name, false).unwrap();
+        let t = std::thread::spawn(move || b.set_size(0));
+        let ra = a.set_size(0);
+        let rb = t.join().unwrap();
+        assert!(ra.is_ok() && rb.is_ok(), "round {i}: {ra:?} / {rb:?}");
+    }
 }
