@@ -94,11 +94,15 @@ pub fn run(
     if home_dir.as_deref() == Some(prefix.as_path()) {
         bail!("--home and --prefix are the same directory; the home must be where the files end up, the prefix where the program writes them");
     }
-    std::fs::create_dir_all(&prefix).map_err(|e| anyhow!("--prefix {}: {e}", prefix.display()))?;
     let mut mode = mode.to_string();
     let mut why = None;
+    if let Err(e) = std::fs::create_dir_all(&prefix) {
+        // Nowhere to put placeholders: the library cannot log, the program may still run
+        // (and report its own error for the path, as it would without pdcx).
+        why = Some(format!("--prefix {}: {e}", prefix.display()));
+    }
     let lib = find_library();
-    if lib.is_none() {
+    if lib.is_none() && why.is_none() {
         why = Some(format!(
             "{LIB_NAME} not found (next to pdcx, in ../lib or $PDCX_LIB_DIR)"
         ));

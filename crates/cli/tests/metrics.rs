@@ -332,7 +332,8 @@ fn metrics_follow_writes_reads_and_flushes() {
     pdcx_env(
         &root,
         &["put", file.to_str().unwrap()],
-        &[("PDCX_SHM", "0")],
+        // Over TCP: neither shared memory nor a one-copy write into the server's log.
+        &[("PDCX_SHM", "0"), ("PDCX_DIRECT_WRITE", "0")],
     );
     let out = tmp.path().join("back.npy");
     pdcx_env(

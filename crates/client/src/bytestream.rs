@@ -254,21 +254,32 @@ impl ByteStream {
             .max()
             .unwrap_or(0);
         self.grow(st, end)?;
-        let queue = std::mem::take(&mut st.queue);
+        let items: Vec<(Region, &[u8])> = st
+            .queue
+            .iter()
+            .map(|(off, bytes)| Ok((range(*off, bytes.len() as u64)?, bytes.as_slice())))
+            .collect::<Result<_>>()?;
+        // One round trip for the whole queue, numbered in program order. Refused as out of
+        // bounds: another handle shrank the stream meanwhile; grow it again and retry once.
+        let id = self.meta.id;
+        let dest = match self.client.write_batch(id, &items, Durability::Memory) {
+            Err(e) if e.kind == ErrorKind::OutOfBounds => {
+                drop(items);
+                st.known_size = 0;
+                self.grow(st, end)?;
+                let items: Vec<(Region, &[u8])> = st
+                    .queue
+                    .iter()
+                    .map(|(off, bytes)| Ok((range(*off, bytes.len() as u64)?, bytes.as_slice())))
+                    .collect::<Result<_>>()?;
+                self.client.write_batch(id, &items, Durability::Memory)?
+            }
+            r => r?,
+        };
+        // Committed: only now leave the queue (a failure keeps it for the next attempt).
+        st.queue.clear();
         st.queued = 0;
-        for (i, (off, bytes)) in queue.iter().enumerate() {
-            let region = range(*off, bytes.len() as u64)?;
-            let dest = match self.write_one(st, &region, bytes) {
-                Ok(d) => d,
-                Err(e) => {
-                    // Keep what was not committed, in order, for the next attempt.
-                    st.queue = queue[i..].to_vec();
-                    st.queued = st.queue.iter().map(|(_, b)| b.len()).sum();
-                    return Err(e);
-                }
-            };
-            st.dirty.insert(dest);
-        }
+        st.dirty.insert(dest);
         Ok(())
     }
 

@@ -994,6 +994,57 @@ impl Client {
         r
     }
 
+    /// Several writes of object `id` to one server in one round trip (`StageCommit` with
+    /// every item), committed together: the owner numbers them in item order, so where
+    /// items overlap the later one wins, as if written one after another. All regions must
+    /// go to the same server (they do under region-local placement); returns it.
+    pub fn write_batch(
+        &self,
+        id: ObjectId,
+        items: &[(Region, &[u8])],
+        durability: Durability,
+    ) -> Result<u32> {
+        let Some((first, _)) = items.first() else {
+            return self.data_server(id, &Region::whole(&[0]));
+        };
+        self.sync_metadata()?;
+        let dest = self.data_server(id, first)?;
+        for (r, _) in &items[1..] {
+            if self.data_server(id, r)? != dest {
+                return Err(Error::invalid(
+                    "write_batch: the regions go to different servers (placement)",
+                ));
+            }
+        }
+        let stage: Vec<StageItem> = items
+            .iter()
+            .map(|(region, data)| StageItem {
+                txn: self.next_txn(),
+                id,
+                region: region.clone(),
+                len: data.len() as u64,
+            })
+            .collect();
+        let payloads: Vec<&[u8]> = items.iter().map(|(_, d)| *d).collect();
+        let foreign = dest != owner_of_id(id);
+        let relaxed = match commit_request(vec![], durability, self.consistency(id), foreign) {
+            Request::CommitRelaxed {
+                expected_writes, ..
+            } => Some(expected_writes),
+            _ => None,
+        };
+        let req = Request::StageCommit {
+            items: stage,
+            durability,
+            relaxed,
+        };
+        self.with_conn(dest, &mut |c| c.call(&req, &payloads).map(|_| ()))?;
+        if relaxed.is_some() {
+            self.note_relaxed(id, dest);
+        }
+        Ok(dest)
+    }
+
     /// [`write`](Self::write) as a one-copy write (`direct_write.rs`): reserve, write `data`
     /// into the log straight from the caller's buffer, commit, on one connection. None when
     /// the server turned it down before anything was reserved (the caller writes the usual

@@ -974,7 +974,9 @@ pub enum PeerResponse {
         etag: String,
     },
     /// Answer to `DropExtents`: how many were dropped.
-    Dropped { count: u64 },
+    Dropped {
+        count: u64,
+    },
 }
 
 /// The error a reply carries, if it is one (both families end in an `Error` variant).

@@ -507,10 +507,8 @@ fn a_lost_server_makes_sync_and_close_fail_loudly() {
 }
 
 /// Two handles shrinking one stream at once (OMPIO's `MPI_File_set_size` truncates on every
-/// rank): the owner must take both. Known to fail now (server `streams::set_size` race); the
-/// library retries meanwhile (posix.rs `truncate`). Run with `--ignored`.
+/// rank): the owner takes both (size changes are serialised there).
 #[test]
-#[ignore = "owner-side race of concurrent shrinks (lead: crates/server/src/streams.rs)"]
 fn concurrent_shrinks_of_one_stream_both_succeed() {
     let d = tempfile::tempdir().unwrap();
     let _servers = two_servers(d.path());

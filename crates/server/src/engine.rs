@@ -467,7 +467,7 @@ impl Engine {
                     .map(|r| (r.seq, r.holder, r.region.offset[0], r.region.end(0))),
             );
         }
-        all.sort_unstable_by(|a, b| b.0.cmp(&a.0));
+        all.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
         let mut covered = Coverage::default();
         let mut dead: HashMap<u32, Vec<u64>> = HashMap::new();
         for (seq, holder, start, end) in all {
@@ -486,7 +486,10 @@ impl Engine {
             match self.peers().and_then(|p| p.drop_extents(holder, id, &seqs)) {
                 Ok(n) => dropped += n as usize,
                 Err(e) => {
-                    tracing::warn!("server {holder} keeps shadowed extents of {id:#x}: {}", e.message);
+                    tracing::warn!(
+                        "server {holder} keeps shadowed extents of {id:#x}: {}",
+                        e.message
+                    );
                     continue;
                 }
             }

@@ -60,6 +60,18 @@ fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
                 break;
             }
         };
+        if server.stopping() {
+            // Stopping: its last sync has run or is running, so nothing more is accepted (a
+            // write acknowledged now might never reach the disk). The client sees the server
+            // as gone, as it will be.
+            let _ = drain(reader, head.payload_len);
+            let e = Error::new(
+                ErrorKind::Unavailable,
+                format!("pdcx server {} is shutting down", server.config.rank),
+            );
+            let _ = reply(writer, head.request_id, &Response::Error(e), &[]);
+            break;
+        }
         // Request kind and timing for `crate::metrics`.
         let (started, mut kind) = (std::time::Instant::now(), crate::metrics::Kind::default());
         let outcome = match head.kind {

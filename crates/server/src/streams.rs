@@ -15,6 +15,9 @@ use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result, TagValue};
 /// (overwritten with the version's bytes), so they are not incomplete any more.
 pub const DISCARD_MARK_TAG: &str = "pdcx.discarded_below";
 
+/// Serialises size changes and discards on this server (they are rare: truncates and opens).
+static SIZE_CHANGES: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// Bytes rewritten per commit.
 const CHUNK: u64 = 16 << 20;
 
@@ -22,6 +25,9 @@ const CHUNK: u64 = 16 << 20;
 /// the written bytes past `len` with zeros, so a later growth reads zeros there, as a file
 /// grown after `ftruncate` does.
 pub fn set_size(server: &Server, id: ObjectId, len: u64) -> Result<ObjectMeta> {
+    // One size change at a time: OMPIO truncates from every rank at once, and a shrink
+    // reads the size it zeroes from (another shrink must not cut it meanwhile).
+    let _one = SIZE_CHANGES.lock().unwrap_or_else(|p| p.into_inner());
     let obj = byte_stream(server, id)?;
     let old = obj.dims[0];
     if len < old {
@@ -37,6 +43,7 @@ pub fn set_size(server: &Server, id: ObjectId, len: u64) -> Result<ObjectMeta> {
 /// point) are overwritten with the version's bytes (zeros past its end) and the size is reset
 /// to the version's. Returns the bytes rewritten; 0 when there was nothing incomplete.
 pub fn discard_incomplete(server: &Server, id: ObjectId) -> Result<u64> {
+    let _one = SIZE_CHANGES.lock().unwrap_or_else(|p| p.into_inner());
     let obj = byte_stream(server, id)?;
     let (seal_seq, size) = server
         .meta

@@ -408,3 +408,48 @@ fn an_incomplete_version_is_discarded_and_never_reaches_the_home() {
     want.extend_from_slice(b"new");
     assert!(got == want, "home holds version 1 + the new write only");
 }
+
+/// Log space is freed once a version is home: writes an epoch rewrites entirely (the
+/// checkpoint pattern) are dropped on every server holding them, and log segments left
+/// holding nothing are retired, so the logs hold about one version, not one per epoch.
+#[test]
+fn log_space_of_shadowed_epochs_is_freed_after_the_home_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("pdcx.toml"), "[log]\nsegment_bytes = \"1MiB\"\n").unwrap();
+    let _servers = two_servers(&root);
+    let home = dir.path().join("home/ckpt");
+    let home_s = home.to_str().unwrap();
+    let a = client_at(&root, 0).bs_open("mpiio/ckpt", true).unwrap();
+    let b = client_at(&root, 1).bs_open("mpiio/ckpt", false).unwrap();
+    let c = client_at(&root, 0);
+    const HALF: usize = 1 << 20;
+    let log_total = || -> u64 { (0..2).map(|r| c.stats(r).unwrap().log_bytes).sum() };
+    let mut last = Vec::new();
+    for epoch in 0..10u8 {
+        let x = pattern(2 * HALF, epoch);
+        a.pwrite(0, &x[..HALF]).unwrap();
+        b.pwrite(HALF as u64, &x[HALF..]).unwrap();
+        a.commit().unwrap();
+        b.commit().unwrap();
+        let e = a.seal(home_s).unwrap();
+        wait_done(&c, "mpiio/ckpt", e);
+        last = x;
+    }
+    assert!(
+        std::fs::read(&home).unwrap() == last,
+        "home holds the last epoch"
+    );
+    let mut back = vec![0u8; last.len()];
+    assert_eq!(a.pread(0, &mut back).unwrap(), back.len());
+    assert!(back == last, "the stream still reads the last epoch");
+    // 20 MiB were written; without freeing the logs would hold all of it.
+    let total = log_total();
+    assert!(
+        total < 8 << 20,
+        "logs hold {total} bytes after 10 epochs of 2 MiB"
+    );
+    let extents: u64 = (0..2).map(|r| c.stats(r).unwrap().extents).sum();
+    assert!(extents <= 4, "{extents} extents left");
+}
