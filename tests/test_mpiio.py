@@ -287,7 +287,7 @@ def dirs(tmp_path):
 
 @pytest.mark.parametrize("io", IOS)
 @pytest.mark.parametrize("case", list(CASES))
-def test_pdcx_run_home_file_identical(progs, golden, deployment, dirs, case, io):
+def test_run_home_file_identical(progs, golden, deployment, dirs, case, io):
     need_pdcx_run()
     dep = deployment(n=2)
     out, home = dirs
@@ -303,7 +303,7 @@ def test_pdcx_run_home_file_identical(progs, golden, deployment, dirs, case, io)
 
 
 @pytest.mark.parametrize("io", IOS)
-def test_pdcx_object_holds_the_bytes(progs, golden, deployment, dirs, tmp_path, io):
+def test_run_object_holds_the_bytes(progs, golden, deployment, dirs, tmp_path, io):
     """The file's bytes are also the pdcx byte-stream object mpiio/NAME."""
     need_pdcx_run()
     dep = deployment(n=2)
@@ -440,7 +440,7 @@ def test_hdf5_direct_reproducible(h5golden, progs, tmp_path, which):
 
 @pytest.mark.parametrize("io", IOS)
 @pytest.mark.parametrize("which", ["phdf5", "h5py"])
-def test_hdf5_pdcx_run_home_file_identical(h5golden, progs, deployment, dirs, which, io):
+def test_hdf5_run_home_file_identical(h5golden, progs, deployment, dirs, which, io):
     need_pdcx_run()
     want = h5golden(which, io)
     dep = deployment(n=2)
