@@ -5,7 +5,11 @@
  * open DIR/ckpt.NNNN (one shared file per output), write MIB MiB each at rank*MIB MiB with
  * MPI_File_write_at_all, MPI_File_sync, close.
  *
- *   mpirun -n R ./e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c COMPUTE_SEC] DIR
+ *   mpirun -n R ./e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c COMPUTE_SEC] [-r RATE] DIR
+ *   mpirun -n R ./e2e -P            (calibrate only: prints "CALIBRATE rate=RATE")
+ *
+ * -r RATE uses RATE loop iterations per second instead of calibrating, so runs that are
+ * compared do the same amount of compute work (run.sh calibrates once and passes it on).
  *
  * Prints one line (seconds: first step start to last close on all ranks; io_seconds: the
  * slowest rank's time inside open..close summed over outputs):
@@ -54,24 +58,34 @@ int main(int argc, char **argv) {
     const char *label = "direct";
     int steps = 20, every = 1, opt;
     size_t mib = 32;
-    double compute = 0.5;
-    while ((opt = getopt(argc, argv, "b:s:k:m:c:")) != -1) {
+    double compute = 0.5, given_rate = 0;
+    int calibrate_only = 0;
+    while ((opt = getopt(argc, argv, "b:s:k:m:c:r:P")) != -1) {
         switch (opt) {
         case 'b': label = optarg; break;
         case 's': steps = atoi(optarg); break;
         case 'k': every = atoi(optarg); break;
         case 'm': mib = parse_size(optarg); break;
         case 'c': compute = atof(optarg); break;
-        default: die("usage: e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c SEC] DIR");
+        case 'r': given_rate = atof(optarg); break;
+        case 'P': calibrate_only = 1; break;
+        default: die("usage: e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c SEC] [-r RATE] DIR | -P");
         }
     }
+    if (calibrate_only) {
+        double r = calibrate(), sum = 0;
+        CHECK(MPI_Allreduce(&r, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+        if (rank == 0) printf("CALIBRATE rate=%.0f\n", sum / nranks);
+        MPI_Finalize();
+        return 0;
+    }
     if (argc - optind != 1 || steps < 1 || every < 1 || mib < 1 || compute < 0)
-        die("usage: e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c SEC] DIR");
+        die("usage: e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c SEC] [-r RATE] DIR | -P");
     const char *dir = argv[optind];
     size_t bytes = mib << 20;
     /* Every rank calibrates at once, as they will compute (calibrating one rank while the
      * others busy-wait in MPI would measure a contended core); all spin the mean count. */
-    double rate = calibrate(), sum = 0;
+    double rate = given_rate > 0 ? given_rate : calibrate(), sum = 0;
     CHECK(MPI_Allreduce(&rate, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     rate = sum / nranks;
     uint64_t iters = (uint64_t)(rate * compute);

@@ -229,6 +229,14 @@ labels_for_round() { # alternating order, so drift in the background load favour
 }
 
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
+# The compute loop's speed, measured once: every e2e run then does the same work, so a
+# direct and a pdcx run differ only in their I/O (and in what it costs the compute).
+rate=""
+if want e2e; then
+  rate=$("${mpi[@]}" -n "$ranks" "$bin/e2e" -P | sed -n 's/^CALIBRATE rate=//p')
+  [[ $rate =~ ^[0-9]+$ ]] || { echo "run.sh: calibrating e2e failed" >&2; exit 1; }
+  note "e2e compute loop: $rate iterations/s per rank (calibrated once, $ranks ranks at once)"
+fi
 local_dir=$data/local # the repository's disk
 for ((round = 1; round <= repeat; round++)); do
   log "round $round of $repeat"
@@ -272,7 +280,7 @@ for ((round = 1; round <= repeat; round++)); do
         rm -rf "$home/pdcx" "$home/direct" "$local_dir/e2e"
         mkdir -p "$d" "$home/pdcx"
         sync
-        run e2e.log "$label" "$ranks" "$d" e2e -s "$steps" -k "$k" -m "$mib" -c "$compute" "$d"
+        run e2e.log "$label" "$ranks" "$d" e2e -s "$steps" -k "$k" -m "$mib" -c "$compute" -r "$rate" "$d"
         if [[ $label == pdcx ]]; then
           timed_flush e2e.log bench=e2e every="$k"
           stop_servers
