@@ -35,8 +35,11 @@ NO_SIEVE = "romio_ds_write=disable,romio_cb_write=disable"
 CASES = {
     "indep": ("indep", ["1M"], ""),
     "coll": ("coll", ["1M"], ""),
+    # 32 MiB: a file spanning many of whatever chunks or segments pdcx cuts a stream into.
+    "coll-large": ("coll", ["8M"], ""),
     "strided": ("strided", ["64K", "8"], ""),
     "strided-holes": ("strided", ["64K", "8", "4K"], ""),
+    "strided-unaligned": ("strided", ["1000", "37", "7"], ""),
     "strided-indep-holes": ("strided-indep", ["64K", "8", "4K"], ""),
     "strided-indep-holes-nosieve": ("strided-indep", ["64K", "8", "4K"], NO_SIEVE),
     "overlap": ("overlap", ["256K"], ""),
@@ -200,7 +203,7 @@ def progs(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("mpiio-progs")
     built = {}
     subprocess.run(
-        ["mpicc", "-O2", "-Wall", "-Wextra", "-Werror", "-o", out / "writer", PROGS / "writer.c"],
+        ["mpicc", "-O2", "-Wall", "-Wextra", "-o", out / "writer", PROGS / "writer.c"],
         check=True,
         timeout=120,
     )
