@@ -328,32 +328,51 @@ def test_fallback_no_server(progs, golden, dirs, tmp_path, io):
     root = tmp_path / "no-servers"
     root.mkdir()
     env = mpi_env({"PDCX_ROOT": str(root)})
-    # One rank writing its own file: "exactly one line" is then a per-process statement.
     p = pdcx_run(io, out, home, root, [progs["writer"], "fpp", out / "f.dat", "256K"], ranks=1, env=env)
     ok(p, "writer fpp ok")
-    lines = pdcx_lines(p.stderr)
-    assert len(lines) == 1, f"want exactly one pdcx line on stderr, got:\n{p.stderr}"
+    assert len(pdcx_lines(p.stderr)) == 1, f"want exactly one pdcx line on stderr, got:\n{p.stderr}"
     assert (home / "f.dat.0").read_bytes() == model("fpp")[".0"].data.tobytes()
 
-    # The shared-file case with all ranks: at most one message per rank, home file correct.
+    # All 4 ranks on one shared file: still one message for the job, the home file correct.
     p = pdcx_run(io, out, home, root, [progs["writer"], "coll", out / "g.dat", "1M"], env=env)
     ok(p, "writer coll ok")
-    assert 1 <= len(pdcx_lines(p.stderr)) <= RANKS, p.stderr
+    assert len(pdcx_lines(p.stderr)) == 1, f"want exactly one pdcx line on stderr, got:\n{p.stderr}"
     assert (home / "g.dat").read_bytes() == (golden("coll", io) / "f.dat").read_bytes()
 
 
 @pytest.mark.parametrize("io", IOS)
-def test_fallback_prefix_not_a_directory(progs, golden, deployment, tmp_path, io):
+def test_fallback_prefix_inside_root(progs, golden, deployment, tmp_path, io):
+    """A prefix inside the deployment root (pdcx's own files) cannot be logged: one message,
+    the file written directly at HOME/NAME."""
     need_pdcx_run()
     dep = deployment(n=2)
     home = tmp_path / "home"
     home.mkdir()
-    prefix = tmp_path / "missing"  # does not exist
+    prefix = dep.root / "out"
+    prefix.mkdir()
+    env = mpi_env({"PDCX_ROOT": str(dep.root)})
+    p = pdcx_run(io, prefix, home, dep.root, [progs["writer"], "coll", prefix / "f.dat", "1M"], env=env)
+    ok(p, "writer coll ok")
+    assert len(pdcx_lines(p.stderr)) == 1, f"want exactly one pdcx line on stderr, got:\n{p.stderr}"
+    assert (home / "f.dat").read_bytes() == (golden("coll", io) / "f.dat").read_bytes()
+
+
+@pytest.mark.parametrize("io", IOS)
+def test_fallback_prefix_not_a_directory(progs, golden, deployment, tmp_path, io):
+    """A prefix that is a regular file: one message and the file written at HOME/NAME (the
+    program's own path PREFIX/NAME could not even be created)."""
+    need_pdcx_run()
+    dep = deployment(n=2)
+    home = tmp_path / "home"
+    home.mkdir()
+    prefix = tmp_path / "plainfile"
+    prefix.write_bytes(b"not a directory\n")
     env = mpi_env({"PDCX_ROOT": str(dep.root)})
     p = pdcx_run(io, prefix, home, dep.root, [progs["writer"], "fpp", prefix / "f.dat", "256K"], ranks=1, env=env)
     ok(p, "writer fpp ok")
     assert len(pdcx_lines(p.stderr)) == 1, f"want exactly one pdcx line on stderr, got:\n{p.stderr}"
     assert (home / "f.dat.0").read_bytes() == (golden("fpp", io) / "f.dat.0").read_bytes()
+    assert prefix.read_bytes() == b"not a directory\n"
 
 
 # ---- files outside the prefix are left alone ----------------------------------------------------
