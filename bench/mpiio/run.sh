@@ -216,13 +216,18 @@ timed_flush() {
   local logf=$1 t0 t1
   shift
   t0=$(date +%s.%N)
-  if "$pdcx_bin" flush --root "$root" >/dev/null; then
+  if "$pdcx_bin" flush -q --root "$root" >>"$work/flush.out" 2>&1; then
     t1=$(date +%s.%N)
     echo "RESULT round=$round bench=flush label=pdcx $* seconds=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.3f", b-a}')" | tee -a "$work/$logf"
   else
-    echo "FAILED bench=flush label=pdcx $*" | tee -a "$work/$logf"
+    echo "FAILED bench=flush label=pdcx $* ($(tail -n 1 "$work/flush.out"))" | tee -a "$work/$logf"
     failed+=("flush")
   fi
+}
+# settle LOG KEY=VALUE...: after a pdcx run, the timed `pdcx flush`; after either, `sync`.
+settle() {
+  if [[ $label == pdcx ]]; then timed_flush "$@"; fi
+  sync
 }
 labels_for_round() { # alternating order, so drift in the background load favours neither
   if ((!have_pdcx)); then echo direct; elif (($1 % 2)); then echo direct pdcx; else echo pdcx direct; fi
@@ -251,16 +256,21 @@ for ((round = 1; round <= repeat; round++)); do
       sflag=()
       if ((sync)); then sflag=(-S); fi
       d=$local_dir/$label
-      if want seg; then
+      # One size per program run, and between runs the previous size's data settled (the
+      # direct run's dirty pages written back, the pdcx run's home copies done): otherwise
+      # one size's background writes would land in the next size's figure.
+      for size in "${seg_sizes[@]}"; do
+        if ! want seg; then break; fi
         rm -rf "$d" "$local_dir/home" && mkdir -p "$d" "$local_dir/home"
-        run micro.log "$label" "$micro_ranks" "$d" seg_create "${sflag[@]}" "$d" "${seg_sizes[@]}"
-        if [[ $label == pdcx ]]; then timed_flush micro.log bench=seg_create sync=$sync; fi
-      fi
-      if want append; then
+        run micro.log "$label" "$micro_ranks" "$d" seg_create "${sflag[@]}" "$d" "$size"
+        settle micro.log of=seg_create sync=$sync size="$size"
+      done
+      for size in "${app_sizes[@]}"; do
+        if ! want append; then break; fi
         rm -rf "$d" "$local_dir/home" && mkdir -p "$d" "$local_dir/home"
-        run micro.log "$label" "$micro_ranks" "$d" append_seek "${sflag[@]}" "$d" "${app_sizes[@]}"
-        if [[ $label == pdcx ]]; then timed_flush micro.log bench=append_seek sync=$sync; fi
-      fi
+        run micro.log "$label" "$micro_ranks" "$d" append_seek "${sflag[@]}" "$d" "$size"
+        settle micro.log of=append_seek sync=$sync size="$size"
+      done
       rm -rf "$d" "$local_dir/home"
     done
     if [[ $label == pdcx ]]; then stop_servers; fi
@@ -282,7 +292,7 @@ for ((round = 1; round <= repeat; round++)); do
         sync
         run e2e.log "$label" "$ranks" "$d" e2e -s "$steps" -k "$k" -m "$mib" -c "$compute" -r "$rate" "$d"
         if [[ $label == pdcx ]]; then
-          timed_flush e2e.log bench=e2e every="$k"
+          timed_flush e2e.log of=e2e every="$k"
           stop_servers
         fi
         rm -rf "$home/pdcx" "$home/direct" "$local_dir/e2e"
