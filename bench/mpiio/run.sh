@@ -259,16 +259,18 @@ for ((round = 1; round <= repeat; round++)); do
       # One size per program run, and between runs the previous size's data settled (the
       # direct run's dirty pages written back, the pdcx run's home copies done): otherwise
       # one size's background writes would land in the next size's figure.
+      # Each run writes into a new subdirectory: new files (for pdcx, new streams
+      # mpiio/SUB/NAME), never a rewrite of the previous run's names.
       for size in "${seg_sizes[@]}"; do
         if ! want seg; then break; fi
-        rm -rf "$d" "$local_dir/home" && mkdir -p "$d" "$local_dir/home"
-        run micro.log "$label" "$micro_ranks" "$d" seg_create "${sflag[@]}" "$d" "$size"
+        rm -rf "$d" "$local_dir/home" && mkdir -p "$d/s$sync-$size" "$local_dir/home"
+        run micro.log "$label" "$micro_ranks" "$d" seg_create "${sflag[@]}" "$d/s$sync-$size" "$size"
         settle micro.log of=seg_create sync=$sync size="$size"
       done
       for size in "${app_sizes[@]}"; do
         if ! want append; then break; fi
-        rm -rf "$d" "$local_dir/home" && mkdir -p "$d" "$local_dir/home"
-        run micro.log "$label" "$micro_ranks" "$d" append_seek "${sflag[@]}" "$d" "$size"
+        rm -rf "$d" "$local_dir/home" && mkdir -p "$d/a$sync-$size" "$local_dir/home"
+        run micro.log "$label" "$micro_ranks" "$d" append_seek "${sflag[@]}" "$d/a$sync-$size" "$size"
         settle micro.log of=append_seek sync=$sync size="$size"
       done
       rm -rf "$d" "$local_dir/home"

@@ -38,12 +38,21 @@ def human(size: int) -> str:
     return f"{size} B"
 
 
+def size_bytes(s: str | None) -> str | None:
+    """'4K' -> '4096' (run.sh's flush lines name sizes as given; the programs print bytes)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    if s and s[-1] in units and s[:-1].isdigit():
+        return str(int(s[:-1]) * units[s[-1]])
+    return s
+
+
 def by_round(results: list[dict], bench: str, keys: tuple[str, ...]) -> dict:
     """(values of keys) -> round -> label -> RESULT dict."""
     out: dict = defaultdict(lambda: defaultdict(dict))
     for r in results:
         if r.get("bench") == bench:
-            out[tuple(r.get(k) for k in keys)][r.get("round", "1")][r["label"]] = r
+            key = tuple(size_bytes(r.get(k)) if k == "size" else r.get(k) for k in keys)
+            out[key][r.get("round", "1")][r["label"]] = r
     return out
 
 
