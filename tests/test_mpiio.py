@@ -5,8 +5,10 @@ ROMIO). A direct run writes the golden file, checked here against a model of the
 writer writes; a run under `pdcx run --prefix OUT --home HOME` must leave HOME/NAME
 byte-identical to it after `pdcx flush` (HDF5 files also `h5diff`-equal).
 
-The pdcx parts need `pdcx run` (the launcher of libpdcx_mpiio.so): they skip while the pdcx
-binary has no `run` command. Facts measured for the goldens (Open MPI 4.1.4, HDF5 1.10.8):
+The pdcx parts need `pdcx run` (the launcher of libpdcx_mpiio.so, found next to the pdcx
+binary): they skip while the pdcx binary ($PDCX_BIN, see conftest.py) has no `run` command.
+The h5py parts need a parallel h5py: importable as is, or from the directory $PDCX_H5PY_PATH.
+The S3 parts need versitygw (the `s3_server` fixture) and boto3. Facts measured for the goldens (Open MPI 4.1.4, HDF5 1.10.8):
 every mode is byte-reproducible and identical under both components, except independent
 strided writes with holes under ROMIO: data sieving reads the holes back and writes whatever
 the read left in its buffer, so only the bytes the program wrote and the size are defined
