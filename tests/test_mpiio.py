@@ -211,7 +211,10 @@ def progs(tmp_path_factory) -> dict[str, Path]:
     )
     built["writer"] = out / "writer"
     if shutil.which("h5pcc"):
-        subprocess.run(["h5pcc", "-O2", "-Wall", "-o", out / "phdf5", PROGS / "phdf5.c"], check=True, timeout=120)
+        # cwd: h5pcc leaves its phdf5.o in the current directory.
+        subprocess.run(
+            ["h5pcc", "-O2", "-Wall", "-o", out / "phdf5", PROGS / "phdf5.c"], check=True, timeout=120, cwd=out
+        )
         built["phdf5"] = out / "phdf5"
     return built
 
