@@ -324,6 +324,47 @@ def test_run_object_holds_the_bytes(progs, golden, deployment, dirs, tmp_path, i
     assert np.load(npy).tobytes() == (golden("coll", io) / "f.dat").read_bytes()
 
 
+# ---- a crash between consistency points -------------------------------------------------------
+def multi_after_sync(k: int, n: int = RANKS) -> Image:
+    """What writer.c's `multi` has written when its k-th MPI_File_sync returns (the size
+    argument of CASES["multi"])."""
+    b = size_arg(CASES["multi"][1][0])
+    f = Image()
+    for r in range(n):
+        f.write(r * b, b, r, 0)
+    if k >= 2:
+        for r in range(n):
+            f.write(r * b, b // 4, r, 1)
+            f.write(n * b + r * (b // 2), b // 2, r, 1)
+    return f
+
+
+@pytest.mark.parametrize("io", IOS)
+@pytest.mark.parametrize("k", [1, 2])
+def test_crash_after_sync_home_holds_the_synced_version(progs, golden, deployment, dirs, k, io):
+    """Every rank is SIGKILLed after the k-th MPI_File_sync and more writes: the home holds the
+    file as of that sync, never the later writes; a rerun then completes the file."""
+    need_pdcx_run()
+    dep = deployment(n=2)
+    out, home = dirs
+    mode, args, _ = CASES["multi"]
+    argv = [progs["writer"], mode, out / "f.dat", *args]
+    p = pdcx_run(
+        io, out, home, dep.root, argv, env=mpi_env({"PDCX_ROOT": str(dep.root), "WRITER_CRASH_AFTER_SYNC": str(k)})
+    )
+    assert p.returncode != 0 and f"crashing after sync {k}" in p.stderr, f"{p.stdout}\n{p.stderr}"
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    got = (home / "f.dat").read_bytes()
+    assert got == multi_after_sync(k).data.tobytes(), f"home file ({len(got)} bytes) is not the file as of sync {k}"
+
+    # multi's result does not depend on what the file held before, so a rerun over the same
+    # name must give the golden file.
+    p = pdcx_run(io, out, home, dep.root, argv, env=mpi_env({"PDCX_ROOT": str(dep.root)}))
+    ok(p, f"writer {mode} ok")
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    assert (home / "f.dat").read_bytes() == (golden("multi", io) / "f.dat").read_bytes()
+
+
 # ---- S3 home: the home copy is an ordinary object --------------------------------------------
 @pytest.mark.parametrize("io", IOS)
 @pytest.mark.parametrize("case", ["coll", "coll-large", "multi", "fpp"])

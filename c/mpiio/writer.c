@@ -37,10 +37,16 @@
  * two-phase writes read holes back from the file and write whatever the read left in their
  * buffer, so a run with holes is not byte-reproducible unless they are off).
  *
+ * WRITER_CRASH_AFTER_SYNC=K (mode multi): right after the K-th MPI_File_sync returns, every
+ * rank overwrites the first BLOCK/8 bytes of its block (epoch 9), all ranks meet in a
+ * barrier and each kills itself with SIGKILL: a crash with written-but-unsynced data, whose
+ * writes must never reach a copy made at the consistency points.
+ *
  * Every MPI call is checked (MPI_ERRORS_RETURN on files); a failure prints the call and the
  * MPI error string and aborts with exit status 1. Rank 0 prints "writer MODE ok" at the end.
  */
 #include <mpi.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -175,6 +181,17 @@ static void check_read(MPI_File fh, uint64_t off, size_t len, int owner, int epo
     free(want);
 }
 
+/* The WRITER_CRASH_AFTER_SYNC point (see the top of the file), checked after sync number n. */
+static void crash_point(MPI_File fh, int n, size_t b) {
+    const char *env = getenv("WRITER_CRASH_AFTER_SYNC");
+    if (!env || atoi(env) != n) return;
+    write_at(fh, (uint64_t)rank * b, b / 8, 9, 0);
+    CHECK(MPI_Barrier(MPI_COMM_WORLD));
+    if (rank == 0) fprintf(stderr, "writer %s: crashing after sync %d (WRITER_CRASH_AFTER_SYNC)\n", mode, n);
+    fflush(NULL);
+    raise(SIGKILL);
+}
+
 static size_t arg_size(int argc, char **argv, int i, size_t dflt) {
     return argc > i ? parse_size(argv[i]) : dflt;
 }
@@ -255,9 +272,11 @@ int main(int argc, char **argv) {
         MPI_File fh = open_file(MPI_COMM_WORLD, path, wr);
         write_at(fh, (uint64_t)r * b, b, 0, 0);
         CHECK(MPI_File_sync(fh));
+        crash_point(fh, 1, b);
         write_at(fh, (uint64_t)r * b, b / 4, 1, 0);
         write_at(fh, (uint64_t)n * b + (uint64_t)r * (b / 2), b / 2, 1, 0);
         CHECK(MPI_File_sync(fh));
+        crash_point(fh, 2, b);
         CHECK(MPI_File_set_size(fh, (MPI_Offset)(n * b - b / 3)));
         CHECK(MPI_File_set_size(fh, (MPI_Offset)(n * b + b)));
         if (r == 0) write_at(fh, (uint64_t)(n * b + b - 100), 100, 2, 0);
