@@ -29,7 +29,7 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 # libzfp: the codec crate links it (the Python package and the CLI both include the codecs).
 apt_pkgs=(libzfp-dev pkg-config)
 ((want_mpi)) && apt_pkgs+=(openmpi-bin libopenmpi-dev)
-((want_test)) && apt_pkgs+=(iproute2 curl)
+((want_test)) && apt_pkgs+=(iproute2 curl hdf5-tools libhdf5-openmpi-dev)
 ((want_bench)) && apt_pkgs+=(libhdf5-openmpi-dev fio)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

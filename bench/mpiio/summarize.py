@@ -1,0 +1,247 @@
+"""Turn the RESULT lines of bench/mpiio/run.sh into ratio tables against issue 11's targets.
+
+Lines look like `RESULT round=N bench=B label=direct|pdcx key=value ... seconds=S`. Every
+ratio is taken within its round (the direct figure measured next to the pdcx one) and the
+tables show the median over rounds with the min-max range (bench/stats.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import platform
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from stats import median, median_cell
+
+
+def parse(path: str | None) -> tuple[list[dict], list[str]]:
+    results, failed = [], []
+    if not path or not Path(path).exists():
+        return results, failed
+    for line in Path(path).read_text(errors="replace").splitlines():
+        if line.startswith("RESULT "):
+            results.append(dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv))
+        elif line.startswith("FAILED "):
+            failed.append(line)
+    return results, failed
+
+
+def human(size: int) -> str:
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
+def size_bytes(s: str | None) -> str | None:
+    """'4K' -> '4096' (run.sh's flush lines name sizes as given; the programs print bytes)."""
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    if s and s[-1] in units and s[:-1].isdigit():
+        return str(int(s[:-1]) * units[s[-1]])
+    return s
+
+
+def by_round(results: list[dict], bench: str, keys: tuple[str, ...]) -> dict:
+    """(values of keys) -> round -> label -> RESULT dict."""
+    out: dict = defaultdict(lambda: defaultdict(dict))
+    for r in results:
+        if r.get("bench") == bench:
+            key = tuple(size_bytes(r.get(k)) if k == "size" else r.get(k) for k in keys)
+            out[key][r.get("round", "1")][r["label"]] = r
+    return out
+
+
+def ratios(rounds: dict, f) -> list[float | None]:
+    """f(direct, pdcx) per round where both were measured."""
+    return [f(v["direct"], v["pdcx"]) if "direct" in v and "pdcx" in v else None for v in rounds.values()]
+
+
+def col(rounds: dict, label: str, field: str) -> list[float | None]:
+    return [float(v[label][field]) if label in v else None for v in rounds.values()]
+
+
+def overhead(d: dict, p: dict) -> float:
+    """Extra time through pdcx, % of the direct time."""
+    return (float(p["seconds"]) / float(d["seconds"]) - 1) * 100
+
+
+def pct(v: float) -> str:
+    return f"{v:+.1f}%"
+
+
+def micro_tables(results: list[dict], have_pdcx: bool) -> list[str]:
+    out = []
+    seg = by_round(results, "seg_create", ("sync", "size"))
+    flush = by_round(results, "flush", ("of", "sync", "size"))
+    if seg:
+        out += [
+            "### Segment creation (paper 002 §8.7.1): open, write one segment, [sync,] close",
+            "",
+            (
+                "| sync | size | direct MB/s | pdcx MB/s | pdcx overhead (time) | then `pdcx flush` s "
+                "| target (≤ +10% at ≥ 4 MiB, sync=1) |"
+            ),
+            "|---|---|---|---|---|---|---|",
+        ]
+        for (sync, size), rounds in sorted(seg.items(), key=lambda kv: (-int(kv[0][0]), int(kv[0][1]))):
+            ov = ratios(rounds, overhead)
+            m = median(ov)
+            target = ""
+            if sync == "1" and int(size) >= 4 << 20:
+                target = "n/a" if m is None else ("met" if m <= 10 else "MISSED")
+            out.append(
+                f"| {sync} | {human(int(size))} | {median_cell(col(rounds, 'direct', 'mbps'))} | "
+                f"{median_cell(col(rounds, 'pdcx', 'mbps'))} | {median_cell(ov, pct)} | "
+                f"{median_cell(col(flush.get(('seg_create', sync, size), {}), 'pdcx', 'seconds'), '{:.2f}'.format)} | "
+                f"{target} |"
+            )
+        out.append("")
+    app = by_round(results, "append_seek", ("sync", "pattern", "size"))
+    if app:
+        out += [
+            "### Append vs seek-and-write (paper 002 §8.7.2): 100 writes to one file per size",
+            "",
+            "| sync | pattern | size | direct MB/s | pdcx MB/s | pdcx overhead (time) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for (sync, pattern, size), rounds in sorted(
+            app.items(), key=lambda kv: (-int(kv[0][0]), kv[0][1], int(kv[0][2]))
+        ):
+            out.append(
+                f"| {sync} | {pattern} | {human(int(size))} | {median_cell(col(rounds, 'direct', 'mbps'))} | "
+                f"{median_cell(col(rounds, 'pdcx', 'mbps'))} | {median_cell(ratios(rounds, overhead), pct)} |"
+            )
+        out.append("")
+    if out and not have_pdcx:
+        out.append("pdcx columns are n/a: `pdcx run` was not available in this run.\n")
+    return out
+
+
+def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str) -> list[str]:
+    runs = by_round(results, "e2e", ("every",))
+    if not runs:
+        return []
+    flush = by_round(results, "flush", ("every",))
+    everies = sorted(int(k[0]) for k in runs)
+    first = next(iter(next(iter(runs.values())).values()))
+    r0 = first.get("direct") or first.get("pdcx")
+    out = [
+        f"### End to end (paper 002 §8.1-8.4): compute + a checkpoint every k steps, home at {home_mbps} MB/s",
+        "",
+        (
+            f"{r0['ranks']} ranks, {r0['steps']} steps of {r0['compute']} s compute, {r0['mib']} MiB per rank "
+            "per output into one shared file (write_at_all, MPI_File_sync, close)."
+        ),
+        "",
+        (
+            "| k | outputs | direct s | direct I/O s | direct compute s | pdcx s | pdcx I/O s | pdcx + flush s "
+            "| reduction | reduction incl. flush | target |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for k in everies:
+        rounds = runs[(str(k),)]
+        fl = flush.get((str(k),), {})
+        red = ratios(rounds, lambda d, p: (1 - float(p["seconds"]) / float(d["seconds"])) * 100)
+        red_fl = []
+        tot = []
+        for rnd, v in rounds.items():
+            f = fl.get(rnd, {}).get("pdcx")
+            if "pdcx" in v and f:
+                t = float(v["pdcx"]["seconds"]) + float(f["seconds"])
+                tot.append(t)
+                if "direct" in v:
+                    red_fl.append((1 - t / float(v["direct"]["seconds"])) * 100)
+        m = median(red)
+        target = ""
+        if k == everies[0] and len(everies) > 1:
+            target = "≥ 25%: " + ("n/a" if m is None else ("met" if m >= 25 else "MISSED"))
+        elif k == everies[-1] and len(everies) > 1:
+            target = "≥ -5%: " + ("n/a" if m is None else ("met" if m >= -5 else "MISSED"))
+        v0 = next(iter(rounds.values()))
+        outputs = (v0.get("direct") or v0.get("pdcx"))["outputs"]
+        out.append(
+            f"| {k} | {outputs} | {median_cell(col(rounds, 'direct', 'seconds'), '{:.2f}'.format)} | "
+            f"{median_cell(col(rounds, 'direct', 'io_seconds'), '{:.2f}'.format)} | "
+            f"{median_cell(col(rounds, 'direct', 'compute_seconds'), '{:.2f}'.format)} | "
+            f"{median_cell(col(rounds, 'pdcx', 'seconds'), '{:.2f}'.format)} | "
+            f"{median_cell(col(rounds, 'pdcx', 'io_seconds'), '{:.2f}'.format)} | "
+            f"{median_cell(tot, '{:.2f}'.format)} | {median_cell(red, pct)} | {median_cell(red_fl, pct)} | {target} |"
+        )
+    out.append("")
+    out.append(
+        "reduction = 1 - pdcx/direct end-to-end time of the program; incl. flush adds the time "
+        "`pdcx flush` then waits for the last home copy."
+    )
+    if not have_pdcx:
+        out.append("pdcx columns are n/a: `pdcx run` was not available in this run.")
+    out.append("")
+    return out
+
+
+def machine() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    ncpu = subprocess.run(["nproc"], capture_output=True, text=True, check=False).stdout.strip()
+    mem = "?"
+    try:
+        kb = int(Path("/proc/meminfo").read_text().split()[1])
+        mem = f"{kb / 1048576:.0f} GiB"
+    except (OSError, ValueError, IndexError):
+        pass
+    return f"{ncpu} cores ({cpu}), {mem} RAM, Linux {platform.release()}"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--micro")
+    ap.add_argument("--e2e")
+    ap.add_argument("--notes")
+    ap.add_argument("--cmd", default="")
+    ap.add_argument("--load-start", default="?")
+    ap.add_argument("--load-end", default="?")
+    ap.add_argument("--have-pdcx", default="0")
+    ap.add_argument("--pdcx-bin", default="")
+    ap.add_argument("--home-mbps", default="100")
+    ap.add_argument("--append")
+    a = ap.parse_args()
+    micro, f1 = parse(a.micro)
+    e2e, f2 = parse(a.e2e)
+    have = a.have_pdcx == "1"
+    lines = [
+        f"## bench/mpiio ({datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC)",
+        "",
+        (
+            f"`{a.cmd}` on {machine()}; load average {a.load_start} at start, {a.load_end} at end; "
+            f"pdcx: {a.pdcx_bin if have else 'not used (no `pdcx run`)'}"
+        ),
+        "",
+    ]
+    if a.notes and Path(a.notes).exists():
+        lines += [f"- {ln.removeprefix('NOTE ')}" for ln in Path(a.notes).read_text().splitlines() if ln.strip()]
+        lines.append("")
+    lines += micro_tables(micro, have)
+    lines += e2e_table(e2e, have, a.home_mbps)
+    for f in f1 + f2:
+        lines.append(f"- {f}")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    if a.append:
+        with open(a.append, "a") as fh:
+            fh.write(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
