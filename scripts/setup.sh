@@ -52,7 +52,8 @@ if ((${#py_need[@]})); then
   $PY -m pip install -q "${py_need[@]}"
 fi
 
-if ((want_bench)) && ! $PY -c 'import h5py,sys; sys.exit(0 if h5py.get_config().mpi else 1)' 2>/dev/null; then
+# --test too: tests/test_mpiio.py runs h5py's `mpio` driver under `pdcx run`.
+if ((want_bench || want_test)) && ! $PY -c 'import h5py,sys; sys.exit(0 if h5py.get_config().mpi else 1)' 2>/dev/null; then
   log "building parallel h5py against Debian's libhdf5-openmpi (about 3 minutes)"
   $PY -m pip install -q -U Cython pkgconfig "setuptools>=77" wheel
   $PY -m pip uninstall -y -q h5py >/dev/null 2>&1 || true

@@ -9,6 +9,8 @@ bash scripts/setup.sh --test
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # S3 tests fail instead of skipping when no S3 server is available (setup.sh --test installs one).
 export PDCX_REQUIRE_S3=1
+# ... and the h5py `mpio` tests fail instead of skipping without a parallel h5py (setup builds it).
+export PDCX_REQUIRE_H5PY=1
 
 echo "== rust: fmt, clippy"
 cargo fmt --all --check

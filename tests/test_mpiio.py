@@ -491,10 +491,15 @@ def h5py_env() -> dict:
     env = mpi_env(extra)
     probe = "import h5py, mpi4py, sys; sys.exit(0 if h5py.get_config().mpi else 3)"
     p = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, timeout=60, check=False)
+    why = None
     if p.returncode == 3:
-        pytest.skip("h5py is built without MPI (h5py.get_config().mpi is false); set PDCX_H5PY_PATH")
-    if p.returncode != 0:
-        pytest.skip(f"no parallel h5py + mpi4py: {p.stderr.strip().splitlines()[-1:]}")
+        why = "h5py is built without MPI (h5py.get_config().mpi is false); set PDCX_H5PY_PATH"
+    elif p.returncode != 0:
+        why = f"no parallel h5py + mpi4py: {p.stderr.strip().splitlines()[-1:]}"
+    if why and os.environ.get("PDCX_REQUIRE_H5PY") == "1":
+        pytest.fail(f"PDCX_REQUIRE_H5PY=1 (CI: scripts/setup.sh --test builds it) but {why}")
+    if why:
+        pytest.skip(why)
     return env
 
 

@@ -504,8 +504,12 @@ impl Engine {
                 v.retain(|r| r.holder != holder || !gone.contains(&r.seq));
             }
         }
-        self.meta.delete_region_rows(&rows)?;
-        self.store.retire_flushed()?;
+        if !rows.is_empty() {
+            self.meta.delete_region_rows(&rows)?;
+        }
+        if dropped > 0 {
+            self.store.retire_flushed()?;
+        }
         Ok(dropped)
     }
 

@@ -170,7 +170,15 @@ pub fn seal(server: &Server, id: ObjectId, home: &str) -> Result<u64> {
 }
 
 /// The `pdcx-home` thread: copies sealed versions to their homes until the server stops.
+/// It runs at a lower CPU priority (nice +10): the copy is background work that must not
+/// slow down the requests of the program it overlaps with (its writes and consistency
+/// points), which matters on nodes whose cores the program keeps busy.
 pub fn run(server: Weak<Server>) {
+    // SAFETY: setpriority(2) on this thread's own id (Linux: per-thread nice value).
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
     let mut delay = Duration::from_millis(0);
     loop {
         {

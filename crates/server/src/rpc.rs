@@ -601,7 +601,9 @@ fn handle_peer(server: &Server, from: u32, req: PeerRequest) -> Result<(PeerResp
         PeerRequest::DropExtents { id, seqs } => {
             let seqs: std::collections::HashSet<u64> = seqs.into_iter().collect();
             let count = server.engine.store().drop_extents(id, &seqs)? as u64;
-            server.engine.store().retire_flushed()?;
+            if count > 0 {
+                server.engine.store().retire_flushed()?;
+            }
             PeerResponse::Dropped { count }
         }
         PeerRequest::UploadPart(part) => PeerResponse::PartUploaded {
