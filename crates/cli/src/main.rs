@@ -497,10 +497,11 @@ fn run(cli: Cli) -> Result<u8> {
                 .map(|r| client.stats(r).map(|s| !s.tiers.is_empty()))
                 .collect::<std::result::Result<Vec<bool>, _>>()
                 .map_err(commands::msg)?;
-            if tiers.contains(&true) {
+            let versions = client.all_versions().map_err(commands::msg)?;
+            // Without tiers there is only the home copies of `pdcx run` files to wait for;
+            // with neither, the tier flush says how to configure tiers.
+            if tiers.contains(&true) || versions.is_empty() {
                 tiers_cmd::flush(&root, stall, quiet)?;
-            } else {
-                println!("flushed: no tiers configured (the servers' logs are the only store)");
             }
             mpiio_cmd::wait_homes(&client, stall, quiet).map(|()| 0)
         }

@@ -340,7 +340,7 @@ impl Metadata {
         if want.iter().zip(&cur.dims).all(|(w, c)| w <= c) {
             return Ok(cur);
         }
-        self.write_lazy(|tx| {
+        let grown = self.write_lazy(|tx| {
             let text: String = tx
                 .query_row(
                     "SELECT dims FROM objects WHERE lid=?1",
@@ -357,9 +357,21 @@ impl Metadata {
                 "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
                 params![text, now(), lid_of(id)],
             )
-            .map_err(db_err)
+            .map_err(db_err)?;
+            Ok(dims)
         })?;
-        self.refresh(id)
+        // Merge into the in-memory copy with the same maximum: a plain re-read could land
+        // after a racing grower's and put a smaller size back (seen as a version sealed
+        // without the last writer's bytes).
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        let m = objects
+            .get_mut(&id)
+            .ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))?;
+        for (d, g) in m.dims.iter_mut().zip(&grown) {
+            *d = (*d).max(*g);
+        }
+        m.mtime = now();
+        Ok(m.clone())
     }
 
     /// Sets the size of a byte-stream object (1-D `u8`, tag `pdcx.kind = "bytestream"`) to

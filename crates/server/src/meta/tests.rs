@@ -533,3 +533,35 @@ fn the_shard_is_locked_for_other_connections_while_open() {
         .unwrap();
     assert!(n >= 2);
 }
+
+/// Issue 11: writers of one byte stream grow it at the same time; the size the owner then
+/// reports (and seals a version with) is the largest any of them asked for, never an
+/// earlier one put back by a slower grower.
+#[test]
+fn racing_extend_dims_never_shrink_the_cached_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = std::sync::Arc::new(Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap());
+    for round in 0..20u64 {
+        let mut s = spec(&format!("grow{round}"), vec![]);
+        s.containers.clear();
+        let o = md.create_object(&s).unwrap();
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let md = md.clone();
+                std::thread::spawn(move || {
+                    for k in 0..10u64 {
+                        md.extend_dims(o.id, &[100 + k * 8 + t]).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(
+            md.object(o.id).unwrap().dims,
+            vec![100 + 9 * 8 + 7],
+            "round {round}"
+        );
+    }
+}
