@@ -254,25 +254,13 @@ impl ByteStream {
             .max()
             .unwrap_or(0);
         self.grow(st, end)?;
-        let items: Vec<(Region, &[u8])> = st
-            .queue
-            .iter()
-            .map(|(off, bytes)| Ok((range(*off, bytes.len() as u64)?, bytes.as_slice())))
-            .collect::<Result<_>>()?;
         // One round trip for the whole queue, numbered in program order. Refused as out of
         // bounds: another handle shrank the stream meanwhile; grow it again and retry once.
-        let id = self.meta.id;
-        let dest = match self.client.write_batch(id, &items, Durability::Memory) {
+        let dest = match self.write_queue(st) {
             Err(e) if e.kind == ErrorKind::OutOfBounds => {
-                drop(items);
                 st.known_size = 0;
                 self.grow(st, end)?;
-                let items: Vec<(Region, &[u8])> = st
-                    .queue
-                    .iter()
-                    .map(|(off, bytes)| Ok((range(*off, bytes.len() as u64)?, bytes.as_slice())))
-                    .collect::<Result<_>>()?;
-                self.client.write_batch(id, &items, Durability::Memory)?
+                self.write_queue(st)?
             }
             r => r?,
         };
@@ -281,6 +269,17 @@ impl ByteStream {
         st.queued = 0;
         st.dirty.insert(dest);
         Ok(())
+    }
+
+    /// Commits the queue as one batch (`Client::write_batch`); the server that took it.
+    fn write_queue(&self, st: &State) -> Result<u32> {
+        let items: Vec<(Region, &[u8])> = st
+            .queue
+            .iter()
+            .map(|(off, bytes)| Ok((range(*off, bytes.len() as u64)?, bytes.as_slice())))
+            .collect::<Result<_>>()?;
+        self.client
+            .write_batch(self.meta.id, &items, Durability::Memory)
     }
 
     /// Commits every queued write of this handle (visible to every reader when it returns).

@@ -3,27 +3,10 @@
 //! what came after it) to an ordinary file, atomically, in epoch order.
 
 use pdcx_client::Client;
-use pdcx_server::{Server, ServerConfig, ServerHandle};
+mod common;
+use common::{client_at, two_servers};
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-fn two_servers(root: &Path) -> Vec<ServerHandle> {
-    let hs: Vec<ServerHandle> = (0..2)
-        .map(|r| {
-            let h = Server::start(ServerConfig::new(root, r, 2)).unwrap();
-            h.server.publish_rank_file().unwrap();
-            h
-        })
-        .collect();
-    pdcx_server::launch::assemble_cluster(root, 2, Duration::from_secs(30)).unwrap();
-    hs
-}
-
-fn client_at(root: &Path, local: u32) -> Client {
-    let c = Client::connect(Some(root)).unwrap();
-    c.set_local_server(local).unwrap();
-    c
-}
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
     (0..n)

@@ -9,30 +9,13 @@
 #![cfg(feature = "crash-points")]
 
 use pdcx_client::Client;
-use pdcx_server::{Server, ServerConfig, ServerHandle};
+mod common;
+use common::{client_at, two_servers};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 const NAME: &str = "mpiio/ckpt.dat";
-
-fn start(root: &Path) -> Vec<ServerHandle> {
-    let hs: Vec<ServerHandle> = (0..2)
-        .map(|r| {
-            let h = Server::start(ServerConfig::new(root, r, 2)).unwrap();
-            h.server.publish_rank_file().unwrap();
-            h
-        })
-        .collect();
-    pdcx_server::launch::assemble_cluster(root, 2, Duration::from_secs(30)).unwrap();
-    hs
-}
-
-fn client_at(root: &Path, local: u32) -> Client {
-    let c = Client::connect(Some(root)).unwrap();
-    c.set_local_server(local).unwrap();
-    c
-}
 
 /// Version `epoch`'s bytes: 3 MiB, half from each server, a header at 0.
 fn version(epoch: u8) -> Vec<u8> {
@@ -80,7 +63,7 @@ fn home_crash_child() {
     let dir = Path::new(&dir);
     let root = dir.join("root");
     let home = dir.join("home/ckpt.dat");
-    let _servers = start(&root);
+    let _servers = two_servers(&root);
     write_version(&root, 1);
     let c = client_at(&root, 0);
     let bs = c.bs_open(NAME, false).unwrap();
@@ -114,7 +97,7 @@ fn check(dir: &Path, point: &str) {
         before == version(1) || before == version(2),
         "{point}: the home holds neither version whole after the crash"
     );
-    let servers = start(&root);
+    let servers = two_servers(&root);
     let c = client_at(&root, 0);
     wait_done(&c, 2);
     assert!(

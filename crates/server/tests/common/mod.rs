@@ -1,4 +1,4 @@
-//! Setup shared by the server's integration tests that run one in-process server.
+//! Setup shared by the server's integration tests that run in-process servers.
 #![allow(dead_code)] // each test file uses its own subset
 
 use pdcx_client::Client;
@@ -36,4 +36,24 @@ pub fn byte_object(c: &Client, name: &str, n: u64) -> ObjectMeta {
         creator: String::new(),
     })
     .unwrap()
+}
+
+/// Two servers (ranks 0 and 1) on `root`, in this process, joined into one deployment.
+pub fn two_servers(root: &Path) -> Vec<ServerHandle> {
+    let hs: Vec<ServerHandle> = (0..2)
+        .map(|r| {
+            let h = Server::start(ServerConfig::new(root, r, 2)).unwrap();
+            h.server.publish_rank_file().unwrap();
+            h
+        })
+        .collect();
+    pdcx_server::launch::assemble_cluster(root, 2, Duration::from_secs(30)).unwrap();
+    hs
+}
+
+/// A client of the deployment at `root` whose node-local server is `local`.
+pub fn client_at(root: &Path, local: u32) -> Client {
+    let c = Client::connect(Some(root)).unwrap();
+    c.set_local_server(local).unwrap();
+    c
 }
