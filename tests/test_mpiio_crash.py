@@ -104,6 +104,10 @@ def rerun_and_check(dep_root: Path, prog: Path, out: Path, home: Path, epochs: i
     assert rc == 0 and synced == epochs, text
     run_pdcx("flush", "--root", dep_root, "--stall", "60", timeout=120)
     assert home_epoch(home / "ckpt.dat", epochs) == epochs
+    # `pdcx ls` lists the file with its last version copied home.
+    listing = run_pdcx("ls", "--root", dep_root).stdout
+    row = next((ln for ln in listing.splitlines() if ln.startswith("mpiio/ckpt.dat ") and "done" in ln), None)
+    assert row and str(home / "ckpt.dat") in row, listing
 
 
 def seed() -> int:

@@ -209,16 +209,18 @@ pub fn ls(root: &Path, container: Option<&str>, json_out: bool) -> Result<()> {
         return Ok(());
     }
     if container.is_none() {
-        if containers.is_empty() {
+        if containers.is_empty() && objects.is_empty() {
             println!("no containers yet (`pdcx put FILE.npy` creates \"default\")");
             return Ok(());
         }
-        let rows: Vec<Vec<String>> = containers
-            .iter()
-            .map(|c| vec![c.name.clone(), count(c).to_string(), tags_str(&c.tags)])
-            .collect();
-        print_table(&["CONTAINER", "OBJECTS", "TAGS"], &rows);
-        println!();
+        if !containers.is_empty() {
+            let rows: Vec<Vec<String>> = containers
+                .iter()
+                .map(|c| vec![c.name.clone(), count(c).to_string(), tags_str(&c.tags)])
+                .collect();
+            print_table(&["CONTAINER", "OBJECTS", "TAGS"], &rows);
+            println!();
+        }
     }
     if objects.is_empty() {
         println!("no objects");
@@ -241,6 +243,10 @@ pub fn ls(root: &Path, container: Option<&str>, json_out: bool) -> Result<()> {
         &["OBJECT", "DIMS", "DTYPE", "SIZE", "CONTAINERS", "TAGS"],
         &rows,
     );
+    if objects.iter().any(|o| o.is_byte_stream()) {
+        println!();
+        crate::mpiio_cmd::print_streams(&client, &objects)?;
+    }
     Ok(())
 }
 

@@ -335,3 +335,39 @@ pub fn recover(root: &Path, stall: u64, quiet: bool) -> Result<()> {
     );
     Ok(())
 }
+
+/// `pdcx ls`: the byte streams among `objects` (files written under `pdcx run`) with their
+/// last version, its state and home, and whether writes after it are waiting for a
+/// consistency point.
+pub fn print_streams(client: &Client, objects: &[pdcx_core::ObjectMeta]) -> Result<()> {
+    let all = client.all_versions().map_err(msg)?;
+    let rows: Vec<Vec<String>> = objects
+        .iter()
+        .filter(|o| o.is_byte_stream())
+        .map(|o| {
+            let mine: Vec<&VersionInfo> = all.iter().filter(|v| v.id == o.id).collect();
+            let last = mine.last();
+            let done = mine.iter().rev().find(|v| v.state == "done");
+            vec![
+                o.name.clone(),
+                human_bytes(o.dims[0]),
+                last.map_or("-".into(), |v| format!("e{} {}", v.epoch, v.state)),
+                done.map_or("-".into(), |v| {
+                    format!("e{} {}", v.epoch, human_bytes(v.size))
+                }),
+                last.map_or("-".into(), |v| v.home.clone()),
+            ]
+        })
+        .collect();
+    print_table(
+        &[
+            "FILE (BYTE STREAM)",
+            "SIZE NOW",
+            "LAST VERSION",
+            "AT HOME",
+            "HOME",
+        ],
+        &rows,
+    );
+    Ok(())
+}
