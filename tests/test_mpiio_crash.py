@@ -116,51 +116,53 @@ def seed() -> int:
     return s
 
 
-def test_kill9_of_a_rank_loses_no_synced_epoch(deployment, epochs_prog, tmp_path):
+EPOCHS = 10  # x 300 ms of "compute": the job runs ~3 s, past the latest kill time
+
+
+def start_running_job(deployment, prog: Path, tmp_path: Path):
+    """A 2-server deployment and the epochs job running on it, after a seeded random delay:
+    (dep, out, home, job, rng)."""
     check_run_available()
     rng = random.Random(seed())
     dep = deployment(n=2)
     out, home = tmp_path / "out", tmp_path / "home"
-    epochs = 6
-    job = start_job(dep.root, epochs_prog, out, home, epochs, 250)
+    job = start_job(dep.root, prog, out, home, EPOCHS, 300)
     time.sleep(rng.uniform(0.4, 1.6))
-    ranks = [
-        int(p)
-        for p in subprocess.run(
-            ["pgrep", "-f", str(epochs_prog)], check=False, capture_output=True, text=True
-        ).stdout.split()
-    ]
-    victims = [p for p in ranks if p != job.pid]
-    if victims:
-        os.kill(rng.choice(victims), signal.SIGKILL)
+    return dep, out, home, job, rng
+
+
+def check_no_synced_epoch_lost(home: Path, synced: int, text: str) -> int:
+    got = home_epoch(home / "ckpt.dat", EPOCHS)
+    assert got >= synced, f"epoch {synced} was synced but the home holds epoch {got}\n{text}"
+    return got
+
+
+def test_kill9_of_a_rank_loses_no_synced_epoch(deployment, epochs_prog, tmp_path):
+    dep, out, home, job, rng = start_running_job(deployment, epochs_prog, tmp_path)
+    pgrep = subprocess.run(["pgrep", "-f", str(epochs_prog)], check=False, capture_output=True, text=True)
+    victims = [int(p) for p in pgrep.stdout.split() if int(p) != job.pid]
+    assert victims, "no rank of the job was running at the kill time: nothing was tested"
+    os.kill(rng.choice(victims), signal.SIGKILL)
     _rc, synced, text = finish(job)
     run_pdcx("flush", "--root", dep.root, "--stall", "60", timeout=120)
-    got = home_epoch(home / "ckpt.dat", epochs)
-    assert got >= synced, f"epoch {synced} was synced but the home holds epoch {got}\n{text}"
-    rerun_and_check(dep.root, epochs_prog, out, home, epochs)
+    check_no_synced_epoch_lost(home, synced, text)
+    rerun_and_check(dep.root, epochs_prog, out, home, EPOCHS)
 
 
 def test_kill9_of_every_server_then_recover(deployment, epochs_prog, tmp_path):
-    check_run_available()
-    rng = random.Random(seed())
-    dep = deployment(n=2)
-    out, home = tmp_path / "out", tmp_path / "home"
-    epochs = 6
-    job = start_job(dep.root, epochs_prog, out, home, epochs, 250)
-    time.sleep(rng.uniform(0.4, 1.6))
+    dep, out, home, job, _rng = start_running_job(deployment, epochs_prog, tmp_path)
     dep.kill9()
     rc, synced, text = finish(job, timeout=12, may_hang=True)
-    assert rc != 0 or synced == epochs, text
+    assert rc != 0 or synced == EPOCHS, text
     p = run_pdcx("recover", "--root", dep.root, "--stall", "60", timeout=180)
     dep.running = True
     assert "recovered" in p.stdout, p.stdout + p.stderr
-    got = home_epoch(home / "ckpt.dat", epochs)
-    assert got >= synced, f"epoch {synced} was synced but the home holds epoch {got}\n{text}"
+    got = check_no_synced_epoch_lost(home, synced, text)
     # Recovering again finds nothing to do.
     p = run_pdcx("recover", "--root", dep.root, timeout=60)
     assert "recovered: 0 versions" in p.stdout, p.stdout
-    assert home_epoch(home / "ckpt.dat", epochs) == got
-    rerun_and_check(dep.root, epochs_prog, out, home, epochs)
+    assert home_epoch(home / "ckpt.dat", EPOCHS) == got
+    rerun_and_check(dep.root, epochs_prog, out, home, EPOCHS)
 
 
 @pytest.mark.skipif(not os.environ.get("PDCX_CRASH_BIN"), reason="needs PDCX_CRASH_BIN: a pdcx built with crash points")

@@ -1005,7 +1005,7 @@ impl Client {
         durability: Durability,
     ) -> Result<u32> {
         let Some((first, _)) = items.first() else {
-            return self.data_server(id, &Region::whole(&[0]));
+            return Err(Error::invalid("write_batch: no writes"));
         };
         self.sync_metadata()?;
         let dest = self.data_server(id, first)?;

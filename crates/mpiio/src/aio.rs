@@ -90,61 +90,31 @@ unsafe fn submit(cb: *mut aiocb, write: bool) -> Option<c_int> {
     ))
 }
 
-/// # Safety
-/// C `aio_write(cb)`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn aio_write(cb: *mut aiocb) -> c_int {
-    match unsafe { submit(cb, true) } {
-        Some(r) => r,
-        None => {
-            // A control block reused for another fd: our old outcome is not its.
-            collect(cb);
-            call!(aio_write(cb))
+/// The submit wrappers (`aio_write`, `aio_read` and their 64-bit twins, the same structure on
+/// 64-bit Linux): a request on a logged fd is done at once through the stream; any other goes
+/// to the real call.
+macro_rules! submit_wrapper {
+    ($name:ident, $write:expr) => {
+        /// # Safety
+        /// The C function of this name, with its control block.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name(cb: *mut aiocb) -> c_int {
+            match unsafe { submit(cb, $write) } {
+                Some(r) => r,
+                None => {
+                    // A control block reused for another fd: our old outcome is not its.
+                    collect(cb);
+                    call!($name(cb))
+                }
+            }
         }
-    }
+    };
 }
 
-/// # Safety
-/// C `aio_write64(cb)` (the same structure on 64-bit Linux).
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn aio_write64(cb: *mut aiocb) -> c_int {
-    match unsafe { submit(cb, true) } {
-        Some(r) => r,
-        None => {
-            // A control block reused for another fd: our old outcome is not its.
-            collect(cb);
-            call!(aio_write64(cb))
-        }
-    }
-}
-
-/// # Safety
-/// C `aio_read(cb)`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn aio_read(cb: *mut aiocb) -> c_int {
-    match unsafe { submit(cb, false) } {
-        Some(r) => r,
-        None => {
-            // A control block reused for another fd: our old outcome is not its.
-            collect(cb);
-            call!(aio_read(cb))
-        }
-    }
-}
-
-/// # Safety
-/// C `aio_read64(cb)`.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn aio_read64(cb: *mut aiocb) -> c_int {
-    match unsafe { submit(cb, false) } {
-        Some(r) => r,
-        None => {
-            // A control block reused for another fd: our old outcome is not its.
-            collect(cb);
-            call!(aio_read64(cb))
-        }
-    }
-}
+submit_wrapper!(aio_write, true);
+submit_wrapper!(aio_write64, true);
+submit_wrapper!(aio_read, false);
+submit_wrapper!(aio_read64, false);
 
 /// # Safety
 /// C `aio_error(cb)`.
