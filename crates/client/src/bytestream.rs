@@ -19,8 +19,12 @@
 //!   anything that must see them: a read, `size`, `set_size`, `flush`, `commit`.
 //!
 //! Durability is the caller's consistency point: [`ByteStream::commit`] commits the queue
-//! and makes every write of this handle durable on the servers that took them (`SyncLog`).
-//! [`ByteStream::seal`] then records the stream's content as a version at its owner.
+//! and makes every write of this handle durable on the servers that took them (`SyncLog`),
+//! and the stream's create before them (writes do not wait for it). [`ByteStream::seal`]
+//! then records the stream's content as a version at its owner. The process that seals
+//! runs [`ByteStream::prepare_seal`] instead of `commit`: what must become durable on the
+//! owner's node is then done by the seal's round trip (`SyncSeal`), so a one-process file
+//! costs, from create to version: create, grow, write, seal.
 
 use crate::client::Client;
 use pdcx_core::model::{KIND_BYTE_STREAM, KIND_TAG};
@@ -40,6 +44,8 @@ pub const MAX_LEN: u64 = 1 << 60;
 pub struct ByteStream {
     client: Client,
     meta: ObjectMeta,
+    /// This open created the stream.
+    created: bool,
     state: Mutex<State>,
 }
 
@@ -52,31 +58,40 @@ struct State {
     known_size: u64,
     /// Servers that committed writes of this handle since the last `commit`.
     dirty: BTreeSet<u32>,
+    /// The owner held a create (or tag put) of this client that `prepare_seal` left for the
+    /// seal's WAL fsync to cover.
+    owner_meta_unsynced: bool,
+    /// Something changed through this handle (created, written, resized) since the last
+    /// [`take_changed`](ByteStream::take_changed).
+    changed: bool,
 }
 
 impl Client {
     /// Opens byte stream `name`, creating it (empty) when `create` is set and it does not
-    /// exist. Refuses an object that is not a byte stream.
+    /// exist ([`ByteStream::created`] tells). Refuses an object that is not a byte stream.
     pub fn bs_open(&self, name: &str, create: bool) -> Result<ByteStream> {
-        let meta = match self.open_object(name) {
-            Ok(m) => m,
-            Err(e) if e.kind == ErrorKind::NotFound && create => {
-                match self.create_object(ObjectSpec {
-                    name: name.to_string(),
-                    dims: vec![0],
-                    dtype: Dtype::Bytes,
-                    fill: None,
-                    containers: Vec::new(),
-                    tags: vec![(KIND_TAG.into(), TagValue::Str(KIND_BYTE_STREAM.into()))],
-                    creator: String::new(),
-                }) {
-                    Ok(m) => m,
-                    // Another process created it meanwhile.
-                    Err(e) if e.kind == ErrorKind::AlreadyExists => self.open_object(name)?,
-                    Err(e) => return Err(e),
-                }
+        // Creating first: one round trip for a new file (the common case of a writer), two
+        // for an existing one.
+        let created = if create {
+            match self.create_object(ObjectSpec {
+                name: name.to_string(),
+                dims: vec![0],
+                dtype: Dtype::Bytes,
+                fill: None,
+                containers: Vec::new(),
+                tags: vec![(KIND_TAG.into(), TagValue::Str(KIND_BYTE_STREAM.into()))],
+                creator: String::new(),
+            }) {
+                Ok(m) => Some(m),
+                Err(e) if e.kind == ErrorKind::AlreadyExists => None,
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
+        } else {
+            None
+        };
+        let (meta, created) = match created {
+            Some(m) => (m, true),
+            None => (self.open_object(name)?, false),
         };
         if !meta.is_byte_stream() {
             return Err(Error::invalid(format!(
@@ -86,8 +101,10 @@ impl Client {
         }
         Ok(ByteStream {
             client: self.clone(),
+            created,
             state: Mutex::new(State {
                 known_size: meta.dims[0],
+                changed: created,
                 ..State::default()
             }),
             meta,
@@ -143,6 +160,16 @@ fn range(off: u64, len: u64) -> Result<Region> {
     Region::new(vec![off], vec![len])
 }
 
+impl Drop for ByteStream {
+    fn drop(&mut self) {
+        // A create left for a seal that never came: the client's next consistency point
+        // makes it durable.
+        if self.lock().owner_meta_unsynced {
+            self.client.note_lazy(self.meta.owner);
+        }
+    }
+}
+
 impl ByteStream {
     pub fn id(&self) -> ObjectId {
         self.meta.id
@@ -150,6 +177,24 @@ impl ByteStream {
 
     pub fn name(&self) -> &str {
         &self.meta.name
+    }
+
+    /// Whether this open created the stream (so it is empty and has no versions).
+    pub fn created(&self) -> bool {
+        self.created
+    }
+
+    /// Whether anything changed through this handle (its create, a write, a resize, a
+    /// discard) since the last call; clears the mark. A consistency point whose processes all
+    /// say no has nothing to seal.
+    pub fn take_changed(&self) -> bool {
+        std::mem::take(&mut self.lock().changed)
+    }
+
+    /// Sets the mark [`take_changed`](Self::take_changed) reads (a seal that failed must be
+    /// tried again at the next consistency point).
+    pub fn mark_changed(&self) {
+        self.lock().changed = true;
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -171,6 +216,7 @@ impl ByteStream {
         }
         range(off, len as u64)?;
         let mut st = self.lock();
+        st.changed = true;
         if len >= DIRECT_MIN {
             self.drain(&mut st)?;
             self.grow(&mut st, off + len as u64)?;
@@ -208,11 +254,16 @@ impl ByteStream {
     fn write_one(&self, st: &mut State, region: &Region, data: &[u8]) -> Result<u32> {
         let dest = self.client.data_server(self.meta.id, region)?;
         let id = self.meta.id;
-        match self.client.write(id, region, data, Durability::Memory) {
+        // Creates are made durable at the consistency point (`commit`, `seal`), not here.
+        let write = || {
+            self.client
+                .write_creates_unsynced(id, region, data, Durability::Memory)
+        };
+        match write() {
             Err(e) if e.kind == ErrorKind::OutOfBounds => {
                 st.known_size = 0;
                 self.grow(st, region.end(0))?;
-                self.client.write(id, region, data, Durability::Memory)?;
+                write()?;
             }
             r => r?,
         }
@@ -279,7 +330,7 @@ impl ByteStream {
             .map(|(off, bytes)| Ok((range(*off, bytes.len() as u64)?, bytes.as_slice())))
             .collect::<Result<_>>()?;
         self.client
-            .write_batch(self.meta.id, &items, Durability::Memory)
+            .write_batch_creates_unsynced(self.meta.id, &items, Durability::Memory)
     }
 
     /// Commits every queued write of this handle (visible to every reader when it returns).
@@ -293,14 +344,41 @@ impl ByteStream {
     pub fn commit(&self) -> Result<()> {
         let mut st = self.lock();
         self.drain(&mut st)?;
-        let dirty = std::mem::take(&mut st.dirty);
-        for (i, &rank) in dirty.iter().enumerate() {
-            if let Err(e) = self.client.call(rank, &Request::SyncLog, &[]) {
-                st.dirty.extend(dirty.iter().skip(i));
-                return Err(e);
-            }
+        // The create first: writes of a stream whose create is lost are lost with it.
+        if std::mem::take(&mut st.owner_meta_unsynced) {
+            self.client.note_lazy(self.meta.owner);
+        }
+        self.client.sync_metadata()?;
+        self.sync_logs(&mut st, None)
+    }
+
+    /// `SyncLog` on every server this handle wrote to since the last consistency point but
+    /// `except`; a failure keeps the servers not synced for the next attempt.
+    fn sync_logs(&self, st: &mut State, except: Option<u32>) -> Result<()> {
+        let todo: Vec<u32> = st
+            .dirty
+            .iter()
+            .copied()
+            .filter(|r| Some(*r) != except)
+            .collect();
+        for rank in todo {
+            self.client.call(rank, &Request::SyncLog, &[])?;
+            st.dirty.remove(&rank);
         }
         Ok(())
+    }
+
+    /// The consistency point of the process that will [`seal`](Self::seal) right after
+    /// (every other writer has run [`commit`](Self::commit)): like `commit`, except that
+    /// what must become durable on the owner's node is left to the seal (`SyncSeal`: one
+    /// round trip and one WAL fsync fewer per version).
+    pub fn prepare_seal(&self) -> Result<()> {
+        let mut st = self.lock();
+        self.drain(&mut st)?;
+        if self.client.sync_metadata_but(self.meta.owner)? {
+            st.owner_meta_unsynced = true;
+        }
+        self.sync_logs(&mut st, Some(self.meta.owner))
     }
 
     /// The stream's size: the end of the furthest byte any writer committed (or the size
@@ -324,6 +402,7 @@ impl ByteStream {
         }
         let mut st = self.lock();
         self.drain(&mut st)?;
+        st.changed = true;
         let m = self.owner_call(&Request::SetSize {
             id: self.meta.id,
             len,
@@ -350,16 +429,26 @@ impl ByteStream {
     /// absolute file path or `s3://bucket/key`) by the servers in the background. Call after
     /// every writer's [`commit`](Self::commit) returned. Returns the version's epoch.
     pub fn seal(&self, home: &str) -> Result<u64> {
-        match self.client.call(
-            self.meta.owner,
-            &Request::Seal {
-                id: self.meta.id,
-                home: home.to_string(),
-            },
-            &[],
-        )? {
-            Response::Sealed { epoch } => Ok(epoch),
-            r => Err(Error::protocol(format!("unexpected reply to Seal: {r:?}"))),
+        let mut st = self.lock();
+        let owner = self.meta.owner;
+        let (id, home) = (self.meta.id, home.to_string());
+        // What `prepare_seal` left for the owner is made durable by the seal itself.
+        let with_sync = st.owner_meta_unsynced || st.dirty.contains(&owner);
+        let req = if with_sync {
+            Request::SyncSeal { id, home }
+        } else {
+            Request::Seal { id, home }
+        };
+        match self.client.call(owner, &req, &[]) {
+            Ok(Response::Sealed { epoch }) => {
+                if with_sync {
+                    st.dirty.remove(&owner);
+                    st.owner_meta_unsynced = false;
+                }
+                Ok(epoch)
+            }
+            Ok(r) => Err(Error::protocol(format!("unexpected reply to Seal: {r:?}"))),
+            Err(e) => Err(e),
         }
     }
 
@@ -371,6 +460,7 @@ impl ByteStream {
     pub fn discard_incomplete(&self) -> Result<u64> {
         let mut st = self.lock();
         self.drain(&mut st)?;
+        st.changed = true;
         let r = match self.client.call(
             self.meta.owner,
             &Request::DiscardIncomplete { id: self.meta.id },

@@ -534,7 +534,7 @@ impl Client {
     /// Remembers that `owner` may hold a metadata change of this client answered at commit.
     /// Called before the request, so a change the owner committed is never missed by a
     /// consistency point running meanwhile in another thread.
-    fn note_lazy(&self, owner: u32) {
+    pub(crate) fn note_lazy(&self, owner: u32) {
         self.inner
             .lazy_at
             .lock()
@@ -563,6 +563,25 @@ impl Client {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+
+    /// [`sync_metadata`](Self::sync_metadata) for every owner but `owner`, whose changes the
+    /// caller makes durable itself (`SyncSeal`: the seal's WAL fsync covers them). Returns
+    /// whether `owner` had any: then the caller must, or give it back with `note_lazy`.
+    pub(crate) fn sync_metadata_but(&self, owner: u32) -> Result<bool> {
+        let had = self
+            .inner
+            .lazy_at
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&owner);
+        if let Err(e) = self.sync_metadata() {
+            if had {
+                self.note_lazy(owner);
+            }
+            return Err(e);
+        }
+        Ok(had)
     }
 
     /// Creates many objects: grouped per owning server, one request and one metadata
@@ -937,6 +956,18 @@ impl Client {
     ) -> Result<()> {
         // A durable write of an object whose create is not yet durable would be lost with it.
         self.sync_metadata()?;
+        self.write_creates_unsynced(id, region, data, durability)
+    }
+
+    /// [`write`](Self::write) without first making this client's creates durable: for a
+    /// caller whose own consistency point does that (byte streams: `commit` / the seal).
+    pub(crate) fn write_creates_unsynced(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        data: &[u8],
+        durability: Durability,
+    ) -> Result<()> {
         let txn = self.next_txn();
         let item = StageItem {
             txn,
@@ -1004,10 +1035,24 @@ impl Client {
         items: &[(Region, &[u8])],
         durability: Durability,
     ) -> Result<u32> {
+        if items.is_empty() {
+            return Err(Error::invalid("write_batch: no writes"));
+        }
+        self.sync_metadata()?;
+        self.write_batch_creates_unsynced(id, items, durability)
+    }
+
+    /// [`write_batch`](Self::write_batch) without first making this client's creates durable
+    /// (see [`write_creates_unsynced`](Self::write_creates_unsynced)).
+    pub(crate) fn write_batch_creates_unsynced(
+        &self,
+        id: ObjectId,
+        items: &[(Region, &[u8])],
+        durability: Durability,
+    ) -> Result<u32> {
         let Some((first, _)) = items.first() else {
             return Err(Error::invalid("write_batch: no writes"));
         };
-        self.sync_metadata()?;
         let dest = self.data_server(id, first)?;
         for (r, _) in &items[1..] {
             if self.data_server(id, r)? != dest {

@@ -598,6 +598,14 @@ pub enum Request {
     DiscardIncomplete {
         id: ObjectId,
     },
+    /// Owner: `SyncLog` then `Seal` in one round trip, for a consistency point whose sealing
+    /// process wrote to the owner's node (one fdatasync of the log; the seal's WAL fsync also
+    /// covers every metadata change before it, e.g. the stream's create). Answered with
+    /// `Sealed`.
+    SyncSeal {
+        id: ObjectId,
+        home: String,
+    },
 }
 
 /// How a lookup names an object.

@@ -35,6 +35,36 @@ impl Drop for Passthrough {
     }
 }
 
+thread_local! {
+    static IN_SYNC_OR_CLOSE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// True while this thread runs the MPI library's own `MPI_File_sync`/`MPI_File_close` of a
+/// logged file, which a consistency point follows: an `fsync` the library makes there only
+/// needs to publish the queued writes (the consistency point makes them durable, the
+/// sealing rank's in the same round trip as its seal).
+#[inline]
+pub fn in_sync_or_close() -> bool {
+    IN_SYNC_OR_CLOSE.with(|d| d.get())
+}
+
+/// While alive, [`in_sync_or_close`] is true on this thread.
+pub struct SyncOrClose(bool);
+
+impl SyncOrClose {
+    #[inline]
+    pub fn enter() -> SyncOrClose {
+        SyncOrClose(IN_SYNC_OR_CLOSE.with(|d| d.replace(true)))
+    }
+}
+
+impl Drop for SyncOrClose {
+    #[inline]
+    fn drop(&mut self) {
+        IN_SYNC_OR_CLOSE.with(|d| d.set(self.0));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,5 +82,19 @@ mod tests {
             assert!(inside());
         }
         assert!(!inside());
+    }
+
+    #[test]
+    fn sync_or_close_restores_the_outer_state() {
+        assert!(!in_sync_or_close());
+        {
+            let _a = SyncOrClose::enter();
+            {
+                let _b = SyncOrClose::enter();
+                assert!(in_sync_or_close());
+            }
+            assert!(in_sync_or_close());
+        }
+        assert!(!in_sync_or_close());
     }
 }

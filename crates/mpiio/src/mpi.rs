@@ -350,7 +350,8 @@ fn log_open(
     let mut mine = None;
     if rank == 0 {
         let r = open_stream(&name, !readonly).and_then(|bs| {
-            if readonly {
+            // A stream this open created is empty and has no versions: nothing to reset.
+            if readonly || bs.created() {
                 return Ok(bs);
             }
             let _g = Passthrough::enter();
@@ -473,8 +474,10 @@ fn log_open(
 // consistency points
 
 /// After the program's sync or close on every rank: commit this rank's writes (durable on its
-/// node), agree that every rank did, and rank 0 seals the version. `rc` is the real call's
-/// result; returns what the program sees.
+/// node), agree that every rank did, and rank 0 seals the version if any rank changed the
+/// file since the last consistency point (a close right after a sync seals nothing). Rank 0
+/// leaves what is due on the owner's node to the seal (`prepare_seal`: one round trip
+/// less). `rc` is the real call's result; returns what the program sees.
 fn consistency_point(
     coll: &Coll,
     file: &FileState,
@@ -483,23 +486,45 @@ fn consistency_point(
     rc: c_int,
     what: &str,
 ) -> Result<c_int, c_int> {
-    let mut failed = c_int::from(rc != MPI_SUCCESS);
+    /// Reduced with MAX: any failure outranks "changed", which outranks "unchanged".
+    const FAILED: c_int = 2;
+    const CHANGED: c_int = 1;
+    let mut mine = if rc != MPI_SUCCESS { FAILED } else { 0 };
     {
         let _g = Passthrough::enter();
-        if let Err(e) = file.bs.commit() {
+        let r = if rank == 0 {
+            file.bs.prepare_seal()
+        } else {
+            file.bs.commit()
+        };
+        if let Err(e) = r {
             say(&format!("{what}: commit of {} failed: {e}", file.name));
-            failed = 1;
+            mine = FAILED;
         }
     }
-    // Doubles as the barrier: after it every rank's writes are durable on its node.
-    let all = coll.max_of(failed, dup)?;
-    if all != 0 {
+    if file.bs.take_changed() {
+        mine = mine.max(CHANGED);
+    }
+    // Doubles as the barrier: after it every rank's writes are durable on its node (rank
+    // 0's on the owner's node once sealed).
+    let all = coll.max_of(mine, dup)?;
+    if all >= FAILED {
+        // Sealed at a later consistency point, then.
+        file.bs.mark_changed();
         // The details are on stderr (each failing rank's lines); the program sees an I/O
         // error, as from a failing file system, on every rank.
         return Ok(MPI_ERR_IO);
     }
     let mut sealed: c_int = 0;
-    if rank == 0 {
+    if rank == 0 && all != CHANGED {
+        // Nothing to seal; whatever `prepare_seal` left for the seal becomes durable now
+        // (normally nothing is left, and this sends nothing).
+        let _g = Passthrough::enter();
+        if let Err(e) = file.bs.commit() {
+            say(&format!("{what}: commit of {} failed: {e}", file.name));
+            sealed = 1;
+        }
+    } else if rank == 0 {
         let _g = Passthrough::enter();
         match file.bs.seal(&file.home) {
             Ok(epoch) => debug_line(
@@ -514,6 +539,7 @@ fn consistency_point(
                     "{what}: sealing {} for {} failed: {e}",
                     file.name, file.home
                 ));
+                file.bs.mark_changed();
                 sealed = 1;
             }
         }
@@ -541,7 +567,10 @@ pub unsafe extern "C" fn MPI_File_sync(fh: Handle) -> c_int {
         return pass();
     };
     mpi_ffi("MPI_File_sync", || {
-        let rc = pass();
+        let rc = {
+            let _s = guard::SyncOrClose::enter();
+            pass()
+        };
         consistency_point(coll, &file, dup as Handle, rank, rc, "MPI_File_sync")
     })
 }
@@ -566,7 +595,10 @@ pub unsafe extern "C" fn MPI_File_close(fh: *mut Handle) -> c_int {
     mpi_ffi("MPI_File_close", || {
         // The library closes its fds (each flushes this process's queued writes) and may write
         // before that (HDF5 rewrites its superblock at close): close is a consistency point.
-        let rc = pass();
+        let rc = {
+            let _s = guard::SyncOrClose::enter();
+            pass()
+        };
         fdtab::end_opening(&of.file);
         if of.readonly {
             return Ok(rc);

@@ -481,6 +481,11 @@ impl Server {
         self.unix_connections.load(Ordering::Relaxed)
     }
 
+    /// Requests of `kind` (a protocol request name, e.g. `"SyncSeal"`) answered since start.
+    pub fn requests_of(&self, kind: &str) -> u64 {
+        self.metrics.requests_of(kind)
+    }
+
     /// The address clients should dial: a wildcard bind advertises this host's first
     /// non-loopback address, since `0.0.0.0` is unreachable from other nodes.
     fn advertised_addr(&self) -> String {

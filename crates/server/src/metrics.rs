@@ -147,6 +147,15 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Requests of `kind` (a protocol request name, e.g. `"SyncSeal"`) answered since start.
+    pub fn requests_of(&self, kind: &str) -> u64 {
+        self.requests
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(kind)
+            .map_or(0, |s| s.count.load(Ordering::Relaxed))
+    }
+
     fn kind_stats(&self, kind: &str) -> Arc<RequestStats> {
         if let Some(s) = self
             .requests

@@ -378,6 +378,14 @@ fn handle(
         Request::Seal { id, home } => Response::Sealed {
             epoch: crate::homecopy::seal(server, id, &home)?,
         },
+        Request::SyncSeal { id, home } => {
+            server.engine.store().sync_log_only()?;
+            let epoch = crate::homecopy::seal(server, id, &home)?;
+            // An unchanged stream is answered without a WAL fsync: make the metadata
+            // changes this client may count on (its creates here) durable anyway.
+            server.meta.sync()?;
+            Response::Sealed { epoch }
+        }
         Request::Versions { id } => Response::Versions(md.versions(id)?),
         Request::AddToContainer { id, container } => {
             md.add_to_container(id, &container)?;

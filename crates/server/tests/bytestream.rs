@@ -436,3 +436,72 @@ fn log_space_of_shadowed_epochs_is_freed_after_the_home_copy() {
     let extents: u64 = (0..2).map(|r| c.stats(r).unwrap().extents).sum();
     assert!(extents <= 4, "{extents} extents left");
 }
+
+/// A one-process file (paper 002 §8.7's segment creation, `MPI_COMM_SELF`): from create to
+/// version it costs four round trips — create, grow, write, and one `SyncSeal` that makes
+/// the writes, the create and the version durable — and a second consistency point with
+/// nothing new costs none.
+#[test]
+fn a_new_file_costs_create_grow_write_and_one_sync_seal() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let h = common::deployment(&root);
+    let home = dir.path().join("home/seg.0");
+    let home_s = home.to_str().unwrap();
+    let c = client_at(&root, 0);
+    let counts = || {
+        [
+            "OpenObject",
+            "CreateObjectLazy",
+            "ExtendDims",
+            "StageCommit",
+            "SyncLog",
+            "SyncMeta",
+            "Seal",
+            "SyncSeal",
+        ]
+        .map(|k| (k, h.server.requests_of(k)))
+    };
+    let before = counts();
+    let bs = c.bs_open("mpiio/seg.0", true).unwrap();
+    assert!(bs.created());
+    assert!(bs.take_changed(), "a created stream is a change to seal");
+    bs.pwrite(0, &pattern(1024, 7)).unwrap();
+    bs.prepare_seal().unwrap();
+    assert!(bs.take_changed());
+    assert_eq!(bs.seal(home_s).unwrap(), 1);
+    // The close after the sync: nothing changed, nothing to send.
+    assert!(!bs.take_changed());
+    bs.prepare_seal().unwrap();
+    // A request is counted once its answer is out: wait for the last one's count.
+    let t0 = Instant::now();
+    while h.server.requests_of("SyncSeal") == 0 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let after = counts();
+    let sent: Vec<(&str, u64)> = before
+        .iter()
+        .zip(&after)
+        .map(|((k, b), (_, a))| (*k, a - b))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(
+        sent,
+        vec![
+            ("CreateObjectLazy", 1),
+            ("ExtendDims", 1),
+            ("StageCommit", 1),
+            ("SyncSeal", 1)
+        ]
+    );
+    // The create reached the disk with the seal (no create left unwritten), the version is
+    // recorded and copied.
+    assert_eq!(h.server.meta.unwritten_creates(), 0);
+    wait_done(&c, "mpiio/seg.0", 1);
+    assert_eq!(std::fs::read(&home).unwrap(), pattern(1024, 7));
+    // Opening it again finds it: not created, two round trips (the create refused, the open).
+    let again = c.bs_open("mpiio/seg.0", true).unwrap();
+    assert!(!again.created());
+    assert!(!again.take_changed());
+}

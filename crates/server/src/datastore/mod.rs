@@ -360,6 +360,14 @@ impl DataStore {
         self.meta.sync()
     }
 
+    /// The log half of [`sync_committed`](Self::sync_committed): every record committed so
+    /// far is on stable storage (the metadata WAL is the caller's to sync).
+    /// `Request::SyncSeal`.
+    pub fn sync_log_only(&self) -> Result<()> {
+        let c = self.lock_commit();
+        self.sync_log(&c)
+    }
+
     /// Makes every commit made here durable on this node: one fdatasync of the dirty log
     /// segments (covering `memory` commits and their records), then of the metadata WAL
     /// (the region-map rows this server registered as an owner). `Request::SyncLog`.
