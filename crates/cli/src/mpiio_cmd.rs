@@ -267,7 +267,11 @@ pub fn print_versions(root: &Path, id: u64) -> Result<()> {
             vec![
                 v.epoch.to_string(),
                 human_bytes(v.size),
-                v.state.clone(),
+                if v.base {
+                    format!("{} (home only)", v.state)
+                } else {
+                    v.state.clone()
+                },
                 iso8601(v.sealed_at),
                 if v.done_at > 0.0 {
                     iso8601(v.done_at)
@@ -353,7 +357,8 @@ pub fn print_streams(client: &Client, objects: &[pdcx_core::ObjectMeta]) -> Resu
                 human_bytes(o.dims[0]),
                 last.map_or("-".into(), |v| format!("e{} {}", v.epoch, v.state)),
                 done.map_or("-".into(), |v| {
-                    format!("e{} {}", v.epoch, human_bytes(v.size))
+                    let only = if v.base { " (log freed)" } else { "" };
+                    format!("e{} {}{only}", v.epoch, human_bytes(v.size))
                 }),
                 last.map_or("-".into(), |v| v.home.clone()),
             ]

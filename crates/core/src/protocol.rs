@@ -850,6 +850,9 @@ pub struct VersionInfo {
     /// The S3 multipart upload in progress for this version ("" when none): recorded before
     /// any part is sent, so a restart aborts it instead of leaving its parts billed.
     pub upload_id: String,
+    /// The stream's base: the log no longer holds this version, its bytes are read from the
+    /// home (with later writes over them).
+    pub base: bool,
 }
 
 /// Answer to `ReserveWrite`: where each item's payload goes, in request order.

@@ -15,6 +15,7 @@
 
 use crate::datastore::{DataStore, Extent, Registrar};
 use crate::meta::{Metadata, Registration};
+use crate::streambase::{Base, StreamBases};
 use crate::tiering::Tiering;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Consistency, Durability, ExtentInfo, PlanSpan, ReadPlan, RegisterItem};
@@ -69,6 +70,20 @@ struct RemoteExtent {
     region: Region,
 }
 
+/// Which writes a read counts: numbered below `below` (a version) and at or after `from` (a
+/// base's seal), and the base to read first where the region meets it (issue 11).
+struct Window {
+    below: Option<u64>,
+    from: u64,
+    base: Option<Base>,
+}
+
+impl Window {
+    fn counts(&self, seq: u64) -> bool {
+        seq >= self.from && self.below.is_none_or(|b| seq < b)
+    }
+}
+
 /// Registration counters, for `Stats`.
 #[derive(Debug, Default)]
 pub struct RegisterCounters {
@@ -95,6 +110,8 @@ pub struct Engine {
     pub(crate) tiering: Option<Arc<Tiering>>,
     /// The log directory as an absolute path, for read plans (resolved once).
     plan_dir: OnceLock<String>,
+    /// Byte streams (owned here) whose older bytes are read from their home (issue 11).
+    pub bases: StreamBases,
 }
 
 /// The engine's side of registration: sends a holder's items to their owner.
@@ -150,6 +167,10 @@ impl Engine {
             tiering.clone(),
             max_seq + 1,
         )?;
+        let bases = StreamBases::default();
+        for (id, base) in meta.stream_bases()? {
+            bases.set(id, base);
+        }
         let engine = Engine {
             store,
             remote: RwLock::new(remote),
@@ -159,6 +180,7 @@ impl Engine {
             peers: OnceLock::new(),
             tiering,
             plan_dir: OnceLock::new(),
+            bases,
         };
         Ok((engine, opened.recovery, opened.dropped))
     }
@@ -423,14 +445,17 @@ impl Engine {
         seq_below: u64,
     ) -> Vec<(u32, u64)> {
         let mut bytes: HashMap<u32, u64> = HashMap::new();
+        // Writes below a base are not part of any version after it.
+        let from = self.bases.get(id).map_or(0, |b| b.seal_seq);
+        let seq_below_base = |seq: u64| seq < from;
         for (e, inter) in self.store.local_pieces(id, region) {
-            if e.seq < seq_below {
+            if e.seq < seq_below && !seq_below_base(e.seq) {
                 *bytes.entry(self.rank).or_default() += inter.num_elements();
             }
         }
         let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
         for r in remote.get(&id).into_iter().flatten() {
-            if r.seq < seq_below && r.holder != self.rank {
+            if r.seq < seq_below && !seq_below_base(r.seq) && r.holder != self.rank {
                 if let Some(i) = r.region.intersect(region) {
                     *bytes.entry(r.holder).or_default() += i.num_elements();
                 }
@@ -448,8 +473,32 @@ impl Engine {
     /// segments left holding nothing. Returns how many were dropped. A holder that cannot be
     /// reached keeps its shadowed extents (harmless: they stay shadowed).
     pub fn drop_shadowed(&self, id: ObjectId, seq_below: u64) -> Result<usize> {
+        self.drop_writes_below(id, seq_below, false)
+    }
+
+    /// Issue 11: once version `seq_below` of byte stream `id` (owned here) is its base (read
+    /// from its home, see `streambase.rs`), drops every write numbered below it, here, in the
+    /// region map and on its holders, and frees the log segments left holding nothing.
+    /// Returns how many were dropped; a holder that cannot be reached keeps its writes (reads
+    /// leave them out) and the next call (at the next start) tries again.
+    pub fn drop_below(&self, id: ObjectId, seq_below: u64) -> Result<usize> {
+        self.drop_writes_below(id, seq_below, true)
+    }
+
+    /// The base of `obj` if it is a byte stream owned here that has one.
+    fn base_of(&self, obj: &ObjectMeta) -> Option<Base> {
+        if self.bases.is_empty() || owner_of_id(obj.id) != self.rank || !obj.is_byte_stream() {
+            return None;
+        }
+        self.bases.get(obj.id)
+    }
+
+    /// [`drop_shadowed`](Self::drop_shadowed) (only writes newer ones cover) or
+    /// [`drop_below`](Self::drop_below) (`all`).
+    fn drop_writes_below(&self, id: ObjectId, seq_below: u64, all: bool) -> Result<usize> {
+        let everything = all;
         // (seq, holder, start, end), newest first.
-        let mut all: Vec<(u64, u32, u64, u64)> = self
+        let mut writes: Vec<(u64, u32, u64, u64)> = self
             .store
             .extents_of(id)
             .iter()
@@ -458,7 +507,7 @@ impl Engine {
             .collect();
         {
             let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
-            all.extend(
+            writes.extend(
                 remote
                     .get(&id)
                     .into_iter()
@@ -467,11 +516,11 @@ impl Engine {
                     .map(|r| (r.seq, r.holder, r.region.offset[0], r.region.end(0))),
             );
         }
-        all.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
+        writes.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
         let mut covered = Coverage::default();
         let mut dead: HashMap<u32, Vec<u64>> = HashMap::new();
-        for (seq, holder, start, end) in all {
-            if covered.contains(start, end) {
+        for (seq, holder, start, end) in writes {
+            if everything || covered.contains(start, end) {
                 dead.entry(holder).or_default().push(seq);
             } else {
                 covered.insert(start, end);
@@ -482,14 +531,17 @@ impl Engine {
             dropped += self.store.drop_extents(id, &mine.into_iter().collect())?;
         }
         let mut rows = Vec::new();
+        let mut unreached = None;
         for (holder, seqs) in dead {
             match self.peers().and_then(|p| p.drop_extents(holder, id, &seqs)) {
                 Ok(n) => dropped += n as usize,
                 Err(e) => {
                     tracing::warn!(
-                        "server {holder} keeps shadowed extents of {id:#x}: {}",
+                        "server {holder} keeps {} writes of {id:#x}: {}",
+                        seqs.len(),
                         e.message
                     );
+                    unreached.get_or_insert(e);
                     continue;
                 }
             }
@@ -510,7 +562,11 @@ impl Engine {
         if dropped > 0 {
             self.store.retire_flushed()?;
         }
-        Ok(dropped)
+        match unreached {
+            // Below a base they are garbage to be dropped later: say so.
+            Some(e) if everything => Err(e),
+            _ => Ok(dropped),
+        }
     }
 
     /// The 1-D ranges `[start, end)` of every write of object `id` (owned here) numbered
@@ -583,9 +639,14 @@ impl Engine {
                 self.rank
             )));
         }
-        region.check_within(&self.meta.object(id)?.dims)?;
+        let obj = self.meta.object(id)?;
+        region.check_within(&obj.dims)?;
         let mut holders = self.remote_holders(id, region);
-        if !self.store.local_pieces(id, region).is_empty() {
+        // A base is read here (issue 11).
+        let on_base = self
+            .base_of(&obj)
+            .is_some_and(|b| region.offset[0] < b.size);
+        if on_base || !self.store.local_pieces(id, region).is_empty() {
             holders.push(self.rank);
             holders.sort_unstable();
         }
@@ -609,6 +670,10 @@ impl Engine {
             }
             let obj = self.meta.object(id)?;
             region.check_within(&obj.dims)?;
+            if self.base_of(&obj).is_some() {
+                // Part of it is at the home (issue 11): read through the server.
+                return Ok(PlanOutcome::None);
+            }
             let mut holders = self.remote_holders(id, region);
             if !holders.is_empty() {
                 if !self.store.local_pieces(id, region).is_empty() {
@@ -647,13 +712,20 @@ impl Engine {
         if out.len() as u64 != region.byte_len(elem)? {
             return Err(Error::internal("read buffer size does not match region"));
         }
+        // Issue 11: a stream whose base is at its home: writes below the base's seal are not
+        // part of it any more (dropped, or about to be), and the base is read where the
+        // region meets it.
+        let base = self.base_of(obj);
+        let window = Window {
+            below: seq_below,
+            from: base.as_ref().map_or(0, |b| b.seal_seq),
+            base: base.filter(|b| region.offset[0] < b.size),
+        };
         let mut pieces = self.store.local_pieces(obj.id, region);
-        if let Some(below) = seq_below {
-            pieces.retain(|(e, _)| e.seq < below);
-        }
+        pieces.retain(|(e, _)| window.counts(e.seq));
         let spans = piece_spans(&pieces, elem);
-        if !holders.is_empty() {
-            return self.read_merged(obj, region, out, &pieces, &spans, holders, seq_below);
+        if !holders.is_empty() || (window.base.is_some() && !covers(region, &pieces)) {
+            return self.read_merged(obj, region, out, &pieces, &spans, holders, &window);
         }
         // One copy: log → `out` (the reply buffer or the client's arena), span by span, when
         // the spans are few or large (many small extents are better served by the merged
@@ -701,10 +773,14 @@ impl Engine {
         pieces: &[(Extent, Region)],
         spans: &[(u64, u64)],
         holders: &[u32],
-        seq_below: Option<u64>,
+        window: &Window,
     ) -> Result<()> {
         let elem = obj.dtype.size();
         fill(out, &obj.fill);
+        if let Some(b) = &window.base {
+            // 1-D bytes: the region is a byte range.
+            self.bases.read(b, region.offset[0], out)?;
+        }
         let fetched = self.store.fetch(obj, None, pieces, spans, out)?;
         let remote: Vec<Pieces> = holders
             .iter()
@@ -728,7 +804,7 @@ impl Engine {
                         "server {h} sent a piece {piece} that does not fit the read of {region}"
                     )));
                 }
-                if seq_below.is_none_or(|b| *seq < b) {
+                if window.counts(*seq) {
                     paint.push((*seq, &bytes[at..at + n], piece, 0, piece));
                 }
                 at += n;

@@ -18,16 +18,15 @@
 //! newest only).
 
 use crate::meta::versions::{self, Sealed};
+use crate::streambase::Base;
+pub use crate::streambase::Home;
 use crate::Server;
 use pdcx_core::protocol::{UploadPart, VersionInfo};
 use pdcx_core::{Error, ErrorKind, ObjectId, Region, Result};
-use pdcx_tiers::config::TierConfig;
-use pdcx_tiers::s3::S3Tier;
-use pdcx_tiers::TierKind;
-use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Condvar, Mutex, Weak};
 use std::time::Duration;
 
 /// Bytes read and written per step of a copy.
@@ -40,11 +39,13 @@ const RETRY: Duration = Duration::from_secs(2);
 pub struct HomeCopier {
     state: Mutex<(bool, bool)>, // (kicked, stop)
     cv: Condvar,
-    buckets: Mutex<HashMap<String, Arc<S3Tier>>>,
     /// Parts of S3 home copies this server uploaded (as leader or for one), since start.
     pub parts_uploaded: std::sync::atomic::AtomicU64,
     /// Extents dropped (here and on holders) because a copied version shadows them.
     pub extents_dropped: std::sync::atomic::AtomicU64,
+    /// Some writes below a base may still be in a log (after a start, or a holder that did
+    /// not answer): the copier drops them once every holder answers.
+    below_base_left: std::sync::atomic::AtomicBool,
 }
 
 impl HomeCopier {
@@ -56,24 +57,6 @@ impl HomeCopier {
             .filter(|&n| n > 0)
             .unwrap_or(8)
             .min(64)
-    }
-
-    /// The S3 client for home bucket `bucket` (endpoint and credentials from the server's
-    /// `AWS_*` environment, as for an S3 tier).
-    fn s3(&self, bucket: &str) -> Result<Arc<S3Tier>> {
-        let mut b = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = b.get(bucket) {
-            return Ok(t.clone());
-        }
-        let cfg = TierConfig {
-            name: format!("home s3://{bucket}"),
-            kind: TierKind::S3,
-            bucket: Some(bucket.to_string()),
-            ..TierConfig::default()
-        };
-        let t = Arc::new(S3Tier::open_destination(&cfg)?);
-        b.insert(bucket.to_string(), t.clone());
-        Ok(t)
     }
 
     pub fn kick(&self) {
@@ -97,45 +80,6 @@ impl HomeCopier {
             .unwrap_or_else(|p| p.into_inner());
         s.0 = false;
         s.1
-    }
-}
-
-/// Where a version goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Home {
-    /// An ordinary file at this absolute path (a shared directory: the "PFS").
-    File(PathBuf),
-    /// An S3 object.
-    S3 { bucket: String, key: String },
-}
-
-impl Home {
-    pub fn parse(s: &str) -> Result<Home> {
-        if s.contains('\0') {
-            return Err(Error::invalid("a home must not contain NUL bytes"));
-        }
-        if let Some(rest) = s.strip_prefix("s3://") {
-            let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() || key.is_empty() || key.ends_with('/') {
-                return Err(Error::invalid(format!(
-                    "home {s:?}: an S3 home is s3://BUCKET/KEY with a non-empty key"
-                )));
-            }
-            return Ok(Home::S3 {
-                bucket: bucket.into(),
-                key: key.into(),
-            });
-        }
-        let p = Path::new(s);
-        if !p.is_absolute() || p.file_name().is_none() {
-            return Err(Error::invalid(format!(
-                "home {s:?}: a file home is an absolute path naming a file"
-            )));
-        }
-        if p.components().any(|c| c == std::path::Component::ParentDir) {
-            return Err(Error::invalid(format!("home {s:?} must not contain `..`")));
-        }
-        Ok(Home::File(p.to_path_buf()))
     }
 }
 
@@ -180,6 +124,9 @@ pub fn run(server: Weak<Server>) {
         libc::setpriority(libc::PRIO_PROCESS, tid, 10);
     }
     let mut delay = Duration::from_millis(0);
+    if let Some(s) = server.upgrade() {
+        s.homecopy.below_base_left.store(true, Ordering::Relaxed);
+    }
     loop {
         {
             let Some(s) = server.upgrade() else { return };
@@ -189,7 +136,18 @@ pub fn run(server: Weak<Server>) {
         }
         let Some(s) = server.upgrade() else { return };
         delay = match copy_pending(&s) {
-            Ok(()) => Duration::from_secs(3600),
+            Ok(()) => {
+                // Leftovers below bases, once every holder answers (at start the deployment
+                // may still be assembling).
+                if s.homecopy.below_base_left.swap(false, Ordering::Relaxed)
+                    && !drop_below_bases(&s)
+                {
+                    s.homecopy.below_base_left.store(true, Ordering::Relaxed);
+                    RETRY
+                } else {
+                    Duration::from_secs(3600)
+                }
+            }
             Err(e) => {
                 tracing::warn!(rank = s.config.rank, "home copy: {}", e.message);
                 RETRY
@@ -227,22 +185,74 @@ fn copy_version(server: &Server, v: &VersionInfo) -> Result<()> {
     server
         .meta
         .set_version_state(v.id, v.epoch, versions::DONE, "")?;
-    // No older version is ever read again: free the log space of writes this one shadows.
-    match server.engine.drop_shadowed(v.id, v.seal_seq) {
+    free_log_space(server, v);
+    Ok(())
+}
+
+/// After version `v` reached its home: no older version is read again. By default `v`
+/// becomes the stream's base (`streambase.rs`: durably, then in memory) and every write
+/// below its seal leaves the logs; with `home_keep_log` (config), only the writes it
+/// shadows do. A
+/// failure keeps the writes (reads leave out those below a base) and is retried at the
+/// next start.
+fn free_log_space(server: &Server, v: &VersionInfo) {
+    let r = if server.config.home_keep_log {
+        server.engine.drop_shadowed(v.id, v.seal_seq)
+    } else {
+        server
+            .meta
+            .set_version_evicted(v.id, v.epoch)
+            .and_then(|()| {
+                server.engine.bases.set(
+                    v.id,
+                    Base {
+                        epoch: v.epoch,
+                        seal_seq: v.seal_seq,
+                        size: v.size,
+                        home: v.home.clone(),
+                    },
+                );
+                pdcx_fsio::crash::point("home.after_base");
+                server.engine.drop_below(v.id, v.seal_seq)
+            })
+    };
+    match r {
         Ok(n) => {
             server
                 .homecopy
                 .extents_dropped
                 .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
         }
-        Err(e) => tracing::warn!(
-            "{} e{}: keeping shadowed extents in the log: {}",
-            v.name,
-            v.epoch,
-            e.message
-        ),
+        Err(e) => {
+            tracing::warn!(
+                "{} e{}: keeping its writes in the log for now: {}",
+                v.name,
+                v.epoch,
+                e.message
+            );
+            server
+                .homecopy
+                .below_base_left
+                .store(true, Ordering::Relaxed);
+        }
     }
-    Ok(())
+}
+
+/// At start: drops the writes below each base again (a crash or an unreachable holder may
+/// have kept some). False if some holder could not be reached (try again later).
+fn drop_below_bases(server: &Server) -> bool {
+    let mut all = true;
+    for (id, b) in server.engine.bases.all() {
+        if let Err(e) = server.engine.drop_below(id, b.seal_seq) {
+            tracing::debug!(
+                "{id:#x} e{}: keeping writes below its base: {}",
+                b.epoch,
+                e.message
+            );
+            all = false;
+        }
+    }
+    all
 }
 
 /// S3's limit on the parts of one upload.
@@ -256,7 +266,7 @@ const MAX_PARTS: u64 = 10_000;
 /// (its own bytes locally, the rest from the other holders) and uploads it, several parts in
 /// flight, then completes the upload with the ETags in part order. Any failure aborts it.
 fn copy_to_s3(server: &Server, v: &VersionInfo, bucket: &str, key: &str) -> Result<()> {
-    let dest = server.homecopy.s3(bucket)?;
+    let dest = server.engine.bases.s3(bucket)?;
     if !v.upload_id.is_empty() {
         // A crash or failure interrupted an earlier attempt: its parts are never completed.
         dest.abort_upload(key, &v.upload_id)?;
@@ -360,7 +370,8 @@ fn upload_one(
     // nobody wrote (zeros) is uploaded here.
     let most = held.iter().map(|h| h.1).max().unwrap_or(0);
     let best: Vec<u32> = held.iter().filter(|h| h.1 == most).map(|h| h.0).collect();
-    let uploader = if best.is_empty() {
+    // Only the owner reads a stream's base (`streambase.rs`).
+    let uploader = if best.is_empty() || server.engine.bases.get(v.id).is_some() {
         server.config.rank
     } else {
         best[k as usize % best.len()]
@@ -394,7 +405,7 @@ pub fn upload_part(server: &Server, p: &UploadPart) -> Result<String> {
     server
         .engine
         .read_version_from(p.id, &p.region, p.seq_below, &p.holders, &mut buf)?;
-    let dest = server.homecopy.s3(&p.bucket)?;
+    let dest = server.engine.bases.s3(&p.bucket)?;
     let etag = dest.put_part(&p.key, &p.upload_id, p.part as usize, buf)?;
     server
         .homecopy
@@ -448,35 +459,4 @@ fn copy_to_file(server: &Server, v: &VersionInfo, dst: &Path) -> Result<()> {
         .map_err(|e| io("syncing directory", dir, e))?;
     pdcx_fsio::crash::point("home.after_rename");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn homes_parse_and_bad_ones_are_refused() {
-        assert_eq!(
-            Home::parse("/pfs/out/a.h5").unwrap(),
-            Home::File("/pfs/out/a.h5".into())
-        );
-        assert_eq!(
-            Home::parse("s3://b/run/a.h5").unwrap(),
-            Home::S3 {
-                bucket: "b".into(),
-                key: "run/a.h5".into()
-            }
-        );
-        for bad in [
-            "rel/a",
-            "/pfs/../etc/x",
-            "s3://b",
-            "s3://b/",
-            "s3:///k",
-            "/a\0b",
-            "/",
-        ] {
-            assert!(Home::parse(bad).is_err(), "{bad:?} accepted");
-        }
-    }
 }

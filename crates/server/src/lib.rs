@@ -24,6 +24,7 @@ pub mod peers;
 mod relay;
 mod rpc;
 mod shm;
+pub mod streambase;
 pub mod streams;
 pub mod tiering;
 
@@ -67,6 +68,10 @@ pub struct ServerConfig {
     /// Also listen on a Unix-domain socket for clients on this node (default on; `PDCX_UNIX=0`
     /// turns it off).
     pub unix: bool,
+    /// Byte streams (issue 11): keep a version's bytes in the log after its home copy (reads
+    /// stay local) instead of reading them from the home from then on (default off;
+    /// `PDCX_HOME_KEEP_LOG=1`). Writes a copied version shadows are dropped either way.
+    pub home_keep_log: bool,
 }
 
 /// Default `ServerConfig::agg_window`: long enough for a burst of ranks released by a barrier.
@@ -92,6 +97,7 @@ impl ServerConfig {
                 .filter(|a| !a.trim().is_empty()),
             limits: limits::Limits::default(),
             unix: pdcx_transport::stream::unix_enabled_by_env(),
+            home_keep_log: std::env::var("PDCX_HOME_KEEP_LOG").is_ok_and(|v| v.trim() == "1"),
         }
     }
 }

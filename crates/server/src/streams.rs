@@ -35,7 +35,14 @@ pub fn set_size(server: &Server, id: ObjectId, len: u64) -> Result<ObjectMeta> {
         return Ok(obj);
     }
     if len < old {
-        for (a, b) in server.engine.ranges_since(id, 0) {
+        // What is written: the writes in the logs, and a base at the home (whose writes
+        // left the logs; `streambase.rs`).
+        let base = server.engine.bases.get(id);
+        let mut ranges = server
+            .engine
+            .ranges_since(id, base.as_ref().map_or(0, |b| b.seal_seq));
+        ranges.extend(base.map(|b| (0, b.size)));
+        for (a, b) in merge(ranges) {
             overwrite(server, &obj, a.max(len), b.min(old), None)?;
         }
     }
@@ -81,6 +88,19 @@ pub fn discard_incomplete(server: &Server, id: ObjectId) -> Result<u64> {
         )?;
     }
     Ok(rewritten)
+}
+
+/// `ranges` sorted and merged where they overlap or touch.
+fn merge(mut ranges: Vec<(u64, u64)>) -> Vec<(u64, u64)> {
+    ranges.sort_unstable();
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(ranges.len());
+    for (a, b) in ranges {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
 }
 
 fn byte_stream(server: &Server, id: ObjectId) -> Result<ObjectMeta> {

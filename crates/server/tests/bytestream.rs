@@ -315,6 +315,139 @@ fn versions_reach_an_s3_home_in_parts_from_the_servers_holding_them() {
     );
     let v = sa.versions().unwrap();
     assert!(v.iter().all(|v| v.upload_id.is_empty()), "{v:?}");
+
+    // The version is the stream's base now: its bytes left the logs and are read from the
+    // S3 object (ranged GETs), with the later write painted over them.
+    let mut now = data.clone();
+    now[..19].copy_from_slice(b"not in this version");
+    wait_no_extents_below(&a, "mpiio/big.dat", 1);
+    let mut back = vec![0u8; now.len()];
+    assert_eq!(sa.pread(0, &mut back).unwrap(), back.len());
+    assert!(back == now, "stream content from its S3 base");
+    // The next version is copied from the base and that write.
+    let e2 = sa.seal(&format!("s3://{bucket}/run1/big.dat")).unwrap();
+    wait_done(&a, "mpiio/big.dat", e2);
+    raw.get_range("run1/big.dat", 0, &mut back).unwrap();
+    let first_diff = back.iter().zip(&now).position(|(x, y)| x != y);
+    assert!(
+        first_diff.is_none(),
+        "the S3 object is not version {e2}: first difference at byte {first_diff:?}"
+    );
+}
+
+/// Waits until stream `name` has at most `max` writes left in the logs.
+fn wait_no_extents_below(c: &Client, name: &str, max: usize) {
+    let id = c.bs_open(name, false).unwrap().id();
+    let t0 = Instant::now();
+    loop {
+        let held = c.extents(id).unwrap().len();
+        if held <= max {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{name}: {held} extents still held"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Issue 11, log space: a version at its home becomes the stream's base. Every write below
+/// it leaves the logs (on every holder), the stream reads the home with later writes painted
+/// over it, the next version is copied from both, and a home removed behind pdcx's back is
+/// an error, never zeros.
+#[test]
+fn a_copied_version_leaves_the_logs_and_is_read_from_its_home() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    // Small segments: a segment is freed once sealed and holding nothing.
+    std::fs::write(root.join("pdcx.toml"), "[log]\nsegment_bytes = \"1MiB\"\n").unwrap();
+    let _servers = two_servers(&root);
+    let home = dir.path().join("home/run.h5");
+    let home_s = home.to_str().unwrap();
+    let c = client_at(&root, 0);
+    let a = c.bs_open("mpiio/run.h5", true).unwrap();
+    let b = client_at(&root, 1).bs_open("mpiio/run.h5", false).unwrap();
+    const HALF: usize = 1 << 20;
+    let mut want = pattern(2 * HALF, 3);
+    a.pwrite(0, &want[..HALF]).unwrap();
+    b.pwrite(HALF as u64, &want[HALF..]).unwrap();
+    a.pwrite(10, b"small").unwrap();
+    want[10..15].copy_from_slice(b"small");
+    a.commit().unwrap();
+    b.commit().unwrap();
+    let e1 = a.seal(home_s).unwrap();
+    wait_done(&c, "mpiio/run.h5", e1);
+    wait_no_extents_below(&c, "mpiio/run.h5", 0);
+    let log_total: u64 = (0..2).map(|r| c.stats(r).unwrap().log_bytes).sum();
+    assert!(log_total < HALF as u64, "logs still hold {log_total} bytes");
+    let mut back = vec![0u8; want.len()];
+    assert_eq!(b.pread(0, &mut back).unwrap(), back.len());
+    assert!(back == want, "the stream reads its home");
+
+    // Later writes (one past the base's end) are painted over it.
+    b.pwrite(HALF as u64 - 2, b"ACROSS").unwrap();
+    a.pwrite(2 * HALF as u64 + 4, b"tail").unwrap();
+    b.commit().unwrap();
+    a.commit().unwrap();
+    want[HALF - 2..HALF + 4].copy_from_slice(b"ACROSS");
+    want.extend_from_slice(&[0, 0, 0, 0]);
+    want.extend_from_slice(b"tail");
+    let mut back = vec![0u8; want.len()];
+    assert_eq!(a.pread(0, &mut back).unwrap(), back.len());
+    assert!(back == want, "base + later writes");
+    let e2 = a.seal(home_s).unwrap();
+    wait_done(&c, "mpiio/run.h5", e2);
+    assert!(
+        std::fs::read(&home).unwrap() == want,
+        "home holds version 2"
+    );
+    wait_no_extents_below(&c, "mpiio/run.h5", 0);
+    assert_eq!(a.pread(0, &mut back).unwrap(), back.len());
+    assert!(back == want, "the stream reads version 2 at its home");
+
+    // A shrink into the base, then growth: the cut bytes read as zeros (they are at the
+    // home, not in any log).
+    b.set_size(HALF as u64).unwrap();
+    b.set_size(2 * HALF as u64).unwrap();
+    assert_eq!(a.pread(0, &mut back).unwrap(), 2 * HALF);
+    assert!(back[..HALF] == want[..HALF]);
+    assert!(
+        back[HALF..2 * HALF].iter().all(|&x| x == 0),
+        "bytes cut from the base came back"
+    );
+
+    // The home removed by someone else: a clear error, not zeros.
+    std::fs::remove_file(&home).unwrap();
+    let err = a.pread(0, &mut back).unwrap_err();
+    assert!(
+        err.message.contains("home") && err.message.contains("run.h5"),
+        "{err}"
+    );
+}
+
+/// `PDCX_HOME_KEEP_LOG=1` (`home_keep_log`): a copied version stays in the log, so the
+/// stream reads without its home.
+#[test]
+fn home_keep_log_keeps_a_copied_version_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _h = common::deployment_with(&root, |c| c.home_keep_log = true);
+    let home = dir.path().join("home/keep.dat");
+    let c = client_at(&root, 0);
+    let bs = c.bs_open("mpiio/keep.dat", true).unwrap();
+    let data = pattern(300 << 10, 5);
+    bs.pwrite(0, &data).unwrap();
+    bs.commit().unwrap();
+    let e = bs.seal(home.to_str().unwrap()).unwrap();
+    wait_done(&c, "mpiio/keep.dat", e);
+    assert_eq!(c.extents(bs.id()).unwrap().len(), 1);
+    std::fs::remove_file(&home).unwrap();
+    let mut back = vec![0u8; data.len()];
+    assert_eq!(bs.pread(0, &mut back).unwrap(), back.len());
+    assert!(back == data);
 }
 
 /// `ftruncate` semantics: bytes cut off by a shrink read as zeros once the stream grows

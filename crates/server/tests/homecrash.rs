@@ -114,6 +114,19 @@ fn check(dir: &Path, point: &str) {
     let mut back = vec![0u8; 3 << 20];
     assert_eq!(bs.pread(0, &mut back).unwrap(), back.len());
     assert!(back == version(2), "{point}: stream content");
+    // Version 2 is the base now (read from the home): no write stays in any log.
+    let t0 = Instant::now();
+    loop {
+        let extents: u64 = (0..2).map(|r| c.stats(r).unwrap().extents).sum();
+        if extents == 0 {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "{point}: {extents} extents still in the logs"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     drop(servers);
 }
 
@@ -124,6 +137,7 @@ fn home_copies_survive_a_crash_at_every_point() {
         ("seal.after_row", 2),
         ("home.after_tmp_written", 2),
         ("home.after_rename", 2),
+        ("home.after_base", 2),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let status = std::process::Command::new(&exe)

@@ -10,6 +10,7 @@
 //! | 0 | no version recorded: a new, empty file, or a shard written before versions existed (same tables as 1, `extent_home` possibly without `blob`/`blob_offset`, or missing) |
 //! | 1 | catalog (`settings`, `containers`, `objects`, `memberships`, `tags`) + locations (`extent_map`, `region_map`, `region_tokens`, `extent_home` with `blob`, `blob_offset`) |
 //! | 2 | + `bs_versions`: the versions of byte-stream objects and their home copies (issue 11, `versions.rs`) |
+//! | 3 | + `bs_versions.evicted`: the version is its stream's base, read from its home (`streambase.rs`) |
 //!
 //! A database whose version is newer than this code knows is refused (it was written by a
 //! newer pdcx; this one might misread or corrupt it).
@@ -26,7 +27,11 @@ pub const VERSION: u32 = MIGRATIONS.len() as u32;
 type Step = fn(&rusqlite::Transaction) -> Result<()>;
 
 /// The steps, in order. Append only: never change a step that has shipped.
-const MIGRATIONS: &[Step] = &[v1_catalog_and_locations, v2_byte_stream_versions];
+const MIGRATIONS: &[Step] = &[
+    v1_catalog_and_locations,
+    v2_byte_stream_versions,
+    v3_stream_bases,
+];
 
 /// Version 1: today's tables. Also adopts an unversioned shard written by earlier code, which
 /// created the same tables with `IF NOT EXISTS` (so they are kept) and may lack the shard
@@ -98,6 +103,19 @@ fn v2_byte_stream_versions(tx: &rusqlite::Transaction) -> Result<()> {
             PRIMARY KEY (object, epoch));",
     )
     .map_err(db_err)
+}
+
+/// Version 3: which done version is its stream's base (issue 11: the log no longer holds it).
+fn v3_stream_bases(tx: &rusqlite::Transaction) -> Result<()> {
+    let has: bool = tx
+        .prepare("SELECT 1 FROM pragma_table_info('bs_versions') WHERE name='evicted'")
+        .and_then(|mut st| st.exists([]))
+        .map_err(db_err)?;
+    if !has {
+        tx.execute_batch("ALTER TABLE bs_versions ADD COLUMN evicted INTEGER NOT NULL DEFAULT 0;")
+            .map_err(db_err)?;
+    }
+    Ok(())
 }
 
 const V1_SCHEMA: &str = "

@@ -8,6 +8,7 @@
 //! started. The home only ever receives whole versions, in epoch order.
 
 use super::{db_err, now, Metadata};
+use crate::streambase::Base;
 use pdcx_core::protocol::VersionInfo;
 use pdcx_core::{ObjectId, Result};
 use rusqlite::{params, OptionalExtension};
@@ -100,7 +101,8 @@ impl Metadata {
         let mut st = db
             .prepare(
                 "SELECT object, epoch, seal_seq, size, home, state, sealed_at, done_at, error,
-                 upload_id FROM bs_versions WHERE ?1 IS NULL OR object=?1 ORDER BY object, epoch",
+                 upload_id, evicted FROM bs_versions WHERE ?1 IS NULL OR object=?1
+                 ORDER BY object, epoch",
             )
             .map_err(db_err)?;
         let rows = st
@@ -118,6 +120,7 @@ impl Metadata {
                     done_at: r.get(7)?,
                     error: r.get(8)?,
                     upload_id: r.get(9)?,
+                    base: r.get::<_, i64>(10)? != 0,
                 })
             })
             .map_err(db_err)?;
@@ -164,6 +167,45 @@ impl Metadata {
         } else {
             self.write_lazy(f)
         }
+    }
+
+    /// Makes done version `epoch` of `id` its stream's base (durable when this returns): from
+    /// now on its bytes are read from its home, and the writes below its seal may go.
+    pub fn set_version_evicted(&self, id: ObjectId, epoch: u64) -> Result<()> {
+        self.write(|tx| {
+            tx.execute(
+                "UPDATE bs_versions SET evicted=1 WHERE object=?1 AND epoch=?2 AND state=?3",
+                params![id as i64, epoch as i64, DONE],
+            )
+            .map_err(db_err)
+            .map(|_| ())
+        })
+    }
+
+    /// Each stream's base: its newest evicted version.
+    pub fn stream_bases(&self) -> Result<Vec<(ObjectId, Base)>> {
+        let db = self.db();
+        let mut st = db
+            .prepare(
+                "SELECT object, epoch, seal_seq, size, home FROM bs_versions v WHERE evicted=1
+                 AND epoch = (SELECT MAX(epoch) FROM bs_versions w
+                              WHERE w.object = v.object AND w.evicted=1)",
+            )
+            .map_err(db_err)?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((
+                    r.get::<_, i64>(0)? as ObjectId,
+                    Base {
+                        epoch: r.get::<_, i64>(1)? as u64,
+                        seal_seq: r.get::<_, i64>(2)? as u64,
+                        size: r.get::<_, i64>(3)? as u64,
+                        home: r.get(4)?,
+                    },
+                ))
+            })
+            .map_err(db_err)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(db_err)
     }
 
     /// Records (durably, before any part is sent) the S3 upload of a version's home copy, or
