@@ -24,7 +24,8 @@
 //! then records the stream's content as a version at its owner. The process that seals
 //! runs [`ByteStream::prepare_seal`] instead of `commit`: what must become durable on the
 //! owner's node is then done by the seal's round trip (`SyncSeal`), so a one-process file
-//! costs, from create to version: create, grow, write, seal.
+//! on the owner's node costs, from create to version: create, write, seal (the owner grows
+//! a stream as it takes a write past the end; writers elsewhere send `ExtendDims` first).
 
 use crate::client::Client;
 use pdcx_core::model::{KIND_BYTE_STREAM, KIND_TAG};
@@ -219,8 +220,8 @@ impl ByteStream {
         st.changed = true;
         if len >= DIRECT_MIN {
             self.drain(&mut st)?;
-            self.grow(&mut st, off + len as u64)?;
             let region = range(off, len as u64)?;
+            self.grow_for(&mut st, &region)?;
             let joined;
             let data: &[u8] = if let [one] = bufs {
                 one
@@ -270,6 +271,16 @@ impl ByteStream {
         Ok(dest)
     }
 
+    /// Before a write of `region`: makes sure the owner's size reaches its end, unless the
+    /// write goes to the owner itself, which grows the stream as it takes the write (one
+    /// round trip less).
+    fn grow_for(&self, st: &mut State, region: &Region) -> Result<()> {
+        if self.client.data_server(self.meta.id, region)? == self.meta.owner {
+            return Ok(());
+        }
+        self.grow(st, region.end(0))
+    }
+
     /// Makes sure the owner's size is at least `end`.
     fn grow(&self, st: &mut State, end: u64) -> Result<()> {
         if end <= st.known_size {
@@ -304,7 +315,12 @@ impl ByteStream {
             .map(|(o, b)| o + b.len() as u64)
             .max()
             .unwrap_or(0);
-        self.grow(st, end)?;
+        // The batch goes where its first write goes (`write_batch`).
+        let (o, b) = &st.queue[0];
+        let first = range(*o, b.len() as u64)?;
+        if self.client.data_server(self.meta.id, &first)? != self.meta.owner {
+            self.grow(st, end)?;
+        }
         // One round trip for the whole queue, numbered in program order. Refused as out of
         // bounds: another handle shrank the stream meanwhile; grow it again and retry once.
         let dest = match self.write_queue(st) {

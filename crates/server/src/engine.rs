@@ -214,13 +214,22 @@ impl Engine {
     }
 
     /// Checks `region` against the object's dims; a foreign object's cached dims are
-    /// refreshed once before a region is refused (it may have grown since).
+    /// refreshed once before a region is refused (it may have grown since). A write past the
+    /// end of a byte stream owned here grows it (issue 11: the writer need not send
+    /// `ExtendDims` first; a write that then fails leaves the stream longer, as a failed
+    /// POSIX write past the end may).
     pub fn checked_meta(&self, id: ObjectId, region: &Region) -> Result<ObjectMeta> {
         let obj = self.object_meta(id, false)?;
         match region.check_within(&obj.dims) {
             Ok(()) => Ok(obj),
             Err(_) if owner_of_id(id) != self.rank => {
                 let obj = self.object_meta(id, true)?;
+                region.check_within(&obj.dims)?;
+                Ok(obj)
+            }
+            Err(_) if obj.is_byte_stream() && region.ndim() == 1 => {
+                region.validate()?;
+                let obj = self.meta.extend_dims(id, &[region.end(0)])?;
                 region.check_within(&obj.dims)?;
                 Ok(obj)
             }

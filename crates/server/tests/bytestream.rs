@@ -571,11 +571,11 @@ fn log_space_of_shadowed_epochs_is_freed_after_the_home_copy() {
 }
 
 /// A one-process file (paper 002 §8.7's segment creation, `MPI_COMM_SELF`): from create to
-/// version it costs four round trips — create, grow, write, and one `SyncSeal` that makes
-/// the writes, the create and the version durable — and a second consistency point with
-/// nothing new costs none.
+/// version it costs three round trips — create, write (the owner grows the stream as it
+/// takes it), and one `SyncSeal` that makes the writes, the create and the version durable —
+/// and a second consistency point with nothing new costs none.
 #[test]
-fn a_new_file_costs_create_grow_write_and_one_sync_seal() {
+fn a_new_file_costs_create_write_and_one_sync_seal() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
@@ -621,12 +621,7 @@ fn a_new_file_costs_create_grow_write_and_one_sync_seal() {
         .collect();
     assert_eq!(
         sent,
-        vec![
-            ("CreateObjectLazy", 1),
-            ("ExtendDims", 1),
-            ("StageCommit", 1),
-            ("SyncSeal", 1)
-        ]
+        vec![("CreateObjectLazy", 1), ("StageCommit", 1), ("SyncSeal", 1)]
     );
     // The create reached the disk with the seal (no create left unwritten), the version is
     // recorded and copied.
