@@ -38,6 +38,8 @@ pub const POINTS: &[&str] = &[
     "home.after_rename",
     // An S3 home's multipart upload started and its id recorded, no part sent.
     "s3.after_create_upload",
+    // A group shard (several servers' extents) put by its leader, no member's home recorded.
+    "shard.after_group_put",
 ];
 
 /// Marks crash point `name` (one of [`POINTS`]).

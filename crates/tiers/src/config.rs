@@ -207,7 +207,7 @@ pub const DEFAULT_SHARD_BYTES: u64 = 256 << 20;
 
 impl ShardConfig {
     /// (objects, servers) that `strategy` (with `composite`) stands for, if set.
-    fn from_strategy(&self) -> Option<(u32, ShardServers)> {
+    fn strategy_settings(&self) -> Option<(u32, ShardServers)> {
         let s = self.strategy?;
         let composite = self.composite.unwrap_or(false);
         Some(match (composite, s) {
@@ -223,7 +223,7 @@ impl ShardConfig {
     /// Servers whose extents share a shard (`servers`, else from `strategy`, else 1).
     pub fn servers_setting(&self) -> ShardServers {
         self.servers
-            .or_else(|| self.from_strategy().map(|(_, s)| s))
+            .or_else(|| self.strategy_settings().map(|(_, s)| s))
             .unwrap_or(ShardServers::Count(1))
     }
 
@@ -238,7 +238,7 @@ impl ShardConfig {
     /// Objects grouped per shard blob (0: no grouping), from `objects` or `strategy`; a
     /// group of several servers without either puts one object per shard.
     pub fn objects_per_shard(&self) -> u32 {
-        match (self.objects, self.from_strategy()) {
+        match (self.objects, self.strategy_settings()) {
             (Some(n), _) => n,
             (None, Some((n, _))) => n,
             (None, None) if self.servers_setting() != ShardServers::Count(1) => 1,
@@ -273,7 +273,7 @@ impl ShardConfig {
                 )));
             }
         }
-        if let (Some(s), Some((objects, servers))) = (self.strategy, self.from_strategy()) {
+        if let (Some(s), Some((objects, servers))) = (self.strategy, self.strategy_settings()) {
             if let Some(n) = self.objects.filter(|&n| n != objects) {
                 return Err(Error::invalid(format!(
                     "shard.objects = {n} contradicts shard.strategy = {s} ({column}: {objects} object(s) per shard); set one of them"

@@ -11,13 +11,14 @@
 
 pub mod codec;
 mod flush;
+mod group;
 pub mod placement;
 
 use pdcx_core::model::{TagValue, Tags};
 use pdcx_core::protocol::{ObjectSpec, TagTarget};
 use pdcx_core::{Error, ErrorKind, ObjectId, Result};
 use pdcx_tiers::{DeploymentConfig, Tier, TierKind};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -124,6 +125,23 @@ pub struct Tiering {
     pub(crate) moves: Mutex<()>,
     /// Whether the sweep of blobs left by a crash between put and home record ran.
     swept: std::sync::atomic::AtomicBool,
+    /// Group shards (`[shard] servers`, `group.rs`): this server's rank, the deployment's
+    /// size, the group size (1: off) and the deployment id (group keys carry the leader).
+    rank: u32,
+    size: u32,
+    group: u32,
+    deployment: String,
+    /// Group shards whose last reference on this server went, to be reported to their leader
+    /// at the next flush pass (the leader deletes the blob once no server references it).
+    released: Mutex<Vec<(usize, String)>>,
+    /// Group shards this server (their leader) checks at its next pass: deleted if no server
+    /// of the deployment references them.
+    to_check: Mutex<HashSet<(usize, String)>>,
+    /// Held while a member applies `RecordShardHomes` and while it answers `ShardRefs`, so an
+    /// answer never misses homes being recorded (`group.rs`).
+    records: Mutex<()>,
+    /// Whether the leader's sweep of its group prefix ran (needs every server to answer).
+    group_swept: std::sync::atomic::AtomicBool,
 }
 
 impl Tiering {
@@ -172,6 +190,14 @@ impl Tiering {
             shard_refs: Mutex::new(HashMap::new()),
             moves: Mutex::new(()),
             swept: std::sync::atomic::AtomicBool::new(false),
+            rank,
+            size,
+            group: cfg.shard.group_size(size),
+            deployment: deployment.to_string(),
+            released: Mutex::new(Vec::new()),
+            to_check: Mutex::new(HashSet::new()),
+            records: Mutex::new(()),
+            group_swept: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -252,8 +278,19 @@ impl Tiering {
                 }
             }
         };
-        if last {
-            let _ = self.delete(home.tier, &self.blob_key(id, seq, home));
+        if !last {
+            return;
+        }
+        match &home.shard {
+            // Other servers may still use a group shard: its leader decides (`group.rs`).
+            Some(k) if self.group_leader_of(k).is_some() => self
+                .released
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((home.tier, k.clone())),
+            _ => {
+                let _ = self.delete(home.tier, &self.blob_key(id, seq, home));
+            }
         }
     }
 
@@ -261,10 +298,7 @@ impl Tiering {
     /// between a put and the durable record of its home (shard keys depend on how a pass
     /// grouped extents, so a re-flush after restart need not overwrite them). Runs once, at
     /// the first flush pass, under `moves`; a tier that cannot list is retried next pass.
-    pub(crate) fn sweep_unreferenced(
-        &self,
-        referenced: &std::collections::HashSet<(usize, String)>,
-    ) {
+    pub(crate) fn sweep_unreferenced(&self, referenced: &HashSet<(usize, String)>) {
         if self.swept.load(Ordering::Relaxed) {
             return;
         }

@@ -1,0 +1,445 @@
+//! Group shards (`[shard] servers`, paper 003 strategy 1 and composite strategies 3-5): real
+//! in-process servers (2 and 4 ranks) on a shared-directory tier and on S3 (versitygw), each
+//! writing its part of one or several objects; the group's leader pulls every member's extents
+//! into shards put once under `DEPLOYMENT/gLEADER/shard/`, the members record their homes and
+//! retire their logs, and everything reads back, also after a restart (a fresh process:
+//! in-process servers keep each other alive through their peer connections) and after a
+//! SIGKILL between the group put and the members' records (with `--features crash-points`).
+
+use pdcx_core::protocol::{Durability, ObjectSpec};
+use pdcx_core::{Dtype, Region};
+use pdcx_server::{Server, ServerConfig, ServerHandle};
+use pdcx_tiers::{DeploymentConfig, Tier, TierConfig};
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+mod common;
+use common::client_at;
+
+/// Bytes each server writes per object, as two extents.
+const PART: u64 = 1536 << 10;
+
+/// The tier section of the config: a shared directory under `dir`, or the S3 bucket the
+/// environment names (see [`s3_env`]).
+fn tier_toml(dir: &Path, s3: bool) -> String {
+    if s3 {
+        let var = |k| std::env::var(k).unwrap();
+        format!(
+            "[[tier]]\nname = \"pfs\"\nkind = \"s3\"\nbucket = \"{}\"\nendpoint = \"{}\"\n",
+            var("PDCX_TEST_S3_BUCKET"),
+            var("PDCX_TEST_S3_ENDPOINT")
+        )
+    } else {
+        format!(
+            "[[tier]]\nname = \"pfs\"\nkind = \"shared\"\npath = \"{}/pfs\"\n",
+            dir.display()
+        )
+    }
+}
+
+/// Writes `ROOT/pdcx.toml`: the tier, 1 MiB log segments, no background passes (the tests
+/// flush explicitly, so blob counts do not depend on timing), and `shard`.
+fn write_config(root: &Path, tier: &str, shard: &str) {
+    std::fs::create_dir_all(root).unwrap();
+    let text = format!(
+        "{tier}\n[log]\nsegment_bytes = \"1MiB\"\n\n[flush]\ninterval_ms = 3600000\n\n[shard]\n{shard}\n"
+    );
+    DeploymentConfig::parse(&text, Vec::new()).expect("test config is valid");
+    std::fs::write(root.join("pdcx.toml"), text).unwrap();
+}
+
+fn start(root: &Path, n: u32) -> Vec<ServerHandle> {
+    let hs: Vec<ServerHandle> = (0..n)
+        .map(|r| {
+            let h = Server::start(ServerConfig::new(root, r, n)).unwrap();
+            h.server.publish_rank_file().unwrap();
+            h
+        })
+        .collect();
+    pdcx_server::launch::assemble_cluster(root, n, Duration::from_secs(30)).unwrap();
+    hs
+}
+
+/// The bytes server `r` writes at `at` of object `j`.
+fn pattern(j: usize, at: u64, len: u64) -> Vec<u8> {
+    (at..at + len)
+        .map(|i| ((i * 2_654_435_761 + j as u64 * 97) >> 7) as u8)
+        .collect()
+}
+
+/// Creates `objects` byte objects of `n * PART` bytes and has each server write its part as
+/// two extents, through a client whose node-local server it is.
+fn write_parts(root: &Path, n: u32, objects: usize) -> Vec<u64> {
+    let c0 = client_at(root, 0);
+    let ids: Vec<u64> = (0..objects)
+        .map(|j| {
+            c0.create_object(ObjectSpec {
+                name: format!("vpic/v{j}"),
+                dims: vec![n as u64 * PART],
+                dtype: Dtype::UInt8,
+                fill: None,
+                containers: vec![],
+                tags: vec![],
+                creator: String::new(),
+            })
+            .unwrap()
+            .id
+        })
+        .collect();
+    for r in 0..n {
+        let c = client_at(root, r);
+        for half in 0..2u64 {
+            for (j, id) in ids.iter().enumerate() {
+                let at = r as u64 * PART + half * PART / 2;
+                let region = Region::new(vec![at], vec![PART / 2]).unwrap();
+                c.write(*id, &region, &pattern(j, at, PART / 2), Durability::Local)
+                    .unwrap();
+            }
+        }
+    }
+    ids
+}
+
+fn check_bytes(root: &Path, n: u32, ids: &[u64]) {
+    for r in 0..n {
+        let c = client_at(root, r);
+        for (j, id) in ids.iter().enumerate() {
+            let len = n as u64 * PART;
+            let mut got = vec![0u8; len as usize];
+            c.read_into(*id, &Region::new(vec![0], vec![len]).unwrap(), &mut got)
+                .unwrap();
+            assert!(got == pattern(j, 0, len), "object {j} read through {r}");
+        }
+    }
+}
+
+/// The tier as a test sees it (the same config the servers use).
+fn tier(dir: &Path, s3: bool) -> Arc<dyn Tier> {
+    let cfg = DeploymentConfig::parse(&tier_toml(dir, s3), Vec::new()).unwrap();
+    let tc: &TierConfig = &cfg.tiers[0];
+    pdcx_tiers::open(tc).unwrap()
+}
+
+/// Group shard blobs per leader prefix (`gLEADER`), and every other blob of the deployment.
+fn blobs(root: &Path, t: &dyn Tier) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
+    let dep = std::fs::read_to_string(root.join("deployment-id")).unwrap();
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut other = Vec::new();
+    for (k, _) in t.list(&format!("{}/", dep.trim())).unwrap() {
+        let rest = &k[dep.trim().len() + 1..];
+        match rest.split_once("/shard/") {
+            Some((g, _)) if g.starts_with('g') => groups.entry(g.into()).or_default().push(k),
+            _ => other.push(k),
+        }
+    }
+    (groups, other)
+}
+
+/// Flushes every server (members first: the leader's pass is what moves their extents).
+fn flush_all(hs: &[ServerHandle]) {
+    for h in hs.iter().rev() {
+        h.server.engine.flush_all(&mut |_, _| {}).unwrap();
+    }
+}
+
+/// Every extent each server holds is in a group shard of its group's leader on `pfs` (`groups`:
+/// the blobs per leader prefix); returns how many are on the tier only (log space freed).
+fn assert_all_in_group_shards(
+    hs: &[ServerHandle],
+    ids: &[u64],
+    group: u32,
+    groups: &BTreeMap<String, Vec<String>>,
+) -> usize {
+    let mut retired = 0;
+    for (r, h) in hs.iter().enumerate() {
+        let leader = r as u32 - r as u32 % group;
+        for id in ids {
+            let mine: Vec<_> = h
+                .server
+                .engine
+                .extents(*id)
+                .into_iter()
+                .filter(|e| e.holder == r as u32)
+                .collect();
+            assert_eq!(mine.len(), 2, "server {r} holds 2 extents of {id:#x}");
+            for e in mine {
+                // `shard` is the blob's last key segment.
+                let ours = &groups[&format!("g{leader:04}")];
+                assert!(
+                    !e.shard.is_empty() && ours.iter().any(|k| k.ends_with(&e.shard)),
+                    "server {r}: {e:?} not in {ours:?}"
+                );
+                assert!(e.tier.ends_with("pfs"), "server {r}: {e:?}");
+                retired += (e.tier == "pfs") as usize;
+            }
+        }
+    }
+    retired
+}
+
+/// What a child process is to do, passed in `PDCX_GROUP_CHILD`.
+struct Spec {
+    dir: std::path::PathBuf,
+    n: u32,
+    objects: usize,
+    group: u32,
+    per_group: usize,
+    s3: bool,
+}
+
+impl Spec {
+    fn encode(&self, phase: &str) -> String {
+        format!(
+            "{}|{}|{}|{}|{}|{}|{phase}",
+            self.dir.display(),
+            self.n,
+            self.objects,
+            self.group,
+            self.per_group,
+            if self.s3 { "s3" } else { "dir" }
+        )
+    }
+
+    fn decode(s: &str) -> (Spec, String) {
+        let v: Vec<&str> = s.split('|').collect();
+        let spec = Spec {
+            dir: v[0].into(),
+            n: v[1].parse().unwrap(),
+            objects: v[2].parse().unwrap(),
+            group: v[3].parse().unwrap(),
+            per_group: v[4].parse().unwrap(),
+            s3: v[5] == "s3",
+        };
+        (spec, v[6].to_string())
+    }
+
+    fn root(&self) -> std::path::PathBuf {
+        self.dir.join("root")
+    }
+
+    /// The blobs, checked: only group shards, `per_group` under each leader's prefix.
+    fn expected_blobs(&self, t: &dyn Tier) -> BTreeMap<String, Vec<String>> {
+        let (groups, other) = blobs(&self.root(), t);
+        assert!(other.is_empty(), "blobs outside group shards: {other:?}");
+        let want: Vec<String> = (0..self.n.div_ceil(self.group))
+            .map(|k| format!("g{:04}", k * self.group))
+            .collect();
+        assert_eq!(groups.keys().cloned().collect::<Vec<_>>(), want);
+        for (g, keys) in &groups {
+            assert_eq!(keys.len(), self.per_group, "blobs of {g}: {keys:?}");
+        }
+        groups
+    }
+}
+
+/// A phase of a run, in a child process (in-process servers keep each other alive, so a
+/// restart on the same root needs a fresh process; a process exit without shutdown is also a
+/// crash of every server after the flush).
+#[test]
+fn group_child() {
+    let Ok(arg) = std::env::var("PDCX_GROUP_CHILD") else {
+        return;
+    };
+    let (spec, phase) = Spec::decode(&arg);
+    let (root, n, group) = (spec.root(), spec.n, spec.group);
+    let hs = start(&root, n);
+    let t = tier(&spec.dir, spec.s3);
+    match phase.as_str() {
+        "write" => {
+            let ids = write_parts(&root, n, spec.objects);
+            flush_all(&hs);
+            let groups = spec.expected_blobs(&*t);
+            let retired = assert_all_in_group_shards(&hs, &ids, group, &groups);
+            assert!(retired > 0, "no log segment was retired");
+            // Each member's bytes are in its group's blob (codec none: stored as written).
+            for r in 0..n {
+                let leader = r - r % group;
+                let keys = &groups[&format!("g{leader:04}")];
+                let want = pattern(0, r as u64 * PART, PART / 2);
+                let found = keys.iter().any(|k| {
+                    let blob = t.get(k).unwrap();
+                    blob.windows(want.len()).any(|w| w == want.as_slice())
+                });
+                assert!(
+                    found,
+                    "server {r}'s first extent is in no blob of g{leader:04}"
+                );
+            }
+            check_bytes(&root, n, &ids);
+        }
+        "check" => {
+            let ids: Vec<u64> = (0..spec.objects)
+                .map(|j| {
+                    client_at(&root, 0)
+                        .open_object(&format!("vpic/v{j}"))
+                        .unwrap()
+                        .id
+                })
+                .collect();
+            let before = blobs(&root, &*t);
+            check_bytes(&root, n, &ids);
+            flush_all(&hs);
+            let groups = spec.expected_blobs(&*t);
+            assert_all_in_group_shards(&hs, &ids, group, &groups);
+            assert_eq!(
+                blobs(&root, &*t),
+                before,
+                "a flush after restart changed blobs"
+            );
+            check_bytes(&root, n, &ids);
+        }
+        other => panic!("unknown phase {other}"),
+    }
+}
+
+/// Runs this binary's `group_child` for `phase` of `spec`, with extra environment.
+fn phase(spec: &Spec, phase: &str, env: &[(&str, &str)]) -> std::process::ExitStatus {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "group_child", "--nocapture", "--test-threads=1"]);
+    cmd.env("PDCX_GROUP_CHILD", spec.encode(phase));
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.status().unwrap()
+}
+
+/// One run: `n` servers, `objects` objects, `shard` settings; expects `per_group` blobs under
+/// each leader's prefix (groups of `group` servers), then the same after a restart.
+fn run(n: u32, objects: usize, shard: &str, group: u32, per_group: usize, s3: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = Spec {
+        dir: dir.path().to_path_buf(),
+        n,
+        objects,
+        group,
+        per_group,
+        s3,
+    };
+    write_config(&spec.root(), &tier_toml(dir.path(), s3), shard);
+    let st = phase(&spec, "write", &[]);
+    assert!(st.success(), "{shard}: writing and flushing failed: {st}");
+    let st = phase(&spec, "check", &[]);
+    assert!(
+        st.success(),
+        "{shard}: the check after a restart failed: {st}"
+    );
+}
+
+#[test]
+fn strategy_1_basic_one_shard_per_object_across_two_servers() {
+    run(2, 1, "strategy = 1", 2, 1, false);
+    run(2, 3, "strategy = 1", 2, 3, false);
+}
+
+#[test]
+fn composite_strategies_on_four_servers() {
+    // Composite strategy 3: one shard per 2 servers -> 2 shards for one object.
+    run(4, 1, "strategy = 3\ncomposite = true", 2, 1, false);
+    // Composite strategy 1 / basic strategy 1 on 4 servers: one shard for the object.
+    run(4, 1, "strategy = 1\ncomposite = true", 4, 1, false);
+    // Two objects per shard across 4 servers: 3 objects -> 2 shards.
+    run(4, 3, "servers = 4\nobjects = 2", 4, 2, false);
+}
+
+/// A private versitygw (scripts/s3server.sh), killed by PID on drop, its settings in the
+/// environment; None (said on stderr) when it is not installed, unless PDCX_REQUIRE_S3=1.
+struct S3 {
+    pid: i32,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the server this test started.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+        }
+    }
+}
+
+fn s3_env() -> Option<S3> {
+    let bin = std::env::var("VERSITYGW").unwrap_or_else(|_| "/usr/local/bin/versitygw".into());
+    if !Path::new(&bin).is_file() {
+        assert_ne!(
+            std::env::var("PDCX_REQUIRE_S3").as_deref(),
+            Ok("1"),
+            "PDCX_REQUIRE_S3=1 but versitygw is not installed"
+        );
+        eprintln!("SKIPPED (nothing checked): versitygw not installed");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/s3server.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .arg("start")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vars: BTreeMap<String, String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    // The servers (and the restart child) read S3 settings from the environment, as a real
+    // server does.
+    for (k, v) in [
+        ("AWS_ACCESS_KEY_ID", "PDCX_TEST_S3_ACCESS_KEY_ID"),
+        ("AWS_SECRET_ACCESS_KEY", "PDCX_TEST_S3_SECRET_ACCESS_KEY"),
+        ("PDCX_TEST_S3_ENDPOINT", "PDCX_TEST_S3_ENDPOINT"),
+        ("PDCX_TEST_S3_BUCKET", "PDCX_TEST_S3_BUCKET"),
+    ] {
+        std::env::set_var(k, &vars[v]);
+    }
+    std::env::set_var("AWS_REGION", "us-east-1");
+    let pid = std::fs::read_to_string(&vars["PDCX_TEST_S3_PIDFILE"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    Some(S3 { pid, _dir: dir })
+}
+
+#[test]
+fn group_shards_on_s3() {
+    let Some(_s3) = s3_env() else { return };
+    run(2, 2, "strategy = 1", 2, 2, true);
+    run(4, 1, "strategy = 3\ncomposite = true", 2, 1, true);
+}
+
+#[test]
+fn config_errors_name_the_settings() {
+    let err = |shard: &str| {
+        DeploymentConfig::parse(&format!("[shard]\n{shard}"), Vec::new())
+            .unwrap_err()
+            .message
+    };
+    assert!(err("servers = 3").contains("power of two"));
+    assert!(err("strategy = 3\ncomposite = true\nservers = 4").contains("contradicts"));
+    // A server refuses to start with such a config, saying why.
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(
+        root.join("pdcx.toml"),
+        format!(
+            "{}\n[shard]\nstrategy = 1\nobjects = 4\n",
+            tier_toml(dir.path(), false)
+        ),
+    )
+    .unwrap();
+    let e = Server::start(ServerConfig::new(&root, 0, 1))
+        .err()
+        .expect("a contradicting [shard] section stops the server");
+    assert!(
+        e.message.contains("shard.objects = 4") && e.message.contains("shard.strategy = 1"),
+        "{e}"
+    );
+}
