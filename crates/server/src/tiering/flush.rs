@@ -497,7 +497,7 @@ pub fn tier_stats(t: &Tiering) -> Vec<TierStat> {
 type ColdBlob = (u32, u64, Vec<(ObjectId, Extent)>);
 
 /// Bytes of encoded extents the flusher puts in parallel before recording their homes.
-pub(super) const PUT_BATCH_BYTES: u64 = 64 << 20;
+const PUT_BATCH_BYTES: u64 = 64 << 20;
 /// Concurrent puts per flush batch (S3 and parallel file systems want several in flight).
 const PUT_THREADS: usize = 4;
 

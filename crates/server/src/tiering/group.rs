@@ -25,7 +25,7 @@
 //! and then `records`; `ShardRefs` takes only `records`, and no handler sends a request while
 //! holding a lock, so two servers' passes asking each other never wait on each other.
 
-use super::flush::{form_jobs, run_puts, Encoded, ShardGroups, PUT_BATCH_BYTES};
+use super::flush::{form_jobs, run_puts, Encoded, ShardGroups};
 use super::placement::{candidates, Hints, TierHint, TierView};
 use super::{codec, Home, Tiering};
 use crate::datastore::crash_point;
@@ -35,6 +35,12 @@ use pdcx_core::{Error, ObjectId, ObjectMeta, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+
+/// Encoded bytes a leader pulls from its members in one pass (split evenly between them, at
+/// least [`MIN_MEMBER_BYTES`] or one extent each): bounds the leader's memory however large
+/// the group; `flush_all` runs passes until nothing waits.
+const GROUP_PASS_BYTES: u64 = 256 << 20;
+const MIN_MEMBER_BYTES: u64 = 1 << 20;
 
 impl Tiering {
     /// True when shards are formed by groups of several servers.
@@ -92,11 +98,7 @@ impl Tiering {
 
 impl Engine {
     /// Answers a group-shard request from server `from` (`rpc.rs`).
-    pub(crate) fn shard_request(
-        &self,
-        from: u32,
-        req: PeerRequest,
-    ) -> Result<(PeerResponse, Vec<u8>)> {
+    pub fn shard_request(&self, from: u32, req: PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
         let t = self
             .tiering
             .clone()
@@ -394,20 +396,25 @@ impl Engine {
     /// extents, puts them as group shards, then has each member record its homes. A member
     /// that does not answer is skipped (its extents wait in its log for the next pass).
     pub(super) fn group_pass(&self, t: &Arc<Tiering>, report: &mut FlushReport) {
-        if !t.group_on() || t.group_leader() != self.rank {
+        if !t.group_on()
+            || t.group_leader() != self.rank
+            || !(0..t.tiers.len()).any(|i| t.off_node(i))
+        {
             return;
         }
         let leader = self.rank;
+        let members = t.group_members();
+        let per_member = (GROUP_PASS_BYTES / members.len().max(1) as u64).max(MIN_MEMBER_BYTES);
         let mut batch: Vec<Encoded> = Vec::new();
         // Objects are grouped in the order the pass meets them: members by rank, each in its
         // log order. At least one object per shard: a group shard is never an own blob.
         let mut groups = ShardGroups::new(t.objects_per_shard.max(1));
-        for m in t.group_members() {
+        for m in members {
             let got = self.shard_ask(
                 t,
                 m,
                 PeerRequest::ShardCandidates {
-                    max_bytes: PUT_BATCH_BYTES,
+                    max_bytes: per_member,
                 },
             );
             let (list, bytes, more) = match got {
