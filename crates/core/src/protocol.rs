@@ -935,8 +935,9 @@ pub enum PeerRequest {
     /// The leader of the sender's shard group asks for this server's extents that wait for a
     /// group shard (no home yet; first placement choice a tier every member reaches), up to
     /// about `max_bytes` stored bytes, each encoded as this server would store it. Answered with
-    /// `ShardCandidates`, the encoded bytes back to back in the payload.
-    ShardCandidates { max_bytes: u64 },
+    /// `ShardCandidates`: with `bytes`, the encoded bytes back to back in the payload; without,
+    /// this server keeps them for `ShardBytes` / `UploadShardPart` of the same pass.
+    ShardCandidates { max_bytes: u64, bytes: bool },
     /// The leader put a group shard holding these extents of this server: record their homes
     /// durably and publish them (then their log segments can retire). Answered with
     /// `ShardRecorded`.
@@ -947,6 +948,27 @@ pub enum PeerRequest {
     /// A member's last reference to group shard `key` on tier `tier` went: the leader deletes
     /// the blob once no member references it. Answered with `ShardReleased`.
     ShardRelease { tier: String, key: String },
+    /// The encoded bytes of these extents offered by the last `ShardCandidates` (without
+    /// bytes), back to back in the payload. Answered with `ShardBytes`.
+    ShardBytes { extents: Vec<(ObjectId, u64)> },
+    /// Upload one part of the leader's multipart upload of a group shard on an S3 tier from
+    /// this server's extents offered by the last `ShardCandidates`. Answered with
+    /// `PartUploaded`.
+    UploadShardPart(ShardPart),
+}
+
+/// See `PeerRequest::UploadShardPart`: part `part` of upload `upload_id` of `key` on tier
+/// `tier` is bytes [`skip`, `skip + len`) of `extents`' encoded bytes back to back, zeros
+/// past their end (padding up to S3's smallest part).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardPart {
+    pub tier: String,
+    pub key: String,
+    pub upload_id: String,
+    pub part: u32,
+    pub extents: Vec<(ObjectId, u64)>,
+    pub skip: u64,
+    pub len: u64,
 }
 
 /// One extent a member offers its group's leader (`PeerRequest::ShardCandidates`).
@@ -1003,6 +1025,8 @@ impl PeerRequest {
             PeerRequest::RecordShardHomes { .. } => "RecordShardHomes",
             PeerRequest::ShardRefs { .. } => "ShardRefs",
             PeerRequest::ShardRelease { .. } => "ShardRelease",
+            PeerRequest::ShardBytes { .. } => "ShardBytes",
+            PeerRequest::UploadShardPart(_) => "UploadShardPart",
         }
     }
 }
@@ -1038,6 +1062,8 @@ pub enum PeerResponse {
     ShardRefs(Vec<(String, String)>),
     /// Answer to `ShardRelease` (the check itself happens at the leader's next flush pass).
     ShardReleased,
+    /// Answer to `ShardBytes`; the payload holds the bytes.
+    ShardBytes,
 }
 
 /// The error a reply carries, if it is one (both families end in an `Error` variant).

@@ -609,7 +609,9 @@ fn handle_peer(server: &Server, from: u32, req: PeerRequest) -> Result<(PeerResp
         req @ (PeerRequest::ShardCandidates { .. }
         | PeerRequest::RecordShardHomes { .. }
         | PeerRequest::ShardRefs { .. }
-        | PeerRequest::ShardRelease { .. }) => {
+        | PeerRequest::ShardRelease { .. }
+        | PeerRequest::ShardBytes { .. }
+        | PeerRequest::UploadShardPart(_)) => {
             let (resp, bytes) = server.engine.shard_request(from, req)?;
             if bytes.len() as u64 > server.config.max_payload {
                 return Err(Error::invalid(format!(

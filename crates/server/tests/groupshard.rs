@@ -21,6 +21,8 @@ use common::client_at;
 
 /// Bytes each server writes per object, as two extents.
 const PART: u64 = 1536 << 10;
+/// Bytes per write (extent).
+const CHUNK: u64 = 768 << 10;
 
 /// The tier section of the config: a shared directory under `dir`, or the S3 bucket the
 /// environment names (see [`s3_env`]).
@@ -72,13 +74,13 @@ fn pattern(j: usize, at: u64, len: u64) -> Vec<u8> {
 
 /// Creates `objects` byte objects of `n * PART` bytes and has each server write its part as
 /// two extents, through a client whose node-local server it is.
-fn write_parts(root: &Path, n: u32, objects: usize) -> Vec<u64> {
+fn write_parts(root: &Path, n: u32, objects: usize, part: u64) -> Vec<u64> {
     let c0 = client_at(root, 0);
     let ids: Vec<u64> = (0..objects)
         .map(|j| {
             c0.create_object(ObjectSpec {
                 name: format!("vpic/v{j}"),
-                dims: vec![n as u64 * PART],
+                dims: vec![n as u64 * part],
                 dtype: Dtype::UInt8,
                 fill: None,
                 containers: vec![],
@@ -91,11 +93,11 @@ fn write_parts(root: &Path, n: u32, objects: usize) -> Vec<u64> {
         .collect();
     for r in 0..n {
         let c = client_at(root, r);
-        for half in 0..2u64 {
+        for k in 0..part / CHUNK {
             for (j, id) in ids.iter().enumerate() {
-                let at = r as u64 * PART + half * PART / 2;
-                let region = Region::new(vec![at], vec![PART / 2]).unwrap();
-                c.write(*id, &region, &pattern(j, at, PART / 2), Durability::Local)
+                let at = r as u64 * part + k * CHUNK;
+                let region = Region::new(vec![at], vec![CHUNK]).unwrap();
+                c.write(*id, &region, &pattern(j, at, CHUNK), Durability::Local)
                     .unwrap();
             }
         }
@@ -110,17 +112,17 @@ fn object_ids(root: &Path, objects: usize) -> Vec<u64> {
         .collect()
 }
 
-fn check_bytes(root: &Path, n: u32, ids: &[u64]) {
-    check_bytes_of(root, n, ids, 0)
+fn check_bytes(root: &Path, n: u32, ids: &[u64], part: u64) {
+    check_bytes_of(root, n, ids, 0, part)
 }
 
 /// Reads objects `ids` (object `first + k` is `ids[k]`) whole through every server.
-fn check_bytes_of(root: &Path, n: u32, ids: &[u64], first: usize) {
+fn check_bytes_of(root: &Path, n: u32, ids: &[u64], first: usize, part: u64) {
     for r in 0..n {
         let c = client_at(root, r);
         for (k, id) in ids.iter().enumerate() {
             let j = first + k;
-            let len = n as u64 * PART;
+            let len = n as u64 * part;
             let mut got = vec![0u8; len as usize];
             c.read_into(*id, &Region::new(vec![0], vec![len]).unwrap(), &mut got)
                 .unwrap();
@@ -161,6 +163,7 @@ fn flush_all(hs: &[ServerHandle]) {
 /// Every extent each server holds is in a group shard of its group's leader on `pfs` (`groups`:
 /// the blobs per leader prefix); returns how many are on the tier only (log space freed).
 fn assert_all_in_group_shards(
+    part: u64,
     hs: &[ServerHandle],
     ids: &[u64],
     group: u32,
@@ -177,7 +180,11 @@ fn assert_all_in_group_shards(
                 .into_iter()
                 .filter(|e| e.holder == r as u32)
                 .collect();
-            assert_eq!(mine.len(), 2, "server {r} holds 2 extents of {id:#x}");
+            assert_eq!(
+                mine.len() as u64,
+                part / CHUNK,
+                "server {r}'s extents of {id:#x}"
+            );
             for e in mine {
                 // `shard` is the blob's last key segment.
                 let ours = &groups[&format!("g{leader:04}")];
@@ -201,18 +208,21 @@ struct Spec {
     group: u32,
     per_group: usize,
     s3: bool,
+    /// Bytes each server writes per object.
+    part: u64,
 }
 
 impl Spec {
     fn encode(&self, phase: &str) -> String {
         format!(
-            "{}|{}|{}|{}|{}|{}|{phase}",
+            "{}|{}|{}|{}|{}|{}|{}|{phase}",
             self.dir.display(),
             self.n,
             self.objects,
             self.group,
             self.per_group,
-            if self.s3 { "s3" } else { "dir" }
+            if self.s3 { "s3" } else { "dir" },
+            self.part
         )
     }
 
@@ -225,8 +235,9 @@ impl Spec {
             group: v[3].parse().unwrap(),
             per_group: v[4].parse().unwrap(),
             s3: v[5] == "s3",
+            part: v[6].parse().unwrap(),
         };
-        (spec, v[6].to_string())
+        (spec, v[7].to_string())
     }
 
     fn root(&self) -> std::path::PathBuf {
@@ -262,16 +273,16 @@ fn group_child() {
     let t = tier(&spec.dir, spec.s3);
     match phase.as_str() {
         "write" => {
-            let ids = write_parts(&root, n, spec.objects);
+            let ids = write_parts(&root, n, spec.objects, spec.part);
             flush_all(&hs);
             let groups = spec.expected_blobs(&*t);
-            let retired = assert_all_in_group_shards(&hs, &ids, group, &groups);
+            let retired = assert_all_in_group_shards(spec.part, &hs, &ids, group, &groups);
             assert!(retired > 0, "no log segment was retired");
             // Each member's bytes are in its group's blob (codec none: stored as written).
             for r in 0..n {
                 let leader = r - r % group;
                 let keys = &groups[&format!("g{leader:04}")];
-                let want = pattern(0, r as u64 * PART, PART / 2);
+                let want = pattern(0, r as u64 * spec.part, CHUNK);
                 let found = keys.iter().any(|k| {
                     let blob = t.get(k).unwrap();
                     blob.windows(want.len()).any(|w| w == want.as_slice())
@@ -281,15 +292,37 @@ fn group_child() {
                     "server {r}'s first extent is in no blob of g{leader:04}"
                 );
             }
-            check_bytes(&root, n, &ids);
+            check_bytes(&root, n, &ids, spec.part);
+            if spec.s3 && spec.part >= BIG {
+                // Each server's 12 MiB is a run of parts of 8 MiB and 4 MiB, the 4 MiB part
+                // padded to S3's smallest part (5 MiB) unless it is the blob's last.
+                for keys in groups.values() {
+                    let len = t.len(&keys[0]).unwrap();
+                    assert_eq!(len, (group as u64 - 1) * (13 << 20) + (12 << 20));
+                }
+                // Shards of two parts or more: each server uploaded its own parts.
+                for (r, h) in hs.iter().enumerate() {
+                    assert!(
+                        h.server.engine.group_parts_uploaded() >= 2,
+                        "server {r} uploaded {} parts",
+                        h.server.engine.group_parts_uploaded()
+                    );
+                }
+            } else {
+                let parts: u64 = hs
+                    .iter()
+                    .map(|h| h.server.engine.group_parts_uploaded())
+                    .sum();
+                assert_eq!(parts, 0, "small shards are put whole by the leader");
+            }
         }
         "check" | "check_after_crash" => {
             let ids = object_ids(&root, spec.objects);
             let before = blobs(&root, &*t);
-            check_bytes(&root, n, &ids);
+            check_bytes(&root, n, &ids, spec.part);
             flush_all(&hs);
             let groups = spec.expected_blobs(&*t);
-            assert_all_in_group_shards(&hs, &ids, group, &groups);
+            assert_all_in_group_shards(spec.part, &hs, &ids, group, &groups);
             if phase == "check" {
                 assert_eq!(
                     blobs(&root, &*t),
@@ -297,12 +330,12 @@ fn group_child() {
                     "a flush after restart changed blobs"
                 );
             }
-            check_bytes(&root, n, &ids);
+            check_bytes(&root, n, &ids, spec.part);
         }
         "crash" => {
             // Dies (PDCX_CRASH_AT=shard.after_group_put) in the leader's pass: the group
             // shards are put, no member has recorded its homes.
-            write_parts(&root, n, spec.objects);
+            write_parts(&root, n, spec.objects, spec.part);
             flush_all(&hs);
             panic!("the crash point was not reached");
         }
@@ -333,7 +366,7 @@ fn group_child() {
             flush_all(&hs);
             assert!(t.len(&doomed).is_err(), "{doomed} outlived its last extent");
             assert!(t.len(&kept).is_ok());
-            check_bytes_of(&root, n, &ids[1..], 1);
+            check_bytes_of(&root, n, &ids[1..], 1, spec.part);
         }
         other => panic!("unknown phase {other}"),
     }
@@ -353,6 +386,18 @@ fn phase(spec: &Spec, phase: &str, env: &[(&str, &str)]) -> std::process::ExitSt
 /// One run: `n` servers, `objects` objects, `shard` settings; expects `per_group` blobs under
 /// each leader's prefix (groups of `group` servers), then the same after a restart.
 fn run(n: u32, objects: usize, shard: &str, group: u32, per_group: usize, s3: bool) {
+    run_with(n, objects, shard, group, per_group, s3, PART)
+}
+
+fn run_with(
+    n: u32,
+    objects: usize,
+    shard: &str,
+    group: u32,
+    per_group: usize,
+    s3: bool,
+    part: u64,
+) {
     let dir = tempfile::tempdir().unwrap();
     let spec = Spec {
         dir: dir.path().to_path_buf(),
@@ -361,6 +406,7 @@ fn run(n: u32, objects: usize, shard: &str, group: u32, per_group: usize, s3: bo
         group,
         per_group,
         s3,
+        part,
     };
     write_config(&spec.root(), &tier_toml(dir.path(), s3), shard);
     let st = phase(&spec, "write", &[]);
@@ -382,6 +428,7 @@ fn a_group_shard_is_deleted_when_no_server_references_it() {
         group: 4,
         per_group: 2,
         s3: false,
+        part: PART,
     };
     write_config(&spec.root(), &tier_toml(dir.path(), false), "strategy = 1");
     assert!(phase(&spec, "write", &[]).success());
@@ -410,6 +457,7 @@ fn sigkill_between_the_group_put_and_the_members_records_loses_nothing() {
             group,
             per_group,
             s3: false,
+            part: PART,
         };
         write_config(&spec.root(), &tier_toml(dir.path(), false), shard);
         let st = phase(
@@ -532,6 +580,19 @@ fn group_shards_on_s3() {
     let Some(_s3) = s3_env() else { return };
     run(2, 2, "strategy = 1", 2, 2, true);
     run(4, 1, "strategy = 3\ncomposite = true", 2, 1, true);
+}
+
+/// Bytes per server per object that make a group shard a multipart upload (>= 2 parts of 8 MiB).
+const BIG: u64 = 12 << 20;
+
+#[test]
+fn s3_group_shards_of_two_parts_or_more_are_uploaded_by_the_servers_holding_the_bytes() {
+    let Some(_s3) = s3_env() else { return };
+    // 2 servers x 12 MiB: server 0 uploads parts of 8 MiB and 4 MiB padded to 5 MiB, server 1
+    // parts of 8 MiB and 4 MiB (the last part).
+    run_with(2, 1, "strategy = 1", 2, 1, true, BIG);
+    // 4 servers in groups of 2 (composite strategy 3).
+    run_with(4, 1, "strategy = 3\ncomposite = true", 2, 1, true, BIG);
 }
 
 #[test]

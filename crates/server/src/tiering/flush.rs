@@ -120,6 +120,7 @@ impl Engine {
                             from: self.rank,
                             raw_len: e.loc.len,
                             group: shard_groups.group_of(*id),
+                            len: stored.len() as u64,
                             stored,
                             codec: codec_used,
                             order,
@@ -239,6 +240,7 @@ impl Engine {
                 from: self.rank,
                 raw_len: e.loc.len,
                 group: shard_groups.group_of(id),
+                len: stored.len() as u64,
                 stored,
                 codec: codec_used,
                 order,
@@ -510,7 +512,10 @@ pub(super) struct Encoded {
     pub(super) raw_len: u64,
     /// Extents of the same group placed on the same tiers share a shard blob.
     pub(super) group: Option<usize>,
+    /// The encoded bytes, or nothing when they stay with `from` (S3 group shards: see
+    /// `group.rs`); `len` is their length either way.
     pub(super) stored: Vec<u8>,
+    pub(super) len: u64,
     pub(super) codec: String,
     /// Tiers to try: the placement's choice, then spill targets.
     pub(super) order: Vec<usize>,
@@ -557,7 +562,9 @@ pub(super) struct Member {
 pub(super) struct PutJob {
     pub(super) key: String,
     pub(super) shard: bool,
+    /// The blob (empty while its extents' bytes stay with their servers); `len` its length.
     pub(super) stored: Vec<u8>,
+    pub(super) len: u64,
     pub(super) members: Vec<Member>,
     /// Tiers to try: the placement's choice, then spill targets.
     pub(super) order: Vec<usize>,
@@ -579,7 +586,7 @@ pub(super) fn form_jobs(t: &Tiering, batch: Vec<Encoded>, cross: bool) -> Vec<Pu
             from: x.from,
             raw_len: x.raw_len,
             codec: x.codec.clone(),
-            stored_len: x.stored.len() as u64,
+            stored_len: x.len,
             offset,
         };
         let Some(group) = x.group else {
@@ -588,15 +595,17 @@ pub(super) fn form_jobs(t: &Tiering, batch: Vec<Encoded>, cross: bool) -> Vec<Pu
                 shard: false,
                 members: vec![member(0)],
                 stored: x.stored,
+                len: x.len,
                 order: x.order,
             });
             continue;
         };
         let slot = (group, x.order.clone());
         match open.get(&slot).map(|&j| &mut jobs[j]) {
-            Some(job) if job.stored.len() as u64 + x.stored.len() as u64 <= t.max_shard_bytes => {
-                job.members.push(member(job.stored.len() as u64));
+            Some(job) if job.len + x.len <= t.max_shard_bytes => {
+                job.members.push(member(job.len));
                 job.stored.extend_from_slice(&x.stored);
+                job.len += x.len;
             }
             _ => {
                 open.insert(slot, jobs.len());
@@ -609,6 +618,7 @@ pub(super) fn form_jobs(t: &Tiering, batch: Vec<Encoded>, cross: bool) -> Vec<Pu
                     shard: true,
                     members: vec![member(0)],
                     stored: x.stored,
+                    len: x.len,
                     order: x.order,
                 });
             }

@@ -12,6 +12,9 @@
 //!   placement) across all members' extents (cut at `max_bytes`), puts each blob once under
 //!   `DEPLOYMENT/gLEADER/shard/`, and only after the put succeeded has each member record its
 //!   homes durably (`RecordShardHomes`); the members' log segments then retire as usual.
+//!   With an S3 tier only sizes travel: a shard of two parts or more on S3 is a multipart
+//!   upload whose parts the members upload from their own extents (`UploadShardPart`), the
+//!   others' bytes are fetched (`ShardBytes`) and put by the leader.
 //! - Crash between the put and the members' records: the unrecorded extents are still only in
 //!   their logs and are pulled again by a later pass (into a blob of the same or another key);
 //!   a blob no server references is deleted by the leader's first pass after its start, but
@@ -25,12 +28,14 @@
 //! and then `records`; `ShardRefs` takes only `records`, and no handler sends a request while
 //! holding a lock, so two servers' passes asking each other never wait on each other.
 
-use super::flush::{form_jobs, run_puts, Encoded, ShardGroups};
+use super::flush::{form_jobs, run_puts, Encoded, PutJob, ShardGroups};
 use super::placement::{candidates, Hints, TierHint, TierView};
 use super::{codec, Home, Tiering};
 use crate::datastore::crash_point;
 use crate::engine::Engine;
-use pdcx_core::protocol::{FlushReport, PeerRequest, PeerResponse, ShardCandidate, ShardHome};
+use pdcx_core::protocol::{
+    FlushReport, PeerRequest, PeerResponse, ShardCandidate, ShardHome, ShardPart,
+};
 use pdcx_core::{Error, ObjectId, ObjectMeta, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -104,16 +109,25 @@ impl Engine {
             .clone()
             .ok_or_else(|| Error::invalid("this server has no tiers (pdcx.toml)"))?;
         Ok(match req {
-            PeerRequest::ShardCandidates { max_bytes } => {
+            PeerRequest::ShardCandidates { max_bytes, bytes } => {
                 if !t.group_on() || t.group_leader() != from {
                     return Err(Error::invalid(format!(
                         "server {from} asked for group shard candidates, but this server's shard group (of {}) is led by server {}",
                         t.group, t.group_leader()
                     )));
                 }
-                let (list, bytes, more) = self.shard_candidates(&t, max_bytes)?;
+                let (list, bytes, more) = self.shard_candidates(&t, max_bytes, bytes)?;
                 (PeerResponse::ShardCandidates { list, more }, bytes)
             }
+            PeerRequest::ShardBytes { extents } => {
+                (PeerResponse::ShardBytes, offered_bytes(&t, &extents)?)
+            }
+            PeerRequest::UploadShardPart(part) => (
+                PeerResponse::PartUploaded {
+                    etag: upload_shard_part(&t, &part)?,
+                },
+                Vec::new(),
+            ),
             PeerRequest::RecordShardHomes { homes } => {
                 let count = {
                     let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
@@ -148,12 +162,16 @@ impl Engine {
 
     /// This server's extents waiting for a group shard, in log order, up to about
     /// `max_bytes` stored bytes (at least one): each encoded as a flush pass would store it,
-    /// with its placement order; the stored bytes back to back; and how many more wait.
+    /// with its placement order; the stored bytes back to back (`with_bytes`; else kept in
+    /// `t.offered` for the leader to fetch or have uploaded); and how many more wait.
     fn shard_candidates(
         &self,
         t: &Tiering,
         max_bytes: u64,
+        with_bytes: bool,
     ) -> Result<(Vec<ShardCandidate>, Vec<u8>, u64)> {
+        let mut offered = HashMap::new();
+        let mut total = 0u64;
         let (todo, _) = self.store().extents_to_flush(t);
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
         let mut hints = Hints::new(&names);
@@ -176,7 +194,7 @@ impl Engine {
             if !t.waits_for_group(&hint, e.loc.len, per, &views) {
                 continue;
             }
-            if !list.is_empty() && bytes.len() as u64 >= max_bytes {
+            if !list.is_empty() && total >= max_bytes {
                 more += 1;
                 continue;
             }
@@ -193,8 +211,15 @@ impl Engine {
                 codec: codec_used,
                 order: order.iter().map(|&i| t.name(i).to_string()).collect(),
             });
-            bytes.extend_from_slice(&stored);
+            total += stored.len() as u64;
+            if with_bytes {
+                bytes.extend_from_slice(&stored);
+            } else {
+                offered.insert((*id, e.seq), stored);
+            }
         }
+        // The previous offer is over: a leader asks again each pass.
+        *t.offered.lock().unwrap_or_else(|p| p.into_inner()) = offered;
         Ok((list, bytes, more))
     }
 
@@ -243,6 +268,7 @@ impl Engine {
         self.store().record_homes(t, &done)?;
         let n = done.len() as u64;
         self.store().set_homes(done);
+        t.offered.lock().unwrap_or_else(|p| p.into_inner()).clear();
         Ok(n)
     }
 
@@ -267,10 +293,19 @@ impl Engine {
                     PeerResponse::ShardRefs(self.shard_refs(t, &prefix)),
                     Vec::new(),
                 )),
-                PeerRequest::ShardCandidates { max_bytes } => {
-                    let (list, bytes, more) = self.shard_candidates(t, max_bytes)?;
+                PeerRequest::ShardCandidates { max_bytes, bytes } => {
+                    let (list, bytes, more) = self.shard_candidates(t, max_bytes, bytes)?;
                     Ok((PeerResponse::ShardCandidates { list, more }, bytes))
                 }
+                PeerRequest::ShardBytes { extents } => {
+                    Ok((PeerResponse::ShardBytes, offered_bytes(t, &extents)?))
+                }
+                PeerRequest::UploadShardPart(part) => Ok((
+                    PeerResponse::PartUploaded {
+                        etag: upload_shard_part(t, &part)?,
+                    },
+                    Vec::new(),
+                )),
                 other => Err(Error::internal(format!(
                     "{} is not sent to this server itself",
                     other.name()
@@ -395,6 +430,11 @@ impl Engine {
     /// The leader's part of a flush pass (under `moves`): pulls every member's waiting
     /// extents, puts them as group shards, then has each member record its homes. A member
     /// that does not answer is skipped (its extents wait in its log for the next pass).
+    ///
+    /// With an S3 tier the members keep their encoded bytes: a shard of at least two parts
+    /// going to S3 is a multipart upload whose parts the members holding the bytes upload
+    /// ([`Engine::upload_by_members`]); the bytes of every other shard are fetched
+    /// (`ShardBytes`) and the shard put by the leader.
     pub(super) fn group_pass(&self, t: &Arc<Tiering>, report: &mut FlushReport) {
         if !t.group_on()
             || t.group_leader() != self.rank
@@ -405,19 +445,17 @@ impl Engine {
         let leader = self.rank;
         let members = t.group_members();
         let per_member = (GROUP_PASS_BYTES / members.len().max(1) as u64).max(MIN_MEMBER_BYTES);
+        let keep_bytes = (0..t.tiers.len()).any(|i| t.off_node(i) && t.s3[i].is_some());
         let mut batch: Vec<Encoded> = Vec::new();
         // Objects are grouped in the order the pass meets them: members by rank, each in its
         // log order. At least one object per shard: a group shard is never an own blob.
         let mut groups = ShardGroups::new(t.objects_per_shard.max(1));
         for m in members {
-            let got = self.shard_ask(
-                t,
-                m,
-                PeerRequest::ShardCandidates {
-                    max_bytes: per_member,
-                },
-            );
-            let (list, bytes, more) = match got {
+            let req = PeerRequest::ShardCandidates {
+                max_bytes: per_member,
+                bytes: !keep_bytes,
+            };
+            let (list, bytes, more) = match self.shard_ask(t, m, req) {
                 Ok((PeerResponse::ShardCandidates { list, more }, bytes)) => (list, bytes, more),
                 Ok((other, _)) => {
                     report.error = Some(format!("unexpected reply to ShardCandidates: {other:?}"));
@@ -437,14 +475,19 @@ impl Engine {
             }
             let mut at = 0usize;
             for c in list {
-                let end = at.saturating_add(c.stored_len as usize);
-                let Some(stored) = bytes.get(at..end) else {
-                    report.error = Some(format!(
-                        "server {m} sent shard candidates whose lengths exceed their bytes"
-                    ));
-                    break;
+                let stored = if keep_bytes {
+                    Vec::new()
+                } else {
+                    let end = at.saturating_add(c.stored_len as usize);
+                    let Some(stored) = bytes.get(at..end) else {
+                        report.error = Some(format!(
+                            "server {m} sent shard candidates whose lengths exceed their bytes"
+                        ));
+                        break;
+                    };
+                    at = end;
+                    stored.to_vec()
                 };
-                at = end;
                 let order: Vec<usize> = c.order.iter().filter_map(|n| t.tier_index(n)).collect();
                 if order.is_empty() {
                     continue;
@@ -455,7 +498,8 @@ impl Engine {
                     from: m,
                     raw_len: c.raw_len,
                     group: groups.group_of(c.id),
-                    stored: stored.to_vec(),
+                    stored,
+                    len: c.stored_len,
                     codec: c.codec,
                     order,
                 });
@@ -464,18 +508,44 @@ impl Engine {
         if batch.is_empty() {
             return;
         }
+        let jobs = form_jobs(t, batch, true);
+        let mut landed: Vec<(PutJob, Option<usize>)> = Vec::new();
+        let mut plain = Vec::new();
+        for mut job in jobs {
+            let first = job.order[0];
+            match t.s3[first].clone() {
+                Some(s3) if keep_bytes && job.len >= 2 * s3.part_size() as u64 => {
+                    match self.upload_by_members(t, first, &s3, &mut job) {
+                        Ok(()) => landed.push((job, Some(first))),
+                        Err(e) => {
+                            t.note_error(first, &e);
+                            report.error = Some(format!(
+                                "uploading group shard {} to tier {:?}: {}; its extents wait in their logs",
+                                job.key,
+                                t.name(first),
+                                e.message
+                            ));
+                        }
+                    }
+                }
+                _ => plain.push(job),
+            }
+        }
+        if keep_bytes {
+            plain = self.fetch_offered(t, plain, report);
+        }
         let failed: Mutex<HashSet<usize>> = Mutex::new(HashSet::new());
         let put_error: Mutex<Option<String>> = Mutex::new(None);
-        let jobs = form_jobs(t, batch, true);
-        let landed = run_puts(t, &jobs, &failed, &put_error);
+        let tiers = run_puts(t, &plain, &failed, &put_error);
+        landed.extend(plain.into_iter().zip(tiers));
         crash_point("shard.after_group_put");
         if let Some(e) = put_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             report.error = Some(e);
         }
         // Per member: its homes, and (raw bytes, stored bytes) they stand for.
         let mut per: BTreeMap<u32, (Vec<ShardHome>, u64, u64)> = BTreeMap::new();
-        for (job, tier) in jobs.iter().zip(landed) {
-            let Some(tier) = tier else { continue };
+        for (job, tier) in &landed {
+            let Some(tier) = *tier else { continue };
             for x in &job.members {
                 let e = per.entry(x.from).or_default();
                 e.0.push(ShardHome {
@@ -533,5 +603,285 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Fills the blobs of `jobs` with their extents' bytes, fetched from the servers that
+    /// offered them (one `ShardBytes` per server); drops the jobs of a server that does not
+    /// answer (their extents wait in the logs).
+    fn fetch_offered(
+        &self,
+        t: &Tiering,
+        mut jobs: Vec<PutJob>,
+        report: &mut FlushReport,
+    ) -> Vec<PutJob> {
+        let mut want: BTreeMap<u32, Vec<(ObjectId, u64)>> = BTreeMap::new();
+        for job in &jobs {
+            for x in &job.members {
+                want.entry(x.from).or_default().push((x.id, x.seq));
+            }
+        }
+        let mut got: HashMap<(ObjectId, u64), Vec<u8>> = HashMap::new();
+        let mut down: HashSet<u32> = HashSet::new();
+        for (m, list) in want {
+            let lens: Vec<u64> = jobs
+                .iter()
+                .flat_map(|j| j.members.iter())
+                .filter(|x| x.from == m)
+                .map(|x| x.stored_len)
+                .collect();
+            match self.shard_ask(
+                t,
+                m,
+                PeerRequest::ShardBytes {
+                    extents: list.clone(),
+                },
+            ) {
+                Ok((PeerResponse::ShardBytes, bytes))
+                    if bytes.len() as u64 == lens.iter().sum::<u64>() =>
+                {
+                    let mut at = 0usize;
+                    for (key, len) in list.into_iter().zip(lens) {
+                        got.insert(key, bytes[at..at + len as usize].to_vec());
+                        at += len as usize;
+                    }
+                }
+                Ok((other, bytes)) => {
+                    report.error = Some(format!(
+                        "server {m} answered ShardBytes with {other:?} and {} bytes",
+                        bytes.len()
+                    ));
+                    down.insert(m);
+                }
+                Err(e) => {
+                    report.error = Some(format!(
+                        "server {m} did not send its extents' bytes ({}); they wait in its log",
+                        e.message
+                    ));
+                    down.insert(m);
+                }
+            }
+        }
+        jobs.retain(|j| j.members.iter().all(|x| !down.contains(&x.from)));
+        for job in &mut jobs {
+            job.stored = Vec::with_capacity(job.len as usize);
+            for x in &job.members {
+                if let Some(b) = got.remove(&(x.id, x.seq)) {
+                    job.stored.extend_from_slice(&b);
+                }
+            }
+        }
+        jobs
+    }
+
+    /// Puts `job` on S3 tier `tier` as a multipart upload whose parts the servers holding
+    /// the bytes upload (`UploadShardPart`). Each server's extents are one run of the blob,
+    /// cut into parts of the tier's part size; a run's last part that is not the blob's last
+    /// is padded with zeros to S3's smallest part (5 MiB), so no part needs another server's
+    /// bytes. Sets the members' offsets (after padding) and the blob's length. Any failure
+    /// aborts the upload.
+    fn upload_by_members(
+        &self,
+        t: &Tiering,
+        tier: usize,
+        s3: &pdcx_tiers::s3::S3Tier,
+        job: &mut PutJob,
+    ) -> Result<()> {
+        const MIN_PART: u64 = 5 << 20;
+        let part_size = s3.part_size() as u64;
+        // Runs of consecutive members held by one server.
+        let mut runs: Vec<(u32, Vec<usize>)> = Vec::new();
+        for (i, x) in job.members.iter().enumerate() {
+            match runs.last_mut() {
+                Some((from, v)) if *from == x.from => v.push(i),
+                _ => runs.push((x.from, vec![i])),
+            }
+        }
+        let mut parts: Vec<(u32, ShardPart)> = Vec::new();
+        let mut off = 0u64;
+        let nruns = runs.len();
+        for (r, (from, idx)) in runs.into_iter().enumerate() {
+            let mut o = off;
+            for &i in &idx {
+                job.members[i].offset = o;
+                o += job.members[i].stored_len;
+            }
+            let run_len = o - off;
+            let extents: Vec<(ObjectId, u64)> = idx
+                .iter()
+                .map(|&i| (job.members[i].id, job.members[i].seq))
+                .collect();
+            let mut skip = 0u64;
+            while skip < run_len {
+                let n = part_size.min(run_len - skip);
+                let last = r + 1 == nruns && skip + n == run_len;
+                let len = if last { n } else { n.max(MIN_PART) };
+                parts.push((
+                    from,
+                    ShardPart {
+                        tier: t.name(tier).to_string(),
+                        key: job.key.clone(),
+                        upload_id: String::new(),
+                        part: parts.len() as u32,
+                        extents: extents.clone(),
+                        skip,
+                        len,
+                    },
+                ));
+                skip += n;
+                off += len;
+            }
+        }
+        job.len = off;
+        let upload_id = s3.create_upload(&job.key)?;
+        for (_, p) in &mut parts {
+            p.upload_id = upload_id.clone();
+        }
+        let t0 = std::time::Instant::now();
+        let result = self
+            .upload_parts(t, &parts)
+            .and_then(|etags| s3.complete_upload(&job.key, &upload_id, etags));
+        if let Err(e) = result {
+            if let Err(a) = s3.abort_upload(&job.key, &upload_id) {
+                tracing::warn!(
+                    "aborting upload {upload_id} of group shard {}: {}",
+                    job.key,
+                    a.message
+                );
+            }
+            return Err(e);
+        }
+        let c = &t.counters[tier];
+        c.put_bytes.fetch_add(job.len, Ordering::Relaxed);
+        c.put_nanos
+            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        c.extents.fetch_add(1, Ordering::Relaxed);
+        t.clear_error(tier);
+        Ok(())
+    }
+
+    /// Has each part uploaded by its server, a few at once; the ETags in part order.
+    fn upload_parts(&self, t: &Tiering, parts: &[(u32, ShardPart)]) -> Result<Vec<String>> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let etags: Vec<Mutex<Option<String>>> = parts.iter().map(|_| Mutex::new(None)).collect();
+        let failed: Mutex<Option<Error>> = Mutex::new(None);
+        let work = || loop {
+            let k = next.fetch_add(1, Ordering::Relaxed);
+            let Some((from, part)) = parts.get(k) else {
+                return;
+            };
+            if failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+                return;
+            }
+            let r = match self.shard_ask(t, *from, PeerRequest::UploadShardPart(part.clone())) {
+                Ok((PeerResponse::PartUploaded { etag }, _)) => Ok(etag),
+                Ok((other, _)) => Err(Error::protocol(format!(
+                    "unexpected reply to UploadShardPart: {other:?}"
+                ))),
+                Err(e) => Err(Error::new(
+                    e.kind,
+                    format!(
+                        "server {from} did not upload part {} of {}: {}",
+                        part.part, part.key, e.message
+                    ),
+                )),
+            };
+            match r {
+                Ok(etag) => *etags[k].lock().unwrap_or_else(|p| p.into_inner()) = Some(etag),
+                Err(e) => {
+                    failed
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .get_or_insert(e);
+                    return;
+                }
+            }
+        };
+        std::thread::scope(|s| {
+            for _ in 1..PART_THREADS.min(parts.len()) {
+                s.spawn(work);
+            }
+            work();
+        });
+        if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e);
+        }
+        etags
+            .into_iter()
+            .enumerate()
+            .map(|(k, e)| {
+                e.into_inner()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .ok_or_else(|| Error::internal(format!("part {k} was never uploaded")))
+            })
+            .collect()
+    }
+}
+
+/// Group shard parts in flight at once per upload.
+const PART_THREADS: usize = 8;
+
+/// The encoded bytes of `extents` from this server's last offer, back to back.
+fn offered_bytes(t: &Tiering, extents: &[(ObjectId, u64)]) -> Result<Vec<u8>> {
+    let offered = t.offered.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = Vec::new();
+    for k in extents {
+        let b = offered.get(k).ok_or_else(|| {
+            Error::not_found(format!(
+                "extent {} of object {:#x} is not offered for a group shard here (restarted, or a newer offer replaced it)",
+                k.1, k.0
+            ))
+        })?;
+        out.extend_from_slice(b);
+    }
+    Ok(out)
+}
+
+/// Uploads one part of a group shard from this server's offered extents (`UploadShardPart`):
+/// bytes [`skip`, `skip + len`) of their encoded bytes back to back, zeros past the end.
+fn upload_shard_part(t: &Tiering, p: &ShardPart) -> Result<String> {
+    let tier = t
+        .tier_index(&p.tier)
+        .ok_or_else(|| Error::invalid(format!("no tier named {:?}", p.tier)))?;
+    let s3 = t.s3[tier]
+        .clone()
+        .ok_or_else(|| Error::invalid(format!("tier {:?} is not an S3 tier", p.tier)))?;
+    if p.len > 5 << 30 {
+        return Err(Error::invalid(format!(
+            "part of {} bytes is too large",
+            p.len
+        )));
+    }
+    let mut buf = vec![0u8; p.len as usize];
+    {
+        let offered = t.offered.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut at, end) = (0u64, p.skip + p.len);
+        for k in &p.extents {
+            let b = offered.get(k).ok_or_else(|| {
+                Error::not_found(format!(
+                    "extent {} of object {:#x} is not offered for a group shard here",
+                    k.1, k.0
+                ))
+            })?;
+            let (lo, hi) = (at, at + b.len() as u64);
+            // The overlap of [lo, hi) with [skip, end), copied to its place in the part.
+            let (from, to) = (lo.max(p.skip), hi.min(end));
+            if from < to {
+                buf[(from - p.skip) as usize..(to - p.skip) as usize]
+                    .copy_from_slice(&b[(from - lo) as usize..(to - lo) as usize]);
+            }
+            at = hi;
+        }
+    }
+    let etag = s3.put_part(&p.key, &p.upload_id, p.part as usize, buf)?;
+    t.group_parts_uploaded.fetch_add(1, Ordering::Relaxed);
+    Ok(etag)
+}
+
+impl Engine {
+    /// Parts of group shards this server uploaded since start (for its leader or as leader).
+    pub fn group_parts_uploaded(&self) -> u64 {
+        self.tiering
+            .as_ref()
+            .map_or(0, |t| t.group_parts_uploaded.load(Ordering::Relaxed))
     }
 }

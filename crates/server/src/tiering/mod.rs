@@ -102,6 +102,9 @@ pub struct FlushState {
     pub passes: u64,
 }
 
+/// Encoded extents a member offered its group's leader, by (object, seq).
+type Offered = HashMap<(ObjectId, u64), Vec<u8>>;
+
 pub struct Tiering {
     pub tiers: Vec<Arc<dyn Tier>>,
     pub counters: Vec<TierCounters>,
@@ -142,6 +145,14 @@ pub struct Tiering {
     records: Mutex<()>,
     /// Whether the leader's sweep of its group prefix ran (needs every server to answer).
     group_swept: std::sync::atomic::AtomicBool,
+    /// Per tier, for S3 tiers: a handle for multipart uploads whose parts several servers
+    /// put (group shards whose members upload their own bytes).
+    s3: Vec<Option<Arc<pdcx_tiers::s3::S3Tier>>>,
+    /// This server's extents offered to its group's leader by the last `ShardCandidates`
+    /// without bytes, encoded, until the leader fetches or uploads them.
+    offered: Mutex<Offered>,
+    /// Parts of group shards this server uploaded (for its leader or as leader), since start.
+    pub group_parts_uploaded: AtomicU64,
 }
 
 impl Tiering {
@@ -177,6 +188,13 @@ impl Tiering {
             })?);
         }
         let counters = tiers.iter().map(|_| TierCounters::default()).collect();
+        let mut s3 = Vec::new();
+        for t in &cfg.tiers {
+            s3.push(match t.kind {
+                TierKind::S3 => Some(Arc::new(pdcx_tiers::s3::S3Tier::open_destination(t)?)),
+                _ => None,
+            });
+        }
         Ok(Some(Tiering {
             tiers,
             counters,
@@ -198,6 +216,9 @@ impl Tiering {
             to_check: Mutex::new(HashSet::new()),
             records: Mutex::new(()),
             group_swept: std::sync::atomic::AtomicBool::new(false),
+            s3,
+            offered: Mutex::new(HashMap::new()),
+            group_parts_uploaded: AtomicU64::new(0),
         }))
     }
 
