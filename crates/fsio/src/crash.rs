@@ -40,6 +40,8 @@ pub const POINTS: &[&str] = &[
     "s3.after_create_upload",
     // A group shard (several servers' extents) put by its leader, no member's home recorded.
     "shard.after_group_put",
+    // A group shard's multipart upload started and its marker put, no part uploaded.
+    "shard.after_upload_started",
 ];
 
 /// Marks crash point `name` (one of [`POINTS`]).

@@ -416,6 +416,10 @@ impl Engine {
                         );
                     }
                     for k in stale {
+                        if is_upload_marker(&k) {
+                            abort_marked_upload(t, i, &k);
+                            continue;
+                        }
                         let _ = t.delete(i, &k);
                     }
                 }
@@ -733,6 +737,14 @@ impl Engine {
         }
         job.len = off;
         let upload_id = s3.create_upload(&job.key)?;
+        // A marker naming the upload, so that the leader's sweep after a crash aborts it
+        // (its parts would otherwise stay billed); removed once the upload is over.
+        let marker = upload_marker(&job.key);
+        if let Err(e) = t.tiers[tier].put(&marker, upload_id.as_bytes()) {
+            let _ = s3.abort_upload(&job.key, &upload_id);
+            return Err(e);
+        }
+        crash_point("shard.after_upload_started");
         for (_, p) in &mut parts {
             p.upload_id = upload_id.clone();
         }
@@ -740,6 +752,7 @@ impl Engine {
         let result = self
             .upload_parts(t, &parts)
             .and_then(|etags| s3.complete_upload(&job.key, &upload_id, etags));
+        let _ = t.tiers[tier].delete(&marker);
         if let Err(e) = result {
             if let Err(a) = s3.abort_upload(&job.key, &upload_id) {
                 tracing::warn!(
@@ -883,5 +896,45 @@ impl Engine {
         self.tiering
             .as_ref()
             .map_or(0, |t| t.group_parts_uploaded.load(Ordering::Relaxed))
+    }
+
+    /// Multipart uploads of group shards left by a crashed leader that this server (their
+    /// leader) aborted since start.
+    pub fn group_uploads_aborted(&self) -> u64 {
+        self.tiering
+            .as_ref()
+            .map_or(0, |t| t.group_uploads_aborted.load(Ordering::Relaxed))
+    }
+}
+
+/// The key of the marker naming the multipart upload of group shard `shard_key`.
+fn upload_marker(shard_key: &str) -> String {
+    shard_key.replacen("/shard/", "/uploads/", 1)
+}
+
+fn is_upload_marker(key: &str) -> bool {
+    key.contains("/uploads/")
+}
+
+/// Aborts the multipart upload a crashed leader left (its marker `marker` names it), then
+/// deletes the marker; a marker whose upload cannot be aborted now stays for the next start.
+fn abort_marked_upload(t: &Tiering, tier: usize, marker: &str) {
+    let Some(s3) = t.s3.get(tier).cloned().flatten() else {
+        let _ = t.tiers[tier].delete(marker);
+        return;
+    };
+    let shard = marker.replacen("/uploads/", "/shard/", 1);
+    let aborted = t.tiers[tier]
+        .get(marker)
+        .and_then(|id| s3.abort_upload(&shard, &String::from_utf8_lossy(&id)));
+    match aborted {
+        Ok(()) => {
+            t.group_uploads_aborted.fetch_add(1, Ordering::Relaxed);
+            let _ = t.tiers[tier].delete(marker);
+        }
+        Err(e) => tracing::warn!(
+            "aborting the interrupted upload of group shard {shard}: {}; retried at the next start",
+            e.message
+        ),
     }
 }

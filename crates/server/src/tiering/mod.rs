@@ -153,6 +153,8 @@ pub struct Tiering {
     offered: Mutex<Offered>,
     /// Parts of group shards this server uploaded (for its leader or as leader), since start.
     pub group_parts_uploaded: AtomicU64,
+    /// Multipart uploads of group shards a crashed leader left, aborted by this one's sweep.
+    pub group_uploads_aborted: AtomicU64,
 }
 
 impl Tiering {
@@ -219,6 +221,7 @@ impl Tiering {
             s3,
             offered: Mutex::new(HashMap::new()),
             group_parts_uploaded: AtomicU64::new(0),
+            group_uploads_aborted: AtomicU64::new(0),
         }))
     }
 
