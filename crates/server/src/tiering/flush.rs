@@ -458,6 +458,10 @@ impl Engine {
     /// Flushes until nothing is pending or a pass makes no progress (a tier is failing).
     /// Progress goes to `progress` after each pass.
     pub fn flush_all(&self, progress: &mut dyn FnMut(&FlushReport, u64)) -> Result<FlushReport> {
+        if let Some(t) = &self.tiering {
+            // A leader asks every member of its shard group again (no idle backoff).
+            t.kicked.store(true, Ordering::Relaxed);
+        }
         let mut total = FlushReport::default();
         let mut done = 0u64;
         loop {

@@ -454,12 +454,31 @@ impl Engine {
         // Objects are grouped in the order the pass meets them: members by rank, each in its
         // log order. At least one object per shard: a group shard is never an own blob.
         let mut groups = ShardGroups::new(t.objects_per_shard.max(1));
+        let mut idle = t.idle.lock().unwrap_or_else(|p| p.into_inner());
+        if t.kicked.swap(false, Ordering::Relaxed) {
+            idle.clear();
+        }
         for m in members {
+            // A member that had nothing (or did not answer) is asked again after 1, 3, 7, ...
+            // up to 31 passes, or at once after a kick (`pdcx flush`).
+            if let Some((_, wait)) = idle.get_mut(&m).filter(|(_, w)| *w > 0) {
+                *wait -= 1;
+                continue;
+            }
             let req = PeerRequest::ShardCandidates {
                 max_bytes: per_member,
                 bytes: !keep_bytes,
             };
-            let (list, bytes, more) = match self.shard_ask(t, m, req) {
+            let got = self.shard_ask(t, m, req);
+            let nothing = !matches!(&got, Ok((PeerResponse::ShardCandidates { list, .. }, _)) if !list.is_empty());
+            if nothing {
+                let e = idle.entry(m).or_insert((0, 0));
+                e.0 = (e.0 + 1).min(5);
+                e.1 = (1 << e.0) - 1;
+            } else {
+                idle.remove(&m);
+            }
+            let (list, bytes, more) = match got {
                 Ok((PeerResponse::ShardCandidates { list, more }, bytes)) => (list, bytes, more),
                 Ok((other, _)) => {
                     report.error = Some(format!("unexpected reply to ShardCandidates: {other:?}"));
@@ -509,6 +528,7 @@ impl Engine {
                 });
             }
         }
+        drop(idle);
         if batch.is_empty() {
             return;
         }

@@ -155,6 +155,11 @@ pub struct Tiering {
     pub group_parts_uploaded: AtomicU64,
     /// Multipart uploads of group shards a crashed leader left, aborted by this one's sweep.
     pub group_uploads_aborted: AtomicU64,
+    /// A leader's backoff per member: (passes in a row it had nothing or did not answer,
+    /// passes still to skip it), so idle members of a large group are not asked every pass.
+    idle: Mutex<HashMap<u32, (u32, u32)>>,
+    /// Set by [`kick`](Self::kick) (`pdcx flush`) and explicit flushes: ask every member now.
+    kicked: std::sync::atomic::AtomicBool,
 }
 
 impl Tiering {
@@ -222,6 +227,8 @@ impl Tiering {
             offered: Mutex::new(HashMap::new()),
             group_parts_uploaded: AtomicU64::new(0),
             group_uploads_aborted: AtomicU64::new(0),
+            idle: Mutex::new(HashMap::new()),
+            kicked: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -449,6 +456,7 @@ impl Tiering {
 
     /// Wakes the flusher now instead of at its next interval.
     pub fn kick(&self) {
+        self.kicked.store(true, Ordering::Relaxed);
         let (m, cv) = &self.kick;
         *m.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         cv.notify_all();
