@@ -942,6 +942,70 @@ pub enum PeerRequest {
     /// still to be read (issue 11): drop them and free their log space. Answered with
     /// `Dropped`.
     DropExtents { id: ObjectId, seqs: Vec<u64> },
+    // --- shard: group shards (paper 003 strategy 1 and composite 3-5, `[shard] servers`) ---
+    /// The leader of the sender's shard group asks for this server's extents that wait for a
+    /// group shard (no home yet; first placement choice a tier every member reaches), up to
+    /// about `max_bytes` stored bytes, each encoded as this server would store it. Answered with
+    /// `ShardCandidates`: with `bytes`, the encoded bytes back to back in the payload; without,
+    /// this server keeps them for `ShardBytes` / `UploadShardPart` of the same pass.
+    ShardCandidates { max_bytes: u64, bytes: bool },
+    /// The leader put a group shard holding these extents of this server: record their homes
+    /// durably and publish them (then their log segments can retire). Answered with
+    /// `ShardRecorded`.
+    RecordShardHomes { homes: Vec<ShardHome> },
+    /// Which group shard blobs whose key starts with `prefix` this server's homes reference.
+    /// Answered with `ShardRefs`.
+    ShardRefs { prefix: String },
+    /// A member's last reference to group shard `key` on tier `tier` went: the leader deletes
+    /// the blob once no member references it. Answered with `ShardReleased`.
+    ShardRelease { tier: String, key: String },
+    /// The encoded bytes of these extents offered by the last `ShardCandidates` (without
+    /// bytes), back to back in the payload. Answered with `ShardBytes`.
+    ShardBytes { extents: Vec<(ObjectId, u64)> },
+    /// Upload one part of the leader's multipart upload of a group shard on an S3 tier from
+    /// this server's extents offered by the last `ShardCandidates`. Answered with
+    /// `PartUploaded`.
+    UploadShardPart(ShardPart),
+}
+
+/// See `PeerRequest::UploadShardPart`: part `part` of upload `upload_id` of `key` on tier
+/// `tier` is bytes [`skip`, `skip + len`) of `extents`' encoded bytes back to back, zeros
+/// past their end (padding up to S3's smallest part).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardPart {
+    pub tier: String,
+    pub key: String,
+    pub upload_id: String,
+    pub part: u32,
+    pub extents: Vec<(ObjectId, u64)>,
+    pub skip: u64,
+    pub len: u64,
+}
+
+/// One extent a member offers its group's leader (`PeerRequest::ShardCandidates`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardCandidate {
+    pub id: ObjectId,
+    pub seq: u64,
+    /// The extent's raw bytes (quota accounting) and its stored (encoded) length in the payload.
+    pub raw_len: u64,
+    pub stored_len: u64,
+    /// The codec the stored bytes carry.
+    pub codec: String,
+    /// Tier names to try in order: the member's placement choice, then spill targets.
+    pub order: Vec<String>,
+}
+
+/// A member extent's place in a group shard (`PeerRequest::RecordShardHomes`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShardHome {
+    pub id: ObjectId,
+    pub seq: u64,
+    pub tier: String,
+    pub key: String,
+    pub offset: u64,
+    pub stored_len: u64,
+    pub codec: String,
 }
 
 /// See `PeerRequest::UploadPart`.
@@ -968,6 +1032,12 @@ impl PeerRequest {
             PeerRequest::RegisterMemory { .. } => "RegisterMemory",
             PeerRequest::UploadPart(_) => "UploadPart",
             PeerRequest::DropExtents { .. } => "DropExtents",
+            PeerRequest::ShardCandidates { .. } => "ShardCandidates",
+            PeerRequest::RecordShardHomes { .. } => "RecordShardHomes",
+            PeerRequest::ShardRefs { .. } => "ShardRefs",
+            PeerRequest::ShardRelease { .. } => "ShardRelease",
+            PeerRequest::ShardBytes { .. } => "ShardBytes",
+            PeerRequest::UploadShardPart(_) => "UploadShardPart",
         }
     }
 }
@@ -988,6 +1058,23 @@ pub enum PeerResponse {
     Dropped {
         count: u64,
     },
+    /// Answer to `ShardCandidates`; the payload holds their stored bytes back to back. `more`:
+    /// extents still waiting beyond `max_bytes`.
+    ShardCandidates {
+        list: Vec<ShardCandidate>,
+        more: u64,
+    },
+    /// Answer to `RecordShardHomes`: how many homes were recorded (extents gone or homed
+    /// meanwhile are skipped).
+    ShardRecorded {
+        count: u64,
+    },
+    /// Answer to `ShardRefs`: (tier, key) of every referenced group shard under the prefix.
+    ShardRefs(Vec<(String, String)>),
+    /// Answer to `ShardRelease` (the check itself happens at the leader's next flush pass).
+    ShardReleased,
+    /// Answer to `ShardBytes`; the payload holds the bytes.
+    ShardBytes,
 }
 
 /// The error a reply carries, if it is one (both families end in an `Error` variant).

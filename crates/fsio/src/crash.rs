@@ -40,6 +40,10 @@ pub const POINTS: &[&str] = &[
     "home.after_base",
     // An S3 home's multipart upload started and its id recorded, no part sent.
     "s3.after_create_upload",
+    // A group shard (several servers' extents) put by its leader, no member's home recorded.
+    "shard.after_group_put",
+    // A group shard's multipart upload started and its marker put, no part uploaded.
+    "shard.after_upload_started",
 ];
 
 /// Marks crash point `name` (one of [`POINTS`]).

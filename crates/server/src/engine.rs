@@ -51,6 +51,17 @@ pub trait Peers: Send + Sync {
             "server {holder} cannot be asked to drop extents here (no peer connections)"
         )))
     }
+    /// Sends a group-shard request (`PeerRequest::Shard*`, `tiering::group`) to server `to`.
+    fn shard_call(
+        &self,
+        to: u32,
+        req: &pdcx_core::protocol::PeerRequest,
+    ) -> Result<(pdcx_core::protocol::PeerResponse, Vec<u8>)> {
+        Err(Error::invalid(format!(
+            "server {to} cannot be sent {} here (no peer connections)",
+            req.name()
+        )))
+    }
     /// Has `holder` upload one part of a version's S3 multipart upload (issue 11); its ETag.
     fn upload_part(&self, holder: u32, part: &pdcx_core::protocol::UploadPart) -> Result<String> {
         let _ = part;

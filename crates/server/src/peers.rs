@@ -93,6 +93,14 @@ impl Peers for ClusterPeers {
         })
     }
 
+    fn shard_call(
+        &self,
+        to: u32,
+        req: &pdcx_core::protocol::PeerRequest,
+    ) -> Result<(pdcx_core::protocol::PeerResponse, Vec<u8>)> {
+        self.peers.shard_call(to, req)
+    }
+
     fn drop_extents(&self, holder: u32, id: ObjectId, seqs: &[u64]) -> Result<u64> {
         self.peers.drop_extents(holder, id, seqs)
     }

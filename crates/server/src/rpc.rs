@@ -614,6 +614,22 @@ fn handle_peer(server: &Server, from: u32, req: PeerRequest) -> Result<(PeerResp
             }
             PeerResponse::Dropped { count }
         }
+        req @ (PeerRequest::ShardCandidates { .. }
+        | PeerRequest::RecordShardHomes { .. }
+        | PeerRequest::ShardRefs { .. }
+        | PeerRequest::ShardRelease { .. }
+        | PeerRequest::ShardBytes { .. }
+        | PeerRequest::UploadShardPart(_)) => {
+            let (resp, bytes) = server.engine.shard_request(from, req)?;
+            if bytes.len() as u64 > server.config.max_payload {
+                return Err(Error::invalid(format!(
+                    "shard candidates of {} bytes exceed the server's limit of {}",
+                    bytes.len(),
+                    server.config.max_payload
+                )));
+            }
+            return Ok((resp, bytes));
+        }
         PeerRequest::UploadPart(part) => PeerResponse::PartUploaded {
             etag: crate::homecopy::upload_part(server, &part)?,
         },

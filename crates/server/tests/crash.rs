@@ -448,6 +448,8 @@ fn the_durable_path_survives_crashes_and_power_cuts_at_every_point() {
                 || p.starts_with("seal.")
                 || p.starts_with("home.")
                 || *p == "s3.after_create_upload"
+                // Group shards need several servers: tests/groupshard.rs covers it.
+                || p.starts_with("shard.")
             {
                 continue;
             }

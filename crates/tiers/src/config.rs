@@ -36,7 +36,9 @@
 //!
 //! [shard]
 //! strategy = 3            # paper 003 Table II: 2/3/4/5 = 1/2/4/8 objects per shard per server
+//! # composite = true      # Table II's composite column: 1 = all servers, 2..5 = 1/2/4/8 servers
 //! # objects = 2           # the same, as a count (0 = every extent its own blob, the default)
+//! # servers = 4           # consecutive servers sharing a shard (power of two, or "all")
 //! # max_bytes = "256MiB"  # a shard closes at this size
 //!
 //! [metrics]
@@ -144,37 +146,102 @@ pub struct LogConfig {
     pub segment_bytes: Option<u64>,
 }
 
-/// How flushed extents are grouped into blobs (*object shards*, paper 003). Each server
-/// (one per node) groups what one flush pass homes on one tier: the extents of `objects`
-/// objects go into one shard blob, cut at `max_bytes`. A composite object is one object, so
-/// its shard per server per pass is the paper's composite strategy 2 (n shards on n nodes).
+/// How flushed extents are grouped into blobs (*object shards*, paper 003). The extents of
+/// `objects` objects that `servers` consecutive servers (one per node: ranks [k*g, (k+1)*g))
+/// flush to one tier go into one shard blob, cut at `max_bytes`. With `servers = 1` each
+/// server forms its own shards; with more, the group's lowest rank (its *leader*) pulls the
+/// members' extents and puts each shard once (only on tiers every member reaches: `shared`,
+/// `s3`). `strategy` names paper 003's Table II rows; `composite` picks its column.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShardConfig {
-    /// Paper 003 Table II strategy (basic objects): 2 = one object per shard per node (8n
-    /// shards for VPIC's 8 variables on n nodes), 3 = two (4n), 4 = four (2n), 5 = eight (n).
-    /// Strategy 1 (one shard per variable across all nodes) needs shards written by several
-    /// servers, which pdcx servers, flushing independently, do not do; it is refused.
+    /// Paper 003 Table II strategy. Basic objects: 1 = one shard per object across all
+    /// servers (8 shards for VPIC's 8 variables), 2..5 = 1/2/4/8 objects per shard per server
+    /// (8n, 4n, 2n, n shards on n nodes). Composite (`composite = true`; one pdcx object holds
+    /// every variable): 1 = one shard across all servers, 2..5 = one shard per 1/2/4/8
+    /// servers (n, n/2, n/4, n/8 shards).
     #[serde(default)]
     pub strategy: Option<u32>,
+    /// Selects the composite column of Table II for `strategy` (default false: basic).
+    #[serde(default)]
+    pub composite: Option<bool>,
     /// Objects per shard; 0 keeps every extent in its own blob (best for migrating single
     /// regions and for S3 ranged reads of many small objects).
     #[serde(default)]
     pub objects: Option<u32>,
+    /// Consecutive servers whose extents share a shard: a power of two up to 1024, or "all"
+    /// (default 1: each server its own shards).
+    #[serde(
+        default,
+        deserialize_with = "de_servers",
+        serialize_with = "ser_servers"
+    )]
+    pub servers: Option<ShardServers>,
     /// Largest shard blob (default 256MiB).
     #[serde(default, deserialize_with = "de_size", serialize_with = "ser_size")]
     pub max_bytes: Option<u64>,
 }
 
+/// `[shard] servers`: how many consecutive servers' extents share one shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShardServers {
+    Count(u32),
+    /// Every server of the deployment.
+    All,
+}
+
+impl std::fmt::Display for ShardServers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShardServers::Count(n) => write!(f, "{n}"),
+            ShardServers::All => f.write_str("\"all\""),
+        }
+    }
+}
+
+/// Largest `[shard] servers` count.
+pub const MAX_SHARD_SERVERS: u32 = 1024;
+
 /// Default largest shard blob.
 pub const DEFAULT_SHARD_BYTES: u64 = 256 << 20;
 
 impl ShardConfig {
-    /// Objects grouped per shard blob (0: no grouping), from `objects` or `strategy`.
+    /// (objects, servers) that `strategy` (with `composite`) stands for, if set.
+    fn strategy_settings(&self) -> Option<(u32, ShardServers)> {
+        let s = self.strategy?;
+        let composite = self.composite.unwrap_or(false);
+        Some(match (composite, s) {
+            (_, 1) => (1, ShardServers::All),
+            (false, 2..=5) => (1 << (s - 2), ShardServers::Count(1)),
+            // A composite object is one pdcx object: one object per shard, 1/2/4/8 servers.
+            (true, 2..=5) => (1, ShardServers::Count(1 << (s - 2))),
+            // Refused by `validate`.
+            _ => return None,
+        })
+    }
+
+    /// Servers whose extents share a shard (`servers`, else from `strategy`, else 1).
+    pub fn servers_setting(&self) -> ShardServers {
+        self.servers
+            .or_else(|| self.strategy_settings().map(|(_, s)| s))
+            .unwrap_or(ShardServers::Count(1))
+    }
+
+    /// The group size in a deployment of `size` servers (1: each server its own shards).
+    pub fn group_size(&self, size: u32) -> u32 {
+        match self.servers_setting() {
+            ShardServers::All => size.max(1),
+            ShardServers::Count(n) => n.clamp(1, size.max(1)),
+        }
+    }
+
+    /// Objects grouped per shard blob (0: no grouping), from `objects` or `strategy`; a
+    /// group of several servers without either puts one object per shard.
     pub fn objects_per_shard(&self) -> u32 {
-        match (self.objects, self.strategy) {
+        match (self.objects, self.strategy_settings()) {
             (Some(n), _) => n,
-            (None, Some(s @ 2..=5)) => 1 << (s - 2),
+            (None, Some((n, _))) => n,
+            (None, None) if self.servers_setting() != ShardServers::Count(1) => 1,
             _ => 0,
         }
     }
@@ -184,29 +251,48 @@ impl ShardConfig {
     }
 
     fn validate(&self) -> Result<()> {
+        let composite = self.composite.unwrap_or(false);
+        let column = if composite { "composite" } else { "basic" };
         match self.strategy {
-            None | Some(2..=5) => {}
-            Some(1) => {
+            None if self.composite.is_some() => {
                 return Err(Error::invalid(
-                    "shard.strategy = 1 (one shard per variable across all nodes) needs shards written by several servers; pdcx servers flush independently. Use 2..5 (1, 2, 4 or 8 objects per shard per node)",
+                    "shard.composite selects the column of paper 003's Table II for shard.strategy; set shard.strategy (1..5) too",
                 ))
             }
+            None | Some(1..=5) => {}
             Some(s) => {
                 return Err(Error::invalid(format!(
-                    "shard.strategy = {s}: paper 003's strategies are 1..5 (pdcx supports 2..5)"
+                    "shard.strategy = {s}: paper 003's strategies are 1..5"
                 )))
             }
         }
-        if let (Some(n), Some(s)) = (self.objects, self.strategy) {
-            if n != 1 << (s - 2) {
+        if let ShardServers::Count(n) = self.servers_setting() {
+            if n == 0 || n > MAX_SHARD_SERVERS || !n.is_power_of_two() {
                 return Err(Error::invalid(format!(
-                    "shard.objects = {n} contradicts shard.strategy = {s} ({} objects per shard); set one of them",
-                    1u32 << (s - 2)
+                    "shard.servers = {n}: must be a power of two from 1 to {MAX_SHARD_SERVERS}, or \"all\""
+                )));
+            }
+        }
+        if let (Some(s), Some((objects, servers))) = (self.strategy, self.strategy_settings()) {
+            if let Some(n) = self.objects.filter(|&n| n != objects) {
+                return Err(Error::invalid(format!(
+                    "shard.objects = {n} contradicts shard.strategy = {s} ({column}: {objects} object(s) per shard); set one of them"
+                )));
+            }
+            if let Some(n) = self.servers.filter(|&n| n != servers) {
+                return Err(Error::invalid(format!(
+                    "shard.servers = {n} contradicts shard.strategy = {s} ({column}: servers = {servers}); set one of them"
                 )));
             }
         }
         if self.objects.is_some_and(|n| n > 1 << 16) {
             return Err(Error::invalid("shard.objects must be at most 65536"));
+        }
+        if self.objects == Some(0) && self.servers_setting() != ShardServers::Count(1) {
+            return Err(Error::invalid(format!(
+                "shard.objects = 0 (every extent its own blob) contradicts shard.servers = {} (shards formed by several servers); set objects to 1 or more",
+                self.servers_setting()
+            )));
         }
         if self
             .max_bytes
@@ -217,6 +303,46 @@ impl ShardConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum ServersRepr {
+    Int(i64),
+    Text(String),
+}
+
+fn de_servers<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<ShardServers>, D::Error> {
+    match Option::<ServersRepr>::deserialize(d)? {
+        None => Ok(None),
+        Some(ServersRepr::Text(s)) if s.trim().eq_ignore_ascii_case("all") => {
+            Ok(Some(ShardServers::All))
+        }
+        Some(ServersRepr::Text(s)) => Err(serde::de::Error::custom(format!(
+            "shard.servers = {s:?}: expected a power of two or \"all\""
+        ))),
+        // Range and power-of-two checks are in `validate`, with the other shard checks.
+        Some(ServersRepr::Int(n)) => u32::try_from(n)
+            .map(|n| Some(ShardServers::Count(n)))
+            .map_err(|_| {
+                serde::de::Error::custom(format!(
+                    "shard.servers = {n}: must be a power of two from 1 to {MAX_SHARD_SERVERS}, or \"all\""
+                ))
+            }),
+    }
+}
+
+fn ser_servers<S: serde::Serializer>(
+    v: &Option<ShardServers>,
+    s: S,
+) -> std::result::Result<S::Ok, S::Error> {
+    match v {
+        Some(ShardServers::Count(n)) => s.serialize_u32(*n),
+        Some(ShardServers::All) => s.serialize_str("all"),
+        None => s.serialize_none(),
     }
 }
 
@@ -507,13 +633,73 @@ timeout_ms = 2000
         assert_eq!(per("[shard]\nobjects = 3").unwrap(), 3);
         assert_eq!(per("[shard]\nobjects = 2\nstrategy = 3").unwrap(), 2);
         let err = |toml: &str| per(toml).unwrap_err().message;
-        assert!(err("[shard]\nstrategy = 1").contains("several servers"));
         assert!(err("[shard]\nstrategy = 7").contains("1..5"));
         assert!(err("[shard]\nstrategy = 3\nobjects = 4").contains("contradicts"));
         assert!(err("[shard]\nmax_bytes = \"1KiB\"").contains("max_bytes"));
         assert!(err("[shard]\nshards = 2").contains("unknown field"));
         let c = DeploymentConfig::parse("[shard]\nmax_bytes = \"8MiB\"", env(&[])).unwrap();
         assert_eq!(c.shard.max_shard_bytes(), 8 << 20);
+    }
+
+    #[test]
+    fn shard_strategies_of_both_columns_map_to_objects_and_servers() {
+        let cfg = |toml: &str| DeploymentConfig::parse(toml, env(&[])).map(|c| c.shard);
+        let both = |toml: &str| {
+            let c = cfg(toml).unwrap();
+            (c.objects_per_shard(), c.servers_setting(), c.group_size(16))
+        };
+        use ShardServers::{All, Count};
+        // No [shard]: every extent its own blob, each server alone.
+        assert_eq!(both(""), (0, Count(1), 1));
+        // Basic column: 1 = one object per shard across all servers; 2..5 unchanged.
+        assert_eq!(both("[shard]\nstrategy = 1"), (1, All, 16));
+        assert_eq!(both("[shard]\nstrategy = 4"), (4, Count(1), 1));
+        // Composite column: one object per shard, 1/2/4/8 servers (all for 1).
+        for (s, g) in [(2, 1), (3, 2), (4, 4), (5, 8)] {
+            assert_eq!(
+                both(&format!("[shard]\nstrategy = {s}\ncomposite = true")),
+                (1, Count(g), g)
+            );
+        }
+        assert_eq!(
+            both("[shard]\nstrategy = 1\ncomposite = true"),
+            (1, All, 16)
+        );
+        // servers alone: one object per shard; a group larger than the deployment is all.
+        assert_eq!(both("[shard]\nservers = 2"), (1, Count(2), 2));
+        assert_eq!(both("[shard]\nservers = \"all\""), (1, All, 16));
+        assert_eq!(
+            both("[shard]\nservers = 64\nobjects = 2"),
+            (2, Count(64), 16)
+        );
+        // Explicit settings that agree with the strategy are fine.
+        assert_eq!(
+            both("[shard]\nstrategy = 3\ncomposite = true\nservers = 2\nobjects = 1"),
+            (1, Count(2), 2)
+        );
+        let err = |toml: &str| cfg(toml).unwrap_err().message;
+        for bad in ["0", "3", "2048", "-1", "\"some\""] {
+            let e = err(&format!("[shard]\nservers = {bad}"));
+            assert!(e.contains("shard.servers"), "{bad}: {e}");
+        }
+        let e = err("[shard]\nstrategy = 3\ncomposite = true\nservers = 4");
+        assert!(
+            e.contains("shard.servers = 4") && e.contains("shard.strategy = 3"),
+            "{e}"
+        );
+        let e = err("[shard]\nstrategy = 1\nobjects = 2");
+        assert!(
+            e.contains("shard.objects = 2") && e.contains("shard.strategy = 1"),
+            "{e}"
+        );
+        let e = err("[shard]\nstrategy = 2\nservers = 2");
+        assert!(e.contains("contradicts"), "{e}");
+        assert!(err("[shard]\ncomposite = true").contains("shard.strategy"));
+        assert!(err("[shard]\nservers = 2\nobjects = 0").contains("objects = 0"));
+        // Serialising keeps "all" a word and counts numbers.
+        let c = cfg("[shard]\nservers = \"all\"").unwrap();
+        let text = toml::to_string(&c).unwrap();
+        assert!(text.contains("servers = \"all\""), "{text}");
     }
 
     #[test]

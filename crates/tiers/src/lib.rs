@@ -18,7 +18,9 @@ pub mod memory;
 pub mod s3;
 pub mod shareddir;
 
-pub use config::{parse_size, DeploymentConfig, MetricsConfig, ShardConfig, TierConfig, TierKind};
+pub use config::{
+    parse_size, DeploymentConfig, MetricsConfig, ShardConfig, ShardServers, TierConfig, TierKind,
+};
 pub use pdcx_core::{Error, ErrorKind, Result};
 
 use std::sync::Arc;

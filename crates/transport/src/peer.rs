@@ -159,6 +159,12 @@ impl PeerClient {
         }
     }
 
+    /// A group-shard request (`PeerRequest::Shard*`, the server's `tiering` module builds and
+    /// reads them) to server `to`: the reply and its payload.
+    pub fn shard_call(&self, to: u32, req: &PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
+        self.call(to, req)
+    }
+
     /// `holder`'s committed pieces of `region` of object `id`.
     pub fn read_pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
         let req = PeerRequest::ReadPieces {

@@ -29,7 +29,7 @@ impl Engine {
     /// The metadata placing `id`'s extents in a flush pass. A foreign object's is fetched
     /// fresh (once per pass): the cached copy predates placement tags set since; the cached
     /// one serves while the owner is unreachable. None: the object is gone.
-    fn placement_meta(&self, id: ObjectId) -> Option<ObjectMeta> {
+    pub(super) fn placement_meta(&self, id: ObjectId) -> Option<ObjectMeta> {
         match self.object_meta(id, owner_of_id(id) != self.rank) {
             Ok(m) => Some(m),
             Err(e) if e.kind == ErrorKind::NotFound => None,
@@ -37,7 +37,7 @@ impl Engine {
         }
     }
 
-    fn views(&self, t: &Tiering) -> Vec<TierView> {
+    pub(super) fn views(&self, t: &Tiering) -> Vec<TierView> {
         t.tiers
             .iter()
             .zip(&t.counters)
@@ -59,6 +59,8 @@ impl Engine {
         let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
         let (todo, referenced) = self.store().extents_to_flush(&t);
         t.sweep_unreferenced(&referenced);
+        // Group shards' bookkeeping (releases, the leader's sweep) before any put.
+        self.group_checks(&t, &mut report);
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
         let mut hints = Hints::new(&names);
         let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
@@ -99,25 +101,31 @@ impl Engine {
                             None
                         }
                     };
-                    let raw = self.store().extent_bytes(&meta, e)?;
-                    let (stored, codec_used) =
-                        codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
                     let per = placed.entry(*id).or_insert_with(|| vec![0; t.tiers.len()]);
-                    let order = candidates(&hint, stored.len() as u64, per, &self.views(&t));
-                    // Assume the first choice takes it (later quota decisions of this batch
-                    // see it); corrected below if the put spilled or failed.
-                    per[order[0]] += e.loc.len;
-                    considered += e.loc.len;
-                    batch_bytes += stored.len() as u64;
-                    batch.push(Encoded {
-                        id: *id,
-                        seq: e.seq,
-                        raw_len: e.loc.len,
-                        group: shard_groups.group_of(*id),
-                        stored,
-                        codec: codec_used,
-                        order,
-                    });
+                    // An extent whose first choice is a tier the whole shard group reaches
+                    // waits for the group's leader to pull it into a group shard (`group.rs`).
+                    if !t.waits_for_group(&hint, e.loc.len, per, &self.views(&t)) {
+                        let raw = self.store().extent_bytes(&meta, e)?;
+                        let (stored, codec_used) =
+                            codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
+                        let order = candidates(&hint, stored.len() as u64, per, &self.views(&t));
+                        // Assume the first choice takes it (later quota decisions of this
+                        // batch see it); corrected below if the put spilled or failed.
+                        per[order[0]] += e.loc.len;
+                        considered += e.loc.len;
+                        batch_bytes += stored.len() as u64;
+                        batch.push(Encoded {
+                            id: *id,
+                            seq: e.seq,
+                            from: self.rank,
+                            raw_len: e.loc.len,
+                            group: shard_groups.group_of(*id),
+                            len: stored.len() as u64,
+                            stored,
+                            codec: codec_used,
+                            order,
+                        });
+                    }
                 }
             }
             if batch.is_empty()
@@ -125,7 +133,7 @@ impl Engine {
             {
                 continue;
             }
-            let jobs = form_jobs(&t, std::mem::take(&mut batch));
+            let jobs = form_jobs(&t, std::mem::take(&mut batch), false);
             let landed = run_puts(&t, &jobs, &failed, &put_error);
             crash_point("flush.after_put");
             for (job, tier) in jobs.iter().zip(landed) {
@@ -156,6 +164,8 @@ impl Engine {
         self.store().record_homes(&t, &done)?;
         self.store().set_homes(done);
         (report.pending_extents, report.pending_bytes) = self.store().pending();
+        // The leader of a shard group pulls its members' waiting extents into group shards.
+        self.group_pass(&t, &mut report);
         if let Err(e) = self.rebalance(&t) {
             report.error = Some(format!("moving extents between tiers: {}", e.message));
         }
@@ -227,8 +237,10 @@ impl Engine {
             batch.push(Encoded {
                 id,
                 seq,
+                from: self.rank,
                 raw_len: e.loc.len,
                 group: shard_groups.group_of(id),
+                len: stored.len() as u64,
                 stored,
                 codec: codec_used,
                 order,
@@ -239,7 +251,7 @@ impl Engine {
         }
         let failed: Mutex<HashSet<usize>> = Mutex::new(HashSet::new());
         let put_error: Mutex<Option<String>> = Mutex::new(None);
-        let jobs = form_jobs(&t, batch);
+        let jobs = form_jobs(&t, batch, false);
         let landed = run_puts(&t, &jobs, &failed, &put_error);
         crash_point("flush.after_put");
         let mut done = Vec::new();
@@ -446,6 +458,10 @@ impl Engine {
     /// Flushes until nothing is pending or a pass makes no progress (a tier is failing).
     /// Progress goes to `progress` after each pass.
     pub fn flush_all(&self, progress: &mut dyn FnMut(&FlushReport, u64)) -> Result<FlushReport> {
+        if let Some(t) = &self.tiering {
+            // A leader asks every member of its shard group again (no idle backoff).
+            t.kicked.store(true, Ordering::Relaxed);
+        }
         let mut total = FlushReport::default();
         let mut done = 0u64;
         loop {
@@ -492,34 +508,39 @@ const PUT_BATCH_BYTES: u64 = 64 << 20;
 const PUT_THREADS: usize = 4;
 
 /// One extent encoded for its home, before grouping into blobs.
-struct Encoded {
-    id: ObjectId,
-    seq: u64,
-    raw_len: u64,
+pub(super) struct Encoded {
+    pub(super) id: ObjectId,
+    pub(super) seq: u64,
+    /// The server holding it (another than this one only in a group shard).
+    pub(super) from: u32,
+    pub(super) raw_len: u64,
     /// Extents of the same group placed on the same tiers share a shard blob.
-    group: Option<usize>,
-    stored: Vec<u8>,
-    codec: String,
+    pub(super) group: Option<usize>,
+    /// The encoded bytes, or nothing when they stay with `from` (S3 group shards: see
+    /// `group.rs`); `len` is their length either way.
+    pub(super) stored: Vec<u8>,
+    pub(super) len: u64,
+    pub(super) codec: String,
     /// Tiers to try: the placement's choice, then spill targets.
-    order: Vec<usize>,
+    pub(super) order: Vec<usize>,
 }
 
 /// Assigns objects to shard groups in the order a pass meets them: `objects_per_shard`
 /// objects per group (`None` for all when sharding is off).
-struct ShardGroups {
+pub(super) struct ShardGroups {
     per: usize,
     seen: HashMap<ObjectId, usize>,
 }
 
 impl ShardGroups {
-    fn new(objects_per_shard: u32) -> Self {
+    pub(super) fn new(objects_per_shard: u32) -> Self {
         ShardGroups {
             per: objects_per_shard as usize,
             seen: HashMap::new(),
         }
     }
 
-    fn group_of(&mut self, id: ObjectId) -> Option<usize> {
+    pub(super) fn group_of(&mut self, id: ObjectId) -> Option<usize> {
         if self.per == 0 {
             return None;
         }
@@ -529,29 +550,36 @@ impl ShardGroups {
 }
 
 /// An extent's place in a blob.
-struct Member {
-    id: ObjectId,
-    seq: u64,
-    raw_len: u64,
-    codec: String,
-    stored_len: u64,
-    offset: u64,
+pub(super) struct Member {
+    pub(super) id: ObjectId,
+    pub(super) seq: u64,
+    /// The server holding it (another than this one only in a group shard).
+    pub(super) from: u32,
+    pub(super) raw_len: u64,
+    pub(super) codec: String,
+    pub(super) stored_len: u64,
+    pub(super) offset: u64,
 }
 
 /// One blob on its way to a tier: an extent's own blob, or a shard of several extents
 /// (concatenated, each encoded on its own so it can be read alone).
-struct PutJob {
-    key: String,
-    shard: bool,
-    stored: Vec<u8>,
-    members: Vec<Member>,
+pub(super) struct PutJob {
+    pub(super) key: String,
+    pub(super) shard: bool,
+    /// The blob (empty while its extents' bytes stay with their servers); `len` its length.
+    pub(super) stored: Vec<u8>,
+    pub(super) len: u64,
+    pub(super) members: Vec<Member>,
     /// Tiers to try: the placement's choice, then spill targets.
-    order: Vec<usize>,
+    pub(super) order: Vec<usize>,
 }
 
 /// Groups a batch into blobs: extents of one shard group with the same placement go into one
 /// shard (in log order, cut at `max_shard_bytes`); the rest, and groups of one, get their own.
-fn form_jobs(t: &Tiering, batch: Vec<Encoded>) -> Vec<PutJob> {
+/// A `cross` batch (several servers' extents, put by their leader) is all shards under the
+/// group's prefix, even of one extent: an own blob would sit under the leader's prefix, where
+/// the leader's own sweep would take it for garbage.
+pub(super) fn form_jobs(t: &Tiering, batch: Vec<Encoded>, cross: bool) -> Vec<PutJob> {
     let mut jobs: Vec<PutJob> = Vec::new();
     // Open shard per (group, placement): index into `jobs`.
     let mut open: HashMap<(usize, Vec<usize>), usize> = HashMap::new();
@@ -559,9 +587,10 @@ fn form_jobs(t: &Tiering, batch: Vec<Encoded>) -> Vec<PutJob> {
         let member = |offset| Member {
             id: x.id,
             seq: x.seq,
+            from: x.from,
             raw_len: x.raw_len,
             codec: x.codec.clone(),
-            stored_len: x.stored.len() as u64,
+            stored_len: x.len,
             offset,
         };
         let Some(group) = x.group else {
@@ -570,23 +599,30 @@ fn form_jobs(t: &Tiering, batch: Vec<Encoded>) -> Vec<PutJob> {
                 shard: false,
                 members: vec![member(0)],
                 stored: x.stored,
+                len: x.len,
                 order: x.order,
             });
             continue;
         };
         let slot = (group, x.order.clone());
         match open.get(&slot).map(|&j| &mut jobs[j]) {
-            Some(job) if job.stored.len() as u64 + x.stored.len() as u64 <= t.max_shard_bytes => {
-                job.members.push(member(job.stored.len() as u64));
+            Some(job) if job.len + x.len <= t.max_shard_bytes => {
+                job.members.push(member(job.len));
                 job.stored.extend_from_slice(&x.stored);
+                job.len += x.len;
             }
             _ => {
                 open.insert(slot, jobs.len());
                 jobs.push(PutJob {
-                    key: t.shard_key(x.id, x.seq),
+                    key: if cross {
+                        t.group_shard_key(x.id, x.seq)
+                    } else {
+                        t.shard_key(x.id, x.seq)
+                    },
                     shard: true,
                     members: vec![member(0)],
                     stored: x.stored,
+                    len: x.len,
                     order: x.order,
                 });
             }
@@ -594,7 +630,7 @@ fn form_jobs(t: &Tiering, batch: Vec<Encoded>) -> Vec<PutJob> {
     }
     // A shard of one extent is just that extent's blob.
     for job in &mut jobs {
-        if job.shard && job.members.len() == 1 {
+        if !cross && job.shard && job.members.len() == 1 {
             job.shard = false;
             job.key = t.key(job.members[0].id, job.members[0].seq);
         }
@@ -606,7 +642,7 @@ fn form_jobs(t: &Tiering, batch: Vec<Encoded>) -> Vec<PutJob> {
 /// tiers in order: full → next tier; any other error marks the tier failed for the rest of
 /// the pass (its extents wait in the log rather than skip to a tier the placement did not
 /// choose).
-fn run_puts(
+pub(super) fn run_puts(
     t: &Tiering,
     jobs: &[PutJob],
     failed: &Mutex<HashSet<usize>>,

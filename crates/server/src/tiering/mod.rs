@@ -11,13 +11,14 @@
 
 pub mod codec;
 mod flush;
+mod group;
 pub mod placement;
 
 use pdcx_core::model::{TagValue, Tags};
 use pdcx_core::protocol::{ObjectSpec, TagTarget};
 use pdcx_core::{Error, ErrorKind, ObjectId, Result};
 use pdcx_tiers::{DeploymentConfig, Tier, TierKind};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -101,6 +102,9 @@ pub struct FlushState {
     pub passes: u64,
 }
 
+/// Encoded extents a member offered its group's leader, by (object, seq).
+type Offered = HashMap<(ObjectId, u64), Vec<u8>>;
+
 pub struct Tiering {
     pub tiers: Vec<Arc<dyn Tier>>,
     pub counters: Vec<TierCounters>,
@@ -124,6 +128,38 @@ pub struct Tiering {
     pub(crate) moves: Mutex<()>,
     /// Whether the sweep of blobs left by a crash between put and home record ran.
     swept: std::sync::atomic::AtomicBool,
+    /// Group shards (`[shard] servers`, `group.rs`): this server's rank, the deployment's
+    /// size, the group size (1: off) and the deployment id (group keys carry the leader).
+    rank: u32,
+    size: u32,
+    group: u32,
+    deployment: String,
+    /// Group shards whose last reference on this server went, to be reported to their leader
+    /// at the next flush pass (the leader deletes the blob once no server references it).
+    released: Mutex<Vec<(usize, String)>>,
+    /// Group shards this server (their leader) checks at its next pass: deleted if no server
+    /// of the deployment references them.
+    to_check: Mutex<HashSet<(usize, String)>>,
+    /// Held while a member applies `RecordShardHomes` and while it answers `ShardRefs`, so an
+    /// answer never misses homes being recorded (`group.rs`).
+    records: Mutex<()>,
+    /// Whether the leader's sweep of its group prefix ran (needs every server to answer).
+    group_swept: std::sync::atomic::AtomicBool,
+    /// Per tier, for S3 tiers: a handle for multipart uploads whose parts several servers
+    /// put (group shards whose members upload their own bytes).
+    s3: Vec<Option<Arc<pdcx_tiers::s3::S3Tier>>>,
+    /// This server's extents offered to its group's leader by the last `ShardCandidates`
+    /// without bytes, encoded, until the leader fetches or uploads them.
+    offered: Mutex<Offered>,
+    /// Parts of group shards this server uploaded (for its leader or as leader), since start.
+    pub group_parts_uploaded: AtomicU64,
+    /// Multipart uploads of group shards a crashed leader left, aborted by this one's sweep.
+    pub group_uploads_aborted: AtomicU64,
+    /// A leader's backoff per member: (passes in a row it had nothing or did not answer,
+    /// passes still to skip it), so idle members of a large group are not asked every pass.
+    idle: Mutex<HashMap<u32, (u32, u32)>>,
+    /// Set by [`kick`](Self::kick) (`pdcx flush`) and explicit flushes: ask every member now.
+    kicked: std::sync::atomic::AtomicBool,
 }
 
 impl Tiering {
@@ -159,6 +195,13 @@ impl Tiering {
             })?);
         }
         let counters = tiers.iter().map(|_| TierCounters::default()).collect();
+        let mut s3 = Vec::new();
+        for t in &cfg.tiers {
+            s3.push(match t.kind {
+                TierKind::S3 => Some(Arc::new(pdcx_tiers::s3::S3Tier::open_destination(t)?)),
+                _ => None,
+            });
+        }
         Ok(Some(Tiering {
             tiers,
             counters,
@@ -172,6 +215,20 @@ impl Tiering {
             shard_refs: Mutex::new(HashMap::new()),
             moves: Mutex::new(()),
             swept: std::sync::atomic::AtomicBool::new(false),
+            rank,
+            size,
+            group: cfg.shard.group_size(size),
+            deployment: deployment.to_string(),
+            released: Mutex::new(Vec::new()),
+            to_check: Mutex::new(HashSet::new()),
+            records: Mutex::new(()),
+            group_swept: std::sync::atomic::AtomicBool::new(false),
+            s3,
+            offered: Mutex::new(HashMap::new()),
+            group_parts_uploaded: AtomicU64::new(0),
+            group_uploads_aborted: AtomicU64::new(0),
+            idle: Mutex::new(HashMap::new()),
+            kicked: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -252,8 +309,19 @@ impl Tiering {
                 }
             }
         };
-        if last {
-            let _ = self.delete(home.tier, &self.blob_key(id, seq, home));
+        if !last {
+            return;
+        }
+        match &home.shard {
+            // Other servers may still use a group shard: its leader decides (`group.rs`).
+            Some(k) if self.group_leader_of(k).is_some() => self
+                .released
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push((home.tier, k.clone())),
+            _ => {
+                let _ = self.delete(home.tier, &self.blob_key(id, seq, home));
+            }
         }
     }
 
@@ -261,10 +329,7 @@ impl Tiering {
     /// between a put and the durable record of its home (shard keys depend on how a pass
     /// grouped extents, so a re-flush after restart need not overwrite them). Runs once, at
     /// the first flush pass, under `moves`; a tier that cannot list is retried next pass.
-    pub(crate) fn sweep_unreferenced(
-        &self,
-        referenced: &std::collections::HashSet<(usize, String)>,
-    ) {
+    pub(crate) fn sweep_unreferenced(&self, referenced: &HashSet<(usize, String)>) {
         if self.swept.load(Ordering::Relaxed) {
             return;
         }
@@ -391,6 +456,7 @@ impl Tiering {
 
     /// Wakes the flusher now instead of at its next interval.
     pub fn kick(&self) {
+        self.kicked.store(true, Ordering::Relaxed);
         let (m, cv) = &self.kick;
         *m.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         cv.notify_all();
