@@ -4,8 +4,7 @@
 
 use pdcx_client::Client;
 mod common;
-use common::{client_at, two_servers};
-use std::path::Path;
+use common::{client_at, s3_server, two_servers};
 use std::time::{Duration, Instant};
 
 fn pattern(n: usize, seed: u8) -> Vec<u8> {
@@ -173,64 +172,6 @@ fn bad_homes_and_non_streams_are_refused() {
     .unwrap();
     let e = c.bs_open("array", false).err().expect("refused");
     assert!(e.message.contains("not a byte stream"), "{e}");
-}
-
-/// A private versitygw (scripts/s3server.sh), killed by PID on drop; None (said on stderr)
-/// when it is not installed, unless PDCX_REQUIRE_S3=1 (CI).
-struct S3 {
-    vars: std::collections::HashMap<String, String>,
-    pid: i32,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for S3 {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of the server this test started.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-        }
-    }
-}
-
-fn s3_server() -> Option<S3> {
-    let bin = std::env::var("VERSITYGW").unwrap_or_else(|_| "/usr/local/bin/versitygw".into());
-    if !Path::new(&bin).is_file() {
-        assert_ne!(
-            std::env::var("PDCX_REQUIRE_S3").as_deref(),
-            Ok("1"),
-            "PDCX_REQUIRE_S3=1 but versitygw is not installed"
-        );
-        eprintln!("SKIPPED (nothing checked): versitygw not installed");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/s3server.sh");
-    let out = std::process::Command::new("bash")
-        .arg(script)
-        .arg("start")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let vars: std::collections::HashMap<String, String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    let pid = std::fs::read_to_string(&vars["PDCX_TEST_S3_PIDFILE"])
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    Some(S3 {
-        vars,
-        pid,
-        _dir: dir,
-    })
 }
 
 /// S3 homes (paper 002 §6.3): a small version is one PUT; a large one a multipart upload

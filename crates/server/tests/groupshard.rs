@@ -536,68 +536,20 @@ fn composite_strategies_on_four_servers() {
     run(4, 3, "servers = 4\nobjects = 2", 4, 2, false);
 }
 
-/// A private versitygw (scripts/s3server.sh), killed by PID on drop, its settings in the
-/// environment; None (said on stderr) when it is not installed, unless PDCX_REQUIRE_S3=1.
-struct S3 {
-    pid: i32,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for S3 {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of the server this test started.
-        unsafe {
-            libc::kill(self.pid, libc::SIGKILL);
-        }
-    }
-}
-
-fn s3_env() -> Option<S3> {
-    let bin = std::env::var("VERSITYGW").unwrap_or_else(|_| "/usr/local/bin/versitygw".into());
-    if !Path::new(&bin).is_file() {
-        assert_ne!(
-            std::env::var("PDCX_REQUIRE_S3").as_deref(),
-            Ok("1"),
-            "PDCX_REQUIRE_S3=1 but versitygw is not installed"
-        );
-        eprintln!("SKIPPED (nothing checked): versitygw not installed");
-        return None;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/s3server.sh");
-    let out = std::process::Command::new("bash")
-        .arg(script)
-        .arg("start")
-        .arg(dir.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let vars: BTreeMap<String, String> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    // The servers (and the restart child) read S3 settings from the environment, as a real
-    // server does.
+/// A private versitygw whose settings the servers (and the restart child) read from the
+/// environment, as a real server does.
+fn s3_env() -> Option<common::S3> {
+    let s3 = common::s3_server()?;
     for (k, v) in [
         ("AWS_ACCESS_KEY_ID", "PDCX_TEST_S3_ACCESS_KEY_ID"),
         ("AWS_SECRET_ACCESS_KEY", "PDCX_TEST_S3_SECRET_ACCESS_KEY"),
         ("PDCX_TEST_S3_ENDPOINT", "PDCX_TEST_S3_ENDPOINT"),
         ("PDCX_TEST_S3_BUCKET", "PDCX_TEST_S3_BUCKET"),
     ] {
-        std::env::set_var(k, &vars[v]);
+        std::env::set_var(k, &s3.vars[v]);
     }
     std::env::set_var("AWS_REGION", "us-east-1");
-    let pid = std::fs::read_to_string(&vars["PDCX_TEST_S3_PIDFILE"])
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap();
-    Some(S3 { pid, _dir: dir })
+    Some(s3)
 }
 
 #[test]

@@ -57,3 +57,63 @@ pub fn client_at(root: &Path, local: u32) -> Client {
     c.set_local_server(local).unwrap();
     c
 }
+
+/// A private versitygw (scripts/s3server.sh), killed by PID on drop, with the settings the
+/// script printed (`PDCX_TEST_S3_*`).
+pub struct S3 {
+    pub vars: std::collections::HashMap<String, String>,
+    pid: i32,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for S3 {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of the server this test started.
+        unsafe {
+            libc::kill(self.pid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Starts a private versitygw; None (said on stderr) when it is not installed, unless
+/// PDCX_REQUIRE_S3=1 (CI), which makes that a failure.
+pub fn s3_server() -> Option<S3> {
+    let bin = std::env::var("VERSITYGW").unwrap_or_else(|_| "/usr/local/bin/versitygw".into());
+    if !Path::new(&bin).is_file() {
+        assert_ne!(
+            std::env::var("PDCX_REQUIRE_S3").as_deref(),
+            Ok("1"),
+            "PDCX_REQUIRE_S3=1 but versitygw is not installed"
+        );
+        eprintln!("SKIPPED (nothing checked): versitygw not installed");
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/s3server.sh");
+    let out = std::process::Command::new("bash")
+        .arg(script)
+        .arg("start")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vars: std::collections::HashMap<String, String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let pid = std::fs::read_to_string(&vars["PDCX_TEST_S3_PIDFILE"])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    Some(S3 {
+        vars,
+        pid,
+        _dir: dir,
+    })
+}
