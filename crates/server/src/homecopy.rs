@@ -156,22 +156,64 @@ pub fn run(server: Weak<Server>) {
     }
 }
 
-/// Copies every version waiting for its home, in epoch order; stops at the first failure
-/// (recorded in the version's row, retried later).
+/// Files copied at once (`PDCX_HOME_JOBS`, default 4): many small files (a checkpoint per
+/// rank, segment creation) would otherwise wait for each other's fsyncs and renames.
+fn file_jobs() -> usize {
+    std::env::var("PDCX_HOME_JOBS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(4)
+        .min(64)
+}
+
+/// Copies every version waiting for its home: the versions of one stream in epoch order,
+/// several streams at once ([`file_jobs`]). A stream whose copy fails stops there (the
+/// failure is recorded in the version's row; retried later); the others go on. Returns the
+/// first failure.
 fn copy_pending(server: &Server) -> Result<()> {
+    let mut by_stream: std::collections::BTreeMap<ObjectId, Vec<VersionInfo>> = Default::default();
     for v in server.meta.versions_to_copy()? {
-        if server.stopping() {
-            return Ok(());
-        }
-        if let Err(e) = copy_version(server, &v) {
-            // Still to be copied: a later attempt (or the next start) tries again.
-            let _ = server
-                .meta
-                .set_version_state(v.id, v.epoch, versions::SEALED, &e.message);
-            return Err(e);
-        }
+        by_stream.entry(v.id).or_default().push(v);
     }
-    Ok(())
+    let queue = Mutex::new(by_stream.into_values().collect::<Vec<_>>());
+    let first_err: Mutex<Option<Error>> = Mutex::new(None);
+    let workers = file_jobs().min(queue.lock().map_or(0, |q| q.len()));
+    let work = || loop {
+        let Some(versions) = queue.lock().unwrap_or_else(|p| p.into_inner()).pop() else {
+            return;
+        };
+        for v in versions {
+            if server.stopping() {
+                return;
+            }
+            if let Err(e) = copy_version(server, &v) {
+                // Still to be copied: a later attempt (or the next start) tries again.
+                let _ = server
+                    .meta
+                    .set_version_state(v.id, v.epoch, versions::SEALED, &e.message);
+                first_err
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+                break;
+            }
+        }
+    };
+    if workers <= 1 {
+        work();
+    } else {
+        // Scoped threads inherit this thread's lower priority (nice +10).
+        std::thread::scope(|s| {
+            for _ in 0..workers {
+                s.spawn(work);
+            }
+        });
+    }
+    first_err
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .map_or(Ok(()), Err)
 }
 
 fn copy_version(server: &Server, v: &VersionInfo) -> Result<()> {

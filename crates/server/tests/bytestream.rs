@@ -588,3 +588,38 @@ fn a_new_file_costs_create_write_and_one_sync_seal() {
     assert!(!again.created());
     assert!(!again.take_changed());
 }
+
+/// Home copies of different files are independent: one whose home cannot be written (its
+/// directory is a file) keeps failing and is retried, while the others reach their homes.
+#[test]
+fn a_failing_home_copy_does_not_hold_up_other_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _h = common::deployment(&root);
+    let c = client_at(&root, 0);
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let bad = c.bs_open("mpiio/bad", true).unwrap();
+    bad.pwrite(0, b"never copied").unwrap();
+    bad.commit().unwrap();
+    bad.seal(blocker.join("bad").to_str().unwrap()).unwrap();
+    let mut good = Vec::new();
+    for k in 0..6 {
+        let name = format!("mpiio/good.{k}");
+        let bs = c.bs_open(&name, true).unwrap();
+        bs.pwrite(0, &pattern(1000 + k, k as u8)).unwrap();
+        bs.commit().unwrap();
+        let home = dir.path().join(format!("home/good.{k}"));
+        bs.seal(home.to_str().unwrap()).unwrap();
+        good.push((name, home, k));
+    }
+    for (name, home, k) in &good {
+        wait_done(&c, name, 1);
+        assert_eq!(std::fs::read(home).unwrap(), pattern(1000 + k, *k as u8));
+    }
+    let v = bad.versions().unwrap();
+    assert_eq!(v.len(), 1);
+    assert_ne!(v[0].state, "done");
+    assert!(!v[0].error.is_empty(), "the failure is recorded: {v:?}");
+}
