@@ -137,7 +137,9 @@ def test_sigkill_mid_flush_loses_nothing(deployment, tmp_path):
         ("[[tier]]\nname='x'\nkind='local'\n", "needs `path`"),
         ("[[tier]]\nname='x'\nkind='memory'\ncapacity='lots'\n", "bad size"),
         ("[log]\nsegment_bytes='1KiB'\n", "at least 1MiB"),
-        ("[shard]\nstrategy=1\n", "several servers"),
+        ("[shard]\nservers=3\n", "power of two"),
+        ("[shard]\ncomposite=true\n", "set shard.strategy"),
+        ("[shard]\nstrategy=3\nservers=4\n", "contradicts shard.strategy"),
     ],
 )
 def test_bad_config_refuses_to_start_with_a_clear_error(deployment, toml, why):
