@@ -115,11 +115,11 @@ for round in $(seq 1 "$repeat"); do
         "$kernel" --root "$root" --particles "$particles" --chunks "$chunks" --out "$work/$tag.json" || rc=$?
       dep=$(cat "$root/deployment-id")
       # Blobs of this deployment on the home tier: all of them, the shards among them (per-server
-      # DEP/sRANK/shard/..., group DEP/gLEADER/shard/...), and upload markers left (should be 0).
-      find "$work/pfs" "$work/s3" -type f -path "*$dep/*" 2>/dev/null > "$work/$tag.files" || true
-      printf '%s %s %s %s\n' "$(grep -c . "$work/$tag.files")" "$(grep -c '/shard/' "$work/$tag.files")" \
+      # DEP/sRANK/shard/..., group DEP/gLEADER/shard/...), upload markers left (should be 0), bytes.
+      find "$work/pfs" "$work/s3" -type f -path "*$dep/*" -printf '%s %p\n' 2>/dev/null > "$work/$tag.files" || true
+      printf '%s %s %s %s %s\n' "$(grep -c . "$work/$tag.files")" "$(grep -c '/shard/' "$work/$tag.files")" \
         "$(grep -c '/g[0-9]*/shard/' "$work/$tag.files")" "$(grep -c '/uploads/' "$work/$tag.files")" \
-        > "$work/$tag.blobs" || true
+        "$(awk '{s += $1} END {print s + 0}' "$work/$tag.files")" > "$work/$tag.blobs" || true
       if ((rc != 0)); then
         echo "FAILED: kernel.py pdcx $kernel, setting $setting, round $round: exit $rc (124 = timeout ${timeout_s}s)" \
           | tee "$work/$tag.fail" >&2

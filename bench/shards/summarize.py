@@ -55,18 +55,28 @@ def main() -> None:
                 out.append(d["bytes"] / d["total_s"] / 1e6)
         return out
 
-    def blobs(kernel: str, setting: str) -> tuple[str, str]:
-        """All blobs of the deployment and the shard blobs among them (group shards in
-        brackets), each as the distinct values over the rounds ("16" or "16/17")."""
-        total, shards = [], []
+    def blobs(kernel: str, setting: str) -> tuple[str, str, str]:
+        """All blobs of the deployment, the shard blobs among them (group shards in brackets),
+        each as the distinct values over the rounds ("16" or "16/17"), and the MB they hold
+        (round 1; above the data's size when S3 multipart shards carry padding)."""
+        total, shards, mb = [], [], []
         for r in range(1, repeat + 1):
             f = a.work / f"{kernel}-{setting}-r{r}.blobs"
             if not f.exists():
                 continue
-            t, s, g, up = (int(x) for x in f.read_text().split())
+            t, s, g, up, nbytes = (int(x) for x in f.read_text().split())
             total.append(str(t) + (f"+{up}up" if up else ""))
             shards.append(f"{s}" + (f" ({g} grp)" if g else ""))
-        return "/".join(dict.fromkeys(total)) or "?", "/".join(dict.fromkeys(shards)) or "?"
+            mb.append(f"{nbytes / 1e6:.1f}")
+        return "/".join(dict.fromkeys(total)) or "?", "/".join(dict.fromkeys(shards)) or "?", mb[0] if mb else "?"
+
+    def puts(kernel: str, setting: str) -> str:
+        """MB each server counted as put to the home tier (first round that ran)."""
+        for r in range(1, repeat + 1):
+            f = a.work / f"{kernel}-{setting}-r{r}.json"
+            if f.exists():
+                return "/".join(f"{b / 1e6:.0f}" for b in json.loads(f.read_text()).get("put_bytes", [])) or "?"
+        return "?"
 
     def fmt(xs: list[float]) -> str:
         return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})"
@@ -77,8 +87,8 @@ def main() -> None:
         f"{repeat} run(s) per point; load at start {a.load}, at end {a.load_end}"
     )
     print(
-        f"{'kernel':<15} {'setting':<28} {'blobs':>6} {'shards':>12} {'Table II':>8} "
-        f"{'MB/s median (min-max)':>22} {'x baseline':>10}"
+        f"{'kernel':<15} {'setting':<28} {'blobs':>6} {'shards':>12} {'Table II':>8} {'tier MB':>7} "
+        f"{'put MB by server':>16} {'MB/s median (min-max)':>22} {'x baseline':>10}"
     )
     notes = []
     for kernel in a.kernels.split():
@@ -88,7 +98,10 @@ def main() -> None:
         b = rates(kernel, base)
         if not b:
             continue
-        print(f"{kernel:<15} {base + ' (baseline)':<28} {'1':>6} {'-':>12} {'-':>8} {fmt(b):>22} {1.0:>10.2f}")
+        print(
+            f"{kernel:<15} {base + ' (baseline)':<28} {'1':>6} {'-':>12} {'-':>8} {'-':>7} {'-':>16} "
+            f"{fmt(b):>22} {1.0:>10.2f}"
+        )
         settings = ["off", "1", "2", "3", "4", "5"] if kernel == "vpic-basic" else ["off", "2", "c1", "c3", "c4"]
         for s in settings:
             xs = rates(kernel, s)
@@ -101,19 +114,23 @@ def main() -> None:
                             f"{kernel}: composite {s[1:]} (servers {group}) = composite 1 at {n} servers: not run again"
                         )
                 continue
-            nb, ns = blobs(kernel, s)
+            nb, ns, mb = blobs(kernel, s)
             exp = expected(s, objects, extents, n)
             rate = fmt(xs) if xs else "FAILED"
             ratio = f"{statistics.median(xs) / statistics.median(b):.2f}" if xs else "-"
             if fails:
                 rate = f"{rate} [{len(fails)} failed]" if xs else rate
-            print(f"{kernel:<15} {label(s, n):<28} {nb:>6} {ns:>12} {exp:>8} {rate:>22} {ratio:>10}")
+            print(
+                f"{kernel:<15} {label(s, n):<28} {nb:>6} {ns:>12} {exp:>8} {mb:>7} {puts(kernel, s):>16} "
+                f"{rate:>22} {ratio:>10}"
+            )
     for note in notes:
         print(f"note: {note}")
     print(
         "blobs: files of the deployment on the home tier after the run; shards: those under "
         ".../shard/ (grp: group shards under gLEADER/); Table II: its count for these servers "
-        "(off: one blob per extent)"
+        "(off: one blob per extent); tier MB: their bytes; put MB by server: each server's "
+        "put_bytes counter (a group shard is counted at its leader)"
     )
 
 
