@@ -40,29 +40,38 @@ def label(setting: str, n: int) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("work", type=Path)
+    # Several work dirs (runs of the same command) pool their rounds: the table is over all.
+    ap.add_argument("work", type=Path, nargs="+")
     for opt in ("ranks", "servers", "particles", "chunks", "tier", "repeat", "kernels", "load", "load-end", "log-on"):
         ap.add_argument(f"--{opt}", required=True)
     a = ap.parse_args()
     n, repeat = int(a.servers), int(a.repeat)
 
+    def runs(kernel: str, setting: str, ext: str) -> list[Path]:
+        """This point's per-round files of every work dir, in run order."""
+        out = []
+        for w in a.work:
+            for r in range(1, repeat + 1):
+                f = w / f"{kernel}-{setting}-r{r}.{ext}"
+                if f.exists():
+                    out.append(f)
+        return out
+
     def rates(kernel: str, setting: str) -> list[float]:
         out = []
-        for r in range(1, repeat + 1):
-            f = a.work / f"{kernel}-{setting}-r{r}.json"
-            if f.exists():
-                d = json.loads(f.read_text())
-                out.append(d["bytes"] / d["total_s"] / 1e6)
+        for f in runs(kernel, setting, "json"):
+            d = json.loads(f.read_text())
+            out.append(d["bytes"] / d["total_s"] / 1e6)
         return out
 
     def blobs(kernel: str, setting: str) -> tuple[str, str, str]:
         """All blobs of the deployment, the shard blobs among them (group shards in brackets),
         each as the distinct values over the rounds ("16" or "16/17"), and the MB they hold
-        (round 1; above the data's size when S3 multipart shards carry padding)."""
+        (first round; above the data's size when S3 multipart shards carry padding)."""
         total, shards, mb = [], [], []
-        for r in range(1, repeat + 1):
-            f = a.work / f"{kernel}-{setting}-r{r}.blobs"
-            if not f.exists():
+        for f in runs(kernel, setting, "blobs"):
+            fields = f.read_text().split()
+            if len(fields) < 5:  # an older run.sh recorded no bytes
                 continue
             t, s, g, up, nbytes = (int(x) for x in f.read_text().split())
             total.append(str(t) + (f"+{up}up" if up else ""))
@@ -71,11 +80,11 @@ def main() -> None:
         return "/".join(dict.fromkeys(total)) or "?", "/".join(dict.fromkeys(shards)) or "?", mb[0] if mb else "?"
 
     def puts(kernel: str, setting: str) -> str:
-        """MB each server counted as put to the home tier (first round that ran)."""
-        for r in range(1, repeat + 1):
-            f = a.work / f"{kernel}-{setting}-r{r}.json"
-            if f.exists():
-                return "/".join(f"{b / 1e6:.0f}" for b in json.loads(f.read_text()).get("put_bytes", [])) or "?"
+        """MB each server counted as put to the home tier (first round that recorded it)."""
+        for f in runs(kernel, setting, "json"):
+            per_server = json.loads(f.read_text()).get("put_bytes")
+            if per_server:
+                return "/".join(f"{b / 1e6:.0f}" for b in per_server)
         return "?"
 
     def fmt(xs: list[float]) -> str:
@@ -84,7 +93,9 @@ def main() -> None:
     print(
         f"object-sharding sweep: {a.ranks} ranks, {n} servers, {a.particles} particles/rank in "
         f"{a.chunks} regions per variable, home tier = {a.tier}, server log on {a.log_on}; "
-        f"{repeat} run(s) per point; load at start {a.load}, at end {a.load_end}"
+        f"{repeat * len(a.work)} run(s) per point"
+        + (f" ({len(a.work)} sweeps pooled)" if len(a.work) > 1 else "")
+        + f"; load at start {a.load}, at end {a.load_end}"
     )
     print(
         f"{'kernel':<15} {'setting':<28} {'blobs':>6} {'shards':>12} {'Table II':>8} {'tier MB':>7} "
@@ -105,7 +116,7 @@ def main() -> None:
         settings = ["off", "1", "2", "3", "4", "5"] if kernel == "vpic-basic" else ["off", "2", "c1", "c3", "c4"]
         for s in settings:
             xs = rates(kernel, s)
-            fails = sorted(a.work.glob(f"{kernel}-{s}-r*.fail"))
+            fails = runs(kernel, s, "fail")
             if not xs and not fails:
                 if s.startswith("c") and s != "c1":
                     group = COMPOSITE[int(s[1:])][1]
