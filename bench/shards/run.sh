@@ -133,4 +133,4 @@ done
 python3 bench/shards/summarize.py "$work" --ranks "$ranks" --servers "$servers" --particles "$particles" \
   --chunks "$chunks" --tier "$tier" --repeat "$repeat" --kernels "$kernels" --load "$load" \
   --load-end "$(cut -d' ' -f1-3 /proc/loadavg)" \
-  --log-on "$(df --output=fstype "$root" | tail -1) ($root_dir${root_dir:-same disk as the tier})"
+  --log-on "$(df --output=fstype "$root" | tail -1) (${root_dir:-same disk as the tier})"
