@@ -88,7 +88,10 @@ def pdcx_write(a, comm, recs: np.ndarray) -> dict:
     else:
         got = client.open_object("shards/p").records[rank * n : rank * n + q]
         assert got.tobytes() == recs[:q].tobytes()
-    return {"app_s": t_app, "total_s": t_all}
+    # Bytes each server put to the home tier (its counter; a group shard's put is counted at the
+    # leader that formed it): shows who wrote the group's bytes.
+    puts = [sum(t["put_bytes"] for t in s["tiers"]) for s in client.stats()] if rank == 0 else []
+    return {"app_s": t_app, "total_s": t_all, "put_bytes": puts}
 
 
 def hdf5_write(a, comm, recs: np.ndarray) -> dict:
