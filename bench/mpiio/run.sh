@@ -9,7 +9,8 @@ usage() {
 Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks R]
                           [--servers S] [--home DIR] [--home-mbps MB] [--home-kind KIND]
                           [--every "K ..."] [--steps S] [--mib M] [--compute SEC]
-                          [--recovery-outputs N] [--micro-home DIR] [--quick] [--keep]
+                          [--recovery-outputs N] [--rate N] [--micro-home DIR] [--quick]
+                          [--keep]
 
   --only LIST     comma-separated subset of seg,append,e2e,recovery (default: all four)
   --repeat N      rounds; within a round every figure is measured directly and through
@@ -29,6 +30,10 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                   the direct baseline writes each checkpoint to a local directory with
                   MPI-IO, then uploads it (s3tool.py serve: boto3 multipart, 8 MiB parts,
                   8 at once) before the next compute phase
+  --rate N        iterations/s of e2e's compute loop instead of calibrating it (once, at
+                  start): on a loaded machine the calibration is low and every compute
+                  phase short; pass the figure of a quiet moment (e2e -P) to keep the
+                  compute work fixed across runs
   --recovery-outputs N  checkpoints the recovery writer logs before every server is
                   killed (-9) (default 16; x ranks x --mib MiB each)
   --every "K ..." output every K steps, one end-to-end run per K (default "1 4 20")
@@ -64,7 +69,7 @@ EOF
 
 only="seg,append,e2e,recovery" repeat=3 ranks=2 micro_ranks=1 servers=1 home="" home_mbps=100
 every="1 4 20" steps=20 mib=32 compute=0.5 quick=0 keep=0 micro_home="" home_kind=""
-rec_outputs=16
+rec_outputs=16 rate=""
 cmdline="bench/mpiio/run.sh $*"
 while (($#)); do
   case $1 in
@@ -77,6 +82,7 @@ while (($#)); do
     --home-mbps) home_mbps=${2:?}; shift 2 ;;
     --home-kind) home_kind=${2:?}; shift 2 ;;
     --recovery-outputs) rec_outputs=${2:?}; shift 2 ;;
+    --rate) rate=${2:?}; shift 2 ;;
     --every) every=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
     --mib) mib=${2:?}; shift 2 ;;
@@ -97,6 +103,7 @@ fi
 for v in repeat ranks micro_ranks servers home_mbps steps mib rec_outputs; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --${v//_/-} must be a positive integer" >&2; exit 2; }
 done
+[[ -z $rate || $rate =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rate must be a positive integer" >&2; exit 2; }
 for k in $every; do [[ $k =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --every takes positive integers" >&2; exit 2; }; done
 [[ $compute =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "run.sh: --compute must be a number of seconds" >&2; exit 2; }
 want() { [[ ,$only, == *,$1,* ]]; }
@@ -484,8 +491,9 @@ recovery_once() {
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 # The compute loop's speed, measured once: every e2e run then does the same work, so a
 # direct and a pdcx run differ only in their I/O (and in what it costs the compute).
-rate=""
-if want e2e || want recovery; then
+if [[ -n $rate ]]; then
+  note "e2e compute loop: $rate iterations/s per rank (--rate; not calibrated)"
+elif want e2e || want recovery; then
   rate=$("${mpi[@]}" -n "$ranks" "$bin/e2e" -P | sed -n 's/^CALIBRATE rate=//p')
   [[ $rate =~ ^[0-9]+$ ]] || { echo "run.sh: calibrating e2e failed" >&2; exit 1; }
   note "e2e compute loop: $rate iterations/s per rank (calibrated once, $ranks ranks at once)"
