@@ -9,8 +9,8 @@ usage() {
 Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks R]
                           [--servers S] [--home DIR] [--home-mbps MB] [--home-kind KIND]
                           [--every "K ..."] [--steps S] [--mib M] [--compute SEC]
-                          [--recovery-outputs N] [--rate N] [--micro-home DIR] [--quick]
-                          [--keep]
+                          [--recovery-outputs N] [--rate N] [--quiet-wait SEC]
+                          [--micro-home DIR] [--quick] [--keep]
 
   --only LIST     comma-separated subset of seg,append,e2e,recovery (default: all four)
   --repeat N      rounds; within a round every figure is measured directly and through
@@ -34,6 +34,10 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                   start): on a loaded machine the calibration is low and every compute
                   phase short; pass the figure of a quiet moment (e2e -P) to keep the
                   compute work fixed across runs
+  --quiet-wait SEC  before each end-to-end pair and recovery run, wait up to SEC seconds
+                  until the CPU is >= 80 % idle over 2 s (other users' compiles done; the
+                  machine has 2 cores). The idle figure at each start is recorded either
+                  way (idle=N on the RESULT lines, summarised in the table) (default 0)
   --recovery-outputs N  checkpoints the recovery writer logs before every server is
                   killed (-9) (default 16; x ranks x --mib MiB each)
   --every "K ..." output every K steps, one end-to-end run per K (default "1 4 20")
@@ -69,7 +73,7 @@ EOF
 
 only="seg,append,e2e,recovery" repeat=3 ranks=2 micro_ranks=1 servers=1 home="" home_mbps=100
 every="1 4 20" steps=20 mib=32 compute=0.5 quick=0 keep=0 micro_home="" home_kind=""
-rec_outputs=16 rate=""
+rec_outputs=16 rate="" quiet_wait=0
 cmdline="bench/mpiio/run.sh $*"
 while (($#)); do
   case $1 in
@@ -83,6 +87,7 @@ while (($#)); do
     --home-kind) home_kind=${2:?}; shift 2 ;;
     --recovery-outputs) rec_outputs=${2:?}; shift 2 ;;
     --rate) rate=${2:?}; shift 2 ;;
+    --quiet-wait) quiet_wait=${2:?}; shift 2 ;;
     --every) every=${2:?}; shift 2 ;;
     --steps) steps=${2:?}; shift 2 ;;
     --mib) mib=${2:?}; shift 2 ;;
@@ -103,6 +108,7 @@ fi
 for v in repeat ranks micro_ranks servers home_mbps steps mib rec_outputs; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --${v//_/-} must be a positive integer" >&2; exit 2; }
 done
+[[ $quiet_wait =~ ^[0-9]+$ ]] || { echo "run.sh: --quiet-wait takes seconds" >&2; exit 2; }
 [[ -z $rate || $rate =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rate must be a positive integer" >&2; exit 2; }
 for k in $every; do [[ $k =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --every takes positive integers" >&2; exit 2; }; done
 [[ $compute =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "run.sh: --compute must be a number of seconds" >&2; exit 2; }
@@ -361,6 +367,23 @@ labels_for_round() { # alternating order, so drift in the background load favour
 }
 
 # ---- end to end and recovery ----------------------------------------------------------
+# cpu_idle: % of CPU time idle over the next 2 s (all cores; nothing of ours runs then).
+cpu_ticks() { awk '/^cpu /{t=0; for (j = 2; j <= NF; j++) t += $j; print t, $5 + $6}' /proc/stat; }
+cpu_idle() {
+  local t1 i1 t2 i2
+  read -r t1 i1 < <(cpu_ticks)
+  sleep 2
+  read -r t2 i2 < <(cpu_ticks)
+  echo $(((i2 - i1) * 100 / (t2 - t1 > 0 ? t2 - t1 : 1)))
+}
+# wait_quiet: sets $idle to the CPU idle % once >= 80 or after --quiet-wait seconds.
+idle=""
+wait_quiet() {
+  local deadline=$((SECONDS + quiet_wait))
+  idle=$(cpu_idle)
+  while ((idle < 80 && SECONDS < deadline)); do idle=$(cpu_idle); done
+  log "CPU idle ${idle}% (load average $(cut -d' ' -f1 /proc/loadavg))"
+}
 # sums_dir DIR OUT / sums_s3 PREFIX OUT: "SHA256  NAME" per checkpoint file, sorted.
 sums_dir() { (cd "$1" && sha256sum -- ckpt.* | sort -k2) >"$2"; }
 sums_s3() { s3tool sums "$s3_bucket" "$1" | awk '{print $1 "  " $2}' >"$2"; }
@@ -381,7 +404,7 @@ verify_pair() {
 # serve); pdcx logs locally with --home s3://BUCKET/pdcx.
 e2e_once() {
   local kind=$1 k=$3 d req ack sums
-  label=$2 tags="home=$kind "
+  label=$2 tags="home=$kind idle=$idle "
   sums=$work/sums/$kind-$label-$round-$k
   local args=(-s "$steps" -k "$k" -m "$mib" -c "$compute" -r "$rate")
   rm -rf "$local_dir/e2e" "$local_dir/stage"
@@ -461,7 +484,7 @@ recovery_once() {
     sums_dir "$local_dir/rec-golden" "$rec_golden"
     rm -rf "$local_dir/rec-golden"
   fi
-  label=pdcx tags="home=$kind phase=write "
+  label=pdcx tags="home=$kind phase=write idle=$idle "
   rm -rf "$d" && mkdir -p "$d"
   if [[ $kind == file ]]; then rm -rf "$home/rec" && mkdir -p "$home/rec"; phome=$home/rec; else s3_clear rec; phome=s3://$s3_bucket/rec; fi
   start_servers "rec-$kind-$round"
@@ -475,7 +498,7 @@ recovery_once() {
     after=$(home_bytes "$kind")
     local raw=$home_probe
     if [[ $kind == s3 ]]; then raw=$s3_put_probe; fi
-    echo "RESULT round=$round bench=recovery label=pdcx home=$kind servers_killed=$n bytes_total=$total bytes_home_at_kill=$before bytes_home_after=$after seconds=$secs raw_mbps=${raw:-0} recover_says=$(echo "$out" | tail -n 1 | tr ' ' '_')" | tee -a "$work/recovery.log"
+    echo "RESULT round=$round bench=recovery label=pdcx home=$kind idle=$idle servers_killed=$n bytes_total=$total bytes_home_at_kill=$before bytes_home_after=$after seconds=$secs raw_mbps=${raw:-0} recover_says=$(echo "$out" | tail -n 1 | tr ' ' '_')" | tee -a "$work/recovery.log"
     if [[ $kind == file ]]; then sums_dir "$home/rec" "$work/sums/rec-$kind-$round"; else sums_s3 rec "$work/sums/rec-$kind-$round"; fi
     verify_pair recovery.log "$rec_golden" "$work/sums/rec-$kind-$round" "bench=recovery home=$kind"
   else
@@ -546,6 +569,7 @@ for ((round = 1; round <= repeat; round++)); do
   if want e2e; then
     for k in $every; do
       for kind in "${kinds[@]}"; do
+        wait_quiet
         for label in $(labels_for_round "$round"); do e2e_once "$kind" "$label" "$k"; done
         if ((have_pdcx)); then verify_pair e2e.log "$work/sums/$kind-direct-$round-$k" \
           "$work/sums/$kind-pdcx-$round-$k" "home=$kind every=$k"; fi
@@ -554,7 +578,10 @@ for ((round = 1; round <= repeat; round++)); do
   fi
   # ---- §8.6 recovery -----------------------------------------------------------------------
   if want recovery && ((have_pdcx)); then
-    for kind in "${kinds[@]}"; do recovery_once "$kind"; done
+    for kind in "${kinds[@]}"; do
+      wait_quiet
+      recovery_once "$kind"
+    done
   fi
 done
 

@@ -148,6 +148,17 @@ def verify_note(results: list[dict], kind: str, home: str) -> str | None:
     )
 
 
+def idle_note(rows: list[dict]) -> str | None:
+    """How busy the machine was when each run started (run.sh: 2 s CPU sample, --quiet-wait)."""
+    vals = [float(r["idle"]) for r in rows if r.get("idle", "").isdigit()]
+    if not vals:
+        return None
+    return (
+        f"CPU idle just before each run (2 s sample; other agents share the 2 cores): "
+        f"{median_cell(vals, '{:.0f}%'.format)}; {sum(v < 80 for v in vals)} of {len(vals)} runs started below 80 %."
+    )
+
+
 def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = "file") -> list[str]:
     mine = [r for r in results if home_of(r) == home]
     runs = by_round(mine, "e2e", ("every",))
@@ -227,9 +238,9 @@ def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = 
         "reduction = 1 - pdcx/direct end-to-end time of the program; incl. flush adds the time "
         "`pdcx flush` then waits for the last home copy."
     )
-    v = verify_note(results, "e2e", home)
-    if v:
-        out.append(v)
+    for note in (verify_note(results, "e2e", home), idle_note([r for r in mine if r.get("bench") == "e2e"])):
+        if note:
+            out.append(note)
     if not have_pdcx:
         out.append("pdcx columns are n/a: `pdcx run` was not available in this run.")
     out.append("")
@@ -316,6 +327,9 @@ def recovery_table(results: list[dict]) -> list[str]:
             f"{median_cell(rate)} | {median_cell(raw)} | {median_cell(frac, '{:.0f}%'.format)} |"
         )
     out.append("")
+    note = idle_note(rec)
+    if note:
+        out.append(f"- {note}")
     for home in ("file", "s3"):
         v = verify_note(results, "recovery", home)
         if v:
