@@ -2,6 +2,9 @@
 # Unmodified MPI-IO programs written directly vs through `pdcx run` (issue 11): build, run
 # both in the same run (interleaved, fresh files and servers each time), ratio tables against
 # the issue's targets. See bench/mpiio/README.md.
+# The whole script is one brace group, read before any of it runs: editing run.sh while
+# it runs (a long benchmark) cannot change what the running copy does next.
+{
 set -euo pipefail
 
 usage() {
@@ -174,6 +177,7 @@ stop_servers() {
 # ---- the throttled home ------------------------------------------------------------------
 loopdev="" mnt="" throttle_file="" majmin="" cgv2=""
 netns="" veth_host="" s3pid="" uppid="" home_probe="" s3_put_probe=""
+# shellcheck disable=SC2317 # called by the EXIT trap (shellcheck misreads the brace group)
 cleanup() {
   local rc=$?
   stop_servers
@@ -376,6 +380,16 @@ cpu_idle() {
   read -r t2 i2 < <(cpu_ticks)
   echo $(((i2 - i1) * 100 / (t2 - t1 > 0 ? t2 - t1 : 1)))
 }
+# proc_cpu PID...: CPU seconds (user + system) these processes have used so far.
+clk_tck=$(getconf CLK_TCK)
+proc_cpu() {
+  local pid
+  for pid; do awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0; done |
+    awk -v t="$clk_tck" '{s += $1} END {printf "%.2f", s / t}'
+}
+server_pids() {
+  python3 -c 'import json,sys; print(" ".join(str(s["pid"]) for s in json.load(open(sys.argv[1]))["servers"]))' "$root/cluster.json"
+}
 # wait_quiet: sets $idle to the CPU idle % once >= 80 or after --quiet-wait seconds.
 idle=""
 wait_quiet() {
@@ -426,9 +440,18 @@ e2e_once() {
   mkdir -p "$d"
   if [[ $kind == file ]]; then mkdir -p "$home/pdcx"; fi
   sync
+  # CPU besides the ranks' (2 cores: what runs in the background is taken from the compute
+  # phases): the pdcx servers' over their whole life (started for this run), versitygw's
+  # over the run (and the flush after it).
+  local gw0="" gw1=""
+  if [[ $kind == s3 ]]; then gw0=$(proc_cpu "$s3pid"); fi
   run e2e.log "$label" "$ranks" "$d" e2e "${args[@]}" "$d"
   if [[ $label == pdcx ]]; then
     timed_flush e2e.log of=e2e every="$k"
+    if [[ $kind == s3 ]]; then gw1=$(proc_cpu "$s3pid"); fi
+    local spids
+    read -r -a spids <<<"$(server_pids)"
+    echo "RESULT round=$round ${tags}bench=cpu label=pdcx every=$k pdcx_servers_cpu_s=$(proc_cpu "${spids[@]}") versitygw_cpu_s=$(awk -v a="${gw0:-0}" -v b="${gw1:-0}" 'BEGIN{printf "%.2f", b-a}')" | tee -a "$work/e2e.log"
     if [[ $kind == file ]]; then sums_dir "$home/pdcx" "$sums"; else sums_s3 pdcx "$sums"; fi
     stop_servers
   else
@@ -437,6 +460,10 @@ e2e_once() {
       for _ in $(seq 1 50); do kill -0 "$uppid" 2>/dev/null || break; sleep 0.1; done
       stop_pid "$uppid" python3
       uppid=""
+    fi
+    if [[ $kind == s3 ]]; then
+      gw1=$(proc_cpu "$s3pid")
+      echo "RESULT round=$round ${tags}bench=cpu label=direct every=$k versitygw_cpu_s=$(awk -v a="$gw0" -v b="$gw1" 'BEGIN{printf "%.2f", b-a}')" | tee -a "$work/e2e.log"
     fi
     sums_dir "$d" "$sums"
   fi
@@ -449,7 +476,7 @@ e2e_once() {
 # cluster.json, and wait until they are gone.
 kill9_servers() {
   local pids pid
-  pids=$(python3 -c 'import json,sys; print(" ".join(str(s["pid"]) for s in json.load(open(sys.argv[1]))["servers"]))' "$root/cluster.json")
+  pids=$(server_pids)
   for pid in $pids; do kill -9 "$pid" 2>/dev/null || true; done
   for pid in $pids; do
     for _ in $(seq 1 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
@@ -597,3 +624,5 @@ if ((${#failed[@]})); then
   exit 1
 fi
 log "done; logs in $work"
+exit
+}

@@ -288,6 +288,39 @@ def home_compare_table(results: list[dict]) -> list[str]:
     ]
 
 
+def cpu_table(results: list[dict]) -> list[str]:
+    """CPU seconds besides the ranks' in each run: on 2 cores, background work is taken from
+    the compute phases (run.sh's bench=cpu lines)."""
+    cpu = [r for r in results if r.get("bench") == "cpu"]
+    if not cpu:
+        return []
+    rows = []
+    for home in ("file", "s3"):
+        ks = sorted({int(r["every"]) for r in cpu if home_of(r) == home})
+        for k in ks:
+            mine = [r for r in cpu if home_of(r) == home and r.get("every") == str(k)]
+
+            def vals(label: str, field: str, mine: list[dict] = mine) -> list[float | None]:
+                return [float(r[field]) for r in mine if r.get("label") == label and field in r]
+
+            gw = f"{median_cell(vals('pdcx', 'versitygw_cpu_s'), '{:.1f}'.format)} | " if home == "s3" else "n/a | "
+            gwd = f"{median_cell(vals('direct', 'versitygw_cpu_s'), '{:.1f}'.format)}" if home == "s3" else "n/a"
+            rows.append(
+                f"| {home} | {k} | {median_cell(vals('pdcx', 'pdcx_servers_cpu_s'), '{:.1f}'.format)} | {gw}{gwd} |"
+            )
+    return [
+        "### CPU seconds used besides the ranks (the 2 cores are shared with them)",
+        "",
+        (
+            "| home | k | pdcx servers, whole life (pdcx run + flush) | versitygw during the pdcx run + flush "
+            "| versitygw during the direct run |"
+        ),
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def recovery_table(results: list[dict]) -> list[str]:
     """Paper 002 §8.6: what `pdcx recover` copied after every server was killed -9."""
     rec = [r for r in results if r.get("bench") == "recovery"]
@@ -391,6 +424,7 @@ def main() -> int:
     lines += e2e_table(e2e, have, a.home_mbps, "file")
     lines += e2e_table(e2e, have, a.home_mbps, "s3")
     lines += home_compare_table(e2e)
+    lines += cpu_table(e2e)
     lines += recovery_table(rec)
     for f in f1 + f2 + f3:
         lines.append(f"- {f}")
