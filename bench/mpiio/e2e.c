@@ -5,21 +5,32 @@
  * open DIR/ckpt.NNNN (one shared file per output), write MIB MiB each at rank*MIB MiB with
  * MPI_File_write_at_all, MPI_File_sync, close.
  *
- *   mpirun -n R ./e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c COMPUTE_SEC] [-r RATE] DIR
+ *   mpirun -n R ./e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c COMPUTE_SEC] [-r RATE]
+ *                     [-u REQ_FIFO -a ACK_FIFO] DIR
  *   mpirun -n R ./e2e -P            (calibrate only: prints "CALIBRATE rate=RATE")
  *
  * -r RATE uses RATE loop iterations per second instead of calibrating, so runs that are
  * compared do the same amount of compute work (run.sh calibrates once and passes it on).
  *
+ * -u/-a: the "stage + copy" baseline of an S3 home (what a program without pdcx does): after
+ * each output is closed, rank 0 writes the file's path as one line to REQ_FIFO and waits for
+ * one line back on ACK_FIFO ("ok ..." once an uploader, bench/mpiio/s3tool.py serve, has
+ * copied the file to S3); every rank waits for it (a barrier) before the next compute phase.
+ * A resident uploader, so no process start or Python import is paid per output.
+ *
  * Prints one line (seconds: first step start to last close on all ranks; io_seconds: the
- * slowest rank's time inside open..close summed over outputs):
+ * slowest rank's time inside open..close summed over outputs, plus the uploads with -u;
+ * upload_seconds: the uploads alone):
  *   RESULT bench=e2e label=LABEL ranks=R steps=S every=K mib=M compute=C outputs=O
- *          seconds=T io_seconds=I compute_seconds=C
+ *          seconds=T io_seconds=I compute_seconds=C upload_seconds=U
  */
 #include <getopt.h>
 #include <unistd.h>
 
 #include "common.h"
+
+#define USAGE                                                                               \
+    "usage: e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c SEC] [-r RATE] [-u REQ -a ACK] DIR | -P"
 
 static volatile double sink;
 
@@ -60,7 +71,8 @@ int main(int argc, char **argv) {
     size_t mib = 32;
     double compute = 0.5, given_rate = 0;
     int calibrate_only = 0;
-    while ((opt = getopt(argc, argv, "b:s:k:m:c:r:P")) != -1) {
+    const char *req_path = NULL, *ack_path = NULL;
+    while ((opt = getopt(argc, argv, "b:s:k:m:c:r:u:a:P")) != -1) {
         switch (opt) {
         case 'b': label = optarg; break;
         case 's': steps = atoi(optarg); break;
@@ -68,8 +80,10 @@ int main(int argc, char **argv) {
         case 'm': mib = parse_size(optarg); break;
         case 'c': compute = atof(optarg); break;
         case 'r': given_rate = atof(optarg); break;
+        case 'u': req_path = optarg; break;
+        case 'a': ack_path = optarg; break;
         case 'P': calibrate_only = 1; break;
-        default: die("usage: e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c SEC] [-r RATE] DIR | -P");
+        default: die(USAGE);
         }
     }
     if (calibrate_only) {
@@ -79,9 +93,17 @@ int main(int argc, char **argv) {
         MPI_Finalize();
         return 0;
     }
-    if (argc - optind != 1 || steps < 1 || every < 1 || mib < 1 || compute < 0)
-        die("usage: e2e [-b LABEL] [-s STEPS] [-k EVERY] [-m MIB] [-c SEC] [-r RATE] DIR | -P");
+    if (argc - optind != 1 || steps < 1 || every < 1 || mib < 1 || compute < 0 ||
+        !req_path != !ack_path)
+        die(USAGE);
     const char *dir = argv[optind];
+    /* Both ends open the request FIFO first, then the acknowledgement FIFO (the uploader in
+     * the same order), so neither open blocks forever. */
+    FILE *req = NULL, *ack = NULL;
+    if (req_path && rank == 0) {
+        if (!(req = fopen(req_path, "w")) || !(ack = fopen(ack_path, "r")))
+            die("cannot open the uploader's FIFOs (-u/-a)");
+    }
     size_t bytes = mib << 20;
     /* Every rank calibrates at once, as they will compute (calibrating one rank while the
      * others busy-wait in MPI would measure a contended core); all spin the mean count. */
@@ -91,7 +113,7 @@ int main(int argc, char **argv) {
     uint64_t iters = (uint64_t)(rate * compute);
     uint8_t *buf = make_buf(bytes, 0);
     char path[4096];
-    double io = 0, busy = 0;
+    double io = 0, busy = 0, upload = 0;
     int outputs = 0;
     CHECK(MPI_Barrier(MPI_COMM_WORLD));
     double t0 = now();
@@ -114,16 +136,32 @@ int main(int argc, char **argv) {
         }
         CHECK(MPI_File_sync(fh));
         CHECK(MPI_File_close(&fh));
+        if (req_path) {
+            if (rank == 0) {
+                double u0 = now();
+                char line[4200];
+                if (fprintf(req, "%s\n", path) < 0 || fflush(req) != 0) die("uploader gone (write)");
+                if (!fgets(line, sizeof line, ack)) die("uploader gone (no acknowledgement)");
+                if (strncmp(line, "ok", 2) != 0) {
+                    fprintf(stderr, "e2e: upload of %s failed: %s", path, line);
+                    die("upload failed");
+                }
+                upload += now() - u0;
+            }
+            CHECK(MPI_Barrier(MPI_COMM_WORLD));
+        }
         io += now() - o0;
         outputs++;
     }
     CHECK(MPI_Barrier(MPI_COMM_WORLD));
     double t = now() - t0;
-    double io_max = max_all(io), busy_max = max_all(busy);
+    double io_max = max_all(io), busy_max = max_all(busy), upload_max = max_all(upload);
+    if (req) fclose(req); /* EOF: the uploader exits */
+    if (ack) fclose(ack);
     if (rank == 0)
         printf("RESULT bench=e2e label=%s ranks=%d steps=%d every=%d mib=%zu compute=%.3f outputs=%d "
-               "seconds=%.3f io_seconds=%.3f compute_seconds=%.3f\n",
-               label, nranks, steps, every, mib, compute, outputs, t, io_max, busy_max);
+               "seconds=%.3f io_seconds=%.3f compute_seconds=%.3f upload_seconds=%.3f\n",
+               label, nranks, steps, every, mib, compute, outputs, t, io_max, busy_max, upload_max);
     free(buf);
     MPI_Finalize();
     return 0;

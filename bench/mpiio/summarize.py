@@ -20,15 +20,25 @@ from stats import median, median_cell
 
 
 def parse(path: str | None) -> tuple[list[dict], list[str]]:
+    """RESULT and VERIFY lines as dicts (a VERIFY line has bench=verify), FAILED lines as text."""
     results, failed = [], []
     if not path or not Path(path).exists():
         return results, failed
     for line in Path(path).read_text(errors="replace").splitlines():
-        if line.startswith("RESULT "):
-            results.append(dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv))
+        if line.startswith(("RESULT ", "VERIFY ")):
+            r = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
+            if line.startswith("VERIFY "):
+                r["kind"] = r.pop("bench", "e2e")
+                r["bench"] = "verify"
+            results.append(r)
         elif line.startswith("FAILED "):
             failed.append(line)
     return results, failed
+
+
+def home_of(r: dict) -> str:
+    """The home kind of an e2e line (logs from before the S3 home have none: a file home)."""
+    return r.get("home", "file")
 
 
 def human(size: int) -> str:
@@ -122,28 +132,77 @@ def micro_tables(results: list[dict], have_pdcx: bool) -> list[str]:
     return out
 
 
-def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str) -> list[str]:
-    runs = by_round(results, "e2e", ("every",))
+def verify_note(results: list[dict], kind: str, home: str) -> str | None:
+    """One line: how many pdcx home copies were byte-identical to the direct run's files."""
+    vs = [r for r in results if r.get("bench") == "verify" and r.get("kind") == kind and r.get("home") == home]
+    if not vs:
+        return None
+    files = sum(int(r.get("direct_files", 0)) for r in vs)
+    same = sum(int(r.get("identical", 0)) for r in vs)
+    bad = [r for r in vs if r.get("identical") != r.get("direct_files") or r.get("pdcx_files") != r.get("direct_files")]
+    what = "S3 objects (read back with GET)" if home == "s3" else "home files"
+    verdict = "all identical" if not bad and files else f"{len(bad)} run(s) DIFFER"
+    return (
+        f"Checked (sha256): {same} of {files} pdcx {what} byte-identical to the direct run's files "
+        f"over {len(vs)} run(s): {verdict}."
+    )
+
+
+def idle_note(rows: list[dict]) -> str | None:
+    """How busy the machine was when each run started (run.sh: 2 s CPU sample, --quiet-wait)."""
+    vals = [float(r["idle"]) for r in rows if r.get("idle", "").isdigit()]
+    if not vals:
+        return None
+    return (
+        f"CPU idle just before each run (2 s sample; other agents share the 2 cores): "
+        f"{median_cell(vals, '{:.0f}%'.format)}; {sum(v < 80 for v in vals)} of {len(vals)} runs started below 80 %."
+    )
+
+
+def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = "file") -> list[str]:
+    mine = [r for r in results if home_of(r) == home]
+    runs = by_round(mine, "e2e", ("every",))
     if not runs:
         return []
-    flush = by_round(results, "flush", ("every",))
+    flush = by_round(mine, "flush", ("every",))
     everies = sorted(int(k[0]) for k in runs)
     first = next(iter(next(iter(runs.values())).values()))
     r0 = first.get("direct") or first.get("pdcx")
+    s3 = home == "s3"
+    where = f"S3 home behind a {home_mbps} MB/s link" if s3 else f"home at {home_mbps} MB/s"
     out = [
-        f"### End to end (paper 002 §8.1-8.4): compute + a checkpoint every k steps, home at {home_mbps} MB/s",
+        f"### End to end (paper 002 §8.1-8.4): compute + a checkpoint every k steps, {where}",
         "",
         (
             f"{r0['ranks']} ranks, {r0['steps']} steps of {r0['compute']} s compute, {r0['mib']} MiB per rank "
             "per output into one shared file (write_at_all, MPI_File_sync, close)."
         ),
         "",
-        (
-            "| k | outputs | direct s | direct I/O s | direct compute s | pdcx s | pdcx I/O s | pdcx + flush s "
-            "| reduction | reduction incl. flush | target |"
-        ),
-        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if s3:
+        out += [
+            (
+                "direct = stage + copy, what a program without pdcx does: the same program writes each "
+                "checkpoint with MPI-IO to a local directory (same disk as pdcx's log), then one "
+                "uploader (boto3 multipart, 8 MiB parts, 8 at once) copies it to the S3 server, and "
+                "the next compute phase starts when the object is complete. pdcx = `pdcx run --home "
+                "s3://BUCKET/PREFIX` (the servers upload in the background)."
+            ),
+            "",
+            (
+                "| k | outputs | direct s | direct I/O s (write + upload) | direct upload s | direct compute s "
+                "| pdcx s | pdcx I/O s | pdcx + flush s | reduction | reduction incl. flush | target |"
+            ),
+            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+    else:
+        out += [
+            (
+                "| k | outputs | direct s | direct I/O s | direct compute s | pdcx s | pdcx I/O s | pdcx + flush s "
+                "| reduction | reduction incl. flush | target |"
+            ),
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
     for k in everies:
         rounds = runs[(str(k),)]
         fl = flush.get((str(k),), {})
@@ -165,9 +224,10 @@ def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str) -> list[str]
             target = "≥ -5%: " + ("n/a" if m is None else ("met" if m >= -5 else "MISSED"))
         v0 = next(iter(rounds.values()))
         outputs = (v0.get("direct") or v0.get("pdcx"))["outputs"]
+        upload = f"{median_cell(col(rounds, 'direct', 'upload_seconds'), '{:.2f}'.format)} | " if s3 else ""
         out.append(
             f"| {k} | {outputs} | {median_cell(col(rounds, 'direct', 'seconds'), '{:.2f}'.format)} | "
-            f"{median_cell(col(rounds, 'direct', 'io_seconds'), '{:.2f}'.format)} | "
+            f"{median_cell(col(rounds, 'direct', 'io_seconds'), '{:.2f}'.format)} | {upload}"
             f"{median_cell(col(rounds, 'direct', 'compute_seconds'), '{:.2f}'.format)} | "
             f"{median_cell(col(rounds, 'pdcx', 'seconds'), '{:.2f}'.format)} | "
             f"{median_cell(col(rounds, 'pdcx', 'io_seconds'), '{:.2f}'.format)} | "
@@ -178,8 +238,135 @@ def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str) -> list[str]
         "reduction = 1 - pdcx/direct end-to-end time of the program; incl. flush adds the time "
         "`pdcx flush` then waits for the last home copy."
     )
+    for note in (verify_note(results, "e2e", home), idle_note([r for r in mine if r.get("bench") == "e2e"])):
+        if note:
+            out.append(note)
     if not have_pdcx:
         out.append("pdcx columns are n/a: `pdcx run` was not available in this run.")
+    out.append("")
+    return out
+
+
+def home_compare_table(results: list[dict]) -> list[str]:
+    """For information: pdcx with the S3 home vs pdcx with the file home, same round and k."""
+    prog: dict = defaultdict(dict)  # (every, round) -> home -> program seconds
+    fl: dict = defaultdict(dict)  # (every, round) -> home -> flush seconds
+    for r in results:
+        key = (r.get("every"), r.get("round", "1"))
+        if r.get("bench") == "e2e" and r.get("label") == "pdcx":
+            prog[key][home_of(r)] = float(r["seconds"])
+        elif r.get("bench") == "flush":
+            fl[key][home_of(r)] = float(r["seconds"])
+    rows = []
+    for k in sorted({int(e) for e, _ in prog if e}):
+        f_s, s_s, f_t, s_t, ratio = [], [], [], [], []
+        for (e, rnd), got in prog.items():
+            if e != str(k) or "file" not in got or "s3" not in got:
+                continue
+            f_s.append(got["file"])
+            s_s.append(got["s3"])
+            ratio.append((got["s3"] / got["file"] - 1) * 100)
+            f = fl.get((e, rnd), {})
+            if "file" in f and "s3" in f:
+                f_t.append(got["file"] + f["file"])
+                s_t.append(got["s3"] + f["s3"])
+        if ratio:
+            rows.append(
+                f"| {k} | {median_cell(f_s, '{:.2f}'.format)} | {median_cell(s_s, '{:.2f}'.format)} | "
+                f"{median_cell(ratio, pct)} | {median_cell(f_t, '{:.2f}'.format)} | "
+                f"{median_cell(s_t, '{:.2f}'.format)} |"
+            )
+    if not rows:
+        return []
+    return [
+        "### For information: pdcx with the S3 home vs pdcx with the file home (same rounds)",
+        "",
+        "| k | pdcx, file home s | pdcx, S3 home s | S3 vs file (program) | file home + flush s | S3 home + flush s |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def cpu_table(results: list[dict]) -> list[str]:
+    """CPU seconds besides the ranks' in each run: on 2 cores, background work is taken from
+    the compute phases (run.sh's bench=cpu lines)."""
+    cpu = [r for r in results if r.get("bench") == "cpu"]
+    if not cpu:
+        return []
+    rows = []
+    for home in ("file", "s3"):
+        ks = sorted({int(r["every"]) for r in cpu if home_of(r) == home})
+        for k in ks:
+            mine = [r for r in cpu if home_of(r) == home and r.get("every") == str(k)]
+
+            def vals(label: str, field: str, mine: list[dict] = mine) -> list[float | None]:
+                return [float(r[field]) for r in mine if r.get("label") == label and field in r]
+
+            gw = f"{median_cell(vals('pdcx', 'versitygw_cpu_s'), '{:.1f}'.format)} | " if home == "s3" else "n/a | "
+            gwd = f"{median_cell(vals('direct', 'versitygw_cpu_s'), '{:.1f}'.format)}" if home == "s3" else "n/a"
+            rows.append(
+                f"| {home} | {k} | {median_cell(vals('pdcx', 'pdcx_servers_cpu_s'), '{:.1f}'.format)} | {gw}{gwd} |"
+            )
+    return [
+        "### CPU seconds used besides the ranks (the 2 cores are shared with them)",
+        "",
+        (
+            "| home | k | pdcx servers, whole life (pdcx run + flush) | versitygw during the pdcx run + flush "
+            "| versitygw during the direct run |"
+        ),
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def recovery_table(results: list[dict]) -> list[str]:
+    """Paper 002 §8.6: what `pdcx recover` copied after every server was killed -9."""
+    rec = [r for r in results if r.get("bench") == "recovery"]
+    if not rec:
+        return []
+    out = [
+        "### Recovery throughput (paper 002 §8.6): every server killed -9 with home copies pending",
+        "",
+        (
+            "The writer (e2e without compute) logs its checkpoints under `pdcx run` and exits; right "
+            "after its last consistency point every server is killed -9 (PIDs from cluster.json); "
+            "`pdcx recover` restarts them and finishes the copies; timed until it returns (every "
+            "version at home). recovered = bytes not yet complete at the home at the kill."
+        ),
+        "",
+        (
+            "| home | written MB | complete at home at the kill MB | recovered MB | recover s | recovered MB/s "
+            "| home raw MB/s (probe) | recovered / raw |"
+        ),
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for home in ("file", "s3"):
+        rs = [r for r in rec if r.get("home") == home]
+        if not rs:
+            continue
+        tot = [int(r["bytes_total"]) / 1e6 for r in rs]
+        at_kill = [int(r["bytes_home_at_kill"]) / 1e6 for r in rs]
+        got = [(int(r["bytes_total"]) - int(r["bytes_home_at_kill"])) / 1e6 for r in rs]
+        secs = [float(r["seconds"]) for r in rs]
+        rate = [g / s if s > 0 else None for g, s in zip(got, secs, strict=True)]
+        raw = [float(r.get("raw_mbps", 0)) or None for r in rs]
+        frac = [(x / y * 100) if x is not None and y else None for x, y in zip(rate, raw, strict=True)]
+        name = "S3 (tc link)" if home == "s3" else "file (loop device, blkio)"
+        out.append(
+            f"| {name} | {median_cell(tot, '{:.0f}'.format)} | {median_cell(at_kill, '{:.0f}'.format)} | "
+            f"{median_cell(got, '{:.0f}'.format)} | {median_cell(secs, '{:.2f}'.format)} | "
+            f"{median_cell(rate)} | {median_cell(raw)} | {median_cell(frac, '{:.0f}%'.format)} |"
+        )
+    out.append("")
+    note = idle_note(rec)
+    if note:
+        out.append(f"- {note}")
+    for home in ("file", "s3"):
+        v = verify_note(results, "recovery", home)
+        if v:
+            out.append(f"- {home}: {v}")
     out.append("")
     return out
 
@@ -207,6 +394,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--micro")
     ap.add_argument("--e2e")
+    ap.add_argument("--recovery")
     ap.add_argument("--notes")
     ap.add_argument("--cmd", default="")
     ap.add_argument("--load-start", default="?")
@@ -218,6 +406,7 @@ def main() -> int:
     a = ap.parse_args()
     micro, f1 = parse(a.micro)
     e2e, f2 = parse(a.e2e)
+    rec, f3 = parse(a.recovery)
     have = a.have_pdcx == "1"
     lines = [
         f"## bench/mpiio ({datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC)",
@@ -232,8 +421,12 @@ def main() -> int:
         lines += [f"- {ln.removeprefix('NOTE ')}" for ln in Path(a.notes).read_text().splitlines() if ln.strip()]
         lines.append("")
     lines += micro_tables(micro, have)
-    lines += e2e_table(e2e, have, a.home_mbps)
-    for f in f1 + f2:
+    lines += e2e_table(e2e, have, a.home_mbps, "file")
+    lines += e2e_table(e2e, have, a.home_mbps, "s3")
+    lines += home_compare_table(e2e)
+    lines += cpu_table(e2e)
+    lines += recovery_table(rec)
+    for f in f1 + f2 + f3:
         lines.append(f"- {f}")
     text = "\n".join(lines) + "\n"
     print(text, end="")
