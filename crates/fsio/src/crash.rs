@@ -36,7 +36,7 @@ pub const POINTS: &[&str] = &[
     "seal.after_row",
     "home.after_tmp_written",
     "home.after_rename",
-    // A copied version made its stream's base (durably), the writes below it not yet dropped.
+    // A copied version done and made its stream's base (durably), its writes not yet dropped.
     "home.after_base",
     // An S3 home's multipart upload started and its id recorded, no part sent.
     "s3.after_create_upload",

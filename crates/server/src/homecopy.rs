@@ -224,9 +224,14 @@ fn copy_version(server: &Server, v: &VersionInfo) -> Result<()> {
         Home::File(path) => copy_to_file(server, v, &path)?,
         Home::S3 { bucket, key } => copy_to_s3(server, v, &bucket, &key)?,
     }
-    server
-        .meta
-        .set_version_state(v.id, v.epoch, versions::DONE, "")?;
+    if server.config.home_keep_log {
+        server
+            .meta
+            .set_version_state(v.id, v.epoch, versions::DONE, "")?;
+    } else {
+        // `done` and "the stream's base" in one durable transaction (one WAL fsync).
+        server.meta.set_version_done_base(v.id, v.epoch)?;
+    }
     free_log_space(server, v);
     Ok(())
 }
@@ -241,22 +246,18 @@ fn free_log_space(server: &Server, v: &VersionInfo) {
     let r = if server.config.home_keep_log {
         server.engine.drop_shadowed(v.id, v.seal_seq)
     } else {
-        server
-            .meta
-            .set_version_evicted(v.id, v.epoch)
-            .and_then(|()| {
-                server.engine.bases.set(
-                    v.id,
-                    Base {
-                        epoch: v.epoch,
-                        seal_seq: v.seal_seq,
-                        size: v.size,
-                        home: v.home.clone(),
-                    },
-                );
-                pdcx_fsio::crash::point("home.after_base");
-                server.engine.drop_below(v.id, v.seal_seq)
-            })
+        // Recorded durably with `done` (`copy_version`); now in memory, then the drop.
+        server.engine.bases.set(
+            v.id,
+            Base {
+                epoch: v.epoch,
+                seal_seq: v.seal_seq,
+                size: v.size,
+                home: v.home.clone(),
+            },
+        );
+        pdcx_fsio::crash::point("home.after_base");
+        server.engine.drop_below(v.id, v.seal_seq)
     };
     match r {
         Ok(n) => {

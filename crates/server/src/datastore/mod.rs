@@ -435,7 +435,11 @@ impl DataStore {
             .filter(|e| seqs.contains(&e.seq))
             .map(|e| (id, e.seq))
             .collect();
-        self.meta.delete_extents(&keys)?;
+        // Not fsynced here (this runs under the commit lock): the caller's retirement
+        // (`retire_flushed`) checkpoints next, whose WAL fsync covers it; a crash before that
+        // brings back writes that are shadowed or below a stream's base, which reads leave
+        // out and the copier drops again.
+        self.meta.delete_extents_lazy(&keys)?;
         let gone: Vec<Extent> = {
             let mut index = self.index_mut();
             let Some(list) = index.get_mut(&id) else {

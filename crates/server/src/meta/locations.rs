@@ -201,16 +201,13 @@ impl Metadata {
     /// Drops extents whose data the log does not hold as committed (written with `memory`
     /// durability just before a crash).
     pub fn delete_extents(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
-        self.write(|tx| {
-            for (id, seq) in keys {
-                tx.execute(
-                    "DELETE FROM extent_map WHERE object=?1 AND seq=?2",
-                    params![*id as i64, *seq as i64],
-                )
-                .map_err(db_err)?;
-            }
-            Ok(())
-        })
+        self.write(|tx| delete_extent_rows(tx, keys))
+    }
+
+    /// [`delete_extents`](Self::delete_extents) answered at commit (durable soon, by the
+    /// background syncer or the next WAL fsync).
+    pub fn delete_extents_lazy(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
+        self.write_lazy(|tx| delete_extent_rows(tx, keys))
     }
 
     /// Owner side of a registration by `holder`: each item's sequence number. A deferred write
@@ -462,4 +459,15 @@ impl Metadata {
             Ok(())
         })
     }
+}
+
+fn delete_extent_rows(tx: &rusqlite::Transaction, keys: &[(ObjectId, u64)]) -> Result<()> {
+    for (id, seq) in keys {
+        tx.execute(
+            "DELETE FROM extent_map WHERE object=?1 AND seq=?2",
+            params![*id as i64, *seq as i64],
+        )
+        .map_err(db_err)?;
+    }
+    Ok(())
 }

@@ -169,13 +169,15 @@ impl Metadata {
         }
     }
 
-    /// Makes done version `epoch` of `id` its stream's base (durable when this returns): from
-    /// now on its bytes are read from its home, and the writes below its seal may go.
-    pub fn set_version_evicted(&self, id: ObjectId, epoch: u64) -> Result<()> {
+    /// Marks version `epoch` of `id` done (its home copy complete) and its stream's base, in
+    /// one transaction, durable when this returns: from now on its bytes are read from its
+    /// home, and the writes below its seal may go.
+    pub fn set_version_done_base(&self, id: ObjectId, epoch: u64) -> Result<()> {
         self.write(|tx| {
             tx.execute(
-                "UPDATE bs_versions SET evicted=1 WHERE object=?1 AND epoch=?2 AND state=?3",
-                params![id as i64, epoch as i64, DONE],
+                "UPDATE bs_versions SET state=?3, error='', done_at=?4, evicted=1
+                 WHERE object=?1 AND epoch=?2",
+                params![id as i64, epoch as i64, DONE, now()],
             )
             .map_err(db_err)
             .map(|_| ())
