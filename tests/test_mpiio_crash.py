@@ -168,7 +168,13 @@ def test_kill9_of_every_server_then_recover(deployment, epochs_prog, tmp_path):
 @pytest.mark.skipif(not os.environ.get("PDCX_CRASH_BIN"), reason="needs PDCX_CRASH_BIN: a pdcx built with crash points")
 @pytest.mark.parametrize(
     "point",
-    ["seal.after_row:2", "home.after_tmp_written:1", "home.after_tmp_written:2", "home.after_rename:2", "home.after_base:1"],
+    [
+        "seal.after_row:2",
+        "home.after_tmp_written:1",
+        "home.after_tmp_written:2",
+        "home.after_rename:2",
+        "home.after_base:1",
+    ],
 )
 def test_server_crash_at_a_named_point_then_recover(deployment, epochs_prog, tmp_path, point):
     check_run_available()
