@@ -662,11 +662,10 @@ impl Engine {
         let obj = self.meta.object(id)?;
         region.check_within(&obj.dims)?;
         let mut holders = self.remote_holders(id, region);
-        // A base is read here (issue 11).
-        let on_base = self
-            .base_of(&obj)
-            .is_some_and(|b| region.offset[0] < b.size);
-        if on_base || !self.store.local_pieces(id, region).is_empty() {
+        // A stream with a base is read here (issue 11): the base is read here, and only
+        // this server knows which writes are below it (a holder may still keep some).
+        let has_base = self.base_of(&obj).is_some();
+        if has_base || !self.store.local_pieces(id, region).is_empty() {
             holders.push(self.rank);
             holders.sort_unstable();
         }
