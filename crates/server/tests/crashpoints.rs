@@ -7,12 +7,11 @@
 //! whole or absent (never torn), and a second recovery changes nothing.
 #![cfg(feature = "crash-points")]
 
+mod common;
 use pdcx_core::protocol::{Durability, ObjectSpec, Pieces, RegisterItem};
 use pdcx_core::{Dtype, ObjectId, ObjectMeta, Region, Result};
 use pdcx_server::engine::{Engine, Peers};
 use pdcx_server::meta::Metadata;
-use pdcx_server::tiering::Tiering;
-use pdcx_store::LogOptions;
 use pdcx_tiers::DeploymentConfig;
 use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
@@ -63,23 +62,7 @@ fn open_pair(base: &Path) -> Pair {
         Vec::new(),
     )
     .unwrap();
-    let one = |rank: u32| {
-        let dir = base.join(format!("server-{rank}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let meta = Arc::new(Metadata::open(&dir.join("meta.sqlite"), rank, 2).unwrap());
-        let (engine, _, _) = Engine::open_with(
-            &dir.join("log"),
-            meta.clone(),
-            1 << 20,
-            LogOptions {
-                segment_bytes: 1 << 20,
-                ..LogOptions::default()
-            },
-            Tiering::open(&cfg, "crash", rank, 2).unwrap(),
-        )
-        .unwrap();
-        (meta, Arc::new(engine))
-    };
+    let one = |rank: u32| common::open_engine(base, rank, &cfg, "crash");
     let (meta, owner) = one(0);
     let (_hm, holder) = one(1);
     let peers = Arc::new(Loopback {

@@ -3,14 +3,13 @@
 //! in its log) or does not record its homes (the shard it was put in is deleted once no
 //! server references it), and a later pass homes them exactly once.
 
+mod common;
 use pdcx_core::protocol::{
     Durability, ObjectSpec, PeerRequest, PeerResponse, Pieces, RegisterItem,
 };
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use pdcx_server::engine::{Engine, Peers};
 use pdcx_server::meta::Metadata;
-use pdcx_server::tiering::Tiering;
-use pdcx_store::LogOptions;
 use pdcx_tiers::DeploymentConfig;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -81,23 +80,7 @@ fn open_pair(base: &Path) -> Pair {
         Vec::new(),
     )
     .unwrap();
-    let one = |rank: u32| {
-        let dir = base.join(format!("server-{rank}"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let meta = Arc::new(Metadata::open(&dir.join("meta.sqlite"), rank, 2).unwrap());
-        let (engine, _, _) = Engine::open_with(
-            &dir.join("log"),
-            meta.clone(),
-            1 << 20,
-            LogOptions {
-                segment_bytes: 1 << 20,
-                ..LogOptions::default()
-            },
-            Tiering::open(&cfg, "dep", rank, 2).unwrap(),
-        )
-        .unwrap();
-        (meta, Arc::new(engine))
-    };
+    let one = |rank: u32| common::open_engine(base, rank, &cfg, "dep");
     let (meta, leader) = one(0);
     let (_m, member) = one(1);
     let peers = Arc::new(Loopback {

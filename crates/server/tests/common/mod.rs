@@ -117,3 +117,34 @@ pub fn s3_server() -> Option<S3> {
         _dir: dir,
     })
 }
+
+/// Rank `rank` of a 2-server deployment `deployment` as an in-process engine (no RPC server)
+/// under `base/server-RANK`, with 1 MiB log segments and the tiers of `cfg`; peers are the
+/// caller's to set.
+pub fn open_engine(
+    base: &Path,
+    rank: u32,
+    cfg: &pdcx_tiers::DeploymentConfig,
+    deployment: &str,
+) -> (
+    std::sync::Arc<pdcx_server::meta::Metadata>,
+    std::sync::Arc<pdcx_server::engine::Engine>,
+) {
+    let dir = base.join(format!("server-{rank}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let meta = std::sync::Arc::new(
+        pdcx_server::meta::Metadata::open(&dir.join("meta.sqlite"), rank, 2).unwrap(),
+    );
+    let (engine, _, _) = pdcx_server::engine::Engine::open_with(
+        &dir.join("log"),
+        meta.clone(),
+        1 << 20,
+        pdcx_store::LogOptions {
+            segment_bytes: 1 << 20,
+            ..pdcx_store::LogOptions::default()
+        },
+        pdcx_server::tiering::Tiering::open(cfg, deployment, rank, 2).unwrap(),
+    )
+    .unwrap();
+    (meta, std::sync::Arc::new(engine))
+}
