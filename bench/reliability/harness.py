@@ -434,9 +434,10 @@ def crash_points(spec: str) -> list[str]:
     return [n for n in names if not n.startswith(NOT_IN_WORKLOAD)]
 
 
-# Crash points this harness's workload never passes (it seals no byte-stream versions):
-# crates/server/tests/homecrash.rs kills a server at each of them instead.
-NOT_IN_WORKLOAD = ("seal.", "home.", "s3.after_create_upload")
+# Crash points this harness's workload never passes (it seals no byte-stream versions and
+# forms no group shards): crates/server/tests/homecrash.rs and groupshard.rs kill servers at
+# each of them instead.
+NOT_IN_WORKLOAD = ("seal.", "home.", "s3.after_create_upload", "shard.")
 
 
 class Run:
