@@ -356,42 +356,10 @@ fn upload_parts(
     part_size: u64,
     parts: u64,
 ) -> Result<Vec<String>> {
-    let next = std::sync::atomic::AtomicU64::new(0);
-    let etags: Mutex<Vec<Option<String>>> = Mutex::new(vec![None; parts as usize]);
-    let failed: Mutex<Option<Error>> = Mutex::new(None);
-    let workers = server.homecopy.concurrency().min(parts as usize).max(1);
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| loop {
-                let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                if k >= parts || failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
-                    return;
-                }
-                match upload_one(server, v, bucket, key, upload_id, part_size, k) {
-                    Ok(etag) => {
-                        etags.lock().unwrap_or_else(|p| p.into_inner())[k as usize] = Some(etag)
-                    }
-                    Err(e) => {
-                        failed
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .get_or_insert(e);
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
-    }
-    etags
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-        .into_iter()
-        .enumerate()
-        .map(|(k, e)| e.ok_or_else(|| Error::internal(format!("part {k} was never uploaded"))))
-        .collect()
+    let workers = server.homecopy.concurrency();
+    crate::parallel::try_each(parts as usize, workers, |k| {
+        upload_one(server, v, bucket, key, upload_id, part_size, k as u64)
+    })
 }
 
 fn upload_one(

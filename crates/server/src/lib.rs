@@ -20,6 +20,7 @@ pub mod limits;
 pub mod logging;
 pub mod meta;
 pub mod metrics;
+mod parallel;
 pub mod peers;
 mod relay;
 mod rpc;

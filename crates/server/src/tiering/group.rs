@@ -794,18 +794,9 @@ impl Engine {
 
     /// Has each part uploaded by its server, a few at once; the ETags in part order.
     fn upload_parts(&self, t: &Tiering, parts: &[(u32, ShardPart)]) -> Result<Vec<String>> {
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let etags: Vec<Mutex<Option<String>>> = parts.iter().map(|_| Mutex::new(None)).collect();
-        let failed: Mutex<Option<Error>> = Mutex::new(None);
-        let work = || loop {
-            let k = next.fetch_add(1, Ordering::Relaxed);
-            let Some((from, part)) = parts.get(k) else {
-                return;
-            };
-            if failed.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
-                return;
-            }
-            let r = match self.shard_ask(t, *from, PeerRequest::UploadShardPart(part.clone())) {
+        crate::parallel::try_each(parts.len(), PART_THREADS, |k| {
+            let (from, part) = &parts[k];
+            match self.shard_ask(t, *from, PeerRequest::UploadShardPart(part.clone())) {
                 Ok((PeerResponse::PartUploaded { etag }, _)) => Ok(etag),
                 Ok((other, _)) => Err(Error::protocol(format!(
                     "unexpected reply to UploadShardPart: {other:?}"
@@ -817,36 +808,8 @@ impl Engine {
                         part.part, part.key, e.message
                     ),
                 )),
-            };
-            match r {
-                Ok(etag) => *etags[k].lock().unwrap_or_else(|p| p.into_inner()) = Some(etag),
-                Err(e) => {
-                    failed
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get_or_insert(e);
-                    return;
-                }
             }
-        };
-        std::thread::scope(|s| {
-            for _ in 1..PART_THREADS.min(parts.len()) {
-                s.spawn(work);
-            }
-            work();
-        });
-        if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            return Err(e);
-        }
-        etags
-            .into_iter()
-            .enumerate()
-            .map(|(k, e)| {
-                e.into_inner()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .ok_or_else(|| Error::internal(format!("part {k} was never uploaded")))
-            })
-            .collect()
+        })
     }
 }
 
