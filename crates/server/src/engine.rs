@@ -662,10 +662,12 @@ impl Engine {
         let obj = self.meta.object(id)?;
         region.check_within(&obj.dims)?;
         let mut holders = self.remote_holders(id, region);
-        // A stream with a base is read here (issue 11): the base is read here, and only
-        // this server knows which writes are below it (a holder may still keep some).
-        let has_base = self.base_of(&obj).is_some();
-        if has_base || !self.store.local_pieces(id, region).is_empty() {
+        // A byte stream owned here is always read here (issue 11): its base, if any, is read
+        // here, only this server knows which writes are below it, and a base may be set
+        // (and the writes below it dropped on their holders) between a locate and a read at
+        // a holder.
+        let stream = owner_of_id(id) == self.rank && obj.is_byte_stream();
+        if stream || !self.store.local_pieces(id, region).is_empty() {
             holders.push(self.rank);
             holders.sort_unstable();
         }
@@ -689,11 +691,12 @@ impl Engine {
             }
             let obj = self.meta.object(id)?;
             region.check_within(&obj.dims)?;
-            if self.base_of(&obj).is_some() {
-                // Part of it is at the home (issue 11): read through the server.
+            let mut holders = self.remote_holders(id, region);
+            if obj.is_byte_stream() && (self.base_of(&obj).is_some() || !holders.is_empty()) {
+                // Part of it is at the home, or a base may drop the holders' writes before
+                // the client reads them (issue 11): read through the server.
                 return Ok(PlanOutcome::None);
             }
-            let mut holders = self.remote_holders(id, region);
             if !holders.is_empty() {
                 if !self.store.local_pieces(id, region).is_empty() {
                     holders.push(self.rank);
@@ -731,6 +734,10 @@ impl Engine {
         if out.len() as u64 != region.byte_len(elem)? {
             return Err(Error::internal("read buffer size does not match region"));
         }
+        // A base is not set (and writes below it not dropped) while a stream read runs.
+        let _no_base_change = obj
+            .is_byte_stream()
+            .then(|| self.bases.change.read().unwrap_or_else(|p| p.into_inner()));
         // Issue 11: a stream whose base is at its home: writes below the base's seal are not
         // part of it any more (dropped, or about to be), and the base is read where the
         // region meets it.

@@ -246,7 +246,14 @@ fn free_log_space(server: &Server, v: &VersionInfo) {
     let r = if server.config.home_keep_log {
         server.engine.drop_shadowed(v.id, v.seal_seq)
     } else {
-        // Recorded durably with `done` (`copy_version`); now in memory, then the drop.
+        // Recorded durably with `done` (`copy_version`); now in memory, then the drop, with
+        // no stream read in between.
+        let _change = server
+            .engine
+            .bases
+            .change
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
         server.engine.bases.set(
             v.id,
             Base {

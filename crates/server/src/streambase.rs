@@ -79,6 +79,9 @@ pub struct Base {
 #[derive(Default)]
 pub struct StreamBases {
     bases: RwLock<HashMap<ObjectId, Base>>,
+    /// Taken (shared) by stream reads and (exclusive) while a base is set and the writes
+    /// below it are dropped: a read sees the writes or the base, never neither.
+    pub change: RwLock<()>,
     buckets: Mutex<HashMap<String, Arc<S3Tier>>>,
 }
 
