@@ -13,7 +13,7 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                           [--servers S] [--home DIR] [--home-mbps MB] [--home-kind KIND]
                           [--every "K ..."] [--steps S] [--mib M] [--compute SEC]
                           [--recovery-outputs N] [--rate N] [--quiet-wait SEC]
-                          [--micro-home DIR] [--quick] [--keep]
+                          [--micro-home DIR] [--micro-mib M] [--quick] [--keep]
 
   --only LIST     comma-separated subset of seg,append,e2e,recovery (default: all four)
   --repeat N      rounds; within a round every figure is measured directly and through
@@ -52,6 +52,10 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                   the log, the background home copy does not compete with the log writes
                   being measured (paper §8.7 measures the logging path; the copy's cost is
                   what the end-to-end runs show)
+  --micro-mib M   MiB each seg_create / append_seek run writes per size (files of SIZE,
+                  at least 16 and at most 200 of them) (default 256: a run of large files
+                  then lasts ~0.2-1 s, long enough that one slow fsync or page fault does
+                  not decide the figure)
   --quick         smoke run: 1 round, fewer sizes, --steps 8 --mib 8 --compute 0.2 --every "1 4"
   --keep          keep the data directory
 
@@ -76,7 +80,7 @@ EOF
 
 only="seg,append,e2e,recovery" repeat=3 ranks=2 micro_ranks=1 servers=1 home="" home_mbps=100
 every="1 4 20" steps=20 mib=32 compute=0.5 quick=0 keep=0 micro_home="" home_kind=""
-rec_outputs=16 rate="" quiet_wait=0
+rec_outputs=16 rate="" quiet_wait=0 micro_mib=256
 cmdline="bench/mpiio/run.sh $*"
 while (($#)); do
   case $1 in
@@ -96,6 +100,7 @@ while (($#)); do
     --mib) mib=${2:?}; shift 2 ;;
     --compute) compute=${2:?}; shift 2 ;;
     --micro-home) micro_home=${2:?}; shift 2 ;;
+    --micro-mib) micro_mib=${2:?}; shift 2 ;;
     --quick) quick=1; shift ;;
     --keep) keep=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -108,7 +113,7 @@ if ((quick)); then
   repeat=1 steps=8 mib=8 compute=0.2 every="1 4" rec_outputs=6
   seg_sizes=(4K 256K 4M) app_sizes=(64K 1M)
 fi
-for v in repeat ranks micro_ranks servers home_mbps steps mib rec_outputs; do
+for v in repeat ranks micro_ranks servers home_mbps steps mib rec_outputs micro_mib; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --${v//_/-} must be a positive integer" >&2; exit 2; }
 done
 [[ $quiet_wait =~ ^[0-9]+$ ]] || { echo "run.sh: --quiet-wait takes seconds" >&2; exit 2; }
@@ -561,37 +566,44 @@ for ((round = 1; round <= repeat; round++)); do
   log "round $round of $repeat"
   note "round $round: load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
   # ---- §8.7 microbenchmarks ------------------------------------------------------------
-  for label in $(labels_for_round "$round"); do
-    if ! want seg && ! want append; then break; fi
-    if [[ $label == pdcx ]]; then
+  # Each size is measured directly and through pdcx back to back (in alternating order), so
+  # the two figures of a pair see the same state of the machine (page cache, the VM's memory
+  # and disk): a slow phase of the host then slows both, not one side of a ratio.
+  if want seg || want append; then
+    if ((have_pdcx)); then
       start_servers "micro-$round"
       phome=$micro_home
     fi
     for sync in 1 0; do
       sflag=()
       if ((sync)); then sflag=(-S); fi
-      d=$local_dir/$label
-      # One size per program run, and between runs the previous size's data settled (the
+      # One size per program run, and between runs the previous run's data settled (the
       # direct run's dirty pages written back, the pdcx run's home copies done): otherwise
-      # one size's background writes would land in the next size's figure.
-      # Each run writes into a new subdirectory: new files (for pdcx, new streams
-      # mpiio/SUB/NAME), never a rewrite of the previous run's names.
+      # one run's background writes would land in the next one's figure. Each run writes
+      # into a new subdirectory: new files (for pdcx, new streams mpiio/SUB/NAME), never a
+      # rewrite of the previous run's names.
       for size in "${seg_sizes[@]}"; do
         if ! want seg; then break; fi
-        rm -rf "$d" "$micro_home" && mkdir -p "$d/s$sync-$size" "$micro_home"
-        run micro.log "$label" "$micro_ranks" "$d" seg_create "${sflag[@]}" "$d/s$sync-$size" "$size"
-        settle micro.log of=seg_create sync=$sync size="$size"
+        for label in $(labels_for_round "$round"); do
+          d=$local_dir/$label
+          rm -rf "$d" "$micro_home" && mkdir -p "$d/s$sync-$size" "$micro_home"
+          run micro.log "$label" "$micro_ranks" "$d" seg_create "${sflag[@]}" -t "$micro_mib" -m 16 "$d/s$sync-$size" "$size"
+          settle micro.log of=seg_create sync=$sync size="$size"
+        done
       done
       for size in "${app_sizes[@]}"; do
         if ! want append; then break; fi
-        rm -rf "$d" "$micro_home" && mkdir -p "$d/a$sync-$size" "$micro_home"
-        run micro.log "$label" "$micro_ranks" "$d" append_seek "${sflag[@]}" "$d/a$sync-$size" "$size"
-        settle micro.log of=append_seek sync=$sync size="$size"
+        for label in $(labels_for_round "$round"); do
+          d=$local_dir/$label
+          rm -rf "$d" "$micro_home" && mkdir -p "$d/a$sync-$size" "$micro_home"
+          run micro.log "$label" "$micro_ranks" "$d" append_seek "${sflag[@]}" "$d/a$sync-$size" "$size"
+          settle micro.log of=append_seek sync=$sync size="$size"
+        done
       done
-      rm -rf "$d" "$micro_home"
+      rm -rf "$local_dir/direct" "$local_dir/pdcx" "$micro_home"
     done
-    if [[ $label == pdcx ]]; then stop_servers; fi
-  done
+    if ((have_pdcx)); then stop_servers; fi
+  fi
   # ---- §8.1-8.4 end to end ---------------------------------------------------------------
   if want e2e; then
     for k in $every; do

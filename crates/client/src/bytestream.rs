@@ -12,8 +12,11 @@
 //! and one process sees its own writes in program order.
 //!
 //! Write path ([`ByteStream::pwrite`]):
-//! - a write of at least [`DIRECT_MIN`] bytes is committed at once (`memory` durability),
-//!   as a one-copy write into the log when the server is on this node;
+//! - a write of at least [`DIRECT_MIN`] bytes to the owner, on this node, is a one-copy
+//!   write into the owner's log (its writeback started as it is copied) left uncommitted
+//!   until anything that must see it (as the queue below) or the seal, which commits it in
+//!   its own round trip (`CommitSyncSeal`); any other write of that size is committed at once
+//!   (`memory` durability), one-copy when its server is on this node;
 //! - smaller writes are queued in program order (a write that continues the previous one
 //!   extends it) and committed together when the queue passes [`QUEUE_MAX`], and before
 //!   anything that must see them: a read, `size`, `set_size`, `flush`, `commit`.
@@ -27,7 +30,8 @@
 //! on the owner's node costs, from create to version: create, write, seal (the owner grows
 //! a stream as it takes a write past the end; writers elsewhere send `ExtendDims` first).
 
-use crate::client::Client;
+use crate::client::{Client, Uncommitted};
+use crate::direct_write::WriteBehind;
 use pdcx_core::model::{KIND_BYTE_STREAM, KIND_TAG};
 use pdcx_core::protocol::{Durability, ObjectSpec, Request, Response, VersionInfo};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result, TagValue};
@@ -38,6 +42,9 @@ use std::sync::{Mutex, MutexGuard};
 pub const DIRECT_MIN: usize = 256 << 10;
 /// Queued small writes are committed once they hold this many bytes.
 pub const QUEUE_MAX: usize = 8 << 20;
+/// Large writes left uncommitted for the consistency point (see `State::uncommitted`) are
+/// committed once there are this many.
+const MAX_UNCOMMITTED: usize = 64;
 /// The largest size a byte stream may reach (offsets are u64; this leaves headroom).
 pub const MAX_LEN: u64 = 1 << 60;
 
@@ -52,6 +59,11 @@ pub struct ByteStream {
 
 #[derive(Default)]
 struct State {
+    /// Large one-copy writes to the owner, in the owner's log but not committed yet, in
+    /// program order (all before the queued small writes). Committed before anything that
+    /// must see them, like the queue, or by the seal itself (`CommitSyncSeal`), which saves
+    /// the commit's round trip for a file written and sealed by one process.
+    uncommitted: Vec<Uncommitted>,
     /// Queued small writes, in program order: (offset, bytes).
     queue: Vec<(u64, Vec<u8>)>,
     queued: usize,
@@ -203,8 +215,8 @@ impl ByteStream {
     }
 
     /// Writes `data` at byte `off` (the stream grows as needed). Visible to other readers
-    /// once committed: at once for large writes, else at the next flush point (see the
-    /// module doc).
+    /// once committed: at the next flush point, or at once for large writes that are not
+    /// one-copy writes to the owner (see the module doc).
     pub fn pwrite(&self, off: u64, data: &[u8]) -> Result<()> {
         self.pwritev(off, &[data])
     }
@@ -219,7 +231,10 @@ impl ByteStream {
         let mut st = self.lock();
         st.changed = true;
         if len >= DIRECT_MIN {
-            self.drain(&mut st)?;
+            // Queued writes come before this one; uncommitted large ones may stay so.
+            if !st.queue.is_empty() {
+                self.drain(&mut st)?;
+            }
             let region = range(off, len as u64)?;
             self.grow_for(&mut st, &region)?;
             let joined;
@@ -249,26 +264,68 @@ impl ByteStream {
         Ok(())
     }
 
-    /// Commits one write (`memory`); returns the server that took it. Another handle may
-    /// have shrunk the stream since this one last grew it: then the server refuses the write
-    /// as out of bounds, and it is retried once after growing the stream again.
+    /// Writes one large write; returns the server that took it. To the owner on this node it
+    /// is left uncommitted for the consistency point (`State::uncommitted`), otherwise it is
+    /// committed at once (`memory`). Another handle may have shrunk the stream since this
+    /// one last grew it: then the server refuses the write as out of bounds, and it is
+    /// retried once after growing the stream again.
     fn write_one(&self, st: &mut State, region: &Region, data: &[u8]) -> Result<u32> {
         let dest = self.client.data_server(self.meta.id, region)?;
-        let id = self.meta.id;
-        // Creates are made durable at the consistency point (`commit`, `seal`), not here.
-        let write = || {
-            self.client
-                .write_creates_unsynced(id, region, data, Durability::Memory)
-        };
-        match write() {
+        match self.write_now_or_later(st, region, data) {
             Err(e) if e.kind == ErrorKind::OutOfBounds => {
                 st.known_size = 0;
                 self.grow(st, region.end(0))?;
-                write()?;
+                self.write_now_or_later(st, region, data)?;
             }
             r => r?,
         }
         Ok(dest)
+    }
+
+    fn write_now_or_later(&self, st: &mut State, region: &Region, data: &[u8]) -> Result<()> {
+        let id = self.meta.id;
+        // The consistency point syncs this write: its writeback starts as it is copied.
+        match self
+            .client
+            .write_uncommitted(id, region, data, WriteBehind::Pipelined)?
+        {
+            Some(u) => {
+                st.uncommitted.push(u);
+                if st.uncommitted.len() >= MAX_UNCOMMITTED {
+                    self.commit_uncommitted(st)?;
+                }
+                Ok(())
+            }
+            None => {
+                // Committed now, so the uncommitted ones before it go first.
+                self.commit_uncommitted(st)?;
+                // Creates are made durable at the consistency point (`commit`, `seal`).
+                self.client.write_creates_unsynced(
+                    id,
+                    region,
+                    data,
+                    Durability::Memory,
+                    WriteBehind::Pipelined,
+                )
+            }
+        }
+    }
+
+    /// Commits the uncommitted large writes (`State::uncommitted`), in order, at `memory`.
+    /// They leave the list whatever happens: a failed commit loses them (their connection
+    /// closed, or the server refused), and says so.
+    fn commit_uncommitted(&self, st: &mut State) -> Result<()> {
+        let list = std::mem::take(&mut st.uncommitted);
+        for group in list.chunk_by(|a, b| (a.dest, a.conn) == (b.dest, b.conn)) {
+            let txns = group.iter().map(|u| u.txn).collect();
+            let commit = Request::Commit {
+                txns,
+                durability: Durability::Memory,
+            };
+            self.client.call_on(group[0].dest, group[0].conn, &commit)?;
+            st.dirty.insert(group[0].dest);
+        }
+        Ok(())
     }
 
     /// Before a write of `region`: makes sure the owner's size reaches its end, unless the
@@ -303,9 +360,10 @@ impl ByteStream {
         }
     }
 
-    /// Commits the queued writes, in order (each a commit of its own, so overlapping ones
-    /// keep program order).
+    /// Commits the uncommitted large writes, then the queued writes, in order (each a commit
+    /// of its own, so overlapping ones keep program order).
     fn drain(&self, st: &mut State) -> Result<()> {
+        self.commit_uncommitted(st)?;
         if st.queue.is_empty() {
             return Ok(());
         }
@@ -390,7 +448,11 @@ impl ByteStream {
     /// round trip and one WAL fsync fewer per version).
     pub fn prepare_seal(&self) -> Result<()> {
         let mut st = self.lock();
-        self.drain(&mut st)?;
+        // Uncommitted large writes are left for the seal to commit, unless queued writes
+        // must be committed after them.
+        if !st.queue.is_empty() {
+            self.drain(&mut st)?;
+        }
         if self.client.sync_metadata_but(self.meta.owner)? {
             st.owner_meta_unsynced = true;
         }
@@ -448,14 +510,35 @@ impl ByteStream {
         let mut st = self.lock();
         let owner = self.meta.owner;
         let (id, home) = (self.meta.id, home.to_string());
-        // What `prepare_seal` left for the owner is made durable by the seal itself.
-        let with_sync = st.owner_meta_unsynced || st.dirty.contains(&owner);
-        let req = if with_sync {
-            Request::SyncSeal { id, home }
-        } else {
-            Request::Seal { id, home }
+        if !st.queue.is_empty() {
+            self.drain(&mut st)?;
+        }
+        // One connection's uncommitted writes are committed by the seal itself.
+        let fold = match st.uncommitted.as_slice() {
+            [first, ..] if st.uncommitted.iter().all(|u| u.conn == first.conn) => Some(first.conn),
+            [] => None,
+            _ => {
+                self.commit_uncommitted(&mut st)?;
+                None
+            }
         };
-        match self.client.call(owner, &req, &[]) {
+        // What `prepare_seal` left for the owner is made durable by the seal itself.
+        let with_sync = fold.is_some() || st.owner_meta_unsynced || st.dirty.contains(&owner);
+        let answer = match fold {
+            Some(conn) => {
+                let txns = std::mem::take(&mut st.uncommitted)
+                    .into_iter()
+                    .map(|u| u.txn)
+                    .collect();
+                let req = Request::CommitSyncSeal { txns, id, home };
+                self.client.call_on(owner, conn, &req)
+            }
+            None if with_sync => self
+                .client
+                .call(owner, &Request::SyncSeal { id, home }, &[]),
+            None => self.client.call(owner, &Request::Seal { id, home }, &[]),
+        };
+        match answer {
             Ok(Response::Sealed { epoch }) => {
                 if with_sync {
                     st.dirty.remove(&owner);

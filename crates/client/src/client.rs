@@ -6,6 +6,7 @@
 
 use crate::conn::Conn;
 use crate::direct::Outcome;
+use crate::direct_write::WriteBehind;
 use crate::shm::{self, Payload, ShmPool};
 use crate::transfer::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
@@ -956,17 +957,25 @@ impl Client {
     ) -> Result<()> {
         // A durable write of an object whose create is not yet durable would be lost with it.
         self.sync_metadata()?;
-        self.write_creates_unsynced(id, region, data, durability)
+        // A durable commit syncs right after the write: start the writeback as it is copied.
+        let write_behind = if durability == Durability::Memory {
+            WriteBehind::Never
+        } else {
+            WriteBehind::Pipelined
+        };
+        self.write_creates_unsynced(id, region, data, durability, write_behind)
     }
 
     /// [`write`](Self::write) without first making this client's creates durable: for a
     /// caller whose own consistency point does that (byte streams: `commit` / the seal).
+    /// `write_behind` applies to a one-copy write (`direct_write.rs`).
     pub(crate) fn write_creates_unsynced(
         &self,
         id: ObjectId,
         region: &Region,
         data: &[u8],
         durability: Durability,
+        write_behind: WriteBehind,
     ) -> Result<()> {
         let txn = self.next_txn();
         let item = StageItem {
@@ -979,7 +988,7 @@ impl Client {
         let foreign = dest != owner_of_id(id);
         let commit = commit_request(vec![txn], durability, self.consistency(id), foreign);
         if self.direct_writes(dest, data.len()) {
-            if let Some(r) = self.write_direct(dest, &item, data, &commit) {
+            if let Some(r) = self.write_direct(dest, &item, data, &commit, write_behind) {
                 if r.is_ok() && matches!(commit, Request::CommitRelaxed { .. }) {
                     self.note_relaxed(id, dest);
                 }
@@ -1023,6 +1032,69 @@ impl Client {
             self.note_relaxed(id, dest);
         }
         r
+    }
+
+    /// A one-copy write (`direct_write.rs`) of `data` to `region` of `id`, reserved and
+    /// written into the log of `id`'s owner but **not committed**: invisible until the
+    /// returned txn is committed on the same connection
+    /// ([`call_on`](Self::call_on) with a `Commit` or `CommitSyncSeal`). For byte streams,
+    /// whose consistency point then commits and syncs in one round trip. None, with nothing
+    /// written, when this write cannot be one (the owner is not on this node or is not where
+    /// the write goes, relaxed consistency, too small): the caller writes it the usual way.
+    pub(crate) fn write_uncommitted(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        data: &[u8],
+        write_behind: WriteBehind,
+    ) -> Result<Option<Uncommitted>> {
+        let dest = self.data_server(id, region)?;
+        if dest != owner_of_id(id)
+            || !self.direct_writes(dest, data.len())
+            || !matches!(self.consistency(id), Consistency::Strong)
+        {
+            return Ok(None);
+        }
+        let Some(dw) = self.inner.direct_write.as_ref() else {
+            return Ok(None);
+        };
+        let item = StageItem {
+            txn: self.next_txn(),
+            id,
+            region: region.clone(),
+            len: data.len() as u64,
+        };
+        let conn = self.with_conn(dest, &mut |c| {
+            Ok(
+                match dw.write(c, dest, std::slice::from_ref(&item), &[data], write_behind)? {
+                    crate::direct_write::Outcome::Fallback => None,
+                    crate::direct_write::Outcome::Written => Some(c.serial()),
+                },
+            )
+        })?;
+        Ok(conn.map(|conn| Uncommitted {
+            dest,
+            txn: item.txn,
+            conn,
+        }))
+    }
+
+    /// Sends `req` to server `rank` on connection `conn` (a [`Conn::serial`]) only: fails,
+    /// sending nothing, if that connection was closed since (a server restart, a broken
+    /// link), since the writes it reserved went with it.
+    pub(crate) fn call_on(&self, rank: u32, conn: u64, req: &Request) -> Result<Response> {
+        self.with_conn(rank, &mut |c| {
+            if c.serial() != conn {
+                return Err(Error::new(
+                    ErrorKind::Io,
+                    format!(
+                        "writes to server {rank} not yet committed were lost: their connection \
+                         closed before the consistency point (server restarted or link broken)"
+                    ),
+                ));
+            }
+            c.call(req, &[]).map(|(r, _)| r)
+        })
     }
 
     /// Several writes of object `id` to one server in one round trip (`StageCommit` with
@@ -1100,15 +1172,15 @@ impl Client {
         item: &StageItem,
         data: &[u8],
         commit: &Request,
+        write_behind: WriteBehind,
     ) -> Option<Result<()>> {
         let dw = self.inner.direct_write.as_ref()?;
-        // No write-behind: the commit right after syncs (or, at `memory`, need not).
         let r = self.with_conn(dest, &mut |c| match dw.write(
             c,
             dest,
             std::slice::from_ref(item),
             &[data],
-            false,
+            write_behind,
         )? {
             crate::direct_write::Outcome::Fallback => Ok(false),
             crate::direct_write::Outcome::Written => c.call(commit, &[]).map(|_| true),
@@ -1257,6 +1329,16 @@ pub(crate) fn read_plans(
 
 /// The commit for writes with `consistency` at a data server; `foreign`: the server is not the
 /// objects' owner (only then is there a registration to defer).
+/// A write reserved and written but not committed ([`Client::write_uncommitted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Uncommitted {
+    /// The server (the object's owner) whose log holds it.
+    pub(crate) dest: u32,
+    pub(crate) txn: u64,
+    /// The connection whose server session holds the reservation.
+    pub(crate) conn: u64,
+}
+
 pub(crate) fn commit_request(
     txns: Vec<u64>,
     durability: Durability,

@@ -15,6 +15,9 @@ use std::sync::Arc;
 
 pub struct Conn {
     inner: pdcx_transport::Conn,
+    /// Unique per connection this process opened: writes reserved in one connection's
+    /// server session can only be committed on that same connection.
+    serial: u64,
     /// Set when the server is on this node and shared memory may be tried.
     shm: Option<ConnShm>,
 }
@@ -49,11 +52,22 @@ impl Pooled for Conn {
     }
 }
 
+fn next_serial() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 impl Conn {
+    /// This connection's serial number (unique in this process).
+    pub(crate) fn serial(&self) -> u64 {
+        self.serial
+    }
+
     /// A client connection to the server at `addr`, authenticated with the deployment secret.
     pub fn connect(addr: &str, secret: &[u8]) -> Result<Conn> {
         Ok(Conn {
             inner: pdcx_transport::Conn::connect(addr, secret)?,
+            serial: next_serial(),
             shm: None,
         })
     }
@@ -62,6 +76,7 @@ impl Conn {
     pub fn connect_unix(spec: &str, secret: &[u8]) -> Result<Conn> {
         Ok(Conn {
             inner: pdcx_transport::Conn::connect_unix_as(spec, secret, Role::Client)?,
+            serial: next_serial(),
             shm: None,
         })
     }

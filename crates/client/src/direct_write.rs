@@ -39,6 +39,29 @@ pub const DIRECT_WRITE_MIN: usize = 256 << 10;
 /// Open segment files kept per client; beyond this many the cache is emptied.
 const MAX_OPEN: usize = 64;
 
+/// [`WriteBehind::Pipelined`] writes a payload in pieces of this size.
+const PIPELINE_CHUNK: usize = 1 << 20;
+
+/// When the writeback of a one-copy write's payload is started (`sync_file_range`,
+/// asynchronous).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteBehind {
+    /// Left to the kernel: writes no sync follows soon (`memory`). Measured on the C VPIC
+    /// kernel, a hint after each `pwrite` blocks the writer while the device queue is busy
+    /// and made `memory` writes 1.5-3x slower (bench/RESULTS.md, issue 10 session 2).
+    Never,
+    /// Once every payload is written: writes a later `local` commit syncs, so the device
+    /// works while the caller computes and that commit's fdatasync finds little left (the
+    /// 5-step VPIC run).
+    AfterAll,
+    /// Each [`PIPELINE_CHUNK`] of a payload as soon as it is written, so the device writes
+    /// one piece while the next is copied: for writes a sync follows right away (a `local`
+    /// write, a byte stream's write before its consistency point). The fdatasync then finds
+    /// only the last piece left, where writing the whole payload first and syncing it after
+    /// pays the copy and the device one after the other (issue 11, segment creation).
+    Pipelined,
+}
+
 pub(crate) fn enabled_by_env() -> bool {
     crate::segfile::env_on("PDCX_DIRECT_WRITE")
 }
@@ -59,6 +82,20 @@ pub(crate) enum Outcome {
     /// This server's log cannot be written by this client: stage the items the usual way
     /// (same txns; a stage replaces the reservation in the server's session).
     Fallback,
+}
+
+/// Starts the writeback of `len` bytes at `offset` of `f` without waiting for it. A failure
+/// only loses the hint: the commit's fdatasync writes the bytes anyway.
+fn start_writeback(f: &SegFile, offset: u64, len: usize) {
+    // SAFETY: plain syscall on an fd `f` keeps open.
+    unsafe {
+        libc::sync_file_range(
+            f.file.as_raw_fd(),
+            offset as libc::off64_t,
+            len as libc::off64_t,
+            libc::SYNC_FILE_RANGE_WRITE,
+        );
+    }
 }
 
 impl DirectWrites {
@@ -85,20 +122,14 @@ impl DirectWrites {
     /// error is the write's own (a bad region, a full device, the connection gone);
     /// `Fallback` means the caller stages the items instead.
     ///
-    /// `write_behind`: once every payload is written, start their writeback
-    /// (`sync_file_range`, asynchronous), for writes a later `local` commit will sync: the
-    /// device then works while the caller computes, and that commit's fdatasync finds little
-    /// left (the 5-step VPIC run). Never per payload and never for `memory` writes: measured
-    /// on the C VPIC kernel, a hint after each `pwrite` blocks the writer while the device
-    /// queue is busy and made `memory` writes 1.5-3x slower (bench/RESULTS.md, issue 10
-    /// session 2).
+    /// `write_behind` says when the payloads' writeback is started ([`WriteBehind`]).
     pub(crate) fn write(
         &self,
         c: &mut Conn,
         rank: u32,
         items: &[StageItem],
         data: &[&[u8]],
-        write_behind: bool,
+        write_behind: WriteBehind,
     ) -> Result<Outcome> {
         let crcs: Vec<u32> = data.iter().map(|d| crc32c::crc32c(d)).collect();
         let req = Request::ReserveWrite {
@@ -141,7 +172,19 @@ impl DirectWrites {
                 return Ok(Outcome::Fallback);
             };
             let bytes: &[u8] = d;
-            if let Err(e) = f.file.write_all_at(bytes, offset) {
+            let written = if write_behind == WriteBehind::Pipelined {
+                bytes
+                    .chunks(PIPELINE_CHUNK)
+                    .zip((offset..).step_by(PIPELINE_CHUNK))
+                    .try_for_each(|(piece, at)| {
+                        f.file.write_all_at(piece, at)?;
+                        start_writeback(&f, at, piece.len());
+                        Ok(())
+                    })
+            } else {
+                f.file.write_all_at(bytes, offset)
+            };
+            if let Err(e) = written {
                 // Give back what the partial write took (on a full device, the space the
                 // server needs to go on): the record is then damaged, never committed, and
                 // skipped by recovery like any unwritten reservation.
@@ -165,19 +208,11 @@ impl DirectWrites {
                 ));
             }
         }
-        if write_behind {
+        if write_behind == WriteBehind::AfterAll {
             for (i, d) in data.iter().enumerate() {
                 let (seg, dev, ino, offset) = resv.spans[i];
                 if let Some(f) = self.file(rank, &resv, seg, dev, ino) {
-                    // SAFETY: plain syscall on an fd `f` keeps open; failure loses a hint.
-                    unsafe {
-                        libc::sync_file_range(
-                            f.file.as_raw_fd(),
-                            offset as libc::off64_t,
-                            d.len() as libc::off64_t,
-                            libc::SYNC_FILE_RANGE_WRITE,
-                        );
-                    }
+                    start_writeback(&f, offset, d.len());
                 }
             }
         }

@@ -257,6 +257,11 @@ fn stage(
     if let (false, Some(dw)) = (direct.is_empty(), client.inner.direct_write.as_ref()) {
         let d_items: Vec<StageItem> = direct.iter().map(|&i| items[i].clone()).collect();
         let d_parts: Vec<&[u8]> = direct.iter().map(|&i| data[i].as_slice()).collect();
+        let write_behind = if write_behind {
+            crate::direct_write::WriteBehind::AfterAll
+        } else {
+            crate::direct_write::WriteBehind::Never
+        };
         if dw.write(c, rank, &d_items, &d_parts, write_behind)?
             == crate::direct_write::Outcome::Fallback
         {

@@ -606,6 +606,15 @@ pub enum Request {
         id: ObjectId,
         home: String,
     },
+    /// `Commit` of `txns` (this connection's one-copy writes reserved with `ReserveWrite`,
+    /// at `memory`), then `SyncSeal`, in one round trip: the consistency point of a byte
+    /// stream whose sealing process wrote its large writes to the owner and had not
+    /// committed them yet. If the commit fails, nothing is sealed. Answered with `Sealed`.
+    CommitSyncSeal {
+        txns: Vec<u64>,
+        id: ObjectId,
+        home: String,
+    },
 }
 
 /// How a lookup names an object.

@@ -40,9 +40,9 @@ thread_local! {
 }
 
 /// True while this thread runs the MPI library's own `MPI_File_sync`/`MPI_File_close` of a
-/// logged file, which a consistency point follows: an `fsync` the library makes there only
-/// needs to publish the queued writes (the consistency point makes them durable, the
-/// sealing rank's in the same round trip as its seal).
+/// logged file, which a consistency point follows: an `fsync` or `close` the library makes
+/// there needs to do nothing (the consistency point commits this process's writes and makes
+/// them durable, the sealing rank's in the same round trip as its seal).
 #[inline]
 pub fn in_sync_or_close() -> bool {
     IN_SYNC_OR_CLOSE.with(|d| d.get())

@@ -378,13 +378,16 @@ fn handle(
         Request::Seal { id, home } => Response::Sealed {
             epoch: crate::homecopy::seal(server, id, &home)?,
         },
-        Request::SyncSeal { id, home } => {
-            server.engine.store().sync_log_only()?;
-            let epoch = crate::homecopy::seal(server, id, &home)?;
-            // An unchanged stream is answered without a WAL fsync: make the metadata
-            // changes this client may count on (its creates here) durable anyway.
-            server.meta.sync()?;
-            Response::Sealed { epoch }
+        Request::SyncSeal { id, home } => sync_seal(server, id, &home)?,
+        Request::CommitSyncSeal { txns, id, home } => {
+            commit(
+                server,
+                pending,
+                &txns,
+                protocol::Durability::Memory,
+                Consistency::Strong,
+            )?;
+            sync_seal(server, id, &home)?
         }
         Request::Versions { id } => Response::Versions(md.versions(id)?),
         Request::AddToContainer { id, container } => {
@@ -535,6 +538,17 @@ fn handle(
         Request::ReserveWrite { items, crcs } => reserve_write(server, items, &crcs, sess)?,
     };
     Ok((resp, Vec::new()))
+}
+
+/// `SyncSeal`: the log synced, then the seal, whose WAL fsync also covers every metadata
+/// change before it.
+fn sync_seal(server: &Server, id: pdcx_core::ObjectId, home: &str) -> Result<Response> {
+    server.engine.store().sync_log_only()?;
+    let epoch = crate::homecopy::seal(server, id, home)?;
+    // An unchanged stream is answered without a WAL fsync: make the metadata changes this
+    // client may count on (its creates here) durable anyway.
+    server.meta.sync()?;
+    Ok(Response::Sealed { epoch })
 }
 
 /// The commit half of `StageCommit` / `StageShmCommit`: after `staged` (the stage half's

@@ -623,3 +623,90 @@ fn a_failing_home_copy_does_not_hold_up_other_files() {
     assert_ne!(v[0].state, "done");
     assert!(!v[0].error.is_empty(), "the failure is recorded: {v:?}");
 }
+
+/// A large write on the owner's node (a one-copy write) is left uncommitted until the
+/// consistency point, and the seal commits it in its own round trip (`CommitSyncSeal`): a new
+/// file of large writes costs create, reserve (one per write) and one seal, with no commit
+/// of its own. A read through the handle commits them first, as a commit of its own.
+#[test]
+fn large_writes_are_committed_by_the_seal() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let h = common::deployment(&root);
+    let home = dir.path().join("home");
+    let c = client_at(&root, 0);
+    assert!(
+        c.direct_writes_possible(1 << 20),
+        "this test needs one-copy writes (a server on this node)"
+    );
+    let kinds = [
+        "CreateObjectLazy",
+        "ReserveWrite",
+        "Commit",
+        "StageCommit",
+        "SyncSeal",
+        "CommitSyncSeal",
+    ];
+    let counts = || kinds.map(|k| h.server.requests_of(k));
+    let settled = |want: u64| {
+        let t0 = Instant::now();
+        while h.server.requests_of("CommitSyncSeal") < want && t0.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    let before = counts();
+    let bs = c.bs_open("mpiio/big.0", true).unwrap();
+    let (a, b) = (pattern(1 << 20, 1), pattern(1 << 20, 2));
+    bs.pwrite(0, &a).unwrap();
+    bs.pwrite(1 << 20, &b).unwrap();
+    // Not visible to another reader before the consistency point.
+    let other = c.bs_open("mpiio/big.0", false).unwrap();
+    assert_eq!(
+        other.size().unwrap(),
+        2 << 20,
+        "the owner grew it as it took the writes"
+    );
+    let mut early = vec![1u8; 4096];
+    other.pread(4096, &mut early).unwrap();
+    assert!(
+        early.iter().all(|&x| x == 0),
+        "an uncommitted write was read"
+    );
+    bs.prepare_seal().unwrap();
+    let home0 = home.join("big.0");
+    assert_eq!(bs.seal(home0.to_str().unwrap()).unwrap(), 1);
+    settled(1);
+    let after = counts();
+    let sent: Vec<(&str, u64)> = kinds
+        .iter()
+        .zip(before.iter().zip(&after))
+        .map(|(k, (b, a))| (*k, a - b))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    assert_eq!(
+        sent,
+        vec![
+            ("CreateObjectLazy", 1),
+            ("ReserveWrite", 2),
+            ("CommitSyncSeal", 1)
+        ]
+    );
+    let mut got = vec![0u8; 2 << 20];
+    assert_eq!(other.pread(0, &mut got).unwrap(), 2 << 20);
+    assert_eq!(&got[..1 << 20], &a[..]);
+    assert_eq!(&got[1 << 20..], &b[..]);
+    wait_done(&c, "mpiio/big.0", 1);
+    assert_eq!(std::fs::read(&home0).unwrap(), got);
+    // A read through the writing handle sees its own write: committed before it.
+    let commits = h.server.requests_of("Commit");
+    let c2 = pattern(1 << 20, 3);
+    bs.pwrite(0, &c2).unwrap();
+    let mut first = vec![0u8; 16];
+    bs.pread(0, &mut first).unwrap();
+    assert_eq!(first, c2[..16]);
+    assert_eq!(h.server.requests_of("Commit"), commits + 1);
+    bs.prepare_seal().unwrap();
+    assert_eq!(bs.seal(home0.to_str().unwrap()).unwrap(), 2);
+}

@@ -14,5 +14,7 @@ pub mod record;
 
 pub use cache::Cache;
 pub use commit_record::{CommitEntry, COMMIT_OBJECT};
-pub use log::{CommitPlan, LogOptions, Recovery, SegmentLog};
+pub use log::{
+    CommitPlan, LogOptions, LogSpan, ManifestPublisher, PendingManifest, Recovery, SegmentLog,
+};
 pub use record::{scan_segment, scan_segment_in, Location, RecordInfo, Scanned};

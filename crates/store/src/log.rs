@@ -21,19 +21,22 @@ use pdcx_fsio::{crash, Fs, FsFile, LockGuard, OpenMode};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Records with payloads up to this size are written with one `pwrite` (header and payload
 /// copied together); larger ones with two, straight from the caller's buffer.
 const ONE_WRITE_MAX: usize = 16 << 10;
 
-/// Small records are appended into zeros written ahead of them, this many bytes at a time:
-/// an fdatasync after a write that grows the file must also commit the new size (a journal
-/// commit), one after a write into already-written blocks only flushes data (~50 us less per
-/// small `local` commit on the test disk: `bench/RESULTS.md`, issue 10). Large records are
-/// not: zeroing ahead of them would write their bytes twice. Recovery's scan stops at the
-/// zeros (no record starts with them) and cuts them off.
+/// Small records are appended into zeros written ahead of them, up to this many bytes at a
+/// time ([`zero_ahead`]): an fdatasync after a write that grows the file must also commit the
+/// new size (a journal commit), one after a write into already-written blocks only flushes
+/// data (~50 us less per small `local` commit on the test disk: `bench/RESULTS.md`, issue
+/// 10). Large records are not: zeroing ahead of them would write their bytes twice.
+/// Recovery's scan stops at the zeros (no record starts with them) and cuts them off.
 const PREZERO: u64 = 1 << 20;
+/// The least zeroed ahead at a time.
+const PREZERO_MIN: u64 = 64 << 10;
 /// Records up to this size get zeros written ahead of them.
 const PREZERO_MAX_RECORD: u64 = 64 << 10;
 
@@ -105,6 +108,63 @@ struct Segment {
     zeroed: u64,
 }
 
+/// Appended bytes of one segment, readable without the log's lock
+/// ([`SegmentLog::span`]).
+pub struct LogSpan {
+    file: Arc<dyn FsFile>,
+    path: PathBuf,
+    offset: u64,
+    len: u64,
+}
+
+impl LogSpan {
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Reads the whole span (a record's payload) and checks it against `crc`.
+    pub fn read_verified(&self, crc: u32) -> Result<Vec<u8>> {
+        let len = usize::try_from(self.len)
+            .map_err(|_| Error::invalid(format!("payload of {} bytes is too large", self.len)))?;
+        let mut buf = vec![0u8; len];
+        self.read_into(&mut buf)?;
+        let got = crc32c::crc32c(&buf);
+        if got != crc {
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "payload crc mismatch in {} at offset {} ({} bytes): stored {crc:#010x}, read {got:#010x}",
+                    self.path.display(),
+                    self.offset,
+                    self.len,
+                ),
+            ));
+        }
+        Ok(buf)
+    }
+
+    /// Reads the span into `buf`, which must be exactly its length.
+    pub fn read_into(&self, buf: &mut [u8]) -> Result<()> {
+        if buf.len() as u64 != self.len {
+            return Err(Error::internal(format!(
+                "read of a {}-byte log span into {} bytes",
+                self.len,
+                buf.len()
+            )));
+        }
+        self.file.read_exact_at(buf, self.offset).map_err(|e| {
+            Error::io(
+                &format!("read {} at {}", self.path.display(), self.offset),
+                &e,
+            )
+        })
+    }
+}
+
 /// What one sync makes durable; see [`SegmentLog::prepare_commit`].
 pub struct CommitPlan {
     /// Segment, path, file, and its length when the plan was made.
@@ -127,6 +187,57 @@ impl CommitPlan {
     }
 }
 
+/// A MANIFEST computed under the log's lock, to be published ([`ManifestPublisher`]),
+/// possibly after the lock is released.
+pub struct PendingManifest {
+    /// Its place in the order MANIFESTs were computed in.
+    generation: u64,
+    manifest: Manifest,
+}
+
+/// Writes MANIFESTs, one at a time and never an older one over a newer one: each is computed
+/// under the log's lock from the log's state then, with the next generation number, and a
+/// newer one lists everything an older one does (the checkpointed lengths only grow, and a
+/// segment leaves only by retirement, which computes a newer one). So a checkpoint publishes
+/// its MANIFEST (two fsyncs and a rename) after releasing the log's lock, and appends and
+/// reservations go on meanwhile; creating and retiring segments publish theirs holding the
+/// lock (they must be listed or unlisted before the log goes on). A failed fsync poisons the
+/// log.
+pub struct ManifestPublisher {
+    fs: Arc<dyn Fs>,
+    dir: PathBuf,
+    poisoned: Arc<AtomicBool>,
+    /// The generation of the newest MANIFEST written.
+    published: std::sync::Mutex<u64>,
+}
+
+impl ManifestPublisher {
+    /// Writes `m` unless a newer MANIFEST was written meanwhile (it lists all `m` does).
+    pub fn publish(&self, m: PendingManifest) -> Result<()> {
+        let mut published = self.published.lock().unwrap_or_else(|p| p.into_inner());
+        if m.generation <= *published {
+            return Ok(());
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::new(ErrorKind::Io, POISONED));
+        }
+        match manifest::store_in(&*self.fs, &self.dir, &m.manifest) {
+            Ok(()) => {
+                *published = m.generation;
+                Ok(())
+            }
+            Err(StoreError::Write(e)) => Err(e),
+            Err(StoreError::Sync(what, e)) => {
+                self.poisoned.store(true, Ordering::Release);
+                Err(Error::new(
+                    ErrorKind::Io,
+                    format!("{what}: {e}; {POISONED}"),
+                ))
+            }
+        }
+    }
+}
+
 pub struct SegmentLog {
     dir: PathBuf,
     opts: LogOptions,
@@ -134,7 +245,11 @@ pub struct SegmentLog {
     segments: BTreeMap<u64, Segment>,
     /// Segments written since the last sync.
     dirty: BTreeSet<u64>,
-    poisoned: bool,
+    /// Shared with `manifests`, which may poison the log without its lock.
+    poisoned: Arc<AtomicBool>,
+    manifests: Arc<ManifestPublisher>,
+    /// The generation of the newest MANIFEST computed ([`PendingManifest`]).
+    manifest_generation: u64,
     /// Held for the life of the log so a second process cannot delete our uncommitted tail.
     _lock: LockGuard,
 }
@@ -162,6 +277,15 @@ fn missing(path: &Path, committed: u64, what: &str) -> Error {
 }
 
 /// The end of the last byte in `[from, to)` of `file` that is not zero (`from` if none).
+/// How many zeros to write past a small record of `rec_len` bytes appended past the zeroed
+/// end: room for about 64 more like it, within [`PREZERO_MIN`, `PREZERO`]. Sized by the
+/// record, because a log that takes large one-copy writes (reserved, never zeroed) between
+/// its small records (a commit record per file, issue 11) zeroes anew after each large one:
+/// a fixed 1 MiB was a quarter more bytes to write back for every 4 MiB file.
+fn zero_ahead(rec_len: u64) -> u64 {
+    rec_len.saturating_mul(64).clamp(PREZERO_MIN, PREZERO)
+}
+
 fn written_end(file: &dyn FsFile, from: u64, to: u64) -> io::Result<u64> {
     let mut buf = vec![0u8; (to - from).min(1 << 20) as usize];
     let (mut end, mut at) = (from, from);
@@ -317,23 +441,62 @@ impl SegmentLog {
             rec.committed_bytes += valid;
         }
 
+        let poisoned = Arc::new(AtomicBool::new(false));
+        let manifests = Arc::new(ManifestPublisher {
+            fs: fs.clone(),
+            dir: dir.to_path_buf(),
+            poisoned: poisoned.clone(),
+            published: std::sync::Mutex::new(0),
+        });
         let log = SegmentLog {
             dir: dir.to_path_buf(),
             opts,
             fs,
             segments,
             dirty: BTreeSet::new(),
-            poisoned: false,
+            poisoned,
+            manifests,
+            manifest_generation: 0,
             _lock: lock,
         };
         Ok((log, rec))
     }
 
     fn check_poisoned(&self) -> Result<()> {
-        if self.poisoned {
+        if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::new(ErrorKind::Io, POISONED));
         }
         Ok(())
+    }
+
+    fn poison(&self) {
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    /// The MANIFEST of the log's state now, less the segments `leaving`, as the next
+    /// generation.
+    fn next_manifest(&mut self, leaving: &[u64]) -> PendingManifest {
+        self.manifest_generation += 1;
+        PendingManifest {
+            generation: self.manifest_generation,
+            manifest: Manifest {
+                version: manifest::VERSION,
+                segments: self
+                    .segments
+                    .iter()
+                    .filter(|(id, _)| !leaving.contains(id))
+                    .map(|(&id, s)| SegmentEntry {
+                        id,
+                        committed_len: s.checkpointed,
+                    })
+                    .collect(),
+            },
+        }
+    }
+
+    /// Who publishes this log's MANIFESTs, usable without the log's lock.
+    pub fn manifests(&self) -> Arc<ManifestPublisher> {
+        self.manifests.clone()
     }
 
     /// The segment a record of `rec_len` bytes goes to, creating the next one if needed.
@@ -374,28 +537,8 @@ impl SegmentLog {
     /// Publishes the MANIFEST: every segment with its checkpointed length. A failed fsync
     /// poisons the log.
     fn store_manifest(&mut self) -> Result<()> {
-        let listed = Manifest {
-            version: manifest::VERSION,
-            segments: self
-                .segments
-                .iter()
-                .map(|(&id, s)| SegmentEntry {
-                    id,
-                    committed_len: s.checkpointed,
-                })
-                .collect(),
-        };
-        match manifest::store_in(&*self.fs, &self.dir, &listed) {
-            Ok(()) => Ok(()),
-            Err(StoreError::Write(e)) => Err(e),
-            Err(StoreError::Sync(what, e)) => {
-                self.poisoned = true;
-                Err(Error::new(
-                    ErrorKind::Io,
-                    format!("{what}: {e}; {POISONED}"),
-                ))
-            }
-        }
+        let m = self.next_manifest(&[]);
+        self.manifests.publish(m)
     }
 
     /// Appends one record (a buffered write through the OS, no fsync) and returns where its
@@ -510,7 +653,7 @@ impl SegmentLog {
             .ok_or_else(|| Error::internal(format!("segment {} vanished", record.segment)))?;
         let zeros = vec![0u8; record.len as usize];
         if let Err(e) = seg.file.write_all_at(&zeros, record.offset) {
-            self.poisoned = true;
+            self.poison();
             return Err(Error::new(
                 ErrorKind::Io,
                 format!("void a failed commit's record: {e}; {POISONED}"),
@@ -542,7 +685,8 @@ impl SegmentLog {
         let payload_at = start + prefix.len() as u64;
         if rec_len <= PREZERO_MAX_RECORD && start + rec_len > seg.zeroed {
             let from = seg.zeroed.max(start);
-            let to = (start + rec_len + PREZERO).min(self.opts.segment_bytes.max(start + rec_len));
+            let to = (start + rec_len + zero_ahead(rec_len))
+                .min(self.opts.segment_bytes.max(start + rec_len));
             // Best effort: on failure (a full device) the record is simply appended.
             if seg
                 .file
@@ -626,7 +770,7 @@ impl SegmentLog {
     /// failed (never retry an fsync), else marks the plan's lengths durable.
     pub fn finish_commit(&mut self, plan: CommitPlan, synced: Result<()>) -> Result<()> {
         if let Err(e) = synced {
-            self.poisoned = true;
+            self.poison();
             return Err(e);
         }
         self.check_poisoned()?;
@@ -652,32 +796,38 @@ impl SegmentLog {
     /// write MANIFEST.tmp, fsync, rename, fsync the directory. The caller guarantees that
     /// whatever the commit records below those lengths describe is durable elsewhere (the
     /// server: its metadata WAL was fsynced after they were recorded), since recovery no
-    /// longer replays them. Lengths of segments retired meanwhile are ignored.
+    /// longer replays them. Lengths of segments retired meanwhile are ignored. Under this
+    /// log's lock throughout; a caller that can, publishes after releasing it
+    /// ([`prepare_checkpoint`](Self::prepare_checkpoint)).
     ///
     /// [`checkpoint_lengths`]: Self::checkpoint_lengths
     pub fn checkpoint(&mut self, lengths: &[(u64, u64)]) -> Result<()> {
+        match self.prepare_checkpoint(lengths)? {
+            Some(m) => self.manifests.publish(m),
+            None => Ok(()),
+        }
+    }
+
+    /// [`checkpoint`](Self::checkpoint) in two steps: records `lengths` as checkpointed and
+    /// returns the MANIFEST to publish with [`manifests`](Self::manifests), which may be done
+    /// without this log's lock. Until it is written, recovery replays a little more than the
+    /// log now counts as checkpointed: harmless, since the caller made what those commit
+    /// records describe durable before (retirement, which relies on the count, publishes a
+    /// newer MANIFEST of its own before unlinking anything). None: nothing to record.
+    pub fn prepare_checkpoint(
+        &mut self,
+        lengths: &[(u64, u64)],
+    ) -> Result<Option<PendingManifest>> {
         self.check_poisoned()?;
         if lengths.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        let before: Vec<(u64, u64)> = lengths
-            .iter()
-            .filter_map(|&(id, len)| {
-                let seg = self.segments.get_mut(&id)?;
-                let old = seg.checkpointed;
+        for &(id, len) in lengths {
+            if let Some(seg) = self.segments.get_mut(&id) {
                 seg.checkpointed = seg.checkpointed.max(len.min(seg.synced));
-                Some((id, old))
-            })
-            .collect();
-        if let Err(e) = self.store_manifest() {
-            for (id, old) in before {
-                if let Some(seg) = self.segments.get_mut(&id) {
-                    seg.checkpointed = old;
-                }
             }
-            return Err(e);
         }
-        Ok(())
+        Ok(Some(self.next_manifest(&[])))
     }
 
     /// Removes sealed, fully committed segments whose every record now lives elsewhere (the
@@ -699,30 +849,9 @@ impl SegmentLog {
                 )));
             }
         }
-        let manifest = Manifest {
-            version: manifest::VERSION,
-            segments: self
-                .segments
-                .iter()
-                .filter(|(id, _)| !ids.contains(id))
-                .map(|(&id, s)| SegmentEntry {
-                    id,
-                    committed_len: s.checkpointed,
-                })
-                .collect(),
-        };
+        let manifest = self.next_manifest(ids);
         crash::point("retire.before_manifest");
-        match manifest::store_in(&*self.fs, &self.dir, &manifest) {
-            Ok(()) => {}
-            Err(StoreError::Write(e)) => return Err(e),
-            Err(StoreError::Sync(what, e)) => {
-                self.poisoned = true;
-                return Err(Error::new(
-                    ErrorKind::Io,
-                    format!("{what}: {e}; {POISONED}"),
-                ));
-            }
-        }
+        self.manifests.publish(manifest)?;
         crash::point("retire.after_manifest");
         let mut freed = 0;
         for id in ids {
@@ -755,6 +884,15 @@ impl SegmentLog {
 
     /// Reads `buf.len()` bytes at `offset` of `segment`. Errors if that is past the log's end.
     pub fn read_at(&self, segment: u64, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.span(segment, offset, buf.len() as u64)?.read_into(buf)
+    }
+
+    /// `len` bytes at `offset` of `segment`, checked to lie within what was appended, to be
+    /// read later without this log's lock ([`LogSpan::read_into`]): appended bytes are never
+    /// rewritten and retirement only unlinks whole files, which the span keeps open. So a
+    /// reader holding the log's lock only for this lookup never stalls appenders for the
+    /// length of a large read.
+    pub fn span(&self, segment: u64, offset: u64, len: u64) -> Result<LogSpan> {
         let path = self.segment_path(segment);
         let seg = self.segments.get(&segment).ok_or_else(|| {
             Error::new(
@@ -762,43 +900,29 @@ impl SegmentLog {
                 format!("{} is not part of the log", path.display()),
             )
         })?;
-        let end = offset.checked_add(buf.len() as u64);
+        let end = offset.checked_add(len);
         if !matches!(end, Some(end) if end <= seg.len) {
             return Err(Error::new(
                 ErrorKind::Io,
                 format!(
-                    "read of {} bytes at {offset} is past the end of {} ({} bytes)",
-                    buf.len(),
+                    "read of {len} bytes at {offset} is past the end of {} ({} bytes)",
                     path.display(),
                     seg.len
                 ),
             ));
         }
-        seg.file
-            .read_exact_at(buf, offset)
-            .map_err(|e| Error::io(&format!("read {} at {offset}", path.display()), &e))
+        Ok(LogSpan {
+            file: seg.file.clone(),
+            path,
+            offset,
+            len,
+        })
     }
 
     /// Reads a whole payload and verifies its crc.
     pub fn read_payload(&self, loc: &Location) -> Result<Vec<u8>> {
-        let len = usize::try_from(loc.len)
-            .map_err(|_| Error::invalid(format!("payload of {} bytes is too large", loc.len)))?;
-        let mut buf = vec![0u8; len];
-        self.read_at(loc.segment, loc.offset, &mut buf)?;
-        let crc = crc32c::crc32c(&buf);
-        if crc != loc.crc {
-            return Err(Error::new(
-                ErrorKind::Io,
-                format!(
-                    "payload crc mismatch in {} at offset {} ({} bytes): stored {:#010x}, read {crc:#010x}",
-                    self.segment_path(loc.segment).display(),
-                    loc.offset,
-                    loc.len,
-                    loc.crc
-                ),
-            ));
-        }
-        Ok(buf)
+        self.span(loc.segment, loc.offset, loc.len)?
+            .read_verified(loc.crc)
     }
 
     /// True when `loc` lies within durable (synced) bytes of the log.
@@ -1368,7 +1492,7 @@ mod tests {
         let path = log.segment_path(1);
         let file_len = fs::metadata(&path).unwrap().len();
         assert!(
-            file_len >= log.total_bytes() + PREZERO,
+            file_len >= log.total_bytes() + PREZERO_MIN,
             "zeros ahead of the log's end: file {file_len}, log {}",
             log.total_bytes()
         );
@@ -1387,6 +1511,28 @@ mod tests {
         );
         assert_eq!(log.read_payload(&a).unwrap(), b"abcd");
         assert_eq!(log.read_payload(&b).unwrap(), b"efgh");
+    }
+
+    #[test]
+    fn a_small_record_after_a_large_one_zeroes_ahead_by_its_own_size() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (mut log, _) = open(tmp.path());
+        let big = (PREZERO_MAX_RECORD + 1) as usize;
+        log.append(1, 1, &r(&[0], &[big as u64]), &payload(1, big))
+            .unwrap();
+        let path = log.segment_path(1);
+        assert_eq!(fs::metadata(&path).unwrap().len(), log.total_bytes());
+        // A commit-record-sized append past the end: 64 KiB of zeros, not 1 MiB.
+        log.append(2, 1, &r(&[0], &[100]), &payload(2, 100))
+            .unwrap();
+        let ahead = fs::metadata(&path).unwrap().len() - log.total_bytes();
+        assert_eq!(ahead, PREZERO_MIN);
+        // A 16 KiB record zeroes room for 64 like it (1 MiB).
+        log.append(3, 1, &r(&[0], &[16 << 10]), &payload(3, 16 << 10))
+            .unwrap();
+        let len = fs::metadata(&path).unwrap().len();
+        assert!(len - log.total_bytes() <= PREZERO, "zeroed {len}");
+        assert_eq!(zero_ahead(16 << 10), PREZERO);
     }
 
     #[test]

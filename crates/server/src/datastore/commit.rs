@@ -223,20 +223,16 @@ impl DataStore {
         self.commits_since_checkpoint.store(0, Ordering::Relaxed);
         self.meta.sync()?;
         crash_point("checkpoint.after_wal_sync");
-        self.log().checkpoint(&lengths)?;
-        Ok(true)
-    }
-
-    /// [`checkpoint`](Self::checkpoint) for callers already holding the commit lock
-    /// (retirement): the WAL fsync then runs under it.
-    pub(super) fn checkpoint_locked(&self, _c: &CommitGuard<'_>) -> Result<()> {
-        let lengths = self.log().checkpoint_lengths();
-        if lengths.is_empty() {
-            return Ok(());
+        // The MANIFEST is written after the log's lock is released: its two fsyncs would
+        // hold up every append and reservation meanwhile (`ManifestPublisher`).
+        let (pending, manifests) = {
+            let mut log = self.log();
+            (log.prepare_checkpoint(&lengths)?, log.manifests())
+        };
+        if let Some(m) = pending {
+            manifests.publish(m)?;
         }
-        self.meta.sync()?;
-        crash_point("checkpoint.after_wal_sync");
-        self.log().checkpoint(&lengths)
+        Ok(true)
     }
 
     /// Commits since the last checkpoint (the checkpoint timer skips idle servers).

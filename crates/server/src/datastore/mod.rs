@@ -616,11 +616,17 @@ impl DataStore {
         if let Some(d) = self.cache.get(&e.loc) {
             return Ok(d);
         }
-        {
+        let span = {
             let log = self.log();
             if e.in_log && log.has_segment(e.loc.segment) {
-                return Ok(Arc::new(log.read_payload(&e.loc)?));
+                Some(log.span(e.loc.segment, e.loc.offset, e.loc.len)?)
+            } else {
+                None
             }
+        };
+        // Read without the log's lock (see `SegmentLog::span`).
+        if let Some(span) = span {
+            return Ok(Arc::new(span.read_verified(e.loc.crc)?));
         }
         self.read_home(obj, e, (0, e.loc.len))
     }

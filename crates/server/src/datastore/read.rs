@@ -63,15 +63,21 @@ impl DataStore {
             }
             log = self.log();
         }
+        // The bytes are read after the lock is released (`SegmentLog::span`): a large read
+        // must not hold up the appends and reservations of writers meanwhile.
         if let (Some(region), 1, 1, true) = (direct, pieces.len(), misses.len(), !any_from_tier) {
             let (e, inter) = &pieces[0];
             let (lo, hi) = spans[0];
             if inter == region && hi - lo == out.len() as u64 {
-                log.read_at(e.loc.segment, e.loc.offset + lo, out)?;
+                let span = log.span(e.loc.segment, e.loc.offset + lo, hi - lo)?;
+                drop(log);
+                span.read_into(out)?;
                 return Ok(fetched);
             }
         }
         misses.sort_by_key(|&i| (pieces[i].0.loc.segment, pieces[i].0.loc.offset + spans[i].0));
+        // Merged reads: (span, the misses it serves, its first byte's log offset).
+        let mut reads = Vec::new();
         let mut k = 0;
         while k < misses.len() {
             let first = misses[k];
@@ -91,14 +97,18 @@ impl DataStore {
                 end = end.max(e);
                 j += 1;
             }
-            let mut buf = vec![0u8; (end - start) as usize];
-            log.read_at(seg, start, &mut buf)?;
-            for &m in &misses[k..j] {
+            reads.push((log.span(seg, start, end - start)?, k..j, start));
+            k = j;
+        }
+        drop(log);
+        for (span, served, start) in reads {
+            let mut buf = vec![0u8; span.len() as usize];
+            span.read_into(&mut buf)?;
+            for &m in &misses[served] {
                 let s = (pieces[m].0.loc.offset + spans[m].0 - start) as usize;
                 let e = (pieces[m].0.loc.offset + spans[m].1 - start) as usize;
                 fetched[m] = Some(Arc::new(buf[s..e].to_vec()));
             }
-            k = j;
         }
         Ok(fetched)
     }
@@ -124,11 +134,16 @@ impl DataStore {
         {
             return Ok(false);
         }
-        for s in spans {
+        let reads = spans
+            .iter()
+            .map(|s| Ok((log.span(s.segment, s.offset, s.len)?, s.dest)))
+            .collect::<Result<Vec<_>>>()?;
+        drop(log);
+        for (span, dest) in reads {
             let dst = out
-                .get_mut(s.dest as usize..(s.dest + s.len) as usize)
+                .get_mut(dest as usize..(dest + span.len()) as usize)
                 .ok_or_else(|| Error::internal("read span outside the output"))?;
-            log.read_at(s.segment, s.offset, dst)?;
+            span.read_into(dst)?;
         }
         self.io.cache_lookups(0, pieces.len());
         Ok(true)

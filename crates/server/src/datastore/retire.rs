@@ -25,10 +25,13 @@ impl DataStore {
     /// at all (those of dropped or deleted data) are retired.
     pub fn retire_flushed(&self) -> Result<u64> {
         let t = self.tiering.clone();
-        let commit = self.lock_commit();
         // Only checkpointed segments are sealed: a segment is retired only once no commit
-        // record in it needs replaying (the rows it names are durable in the metadata).
-        self.checkpoint_locked(&commit)?;
+        // record in it needs replaying (the rows it names are durable in the metadata). The
+        // checkpoint's WAL fsync runs without the commit lock, so commits go on meanwhile;
+        // a commit that lands after it leaves its segment dirty or longer than checkpointed,
+        // and such a segment is not sealed (`SegmentLog::sealed_segments`).
+        self.checkpoint()?;
+        let commit = self.lock_commit();
         let blocked = self.blocked_segments(&commit, &|tier| {
             t.as_ref().is_some_and(|t| t.is_durable(tier))
         });

@@ -322,10 +322,9 @@ impl Metadata {
     }
 
     /// Grows dims to at least `want` (elementwise maximum) and never fails for being smaller:
-    /// the writers of a byte stream grow it concurrently, in any order. The new dims are
-    /// read and written in one transaction, so two growers never lose each other's size. Not
-    /// fsynced before it returns (durable at the next WAL sync: the writer's consistency
-    /// point seals at this owner, which syncs the WAL).
+    /// the writers of a byte stream grow it concurrently, in any order; the queued growth is
+    /// merged into the stored dims with the same maximum, so two growers never lose each
+    /// other's size. Not written before it returns (see below).
     pub fn extend_dims(&self, id: ObjectId, want: &[u64]) -> Result<ObjectMeta> {
         validate_dims(want)?;
         let cur = self.object(id)?;
@@ -340,38 +339,24 @@ impl Metadata {
         if want.iter().zip(&cur.dims).all(|(w, c)| w <= c) {
             return Ok(cur);
         }
-        let grown = self.write_lazy(|tx| {
-            let text: String = tx
-                .query_row(
-                    "SELECT dims FROM objects WHERE lid=?1",
-                    params![lid_of(id)],
-                    |r| r.get(0),
-                )
-                .map_err(db_err)?;
-            let have: Vec<u64> = serde_json::from_str(&text)
-                .map_err(|e| Error::internal(format!("stored dims {text:?}: {e}")))?;
-            let dims: Vec<u64> = have.iter().zip(want).map(|(h, w)| *h.max(w)).collect();
-            validate_dims(&dims)?;
-            let text = serde_json::to_string(&dims).map_err(|e| Error::internal(e.to_string()))?;
-            tx.execute(
-                "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
-                params![text, now(), lid_of(id)],
-            )
-            .map_err(db_err)?;
-            Ok(dims)
-        })?;
-        // Merge into the in-memory copy with the same maximum: a plain re-read could land
-        // after a racing grower's and put a smaller size back (seen as a version sealed
+        // The new size goes to the database with its next batch (`Shard::queue_growth`), no
+        // transaction of its own. A write past the old end becomes visible when its rows are
+        // registered, in a transaction the queue is written before: once the write is
+        // committed, its growth is in the WAL too and survives a kill -9 as its rows do; it
+        // is durable at the next WAL sync (the writer's consistency point). The cached copy
+        // grows with the same maximum, under the queue's lock (a plain re-read could land
+        // after a racing grower's and put a smaller size back, seen as a version sealed
         // without the last writer's bytes).
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        let m = objects
-            .get_mut(&id)
-            .ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))?;
-        for (d, g) in m.dims.iter_mut().zip(&grown) {
-            *d = (*d).max(*g);
-        }
-        m.mtime = now();
-        Ok(m.clone())
+        let mut out = None;
+        self.shard.queue_growth(id, want, || {
+            let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+            if let Some(m) = objects.get_mut(&id) {
+                super::grow_dims(&mut m.dims, want);
+                m.mtime = now();
+                out = Some(m.clone());
+            }
+        });
+        out.ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))
     }
 
     /// Sets the size of a byte-stream object (1-D `u8`, tag `pdcx.kind = "bytestream"`) to
@@ -718,6 +703,37 @@ fn new_object(spec: &ObjectSpec, t: f64) -> Result<ObjectMeta> {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
     })
+}
+
+/// A queued growth of object `id`'s dims (`Shard::flush_locked`), inside the caller's
+/// transaction: the stored dims grown to at least `want`. An object deleted since is skipped.
+pub(super) fn grow_row(tx: &rusqlite::Transaction, id: ObjectId, want: &[u64]) -> Result<()> {
+    let text: Option<String> = tx
+        .query_row(
+            "SELECT dims FROM objects WHERE lid=?1",
+            params![lid_of(id)],
+            |r| r.get(0),
+        )
+        .optional()
+        .map_err(db_err)?;
+    let Some(text) = text else {
+        return Ok(());
+    };
+    let mut dims: Vec<u64> = serde_json::from_str(&text)
+        .map_err(|e| Error::internal(format!("stored dims {text:?}: {e}")))?;
+    if dims.len() != want.len() {
+        return Err(Error::internal(format!(
+            "queued growth of object {id:#x} to {want:?} does not match its dims {dims:?}"
+        )));
+    }
+    super::grow_dims(&mut dims, want);
+    let text = serde_json::to_string(&dims).map_err(|e| Error::internal(e.to_string()))?;
+    tx.execute(
+        "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
+        params![text, now(), lid_of(id)],
+    )
+    .map_err(db_err)?;
+    Ok(())
 }
 
 /// The rows of a created object (`Shard::flush_locked`), inside the caller's transaction.

@@ -60,12 +60,41 @@ pub struct Metadata {
 pub(crate) struct Shard {
     db: Mutex<Connection>,
     sync: GroupSync,
-    /// Objects created (answered) whose rows are not in the database yet, in creation order.
-    /// Written before any other use of the connection (`Metadata::db`), so every query and
-    /// every later transaction sees them; by the syncer; and by `sync`.
-    pending: Mutex<Vec<ObjectMeta>>,
-    /// `pending.len()`, readable without the lock (the check on every use of the connection).
+    /// Metadata changes answered but not in the database yet. Written before any other use
+    /// of the connection (`Metadata::db`), so every query and every later transaction sees
+    /// them; by the syncer; and by `sync`.
+    pending: Mutex<Queued>,
+    /// How many rows and growths are queued, readable without the lock (the check on every
+    /// use of the connection).
     pending_n: AtomicUsize,
+}
+
+/// What [`Shard::pending`] holds.
+#[derive(Default)]
+struct Queued {
+    /// Objects created (answered) whose rows are not written, in creation order.
+    rows: Vec<ObjectMeta>,
+    /// Written objects whose dims grew (`extend_dims`, a byte stream's writer) since: the
+    /// elementwise maximum to write. A stream written past its end on every write grows
+    /// without a transaction of its own (issue 11, segment creation).
+    grown: HashMap<ObjectId, Vec<u64>>,
+}
+
+impl Queued {
+    fn len(&self) -> usize {
+        self.rows.len() + self.grown.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.rows.is_empty() && self.grown.is_empty()
+    }
+}
+
+/// Grows `dims` to at least `want`, elementwise.
+pub(super) fn grow_dims(dims: &mut [u64], want: &[u64]) {
+    for (d, w) in dims.iter_mut().zip(want) {
+        *d = (*d).max(*w);
+    }
 }
 
 impl Shard {
@@ -73,14 +102,36 @@ impl Shard {
         self.db.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn pending(&self) -> std::sync::MutexGuard<'_, Vec<ObjectMeta>> {
+    fn pending(&self) -> std::sync::MutexGuard<'_, Queued> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Queues the rows of objects just created (already in the in-memory catalog).
     fn queue(&self, made: Vec<ObjectMeta>) {
         let mut p = self.pending();
-        p.extend(made);
+        p.rows.extend(made);
+        self.pending_n.store(p.len(), Ordering::Release);
+    }
+
+    /// Grows object `id`'s dims to at least `want` in the database's next batch: in its
+    /// queued row if it has one, else as a queued growth. `then` runs under the queue's lock
+    /// (the caller updates its cached copy there, so a flush never writes a size the cache
+    /// has not shown yet).
+    fn queue_growth(&self, id: ObjectId, want: &[u64], then: impl FnOnce()) {
+        let mut p = self.pending();
+        match p.rows.iter_mut().rev().find(|m| m.id == id) {
+            Some(row) => {
+                grow_dims(&mut row.dims, want);
+                row.mtime = now();
+            }
+            None => match p.grown.get_mut(&id) {
+                Some(dims) => grow_dims(dims, want),
+                None => {
+                    p.grown.insert(id, want.to_vec());
+                }
+            },
+        }
+        then();
         self.pending_n.store(p.len(), Ordering::Release);
     }
 
@@ -91,17 +142,20 @@ impl Shard {
         if self.pending_n.load(Ordering::Acquire) == 0 {
             return Ok(());
         }
-        let rows = {
+        let queued = {
             let mut p = self.pending();
             self.pending_n.store(0, Ordering::Release);
             std::mem::take(&mut *p)
         };
-        if rows.is_empty() {
+        if queued.is_empty() {
             return Ok(());
         }
         let written = db.transaction().map_err(db_err).and_then(|tx| {
-            for m in &rows {
+            for m in &queued.rows {
                 catalog::insert_rows(&tx, m)?;
+            }
+            for (id, want) in &queued.grown {
+                catalog::grow_row(&tx, *id, want)?;
             }
             tx.commit().map_err(db_err)
         });
@@ -113,8 +167,16 @@ impl Shard {
             }
             Err(e) => {
                 let mut p = self.pending();
-                let later = std::mem::replace(&mut *p, rows);
-                p.extend(later);
+                let later = std::mem::replace(&mut *p, queued);
+                p.rows.extend(later.rows);
+                for (id, want) in later.grown {
+                    match p.grown.get_mut(&id) {
+                        Some(dims) => grow_dims(dims, &want),
+                        None => {
+                            p.grown.insert(id, want);
+                        }
+                    }
+                }
                 self.pending_n.store(p.len(), Ordering::Release);
                 Err(e)
             }
@@ -133,7 +195,7 @@ impl Shard {
             return false;
         }
         let mut p = self.pending();
-        match p.iter_mut().rev().find(|m| m.id == id) {
+        match p.rows.iter_mut().rev().find(|m| m.id == id) {
             Some(row) => {
                 f(row);
                 true
@@ -337,7 +399,7 @@ impl Metadata {
         let shard = Arc::new(Shard {
             db: Mutex::new(db),
             sync,
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(Queued::default()),
             pending_n: AtomicUsize::new(0),
         });
         let syncer = Arc::new(Syncer::default());
@@ -440,7 +502,8 @@ impl Metadata {
         self.syncer.lock().held = true;
     }
 
-    /// Created objects whose rows are not in the database yet (stats and tests).
+    /// Created objects whose rows, and grown objects whose dims, are not in the database yet
+    /// (stats and tests).
     pub fn unwritten_creates(&self) -> usize {
         self.shard.pending_n.load(Ordering::Acquire)
     }

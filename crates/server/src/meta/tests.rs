@@ -565,3 +565,44 @@ fn racing_extend_dims_never_shrink_the_cached_size() {
         );
     }
 }
+
+/// A byte stream grown by its writers (`extend_dims`) keeps the growth queued, in its queued
+/// row or as a growth of a written row: no transaction per growth, the largest size wins,
+/// every use of the database writes it first, and it survives a reopen once synced.
+#[test]
+fn growths_are_queued_and_written_before_other_uses_of_the_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    md.hold_syncer();
+    let mut s = spec("g/a", vec![]);
+    s.dims = vec![0];
+    s.dtype = Dtype::Bytes;
+    let a = md.create_objects_with(&[s], true).pop().unwrap().unwrap();
+    // Grown while its row is queued: the row carries the size.
+    assert_eq!(md.extend_dims(a.id, &[100]).unwrap().dims, vec![100]);
+    assert_eq!(md.unwritten_creates(), 1);
+    md.sync().unwrap();
+    assert_eq!(md.unwritten_creates(), 0);
+    // Grown after: queued as a growth, the cached copy grown at once; a smaller growth
+    // (a slower writer) never shrinks it.
+    let syncs = md.wal_syncs();
+    assert_eq!(md.extend_dims(a.id, &[300]).unwrap().dims, vec![300]);
+    assert_eq!(md.extend_dims(a.id, &[200]).unwrap().dims, vec![300]);
+    assert_eq!(md.unwritten_creates(), 1);
+    assert_eq!(md.wal_syncs(), syncs, "no fsync per growth");
+    // Any use of the database writes it first: a query sees the stored size.
+    let stored: String = md
+        .db()
+        .query_row("SELECT dims FROM objects WHERE name='g/a'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(stored, "[300]");
+    assert_eq!(md.unwritten_creates(), 0);
+    md.extend_dims(a.id, &[400]).unwrap();
+    md.sync().unwrap();
+    drop(md);
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    assert_eq!(md.object(a.id).unwrap().dims, vec![400]);
+}
