@@ -13,7 +13,8 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                           [--servers S] [--home DIR] [--home-mbps MB] [--home-kind KIND]
                           [--every "K ..."] [--steps S] [--mib M] [--compute SEC]
                           [--recovery-outputs N] [--rate N] [--quiet-wait SEC]
-                          [--micro-home DIR] [--micro-mib M] [--quick] [--keep]
+                          [--micro-home DIR] [--micro-mib M] [--micro-dir DIR]
+                          [--quick] [--keep]
 
   --only LIST     comma-separated subset of seg,append,e2e,recovery (default: all four)
   --repeat N      rounds; within a round every figure is measured directly and through
@@ -56,6 +57,11 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                   at least 16 and at most 200 of them) (default 256: a run of large files
                   then lasts ~0.2-1 s, long enough that one slow fsync or page fault does
                   not decide the figure)
+  --micro-dir DIR where seg_create / append_seek write, directly and through pdcx (the
+                  pdcx deployment of those runs, its log included, lives there too)
+                  (default: under bench/out, the repository's disk). Paper 002 §8.7 also
+                  measures a RAM disk: e.g. an ext4 on a loop device over a file in /dev/shm
+                  (README.md shows how), where the device costs little and the software shows
   --quick         smoke run: 1 round, fewer sizes, --steps 8 --mib 8 --compute 0.2 --every "1 4"
   --keep          keep the data directory
 
@@ -80,7 +86,7 @@ EOF
 
 only="seg,append,e2e,recovery" repeat=3 ranks=2 micro_ranks=1 servers=1 home="" home_mbps=100
 every="1 4 20" steps=20 mib=32 compute=0.5 quick=0 keep=0 micro_home="" home_kind=""
-rec_outputs=16 rate="" quiet_wait=0 micro_mib=256
+rec_outputs=16 rate="" quiet_wait=0 micro_mib=256 micro_dir=""
 cmdline="bench/mpiio/run.sh $*"
 while (($#)); do
   case $1 in
@@ -101,6 +107,7 @@ while (($#)); do
     --compute) compute=${2:?}; shift 2 ;;
     --micro-home) micro_home=${2:?}; shift 2 ;;
     --micro-mib) micro_mib=${2:?}; shift 2 ;;
+    --micro-dir) micro_dir=${2:?}; shift 2 ;;
     --quick) quick=1; shift ;;
     --keep) keep=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -165,8 +172,8 @@ else
   note "\`${pdcx_bin:-pdcx} run\` is not available: only the direct figures are measured"
 fi
 root="" servers_up=0
-start_servers() { # start_servers NAME: fresh deployment root
-  root=$data/root-$1
+start_servers() { # start_servers NAME [DIR]: fresh deployment root (in DIR, default $data)
+  root=${2:-$data}/root-$1
   servers_up=1
   "$pdcx_bin" server start -n "$servers" --root "$root" >/dev/null
 }
@@ -199,6 +206,7 @@ cleanup() {
   if [[ -n $loopdev ]]; then losetup -d "$loopdev" 2>/dev/null || true; fi
   if ((!keep)); then rm -rf "$data"; fi
   if [[ -n $micro_home && $micro_home == /dev/shm/pdcx-bench-mpiio-* ]]; then rm -rf "$micro_home"; fi
+  if [[ $micro_dir == */pdcx-bench-mpiio-* ]]; then rm -rf "$micro_dir"; fi
   exit "$rc"
 }
 trap cleanup EXIT
@@ -554,10 +562,20 @@ elif want e2e || want recovery; then
   note "e2e compute loop: $rate iterations/s per rank (calibrated once, $ranks ranks at once)"
 fi
 local_dir=$data/local # the repository's disk
+if [[ -n $micro_dir ]]; then
+  [[ -d $micro_dir && -w $micro_dir ]] || { echo "run.sh: --micro-dir $micro_dir is not a writable directory" >&2; exit 2; }
+  micro_dir=$(mktemp -d "$micro_dir/pdcx-bench-mpiio-XXXX")
+else
+  micro_dir=$local_dir
+fi
 if [[ -z $micro_home ]]; then
   if [[ -d /dev/shm && -w /dev/shm ]]; then micro_home=/dev/shm/pdcx-bench-mpiio-$$; else micro_home=$local_dir/home; fi
 fi
-if (want seg || want append) && ((have_pdcx)); then note "microbenchmarks: pdcx home $micro_home, log and direct files on the local disk"; fi
+if want seg || want append; then
+  where="the local disk"
+  if [[ $micro_dir != "$local_dir" ]]; then where="$micro_dir ($(df --output=fstype,source "$micro_dir" | tail -n 1 | tr -s ' '))"; fi
+  if ((have_pdcx)); then note "microbenchmarks: pdcx home $micro_home, log and direct files on $where"; else note "microbenchmarks: direct files on $where"; fi
+fi
 if want e2e || want recovery; then
   if has_kind file; then setup_home; fi
   if has_kind s3; then setup_s3; fi
@@ -571,7 +589,7 @@ for ((round = 1; round <= repeat; round++)); do
   # and disk): a slow phase of the host then slows both, not one side of a ratio.
   if want seg || want append; then
     if ((have_pdcx)); then
-      start_servers "micro-$round"
+      start_servers "micro-$round" "$micro_dir"
       phome=$micro_home
     fi
     for sync in 1 0; do
@@ -585,7 +603,7 @@ for ((round = 1; round <= repeat; round++)); do
       for size in "${seg_sizes[@]}"; do
         if ! want seg; then break; fi
         for label in $(labels_for_round "$round"); do
-          d=$local_dir/$label
+          d=$micro_dir/$label
           rm -rf "$d" "$micro_home" && mkdir -p "$d/s$sync-$size" "$micro_home"
           run micro.log "$label" "$micro_ranks" "$d" seg_create "${sflag[@]}" -t "$micro_mib" -m 16 "$d/s$sync-$size" "$size"
           settle micro.log of=seg_create sync=$sync size="$size"
@@ -594,13 +612,13 @@ for ((round = 1; round <= repeat; round++)); do
       for size in "${app_sizes[@]}"; do
         if ! want append; then break; fi
         for label in $(labels_for_round "$round"); do
-          d=$local_dir/$label
+          d=$micro_dir/$label
           rm -rf "$d" "$micro_home" && mkdir -p "$d/a$sync-$size" "$micro_home"
           run micro.log "$label" "$micro_ranks" "$d" append_seek "${sflag[@]}" "$d/a$sync-$size" "$size"
           settle micro.log of=append_seek sync=$sync size="$size"
         done
       done
-      rm -rf "$local_dir/direct" "$local_dir/pdcx" "$micro_home"
+      rm -rf "$micro_dir/direct" "$micro_dir/pdcx" "$micro_home"
     done
     if ((have_pdcx)); then stop_servers; fi
   fi

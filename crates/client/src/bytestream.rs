@@ -317,9 +317,9 @@ impl ByteStream {
     fn commit_uncommitted(&self, st: &mut State) -> Result<()> {
         let list = std::mem::take(&mut st.uncommitted);
         for group in list.chunk_by(|a, b| (a.dest, a.conn) == (b.dest, b.conn)) {
-            let txns = group.iter().map(|u| u.txn).collect();
-            let commit = Request::Commit {
-                txns,
+            let commit = Request::CommitLate {
+                txns: group.iter().map(|u| u.txn).collect(),
+                crcs: group.iter().map(|u| u.crc).collect(),
                 durability: Durability::Memory,
             };
             self.client.call_on(group[0].dest, group[0].conn, &commit)?;
@@ -526,11 +526,13 @@ impl ByteStream {
         let with_sync = fold.is_some() || st.owner_meta_unsynced || st.dirty.contains(&owner);
         let answer = match fold {
             Some(conn) => {
-                let txns = std::mem::take(&mut st.uncommitted)
-                    .into_iter()
-                    .map(|u| u.txn)
-                    .collect();
-                let req = Request::CommitSyncSeal { txns, id, home };
+                let list = std::mem::take(&mut st.uncommitted);
+                let req = Request::CommitSyncSeal {
+                    txns: list.iter().map(|u| u.txn).collect(),
+                    crcs: list.iter().map(|u| u.crc).collect(),
+                    id,
+                    home,
+                };
                 self.client.call_on(owner, conn, &req)
             }
             None if with_sync => self

@@ -1036,8 +1036,8 @@ impl Client {
 
     /// A one-copy write (`direct_write.rs`) of `data` to `region` of `id`, reserved and
     /// written into the log of `id`'s owner but **not committed**: invisible until the
-    /// returned txn is committed on the same connection
-    /// ([`call_on`](Self::call_on) with a `Commit` or `CommitSyncSeal`). For byte streams,
+    /// returned txn is committed with its checksum on the same connection
+    /// ([`call_on`](Self::call_on) with a `CommitLate` or `CommitSyncSeal`). For byte streams,
     /// whose consistency point then commits and syncs in one round trip. None, with nothing
     /// written, when this write cannot be one (the owner is not on this node or is not where
     /// the write goes, relaxed consistency, too small): the caller writes it the usual way.
@@ -1064,17 +1064,23 @@ impl Client {
             region: region.clone(),
             len: data.len() as u64,
         };
-        let conn = self.with_conn(dest, &mut |c| {
+        // The checksum is computed as the payload is written (`late_crcs`): it travels with
+        // the commit.
+        let written = self.with_conn(dest, &mut |c| {
+            let items = std::slice::from_ref(&item);
             Ok(
-                match dw.write(c, dest, std::slice::from_ref(&item), &[data], write_behind)? {
+                match dw.write(c, dest, items, &[data], write_behind, true)? {
                     crate::direct_write::Outcome::Fallback => None,
-                    crate::direct_write::Outcome::Written => Some(c.serial()),
+                    crate::direct_write::Outcome::Written(crcs) => {
+                        Some((c.serial(), crcs.first().copied().unwrap_or(0)))
+                    }
                 },
             )
         })?;
-        Ok(conn.map(|conn| Uncommitted {
+        Ok(written.map(|(conn, crc)| Uncommitted {
             dest,
             txn: item.txn,
+            crc,
             conn,
         }))
     }
@@ -1181,9 +1187,10 @@ impl Client {
             std::slice::from_ref(item),
             &[data],
             write_behind,
+            false,
         )? {
             crate::direct_write::Outcome::Fallback => Ok(false),
-            crate::direct_write::Outcome::Written => c.call(commit, &[]).map(|_| true),
+            crate::direct_write::Outcome::Written(_) => c.call(commit, &[]).map(|_| true),
         });
         match r {
             Ok(false) => None,
@@ -1335,6 +1342,8 @@ pub(crate) struct Uncommitted {
     /// The server (the object's owner) whose log holds it.
     pub(crate) dest: u32,
     pub(crate) txn: u64,
+    /// The payload's checksum, sent with the commit (reserved with `ReserveWriteLate`).
+    pub(crate) crc: u32,
     /// The connection whose server session holds the reservation.
     pub(crate) conn: u64,
 }

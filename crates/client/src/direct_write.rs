@@ -77,8 +77,9 @@ pub(crate) struct DirectWrites {
 /// How one attempt ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Outcome {
-    /// Every payload is in the log, reserved under its txn: commit as usual.
-    Written,
+    /// Every payload is in the log, reserved under its txn: commit as usual (with these
+    /// checksums, one per item, when they were computed as written; else empty).
+    Written(Vec<u32>),
     /// This server's log cannot be written by this client: stage the items the usual way
     /// (same txns; a stage replaces the reservation in the server's session).
     Fallback,
@@ -122,7 +123,12 @@ impl DirectWrites {
     /// error is the write's own (a bad region, a full device, the connection gone);
     /// `Fallback` means the caller stages the items instead.
     ///
-    /// `write_behind` says when the payloads' writeback is started ([`WriteBehind`]).
+    /// `write_behind` says when the payloads' writeback is started ([`WriteBehind`]). With
+    /// `late_crcs` the payloads' checksums are computed as they are written, piece by piece
+    /// (while the device writes the pieces before: with [`WriteBehind::Pipelined`] a large
+    /// payload's checksum then costs no time of its own), and the items are reserved with
+    /// `ReserveWriteLate`: the caller must commit them with those checksums
+    /// (`Outcome::Written`), with `CommitLate` or `CommitSyncSeal`.
     pub(crate) fn write(
         &self,
         c: &mut Conn,
@@ -130,11 +136,17 @@ impl DirectWrites {
         items: &[StageItem],
         data: &[&[u8]],
         write_behind: WriteBehind,
+        late_crcs: bool,
     ) -> Result<Outcome> {
-        let crcs: Vec<u32> = data.iter().map(|d| crc32c::crc32c(d)).collect();
-        let req = Request::ReserveWrite {
-            items: items.to_vec(),
-            crcs,
+        let req = if late_crcs {
+            Request::ReserveWriteLate {
+                items: items.to_vec(),
+            }
+        } else {
+            Request::ReserveWrite {
+                items: items.to_vec(),
+                crcs: data.iter().map(|d| crc32c::crc32c(d)).collect(),
+            }
         };
         c.send(&req, &[])?;
         // `read_reply` tells an error the server answered from a failed connection.
@@ -166,24 +178,32 @@ impl DirectWrites {
                 resv.spans.len()
             )));
         }
+        let mut crcs = Vec::with_capacity(if late_crcs { data.len() } else { 0 });
         for (i, d) in data.iter().enumerate() {
             let (seg, dev, ino, offset) = resv.spans[i];
             let Some(f) = self.file(rank, &resv, seg, dev, ino) else {
                 return Ok(Outcome::Fallback);
             };
             let bytes: &[u8] = d;
-            let written = if write_behind == WriteBehind::Pipelined {
-                bytes
-                    .chunks(PIPELINE_CHUNK)
-                    .zip((offset..).step_by(PIPELINE_CHUNK))
-                    .try_for_each(|(piece, at)| {
-                        f.file.write_all_at(piece, at)?;
-                        start_writeback(&f, at, piece.len());
-                        Ok(())
-                    })
-            } else {
-                f.file.write_all_at(bytes, offset)
+            let piece_len = match write_behind {
+                WriteBehind::Pipelined => PIPELINE_CHUNK,
+                _ => bytes.len().max(1),
             };
+            let mut crc = 0u32;
+            let written: std::io::Result<()> = bytes
+                .chunks(piece_len)
+                .zip((offset..).step_by(piece_len))
+                .try_for_each(|(piece, at)| {
+                    f.file.write_all_at(piece, at)?;
+                    if write_behind == WriteBehind::Pipelined {
+                        start_writeback(&f, at, piece.len());
+                    }
+                    if late_crcs {
+                        crc = crc32c::crc32c_append(crc, piece);
+                    }
+                    Ok(())
+                });
+            crcs.push(crc);
             if let Err(e) = written {
                 // Give back what the partial write took (on a full device, the space the
                 // server needs to go on): the record is then damaged, never committed, and
@@ -216,7 +236,10 @@ impl DirectWrites {
                 }
             }
         }
-        Ok(Outcome::Written)
+        if !late_crcs {
+            crcs.clear();
+        }
+        Ok(Outcome::Written(crcs))
     }
 
     /// Segment `seg` of server `rank`, opened for writing unless the open file is already

@@ -262,7 +262,7 @@ fn stage(
         } else {
             crate::direct_write::WriteBehind::Never
         };
-        if dw.write(c, rank, &d_items, &d_parts, write_behind)?
+        if dw.write(c, rank, &d_items, &d_parts, write_behind, false)?
             == crate::direct_write::Outcome::Fallback
         {
             usual.append(&mut direct);

@@ -606,14 +606,30 @@ pub enum Request {
         id: ObjectId,
         home: String,
     },
-    /// `Commit` of `txns` (this connection's one-copy writes reserved with `ReserveWrite`,
-    /// at `memory`), then `SyncSeal`, in one round trip: the consistency point of a byte
-    /// stream whose sealing process wrote its large writes to the owner and had not
-    /// committed them yet. If the commit fails, nothing is sealed. Answered with `Sealed`.
+    /// `CommitLate` of `txns` with `crcs` (this connection's one-copy writes, at `memory`),
+    /// then `SyncSeal`, in one round trip: the consistency point of a byte stream whose
+    /// sealing process wrote its large writes to the owner and had not committed them yet.
+    /// If the commit fails, nothing is sealed. Answered with `Sealed`.
     CommitSyncSeal {
         txns: Vec<u64>,
+        crcs: Vec<u32>,
         id: ObjectId,
         home: String,
+    },
+    /// `ReserveWrite` without the payloads' checksums: the client computes each as it writes
+    /// the payload (piece by piece, while the device writes the pieces before) and sends it
+    /// with the commit (`CommitLate`, `CommitSyncSeal`). Until then the record's header holds
+    /// a placeholder, so a write never committed is skipped by recovery as damaged, and a
+    /// plain `Commit` of it is refused.
+    ReserveWriteLate {
+        items: Vec<StageItem>,
+    },
+    /// `Commit` of `txns`, where `crcs[i]` is the payload checksum of `txns[i]` if it was
+    /// reserved with `ReserveWriteLate` (ignored otherwise).
+    CommitLate {
+        txns: Vec<u64>,
+        crcs: Vec<u32>,
+        durability: Durability,
     },
 }
 

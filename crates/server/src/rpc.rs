@@ -313,6 +313,9 @@ fn handle(
     sess: &mut Session,
 ) -> Result<(Response, Vec<u8>)> {
     let md = &server.meta;
+    if is_write_path(&req) {
+        server.homecopy.note_write();
+    }
     if let Request::Stage { items } = req {
         let r = stage(server, items, payload_len, reader, sess);
         if sess.recv.capacity() > crate::limits::keep_limit(server, RECV_KEEP) {
@@ -379,7 +382,21 @@ fn handle(
             epoch: crate::homecopy::seal(server, id, &home)?,
         },
         Request::SyncSeal { id, home } => sync_seal(server, id, &home)?,
-        Request::CommitSyncSeal { txns, id, home } => {
+        Request::CommitLate {
+            txns,
+            crcs,
+            durability,
+        } => {
+            set_crcs(server, pending, &txns, &crcs)?;
+            commit(server, pending, &txns, durability, Consistency::Strong)?
+        }
+        Request::CommitSyncSeal {
+            txns,
+            crcs,
+            id,
+            home,
+        } => {
+            set_crcs(server, pending, &txns, &crcs)?;
             commit(
                 server,
                 pending,
@@ -535,9 +552,37 @@ fn handle(
             return stage_then_commit(server, sess, r, &txns, durability, relaxed);
         }
         Request::ReadPlan { items, held } => read_plans(server, &items, held)?,
-        Request::ReserveWrite { items, crcs } => reserve_write(server, items, &crcs, sess)?,
+        Request::ReserveWrite { items, crcs } => reserve_write(server, items, Some(&crcs), sess)?,
+        Request::ReserveWriteLate { items } => reserve_write(server, items, None, sess)?,
     };
     Ok((resp, Vec::new()))
+}
+
+/// Requests of a program writing through this server: home copies wait while they come
+/// (`HomeCopier::note_write`). Lookups, status polls (`pdcx flush` polls `Versions`) and reads
+/// do not count.
+fn is_write_path(req: &Request) -> bool {
+    matches!(
+        req,
+        Request::Stage { .. }
+            | Request::StageShm { .. }
+            | Request::StageCommit { .. }
+            | Request::StageShmCommit { .. }
+            | Request::ReserveWrite { .. }
+            | Request::ReserveWriteLate { .. }
+            | Request::Commit { .. }
+            | Request::CommitLate { .. }
+            | Request::CommitRelaxed { .. }
+            | Request::CreateObject(_)
+            | Request::CreateObjectLazy(_)
+            | Request::CreateObjectsLazy { .. }
+            | Request::ExtendDims { .. }
+            | Request::SetSize { .. }
+            | Request::SyncLog
+            | Request::Seal { .. }
+            | Request::SyncSeal { .. }
+            | Request::CommitSyncSeal { .. }
+    )
 }
 
 /// `SyncSeal`: the log synced, then the seal, whose WAL fsync also covers every metadata
@@ -585,6 +630,15 @@ fn commit(
     durability: protocol::Durability,
     consistency: Consistency,
 ) -> Result<Response> {
+    if let Some(t) = txns
+        .iter()
+        .find(|t| pending.get(t).is_some_and(|s| s.crc_late))
+    {
+        return Err(Error::protocol(format!(
+            "transfer {t:#x} was reserved without its checksum (ReserveWriteLate) and \
+             committed without one"
+        )));
+    }
     let mut staged = Vec::with_capacity(txns.len());
     for t in txns {
         match pending.remove(t) {
@@ -602,6 +656,29 @@ fn commit(
     Ok(Response::Committed {
         count: staged.len() as u64,
     })
+}
+
+/// Gives the writes of `txns` reserved without their checksums (`ReserveWriteLate`) the
+/// checksums `crcs` (same order), before their commit.
+fn set_crcs(
+    server: &Server,
+    pending: &mut HashMap<u64, Staged>,
+    txns: &[u64],
+    crcs: &[u32],
+) -> Result<()> {
+    if crcs.len() != txns.len() {
+        return Err(Error::protocol(format!(
+            "a commit of {} writes carries {} checksums",
+            txns.len(),
+            crcs.len()
+        )));
+    }
+    for (t, &crc) in txns.iter().zip(crcs) {
+        if let Some(s) = pending.get_mut(t).filter(|s| s.crc_late) {
+            server.engine.store().set_reserved_crc(s, crc)?;
+        }
+    }
+    Ok(())
 }
 
 /// A server-to-server request from server `from` (the rank its handshake proved).
@@ -869,13 +946,15 @@ fn read_shm(
 
 /// `ReserveWrite` (issue 10, one-copy writes): every item is checked before anything is
 /// reserved; each reserved item is pending in this session like a staged one, under its txn.
+/// `ReserveWrite` (`crcs`: each item's payload checksum) or `ReserveWriteLate` (None: the
+/// checksums come with the commit; the headers hold a placeholder until then).
 fn reserve_write(
     server: &Server,
     items: Vec<protocol::StageItem>,
-    crcs: &[u32],
+    crcs: Option<&[u32]>,
     sess: &mut Session,
 ) -> Result<Response> {
-    if items.len() != crcs.len() {
+    if let Some(crcs) = crcs.filter(|c| c.len() != items.len()) {
         return Err(Error::protocol(format!(
             "ReserveWrite has {} items but {} checksums",
             items.len(),
@@ -890,11 +969,13 @@ fn reserve_write(
         total = total.saturating_add(item.len);
     }
     let mut spans = Vec::with_capacity(items.len());
-    for (item, &crc) in items.into_iter().zip(crcs) {
-        let (staged, (dev, ino)) =
+    for (i, item) in items.into_iter().enumerate() {
+        let crc = crcs.map_or(0, |c| c[i]);
+        let (mut staged, (dev, ino)) =
             server
                 .engine
                 .reserve(item.txn, item.id, &item.region, item.len, crc)?;
+        staged.crc_late = crcs.is_none();
         spans.push((staged.loc.segment, dev, ino, staged.loc.offset));
         sess.pending.insert(item.txn, staged);
     }

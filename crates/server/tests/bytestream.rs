@@ -624,10 +624,11 @@ fn a_failing_home_copy_does_not_hold_up_other_files() {
     assert!(!v[0].error.is_empty(), "the failure is recorded: {v:?}");
 }
 
-/// A large write on the owner's node (a one-copy write) is left uncommitted until the
-/// consistency point, and the seal commits it in its own round trip (`CommitSyncSeal`): a new
-/// file of large writes costs create, reserve (one per write) and one seal, with no commit
-/// of its own. A read through the handle commits them first, as a commit of its own.
+/// A large write on the owner's node (a one-copy write) is reserved without its checksum,
+/// which is computed as the payload is written, and left uncommitted until the consistency
+/// point; the seal commits it with its checksum in its own round trip (`CommitSyncSeal`): a
+/// new file of large writes costs create, reserve (one per write) and one seal, with no
+/// commit of its own. A read through the handle commits them first (`CommitLate`).
 #[test]
 fn large_writes_are_committed_by_the_seal() {
     let dir = tempfile::tempdir().unwrap();
@@ -643,7 +644,9 @@ fn large_writes_are_committed_by_the_seal() {
     let kinds = [
         "CreateObjectLazy",
         "ReserveWrite",
+        "ReserveWriteLate",
         "Commit",
+        "CommitLate",
         "StageCommit",
         "SyncSeal",
         "CommitSyncSeal",
@@ -689,7 +692,7 @@ fn large_writes_are_committed_by_the_seal() {
         sent,
         vec![
             ("CreateObjectLazy", 1),
-            ("ReserveWrite", 2),
+            ("ReserveWriteLate", 2),
             ("CommitSyncSeal", 1)
         ]
     );
@@ -700,13 +703,13 @@ fn large_writes_are_committed_by_the_seal() {
     wait_done(&c, "mpiio/big.0", 1);
     assert_eq!(std::fs::read(&home0).unwrap(), got);
     // A read through the writing handle sees its own write: committed before it.
-    let commits = h.server.requests_of("Commit");
+    let commits = h.server.requests_of("CommitLate");
     let c2 = pattern(1 << 20, 3);
     bs.pwrite(0, &c2).unwrap();
     let mut first = vec![0u8; 16];
     bs.pread(0, &mut first).unwrap();
     assert_eq!(first, c2[..16]);
-    assert_eq!(h.server.requests_of("Commit"), commits + 1);
+    assert_eq!(h.server.requests_of("CommitLate"), commits + 1);
     bs.prepare_seal().unwrap();
     assert_eq!(bs.seal(home0.to_str().unwrap()).unwrap(), 2);
 }

@@ -279,3 +279,66 @@ fn a_registration_is_recorded_for_the_rank_the_handshake_proved() {
     assert_eq!(ext.len(), 1);
     assert_eq!((ext[0].seq, ext[0].holder), (seq, 1));
 }
+
+/// A write reserved without its checksum (`ReserveWriteLate`) is committed only with one: a
+/// plain `Commit` and a `CommitLate` with a wrong number of checksums are refused, and the
+/// reservation stays for a proper `CommitLate`.
+#[test]
+fn a_late_reservation_is_committed_only_with_its_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let h = deployment(&root);
+    let c = Client::connect(Some(&root)).unwrap();
+    let obj = object(&c, "late");
+    let cf = ClusterFile::load(&root).unwrap();
+    let secret = cf.secret_bytes().unwrap();
+    let mut conn = Conn::connect(&cf.servers[0].addr, &secret).unwrap();
+    let item = protocol::StageItem {
+        txn: 77,
+        id: obj.id,
+        region: Region::new(vec![0], vec![16]).unwrap(),
+        len: 16,
+    };
+    let reserved = conn
+        .call(&Request::ReserveWriteLate { items: vec![item] }, &[])
+        .unwrap()
+        .0;
+    let Response::Reserved(r) = reserved else {
+        panic!("{reserved:?}")
+    };
+    let (seg, _, _, offset) = r.spans[0];
+    let data = [7u8; 16];
+    let path = std::path::Path::new(&r.dir).join(pdcx_store::record::segment_file_name(seg));
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, &data, offset).unwrap();
+    let plain = Request::Commit {
+        txns: vec![77],
+        durability: protocol::Durability::Local,
+    };
+    let e = conn.call(&plain, &[]).unwrap_err();
+    assert!(e.message.contains("without its checksum"), "{e}");
+    let wrong = Request::CommitLate {
+        txns: vec![77],
+        crcs: vec![],
+        durability: protocol::Durability::Local,
+    };
+    let e = conn.call(&wrong, &[]).unwrap_err();
+    assert!(e.message.contains("carries 0 checksums"), "{e}");
+    let right = Request::CommitLate {
+        txns: vec![77],
+        crcs: vec![crc32c::crc32c(&data)],
+        durability: protocol::Durability::Local,
+    };
+    assert!(matches!(
+        conn.call(&right, &[]).unwrap().0,
+        Response::Committed { count: 1 }
+    ));
+    let mut got = vec![0u8; 16];
+    c.read_into(obj.id, &Region::new(vec![0], vec![16]).unwrap(), &mut got)
+        .unwrap();
+    assert_eq!(got, data);
+    drop(conn);
+    drop(c);
+    h.shutdown().unwrap();
+}

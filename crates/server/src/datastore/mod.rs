@@ -313,6 +313,7 @@ impl DataStore {
             self.cache.insert(loc, Arc::new(payload.to_vec()));
         }
         Ok(Staged {
+            crc_late: false,
             txn,
             id,
             region: region.clone(),
@@ -340,6 +341,7 @@ impl DataStore {
             (loc, ident, self.pins.pin(loc.segment))
         };
         let staged = Staged {
+            crc_late: false,
             txn,
             id,
             region: region.clone(),
@@ -347,6 +349,16 @@ impl DataStore {
             _pin: pin,
         };
         Ok((staged, ident))
+    }
+
+    /// Gives a write reserved without its payload checksum (`crc_late`) its checksum `crc`:
+    /// the record's header is written again with it (`SegmentLog::set_reserved_crc`).
+    pub fn set_reserved_crc(&self, s: &mut Staged, crc: u32) -> Result<()> {
+        self.log()
+            .set_reserved_crc(s.id, s.txn, &s.region, &s.loc, crc)?;
+        s.loc.crc = crc;
+        s.crc_late = false;
+        Ok(())
     }
 
     /// Makes every staged byte and every metadata change durable and checkpoints (shutdown,

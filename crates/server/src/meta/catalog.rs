@@ -241,11 +241,10 @@ impl Metadata {
         }
         let end = lids.next + n + LID_BLOCK;
         self.write(|tx| {
-            tx.execute(
-                "INSERT OR REPLACE INTO settings VALUES ('lids_reserved', ?1)",
-                [end.to_string()],
-            )
-            .map_err(db_err)
+            tx.prepare_cached("INSERT OR REPLACE INTO settings VALUES ('lids_reserved', ?1)")
+                .map_err(db_err)?
+                .execute([end.to_string()])
+                .map_err(db_err)
         })?;
         lids.end = end;
         Ok(())
@@ -312,11 +311,10 @@ impl Metadata {
         }
         let text = serde_json::to_string(dims).map_err(|e| Error::internal(e.to_string()))?;
         self.write(|tx| {
-            tx.execute(
-                "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
-                params![text, now(), lid_of(id)],
-            )
-            .map_err(db_err)
+            tx.prepare_cached("UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3")
+                .map_err(db_err)?
+                .execute(params![text, now(), lid_of(id)])
+                .map_err(db_err)
         })?;
         self.refresh(id)
     }
@@ -371,11 +369,10 @@ impl Metadata {
         }
         let text = serde_json::to_string(&[len]).map_err(|e| Error::internal(e.to_string()))?;
         self.write(|tx| {
-            tx.execute(
-                "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
-                params![text, now(), lid_of(id)],
-            )
-            .map_err(db_err)
+            tx.prepare_cached("UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3")
+                .map_err(db_err)?
+                .execute(params![text, now(), lid_of(id)])
+                .map_err(db_err)
         })?;
         self.refresh(id)
     }
@@ -383,11 +380,10 @@ impl Metadata {
     pub fn add_to_container(&self, id: ObjectId, container: &str) -> Result<()> {
         self.object(id)?;
         self.write(|tx| {
-            tx.execute(
-                "INSERT OR IGNORE INTO memberships VALUES (?1, ?2)",
-                params![lid_of(id), container],
-            )
-            .map_err(db_err)
+            tx.prepare_cached("INSERT OR IGNORE INTO memberships VALUES (?1, ?2)")
+                .map_err(db_err)?
+                .execute(params![lid_of(id), container])
+                .map_err(db_err)
         })?;
         self.refresh(id).map(|_| ())
     }
@@ -400,12 +396,18 @@ impl Metadata {
         let meta = self.object(id)?;
         let lid = lid_of(id);
         self.write(|tx| {
-            tx.execute("DELETE FROM memberships WHERE object_lid=?1", [lid])
+            tx.prepare_cached("DELETE FROM memberships WHERE object_lid=?1")
+                .map_err(db_err)?
+                .execute([lid])
                 .map_err(db_err)?;
-            tx.execute("DELETE FROM tags WHERE kind=0 AND lid=?1", [lid])
+            tx.prepare_cached("DELETE FROM tags WHERE kind=0 AND lid=?1")
+                .map_err(db_err)?
+                .execute([lid])
                 .map_err(db_err)?;
             locations::delete_object_rows(tx, id)?;
-            tx.execute("DELETE FROM objects WHERE lid=?1", [lid])
+            tx.prepare_cached("DELETE FROM objects WHERE lid=?1")
+                .map_err(db_err)?
+                .execute([lid])
                 .map_err(db_err)?;
             Ok(())
         })?;
@@ -426,9 +428,13 @@ impl Metadata {
         let c = self.get_container(name)?;
         let lid = lid_of(c.id);
         self.write(|tx| {
-            tx.execute("DELETE FROM tags WHERE kind=1 AND lid=?1", [lid])
+            tx.prepare_cached("DELETE FROM tags WHERE kind=1 AND lid=?1")
+                .map_err(db_err)?
+                .execute([lid])
                 .map_err(db_err)?;
-            tx.execute("DELETE FROM containers WHERE lid=?1", [lid])
+            tx.prepare_cached("DELETE FROM containers WHERE lid=?1")
+                .map_err(db_err)?
+                .execute([lid])
                 .map_err(db_err)?;
             Ok(())
         })
@@ -438,11 +444,10 @@ impl Metadata {
     pub fn remove_from_container(&self, id: ObjectId, container: &str) -> Result<()> {
         let o = self.object(id)?;
         let n = self.write(|tx| {
-            tx.execute(
-                "DELETE FROM memberships WHERE object_lid=?1 AND container=?2",
-                params![lid_of(id), container],
-            )
-            .map_err(db_err)
+            tx.prepare_cached("DELETE FROM memberships WHERE object_lid=?1 AND container=?2")
+                .map_err(db_err)?
+                .execute(params![lid_of(id), container])
+                .map_err(db_err)
         })?;
         if n == 0 {
             return Err(Error::not_found(format!(
@@ -465,7 +470,9 @@ impl Metadata {
                 .map_err(db_err)?
         };
         self.write(|tx| {
-            tx.execute("DELETE FROM memberships WHERE container=?1", [container])
+            tx.prepare_cached("DELETE FROM memberships WHERE container=?1")
+                .map_err(db_err)?
+                .execute([container])
                 .map_err(db_err)
         })?;
         for lid in &lids {
@@ -553,11 +560,10 @@ impl Metadata {
     pub fn delete_tag(&self, target: &TagTarget, key: &str) -> Result<()> {
         let (kind, lid) = self.target_lid(target)?;
         let n = self.write(|tx| {
-            tx.execute(
-                "DELETE FROM tags WHERE kind=?1 AND lid=?2 AND key=?3",
-                params![kind, lid, key],
-            )
-            .map_err(db_err)
+            tx.prepare_cached("DELETE FROM tags WHERE kind=?1 AND lid=?2 AND key=?3")
+                .map_err(db_err)?
+                .execute(params![kind, lid, key])
+                .map_err(db_err)
         })?;
         if n == 0 {
             return Err(Error::not_found(format!("no tag {key:?}")));
@@ -728,11 +734,10 @@ pub(super) fn grow_row(tx: &rusqlite::Transaction, id: ObjectId, want: &[u64]) -
     }
     super::grow_dims(&mut dims, want);
     let text = serde_json::to_string(&dims).map_err(|e| Error::internal(e.to_string()))?;
-    tx.execute(
-        "UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3",
-        params![text, now(), lid_of(id)],
-    )
-    .map_err(db_err)?;
+    tx.prepare_cached("UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3")
+        .map_err(db_err)?
+        .execute(params![text, now(), lid_of(id)])
+        .map_err(db_err)?;
     Ok(())
 }
 

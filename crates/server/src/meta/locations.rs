@@ -174,10 +174,11 @@ impl Metadata {
 
     pub fn set_log_incarnation(&self, n: u64) -> Result<()> {
         self.write(|tx| {
-            tx.execute(
+            tx.prepare_cached(
                 "INSERT OR REPLACE INTO settings (key, value) VALUES ('log_incarnation', ?1)",
-                [n.to_string()],
             )
+            .map_err(db_err)?
+            .execute([n.to_string()])
             .map_err(db_err)
             .map(|_| ())
         })
@@ -188,11 +189,10 @@ impl Metadata {
     pub fn delete_region_rows(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
         self.write(|tx| {
             for (id, seq) in keys {
-                tx.execute(
-                    "DELETE FROM region_map WHERE object=?1 AND seq=?2",
-                    params![*id as i64, *seq as i64],
-                )
-                .map_err(db_err)?;
+                tx.prepare_cached("DELETE FROM region_map WHERE object=?1 AND seq=?2")
+                    .map_err(db_err)?
+                    .execute(params![*id as i64, *seq as i64])
+                    .map_err(db_err)?;
             }
             Ok(())
         })
@@ -292,9 +292,9 @@ impl Metadata {
                 let mark = next
                     .checked_add(SEQ_BLOCK)
                     .ok_or_else(|| Error::internal("sequence numbers exhausted"))?;
-                tx.execute(
-                    "INSERT OR REPLACE INTO settings (key, value) VALUES ('seq_reserved', ?1)",
-                    [mark.to_string()],
+                tx.prepare_cached("INSERT OR REPLACE INTO settings (key, value) VALUES ('seq_reserved', ?1)")
+                .map_err(db_err)?
+                .execute([mark.to_string()],
                 )
                 .map_err(db_err)?;
                 Some(mark)
@@ -463,11 +463,10 @@ impl Metadata {
 
 fn delete_extent_rows(tx: &rusqlite::Transaction, keys: &[(ObjectId, u64)]) -> Result<()> {
     for (id, seq) in keys {
-        tx.execute(
-            "DELETE FROM extent_map WHERE object=?1 AND seq=?2",
-            params![*id as i64, *seq as i64],
-        )
-        .map_err(db_err)?;
+        tx.prepare_cached("DELETE FROM extent_map WHERE object=?1 AND seq=?2")
+            .map_err(db_err)?
+            .execute(params![*id as i64, *seq as i64])
+            .map_err(db_err)?;
     }
     Ok(())
 }

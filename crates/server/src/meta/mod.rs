@@ -339,6 +339,10 @@ impl Metadata {
             "PRAGMA locking_mode=EXCLUSIVE; PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
         )
         .map_err(db_err)?;
+        // Statements are prepared once and reused (`prepare_cached`): parsing and planning a
+        // statement costs tens of microseconds, several times per commit and per seal. Room
+        // for every statement of the hot paths, so none evicts another.
+        db.set_prepared_statement_cache_capacity(128);
         let old_format: bool = db
             .query_row(
                 "SELECT count(*) FROM sqlite_master WHERE type='table' AND name='extents'",

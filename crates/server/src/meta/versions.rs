@@ -43,12 +43,14 @@ impl Metadata {
         home: &str,
     ) -> Result<Sealed> {
         let last_of = |db: &rusqlite::Connection| {
-            db.query_row(
+            db.prepare_cached(
                 "SELECT epoch, seal_seq, size, home FROM bs_versions WHERE object=?1
                  ORDER BY epoch DESC LIMIT 1",
-                params![id as i64],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
+            .map_err(db_err)?
+            .query_row(params![id as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })
             .optional()
             .map_err(db_err)
         };
@@ -72,24 +74,24 @@ impl Metadata {
                 return Ok(Sealed::Unchanged(epoch));
             }
             let epoch = last.map_or(1, |l| l.0 + 1);
-            tx.execute(
-                "UPDATE bs_versions SET state=?2 WHERE object=?1 AND state=?3",
-                params![id as i64, SUPERSEDED, SEALED],
-            )
-            .map_err(db_err)?;
-            tx.execute(
+            tx.prepare_cached("UPDATE bs_versions SET state=?2 WHERE object=?1 AND state=?3")
+                .map_err(db_err)?
+                .execute(params![id as i64, SUPERSEDED, SEALED])
+                .map_err(db_err)?;
+            tx.prepare_cached(
                 "INSERT INTO bs_versions (object, epoch, seal_seq, size, home, state, sealed_at)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                params![
-                    id as i64,
-                    epoch as i64,
-                    seal_seq as i64,
-                    size as i64,
-                    home,
-                    SEALED,
-                    now()
-                ],
             )
+            .map_err(db_err)?
+            .execute(params![
+                id as i64,
+                epoch as i64,
+                seal_seq as i64,
+                size as i64,
+                home,
+                SEALED,
+                now()
+            ])
             .map_err(db_err)?;
             Ok(Sealed::New(epoch))
         })
@@ -153,12 +155,13 @@ impl Metadata {
         error: &str,
     ) -> Result<()> {
         let f = |tx: &rusqlite::Transaction| {
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE bs_versions SET state=?3, error=?4,
                  done_at=CASE WHEN ?3='done' THEN ?5 ELSE done_at END
                  WHERE object=?1 AND epoch=?2",
-                params![id as i64, epoch as i64, state, error, now()],
             )
+            .map_err(db_err)?
+            .execute(params![id as i64, epoch as i64, state, error, now()])
             .map_err(db_err)
             .map(|_| ())
         };
@@ -174,11 +177,12 @@ impl Metadata {
     /// home, and the writes below its seal may go.
     pub fn set_version_done_base(&self, id: ObjectId, epoch: u64) -> Result<()> {
         self.write(|tx| {
-            tx.execute(
+            tx.prepare_cached(
                 "UPDATE bs_versions SET state=?3, error='', done_at=?4, evicted=1
                  WHERE object=?1 AND epoch=?2",
-                params![id as i64, epoch as i64, DONE, now()],
             )
+            .map_err(db_err)?
+            .execute(params![id as i64, epoch as i64, DONE, now()])
             .map_err(db_err)
             .map(|_| ())
         })
@@ -214,12 +218,11 @@ impl Metadata {
     /// clears it (""), so a restart aborts an upload it did not finish.
     pub fn set_upload_id(&self, id: ObjectId, epoch: u64, upload_id: &str) -> Result<()> {
         self.write(|tx| {
-            tx.execute(
-                "UPDATE bs_versions SET upload_id=?3 WHERE object=?1 AND epoch=?2",
-                params![id as i64, epoch as i64, upload_id],
-            )
-            .map_err(db_err)
-            .map(|_| ())
+            tx.prepare_cached("UPDATE bs_versions SET upload_id=?3 WHERE object=?1 AND epoch=?2")
+                .map_err(db_err)?
+                .execute(params![id as i64, epoch as i64, upload_id])
+                .map_err(db_err)
+                .map(|_| ())
         })
     }
 
@@ -227,12 +230,11 @@ impl Metadata {
     /// files).
     pub fn forget_versions(&self, id: ObjectId) -> Result<()> {
         self.write_lazy(|tx| {
-            tx.execute(
-                "DELETE FROM bs_versions WHERE object=?1",
-                params![id as i64],
-            )
-            .map_err(db_err)
-            .map(|_| ())
+            tx.prepare_cached("DELETE FROM bs_versions WHERE object=?1")
+                .map_err(db_err)?
+                .execute(params![id as i64])
+                .map_err(db_err)
+                .map(|_| ())
         })
     }
 
@@ -240,12 +242,11 @@ impl Metadata {
     /// hold).
     pub fn newest_region_seq(&self, id: ObjectId) -> Result<Option<u64>> {
         let db = self.db();
-        db.query_row(
-            "SELECT MAX(seq) FROM region_map WHERE object=?1",
-            params![id as i64],
-            |r| r.get::<_, Option<i64>>(0),
-        )
-        .map(|v| v.map(|s| s as u64))
-        .map_err(db_err)
+        let mut st = db
+            .prepare_cached("SELECT MAX(seq) FROM region_map WHERE object=?1")
+            .map_err(db_err)?;
+        st.query_row(params![id as i64], |r| r.get::<_, Option<i64>>(0))
+            .map(|v| v.map(|s| s as u64))
+            .map_err(db_err)
     }
 }
