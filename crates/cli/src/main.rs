@@ -352,7 +352,9 @@ EXAMPLES:
 The program writes /local/out/NAME with MPI-IO as usual. Its bytes go to the node's pdcx log
 (fast; durable on the node at each MPI_File_sync/MPI_File_close); the servers then write each
 such version as the ordinary file /lustre/out/NAME in the background, atomically (a reader
-sees the previous complete version or the new one). Once a version is at home, the log no
+sees the previous complete version or the new one), once the node's writes pause (a burst of
+output is logged first; PDCX_HOME_DEFER_MS on the servers, default 1000, bounds the wait, 0
+copies at once). Once a version is at home, the log no
 longer keeps it: reading the file through pdcx reads the home (PDCX_HOME_KEEP_LOG=1 on the
 servers keeps it in the log too), so leave /lustre/out/NAME to pdcx while it is in use.
 `pdcx show mpiio/NAME` lists the versions.

@@ -14,7 +14,7 @@
 //!
 //! The copier yields to bursts of writes: while programs write through this server (a
 //! request of the write path within the last [`QUIET`]), it waits, up to
-//! `PDCX_HOME_DEFER_MS` (default 1000 ms) at a time, so a burst of output (a checkpoint, a
+//! `ServerConfig::home_defer` (`PDCX_HOME_DEFER_MS`, default 1000 ms) at a time, so a burst of output (a checkpoint, a
 //! file per rank) is logged at the speed of the node's device and CPUs, and copied in the
 //! program's next compute phase. On a 2-core node a copy running during the burst took the
 //! CPU the writers needed (memory copies of the version in and out): 16 MiB files were
@@ -44,15 +44,6 @@ const CHUNK: u64 = 16 << 20;
 const RETRY: Duration = Duration::from_secs(2);
 /// Copies start once no write-path request came for this long (see the module doc).
 const QUIET: Duration = Duration::from_millis(20);
-
-/// How long the copier waits at most for the writes to pause (`PDCX_HOME_DEFER_MS`; 0: never).
-fn defer_limit() -> Duration {
-    let ms = std::env::var("PDCX_HOME_DEFER_MS")
-        .ok()
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .unwrap_or(1000);
-    Duration::from_millis(ms.min(60_000))
-}
 
 /// Milliseconds since this process's first call (a clock an atomic can hold).
 fn now_ms() -> u64 {
@@ -187,7 +178,7 @@ pub fn run(server: Weak<Server>) {
             if !delay.is_zero() && s.homecopy.wait(delay) {
                 return;
             }
-            if s.homecopy.wait_for_quiet(defer_limit()) {
+            if s.homecopy.wait_for_quiet(s.config.home_defer) {
                 return;
             }
         }

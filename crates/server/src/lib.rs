@@ -73,12 +73,34 @@ pub struct ServerConfig {
     /// stay local) instead of reading them from the home from then on (default off;
     /// `PDCX_HOME_KEEP_LOG=1`). Writes a copied version shadows are dropped either way.
     pub home_keep_log: bool,
+    /// Byte streams (issue 11): how long a home copy waits at most for the writes through
+    /// this server to pause (`homecopy.rs`; `PDCX_HOME_DEFER_MS`, default 1000; 0: copies
+    /// start at once).
+    pub home_defer: Duration,
 }
 
 /// Default `ServerConfig::agg_window`: long enough for a burst of ranks released by a barrier.
 pub const DEFAULT_AGG_WINDOW: Duration = Duration::from_millis(1);
 /// Default `ServerConfig::lazy_interval`.
 pub const DEFAULT_LAZY_INTERVAL: Duration = Duration::from_millis(100);
+
+/// `PDCX_HOME_DEFER_MS` (milliseconds, at most 60000), else 1 s. A value that is not a number
+/// is reported and the default used.
+fn home_defer_from_env() -> Duration {
+    const DEFAULT: Duration = Duration::from_millis(1000);
+    match std::env::var("PDCX_HOME_DEFER_MS") {
+        Err(_) => DEFAULT,
+        Ok(v) => match v.trim().parse::<u64>() {
+            Ok(ms) => Duration::from_millis(ms.min(60_000)),
+            Err(_) => {
+                tracing::warn!(
+                    "PDCX_HOME_DEFER_MS={v:?} is not a number of milliseconds; using 1000"
+                );
+                DEFAULT
+            }
+        },
+    }
+}
 
 impl ServerConfig {
     pub fn new(root: &Path, rank: u32, size: u32) -> ServerConfig {
@@ -99,6 +121,7 @@ impl ServerConfig {
             limits: limits::Limits::default(),
             unix: pdcx_transport::stream::unix_enabled_by_env(),
             home_keep_log: std::env::var("PDCX_HOME_KEEP_LOG").is_ok_and(|v| v.trim() == "1"),
+            home_defer: home_defer_from_env(),
         }
     }
 }

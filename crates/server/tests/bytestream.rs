@@ -713,3 +713,58 @@ fn large_writes_are_committed_by_the_seal() {
     bs.prepare_seal().unwrap();
     assert_eq!(bs.seal(home0.to_str().unwrap()).unwrap(), 2);
 }
+
+/// Home copies yield to bursts of writes: a version sealed while the node keeps writing is
+/// copied once the writes pause (not during them), and never later than the configured
+/// limit when they do not pause.
+#[test]
+fn home_copies_wait_for_a_pause_in_the_writes_up_to_the_limit() {
+    // Writes through server 0 every few ms for `busy`; returns the version's state just
+    // before they stop and how long after they stopped it was done.
+    fn run(defer: Duration, busy: Duration) -> (String, Duration) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        let _h = common::deployment_with(&root, |cfg| cfg.home_defer = defer);
+        let home = dir.path().join("home/f.0");
+        let c = client_at(&root, 0);
+        let other = common::byte_object(&c, "busy", 4096);
+        let bs = c.bs_open("mpiio/f.0", true).unwrap();
+        bs.pwrite(0, &pattern(4096, 1)).unwrap();
+        bs.prepare_seal().unwrap();
+        let epoch = bs.seal(home.to_str().unwrap()).unwrap();
+        let r = pdcx_core::Region::new(vec![0], vec![4096]).unwrap();
+        let t0 = Instant::now();
+        while t0.elapsed() < busy {
+            c.write(
+                other.id,
+                &r,
+                &[7u8; 4096],
+                pdcx_core::protocol::Durability::Memory,
+            )
+            .unwrap();
+            std::thread::sleep(Duration::from_millis(3));
+        }
+        let state = bs
+            .versions()
+            .unwrap()
+            .into_iter()
+            .find(|v| v.epoch == epoch)
+            .unwrap()
+            .state;
+        let stopped = Instant::now();
+        wait_done(&c, "mpiio/f.0", epoch);
+        assert_eq!(std::fs::read(&home).unwrap(), pattern(4096, 1));
+        (state, stopped.elapsed())
+    }
+    // Writes for 0.6 s, the limit far away: the copy waits for them, then runs at once.
+    let (state, after) = run(Duration::from_secs(30), Duration::from_millis(600));
+    assert_ne!(state, "done", "copied while the writes went on");
+    assert!(
+        after < Duration::from_secs(5),
+        "done {after:?} after the writes paused"
+    );
+    // Writes for 3 s, the limit 0.2 s: copied while they go on.
+    let (state, _) = run(Duration::from_millis(200), Duration::from_secs(3));
+    assert_eq!(state, "done", "the limit did not bound the wait");
+}
