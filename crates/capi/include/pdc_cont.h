@@ -31,7 +31,9 @@ perr_t  PDCcont_persist(pdcid_t cont_id);
 perr_t  PDCprop_set_cont_lifetime(pdcid_t cont_create_prop, pdc_lifetime_t cont_lifetime);
 pdcid_t PDCcont_get_id(const char *cont_name, pdcid_t pdc_id);
 
-cont_handle          *PDCcont_iter_start(void);
+/* As in PDC's header: no prototype, so programs that pass the PDC id (as PDC's own
+ * examples do) compile; the argument is not used. */
+cont_handle          *PDCcont_iter_start();
 pbool_t               PDCcont_iter_null(cont_handle *chandle);
 cont_handle          *PDCcont_iter_next(cont_handle *chandle);
 struct pdc_cont_info *PDCcont_iter_get_info(cont_handle *chandle);

@@ -240,16 +240,14 @@ pub fn tag_target(st: &State, id: PdcId) -> R<TagTarget> {
     }
 }
 
-pub fn get_tag_value(target: &TagTarget, name: &str) -> R<TagValue> {
+/// Tag `name` of `target`; None when it has no such tag (never set, or deleted).
+pub fn get_tag_value(target: &TagTarget, name: &str) -> R<Option<TagValue>> {
     let c = client()?;
     let tags = match target {
         TagTarget::Container(n) => c.get_container(n).map_err(err)?.tags,
         TagTarget::Object(id) => c.get_object(*id).map_err(err)?.tags,
     };
-    tags.into_iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v)
-        .ok_or_else(|| format!("no tag named {name:?}"))
+    Ok(tags.into_iter().find(|(k, _)| k == name).map(|(_, v)| v))
 }
 
 /// # Safety
@@ -298,7 +296,15 @@ pub unsafe extern "C" fn PDCcont_get_tag(
             return Err("tag_value and value_size must not be NULL".into());
         }
         let cname = cont_name(&state(), id)?;
-        let v = get_tag_value(&TagTarget::Container(cname), key)?;
+        // A tag that is not there (deleted, or never set) is no error in PDC: NULL, size 0.
+        let Some(v) = get_tag_value(&TagTarget::Container(cname), key)? else {
+            // SAFETY: checked non-null above; the caller promises writable out pointers.
+            unsafe {
+                *value = std::ptr::null_mut();
+                *size = 0;
+            }
+            return Ok(());
+        };
         let (bytes, t) = tag_to_c(&v);
         let len =
             u32::try_from(bytes.len()).map_err(|_| "tag value larger than 4 GiB".to_string())?;

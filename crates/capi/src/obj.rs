@@ -597,7 +597,15 @@ pub unsafe extern "C" fn PDCobj_get_tag(
         if value.is_null() || size.is_null() {
             return Err("tag_value and value_size must not be NULL".into());
         }
-        let v = get_tag_value(&obj_target(id)?, key)?;
+        // A tag that is not there (deleted, or never set) is no error in PDC: NULL, size 0.
+        let Some(v) = get_tag_value(&obj_target(id)?, key)? else {
+            // SAFETY: checked non-null above; the caller promises writable out pointers.
+            unsafe {
+                *value = std::ptr::null_mut();
+                *size = 0;
+            }
+            return Ok(());
+        };
         let (bytes, t) = tag_to_c(&v);
         let p = malloc_copy(&bytes)?;
         // SAFETY: checked non-null; the caller promises writable out pointers.

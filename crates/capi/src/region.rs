@@ -34,6 +34,9 @@ pub struct Xfer {
     local_shape: Region,
     t: Transfer,
     started: bool,
+    /// `PDCregion_transfer_status` said complete: PDC then forgets the request, and later
+    /// status calls report `PDC_TRANSFER_STATUS_NOT_FOUND`.
+    reported_complete: bool,
 }
 
 fn region_of(id: PdcId) -> R<Region> {
@@ -211,6 +214,7 @@ pub unsafe extern "C" fn PDCregion_transfer_create(
             local_shape,
             t,
             started: false,
+            reported_complete: false,
         };
         Ok(state().insert(Handle::Transfer(Arc::new(Mutex::new(x)))))
     })
@@ -329,6 +333,7 @@ fn start(ids: &[PdcId]) -> R<()> {
     let mut st = state();
     for (id, g) in ids.iter().zip(guards.iter_mut()) {
         g.started = true;
+        g.reported_complete = false;
         if let Ok(o) = obj_mut(&mut st, g.obj) {
             o.pending.insert(*id);
         }
@@ -439,7 +444,15 @@ pub unsafe extern "C" fn PDCregion_transfer_start_all_mpi(
 pub extern "C" fn PDCregion_transfer_wait(id: PdcId) -> Perr {
     ffi_err("PDCregion_transfer_wait", || {
         let x = xfer(id)?;
-        if !x.lock().unwrap_or_else(|p| p.into_inner()).started {
+        let (done, started) = {
+            let g = x.lock().unwrap_or_else(|p| p.into_inner());
+            (g.reported_complete, g.started)
+        };
+        // Finished by the status call that reported it complete: nothing left to wait for.
+        if done {
+            return Ok(());
+        }
+        if !started {
             return Err(format!("transfer {id:#x} was not started"));
         }
         wait_arcs(&[id], &[x])
@@ -467,13 +480,28 @@ pub unsafe extern "C" fn PDCregion_transfer_status(id: PdcId, completed: *mut c_
             return Err("completed is NULL".into());
         }
         let x = xfer(id)?;
-        let g = x.lock().unwrap_or_else(|p| p.into_inner());
-        let s = match g.t.status() {
-            Status::Idle => PDC_TRANSFER_STATUS_NOT_FOUND,
-            Status::Pending => PDC_TRANSFER_STATUS_PENDING,
-            // A finished read lands in the user buffer at wait; the data is here already.
-            Status::Complete => PDC_TRANSFER_STATUS_COMPLETE,
-            Status::Failed(e) => return Err(format!("transfer failed: {}", e.message)),
+        let status = {
+            let g = x.lock().unwrap_or_else(|p| p.into_inner());
+            if g.reported_complete {
+                None
+            } else {
+                Some(g.t.status())
+            }
+        };
+        let s = match status {
+            None | Some(Status::Idle) => PDC_TRANSFER_STATUS_NOT_FOUND,
+            Some(Status::Pending) => PDC_TRANSFER_STATUS_PENDING,
+            // PDC forgets a request once it reported it complete (later calls: NOT_FOUND), and
+            // a program may then use its buffer without a wait: finish it as a wait would (a
+            // read lands in the user buffer).
+            Some(Status::Complete) => {
+                wait_arcs(&[id], std::slice::from_ref(&x))?;
+                x.lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .reported_complete = true;
+                PDC_TRANSFER_STATUS_COMPLETE
+            }
+            Some(Status::Failed(e)) => return Err(format!("transfer failed: {}", e.message)),
         };
         // SAFETY: checked non-null.
         unsafe { *completed = s };

@@ -651,13 +651,15 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
         if t.is_write {
             t.txn = t.client.next_txn();
         }
+        // Whether the previous run landed in the read target says nothing about this one
+        // (a deferred read shipped by `status` may land there, one sent by `wait` may not).
+        t.state.landed.store(false, Ordering::Relaxed);
         if t.byte_len <= ONE_MESSAGE_MAX && !t.held {
             // Sent by `wait` on the calling thread (see the module comment).
             *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::Deferred, None);
             continue;
         }
         *t.state.phase.lock().unwrap_or_else(|p| p.into_inner()) = (Phase::InFlight, None);
-        t.state.landed.store(false, Ordering::Relaxed);
         let b = per_server.entry(t.dest).or_default();
         if t.is_write {
             t.client.inner.in_flight[t.dest as usize]
