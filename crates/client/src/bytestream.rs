@@ -175,9 +175,20 @@ fn range(off: u64, len: u64) -> Result<Region> {
 
 impl Drop for ByteStream {
     fn drop(&mut self) {
+        let mut st = self.lock();
+        // Large writes left for a seal that never came are committed (visible, at `memory`),
+        // as they were before they could wait for the seal: otherwise their reservations
+        // would keep log segments pinned in the server session for the connection's life.
+        // Nobody is left to tell of a failure: the writes were never made durable anyway.
+        if let Err(e) = self.commit_uncommitted(&mut st) {
+            crate::shm::debug(&format!(
+                "{}: writes not committed when the handle was dropped: {e}",
+                self.meta.name
+            ));
+        }
         // A create left for a seal that never came: the client's next consistency point
         // makes it durable.
-        if self.lock().owner_meta_unsynced {
+        if st.owner_meta_unsynced {
             self.client.note_lazy(self.meta.owner);
         }
     }

@@ -712,6 +712,13 @@ fn large_writes_are_committed_by_the_seal() {
     assert_eq!(h.server.requests_of("CommitLate"), commits + 1);
     bs.prepare_seal().unwrap();
     assert_eq!(bs.seal(home0.to_str().unwrap()).unwrap(), 2);
+    // A handle dropped with an uncommitted write commits it (visible, not sealed).
+    let d = pattern(1 << 20, 4);
+    bs.pwrite(1 << 20, &d).unwrap();
+    drop(bs);
+    let mut tail = vec![0u8; 1 << 20];
+    other.pread(1 << 20, &mut tail).unwrap();
+    assert!(tail == d, "a dropped handle's write is not visible");
 }
 
 /// Home copies yield to bursts of writes: a version sealed while the node keeps writing is
