@@ -9,14 +9,19 @@
 #include "pdc.h"
 #include "check.h"
 #include <string.h>
+#include <unistd.h>
 
 #define N 1024
 
+/* Polls the status every 100 us for up to 30 s (a loaded machine may take a while). */
 static pdc_transfer_status_t poll_until_done(pdcid_t t)
 {
     pdc_transfer_status_t s = PDC_TRANSFER_STATUS_PENDING;
-    for (int i = 0; i < 100000 && s == PDC_TRANSFER_STATUS_PENDING; i++)
+    for (int i = 0; i < 300000 && s == PDC_TRANSFER_STATUS_PENDING; i++) {
         CHECK_OK(PDCregion_transfer_status(t, &s));
+        if (s == PDC_TRANSFER_STATUS_PENDING)
+            usleep(100);
+    }
     return s;
 }
 
