@@ -14,12 +14,12 @@
 //!
 //! The copier yields to bursts of writes: while programs write through this server (a
 //! request of the write path within the last [`QUIET`]), it waits, up to
-//! `ServerConfig::home_defer` (`PDCX_HOME_DEFER_MS`, default 1000 ms) at a time, so a burst of output (a checkpoint, a
-//! file per rank) is logged at the speed of the node's device and CPUs, and copied in the
-//! program's next compute phase. On a 2-core node a copy running during the burst took the
-//! CPU the writers needed (memory copies of the version in and out): 16 MiB files were
-//! logged 40 % slower than written directly, and 20 % faster with the copy after the burst
-//! (bench/RESULTS.md, issue 11 session 5).
+//! `ServerConfig::home_defer` (`PDCX_HOME_DEFER_MS`, default 1000 ms) at a time, so a burst
+//! of output (a checkpoint, a file per rank) is logged at the speed of the node's device and
+//! CPUs, and copied in the program's next compute phase. On a 2-core node a copy running
+//! during the burst took the CPU the writers needed (memory copies of the version in and
+//! out): on a RAM disk, 16 MiB files were logged 30-40 % slower than written directly, and
+//! 15-20 % faster with the copy after the burst (bench/RESULTS.md, issue 11 session 5).
 //!
 //! A crash anywhere replays from step 1 at the next start (the tmp name carries the epoch;
 //! the rename is atomic), so recovery is idempotent. Versions are copied in epoch order; a

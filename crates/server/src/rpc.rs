@@ -386,24 +386,15 @@ fn handle(
             txns,
             crcs,
             durability,
-        } => {
-            set_crcs(server, pending, &txns, &crcs)?;
-            commit(server, pending, &txns, durability, Consistency::Strong)?
-        }
+        } => commit_late(server, pending, &txns, &crcs, durability)?,
         Request::CommitSyncSeal {
             txns,
             crcs,
             id,
             home,
         } => {
-            set_crcs(server, pending, &txns, &crcs)?;
-            commit(
-                server,
-                pending,
-                &txns,
-                protocol::Durability::Memory,
-                Consistency::Strong,
-            )?;
+            let memory = protocol::Durability::Memory;
+            commit_late(server, pending, &txns, &crcs, memory)?;
             sync_seal(server, id, &home)?
         }
         Request::Versions { id } => Response::Versions(md.versions(id)?),
@@ -658,14 +649,15 @@ fn commit(
     })
 }
 
-/// Gives the writes of `txns` reserved without their checksums (`ReserveWriteLate`) the
-/// checksums `crcs` (same order), before their commit.
-fn set_crcs(
+/// `CommitLate`: the writes of `txns` reserved without their checksums (`ReserveWriteLate`)
+/// get the checksums `crcs` (same order; ignored for the others), then all are committed.
+fn commit_late(
     server: &Server,
     pending: &mut HashMap<u64, Staged>,
     txns: &[u64],
     crcs: &[u32],
-) -> Result<()> {
+    durability: protocol::Durability,
+) -> Result<Response> {
     if crcs.len() != txns.len() {
         return Err(Error::protocol(format!(
             "a commit of {} writes carries {} checksums",
@@ -678,7 +670,7 @@ fn set_crcs(
             server.engine.store().set_reserved_crc(s, crc)?;
         }
     }
-    Ok(())
+    commit(server, pending, txns, durability, Consistency::Strong)
 }
 
 /// A server-to-server request from server `from` (the rank its handshake proved).
