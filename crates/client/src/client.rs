@@ -862,6 +862,56 @@ impl Client {
         Ok(all)
     }
 
+    /// Evaluates a value query (issue 12) at the owner of its first object, which reads the
+    /// objects where they live and answers with the hits only: the answer, and a payload of
+    /// the hits' coordinates (if `want.coords`: ndim little-endian u64 each) followed by each
+    /// of `want.values`' hit values.
+    pub fn value_query(
+        &self,
+        query: pdcx_core::valuequery::ValueExpr,
+        region: Option<Region>,
+        want: pdcx_core::valuequery::QueryWant,
+    ) -> Result<(pdcx_core::valuequery::QueryAnswer, Vec<u8>)> {
+        let Some(&first) = query.objects().first() else {
+            return Err(Error::invalid("a value query needs a condition"));
+        };
+        let owner = self.id_owner(first)?;
+        let req = Request::ValueQuery {
+            query,
+            region,
+            want,
+        };
+        match self.with_conn(owner, &mut |c| c.call(&req, &[]))? {
+            (Response::QueryAnswer(a), bytes) => Ok((a, bytes)),
+            (r, _) => Err(unexpected("value query", r)),
+        }
+    }
+
+    /// Reads the elements of `region` taken every `step[d]` in each dim (`region` is the
+    /// bounding box) into `out` (the selection's byte size, C order). The owner selects them,
+    /// so only the selected bytes travel.
+    pub fn read_strided(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        step: &[u64],
+        out: &mut [u8],
+    ) -> Result<()> {
+        if step.iter().all(|&s| s == 1) {
+            return self.read_into(id, region, out);
+        }
+        let owner = self.id_owner(id)?;
+        let req = Request::ReadStrided {
+            id,
+            region: region.clone(),
+            step: step.to_vec(),
+        };
+        match self.with_conn(owner, &mut |c| c.call_into(&req, &[], out))? {
+            Response::Data => Ok(()),
+            r => Err(unexpected("strided read", r)),
+        }
+    }
+
     /// Where the bytes of object `id` are, in sequence order: the owner's region map, with
     /// the log location of each extent filled in by the server that holds it.
     pub fn extents(&self, id: ObjectId) -> Result<Vec<ExtentInfo>> {

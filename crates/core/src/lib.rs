@@ -8,6 +8,7 @@ pub mod placement;
 pub mod protocol;
 pub mod query;
 pub mod region;
+pub mod valuequery;
 
 pub use dtype::Dtype;
 pub use error::{Error, ErrorKind, Result};

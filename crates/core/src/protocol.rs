@@ -631,6 +631,22 @@ pub enum Request {
         crcs: Vec<u32>,
         durability: Durability,
     },
+    // ---- issue 12: analysis where the data lives ----
+    /// Owner of the query's first object: evaluates a value query over `region` (the whole
+    /// object when None) of objects of one shape, reading other owners' objects from them, and
+    /// answers with `QueryAnswer` (payload: coordinates, then values, as `want` asks).
+    ValueQuery {
+        query: crate::valuequery::ValueExpr,
+        region: Option<Region>,
+        want: crate::valuequery::QueryWant,
+    },
+    /// Owner: the elements of `region` taken every `step[d]` in each dim (`region.count` is the
+    /// bounding box), C order, so only the selected bytes travel. Answered with `Data`.
+    ReadStrided {
+        id: ObjectId,
+        region: Region,
+        step: Vec<u64>,
+    },
 }
 
 /// How a lookup names an object.
@@ -774,6 +790,13 @@ pub struct ServerStats {
     /// version's upload, or for another leader).
     #[serde(default)]
     pub home_parts_uploaded: u64,
+    // --- issue 12 ---
+    /// Bytes of object data value queries read on this server since start, and bytes they
+    /// skipped because per-extent statistics showed nothing there could match.
+    #[serde(default)]
+    pub query_scanned_bytes: u64,
+    #[serde(default)]
+    pub query_skipped_bytes: u64,
 }
 
 /// What a flush did and what is left.
@@ -853,6 +876,9 @@ pub enum Response {
     Discarded {
         bytes: u64,
     },
+    // ---- issue 12 ----
+    /// Answer to `ValueQuery`.
+    QueryAnswer(crate::valuequery::QueryAnswer),
 }
 
 /// One version of a byte-stream object (issue 11): the object's content as of a consistency
@@ -991,6 +1017,11 @@ pub enum PeerRequest {
     /// this server's extents offered by the last `ShardCandidates`. Answered with
     /// `PartUploaded`.
     UploadShardPart(ShardPart),
+    // ---- issue 12 ----
+    /// The owner's whole answer for `region` of its object `id`, as a client's `Read` gets it
+    /// (a value query over objects of several owners). Answered with `Pieces` holding one
+    /// piece, the region.
+    ReadOwned { id: ObjectId, region: Region },
 }
 
 /// See `PeerRequest::UploadShardPart`: part `part` of upload `upload_id` of `key` on tier
@@ -1054,6 +1085,7 @@ impl PeerRequest {
             PeerRequest::Lookup { .. } => "Lookup",
             PeerRequest::Register { .. } => "Register",
             PeerRequest::ReadPieces { .. } => "ReadPieces",
+            PeerRequest::ReadOwned { .. } => "ReadOwned",
             PeerRequest::RegisterMemory { .. } => "RegisterMemory",
             PeerRequest::UploadPart(_) => "UploadPart",
             PeerRequest::DropExtents { .. } => "DropExtents",

@@ -455,6 +455,71 @@ impl Client {
         .map_err(to_py)
     }
 
+    /// Elements of the box `offset`/`count` taken every `step` in each dim, selected by the
+    /// object's owner (only they travel), into a buffer of the selection's exact size.
+    fn read_strided(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        offset: Vec<u64>,
+        count: Vec<u64>,
+        step: Vec<u64>,
+        out: PyBuffer<u8>,
+    ) -> R<()> {
+        let r = region(offset, count)?;
+        if out.readonly() {
+            return Err(InvalidArgumentError::new_err("output buffer is read-only"));
+        }
+        let (ptr, len) = byte_view(&out)?;
+        py.allow_threads(|| {
+            // SAFETY: as in read_into().
+            let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+            self.inner.read_strided(id, &r, &step, bytes)
+        })
+        .map_err(to_py)
+    }
+
+    /// A value query (JSON of `pdcx_core::valuequery::ValueExpr`) over the box
+    /// `offset`/`count` (whole objects when None): the answer as JSON and the payload
+    /// (coordinates if `coords`, then the hit values of each object in `values`).
+    #[pyo3(signature = (query, offset=None, count=None, coords=true, values=Vec::new(), bins=0, max_hits=0))]
+    #[allow(clippy::too_many_arguments)]
+    fn value_query<'py>(
+        &self,
+        py: Python<'py>,
+        query: &str,
+        offset: Option<Vec<u64>>,
+        count: Option<Vec<u64>>,
+        coords: bool,
+        values: Vec<u64>,
+        bins: u32,
+        max_hits: u64,
+    ) -> R<(String, Bound<'py, PyBytes>)> {
+        let expr: pdcx_core::valuequery::ValueExpr = serde_json::from_str(query)
+            .map_err(|e| InvalidArgumentError::new_err(format!("bad query {query:?}: {e}")))?;
+        let reg = match (offset, count) {
+            (Some(o), Some(c)) => Some(region(o, c)?),
+            (None, None) => None,
+            _ => {
+                return Err(InvalidArgumentError::new_err(
+                    "give both offset and count, or neither",
+                ))
+            }
+        };
+        let want = pdcx_core::valuequery::QueryWant {
+            coords,
+            values,
+            histogram_bins: bins,
+            max_hits,
+        };
+        let (answer, bytes) = py
+            .allow_threads(|| self.inner.value_query(expr, reg, want))
+            .map_err(to_py)?;
+        let text = serde_json::to_string(&answer)
+            .map_err(|e| PdcxError::new_err(format!("encoding the answer: {e}")))?;
+        Ok((text, PyBytes::new(py, &bytes)))
+    }
+
     #[pyo3(signature = (id, dtype, dims, offset, count, is_write, durability_level="local"))]
     #[allow(clippy::too_many_arguments)]
     fn transfer(

@@ -44,6 +44,14 @@ pub trait Peers: Send + Sync {
     }
     /// `holder`'s committed pieces of `region` (seq, piece) and their bytes back to back.
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces>;
+    /// `owner`'s read of `region` of its object `id` (issue 12: a value query over objects of
+    /// several owners).
+    fn read_owned(&self, owner: u32, id: ObjectId, region: &Region) -> Result<Vec<u8>> {
+        let _ = (id, region);
+        Err(Error::invalid(format!(
+            "server {owner} cannot be asked for object data here (no peer connections)"
+        )))
+    }
     /// Has `holder` drop its extents `seqs` of `id` (issue 11); how many it dropped.
     fn drop_extents(&self, holder: u32, id: ObjectId, seqs: &[u64]) -> Result<u64> {
         let _ = (id, seqs);

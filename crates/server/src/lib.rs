@@ -11,6 +11,7 @@
 //! ROOT/server-NNNN/      one rank's state: LOCK, meta.sqlite (+WAL), log/ (segments + MANIFEST)
 //! ```
 
+pub mod analysis;
 pub mod datastore;
 pub mod engine;
 mod groupsync;

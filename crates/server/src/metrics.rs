@@ -142,6 +142,9 @@ pub struct Metrics {
     /// Bytes of writes whose payload a same-node client wrote into the log itself
     /// (`ReserveWrite`); also counted in `staged`.
     pub(crate) direct_written: AtomicU64,
+    /// Bytes of object data value queries read, and skipped thanks to extent statistics.
+    pub(crate) query_scanned: AtomicU64,
+    pub(crate) query_skipped: AtomicU64,
     pub(crate) recovery: RwLock<RecoveryStats>,
     scrapes: AtomicU64,
 }

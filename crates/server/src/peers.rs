@@ -105,6 +105,26 @@ impl Peers for ClusterPeers {
         self.peers.drop_extents(holder, id, seqs)
     }
 
+    fn read_owned(&self, owner: u32, id: ObjectId, region: &Region) -> Result<Vec<u8>> {
+        let req = pdcx_core::protocol::PeerRequest::ReadOwned {
+            id,
+            region: region.clone(),
+        };
+        match self.peers.call(owner, &req) {
+            Ok((pdcx_core::protocol::PeerResponse::Pieces(_), bytes)) => Ok(bytes),
+            Ok((other, _)) => Err(Error::protocol(format!(
+                "server {owner} answered a read of object {id:#x} with {other:?}"
+            ))),
+            Err(e) => Err(Error::new(
+                e.kind,
+                format!(
+                    "server {owner}, which owns object {id:#x}, did not answer a read: {}",
+                    e.message
+                ),
+            )),
+        }
+    }
+
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
         self.peers
             .read_pieces(holder, id, region)

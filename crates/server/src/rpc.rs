@@ -426,6 +426,17 @@ fn handle(
             commit(server, pending, &txns, durability, Consistency::Strong)?
         }
         Request::Read { items } => return read(server, items, &mut sess.scratch, false),
+        Request::ValueQuery {
+            query,
+            region,
+            want,
+        } => return crate::analysis::value_query(server, &query, region, &want),
+        Request::ReadStrided { id, region, step } => {
+            return Ok((
+                Response::Data,
+                crate::analysis::read_strided(server, id, &region, &step)?,
+            ))
+        }
         Request::ReadHeld { items } => return read(server, items, &mut sess.scratch, true),
         Request::Locate { items } => Response::Located(
             items
@@ -716,6 +727,10 @@ fn handle_peer(server: &Server, from: u32, req: PeerRequest) -> Result<(PeerResp
         PeerRequest::UploadPart(part) => PeerResponse::PartUploaded {
             etag: crate::homecopy::upload_part(server, &part)?,
         },
+        PeerRequest::ReadOwned { id, region } => {
+            let bytes = crate::analysis::read_owned(server, id, &region)?;
+            return Ok((PeerResponse::Pieces(vec![(0, region)]), bytes));
+        }
         PeerRequest::ReadPieces { id, region } => {
             let (list, bytes) = server.engine.pieces(id, &region)?;
             if bytes.len() as u64 > server.config.max_payload {
@@ -1105,6 +1120,8 @@ pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
         cache_capacity: server.engine.cache().capacity(),
         connections: server.connections.load(Ordering::Relaxed),
         read_bytes: server.read_bytes.load(Ordering::Relaxed),
+        query_scanned_bytes: server.metrics.query_scanned.load(Ordering::Relaxed),
+        query_skipped_bytes: server.metrics.query_skipped.load(Ordering::Relaxed),
         lookups: server.lookups.load(Ordering::Relaxed),
         lookups_forwarded: server.lookups_forwarded.load(Ordering::Relaxed),
         lookups_forwarded_clients: server.lookups_forwarded_clients.load(Ordering::Relaxed),

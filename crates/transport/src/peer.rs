@@ -71,7 +71,8 @@ impl PeerClient {
         Ok(self.peers()?.pool)
     }
 
-    fn call(&self, to: u32, req: &PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
+    /// Any peer request to server `to`: the reply and its payload.
+    pub fn call(&self, to: u32, req: &PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
         let role = Role::Peer { rank: self.rank };
         let peers = self.peers()?;
         let unix = peers.unix.get(to as usize).cloned().flatten();

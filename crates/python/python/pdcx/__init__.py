@@ -48,8 +48,10 @@ __all__ = [
     "AlreadyExistsError",
     "AuthError",
     "Client",
+    "Condition",
     "Container",
     "DtypeMismatchError",
+    "Hits",
     "InvalidArgumentError",
     "NoSpaceError",
     "NotFoundError",
@@ -259,6 +261,55 @@ class Client:
             else:
                 conds.append(f"{key}={value!r}")
         return [name for _, name in self._c.query(conds)]
+
+    def where(
+        self,
+        condition: Condition,
+        region: Any = None,
+        coords: bool = True,
+        values: Iterable[Object] | None = None,
+        bins: int = 0,
+        max_hits: int = 0,
+        first: Object | None = None,
+    ) -> Hits:
+        """Evaluates ``condition`` (e.g. ``(energy > 1.2) & (x < 100)``) where the data lives:
+        the owner of its first object reads every object of the condition (and ``values``)
+        and sends back only the hits. ``region`` (an index such as ``np.s_[0:10, :]``, no
+        steps) restricts the search; ``coords=False`` skips the coordinates; ``values``: the
+        objects whose values at the hits to return (default: the condition's first object);
+        ``bins``: a histogram of the first object's hit values."""
+        if not isinstance(condition, Condition):
+            raise InvalidArgumentError(f"expected a Condition such as (obj > 0.5) & (obj < 2), got {condition!r}")
+        expr = condition._expr
+        if first is not None and condition._objects[0].id != first.id:
+            raise InvalidArgumentError("the histogram's object must come first in its condition")
+        objs = condition._objects
+        shape = objs[0].shape
+        vals = [objs[0]] if values is None else list(values)
+        offset = count = None
+        if region is not None:
+            offset, count, step, _ = _normalize_index(region, shape)
+            if any(s != 1 for s in step):
+                raise InvalidArgumentError("a query region has no steps: use slices like 0:10")
+            if 0 in count:
+                return Hits({"nhits": 0}, np.empty((0, len(shape)), np.uint64) if coords else None, {})
+        text, payload = self._c.value_query(
+            json.dumps(expr), offset, count, coords, [o.id for o in vals], int(bins), int(max_hits)
+        )
+        answer = json.loads(text)
+        n = int(answer["nhits"])
+        nd = int(answer["ndim"])
+        at = 0
+        coord_arr = None
+        if coords:
+            coord_arr = np.frombuffer(payload, dtype="<u8", count=n * nd).reshape(n, nd)
+            at = n * nd * 8
+        values_of = {}
+        for o in vals:
+            dt = o.dtype
+            values_of[o.name] = np.frombuffer(payload, dtype=dt, count=n, offset=at)
+            at += n * dt.itemsize
+        return Hits(answer, coord_arr, values_of)
 
     def stats(self) -> list[dict]:
         """Per-server statistics (objects, extents, log and cache bytes, tiers, flush queue, ...)."""
@@ -619,11 +670,58 @@ class Object:
 
     def __getitem__(self, key: Any) -> np.ndarray:
         offset, count, step, drop = _normalize_index(key, self.shape)
-        out = np.empty(count, dtype=self.dtype)
+        # Steps are applied by the object's owner, so only the selected elements travel.
+        picked = [-(-c // s) for c, s in zip(count, step)]
+        out = np.empty(picked, dtype=self.dtype)
         if out.size:
-            self._client._c.read_into(self.id, offset, count, memoryview(out.reshape(-1).view(np.uint8)))
-        out = out[tuple(slice(None, None, s) for s in step)]
+            buf = memoryview(out.reshape(-1).view(np.uint8))
+            if any(s != 1 for s in step):
+                self._client._c.read_strided(self.id, offset, count, step, buf)
+            else:
+                self._client._c.read_into(self.id, offset, count, buf)
         return out.reshape([c for d, c in enumerate(out.shape) if d not in drop]) if drop else out
+
+    # ---- value queries (evaluated by the servers that hold the data) ----
+    def __gt__(self, value: Any) -> Condition:
+        return Condition._cond(self, "Gt", value)
+
+    def __ge__(self, value: Any) -> Condition:
+        return Condition._cond(self, "Ge", value)
+
+    def __lt__(self, value: Any) -> Condition:
+        return Condition._cond(self, "Lt", value)
+
+    def __le__(self, value: Any) -> Condition:
+        return Condition._cond(self, "Le", value)
+
+    def eq(self, value: Any) -> Condition:
+        """The condition ``element == value`` (``==`` itself keeps comparing objects)."""
+        return Condition._cond(self, "Eq", value)
+
+    def where(
+        self,
+        condition: Condition | str,
+        region: Any = None,
+        coords: bool = True,
+        values: bool = True,
+        bins: int = 0,
+    ) -> Hits:
+        """The elements of this object that satisfy ``condition``, found by the servers: e.g.
+        ``obj.where((obj > 0.95) & (obj < 2))`` or ``obj.where("> 0.95 & < 2")`` (conditions on
+        this object). ``region`` restricts the search (an index such as ``np.s_[0:10, :]``).
+        Returns :class:`Hits` with this object's values at the hits."""
+        if isinstance(condition, str):
+            condition = Condition._parse_on(self, condition)
+        return self._client.where(condition, region=region, coords=coords, values=[self] if values else [], bins=bins)
+
+    def histogram(self, bins: int = 10, condition: Condition | None = None, region: Any = None) -> tuple:
+        """``(counts, edges)`` of this object's values (those satisfying ``condition``, if
+        given), computed by the servers: ``bins`` equal bins over [min, max]."""
+        if condition is None:
+            condition = (self >= 0) | (self < 0)  # every element but NaNs
+        h = self._client.where(condition, region=region, coords=False, values=[], bins=bins, first=self)
+        lo, hi = (h.min, h.max) if h.count else (0.0, 0.0)
+        return np.asarray(h.histogram, dtype=np.uint64), np.linspace(lo, hi, bins + 1)
 
     def __setitem__(self, key: Any, value: Any) -> None:
         offset, count, step, drop = _normalize_index(key, self.shape)
@@ -799,6 +897,118 @@ class _RecordView:
     def __repr__(self) -> str:
         what = "records" if self._field is None else f"field {self._field!r}"
         return f"<pdcx {what} of {self._obj.name!r} shape={self.shape}>"
+
+
+class Condition:
+    """A condition on objects' elements, built from objects: ``(energy > 1.2) & (x < 100)``
+    (``&``, ``|``; ``obj.eq(v)`` for equality). Evaluated by the servers where the data lives
+    (:meth:`Client.where`, :meth:`Object.where`); objects of one query must have one shape."""
+
+    def __init__(self, expr: dict, objects: list[Object]):
+        self._expr = expr
+        self._objects = objects
+
+    @staticmethod
+    def _cond(obj: Object, op: str, value: Any) -> Condition:
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise InvalidArgumentError(f"a condition compares elements with a number, got {value!r}")
+        if isinstance(value, (int, np.integer)):
+            v = int(value)
+            if -(2**63) <= v < 2**63:
+                scalar = {"Int": v}
+            elif 0 <= v < 2**64:
+                scalar = {"UInt": v}
+            else:
+                raise InvalidArgumentError(f"{v} does not fit 64 bits")
+        else:
+            f = float(value)
+            if not np.isfinite(f):
+                raise InvalidArgumentError(f"compare elements with a finite number, not {f}")
+            scalar = {"Float": f}
+        return Condition({"Cond": {"obj": obj.id, "op": op, "value": scalar}}, [obj])
+
+    @staticmethod
+    def _parse_on(obj: Object, text: str) -> Condition:
+        """``"> 0.95 & < 2"``: conditions on one object, joined by & and |."""
+        import re
+
+        ops = {">=": "Ge", "<=": "Le", ">": "Gt", "<": "Lt", "==": "Eq"}
+        parts = re.split(r"\s*(&&?|\|\|?)\s*", text.strip())
+        cond = None
+        join = None
+        for i, part in enumerate(parts):
+            if i % 2:
+                join = part[0]
+                continue
+            m = re.fullmatch(r"(>=|<=|==|>|<)\s*(\S+)", part)
+            if not m:
+                raise InvalidArgumentError(f"cannot parse {part!r} in {text!r}; example: '> 0.95 & < 2'")
+            num = m.group(2)
+            try:
+                value = int(num)
+            except ValueError:
+                try:
+                    value = float(num)
+                except ValueError:
+                    raise InvalidArgumentError(f"{num!r} is not a number in {text!r}") from None
+            c = Condition._cond(obj, ops[m.group(1)], value)
+            cond = c if cond is None else (cond & c if join == "&" else cond | c)
+        if cond is None:
+            raise InvalidArgumentError("empty condition")
+        return cond
+
+    def _join(self, other: Condition, how: str) -> Condition:
+        if not isinstance(other, Condition):
+            return NotImplemented
+        objs = list(self._objects) + [o for o in other._objects if all(o.id != p.id for p in self._objects)]
+        return Condition({how: [self._expr, other._expr]}, objs)
+
+    def __and__(self, other: Condition) -> Condition:
+        return self._join(other, "And")
+
+    def __or__(self, other: Condition) -> Condition:
+        return self._join(other, "Or")
+
+    def __bool__(self) -> bool:
+        raise TypeError("a pdcx Condition has no truth value: combine conditions with & and |, not 'and'/'or'")
+
+    def __repr__(self) -> str:
+        names = {o.id: o.name for o in self._objects}
+
+        def show(e: dict) -> str:
+            ((k, v),) = e.items()
+            if k == "Cond":
+                sym = {"Gt": ">", "Ge": ">=", "Lt": "<", "Le": "<=", "Eq": "=="}[v["op"]]
+                ((_, val),) = v["value"].items()
+                return f"{names.get(v['obj'], v['obj'])} {sym} {val}"
+            return f"({show(v[0])} {'&' if k == 'And' else '|'} {show(v[1])})"
+
+        return f"Condition({show(self._expr)})"
+
+
+class Hits:
+    """What a value query found: ``count``; ``coords`` (an ``(count, ndim)`` uint64 array,
+    C order of the hits); ``values`` (the first asked object's values at the hits) and
+    ``values_of[name]`` for each asked object; ``min``/``max`` of the first object's hit
+    values; ``histogram`` when bins were asked; ``scanned_bytes``/``skipped_bytes``: object
+    data the servers read, and skipped thanks to per-extent statistics."""
+
+    def __init__(self, answer: dict, coords: np.ndarray | None, values_of: dict):
+        self.count = int(answer["nhits"])
+        self.coords = coords
+        self.values_of = values_of
+        self.values = next(iter(values_of.values())) if values_of else None
+        self.min = answer.get("min")
+        self.max = answer.get("max")
+        self.histogram = list(answer.get("histogram") or [])
+        self.scanned_bytes = int(answer.get("scanned_bytes", 0))
+        self.skipped_bytes = int(answer.get("skipped_bytes", 0))
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __repr__(self) -> str:
+        return f"Hits(count={self.count}, min={self.min}, max={self.max})"
 
 
 class Transfer:

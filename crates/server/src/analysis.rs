@@ -1,0 +1,440 @@
+//! Analysis where the data lives (issue 12): value queries and strided reads, both answered by
+//! an object's owner, which reads the data through `Engine::read` (its cache and log, other
+//! holders' pieces, tier homes) in bounded slabs and sends back only what was selected.
+
+use crate::Server;
+use pdcx_core::model::owner_of_id;
+use pdcx_core::protocol::Response;
+use pdcx_core::region::Region;
+use pdcx_core::valuequery::{element_f64, QueryAnswer, QueryWant, ValueExpr, MAX_CONDITIONS};
+use pdcx_core::{Dtype, Error, ObjectId, ObjectMeta, Result};
+use std::sync::atomic::Ordering;
+
+/// Elements read per slab: bounds the server's memory per query or strided read whatever the
+/// object's size (a few MiB of each object at a time).
+const SLAB_ELEMS: u64 = 1 << 20;
+
+/// Most objects a value query may name (conditions and values together).
+const MAX_QUERY_OBJECTS: usize = 16;
+
+/// Splits `region` into boxes of at most about `max` elements (one element row at least), in C
+/// order: leading dims are taken one index at a time until the remaining inner box fits, and
+/// that dim is cut into runs of rows.
+pub fn slabs(region: &Region, max: u64) -> Vec<Region> {
+    let n = region.ndim();
+    let mut suffix = vec![1u64; n + 1];
+    for d in (0..n).rev() {
+        suffix[d] = suffix[d + 1].saturating_mul(region.count[d]);
+    }
+    // The dim cut into runs: the first whose inner box (the dims after it) fits.
+    let cut = (0..n).find(|&d| suffix[d + 1] <= max).unwrap_or(n - 1);
+    let rows = (max / suffix[cut + 1]).clamp(1, region.count[cut]);
+    let mut out = Vec::new();
+    let mut idx = vec![0u64; cut]; // position in the leading dims
+    loop {
+        let mut start = 0;
+        while start < region.count[cut] {
+            let len = rows.min(region.count[cut] - start);
+            let mut offset = region.offset.clone();
+            let mut count = region.count.clone();
+            for d in 0..cut {
+                offset[d] += idx[d];
+                count[d] = 1;
+            }
+            offset[cut] += start;
+            count[cut] = len;
+            out.push(Region { offset, count });
+            start += len;
+        }
+        // Next index of the leading dims (odometer, last fastest).
+        let mut d = cut;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < region.count[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// The object's metadata wherever it is owned.
+fn meta_of(server: &Server, id: ObjectId) -> Result<ObjectMeta> {
+    if owner_of_id(id) == server.config.rank {
+        server.meta.object(id)
+    } else {
+        server.engine.peers()?.object(id, true)
+    }
+}
+
+/// `region` of `id` as a client's read would see it: through this server's engine when it
+/// owns the object, else from its owner.
+fn read_any(server: &Server, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
+    let owner = owner_of_id(id);
+    if owner == server.config.rank {
+        return server.engine.read(id, region, out);
+    }
+    let bytes = server.engine.peers()?.read_owned(owner, id, region)?;
+    if bytes.len() != out.len() {
+        return Err(Error::protocol(format!(
+            "server {owner} answered {} bytes for region {region} of object {id:#x}, expected {}",
+            bytes.len(),
+            out.len()
+        )));
+    }
+    out.copy_from_slice(&bytes);
+    Ok(())
+}
+
+/// `PeerRequest::ReadOwned`: the owner's read of its object for another server's query.
+pub fn read_owned(server: &Server, id: ObjectId, region: &Region) -> Result<Vec<u8>> {
+    let obj = server.meta.object(id)?;
+    let n = region.byte_len(obj.dtype.size())?;
+    if n > server.config.max_payload {
+        return Err(Error::invalid(format!(
+            "region {region} is {n} bytes, over the server's limit of {}",
+            server.config.max_payload
+        )));
+    }
+    let mut out = vec![0u8; n as usize];
+    server.engine.read(id, region, &mut out)?;
+    Ok(out)
+}
+
+/// `Request::ValueQuery` at the owner of the query's first object.
+pub fn value_query(
+    server: &Server,
+    query: &ValueExpr,
+    region: Option<Region>,
+    want: &QueryWant,
+) -> Result<(Response, Vec<u8>)> {
+    if query.len() > MAX_CONDITIONS {
+        return Err(Error::invalid(format!(
+            "a query has at most {MAX_CONDITIONS} conditions, this one has {}",
+            query.len()
+        )));
+    }
+    let mut ids = query.objects();
+    for v in &want.values {
+        if !ids.contains(v) {
+            ids.push(*v);
+        }
+    }
+    if ids.len() > MAX_QUERY_OBJECTS {
+        return Err(Error::invalid(format!(
+            "a query reads at most {MAX_QUERY_OBJECTS} objects, this one {}",
+            ids.len()
+        )));
+    }
+    let first = ids[0];
+    if owner_of_id(first) != server.config.rank {
+        return Err(Error::invalid(format!(
+            "a value query goes to the owner of its first object {first:#x}, server {}, not {}",
+            owner_of_id(first),
+            server.config.rank
+        )));
+    }
+    let metas: Vec<ObjectMeta> = ids
+        .iter()
+        .map(|&id| meta_of(server, id))
+        .collect::<Result<_>>()?;
+    let dims = metas[0].dims.clone();
+    for m in &metas {
+        if m.dims != dims {
+            return Err(Error::invalid(format!(
+                "the objects of one query must have the same shape: {} is {:?}, {} is {:?}",
+                metas[0].name, dims, m.name, m.dims
+            )));
+        }
+    }
+    for m in metas.iter().take(query.objects().len()) {
+        if m.dtype == Dtype::Bytes {
+            return Err(Error::invalid(format!(
+                "{} holds bytes: value queries compare numbers",
+                m.name
+            )));
+        }
+    }
+    let ndim = dims.len();
+    let mut answer = QueryAnswer {
+        ndim: ndim as u32,
+        ..QueryAnswer::default()
+    };
+    let hist_bins = want.histogram_bins.min(1 << 16) as usize;
+    if dims.contains(&0) {
+        answer.histogram = vec![0; hist_bins];
+        return Ok((Response::QueryAnswer(answer), Vec::new()));
+    }
+    let region = match region {
+        Some(r) => {
+            r.check_within(&dims)?;
+            r
+        }
+        None => Region::whole(&dims),
+    };
+    let max_hits = match want.max_hits {
+        0 => u64::MAX,
+        m => m,
+    };
+    let hit_bytes = if want.coords { 8 * ndim as u64 } else { 0 }
+        + want
+            .values
+            .iter()
+            .map(|v| {
+                metas[ids.iter().position(|i| i == v).unwrap_or(0)]
+                    .dtype
+                    .size() as u64
+            })
+            .sum::<u64>();
+    let mut coords: Vec<u8> = Vec::new();
+    let mut values: Vec<Vec<u8>> = vec![Vec::new(); want.values.len()];
+    let mut hist_values: Vec<f64> = Vec::new();
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); ids.len()];
+    let mut mask = Vec::new();
+    let first_dtype = metas[0].dtype;
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for slab in slabs(&region, SLAB_ELEMS) {
+        let n = slab.num_elements() as usize;
+        for (k, m) in metas.iter().enumerate() {
+            bufs[k].resize(n * m.dtype.size(), 0);
+            read_any(server, ids[k], &slab, &mut bufs[k])?;
+            answer.scanned_bytes += bufs[k].len() as u64;
+        }
+        let data = |id: ObjectId| {
+            ids.iter()
+                .position(|&i| i == id)
+                .map(|k| (metas[k].dtype, &bufs[k][..]))
+        };
+        query.eval(n, &data, &mut mask)?;
+        let hits = mask.iter().filter(|&&m| m).count() as u64;
+        if hits == 0 {
+            continue;
+        }
+        answer.nhits += hits;
+        if hit_bytes > 0 {
+            let total = answer.nhits.saturating_mul(hit_bytes);
+            if answer.nhits > max_hits || total > server.config.max_payload {
+                return Err(Error::invalid(format!(
+                    "the query has more than {} hits, too many to return their coordinates or values \
+                     (limit {}); ask for the count only or restrict the region",
+                    answer.nhits - hits,
+                    if max_hits == u64::MAX { server.config.max_payload / hit_bytes } else { max_hits }
+                )));
+            }
+        }
+        let size0 = first_dtype.size();
+        for (i, _) in mask.iter().enumerate().filter(|(_, &m)| m) {
+            let v = element_f64(first_dtype, &bufs[0][i * size0..(i + 1) * size0]);
+            if v < lo {
+                lo = v;
+            }
+            if v > hi {
+                hi = v;
+            }
+            if hist_bins > 0 {
+                hist_values.push(v);
+            }
+            if want.coords {
+                let mut rem = i as u64;
+                let mut c = vec![0u64; ndim];
+                for d in (0..ndim).rev() {
+                    c[d] = slab.offset[d] + rem % slab.count[d];
+                    rem /= slab.count[d];
+                }
+                for x in c {
+                    coords.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+            for (j, v) in want.values.iter().enumerate() {
+                let k = ids.iter().position(|x| x == v).unwrap_or(0);
+                let s = metas[k].dtype.size();
+                values[j].extend_from_slice(&bufs[k][i * s..(i + 1) * s]);
+            }
+        }
+    }
+    if answer.nhits > 0 && lo <= hi {
+        answer.min = Some(lo);
+        answer.max = Some(hi);
+    }
+    if hist_bins > 0 {
+        answer.histogram = histogram(&hist_values, lo, hi, hist_bins);
+    }
+    server
+        .metrics
+        .query_scanned
+        .fetch_add(answer.scanned_bytes, Ordering::Relaxed);
+    let mut payload = coords;
+    for v in values {
+        payload.extend_from_slice(&v);
+    }
+    Ok((Response::QueryAnswer(answer), payload))
+}
+
+/// `bins` equal bins over [lo, hi], the last one closed (all values in one bin when lo == hi).
+fn histogram(values: &[f64], lo: f64, hi: f64, bins: usize) -> Vec<u64> {
+    let mut h = vec![0u64; bins];
+    if values.is_empty() {
+        return h;
+    }
+    let width = (hi - lo) / bins as f64;
+    for &v in values {
+        let b = if width > 0.0 {
+            (((v - lo) / width) as usize).min(bins - 1)
+        } else {
+            0
+        };
+        h[b] += 1;
+    }
+    h
+}
+
+/// `Request::ReadStrided` at the owner: the elements at `region.offset + k * step` (C order).
+pub fn read_strided(
+    server: &Server,
+    id: ObjectId,
+    region: &Region,
+    step: &[u64],
+) -> Result<Vec<u8>> {
+    let obj = server.meta.object(id)?;
+    region.check_within(&obj.dims)?;
+    let n = region.ndim();
+    if step.len() != n || step.contains(&0) {
+        return Err(Error::invalid(format!(
+            "a strided read needs one step >= 1 per dim ({n} dims), got {step:?}"
+        )));
+    }
+    let elem = obj.dtype.size();
+    // The selection's shape, and the same box in selected-element coordinates.
+    let picked: Vec<u64> = (0..n).map(|d| region.count[d].div_ceil(step[d])).collect();
+    let out_box = Region {
+        offset: vec![0; n],
+        count: picked.clone(),
+    };
+    let out_len = out_box.byte_len(elem)?;
+    if out_len > server.config.max_payload {
+        return Err(Error::invalid(format!(
+            "the selection is {out_len} bytes, over the server's limit of {}; read it in parts",
+            server.config.max_payload
+        )));
+    }
+    let mut out = vec![0u8; out_len as usize];
+    // Slabs of the output sized so the source box each one reads stays bounded.
+    let spread: u64 = step.iter().product::<u64>().max(1);
+    let budget = (SLAB_ELEMS / spread).max(1);
+    let mut src = Vec::new();
+    for part in slabs(&out_box, budget) {
+        // Source bounding box of this part of the output.
+        let offset: Vec<u64> = (0..n)
+            .map(|d| region.offset[d] + part.offset[d] * step[d])
+            .collect();
+        let count: Vec<u64> = (0..n).map(|d| (part.count[d] - 1) * step[d] + 1).collect();
+        let sbox = Region { offset, count };
+        src.resize(sbox.byte_len(elem)? as usize, 0);
+        server.engine.read(id, &sbox, &mut src)?;
+        gather(elem, &sbox.count, step, &part, &picked, &src, &mut out);
+    }
+    server.read_bytes.fetch_add(out_len, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// Copies every `step`-th element of `src` (a box of shape `src_count`) into `out` (the whole
+/// selection, shape `picked`) at `part`'s place.
+fn gather(
+    elem: usize,
+    src_count: &[u64],
+    step: &[u64],
+    part: &Region,
+    picked: &[u64],
+    src: &[u8],
+    out: &mut [u8],
+) {
+    let n = src_count.len();
+    let mut src_stride = vec![1u64; n];
+    let mut out_stride = vec![1u64; n];
+    for d in (0..n - 1).rev() {
+        src_stride[d] = src_stride[d + 1] * src_count[d + 1];
+        out_stride[d] = out_stride[d + 1] * picked[d + 1];
+    }
+    let last = n - 1;
+    let mut idx = vec![0u64; n]; // position within `part`, dims before the last
+    loop {
+        let mut s = 0u64;
+        let mut o = 0u64;
+        for d in 0..last {
+            s += idx[d] * step[d] * src_stride[d];
+            o += (part.offset[d] + idx[d]) * out_stride[d];
+        }
+        o += part.offset[last];
+        let run = part.count[last] as usize;
+        if step[last] == 1 {
+            let (s, o) = (s as usize * elem, o as usize * elem);
+            out[o..o + run * elem].copy_from_slice(&src[s..s + run * elem]);
+        } else {
+            for k in 0..run {
+                let si = (s + k as u64 * step[last]) as usize * elem;
+                let oi = (o as usize + k) * elem;
+                out[oi..oi + elem].copy_from_slice(&src[si..si + elem]);
+            }
+        }
+        let mut d = last;
+        loop {
+            if d == 0 {
+                return;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < part.count[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slabs_cover_the_region_once_in_c_order() {
+        let r = Region::new(vec![1, 2, 3], vec![3, 4, 5]).unwrap();
+        for max in [1, 4, 5, 7, 20, 21, 60, 1000] {
+            let s = slabs(&r, max);
+            let total: u64 = s.iter().map(|x| x.num_elements()).sum();
+            assert_eq!(total, 60, "max {max}");
+            for x in &s {
+                assert!(r.contains(x));
+                assert!(x.num_elements() <= max.max(5), "max {max}: {x}");
+            }
+            for (i, a) in s.iter().enumerate() {
+                for b in &s[i + 1..] {
+                    assert!(!a.overlaps(b), "{a} and {b} overlap (max {max})");
+                }
+            }
+        }
+        assert_eq!(slabs(&r, 1000).len(), 1);
+    }
+
+    #[test]
+    fn gather_picks_every_step_th_element() {
+        // Columns 1..5 of a 5 x 7 array of u16 values 100*i + j; take rows 0,2,4 and
+        // columns 1,4.
+        let picked = [3u64, 2];
+        let part = Region::new(vec![0, 0], picked.to_vec()).unwrap();
+        let sub: Vec<u8> = (0..5u16)
+            .flat_map(|i| (1..5u16).map(move |j| 100 * i + j))
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let mut out = vec![0u8; 12];
+        gather(2, &[5, 4], &[2, 3], &part, &picked, &sub, &mut out);
+        let got: Vec<u16> = out
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        assert_eq!(got, vec![1, 4, 201, 204, 401, 404]);
+    }
+}
