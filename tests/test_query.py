@@ -168,3 +168,26 @@ def test_strided_reads_move_only_the_selected_elements(dep):
         moved = sum(owner_read_bytes(c)) - sum(before)
         assert got.shape == (20, 15, 5)
         assert moved == got.nbytes, (moved, got.nbytes)
+
+
+def test_point_reads_return_the_elements_in_the_order_asked(dep):
+    c = client_on(dep, 1)
+    o = c.create_container("pts").create_object("a", shape=(3000, 700), dtype="int32")
+    a = np.arange(3000 * 700, dtype=np.int32).reshape(3000, 700)
+    o[...] = a
+    rng = np.random.default_rng(9)
+    pts = np.stack([rng.integers(0, 3000, 5000), rng.integers(0, 700, 5000)], axis=1)
+    pts[10] = pts[3]  # repeats are fine
+    assert np.array_equal(o.points(pts), a[pts[:, 0], pts[:, 1]])
+    h = o.where(o > 2_099_990)
+    assert np.array_equal(o.points(h.coords), h.values)
+    assert o.points(np.empty((0, 2), dtype=np.int64)).size == 0
+    before = owner_read_bytes(c)
+    o.points(pts[:100])
+    assert sum(owner_read_bytes(c)) - sum(before) == 400
+    with pytest.raises(pdcx.OutOfBoundsError, match="outside"):
+        o.points([[3000, 0]])
+    with pytest.raises(pdcx.InvalidArgumentError, match="coords"):
+        o.points([[1, 2, 3]])
+    with pytest.raises(pdcx.InvalidArgumentError, match="non-negative"):
+        o.points([[-1, 2]])

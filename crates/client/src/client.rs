@@ -887,6 +887,51 @@ impl Client {
         }
     }
 
+    /// Reads the elements of object `id` at `coords` (ndim u64 per point, `ndim` the
+    /// object's) into `out` (one element per point, in the order given); the owner picks
+    /// them, so only they travel. Sent in batches that keep each request small.
+    pub fn read_points(
+        &self,
+        id: ObjectId,
+        ndim: usize,
+        coords: &[u64],
+        out: &mut [u8],
+    ) -> Result<()> {
+        if ndim == 0 || coords.len() % ndim != 0 {
+            return Err(Error::invalid(format!(
+                "{} coordinates do not make points of {ndim} dims",
+                coords.len()
+            )));
+        }
+        let points = coords.len() / ndim;
+        if points == 0 {
+            return Ok(());
+        }
+        if out.len() % points != 0 {
+            return Err(Error::invalid(format!(
+                "an output of {} bytes does not hold {points} elements",
+                out.len()
+            )));
+        }
+        let elem = out.len() / points;
+        let owner = self.id_owner(id)?;
+        // About 8 MiB of coordinates per request (the body limit is 64 MiB).
+        let per_call = ((1usize << 20) / ndim).max(1);
+        for (k, chunk) in coords.chunks(per_call * ndim).enumerate() {
+            let first = k * per_call;
+            let dst = &mut out[first * elem..(first + chunk.len() / ndim) * elem];
+            let req = Request::ReadPoints {
+                id,
+                coords: chunk.to_vec(),
+            };
+            match self.with_conn(owner, &mut |c| c.call_into(&req, &[], dst))? {
+                Response::Data => {}
+                r => return Err(unexpected("point read", r)),
+            }
+        }
+        Ok(())
+    }
+
     /// Reads the elements of `region` taken every `step[d]` in each dim (`region` is the
     /// bounding box) into `out` (the selection's byte size, C order). The owner selects them,
     /// so only the selected bytes travel.

@@ -647,6 +647,12 @@ pub enum Request {
         region: Region,
         step: Vec<u64>,
     },
+    /// Owner: the elements at `coords` (ndim u64 per point, any order, repeats allowed), in
+    /// the order given. Answered with `Data`.
+    ReadPoints {
+        id: ObjectId,
+        coords: Vec<u64>,
+    },
 }
 
 /// How a lookup names an object.

@@ -479,6 +479,37 @@ impl Client {
         .map_err(to_py)
     }
 
+    /// Elements at `coords` (little-endian u64 bytes, ndim per point), picked by the
+    /// object's owner, into a buffer of exactly one element per point.
+    fn read_points(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        ndim: usize,
+        coords: &[u8],
+        out: PyBuffer<u8>,
+    ) -> R<()> {
+        if coords.len() % 8 != 0 {
+            return Err(InvalidArgumentError::new_err(
+                "coordinates must be u64 bytes",
+            ));
+        }
+        let coords: Vec<u64> = coords
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .collect();
+        if out.readonly() {
+            return Err(InvalidArgumentError::new_err("output buffer is read-only"));
+        }
+        let (ptr, len) = byte_view(&out)?;
+        py.allow_threads(|| {
+            // SAFETY: as in read_into().
+            let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+            self.inner.read_points(id, ndim, &coords, bytes)
+        })
+        .map_err(to_py)
+    }
+
     /// A value query (JSON of `pdcx_core::valuequery::ValueExpr`) over the box
     /// `offset`/`count` (whole objects when None): the answer as JSON and the payload
     /// (coordinates if `coords`, then the hit values of each object in `values`).

@@ -21,14 +21,7 @@ const MAX_QUERY_OBJECTS: usize = 16;
 /// order: leading dims are taken one index at a time until the remaining inner box fits, and
 /// that dim is cut into runs of rows.
 pub fn slabs(region: &Region, max: u64) -> Vec<Region> {
-    let n = region.ndim();
-    let mut suffix = vec![1u64; n + 1];
-    for d in (0..n).rev() {
-        suffix[d] = suffix[d + 1].saturating_mul(region.count[d]);
-    }
-    // The dim cut into runs: the first whose inner box (the dims after it) fits.
-    let cut = (0..n).find(|&d| suffix[d + 1] <= max).unwrap_or(n - 1);
-    let rows = (max / suffix[cut + 1]).clamp(1, region.count[cut]);
+    let (cut, rows) = slab_shape(&region.count, max);
     let mut out = Vec::new();
     let mut idx = vec![0u64; cut]; // position in the leading dims
     loop {
@@ -60,6 +53,20 @@ pub fn slabs(region: &Region, max: u64) -> Vec<Region> {
             idx[d] = 0;
         }
     }
+}
+
+/// How [`slabs`] cuts a box of shape `count`: the dim cut into runs of `rows` (the first
+/// whose inner box, the dims after it, fits `max` elements); the dims before it are taken one
+/// index at a time.
+fn slab_shape(count: &[u64], max: u64) -> (usize, u64) {
+    let n = count.len();
+    let mut suffix = vec![1u64; n + 1];
+    for d in (0..n).rev() {
+        suffix[d] = suffix[d + 1].saturating_mul(count[d]);
+    }
+    let cut = (0..n).find(|&d| suffix[d + 1] <= max).unwrap_or(n - 1);
+    let rows = (max / suffix[cut + 1]).clamp(1, count[cut].max(1));
+    (cut, rows)
 }
 
 /// The object's metadata wherever it is owned.
@@ -336,6 +343,83 @@ pub fn read_strided(
         src.resize(sbox.byte_len(elem)? as usize, 0);
         server.engine.read(id, &sbox, &mut src)?;
         gather(elem, &sbox.count, step, &part, &picked, &src, &mut out);
+    }
+    server.read_bytes.fetch_add(out_len, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// `Request::ReadPoints` at the owner: the elements at `coords` (ndim per point), in order.
+/// Points are grouped by the slab of the object they fall in, and each group's bounding box
+/// is read once, so scattered points cost one small read each and clustered ones share one.
+pub fn read_points(server: &Server, id: ObjectId, coords: &[u64]) -> Result<Vec<u8>> {
+    let obj = server.meta.object(id)?;
+    let n = obj.dims.len();
+    if n == 0 || coords.len() % n != 0 {
+        return Err(Error::invalid(format!(
+            "{} coordinates do not make points of {n} dims",
+            coords.len()
+        )));
+    }
+    let points = coords.len() / n;
+    for (p, c) in coords.chunks_exact(n).enumerate() {
+        if let Some(d) = (0..n).find(|&d| c[d] >= obj.dims[d]) {
+            return Err(Error::new(
+                pdcx_core::ErrorKind::OutOfBounds,
+                format!(
+                    "point {p} {c:?} is outside {} (dims {:?}) in dim {d}",
+                    obj.name, obj.dims
+                ),
+            ));
+        }
+    }
+    let elem = obj.dtype.size();
+    let out_len = (points as u64).saturating_mul(elem as u64);
+    if out_len > server.config.max_payload {
+        return Err(Error::invalid(format!(
+            "{points} points are {out_len} bytes, over the server's limit of {}",
+            server.config.max_payload
+        )));
+    }
+    let (cut, rows) = slab_shape(&obj.dims, SLAB_ELEMS);
+    let key = |p: usize| {
+        let c = &coords[p * n..(p + 1) * n];
+        let mut k = c[..cut].to_vec();
+        k.push(c[cut] / rows);
+        k
+    };
+    let mut order: Vec<usize> = (0..points).collect();
+    order.sort_by_cached_key(|&p| key(p));
+    let mut out = vec![0u8; out_len as usize];
+    let mut buf = Vec::new();
+    let mut start = 0;
+    while start < order.len() {
+        let k = key(order[start]);
+        let mut end = start + 1;
+        while end < order.len() && key(order[end]) == k {
+            end += 1;
+        }
+        let group = &order[start..end];
+        let mut lo = coords[group[0] * n..(group[0] + 1) * n].to_vec();
+        let mut hi = lo.clone();
+        for &p in group {
+            for d in 0..n {
+                lo[d] = lo[d].min(coords[p * n + d]);
+                hi[d] = hi[d].max(coords[p * n + d]);
+            }
+        }
+        let count: Vec<u64> = (0..n).map(|d| hi[d] - lo[d] + 1).collect();
+        let bbox = Region { offset: lo, count };
+        buf.resize(bbox.byte_len(elem)? as usize, 0);
+        server.engine.read(id, &bbox, &mut buf)?;
+        for &p in group {
+            let mut at = 0u64;
+            for d in 0..n {
+                at = at * bbox.count[d] + (coords[p * n + d] - bbox.offset[d]);
+            }
+            let at = at as usize * elem;
+            out[p * elem..(p + 1) * elem].copy_from_slice(&buf[at..at + elem]);
+        }
+        start = end;
     }
     server.read_bytes.fetch_add(out_len, Ordering::Relaxed);
     Ok(out)

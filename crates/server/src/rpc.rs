@@ -431,6 +431,12 @@ fn handle(
             region,
             want,
         } => return crate::analysis::value_query(server, &query, region, &want),
+        Request::ReadPoints { id, coords } => {
+            return Ok((
+                Response::Data,
+                crate::analysis::read_points(server, id, &coords)?,
+            ))
+        }
         Request::ReadStrided { id, region, step } => {
             return Ok((
                 Response::Data,

@@ -681,6 +681,23 @@ class Object:
                 self._client._c.read_into(self.id, offset, count, buf)
         return out.reshape([c for d, c in enumerate(out.shape) if d not in drop]) if drop else out
 
+    def points(self, coords: Any) -> np.ndarray:
+        """The elements at ``coords`` (an ``(n, ndim)`` array of indices, e.g.
+        :attr:`Hits.coords`), in that order; the object's owner picks them, so only they
+        travel."""
+        c = np.asarray(coords)
+        if c.ndim == 1 and self.ndim == 1:
+            c = c.reshape(-1, 1)
+        if c.ndim != 2 or c.shape[1] != self.ndim:
+            raise InvalidArgumentError(f"coords must be an (n, {self.ndim}) array of indices, got shape {c.shape}")
+        if c.size and (not np.issubdtype(c.dtype, np.integer) or c.min() < 0):
+            raise InvalidArgumentError("coords must be non-negative integers")
+        out = np.empty(len(c), dtype=self.dtype)
+        if len(c):
+            flat = np.ascontiguousarray(c, dtype="<u8").tobytes()
+            self._client._c.read_points(self.id, self.ndim, flat, memoryview(out.view(np.uint8)))
+        return out
+
     # ---- value queries (evaluated by the servers that hold the data) ----
     def __gt__(self, value: Any) -> Condition:
         return Condition._cond(self, "Gt", value)
