@@ -897,7 +897,7 @@ impl Client {
         coords: &[u64],
         out: &mut [u8],
     ) -> Result<()> {
-        if ndim == 0 || coords.len() % ndim != 0 {
+        if ndim == 0 || !coords.len().is_multiple_of(ndim) {
             return Err(Error::invalid(format!(
                 "{} coordinates do not make points of {ndim} dims",
                 coords.len()
@@ -907,7 +907,7 @@ impl Client {
         if points == 0 {
             return Ok(());
         }
-        if out.len() % points != 0 {
+        if !out.len().is_multiple_of(points) {
             return Err(Error::invalid(format!(
                 "an output of {} bytes does not hold {points} elements",
                 out.len()

@@ -489,7 +489,7 @@ impl Client {
         coords: &[u8],
         out: PyBuffer<u8>,
     ) -> R<()> {
-        if coords.len() % 8 != 0 {
+        if !coords.len().is_multiple_of(8) {
             return Err(InvalidArgumentError::new_err(
                 "coordinates must be u64 bytes",
             ));

@@ -354,7 +354,7 @@ pub fn read_strided(
 pub fn read_points(server: &Server, id: ObjectId, coords: &[u64]) -> Result<Vec<u8>> {
     let obj = server.meta.object(id)?;
     let n = obj.dims.len();
-    if n == 0 || coords.len() % n != 0 {
+    if n == 0 || !coords.len().is_multiple_of(n) {
         return Err(Error::invalid(format!(
             "{} coordinates do not make points of {n} dims",
             coords.len()
