@@ -10,6 +10,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import os
+import pickle
+import subprocess
+import sys
 
 import numpy as np
 import pdcx
@@ -101,6 +104,9 @@ def test_open_dataset_variables_attributes_dims_and_coordinates(client):
     np.testing.assert_array_equal(ds["grid"].values, a["grid"])
     ds.close()
     assert client.open_container("run1").name == "run1"  # closing left the caller's client usable
+    # A pdcx.Container opens without naming the engine (it brings its client).
+    ds = xr.open_dataset(client.open_container("run1"))
+    np.testing.assert_array_equal(ds["v"][3, 4].values, a["v"][3, 4])
 
 
 def test_selections_equal_numpy_and_read_only_what_they_select(client):
@@ -168,6 +174,27 @@ def test_open_with_dask_chunks(client):
     np.testing.assert_allclose(ds["v"].max(dim=("x", "y")).values, a["v"].max(axis=(1, 2)))
 
 
+def test_arrays_pickle_into_other_processes(client):
+    """A dataset's arrays name their object and deployment root, so dask's process scheduler
+    (like its distributed one) and multiprocessing read them from other processes."""
+    a = make_run(client)
+    ds = xr.open_dataset("run1", engine=ENGINE, client=client, chunks={"time": 25})
+    before = read_bytes(client)
+    total = ds["v"].sum().compute(scheduler="processes", num_workers=2)
+    np.testing.assert_allclose(float(total), a["v"].sum(dtype="f8"), rtol=1e-5)
+    assert read_bytes(client) - before == a["v"].nbytes  # each chunk read once, by a worker
+
+    lazy = xr.open_dataset("run1", engine=ENGINE, client=client)["v"].isel(time=7, x=slice(0, 5))
+    code = "import pickle, sys; v = pickle.load(sys.stdin.buffer); sys.stdout.buffer.write(v.values.tobytes())"
+    before = read_bytes(client)
+    p = subprocess.run(
+        [sys.executable, "-c", code], check=False, input=pickle.dumps(lazy), capture_output=True, timeout=120
+    )
+    assert p.returncode == 0, p.stderr.decode()
+    np.testing.assert_array_equal(np.frombuffer(p.stdout, dtype="f4").reshape(5, Y), a["v"][7, :5])
+    assert read_bytes(client) - before == 5 * Y * 4
+
+
 def test_to_pdcx_round_trip(client):
     rng = np.random.default_rng(3)
     ds = xr.Dataset(
@@ -198,6 +225,9 @@ def test_to_pdcx_round_trip(client):
     back = xr.open_dataset("rt", engine=ENGINE, client=client)
     xr.testing.assert_identical(back.load(), ds)
     assert back["mask"].dtype == bool and back["time"].dtype.kind == "M"
+    raw = xr.open_dataset("rt", engine=ENGINE, client=client, decode_cf=False)  # the tags as stored
+    assert raw["time"].dtype == np.int64 and raw["time"].attrs["units"].startswith("hours since 2026-01-01")
+    assert client.open_object("rt/mask").dtype == np.int8  # bool is stored as int8 (xarray decodes it always)
 
     # Dask-backed variables are stored chunk by chunk; mode="a" adds to an existing container.
     chunked = xr.Dataset({"big": (("sample", "x"), da.from_array(rng.random((50, 8)), chunks=(7, 3)))})
@@ -267,6 +297,9 @@ def test_bad_inputs_give_clear_errors(client, tmp_path, monkeypatch):
     cont.create_object("run1/notscalar", (3,), "f4", tags={"dims": ""})
     with pytest.raises(pdcx.InvalidArgumentError, match="marks a scalar"):
         xr.open_dataset("run1", engine=ENGINE, client=client, drop_variables=["wrongdims", "short"])
+    cont.create_object("run1/particles.x", (X,), "f4")
+    with pytest.raises(pdcx.InvalidArgumentError, match="two objects of container 'run1' give variable 'particles.x'"):
+        xr.open_dataset("run1", engine=ENGINE, client=client, drop_variables=["wrongdims", "short", "notscalar"])
 
 
 def test_engine_name_is_registered():

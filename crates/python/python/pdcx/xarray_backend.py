@@ -31,7 +31,9 @@ Mapping (the conventions, both ways):
   ``scale_factor``/``_FillValue`` tags mask and scale) unless turned off
   (``decode_cf=False`` or the individual ``decode_*``/``mask_and_scale`` options).
 
-Each variable's ``encoding["pdcx_object"]`` names its object. Indexing is
+Each variable's ``encoding["pdcx_object"]`` names its object. The arrays pickle as their
+object's name and deployment root (another process joins that deployment), so dask's process
+and distributed schedulers work on datasets opened here. Indexing is
 ``IndexingSupport.BASIC``: ints and positive-step slices go to ``Object.__getitem__`` as they
 are; xarray turns array (outer/vectorized) indexers into their bounding slice and picks the
 elements from that in memory.
@@ -40,6 +42,7 @@ elements from that in memory.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -97,6 +100,32 @@ class PdcxBackendArray(BackendArray):
             return np.asarray(self._src[0:1]).reshape(())
         return np.asarray(self._src[key])
 
+    # Pickling (dask's process and distributed schedulers, multiprocessing): the object by name
+    # and its deployment's root; the other process joins that deployment, once per root.
+    def __getstate__(self) -> dict:
+        root = self.obj._client.root
+        if root is None:
+            raise TypeError(f"cannot pickle a view of {self.obj.name!r}: its client has no deployment root")
+        return {"root": root, "name": self.obj.name, "field": self.field, "scalar": self.scalar, "shape": self.shape}
+
+    def __setstate__(self, state: dict) -> None:
+        obj = _shared_client(state["root"]).open_object(state["name"])
+        self.__init__(obj, state["field"], state["scalar"])
+        self.shape = state["shape"]  # as when opened, even if the object grew since
+
+
+_CLIENTS: dict[str, pdcx.Client] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def _shared_client(root: str) -> pdcx.Client:
+    """This process's client of the deployment at ``root``, for unpickled arrays (one per root,
+    kept for the life of the process, as a worker reads many chunks)."""
+    with _CLIENTS_LOCK:
+        if root not in _CLIENTS:
+            _CLIENTS[root] = pdcx.connect(root)
+        return _CLIENTS[root]
+
 
 def _dims_from_tag(value: Any, where: str, ndim: int, size: int) -> tuple[tuple[str, ...], bool]:
     """(dims, is_scalar) from a ``dims`` tag value, or a clear error."""
@@ -149,6 +178,11 @@ class PdcxDataStore(AbstractDataStore):
             for name, field in pieces:
                 if name in drop:
                     continue
+                if any(e[0] == name for e in entries):  # e.g. object "a.x" and field x of "a"
+                    raise InvalidArgumentError(
+                        f"two objects of container {self.container_name!r} give variable {name!r}; "
+                        "rename one or open with drop_variables=[...]"
+                    )
                 where = f"object {obj.name!r}" + (f" field {field!r}" if field else "")
                 arr = PdcxBackendArray(obj, field)
                 dims, scalar = None, False
@@ -208,6 +242,13 @@ class PdcxDataStore(AbstractDataStore):
             self._own = False
             self.client.close()
 
+    def __getstate__(self) -> dict:
+        # A pickled dataset carries its store (for close()); the copy owns no client.
+        return {"container_name": self.container_name, "_own": False, "client": None}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+
 
 def _client_for(root: Any, client: Any) -> tuple[pdcx.Client, bool]:
     """The client to read with, and whether the dataset owns (closes) it."""
@@ -261,15 +302,19 @@ class PdcxBackendEntrypoint(BackendEntrypoint):
             if own:
                 client.close()
             raise
-        ds = StoreBackendEntrypoint().open_dataset(
-            store,
-            mask_and_scale=mask_and_scale,
-            decode_times=decode_times,
-            concat_characters=concat_characters,
-            decode_coords=decode_coords,
-            use_cftime=use_cftime,
-            decode_timedelta=decode_timedelta,
-        )
+        try:
+            ds = StoreBackendEntrypoint().open_dataset(
+                store,
+                mask_and_scale=mask_and_scale,
+                decode_times=decode_times,
+                concat_characters=concat_characters,
+                decode_coords=decode_coords,
+                use_cftime=use_cftime,
+                decode_timedelta=decode_timedelta,
+            )
+        except BaseException:
+            store.close()  # e.g. a CF attribute that does not decode: no client left behind
+            raise
         coords = store.coordinate_names.intersection(ds.data_vars)
         return ds.set_coords(sorted(coords)) if coords else ds
 
