@@ -168,8 +168,8 @@ class PdcxDataStore(AbstractDataStore):
         return obj.name.removeprefix(prefix)
 
     def _build(self, objects: list[pdcx.Object], drop: set[str]) -> dict[str, xr.Variable]:
-        # (name, array, tags, dims from the tag or None, where) for every variable.
-        entries = []
+        # (name, array, attrs, dims from the tag or None, where, is a coordinate) per variable.
+        entries, seen = [], set()
         for obj in sorted(objects, key=lambda o: o.name):
             tags = _attrs_of(_decode_tags(obj._meta["tags"]))
             base = self._var_name(obj)
@@ -178,7 +178,7 @@ class PdcxDataStore(AbstractDataStore):
             for name, field in pieces:
                 if name in drop:
                     continue
-                if any(e[0] == name for e in entries):  # e.g. object "a.x" and field x of "a"
+                if name in seen:  # e.g. object "a.x" and field x of composite "a"
                     raise InvalidArgumentError(
                         f"two objects of container {self.container_name!r} give variable {name!r}; "
                         "rename one or open with drop_variables=[...]"
@@ -192,6 +192,7 @@ class PdcxDataStore(AbstractDataStore):
                     arr = PdcxBackendArray(obj, field, scalar=True)
                 attrs = {k: v for k, v in tags.items() if k not in _STRUCTURE_TAGS and k != FIELDS_TAG}
                 entries.append((name, arr, attrs, dims, where, _is_true(tags.get(COORDINATE_TAG, 0))))
+                seen.add(name)
 
         # Tagged dims first: they must agree, since the user named them.
         lengths: dict[str, tuple[int, str]] = {}
@@ -295,7 +296,7 @@ class PdcxBackendEntrypoint(BackendEntrypoint):
             raise InvalidArgumentError(
                 f"engine='pdcx' opens a container by name (a str) or a pdcx.Container, got {type(filename_or_obj).__name__}"
             )
-        client, own = _client_for(None if isinstance(filename_or_obj, pdcx.Container) else root, client)
+        client, own = _client_for(root, client)
         try:
             store = PdcxDataStore(client, name, drop_variables or (), own_client=own)
         except BaseException:
