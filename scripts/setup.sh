@@ -4,7 +4,7 @@
 #   scripts/setup.sh           what the demo (scripts/demo.sh) needs: libzfp, numpy, maturin;
 #                              builds and installs the Python package and the `pdcx` command
 #   scripts/setup.sh --test    also what only the tests need (scripts/test.sh): OpenMPI +
-#                              mpi4py, pytest, ruff, iproute2, the C API (libpdcx) and
+#                              mpi4py, pytest, ruff, xarray, dask, iproute2, the C API (libpdcx) and
 #                              versitygw, the S3 server the S3 tier's tests start (a Go build,
 #                              1-7 minutes on 2 cores)
 #   scripts/setup.sh --bench   also what bench/ needs: OpenMPI + mpi4py, libpdcx, parallel h5py
@@ -42,7 +42,8 @@ fi
 PY=${PYTHON:-python3}
 py_mods=(numpy maturin)
 ((want_mpi)) && py_mods+=(mpi4py)
-((want_test)) && py_mods+=(pytest ruff)
+# xarray and dask: tests/test_xarray.py (pdcx's xarray backend; dask's array extra is numpy).
+((want_test)) && py_mods+=(pytest ruff xarray dask)
 py_need=()
 for m in "${py_mods[@]}"; do
   $PY -c "import $m" 2>/dev/null || py_need+=("$m")

@@ -11,6 +11,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export PDCX_REQUIRE_S3=1
 # ... and the h5py `mpio` tests fail instead of skipping without a parallel h5py (setup builds it).
 export PDCX_REQUIRE_H5PY=1
+# ... and the xarray/dask tests without xarray or dask (setup.sh --test installs them).
+export PDCX_REQUIRE_XARRAY=1
 
 echo "== rust: fmt, clippy"
 cargo fmt --all --check
