@@ -85,7 +85,7 @@ def run(cmd, env, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-@pytest.mark.parametrize("prog", ["obj_create_rw", "region_partial_overlap", "transfer_restart", "pdc_compat"])
+@pytest.mark.parametrize("prog", ["obj_create_rw", "region_partial_overlap", "transfer_restart", "pdc_compat", "pdc_query"])
 def test_c_program(build, dep, prog):
     p = run([str(build(prog))], dep.env())
     assert p.returncode == 0, p.stdout + p.stderr
@@ -152,7 +152,9 @@ def test_bad_input_fails_cleanly(build, dep):
         "is a container property (PDC_CONT_CREATE)",
         "is outside the object's dims [4, 4]",
         "has 15 elements but remote region",
-        "pdcx: value queries are not supported yet",
+        "pdcx: PDCquery_create: value is NULL",
+        "pdcx: PDCquery_get_nhits: the output pointer is NULL",
+        "is not a live query",
         "dims can only grow",
         "PDCinit has not been called",
     ]:

@@ -68,11 +68,21 @@ int main(void)
     CHECK(PDCobj_iter_get_info(NULL) == NULL);
     CHECK(PDCobj_iter_next((obj_handle *)buf, cont) == NULL);
     CHECK(PDCobj_iter_null(NULL));
-    /* value queries are not supported */
+    /* value queries: bad constants, operators, ids and pointers are refused */
     int v = 3;
-    CHECK(PDCquery_create(obj, PDC_GT, PDC_INT, &v) == NULL);
+    CHECK(PDCquery_create(obj, PDC_GT, PDC_INT, NULL) == NULL);
+    CHECK(PDCquery_create(obj, PDC_OP_NONE, PDC_INT, &v) == NULL);
+    CHECK(PDCquery_create(obj, PDC_GT, PDC_STRING, &v) == NULL);
+    CHECK(PDCquery_create(cont, PDC_GT, PDC_INT, &v) == NULL);
     uint64_t nh;
     CHECK(PDCquery_get_nhits(NULL, &nh) == FAIL);
+    CHECK(PDCquery_get_nhits((pdc_query_t *)buf, &nh) == FAIL);
+    pdc_query_t *q = PDCquery_create(obj, PDC_GT, PDC_INT, &v);
+    CHECK(q != NULL);
+    CHECK(PDCquery_get_nhits(q, NULL) == FAIL);
+    CHECK(PDCquery_get_selection(q, NULL) == FAIL);
+    CHECK(PDCquery_and(q, q) == NULL);
+    PDCquery_free(q);
     PDCquery_free(NULL);
     /* deleted object */
     CHECK_OK(PDCobj_del(obj));

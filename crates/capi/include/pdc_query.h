@@ -1,5 +1,7 @@
-/* pdcx: PDC-compatible query declarations. Value queries are NOT supported yet: every call
- * below prints "pdcx: value queries are not supported yet" and returns NULL or FAIL. */
+/* pdcx: PDC-compatible query declarations. Value queries are evaluated by the servers that
+ * own the objects (conditions on several objects of one shape too); PDCquery_get_histogram
+ * succeeds for a known object and computes nothing, as in PDC; PDCobj_prop_query and the
+ * PDC_QUERY_NOT combination are not supported (they fail with a message). */
 #ifndef PDC_QUERY_H
 #define PDC_QUERY_H
 

@@ -31,7 +31,7 @@ pub const FAIL: Perr = -1;
 pub type R<T> = Result<T, String>;
 
 /// First handle id; pdcx object ids are below 2^56 for up to 256 servers.
-const FIRST_HANDLE: u64 = 1 << 56;
+pub(crate) const FIRST_HANDLE: u64 = 1 << 56;
 
 pub enum Handle {
     Pdc,
