@@ -89,3 +89,46 @@ def test_server_status_reports_a_dead_server(deployment, fmt):
         assert [s["up"] for s in json.loads(p.stdout)] == [True, False]
     else:
         assert "DOWN" in p.stdout
+
+
+def test_query_values_prints_the_hits_the_servers_found(deployment, tmp_path):
+    dep = deployment(n=2)
+    env = dep.env()
+    e = (np.random.default_rng(4).random((40, 30)) * 3).astype("<f4")
+    x = np.arange(1200, dtype="<i8").reshape(40, 30) + 2**60
+    np.save(tmp_path / "e.npy", e)
+    np.save(tmp_path / "x.npy", x)
+    run_pdcx("put", tmp_path / "e.npy", "--name", "run1/energy", "--container", "run1", env=env)
+    run_pdcx("put", tmp_path / "x.npy", "--name", "run1/x", "--container", "run1", env=env)
+    ref = (e > 2.5) & (x < 2**60 + 600) | (x == 2**60 + 1199)
+    out = json.loads(
+        run_pdcx(
+            "query",
+            "--values",
+            "--in",
+            "run1",
+            f"energy>2.5 & x<{2**60 + 600} | x=={2**60 + 1199}",
+            "--limit",
+            "10000",
+            "--json",
+            env=env,
+        ).stdout
+    )
+    assert out["nhits"] == ref.sum() == len(out["hits"])
+    assert [h["coords"] for h in out["hits"]] == np.argwhere(ref).tolist()
+    assert [h["values"]["run1/x"] for h in out["hits"]] == x[ref].tolist()  # int64 exact
+    assert [h["values"]["run1/energy"] for h in out["hits"]] == pytest.approx(e[ref].tolist())
+    text = run_pdcx("query", "--values", "run1/energy>2.9", "--region", "0:10,:", "--bins", "2", env=env).stdout
+    n = int((e[:10] > 2.9).sum())
+    assert text.startswith(f"{n} hits")
+    assert "histogram of run1/energy" in text
+    count = run_pdcx("query", "--values", "--in", "run1", "energy<1", "--count", env=env).stdout
+    assert count.split()[0] == str(int((e < 1).sum()))
+    for bad, why in [
+        (["query", "--values", "run1/energy>"], "needs a number"),
+        (["query", "--values", "nope>1"], "no object named"),
+        (["query", "--values", "run1/energy>1", "--region", "0:99,:"], "region"),
+        (["query", "--region", "0:1", "step=3"], "go with --values"),
+    ]:
+        p = run_pdcx(*bad, env=env, check=False)
+        assert p.returncode != 0 and why in p.stderr, (bad, p.stderr)

@@ -710,6 +710,164 @@ pub fn query(root: &Path, conditions: &[String], json_out: bool) -> Result<()> {
     Ok(())
 }
 
+/// Options of `pdcx query --values`.
+pub struct ValueQueryOpts<'a> {
+    pub region: Option<&'a str>,
+    pub container: Option<&'a str>,
+    pub count_only: bool,
+    pub limit: u64,
+    pub bins: u32,
+    pub json: bool,
+}
+
+/// One element as JSON, exactly (int64 beyond 2^53 too; a float32 as the f32 it is).
+fn elem_json(dtype: pdcx_core::Dtype, b: &[u8]) -> Value {
+    use pdcx_core::Dtype as D;
+    let a8 = |b: &[u8]| -> [u8; 8] { b[..8].try_into().unwrap_or([0; 8]) };
+    let a4 = |b: &[u8]| -> [u8; 4] { b[..4].try_into().unwrap_or([0; 4]) };
+    match dtype {
+        D::Int8 => json!(b[0] as i8),
+        D::UInt8 | D::Bytes => json!(b[0]),
+        D::Int16 => json!(i16::from_le_bytes([b[0], b[1]])),
+        D::UInt16 => json!(u16::from_le_bytes([b[0], b[1]])),
+        D::Int32 => json!(i32::from_le_bytes(a4(b))),
+        D::UInt32 => json!(u32::from_le_bytes(a4(b))),
+        D::Int64 => json!(i64::from_le_bytes(a8(b))),
+        D::UInt64 => json!(u64::from_le_bytes(a8(b))),
+        D::Float32 => json!(f32::from_le_bytes(a4(b))),
+        D::Float64 => json!(f64::from_le_bytes(a8(b))),
+    }
+}
+
+/// Most hits `pdcx query --values` fetches coordinates and values of (--count has no limit).
+const CLI_MAX_HITS: u64 = 10_000_000;
+
+/// `pdcx query --values`: a value query evaluated by the servers.
+pub fn value_query(root: &Path, text: &str, opts: &ValueQueryOpts) -> Result<()> {
+    use pdcx_core::valuequery::{QueryWant, ValueExpr};
+    let parsed = ValueExpr::parse(text).map_err(msg)?;
+    let client = connect(root)?;
+    let mut metas: Vec<ObjectMeta> = Vec::new();
+    let expr = parsed.try_map(&mut |name: &String| -> Result<u64> {
+        let meta = match (resolve(&client, name), opts.container) {
+            (Ok(m), _) => m,
+            (Err(e), Some(c)) => resolve(&client, &format!("{c}/{name}"))
+                .map_err(|_| anyhow!("{e}; no {c}/{name} either"))?,
+            (Err(e), None) => return Err(e),
+        };
+        let id = meta.id;
+        if !metas.iter().any(|m| m.id == id) {
+            metas.push(meta);
+        }
+        Ok(id)
+    })?;
+    let region = match opts.region {
+        Some(spec) => Some(region_arg::parse(spec, &metas[0].dims)?),
+        None => None,
+    };
+    let want = QueryWant {
+        coords: !opts.count_only,
+        values: if opts.count_only {
+            Vec::new()
+        } else {
+            metas.iter().map(|m| m.id).collect()
+        },
+        histogram_bins: opts.bins,
+        max_hits: if opts.count_only { 0 } else { CLI_MAX_HITS },
+    };
+    let (answer, payload) = client.value_query(expr, region, want).map_err(msg)?;
+    let n = answer.nhits as usize;
+    let nd = answer.ndim as usize;
+    let shown = if opts.count_only {
+        0
+    } else {
+        n.min(opts.limit as usize)
+    };
+    let coord = |i: usize, d: usize| {
+        let at = (i * nd + d) * 8;
+        u64::from_le_bytes(payload[at..at + 8].try_into().unwrap_or([0; 8]))
+    };
+    let values_at = n * nd * 8;
+    let value = |k: usize, i: usize| -> Value {
+        let start = values_at + metas[..k].iter().map(|m| m.dtype.size() * n).sum::<usize>();
+        let size = metas[k].dtype.size();
+        let b = &payload[start + i * size..start + (i + 1) * size];
+        elem_json(metas[k].dtype, b)
+    };
+    if opts.json {
+        let hits: Vec<Value> = (0..shown)
+            .map(|i| {
+                let vals: serde_json::Map<String, Value> = metas
+                    .iter()
+                    .enumerate()
+                    .map(|(k, m)| (m.name.clone(), value(k, i)))
+                    .collect();
+                json!({"coords": (0..nd).map(|d| coord(i, d)).collect::<Vec<_>>(), "values": vals})
+            })
+            .collect();
+        let out = json!({
+            "nhits": answer.nhits, "shown": shown, "min": answer.min, "max": answer.max,
+            "histogram": answer.histogram, "scanned_bytes": answer.scanned_bytes,
+            "skipped_bytes": answer.skipped_bytes, "hits": hits,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
+    println!(
+        "{} hits{}",
+        answer.nhits,
+        match (answer.min, answer.max) {
+            (Some(lo), Some(hi)) => format!(" ({} from {lo} to {hi})", metas[0].name),
+            _ => String::new(),
+        }
+    );
+    if shown > 0 {
+        let names: Vec<&str> = metas.iter().map(|m| m.name.as_str()).collect();
+        println!("coords\t{}", names.join("\t"));
+        for i in 0..shown {
+            let c: Vec<String> = (0..nd).map(|d| coord(i, d).to_string()).collect();
+            let v: Vec<String> = (0..metas.len()).map(|k| value(k, i).to_string()).collect();
+            println!("({})\t{}", c.join(","), v.join("\t"));
+        }
+        if shown < n {
+            println!(
+                "... {} more (--limit N shows more, --json for all fields)",
+                n - shown
+            );
+        }
+    }
+    if !answer.histogram.is_empty() {
+        let (lo, hi) = (answer.min.unwrap_or(0.0), answer.max.unwrap_or(0.0));
+        let width = (hi - lo) / answer.histogram.len() as f64;
+        println!("histogram of {}:", metas[0].name);
+        for (b, c) in answer.histogram.iter().enumerate() {
+            println!(
+                "  [{:.6}, {:.6}{}\t{c}",
+                lo + b as f64 * width,
+                lo + (b + 1) as f64 * width,
+                if b + 1 == answer.histogram.len() {
+                    "]"
+                } else {
+                    ")"
+                }
+            );
+        }
+    }
+    eprintln!(
+        "servers read {} of object data{}",
+        human_bytes(answer.scanned_bytes),
+        if answer.skipped_bytes > 0 {
+            format!(
+                ", skipped {} (extent statistics)",
+                human_bytes(answer.skipped_bytes)
+            )
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
 pub fn tag(root: &Path, what: &str, set: &[String], delete: &[String]) -> Result<()> {
     if set.is_empty() && delete.is_empty() {
         bail!("nothing to do: give KEY=VALUE pairs to set and/or --delete KEY");

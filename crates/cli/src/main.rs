@@ -92,13 +92,36 @@ enum Command {
         output: PathBuf,
     },
 
-    /// Find objects whose tags satisfy every condition.
+    /// Find objects whose tags satisfy every condition, or (--values) the elements of objects
+    /// whose values satisfy a condition, evaluated by the servers that hold the data.
     #[command(after_help = QUERY_EXAMPLES)]
     Query {
-        /// Conditions, all of which must hold (see examples).
+        /// Tag conditions, all of which must hold; with --values, a value condition over
+        /// objects (joined with &: `energy>1.2 & x<100`), see examples.
         #[arg(required = true, value_name = "COND")]
         conditions: Vec<String>,
-        /// Print a JSON list of {id, name}.
+        /// Query the objects' values, not their tags: print the matching elements'
+        /// coordinates and values.
+        #[arg(long)]
+        values: bool,
+        /// (--values) Search only this part of the objects: one item per dim, START:END, : or
+        /// INDEX.
+        #[arg(long, value_name = "SPEC", allow_hyphen_values = true)]
+        region: Option<String>,
+        /// (--values) Object names in the condition are relative to this container (`energy`
+        /// means `CONT/energy` when there is no object `energy`).
+        #[arg(long = "in", value_name = "CONT")]
+        container: Option<String>,
+        /// (--values) Print the number of hits only (no limit on how many).
+        #[arg(long)]
+        count: bool,
+        /// (--values) Print at most this many hits (all are counted).
+        #[arg(long, default_value_t = 20, value_name = "N")]
+        limit: u64,
+        /// (--values) Also print a histogram of the first object's hit values with N bins.
+        #[arg(long, default_value_t = 0, value_name = "N")]
+        bins: u32,
+        /// Print JSON.
         #[arg(long)]
         json: bool,
     },
@@ -326,7 +349,12 @@ EXAMPLES:
   pdcx query 'species~elec*'        # glob on string tags: * ? [abc]
   pdcx query 'name~run1/*'          # glob on object names
   pdcx query units?                 # objects that have the tag at all
-  pdcx query 'step!=3' --json";
+  pdcx query 'step!=3' --json
+VALUE QUERIES (--values: the servers holding the data evaluate it, only hits come back):
+  pdcx query --values 'run1/energy > 1.2'                    # coordinates and values of the hits
+  pdcx query --values --in run1 'energy>1.2 & x<100'         # several objects of one shape: & and |
+  pdcx query --values --in run1 '(x<10 | x>290) & energy>=2' --count
+  pdcx query --values 'run1/temp > 300' --region 0:10,: --bins 10 --json";
 
 const TAG_EXAMPLES: &str = "\
 EXAMPLES:
@@ -487,8 +515,33 @@ fn run(cli: Cli) -> Result<u8> {
             region,
             output,
         } => commands::get(&root, &object, region.as_deref(), &output).map(|()| 0),
-        Command::Query { conditions, json } => {
-            commands::query(&root, &conditions, json).map(|()| 0)
+        Command::Query {
+            conditions,
+            values,
+            region,
+            container,
+            count,
+            limit,
+            bins,
+            json,
+        } => {
+            if values {
+                let opts = commands::ValueQueryOpts {
+                    region: region.as_deref(),
+                    container: container.as_deref(),
+                    count_only: count,
+                    limit,
+                    bins,
+                    json,
+                };
+                commands::value_query(&root, &conditions.join(" & "), &opts).map(|()| 0)
+            } else if region.is_some() || container.is_some() || count || bins > 0 {
+                Err(anyhow::anyhow!(
+                    "--region, --in, --count and --bins go with --values (a query of the objects' values)"
+                ))
+            } else {
+                commands::query(&root, &conditions, json).map(|()| 0)
+            }
         }
         Command::Tag {
             object,
