@@ -85,7 +85,9 @@ def run(cmd, env, timeout=120) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout, check=False)
 
 
-@pytest.mark.parametrize("prog", ["obj_create_rw", "region_partial_overlap", "transfer_restart", "pdc_compat", "pdc_query"])
+@pytest.mark.parametrize(
+    "prog", ["obj_create_rw", "region_partial_overlap", "transfer_restart", "pdc_compat", "pdc_query"]
+)
 def test_c_program(build, dep, prog):
     p = run([str(build(prog))], dep.env())
     assert p.returncode == 0, p.stdout + p.stderr
