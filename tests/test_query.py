@@ -191,3 +191,61 @@ def test_point_reads_return_the_elements_in_the_order_asked(dep):
         o.points([[1, 2, 3]])
     with pytest.raises(pdcx.InvalidArgumentError, match="non-negative"):
         o.points([[-1, 2]])
+
+
+TIER_TOML = """
+[[tier]]
+name = "pfs"
+kind = "shared"
+path = "{path}"
+
+[log]
+segment_bytes = "1MiB"
+
+[flush]
+interval_ms = 100
+"""
+
+
+def test_extent_statistics_let_a_selective_query_skip_extents_on_a_tier(deployment, tmp_path):
+    """Each 256 KiB extent holds values in [k, k+1): a query for (40.5, 40.6) reads only extent
+    40 from the tier, on the owner and on another holder, before and after a restart, and
+    reads everything when the object turns statistics off."""
+    dep = deployment(n=2, start=False)
+    (dep.root / "pdcx.toml").write_text(TIER_TOML.format(path=tmp_path / "pfs"))
+    dep.start()
+    c = client_on(dep, 1)
+    ct = c.create_container("stats")
+    chunk, n_chunks = 32_768, 64
+    rng = np.random.default_rng(11)
+    data = np.concatenate([k + rng.random(chunk) for k in range(n_chunks)])
+    objs = []
+    for name in names_on_every_server("stats", 2) + ["stats/off"]:
+        tags = {"pdcx.stats": "off"} if name.endswith("off") else None
+        o = ct.create_object(name, shape=data.shape, dtype="float64", tags=tags)
+        for k in range(0, data.size, chunk):
+            o.write_async(data[k : k + chunk], offset=(k,)).wait()
+        objs.append(o)
+    c.flush()
+    ref = np.flatnonzero((data > 40.5) & (data < 40.6))
+
+    def check(c):
+        for o in objs:
+            o = c.open_object(o.name)
+            assert all("pfs" in e["tier"] for e in o.extents()), "every extent is on the tier"
+            h = o.where((o > 40.5) & (o < 40.6))
+            assert np.array_equal(h.coords[:, 0], ref)
+            assert np.array_equal(h.values, data[ref])
+            if o.name.endswith("off"):
+                assert h.scanned_bytes == data.nbytes and h.skipped_bytes == 0
+            else:
+                assert h.scanned_bytes == chunk * 8, (o.name, h.scanned_bytes)
+                assert h.skipped_bytes == data.nbytes - chunk * 8
+            # A condition every extent may match reads everything.
+            assert o.where(o > 0.5, coords=False, values=False).scanned_bytes == data.nbytes
+
+    check(c)
+    dep.restart()
+    check(client_on(dep, 1))
+    stats = client_on(dep, 0).stats()
+    assert sum(s["query_skipped_bytes"] for s in stats) > 0

@@ -1028,6 +1028,9 @@ pub enum PeerRequest {
     /// (a value query over objects of several owners). Answered with `Pieces` holding one
     /// piece, the region.
     ReadOwned { id: ObjectId, region: Region },
+    /// A holder's extents of `id` inside `region`: each one's part of the region and its
+    /// (min, max) if known. Answered with `ExtentRanges`.
+    ExtentRanges { id: ObjectId, region: Region },
 }
 
 /// See `PeerRequest::UploadShardPart`: part `part` of upload `upload_id` of `key` on tier
@@ -1092,6 +1095,7 @@ impl PeerRequest {
             PeerRequest::Register { .. } => "Register",
             PeerRequest::ReadPieces { .. } => "ReadPieces",
             PeerRequest::ReadOwned { .. } => "ReadOwned",
+            PeerRequest::ExtentRanges { .. } => "ExtentRanges",
             PeerRequest::RegisterMemory { .. } => "RegisterMemory",
             PeerRequest::UploadPart(_) => "UploadPart",
             PeerRequest::DropExtents { .. } => "DropExtents",
@@ -1138,6 +1142,9 @@ pub enum PeerResponse {
     ShardReleased,
     /// Answer to `ShardBytes`; the payload holds the bytes.
     ShardBytes,
+    // ---- issue 12 ----
+    /// Answer to `ExtentRanges`.
+    ExtentRanges(Vec<(Region, Option<(f64, f64)>)>),
 }
 
 /// The error a reply carries, if it is one (both families end in an `Error` variant).

@@ -2,6 +2,7 @@
 //! an object's owner, which reads the data through `Engine::read` (its cache and log, other
 //! holders' pieces, tier homes) in bounded slabs and sends back only what was selected.
 
+use crate::engine::ExtentRanges;
 use crate::Server;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::Response;
@@ -203,63 +204,105 @@ pub fn value_query(
     let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); ids.len()];
     let mut mask = Vec::new();
     let first_dtype = metas[0].dtype;
+    let size0 = first_dtype.size();
     let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    // Which value-bytes of which object each asked value comes from.
+    let value_src: Vec<(usize, usize)> = want
+        .values
+        .iter()
+        .map(|v| {
+            let k = ids.iter().position(|x| x == v).unwrap_or(0);
+            (k, metas[k].dtype.size())
+        })
+        .collect();
+    // Hits of one slab: (C-order position in the slab, coordinates, values back to back),
+    // sorted before they are appended, since a slab's units need not be in C order.
+    let mut slab_hits: Vec<(u64, Vec<u64>, Vec<u8>)> = Vec::new();
     for slab in slabs(&region, SLAB_ELEMS) {
-        let n = slab.num_elements() as usize;
-        for (k, m) in metas.iter().enumerate() {
-            bufs[k].resize(n * m.dtype.size(), 0);
-            read_any(server, ids[k], &slab, &mut bufs[k])?;
-            answer.scanned_bytes += bufs[k].len() as u64;
-        }
-        let data = |id: ObjectId| {
-            ids.iter()
-                .position(|&i| i == id)
-                .map(|k| (metas[k].dtype, &bufs[k][..]))
-        };
-        query.eval(n, &data, &mut mask)?;
-        let hits = mask.iter().filter(|&&m| m).count() as u64;
-        if hits == 0 {
-            continue;
-        }
-        answer.nhits += hits;
-        if hit_bytes > 0 {
-            let total = answer.nhits.saturating_mul(hit_bytes);
-            if answer.nhits > max_hits || total > server.config.max_payload {
-                return Err(Error::invalid(format!(
-                    "the query has more than {} hits, too many to return their coordinates or values \
-                     (limit {}); ask for the count only or restrict the region",
-                    answer.nhits - hits,
-                    if max_hits == u64::MAX { server.config.max_payload / hit_bytes } else { max_hits }
-                )));
+        slab_hits.clear();
+        let pieces: Vec<Option<ExtentRanges>> =
+            metas.iter().map(|m| pieces_of(server, m, &slab)).collect();
+        for unit in units(&slab, &pieces) {
+            let n = unit.num_elements() as usize;
+            // Skip the unit when the extents' statistics show no element can match.
+            let ranges: Vec<Option<(f64, f64)>> = metas
+                .iter()
+                .zip(&pieces)
+                .map(|(m, p)| value_range(m, &unit, p.as_ref()))
+                .collect();
+            let range_of = |id: ObjectId| ids.iter().position(|&i| i == id).and_then(|k| ranges[k]);
+            if !query.may_match(&range_of) {
+                answer.skipped_bytes += metas
+                    .iter()
+                    .map(|m| (n * m.dtype.size()) as u64)
+                    .sum::<u64>();
+                continue;
             }
-        }
-        let size0 = first_dtype.size();
-        for (i, _) in mask.iter().enumerate().filter(|(_, &m)| m) {
-            let v = element_f64(first_dtype, &bufs[0][i * size0..(i + 1) * size0]);
-            if v < lo {
-                lo = v;
+            for (k, m) in metas.iter().enumerate() {
+                bufs[k].resize(n * m.dtype.size(), 0);
+                read_any(server, ids[k], &unit, &mut bufs[k])?;
+                answer.scanned_bytes += bufs[k].len() as u64;
             }
-            if v > hi {
-                hi = v;
+            let data = |id: ObjectId| {
+                ids.iter()
+                    .position(|&i| i == id)
+                    .map(|k| (metas[k].dtype, &bufs[k][..]))
+            };
+            query.eval(n, &data, &mut mask)?;
+            let hits = mask.iter().filter(|&&m| m).count() as u64;
+            if hits == 0 {
+                continue;
             }
-            if hist_bins > 0 {
-                hist_values.push(v);
+            answer.nhits += hits;
+            if hit_bytes > 0 {
+                let total = answer.nhits.saturating_mul(hit_bytes);
+                if answer.nhits > max_hits || total > server.config.max_payload {
+                    return Err(Error::invalid(format!(
+                        "the query has more than {} hits, too many to return their coordinates or values \
+                         (limit {}); ask for the count only or restrict the region",
+                        answer.nhits - hits,
+                        if max_hits == u64::MAX { server.config.max_payload / hit_bytes } else { max_hits }
+                    )));
+                }
             }
-            if want.coords {
+            for (i, _) in mask.iter().enumerate().filter(|(_, &m)| m) {
+                let v = element_f64(first_dtype, &bufs[0][i * size0..(i + 1) * size0]);
+                lo = lo.min(v);
+                hi = hi.max(v);
+                if hist_bins > 0 {
+                    hist_values.push(v);
+                }
+                if hit_bytes == 0 {
+                    continue;
+                }
                 let mut rem = i as u64;
                 let mut c = vec![0u64; ndim];
                 for d in (0..ndim).rev() {
-                    c[d] = slab.offset[d] + rem % slab.count[d];
-                    rem /= slab.count[d];
+                    c[d] = unit.offset[d] + rem % unit.count[d];
+                    rem /= unit.count[d];
                 }
+                let pos = c
+                    .iter()
+                    .zip(slab.offset.iter().zip(&slab.count))
+                    .fold(0u64, |p, (&x, (&o, &n))| p * n + (x - o));
+                let mut vals = Vec::new();
+                for &(k, sz) in &value_src {
+                    vals.extend_from_slice(&bufs[k][i * sz..(i + 1) * sz]);
+                }
+                slab_hits.push((pos, c, vals));
+            }
+        }
+        slab_hits.sort_unstable_by_key(|h| h.0);
+        for (_, c, vals) in &slab_hits {
+            if want.coords {
                 for x in c {
                     coords.extend_from_slice(&x.to_le_bytes());
                 }
             }
-            for (j, v) in want.values.iter().enumerate() {
-                let k = ids.iter().position(|x| x == v).unwrap_or(0);
-                let s = metas[k].dtype.size();
-                values[j].extend_from_slice(&bufs[k][i * s..(i + 1) * s]);
+            let mut at = 0;
+            for (j, &(_, sz)) in value_src.iter().enumerate() {
+                values[j].extend_from_slice(&vals[at..at + sz]);
+                at += sz;
             }
         }
     }
@@ -274,11 +317,85 @@ pub fn value_query(
         .metrics
         .query_scanned
         .fetch_add(answer.scanned_bytes, Ordering::Relaxed);
+    server
+        .metrics
+        .query_skipped
+        .fetch_add(answer.skipped_bytes, Ordering::Relaxed);
     let mut payload = coords;
     for v in values {
         payload.extend_from_slice(&v);
     }
     Ok((Response::QueryAnswer(answer), payload))
+}
+
+/// The parts of `slab` covered by `obj`'s extents (on every holder) with their statistics, or
+/// None when they cannot be known here: an object another server owns, a holder that did not
+/// answer.
+fn pieces_of(server: &Server, obj: &ObjectMeta, slab: &Region) -> Option<ExtentRanges> {
+    if owner_of_id(obj.id) != server.config.rank || obj.dtype == Dtype::Bytes {
+        return None;
+    }
+    let mut pieces = server.engine.store().extent_ranges(obj.id, slab);
+    let holders = server.engine.remote_holders(obj.id, slab);
+    if !holders.is_empty() {
+        let peers = server.engine.peers().ok()?;
+        for h in holders {
+            pieces.extend(peers.extent_ranges(h, obj.id, slab).ok()?);
+        }
+    }
+    Some(pieces)
+}
+
+/// The boxes a slab is evaluated in: for a query on one object whose extents cut the slab into
+/// disjoint pieces covering it, those pieces (so statistics skip each extent that cannot
+/// match, and only candidate extents are read); otherwise the slab.
+fn units(slab: &Region, pieces: &[Option<ExtentRanges>]) -> Vec<Region> {
+    match pieces {
+        [Some(p)] if p.len() > 1 && covers(slab, p) => p.iter().map(|(r, _)| r.clone()).collect(),
+        _ => vec![slab.clone()],
+    }
+}
+
+/// The range of `obj`'s values inside `unit` from the statistics of the extent pieces around
+/// it (the fill value counts where they do not cover it), or None when unknown (no pieces
+/// known, or an extent without statistics).
+fn value_range(
+    obj: &ObjectMeta,
+    unit: &Region,
+    pieces: Option<&ExtentRanges>,
+) -> Option<(f64, f64)> {
+    let inside: ExtentRanges = pieces?
+        .iter()
+        .filter_map(|(r, st)| r.intersect(unit).map(|x| (x, *st)))
+        .collect();
+    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
+    for (_, stats) in &inside {
+        let (a, b) = (*stats)?;
+        lo = lo.min(a);
+        hi = hi.max(b);
+    }
+    if !covers(unit, &inside) && obj.fill.len() == obj.dtype.size() {
+        let fill = element_f64(obj.dtype, &obj.fill);
+        lo = lo.min(fill);
+        hi = hi.max(fill);
+    }
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// Whether `pieces` (parts of `slab`) cover all of it: their volumes add up to the slab's and
+/// no two overlap (checked pairwise for up to 64 pieces; more are taken as not covering).
+fn covers(slab: &Region, pieces: &[(Region, Option<(f64, f64)>)]) -> bool {
+    if pieces.is_empty() || pieces.len() > 64 {
+        return false;
+    }
+    let total: u64 = pieces.iter().map(|(r, _)| r.num_elements()).sum();
+    if total != slab.num_elements() {
+        return false;
+    }
+    pieces
+        .iter()
+        .enumerate()
+        .all(|(i, (a, _))| pieces[i + 1..].iter().all(|(b, _)| !a.overlaps(b)))
 }
 
 /// `bins` equal bins over [lo, hi], the last one closed (all values in one bin when lo == hi).

@@ -30,6 +30,9 @@ use std::sync::{Arc, OnceLock, RwLock};
 pub use crate::datastore::Staged;
 
 /// What the engine needs from the other servers of the deployment.
+/// Parts of a region covered by a server's extents, each with the extent's (min, max).
+pub type ExtentRanges = Vec<(Region, Option<(f64, f64)>)>;
+
 pub trait Peers: Send + Sync {
     /// Metadata of an object another server owns; `fresh` bypasses any cached copy (its
     /// dims may have grown).
@@ -50,6 +53,14 @@ pub trait Peers: Send + Sync {
         let _ = (id, region);
         Err(Error::invalid(format!(
             "server {owner} cannot be asked for object data here (no peer connections)"
+        )))
+    }
+    /// `holder`'s extents of `id` inside `region`: each one's part of the region and its
+    /// statistics (issue 12: which extents a value query may skip).
+    fn extent_ranges(&self, holder: u32, id: ObjectId, region: &Region) -> Result<ExtentRanges> {
+        let _ = (id, region);
+        Err(Error::invalid(format!(
+            "server {holder} cannot be asked for extent statistics here (no peer connections)"
         )))
     }
     /// Has `holder` drop its extents `seqs` of `id` (issue 11); how many it dropped.
@@ -972,7 +983,7 @@ impl Engine {
     }
 
     /// Other servers holding committed data of `id` inside `region`.
-    fn remote_holders(&self, id: ObjectId, region: &Region) -> Vec<u32> {
+    pub(crate) fn remote_holders(&self, id: ObjectId, region: &Region) -> Vec<u32> {
         let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
         let mut holders: Vec<u32> = remote
             .get(&id)

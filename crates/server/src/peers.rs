@@ -105,6 +105,24 @@ impl Peers for ClusterPeers {
         self.peers.drop_extents(holder, id, seqs)
     }
 
+    fn extent_ranges(
+        &self,
+        holder: u32,
+        id: ObjectId,
+        region: &Region,
+    ) -> Result<crate::engine::ExtentRanges> {
+        let req = pdcx_core::protocol::PeerRequest::ExtentRanges {
+            id,
+            region: region.clone(),
+        };
+        match self.peers.call(holder, &req)? {
+            (pdcx_core::protocol::PeerResponse::ExtentRanges(r), _) => Ok(r),
+            (other, _) => Err(Error::protocol(format!(
+                "server {holder} answered an extent-statistics request with {other:?}"
+            ))),
+        }
+    }
+
     fn read_owned(&self, owner: u32, id: ObjectId, region: &Region) -> Result<Vec<u8>> {
         let req = pdcx_core::protocol::PeerRequest::ReadOwned {
             id,

@@ -733,6 +733,9 @@ fn handle_peer(server: &Server, from: u32, req: PeerRequest) -> Result<(PeerResp
         PeerRequest::UploadPart(part) => PeerResponse::PartUploaded {
             etag: crate::homecopy::upload_part(server, &part)?,
         },
+        PeerRequest::ExtentRanges { id, region } => {
+            PeerResponse::ExtentRanges(server.engine.store().extent_ranges(id, &region))
+        }
         PeerRequest::ReadOwned { id, region } => {
             let bytes = crate::analysis::read_owned(server, id, &region)?;
             return Ok((PeerResponse::Pieces(vec![(0, region)]), bytes));

@@ -97,6 +97,9 @@ impl DataStore {
     /// stable storage: only then may the log copy go. Homes on memory tiers are not recorded
     /// (the copy dies with the process). Call after the blobs are on their tiers.
     pub fn record_homes(&self, t: &Tiering, homes: &[(ObjectId, u64, Home)]) -> Result<()> {
+        // The statistics computed while encoding these extents go first: the homes' fsync
+        // below covers them.
+        self.write_pending_stats()?;
         let rows: Vec<HomeRow> = homes
             .iter()
             .filter(|(_, _, h)| t.is_durable(h.tier))

@@ -25,6 +25,9 @@ pub struct Extent {
     pub home: Option<Home>,
     /// False once the log segment holding it was retired (then `home` is durable).
     pub in_log: bool,
+    /// Smallest and largest element (as f64, NaNs ignored) once computed (issue 12: value
+    /// queries skip extents that cannot match): by the flusher, which has the bytes in hand.
+    pub stats: Option<(f64, f64)>,
 }
 
 /// A write that reached the log but is not visible until committed.
@@ -129,6 +132,7 @@ pub(super) fn insert_by_seq(list: &mut Vec<Extent>, seq: u64, region: Region, lo
             loc,
             home: None,
             in_log: true,
+            stats: None,
         },
     );
 }

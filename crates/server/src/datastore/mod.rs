@@ -34,6 +34,7 @@ mod homes;
 mod index;
 mod read;
 mod retire;
+mod stats;
 
 pub use commit::{CommitGuard, Committed, OwnerGuard, OwnerLock, Registrar};
 pub use index::{Extent, Staged};
@@ -87,6 +88,8 @@ pub struct DataStore {
     commits_since_checkpoint: AtomicU64,
     /// Held by the commit that syncs the log for a group of commits (see `sync_through`).
     sync_lock: Mutex<()>,
+    /// Extent statistics computed since they were last written to the metadata (`stats.rs`).
+    pending_stats: Mutex<Vec<(ObjectId, u64, f64, f64)>>,
 }
 
 /// What [`DataStore::open`] found.
@@ -179,6 +182,7 @@ impl DataStore {
             meta.set_log_incarnation(incarnation)?;
         }
         let homes = homes::load(&meta, tiering.as_deref())?;
+        let stats = meta.load_extent_stats()?;
         // A row naming a record recovery found damaged in a tail (a power cut tore it after
         // the metadata had recorded it: a `memory` write, or a commit whose sync never
         // finished) names bytes that were never acknowledged whole: dropped like a row naming
@@ -234,6 +238,7 @@ impl DataStore {
                 seq: r.seq,
                 in_log: log.is_committed(&r.loc),
                 home: homes.get(&(r.id, r.seq)).cloned(),
+                stats: stats.get(&(r.id, r.seq)).copied(),
                 region: r.region,
                 loc: r.loc,
             });
@@ -255,6 +260,7 @@ impl DataStore {
             incarnation,
             commits_since_checkpoint: AtomicU64::new(0),
             sync_lock: Mutex::new(()),
+            pending_stats: Mutex::new(Vec::new()),
         };
         // The replayed rows are durable now (`replay`), so the tails scanned need no replay
         // next time.

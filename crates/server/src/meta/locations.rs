@@ -49,7 +49,13 @@ pub struct HomeRow {
 /// Deletes every location row of object `id` inside the caller's transaction (the catalog's
 /// object delete).
 pub(super) fn delete_object_rows(tx: &rusqlite::Transaction, id: ObjectId) -> Result<()> {
-    for table in ["extent_map", "region_map", "region_tokens", "extent_home"] {
+    for table in [
+        "extent_map",
+        "region_map",
+        "region_tokens",
+        "extent_home",
+        "extent_stats",
+    ] {
         tx.execute(&format!("DELETE FROM {table} WHERE object=?1"), [id as i64])
             .map_err(db_err)?;
     }
@@ -446,6 +452,43 @@ impl Metadata {
         })
     }
 
+    /// Records extents' statistics (min, max) without waiting for the WAL fsync.
+    pub(crate) fn put_extent_stats(&self, rows: &[(ObjectId, u64, f64, f64)]) -> Result<()> {
+        self.write_nowait(|tx| {
+            let mut ins = tx
+                .prepare_cached(
+                    "INSERT OR REPLACE INTO extent_stats (object, seq, min, max) VALUES (?1,?2,?3,?4)",
+                )
+                .map_err(db_err)?;
+            for (id, seq, lo, hi) in rows {
+                ins.execute(params![*id as i64, *seq as i64, lo, hi])
+                    .map_err(db_err)?;
+            }
+            Ok(())
+        })
+        .map(|_| ())
+    }
+
+    /// Every extent's statistics, by (object, seq).
+    pub(crate) fn load_extent_stats(
+        &self,
+    ) -> Result<std::collections::HashMap<(ObjectId, u64), (f64, f64)>> {
+        self.write(|tx| {
+            let mut st = tx
+                .prepare("SELECT object, seq, min, max FROM extent_stats")
+                .map_err(db_err)?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok((
+                        (r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64),
+                        (r.get::<_, f64>(2)?, r.get::<_, f64>(3)?),
+                    ))
+                })
+                .map_err(db_err)?;
+            rows.map(|r| r.map_err(db_err)).collect()
+        })
+    }
+
     /// Forgets the homes of these extents (object deleted, or extent moved back).
     pub(crate) fn delete_homes(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
         self.write(|tx| {
@@ -463,6 +506,10 @@ impl Metadata {
 
 fn delete_extent_rows(tx: &rusqlite::Transaction, keys: &[(ObjectId, u64)]) -> Result<()> {
     for (id, seq) in keys {
+        tx.prepare_cached("DELETE FROM extent_stats WHERE object=?1 AND seq=?2")
+            .map_err(db_err)?
+            .execute(params![*id as i64, *seq as i64])
+            .map_err(db_err)?;
         tx.prepare_cached("DELETE FROM extent_map WHERE object=?1 AND seq=?2")
             .map_err(db_err)?
             .execute(params![*id as i64, *seq as i64])

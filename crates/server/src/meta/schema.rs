@@ -11,6 +11,7 @@
 //! | 1 | catalog (`settings`, `containers`, `objects`, `memberships`, `tags`) + locations (`extent_map`, `region_map`, `region_tokens`, `extent_home` with `blob`, `blob_offset`) |
 //! | 2 | + `bs_versions`: the versions of byte-stream objects and their home copies (issue 11, `versions.rs`) |
 //! | 3 | + `bs_versions.evicted`: the version is its stream's base, read from its home (`streambase.rs`) |
+//! | 4 | + `extent_stats`: each extent's smallest and largest element (issue 12, value queries skip extents) |
 //!
 //! A database whose version is newer than this code knows is refused (it was written by a
 //! newer pdcx; this one might misread or corrupt it).
@@ -31,6 +32,7 @@ const MIGRATIONS: &[Step] = &[
     v1_catalog_and_locations,
     v2_byte_stream_versions,
     v3_stream_bases,
+    v4_extent_stats,
 ];
 
 /// Version 1: today's tables. Also adopts an unversioned shard written by earlier code, which
@@ -116,6 +118,16 @@ fn v3_stream_bases(tx: &rusqlite::Transaction) -> Result<()> {
             .map_err(db_err)?;
     }
     Ok(())
+}
+
+/// Version 4: per-extent statistics for value queries (issue 12, `datastore/stats.rs`).
+fn v4_extent_stats(tx: &rusqlite::Transaction) -> Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS extent_stats (
+            object INTEGER NOT NULL, seq INTEGER NOT NULL, min REAL NOT NULL, max REAL NOT NULL,
+            PRIMARY KEY (object, seq));",
+    )
+    .map_err(db_err)
 }
 
 const V1_SCHEMA: &str = "

@@ -106,6 +106,7 @@ impl Engine {
                     // waits for the group's leader to pull it into a group shard (`group.rs`).
                     if !t.waits_for_group(&hint, e.loc.len, per, &self.views(&t)) {
                         let raw = self.store().extent_bytes(&meta, e)?;
+                        self.store().note_stats(&meta, e.seq, &raw);
                         let (stored, codec_used) =
                             codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
                         let order = candidates(&hint, stored.len() as u64, per, &self.views(&t));
@@ -232,6 +233,7 @@ impl Engine {
             }
             let chosen = codec::codec_for(&meta).unwrap_or(None);
             let raw = self.store().extent_bytes(&meta, &e)?;
+            self.store().note_stats(&meta, e.seq, &raw);
             let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
             per[first] += e.loc.len;
             batch.push(Encoded {
@@ -351,6 +353,7 @@ impl Engine {
             }
             None => {
                 let raw = self.store().extent_bytes(meta, e)?;
+                self.store().note_stats(meta, e.seq, &raw);
                 let chosen = codec::codec_for(meta).unwrap_or(None);
                 codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?
             }
