@@ -466,6 +466,7 @@ class ImportReport:
     skipped: list[str] = field(default_factory=list)  # "PATH: reason"
     warnings: list[str] = field(default_factory=list)
     bytes: int = 0  # data bytes copied (all ranks)
+    bytes_per_rank: list[int] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -650,7 +651,9 @@ def import_file(
         if rank != 0:
             if msg[0] != "ok":
                 cls = getattr(sys.modules[__package__], msg[0], None)
-                raise (cls if isinstance(cls, type) and issubclass(cls, PdcxError) else HDF5ImportError)(msg[1])
+                e = (cls if isinstance(cls, type) and issubclass(cls, PdcxError) else HDF5ImportError)(msg[1])
+                e.shared = True  # rank 0 reports it
+                raise e
             names = msg[1]
     if error is not None:
         raise error
@@ -680,7 +683,11 @@ def import_file(
                     p.obj = client.open_object(p.name)
                 extra = [0] if p.kind != "array" else []
                 for sel in mine:
-                    data = _as_object_data(p, d[sel])
+                    try:
+                        data = _as_object_data(p, d[sel])
+                    except OSError as e:  # say which dataset and chunk HDF5 could not read
+                        where = ",".join(f"{x.start}:{x.stop}" for x in sel)
+                        raise OSError(f"dataset {p.path}, region [{where}]: {e}") from None
                     offset = [0] if sel == () else [s.start for s in sel]
                     batch.add(p.obj, data, offset + extra)
                     copied += data.nbytes
@@ -689,14 +696,17 @@ def import_file(
         local_error = f"rank {rank}: {type(e).__name__}: {e}" if size > 1 else f"{type(e).__name__}: {e}"
     errors = [local_error] if comm is None else comm.allgather(local_error)
     errors = [e for e in errors if e]
-    report.bytes = copied if comm is None else comm.allreduce(copied)
+    report.bytes_per_rank = [copied] if comm is None else comm.allgather(copied)
+    report.bytes = sum(report.bytes_per_rank)
     if errors:
         msg = None
         if rank == 0:
             msg = _discard(client, container, created_container, plans, errors[0])
         if comm is not None:
             msg = comm.bcast(msg, root=0)
-        raise HDF5ImportError(f"{path}: copying failed: {'; '.join(errors[:4])}; {msg}")
+        e = HDF5ImportError(f"{path}: copying failed: {'; '.join(errors[:4])}; {msg}")
+        e.shared = rank != 0  # every rank has it: rank 0 reports it
+        raise e
 
     # Phase 3: the container says the import is whole.
     if comm is not None:
@@ -760,7 +770,8 @@ def export_objects(
 
     Each object becomes the dataset at its ``hdf5_path`` tag (objects an import made) or at
     ``/OBJECT/NAME``; its tags become attributes, composite objects compound datasets. Group
-    attributes of the containers an import made are written back too. Data moves in slabs of
+    attributes of the containers an import made are written back too (on groups the export
+    creates anyway, or on every group when all of a container's objects are exported). Data moves in slabs of
     at most ``memory`` bytes aligned to the dataset's chunks."""
     _need_h5py()
     path = os.fspath(path)
@@ -786,19 +797,19 @@ def export_objects(
     tmp = path + ".partial"
     try:
         with h5py.File(tmp, "w") as f:
-            done_containers = set()
+            containers: list[str] = []
             for o in objs:
                 tags = dict(o.tags)
                 dpath = _dataset_path(o)
                 report.datasets[o.name] = dpath
                 report.bytes += _export_one(f, o, tags, dpath, compression, compression_opts, memory, prog)
-                for cname in o.metadata.get("containers", []):
-                    if cname in done_containers:
-                        continue
-                    done_containers.add(cname)
-                    ctags = dict(client.open_container(cname).tags)
-                    if "hdf5_file" in ctags:  # an import made it: write its group attributes back
-                        _export_group_attrs(f, ctags)
+                containers += [c for c in o.metadata.get("containers", []) if c not in containers]
+            exported = set(report.datasets)
+            for cname in containers:
+                ctags = dict(client.open_container(cname).tags)
+                if "hdf5_file" in ctags:  # an import made it: write its group attributes back
+                    whole = {x.name for x in client.objects(cname)} <= exported
+                    _export_group_attrs(f, ctags, create=whole)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
@@ -808,7 +819,10 @@ def export_objects(
     return report
 
 
-def _export_group_attrs(f, ctags: dict) -> None:
+def _export_group_attrs(f, ctags: dict, create: bool) -> None:
+    """Group attributes from an imported container's tags: on the root and on the groups the
+    export wrote; groups that hold no exported dataset only when the whole container was
+    exported (`create`), so exporting one object does not bring back every empty group."""
     types = json.loads(ctags["hdf5_attr_types"]) if isinstance(ctags.get("hdf5_attr_types"), str) else {}
     for k, v in ctags.items():
         if k in BOOKKEEPING or k.startswith("pdcx."):
@@ -816,6 +830,8 @@ def _export_group_attrs(f, ctags: dict) -> None:
         group, attr = ("/", k)
         if k.startswith("/") and "@" in k:
             group, attr = k.rsplit("@", 1)
+        if group not in f and not create:
+            continue
         name, value = _attr_value(k, v, types)
         f.require_group(group).attrs[name if k in types else attr] = value
 
@@ -1097,7 +1113,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _cmd_import(a) if a.command == "import" else _cmd_export(a)
     except (PdcxError, OSError) as e:
-        print(f"pdcx {a.command}: error: {e}", file=sys.stderr)
+        if not getattr(e, "shared", False):  # under mpirun, an error all ranks share is said once
+            print(f"pdcx {a.command}: error: {e}", file=sys.stderr)
         return 1
 
 
