@@ -249,6 +249,22 @@ def test_round_trip_gives_the_same_file(tmp_path, client):
         )
 
 
+def test_chunks_bigger_than_the_memory_bound_and_links(tmp_path, client):
+    src = tmp_path / "huge.h5"
+    data = np.random.default_rng(2).random((64, 512))  # chunks of 256 KiB
+    with h5py.File(src, "w") as f:
+        f.create_dataset("x", data=data, chunks=(64, 512), compression="gzip")
+        f.create_dataset("y", data=np.arange(10))
+        f["soft"] = h5py.SoftLink("/y")
+        f["ext"] = h5py.ExternalLink("elsewhere.h5", "/z")
+    r = hdf5.import_file(client, src, memory=4 * 16 * 1024)  # 16 KiB per piece
+    np.testing.assert_array_equal(client.open_object("huge/x")[...], data)
+    assert len(client.open_object("huge/x").extents()) == 16  # one chunk, copied in 16 pieces
+    assert r.objects == ["huge/x", "huge/y"]
+    assert any("/ext: external link to elsewhere.h5:/z not followed" in w for w in r.warnings)
+    assert any("/soft: soft link to /y" in w for w in r.warnings)
+
+
 def test_h5dump_reads_the_zfp_test_data(tmp_path):
     """The ZFP chunks the tests write (hdf5plugin) are standard H5Z-ZFP: Debian's plugin, loaded
     by h5dump, decodes them to the same values."""
@@ -317,6 +333,11 @@ def test_cli_import_export_real_servers(tmp_path, deployment):
     with h5py.File(out) as f:
         assert list(f) == ["ids"] and f["ids"].compression == "gzip"
         np.testing.assert_array_equal(f["ids"][()], values["/ids"])
+    big = tmp_path / "big.h5"
+    with h5py.File(big, "w") as f:  # over 64 MiB: progress is reported
+        f.create_dataset("v", data=np.ones((72, 1024, 256), dtype="f4"), chunks=(8, 1024, 256))
+    p = cli("import", big, env=dep.env())
+    assert "import big.h5: " in p.stderr and " MiB " in p.stderr and "MB/s" in p.stderr
     nodep = {k: v for k, v in os.environ.items() if k != "PDCX_ROOT"}
     p = cli("import", src, env=nodep, check=False)
     assert p.returncode == 1 and "PDCX_ROOT" in p.stderr

@@ -349,6 +349,22 @@ def _walk(f) -> tuple[list, list]:
     return dsets, groups
 
 
+def _link_warnings(f) -> list[str]:
+    """What the import leaves out: soft links (their target is imported once, under its own
+    path) and external links (to other files; import those files themselves)."""
+    out = []
+
+    def visit(name, link):
+        if isinstance(link, h5py.ExternalLink):
+            out.append(f"/{name}: external link to {link.filename}:{link.path} not followed")
+        elif isinstance(link, h5py.SoftLink):
+            out.append(f"/{name}: soft link to {link.path} not imported (its target is, under its own path)")
+
+    if hasattr(f, "visititems_links"):  # h5py >= 3.11
+        f.visititems_links(visit)
+    return out
+
+
 # ----------------------------------------------------------------------------------------------
 # Moving data
 # ----------------------------------------------------------------------------------------------
@@ -382,9 +398,19 @@ def _units(dset, plan: _Plan, budget: int) -> list:
         return []
     if plan.h5shape == ():
         return [()]
-    if plan.chunked:
+    item = dset.dtype.itemsize
+    if not plan.chunked:
+        return list(_blocks(plan.h5shape, item, budget))
+    if math.prod(dset.chunks) * item <= budget:
         return list(dset.iter_chunks())
-    return list(_blocks(plan.h5shape, dset.dtype.itemsize, budget))
+    # A chunk bigger than the memory bound is copied in pieces (HDF5 decodes it once per
+    # piece: slower, but the bound holds).
+    out = []
+    for sel in dset.iter_chunks():
+        sub = tuple(x.stop - x.start for x in sel)
+        for b in _blocks(sub, item, budget):
+            out.append(tuple(slice(x.start + y.start, x.start + y.stop) for x, y in zip(sel, b)))
+    return out
 
 
 def _as_object_data(plan: _Plan, data: np.ndarray) -> np.ndarray:
@@ -513,7 +539,7 @@ def _scan(client: Client, path: str, container: str, into_existing: bool, skip_u
     file_abs = os.path.abspath(path)
     with _open_h5(path) as f:
         dsets, groups = _walk(f)
-        plans, skipped, bad, warns = [], [], [], []
+        plans, skipped, bad, warns = [], [], [], _link_warnings(f)
         for d in dsets:
             try:
                 plan, w = _plan_dataset(d, container, file_abs)
@@ -1029,6 +1055,8 @@ def _cmd_import(a) -> int:
     if a.container and len(a.files) > 1:
         raise InvalidArgumentError("--container names one container: give it with one file only")
     if a.dry_run:
+        if int(os.environ.get("OMPI_COMM_WORLD_RANK", os.environ.get("PMI_RANK", "0"))) != 0:
+            return 0  # under mpirun: one listing
         for path in a.files:
             name = a.container or os.path.splitext(os.path.basename(path))[0]
             with _open_h5(path) as f:
