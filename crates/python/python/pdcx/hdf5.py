@@ -900,19 +900,25 @@ def _export_one(f, o, tags: dict, dpath: str, compression, compression_opts, mem
     ds = f.create_dataset(dpath, shape=() if scalar else shape, dtype=file_dtype, **kw)
     _write_attrs(ds, tags)
     itemsize = file_dtype.itemsize
-    moved = 0
-    for sel in _blocks(shape, itemsize, max(memory // 2, 1), ds.chunks):
+    trailing = [o.shape[-1]] if kind != "array" else []
+
+    def start(sel):  # the slab's read, running while the previous slab is written
+        return o.read_async([x.start for x in sel] + [0] * len(trailing), [x.stop - x.start for x in sel] + trailing)
+
+    def as_file_data(raw):
         if kind == "composite":
-            data = o.records[sel]
-            if file_dtype.kind == "c":
-                data = data.view(file_dtype) if data.dtype.itemsize == file_dtype.itemsize else data
-        elif kind == "strings":
-            raw = np.ascontiguousarray(o[sel + (slice(None),)])
-            data = raw.view(file_dtype).reshape(raw.shape[:-1])
-        else:
-            data = o[sel]
-            if file_dtype.kind == "b":
-                data = data.astype(bool)
+            data = np.ascontiguousarray(raw).view(np.uint8).view(rec)[..., 0]
+            return data.view(file_dtype) if file_dtype.kind == "c" else data
+        if kind == "strings":
+            return np.ascontiguousarray(raw).view(file_dtype).reshape(raw.shape[:-1])
+        return raw.astype(bool) if file_dtype.kind == "b" else raw
+
+    moved = 0
+    slabs = list(_blocks(shape, itemsize, max(memory // 2, 1), ds.chunks))
+    pending = start(slabs[0]) if slabs else None
+    for k, sel in enumerate(slabs):
+        data = as_file_data(pending.wait())
+        pending = start(slabs[k + 1]) if k + 1 < len(slabs) else None
         if scalar:
             ds[()] = np.asarray(data).reshape(())
         else:
