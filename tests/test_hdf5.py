@@ -336,8 +336,11 @@ def test_cli_import_export_real_servers(tmp_path, deployment):
     big = tmp_path / "big.h5"
     with h5py.File(big, "w") as f:  # over 64 MiB: progress is reported
         f.create_dataset("v", data=np.ones((72, 1024, 256), dtype="f4"), chunks=(8, 1024, 256))
-    p = cli("import", big, env=dep.env())
+    p = cli("import", big, "--container", "big1", env=dep.env())
     assert "import big.h5: " in p.stderr and " MiB " in p.stderr and "MB/s" in p.stderr
+    p = cli("import", big, tmp_path / "nope.h5", env=dep.env(), check=False)
+    assert p.returncode == 1 and "nope.h5: no such file" in p.stderr
+    assert "big" not in [x.name for x in c.containers()]  # checked before the first file was imported
     nodep = {k: v for k, v in os.environ.items() if k != "PDCX_ROOT"}
     p = cli("import", src, env=nodep, check=False)
     assert p.returncode == 1 and "PDCX_ROOT" in p.stderr

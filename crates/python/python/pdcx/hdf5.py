@@ -1076,6 +1076,14 @@ def _cmd_import(a) -> int:
                     except _Unsupported as e:
                         print(f"  {d.name} -> UNSUPPORTED: {e}")
         return 0
+    # Every file opens and names its own container before the first one is imported.
+    stems: dict[str, str] = {}
+    for path in a.files:
+        _open_h5(path).close()
+        name = a.container or os.path.splitext(os.path.basename(path))[0]
+        if name in stems:
+            raise InvalidArgumentError(f"{stems[name]} and {path} would both become container {name!r}")
+        stems[name] = path
     comm = _mpi_comm(None)
     rank = 0 if comm is None else comm.Get_rank()
     env_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1")))
