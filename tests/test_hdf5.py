@@ -417,3 +417,34 @@ def test_failure_mid_copy_is_marked(tmp_path, client):
     else:
         assert "hdf5_import='failed" in str(e.value)
         assert client.open_container("corrupt").tags["hdf5_import"].startswith("failed: ")
+
+
+def test_missing_filter_is_named_before_anything_is_created(tmp_path):
+    """Without hdf5plugin h5py cannot decode ZFP: the import refuses the file up front, naming
+    the dataset, the filter and the package that provides it (run in a process where importing
+    hdf5plugin fails)."""
+    src = tmp_path / "zfp.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("ok", data=np.arange(4.0))
+        f.create_dataset("g/z", data=np.ones((8, 8)), chunks=(4, 4), **hdf5plugin.Zfp(reversible=True))
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    (fake / "hdf5plugin.py").write_text("raise ImportError('hidden by the test')\n")
+    code = (
+        "import sys, pdcx\n"
+        "from pdcx import hdf5\n"
+        "c = pdcx.connect()\n"
+        "try:\n"
+        "    hdf5.import_file(c, sys.argv[1])\n"
+        "except pdcx.InvalidArgumentError as e:\n"
+        "    print('ERROR', e)\n"
+        "print('containers', [x.name for x in c.containers()])\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(fake), os.environ.get("PYTHONPATH")])))
+    env.pop("HDF5_PLUGIN_PATH", None)
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(src)], capture_output=True, text=True, env=env, timeout=120, check=False
+    )
+    assert p.returncode == 0, p.stderr
+    assert "/g/z: its filter zfp (id 32013) is not available" in p.stdout and "pip install hdf5plugin" in p.stdout
+    assert "containers []" in p.stdout
