@@ -252,9 +252,11 @@ def test_round_trip_gives_the_same_file(tmp_path, client):
 def test_chunks_bigger_than_the_memory_bound_and_links(tmp_path, client):
     src = tmp_path / "huge.h5"
     data = np.random.default_rng(2).random((64, 512))  # chunks of 256 KiB
-    with h5py.File(src, "w") as f:
+    with h5py.File(src, "w", libver="latest") as f:  # latest: attributes over 64 KiB
         f.create_dataset("x", data=data, chunks=(64, 512), compression="gzip")
         f.create_dataset("y", data=np.arange(10))
+        f["y"].attrs["huge"] = np.arange(20000.0)  # too long for a tag: skipped with a warning
+        f["y"].attrs["fine"] = 1
         f["soft"] = h5py.SoftLink("/y")
         f["ext"] = h5py.ExternalLink("elsewhere.h5", "/z")
     r = hdf5.import_file(client, src, memory=4 * 16 * 1024)  # 16 KiB per piece
@@ -263,6 +265,8 @@ def test_chunks_bigger_than_the_memory_bound_and_links(tmp_path, client):
     assert r.objects == ["huge/x", "huge/y"]
     assert any("/ext: external link to elsewhere.h5:/z not followed" in w for w in r.warnings)
     assert any("/soft: soft link to /y" in w for w in r.warnings)
+    assert any("/y: attribute 'huge' skipped: 20000 values" in w for w in r.warnings)
+    assert "huge" not in client.open_object("huge/y").tags and client.open_object("huge/y").tags["fine"] == 1
 
 
 def test_h5dump_reads_the_zfp_test_data(tmp_path):
@@ -381,14 +385,16 @@ def test_bad_inputs_leave_nothing(tmp_path, client):
         f.create_dataset("ok", data=np.arange(5.0))
         f.create_dataset("half", data=np.arange(5, dtype="f2"))
         f.create_dataset("g/text", data=["vlen", "strings"], dtype=h5py.string_dtype())
+        f.create_dataset("tab\there", data=np.arange(2))  # pdcx names have no control characters
     with pytest.raises(pdcx.InvalidArgumentError) as e:
         hdf5.import_file(client, bad)
     msg = str(e.value)
     assert "/half: float16" in msg and "/g/text: variable-length strings" in msg and "--skip-unsupported" in msg
+    assert "control characters" in msg
     names = [c.name for c in client.containers()]
     assert "missing" not in names and "notes" not in names and "bad" not in names  # nothing created
     r = hdf5.import_file(client, bad, skip_unsupported=True)
-    assert r.objects == ["bad/ok"] and len(r.skipped) == 2
+    assert r.objects == ["bad/ok"] and len(r.skipped) == 3
     with pytest.raises(pdcx.AlreadyExistsError, match="--into-existing"):
         hdf5.import_file(client, bad, skip_unsupported=True)
     assert [o.name for o in client.objects("bad")] == ["bad/ok"]  # the refused import added nothing

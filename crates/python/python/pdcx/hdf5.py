@@ -75,6 +75,10 @@ __all__ = ["ExportReport", "HDF5ImportError", "ImportReport", "export_objects", 
 
 MiB = 1 << 20
 DEFAULT_MEMORY = 256 * MiB
+MAX_NAME_BYTES = 1024  # pdcx_core::model::MAX_NAME_LEN
+# Attributes whose tag text would be longer are skipped with a warning: tags are metadata, kept
+# in every server's catalog, not a place for arrays of data.
+MAX_TAG_TEXT = 64 * 1024
 # Tags this module reads back on export; never written to the HDF5 file as attributes.
 BOOKKEEPING = (
     "hdf5_path",
@@ -249,7 +253,13 @@ def _attr_tags(attrs, where: str, prefix: str = "") -> tuple[dict, dict, list[st
                 lst = np.stack([arr.real, arr.imag], axis=-1).tolist()
             else:
                 lst = _jsonable(arr.tolist())
-            tags[key] = json.dumps(lst)
+            text = json.dumps(lst)
+            if len(text) > MAX_TAG_TEXT:
+                warns.append(
+                    f"{where}: attribute {name!r} skipped: {arr.size} values exceed {MAX_TAG_TEXT} bytes as text"
+                )
+                continue
+            tags[key] = text
         types[key] = [name, arr.dtype.str, list(arr.shape)]
     return tags, types, warns
 
@@ -325,6 +335,8 @@ def _plan_dataset(dset, container: str, file_abs: str) -> tuple[_Plan, list[str]
         if fv.size == 1 and fv.item() != 0:  # never-written chunks read as the file's fill value
             fill = fv.item()
     name = f"{container}/{path.lstrip('/')}"
+    if len(name.encode()) > MAX_NAME_BYTES or any(ord(ch) < 32 or 127 <= ord(ch) < 160 for ch in name):
+        raise _Unsupported(f"object name {name!r} has control characters or exceeds {MAX_NAME_BYTES} bytes")
     item = dset.dtype.itemsize
     nbytes = 0 if h5shape is None else int(np.prod(h5shape, dtype=np.int64)) * item
     plan = _Plan(path, name, shape, h5shape, kind, dtype, tags, fill, nbytes, chunked)
@@ -391,26 +403,27 @@ def _blocks(shape: tuple, itemsize: int, budget: int, align: tuple | None = None
         yield tuple(slice(i * b, min((i + 1) * b, s)) for i, b, s in zip(idx, block, shape))
 
 
-def _units(dset, plan: _Plan, budget: int) -> list:
-    """The pieces of a dataset to copy: its chunks (each one region of the object), or slabs
-    of a contiguous dataset; () for a scalar."""
+def _units(dset, plan: _Plan, budget: int):
+    """Yields the pieces of a dataset to copy, in the same order on every rank: its chunks
+    (each one region of the object), or slabs of a contiguous dataset; () for a scalar."""
     if plan.h5shape is None or 0 in plan.h5shape:
-        return []
+        return
     if plan.h5shape == ():
-        return [()]
+        yield ()
+        return
     item = dset.dtype.itemsize
     if not plan.chunked:
-        return list(_blocks(plan.h5shape, item, budget))
+        yield from _blocks(plan.h5shape, item, budget)
+        return
     if math.prod(dset.chunks) * item <= budget:
-        return list(dset.iter_chunks())
+        yield from dset.iter_chunks()
+        return
     # A chunk bigger than the memory bound is copied in pieces (HDF5 decodes it once per
     # piece: slower, but the bound holds).
-    out = []
     for sel in dset.iter_chunks():
         sub = tuple(x.stop - x.start for x in sel)
         for b in _blocks(sub, item, budget):
-            out.append(tuple(slice(x.start + y.start, x.start + y.stop) for x, y in zip(sel, b)))
-    return out
+            yield tuple(slice(x.start + y.start, x.start + y.stop) for x, y in zip(sel, b))
 
 
 def _as_object_data(plan: _Plan, data: np.ndarray) -> np.ndarray:
@@ -697,18 +710,16 @@ def import_file(
             total = sum(p.nbytes for p in plans)
             prog = _Progress(f"import {os.path.basename(path)}", total, progress and rank == 0, size)
             batch = _Batcher(memory // 4, durability, prog)
-            i = 0
+            k = -1  # index of the piece over all datasets: rank r copies those with k % size == r
             for p in plans:
                 d = f[p.path]
-                units = _units(d, p, memory // 4)
-                mine = [u for k, u in enumerate(units, i) if k % size == rank]
-                i += len(units)
-                if not mine:
-                    continue
-                if p.obj is None:
-                    p.obj = client.open_object(p.name)
                 extra = [0] if p.kind != "array" else []
-                for sel in mine:
+                for sel in _units(d, p, memory // 4):
+                    k += 1
+                    if k % size != rank:
+                        continue
+                    if p.obj is None:
+                        p.obj = client.open_object(p.name)
                     try:
                         data = _as_object_data(p, d[sel])
                     except OSError as e:  # say which dataset and chunk HDF5 could not read
