@@ -454,3 +454,36 @@ def test_missing_filter_is_named_before_anything_is_created(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "/g/z: its filter zfp (id 32013) is not available" in p.stdout and "pip install hdf5plugin" in p.stdout
     assert "containers []" in p.stdout
+
+
+def test_cli_under_mpirun_says_things_once(tmp_path, deployment):
+    """`mpirun -n 2 pdcx import` (what the pdcx command execs): both ranks copy, the summary
+    and a shared error are printed once, not once per rank."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed (run scripts/setup.sh)")
+    pytest.importorskip("mpi4py")
+    dep = deployment(n=2)
+    src = tmp_path / "m.h5"
+    data = np.random.default_rng(4).random((32, 64, 64))
+    with h5py.File(src, "w") as f:
+        f.create_dataset("d", data=data, chunks=(4, 64, 64), compression="gzip", shuffle=True)
+
+    def mpirun(*args):
+        return subprocess.run(
+            ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", "2", sys.executable, "-m", "pdcx.hdf5", *args],
+            env=dep.env(),
+            capture_output=True,
+            text=True,
+            timeout=180,
+            check=False,
+        )
+
+    p = mpirun("import", str(src))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stderr.count("imported 1 dataset(s)") == 1 and "over 2 ranks" in p.stderr
+    c = dep.client()
+    np.testing.assert_array_equal(c.open_object("m/d")[...], data)
+    assert {e["server"] for e in c.open_object("m/d").extents()} == {0, 1}
+    p = mpirun("import", str(src))
+    assert p.returncode != 0
+    assert (p.stdout + p.stderr).count("container 'm' exists") == 1, p.stdout + p.stderr
