@@ -4,9 +4,10 @@
 #   scripts/setup.sh           what the demo (scripts/demo.sh) needs: libzfp, numpy, maturin;
 #                              builds and installs the Python package and the `pdcx` command
 #   scripts/setup.sh --test    also what only the tests need (scripts/test.sh): OpenMPI +
-#                              mpi4py, pytest, ruff, xarray, dask, iproute2, the C API (libpdcx) and
-#                              versitygw, the S3 server the S3 tier's tests start (a Go build,
-#                              1-7 minutes on 2 cores)
+#                              mpi4py, pytest, ruff, xarray, dask, iproute2, h5py +
+#                              hdf5plugin (ZFP) and h5dump with Debian's H5Z-ZFP plugin, the
+#                              C API (libpdcx) and versitygw, the S3 server the S3 tier's
+#                              tests start (a Go build, 1-7 minutes on 2 cores)
 #   scripts/setup.sh --bench   also what bench/ needs: OpenMPI + mpi4py, libpdcx, parallel h5py
 #                              (for the HDF5 baselines) and fio
 # The flags combine (`--test --bench`). The demo uses an embedded server and no MPI, so the
@@ -18,7 +19,7 @@ for a in "$@"; do
   case $a in
     --test) want_test=1 ;;
     --bench) want_bench=1 ;;
-    -h | --help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "setup.sh: unknown argument $a (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -29,7 +30,9 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 # libzfp: the codec crate links it (the Python package and the CLI both include the codecs).
 apt_pkgs=(libzfp-dev pkg-config)
 ((want_mpi)) && apt_pkgs+=(openmpi-bin libopenmpi-dev)
-((want_test)) && apt_pkgs+=(iproute2 curl hdf5-tools libhdf5-openmpi-dev)
+# hdf5-filter-plugin-zfp-serial: H5Z-ZFP for h5dump (serial libhdf5), which tests/test_hdf5.py
+# uses to check that ZFP chunks and exported files are standard HDF5.
+((want_test)) && apt_pkgs+=(iproute2 curl hdf5-tools libhdf5-openmpi-dev hdf5-filter-plugin-zfp-serial)
 ((want_bench)) && apt_pkgs+=(libhdf5-openmpi-dev fio)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -62,6 +65,14 @@ if ((want_bench || want_test)) && ! $PY -c 'import h5py,sys; sys.exit(0 if h5py.
   ( ulimit -v 16000000
     H5PY_SETUP_REQUIRES=0 CC=mpicc HDF5_MPI=ON HDF5_PKGCONFIG_NAME=hdf5-openmpi \
       $PY -m pip install -q --no-build-isolation --no-binary=h5py h5py )
+fi
+
+# hdf5plugin: the ZFP (H5Z-ZFP), LZ4, Blosc, Zstd filters for h5py, used by pdcx.hdf5 to read such
+# chunks and by tests/test_hdf5.py to write them. Debian's ZFP plugin is built for the serial
+# libhdf5 and cannot load into the parallel h5py above. --no-deps: keep that h5py.
+if ((want_test)) && ! $PY -c 'import hdf5plugin' 2>/dev/null; then
+  log "pip install hdf5plugin"
+  $PY -m pip install -q --no-deps hdf5plugin
 fi
 
 # A real S3 server (versitygw) for the S3 tier's tests and bench/s3; built once with Go.
