@@ -405,9 +405,9 @@ def test_bad_inputs_leave_nothing(tmp_path, client):
     assert sorted(o.name for o in client.objects("bad")) == ["bad/more", "bad/ok"]
 
 
-def test_failure_mid_copy_is_marked(tmp_path, client):
+def test_failure_mid_copy_deletes_what_it_created(tmp_path, client):
     """A chunk HDF5 cannot decode (corrupt gzip stream) fails the import after the objects
-    exist: the error says so and the container is marked failed (or deleted, if pdcx can)."""
+    exist: the error says so, and the objects and the container are deleted."""
     src = tmp_path / "corrupt.h5"
     with h5py.File(src, "w") as f:
         f.create_dataset("good", data=np.arange(100.0))
@@ -418,11 +418,10 @@ def test_failure_mid_copy_is_marked(tmp_path, client):
         fh.write(b"\xde\xad\xbe\xef" * (info.size // 4))
     with pytest.raises(hdf5.HDF5ImportError, match=r"copying failed: OSError: dataset /bad, region \[2048:3072\]") as e:
         hdf5.import_file(client, src)
-    if "were deleted" in str(e.value):
-        assert "corrupt" not in [c.name for c in client.containers()]
-    else:
-        assert "hdf5_import='failed" in str(e.value)
-        assert client.open_container("corrupt").tags["hdf5_import"].startswith("failed: ")
+    assert "were deleted" in str(e.value)
+    assert "corrupt" not in [c.name for c in client.containers()]
+    with pytest.raises(pdcx.NotFoundError):
+        client.open_object("corrupt/good")
 
 
 def test_missing_filter_is_named_before_anything_is_created(tmp_path):

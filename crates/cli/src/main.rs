@@ -5,7 +5,7 @@ mod daemon;
 mod mpiio_cmd;
 mod tiers_cmd;
 
-use anyhow::{anyhow, Result};
+use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -159,6 +159,32 @@ enum Command {
         /// CSV rows (one per server and tier per sample) instead of tables.
         #[arg(long)]
         csv: bool,
+    },
+
+    /// Import HDF5 files: a container per file, an object per dataset, tags from attributes,
+    /// chunk by chunk (in parallel under mpirun). `pdcx import --help` for the options.
+    #[command(disable_help_flag = true)]
+    Import {
+        /// Files and options, passed to `python3 -m pdcx.hdf5 import` (h5py does the HDF5).
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
+    },
+
+    /// Export objects to an HDF5 file h5py and h5dump read. `pdcx export --help` for the
+    /// options.
+    #[command(disable_help_flag = true)]
+    Export {
+        /// Objects and options, passed to `python3 -m pdcx.hdf5 export`.
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            value_name = "ARGS"
+        )]
+        args: Vec<String>,
     },
 
     /// Run an unmodified MPI-IO program with the files it writes under a prefix logged by
@@ -427,6 +453,40 @@ fn main() -> ExitCode {
     }
 }
 
+/// `pdcx import` / `pdcx export`: the HDF5 work is done by the HDF5 library through h5py, in
+/// the Python module `pdcx.hdf5` (the interpreter: `PDCX_PYTHON`, else `python3`), which
+/// gets the arguments as they are and the root when one was given.
+fn hdf5_cmd(what: &str, root: Option<&Path>, args: &[String]) -> Result<u8> {
+    let python = std::env::var("PDCX_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let check = std::process::Command::new(&python)
+        .args(["-c", "import pdcx.hdf5, h5py"])
+        .output()
+        .map_err(|e| {
+            anyhow!("pdcx {what} runs {python} (set PDCX_PYTHON to another interpreter): {e}")
+        })?;
+    if !check.status.success() {
+        bail!(
+            "pdcx {what} needs the pdcx Python package and h5py in {python} \
+             (pip install 'pdcx[hdf5]', or scripts/setup.sh --test): {}",
+            String::from_utf8_lossy(&check.stderr)
+                .trim()
+                .lines()
+                .last()
+                .unwrap_or("")
+        );
+    }
+    let mut cmd = std::process::Command::new(&python);
+    cmd.args(["-m", "pdcx.hdf5", what]);
+    if let Some(r) = root {
+        cmd.arg("--root").arg(absolute(r)?);
+    }
+    cmd.args(args);
+    let status = cmd
+        .status()
+        .map_err(|e| anyhow!("running {python} -m pdcx.hdf5: {e}"))?;
+    Ok(status.code().map_or(1, |c| c.clamp(0, 255) as u8))
+}
+
 /// The deployment root as an absolute path (so it can be handed to background servers).
 fn require_root(root: Option<PathBuf>) -> Result<PathBuf> {
     let root = root
@@ -474,9 +534,19 @@ fn run(cli: Cli) -> Result<u8> {
     {
         return mpiio_cmd::run(cli.root.as_deref(), prefix, home, mode, program).map(|c| c as u8);
     }
+    if let Command::Import { args } | Command::Export { args } = &cli.command {
+        let what = if matches!(cli.command, Command::Import { .. }) {
+            "import"
+        } else {
+            "export"
+        };
+        return hdf5_cmd(what, cli.root.as_deref(), args);
+    }
     let root = require_root(cli.root)?;
     match cli.command {
-        Command::Run { .. } => unreachable!("handled above"),
+        Command::Run { .. } | Command::Import { .. } | Command::Export { .. } => {
+            unreachable!("handled above")
+        }
         Command::Server(args) => match args.action {
             None => daemon::foreground(daemon::ForegroundOpts {
                 root,

@@ -369,6 +369,18 @@ impl Client {
             .map_err(to_py)
     }
 
+    /// Removes an object: metadata, memberships, tags and data.
+    fn delete_object(&self, py: Python<'_>, id: u64) -> R<()> {
+        py.allow_threads(|| self.inner.delete_object(id))
+            .map_err(to_py)
+    }
+
+    /// Removes a container (its objects stay).
+    fn delete_container(&self, py: Python<'_>, name: String) -> R<()> {
+        py.allow_threads(|| self.inner.delete_container(&name))
+            .map_err(to_py)
+    }
+
     fn delete_object_tag(&self, py: Python<'_>, id: u64, key: String) -> R<()> {
         py.allow_threads(|| self.inner.delete_tag(TagTarget::Object(id), &key))
             .map_err(to_py)

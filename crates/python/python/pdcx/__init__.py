@@ -236,6 +236,15 @@ class Client:
     def objects(self, container: str | None = None) -> list[Object]:
         return [Object(self, o) for o in json.loads(self._c.list_objects(container))]
 
+    def delete_object(self, obj: Object | str) -> None:
+        """Removes an object (by name or :class:`Object`): metadata, memberships, tags, data."""
+        o = obj if isinstance(obj, Object) else self.open_object(obj)
+        self._c.delete_object(o.id)
+
+    def delete_container(self, name: str) -> None:
+        """Removes a container and its tags; its objects stay (delete them first if wanted)."""
+        self._c.delete_container(name)
+
     def query(self, *conditions: str, **equals: Any) -> list[str]:
         """Names of the objects whose tags satisfy every condition.
 

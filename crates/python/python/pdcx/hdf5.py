@@ -601,27 +601,23 @@ def _scan(client: Client, path: str, container: str, into_existing: bool, skip_u
 
 
 def _discard(client: Client, container: str, created_container: bool, plans: list, reason: str) -> str:
-    """Undoes a failed import as far as this pdcx allows; returns what it did, for the error."""
-    nat = client._c
+    """Undoes a failed import: deletes the objects it created (and the container, if it made
+    it); returns what it did, for the error. If deleting fails too, the container is tagged
+    hdf5_import='failed: ...' so nobody mistakes it for a complete import."""
     objs = [p.obj for p in plans if p.obj is not None]
-    if hasattr(nat, "delete_object") and hasattr(nat, "delete_container"):
-        try:
-            for o in objs:
-                nat.delete_object(o.id)
-            if created_container:
-                nat.delete_container(container)
-            return f"the {len(objs)} object(s) it created were deleted"
-        except PdcxError as e:
-            reason += f"; deleting them failed too: {e}"
-    # This pdcx's Python binding cannot delete objects: leave a clear mark instead.
+    try:
+        for o in objs:
+            client.delete_object(o)
+        if created_container:
+            client.delete_container(container)
+        return f"the {len(objs)} object(s) it created were deleted"
+    except PdcxError as e:
+        reason += f"; deleting them failed too: {e}"
     try:
         client.open_container(container).tags["hdf5_import"] = f"failed: {reason}"[:4000]
     except PdcxError:
         pass
-    return (
-        f"container {container!r} holds {len(objs)} partly copied object(s) and is tagged "
-        "hdf5_import='failed: ...' (this pdcx cannot delete objects from Python yet)"
-    )
+    return f"container {container!r} holds {len(objs)} partly copied object(s) and is tagged hdf5_import='failed: ...'"
 
 
 def import_file(
