@@ -293,15 +293,10 @@ def test_h5dump_reads_the_zfp_test_data(tmp_path):
 
 
 def cli(*args, env=None, check=True):
-    """`pdcx import|export ...` when the pdcx binary has those commands, else the module they
-    run (python3 -m pdcx.hdf5 ...), with the same arguments."""
-    binary = os.environ.get("PDCX_BIN") or shutil.which("pdcx")
-    use_bin = (
-        binary
-        and subprocess.run([binary, "import", "--help"], capture_output=True, timeout=60, check=False).returncode == 0
-    )
-    argv = [binary] if use_bin else [sys.executable, "-m", "pdcx.hdf5"]
-    p = subprocess.run([*argv, *map(str, args)], capture_output=True, text=True, env=env, timeout=300, check=False)
+    """`pdcx import|export ...` through the pdcx binary (which runs python3 -m pdcx.hdf5)."""
+    from conftest import pdcx_bin
+
+    p = subprocess.run([pdcx_bin(), *map(str, args)], capture_output=True, text=True, env=env, timeout=300, check=False)
     if check:
         assert p.returncode == 0, p.stdout + p.stderr
     return p
