@@ -157,7 +157,7 @@ def test_bad_input_fails_cleanly(build, dep):
         "pdcx: PDCquery_create: value is NULL",
         "pdcx: PDCquery_get_nhits: the output pointer is NULL",
         "is not a live query",
-        "dims can only grow",
+        "cannot change to 3 (only an object with no elements",
         "PDCinit has not been called",
     ]:
         assert expected in err, f"missing {expected!r} in:\n{err}"

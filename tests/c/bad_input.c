@@ -60,10 +60,11 @@ int main(void)
     CHECK(PDCregion_transfer_start_all(dup, 2) == FAIL);
     CHECK(PDCregion_transfer_start_all(NULL, 3) == FAIL);
     CHECK_OK(PDCregion_transfer_close(t));
-    /* shrinking is refused */
-    uint64_t small[2] = {2, 2};
-    CHECK(PDCobj_set_dims(obj, 2, small) == FAIL);
+    /* the number of dims of an object with elements cannot change; ndim must be 1..MAX */
+    uint64_t small[3] = {2, 2, 2};
     CHECK(PDCobj_set_dims(obj, 3, small) == FAIL);
+    CHECK(PDCobj_set_dims(obj, 0, small) == FAIL);
+    CHECK(PDCobj_set_dims(obj, 2, NULL) == FAIL);
     /* iterators */
     CHECK(PDCobj_iter_get_info(NULL) == NULL);
     CHECK(PDCobj_iter_next((obj_handle *)buf, cont) == NULL);

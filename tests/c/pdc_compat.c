@@ -5,7 +5,10 @@
  *   calls report PDC_TRANSFER_STATUS_NOT_FOUND), and a read's data is in the buffer without
  *   a wait;
  * - PDCcont_iter_start is called with the PDC id, as PDC's header allows;
- * - PDC_timing_report(prefix) is part of pdc.h. */
+ * - PDC_timing_report(prefix) is part of pdc.h;
+ * - an object may be created with no dims (its size unknown): its first transfer gives it
+ *   its rank and size, and PDCobj_set_dims may set them;
+ * - PDCobj_set_dims may also shrink an object. */
 #include "pdc.h"
 #include "check.h"
 #include <string.h>
@@ -105,6 +108,67 @@ int main(void)
     CHECK(found);
 
     CHECK(PDC_timing_report("compat") == 0);
+
+    /* An object created with no dims takes its rank and size from its first write. */
+    pdcid_t nprop = PDCprop_create(PDC_OBJ_CREATE, pdc);
+    CHECK_OK(PDCprop_set_obj_type(nprop, PDC_DOUBLE));
+    pdcid_t nodims = PDCobj_create(cont, "compat/nodims", nprop);
+    CHECK_ID(nodims);
+    double grid[6 * 8], back[6 * 8];
+    for (int i = 0; i < 48; i++)
+        grid[i] = i * 0.5;
+    uint64_t z2[2] = {0, 0}, g2[2] = {6, 8};
+    pdcid_t gl = PDCregion_create(2, z2, g2), gr = PDCregion_create(2, z2, g2);
+    pdcid_t tw2 = PDCregion_transfer_create(grid, PDC_WRITE, nodims, gl, gr);
+    CHECK_ID(tw2);
+    CHECK_OK(PDCregion_transfer_start(tw2));
+    CHECK_OK(PDCregion_transfer_wait(tw2));
+    CHECK_OK(PDCregion_transfer_close(tw2));
+    int nd = 0;
+    uint64_t *dd = NULL;
+    CHECK_OK(PDCobj_get_dims(nodims, &nd, &dd));
+    CHECK(nd == 2 && dd[0] == 6 && dd[1] == 8);
+    free(dd);
+    pdcid_t tr2 = PDCregion_transfer_create(back, PDC_READ, nodims, gl, gr);
+    CHECK_OK(PDCregion_transfer_start(tr2));
+    CHECK_OK(PDCregion_transfer_wait(tr2));
+    CHECK_OK(PDCregion_transfer_close(tr2));
+    CHECK(memcmp(grid, back, sizeof grid) == 0);
+
+    /* PDCobj_set_dims shrinks it: elements past the new end are out of bounds. */
+    uint64_t s2[2] = {3, 8};
+    CHECK_OK(PDCobj_set_dims(nodims, 2, s2));
+    CHECK_OK(PDCobj_get_dims(nodims, &nd, &dd));
+    CHECK(nd == 2 && dd[0] == 3 && dd[1] == 8);
+    free(dd);
+    tr2 = PDCregion_transfer_create(back, PDC_READ, nodims, gl, gr);
+    CHECK(tr2 == 0); /* rows 3..5 are past the end now */
+    uint64_t h2[2] = {3, 8};
+    pdcid_t hl = PDCregion_create(2, z2, h2), hr = PDCregion_create(2, z2, h2);
+    tr2 = PDCregion_transfer_create(back, PDC_READ, nodims, hl, hr);
+    CHECK_OK(PDCregion_transfer_start(tr2));
+    CHECK_OK(PDCregion_transfer_wait(tr2));
+    CHECK_OK(PDCregion_transfer_close(tr2));
+    CHECK(memcmp(grid, back, sizeof(double) * 24) == 0);
+    /* ... and an object with data keeps its number of dims. */
+    uint64_t s3[3] = {3, 8, 1};
+    CHECK(PDCobj_set_dims(nodims, 3, s3) == FAIL);
+
+    /* An object with no dims given them by PDCobj_set_dims before any write. */
+    pdcid_t later = PDCobj_create(cont, "compat/later", nprop);
+    CHECK_ID(later);
+    uint64_t l3[3] = {2, 3, 4};
+    CHECK_OK(PDCobj_set_dims(later, 3, l3));
+    CHECK_OK(PDCobj_get_dims(later, &nd, &dd));
+    CHECK(nd == 3 && dd[0] == 2 && dd[1] == 3 && dd[2] == 4);
+    free(dd);
+    CHECK_OK(PDCregion_close(gl));
+    CHECK_OK(PDCregion_close(gr));
+    CHECK_OK(PDCregion_close(hl));
+    CHECK_OK(PDCregion_close(hr));
+    CHECK_OK(PDCobj_close(later));
+    CHECK_OK(PDCobj_close(nodims));
+    CHECK_OK(PDCprop_close(nprop));
     CHECK_OK(PDCobj_close(obj));
     CHECK_OK(PDCcont_close(cont));
     CHECK_OK(PDCprop_close(prop));

@@ -126,11 +126,9 @@ fn plan(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<Plan> {
     let mut st = state();
     let cont = cont_name(&st, cont_id)?;
     let p = obj_prop_mut(&mut st, prop_id)?;
-    if p.dims.is_empty() {
-        return Err(format!(
-            "object property {prop_id:#x} has no dims; call PDCprop_set_obj_dims first"
-        ));
-    }
+    // No dims: the size is unknown at creation, as PDC allows. The object starts 1-d with no
+    // elements; its first write or PDCobj_set_dims gives it its rank and size.
+    let shapeless = p.dims.is_empty();
     let t = p.dtype.ok_or_else(|| {
         format!("object property {prop_id:#x} has no type; call PDCprop_set_obj_type first")
     })?;
@@ -150,15 +148,20 @@ fn plan(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<Plan> {
             tags.push((k.to_string(), TagValue::Str(v.clone())));
         }
     }
-    let settings = Settings::of_prop(p);
+    let mut settings = Settings::of_prop(p);
+    let dims = if shapeless {
+        settings.unlimited = vec![true];
+        vec![0]
+    } else {
+        p.dims
+            .iter()
+            .map(|&d| if d == PDC_SIZE_UNLIMITED { 0 } else { d })
+            .collect()
+    };
     Ok(Plan {
         spec: ObjectSpec {
             name: name.to_string(),
-            dims: p
-                .dims
-                .iter()
-                .map(|&d| if d == PDC_SIZE_UNLIMITED { 0 } else { d })
-                .collect(),
+            dims,
             dtype: dtype_of(t)?,
             fill: None,
             containers: vec![cont],
@@ -423,19 +426,27 @@ pub extern "C" fn PDCobj_flush_all_start() -> Perr {
 pub unsafe extern "C" fn PDCobj_set_dims(id: PdcId, ndim: c_int, dims: *mut u64) -> Perr {
     ffi_err("PDCobj_set_dims", || {
         let meta = obj_meta(&mut state(), id)?;
-        if ndim < 0 || ndim as usize != meta.dims.len() {
+        if ndim <= 0 || ndim as usize > pdcx_core::MAX_DIMS {
             return Err(format!(
-                "object {} has {} dims, got ndim {ndim}",
-                meta.name,
-                meta.dims.len()
+                "ndim must be 1..={}, got {ndim}",
+                pdcx_core::MAX_DIMS
             ));
         }
         // SAFETY: the caller promises `ndim` values.
         let dims = unsafe { crate::u64s(dims, ndim as usize, "dims") }?;
+        // As in PDC the dims may grow or shrink; the number of dims may change only while the
+        // object has no elements and no data (the server checks). PDC_SIZE_UNLIMITED: that
+        // dim starts at 0 and grows with the writes into it.
+        let unlimited: Vec<bool> = dims.iter().map(|&d| d == PDC_SIZE_UNLIMITED).collect();
+        let dims: Vec<u64> = dims
+            .iter()
+            .map(|&d| if d == PDC_SIZE_UNLIMITED { 0 } else { d })
+            .collect();
         let new = client()?.set_dims(meta.id, dims).map_err(err)?;
         let mut st = state();
         let o = obj_mut(&mut st, id)?;
         o.info.prop.set_dims(&new.dims);
+        o.unlimited = unlimited;
         o.meta = new;
         Ok(())
     })

@@ -160,6 +160,21 @@ pub unsafe extern "C" fn PDCregion_transfer_create(
                 remote.num_elements()
             ));
         }
+        if remote.ndim() != meta.dims.len() && meta.dims.iter().all(|&d| d == 0) {
+            // An object created without dims (or emptied) takes its rank from its first
+            // transfer; the server refuses if another process gave it data meanwhile.
+            meta = crate::obj::refresh(obj_id)?;
+            if remote.ndim() != meta.dims.len() && meta.dims.iter().all(|&d| d == 0) {
+                meta = client()?
+                    .set_dims(meta.id, vec![0; remote.ndim()])
+                    .map_err(crate::err)?;
+                let mut st = state();
+                let o = obj_mut(&mut st, obj_id)?;
+                o.info.prop.set_dims(&meta.dims);
+                o.unlimited = vec![true; remote.ndim()];
+                o.meta = meta.clone();
+            }
+        }
         if remote.ndim() != meta.dims.len() {
             return Err(format!(
                 "remote region {remote} has {} dims but object {} has {}",
@@ -170,8 +185,14 @@ pub unsafe extern "C" fn PDCregion_transfer_create(
         }
         if remote.check_within(&meta.dims).is_err() {
             // Another process may have grown it; or it has unlimited dims to grow here.
+            let before = meta.dims.clone();
             meta = crate::obj::refresh(obj_id)?;
-            let unlimited = obj_mut(&mut state(), obj_id)?.unlimited.clone();
+            // An object with no elements grows in every dim (its size was unknown at creation).
+            let unlimited = if before.iter().all(|&d| d == 0) {
+                vec![true; meta.dims.len()]
+            } else {
+                obj_mut(&mut state(), obj_id)?.unlimited.clone()
+            };
             let mut want = meta.dims.clone();
             let mut grow = false;
             for (d, w) in want.iter_mut().enumerate() {
@@ -181,7 +202,8 @@ pub unsafe extern "C" fn PDCregion_transfer_create(
                 }
             }
             if grow {
-                meta = client()?.set_dims(meta.id, want).map_err(crate::err)?;
+                // An elementwise maximum: processes growing it at once never shrink it.
+                meta = client()?.extend_dims(meta.id, want).map_err(crate::err)?;
                 let mut st = state();
                 let o = obj_mut(&mut st, obj_id)?;
                 o.info.prop.set_dims(&meta.dims);

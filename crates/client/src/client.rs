@@ -759,6 +759,16 @@ impl Client {
         Ok(all)
     }
 
+    /// Grows an object's dims to at least `dims` (elementwise maximum: concurrent growers never
+    /// shrink each other's size).
+    pub fn extend_dims(&self, id: ObjectId, dims: Vec<u64>) -> Result<ObjectMeta> {
+        match self.call(self.id_owner(id)?, &Request::ExtendDims { id, dims }, &[])? {
+            Response::Object(o) => Ok(o),
+            r => Err(unexpected("extend_dims", r)),
+        }
+    }
+
+    /// Sets an object's dims exactly (they may shrink; see the server's `set_dims`).
     pub fn set_dims(&self, id: ObjectId, dims: Vec<u64>) -> Result<ObjectMeta> {
         match self.call(self.id_owner(id)?, &Request::SetDims { id, dims }, &[])? {
             Response::Object(o) => Ok(o),

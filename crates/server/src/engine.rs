@@ -982,6 +982,17 @@ impl Engine {
         Ok(out)
     }
 
+    /// Whether any committed data of `id` (owned here) exists, here or on other holders.
+    pub(crate) fn has_data(&self, id: ObjectId) -> bool {
+        self.store.holds_any(id)
+            || self
+                .remote
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&id)
+                .is_some_and(|v| !v.is_empty())
+    }
+
     /// Other servers holding committed data of `id` inside `region`.
     pub(crate) fn remote_holders(&self, id: ObjectId, region: &Region) -> Vec<u32> {
         let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());

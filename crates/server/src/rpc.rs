@@ -366,7 +366,16 @@ fn handle(
         Request::ListObjects { container } => {
             Response::Objects(md.list_objects(container.as_deref())?)
         }
-        Request::SetDims { id, dims } => Response::Object(md.set_dims(id, &dims)?),
+        Request::SetDims { id, dims } => {
+            let cur = md.object(id)?;
+            if dims.len() != cur.dims.len() && server.engine.has_data(id) {
+                return Err(Error::invalid(format!(
+                    "{} holds data: its number of dims cannot change",
+                    cur.name
+                )));
+            }
+            Response::Object(md.set_dims(id, &dims)?)
+        }
         Request::ExtendDims { id, dims } => Response::Object(md.extend_dims(id, &dims)?),
         Request::SetSize { id, len } => {
             Response::Object(crate::streams::set_size(server, id, len)?)

@@ -621,8 +621,12 @@ class Object:
         return {k: v for k, v in self._meta.items() if k not in ("tags", "fill")}
 
     def resize(self, shape: Iterable[int]) -> None:
-        """Grows the object's dims (they may not shrink)."""
-        self._meta = json.loads(self._client._c.set_dims(self.id, [int(s) for s in shape]))
+        """Grows the object's dims (they may not shrink: that would hide written data; the C
+        API's ``PDCobj_set_dims`` shrinks, as PDC's does)."""
+        new = [int(s) for s in shape]
+        if len(new) == self.ndim and any(n < c for n, c in zip(new, self.shape)):
+            raise InvalidArgumentError(f"resize only grows: {self.name} is {self.shape}, asked {tuple(new)}")
+        self._meta = json.loads(self._client._c.set_dims(self.id, new))
 
     def refresh(self) -> None:
         """Reloads metadata (e.g. dims grown by another client)."""

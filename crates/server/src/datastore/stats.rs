@@ -62,6 +62,11 @@ impl DataStore {
         self.meta.put_extent_stats(&rows)
     }
 
+    /// Whether this server holds any visible extent of `id`.
+    pub fn holds_any(&self, id: ObjectId) -> bool {
+        self.index().get(&id).is_some_and(|v| !v.is_empty())
+    }
+
     /// The parts of `region` covered by extents of `id` held here, each with its extent's
     /// statistics (None: not computed). Overlapping extents each appear.
     pub fn extent_ranges(

@@ -292,21 +292,26 @@ impl Metadata {
     }
 
     /// Dims may only grow: shrinking would silently hide written data.
+    /// Sets an object's dims exactly, as PDC's `PDCobj_set_dims` does: they may grow or shrink
+    /// (elements past a shrunk end are no longer readable or writable). The number of dims may
+    /// change only while the object has no elements (all dims 0) and, as the caller checks, no
+    /// data: an object created with its shape unknown takes its rank from the first set.
     pub fn set_dims(&self, id: ObjectId, dims: &[u64]) -> Result<ObjectMeta> {
         validate_dims(dims)?;
         let cur = self.object(id)?;
-        if dims.len() != cur.dims.len() {
+        if dims.len() != cur.dims.len() && cur.dims.iter().any(|&d| d != 0) {
             return Err(Error::invalid(format!(
-                "object {} has {} dims; cannot change to {}",
+                "object {} has {} dims; cannot change to {} (only an object with no elements, \
+                 all dims 0, may change its number of dims)",
                 cur.name,
                 cur.dims.len(),
                 dims.len()
             )));
         }
-        if let Some(d) = (0..dims.len()).find(|&d| dims[d] < cur.dims[d]) {
+        if cur.is_byte_stream() {
             return Err(Error::invalid(format!(
-                "dims can only grow: dim {d} of {} is {} and cannot shrink to {}",
-                cur.name, cur.dims[d], dims[d]
+                "{} is a byte stream: set its size (truncate) instead of its dims",
+                cur.name
             )));
         }
         let text = serde_json::to_string(dims).map_err(|e| Error::internal(e.to_string()))?;
