@@ -481,3 +481,72 @@ def test_cli_under_mpirun_says_things_once(tmp_path, deployment):
     p = mpirun("import", str(src))
     assert p.returncode != 0
     assert (p.stdout + p.stderr).count("container 'm' exists") == 1, p.stdout + p.stderr
+
+
+def test_import_by_reference_reads_the_chunks_in_the_file(tmp_path, deployment):
+    """`pdcx import --by-reference`: each chunk's bytes stay in the file (shuffle+gzip, plain,
+    contiguous, partly written); reads, strided reads and value queries equal h5py's, also after
+    the servers restart; a ZFP dataset is copied instead (the servers do not decode ZFP); promote
+    copies an object into pdcx, after which the file is not needed for it."""
+    dep = deployment(n=2)
+    src = tmp_path / "ref.h5"
+    rng = np.random.default_rng(3)
+    a = rng.random((100, 70, 33)).astype("f4")
+    with h5py.File(src, "w") as f:
+        f.create_dataset("g/plain", data=a, chunks=(16, 32, 16))
+        f.create_dataset("g/gz", data=a, chunks=(16, 32, 16), compression="gzip", shuffle=True)
+        f.create_dataset("contig", data=np.arange(9000 * 13, dtype="<i8").reshape(9000, 13))
+        f.create_dataset("zfp", data=a, chunks=(16, 32, 16), **hdf5plugin.Zfp(rate=16))
+        f.create_dataset("partial", shape=(50, 50), chunks=(10, 10), dtype="f8", fillvalue=-1)[0:10, 0:10] = 3.0
+    p = cli("import", src, "--by-reference", env=dep.env())
+    assert "copied instead of referenced: /zfp" in p.stderr and "referenced 4 dataset(s)" in p.stderr
+
+    def check(c):
+        with h5py.File(src) as f:
+            for n in ["g/plain", "g/gz", "contig", "zfp", "partial"]:
+                o = c.open_object(f"ref/{n}")
+                np.testing.assert_array_equal(o[...], f[n][()], err_msg=n)
+                assert {e["tier"] for e in o.extents()} == ({"log"} if n == "zfp" else {"ref"}), n
+            gz = c.open_object("ref/g/gz")
+            np.testing.assert_array_equal(gz[5:40:3, ::7, 2], f["g/gz"][5:40:3, ::7, 2])
+            h = gz.where(gz > 0.999)
+            assert h.count == (a > 0.999).sum() and np.array_equal(h.values, a[a > 0.999])
+
+    check(dep.client())
+    dep.restart()
+    c = dep.client()
+    check(c)
+    assert c.open_object("ref/g/gz").tags["hdf5_import"] == "reference"
+    hdf5.promote(c, "ref/g/gz")
+    src.rename(tmp_path / "moved.h5")
+    np.testing.assert_array_equal(c.open_object("ref/g/gz")[...], a)  # promoted: in pdcx now
+    with pytest.raises(pdcx.PdcxError, match="ref.h5"):
+        c.open_object("ref/g/plain")[...]  # still a reference: the missing file is named
+
+
+def test_bad_references_are_refused_before_anything_is_recorded(tmp_path, client):
+    """The server checks every item (file, bounds, sizes) before recording any."""
+    src = tmp_path / "r.h5"
+    with h5py.File(src, "w") as f:
+        f.create_dataset("x", data=np.arange(100.0), chunks=(10,))
+    o = client.create_container("bad-ref").create_object("bad-ref/x", shape=(100,), dtype="float64")
+    good = {
+        "region": {"offset": [0], "count": [10]},
+        "path": str(src),
+        "offset": 0,
+        "size": 80,
+        "chunk": [10],
+        "filters": [],
+    }
+    for change, why in [
+        ({"path": "relative.h5"}, "absolute"),
+        ({"path": str(tmp_path / "none.h5")}, "cannot read"),
+        ({"offset": 10**9}, "past the end"),
+        ({"size": 79}, "unfiltered chunk"),
+        ({"region": {"offset": [95], "count": [10]}}, "outside|bounds|dims"),
+        ({"chunk": [5]}, "does not hold"),
+        ({"filters": [{"Shuffle": {"elem": 4}}]}, "shuffle of 4-byte"),
+    ]:
+        with pytest.raises(pdcx.PdcxError, match=why):
+            client._c.import_refs(o.id, json.dumps([good, {**good, **change}]))
+    assert o.extents() == []

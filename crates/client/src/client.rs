@@ -897,6 +897,21 @@ impl Client {
         }
     }
 
+    /// Makes regions of object `id` extents whose bytes stay in files outside pdcx (HDF5
+    /// chunks imported by reference); the owner reads and decodes them on access, so it must
+    /// be able to read the files. Returns the extents recorded and the raw bytes they stand for.
+    pub fn import_refs(
+        &self,
+        id: ObjectId,
+        items: Vec<pdcx_core::protocol::RefItem>,
+    ) -> Result<(u64, u64)> {
+        let owner = self.id_owner(id)?;
+        match self.call(owner, &Request::ImportRefs { id, items }, &[])? {
+            Response::Imported { extents, bytes } => Ok((extents, bytes)),
+            r => Err(unexpected("import_refs", r)),
+        }
+    }
+
     /// Reads the elements of object `id` at `coords` (ndim u64 per point, `ndim` the
     /// object's) into `out` (one element per point, in the order given); the owner picks
     /// them, so only they travel. Sent in batches that keep each request small.

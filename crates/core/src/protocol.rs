@@ -653,6 +653,35 @@ pub enum Request {
         id: ObjectId,
         coords: Vec<u64>,
     },
+    /// Owner: makes each item's region of `id` an extent whose bytes stay in a file outside
+    /// pdcx (an HDF5 chunk imported by reference), read and decoded on access. Durable when
+    /// answered (`Imported`). The owner must be able to read the file.
+    ImportRefs {
+        id: ObjectId,
+        items: Vec<RefItem>,
+    },
+}
+
+/// A region whose bytes are `size` bytes at `offset` of the file `path` (absolute), stored
+/// as a chunk of shape `chunk` (the region is the chunk clipped to the object's dims, at the
+/// chunk's origin) after `filters` were applied in order (they are undone in reverse).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RefItem {
+    pub region: Region,
+    pub path: String,
+    pub offset: u64,
+    pub size: u64,
+    pub chunk: Vec<u64>,
+    pub filters: Vec<RefFilter>,
+}
+
+/// The HDF5 filters pdcx undoes itself when reading a chunk by reference.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RefFilter {
+    /// HDF5's byte shuffle (filter 2) of elements of this many bytes.
+    Shuffle { elem: u32 },
+    /// Deflate (filter 1): a zlib stream.
+    Deflate,
 }
 
 /// How a lookup names an object.
@@ -885,6 +914,11 @@ pub enum Response {
     // ---- issue 12 ----
     /// Answer to `ValueQuery`.
     QueryAnswer(crate::valuequery::QueryAnswer),
+    /// Answer to `ImportRefs`: extents recorded, and the raw bytes they stand for.
+    Imported {
+        extents: u64,
+        bytes: u64,
+    },
 }
 
 /// One version of a byte-stream object (issue 11): the object's content as of a consistency

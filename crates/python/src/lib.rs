@@ -369,6 +369,15 @@ impl Client {
             .map_err(to_py)
     }
 
+    /// Records regions of object `id` as read by reference from files (JSON list of
+    /// `RefItem`s); returns (extents, raw bytes).
+    fn import_refs(&self, py: Python<'_>, id: u64, items: &str) -> R<(u64, u64)> {
+        let items: Vec<pdcx_core::protocol::RefItem> = serde_json::from_str(items)
+            .map_err(|e| InvalidArgumentError::new_err(format!("bad reference items: {e}")))?;
+        py.allow_threads(|| self.inner.import_refs(id, items))
+            .map_err(to_py)
+    }
+
     /// Removes an object: metadata, memberships, tags and data.
     fn delete_object(&self, py: Python<'_>, id: u64) -> R<()> {
         py.allow_threads(|| self.inner.delete_object(id))

@@ -440,6 +440,17 @@ fn handle(
             region,
             want,
         } => return crate::analysis::value_query(server, &query, region, &want),
+        Request::ImportRefs { id, items } => {
+            let owner = owner_of_id(id);
+            if owner != server.config.rank {
+                return Err(Error::invalid(format!(
+                    "object {id:#x} is owned by server {owner}: import references there"
+                )));
+            }
+            let obj = server.meta.object(id)?;
+            let (extents, bytes) = server.engine.store().add_references(&obj, &items)?;
+            Response::Imported { extents, bytes }
+        }
         Request::ReadPoints { id, coords } => {
             return Ok((
                 Response::Data,

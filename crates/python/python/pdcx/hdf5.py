@@ -507,6 +507,11 @@ class ImportReport:
     bytes: int = 0  # data bytes copied (all ranks)
     bytes_per_rank: list[int] = field(default_factory=list)
     seconds: float = 0.0
+    # by_reference=True: the objects whose extents point into the file, their bytes, and
+    # the datasets copied instead (with why).
+    referenced: list[str] = field(default_factory=list)
+    referenced_bytes: int = 0
+    copied_instead: list[str] = field(default_factory=list)
 
     @property
     def rate(self) -> float:
@@ -620,6 +625,92 @@ def _discard(client: Client, container: str, created_container: bool, plans: lis
     return f"container {container!r} holds {len(objs)} partly copied object(s) and is tagged hdf5_import='failed: ...'"
 
 
+# HDF5 filter ids pdcx's servers undo themselves when reading a chunk by reference.
+_REF_SHUFFLE, _REF_DEFLATE = 2, 1
+# Contiguous datasets are referenced in slabs of about this many bytes (one extent each).
+_REF_SLAB = 4 * MiB
+# Reference items sent per request.
+_REF_BATCH = 4096
+
+
+def _ref_items(dset, plan: _Plan) -> list[dict]:
+    """The reference items (regions of the object and where their bytes are in the file) of a
+    dataset, or _Unsupported saying why it must be copied instead."""
+    if plan.kind != "array" or plan.h5shape in (None, ()):
+        raise _Unsupported("only numeric arrays of rank >= 1 are read by reference")
+    if dset.dtype.byteorder == ">" or (dset.dtype.byteorder == "=" and sys.byteorder != "little"):
+        raise _Unsupported("big-endian data is copied (pdcx stores little-endian)")
+    dcpl = dset.id.get_create_plist()
+    if dset.is_virtual or dcpl.get_external_count() > 0:
+        raise _Unsupported("virtual or external storage")
+    path = os.path.abspath(dset.file.filename)
+    item = dset.dtype.itemsize
+    shape = dset.shape
+    if dset.chunks is None:
+        off = dset.id.get_offset()
+        if off is None:
+            return []  # never written: every element is the fill value
+        row = item * int(np.prod(shape[1:], dtype=np.int64))
+        rows = max(1, _REF_SLAB // max(row, 1))
+        out = []
+        for r0 in range(0, shape[0], rows):
+            n = min(rows, shape[0] - r0)
+            count = [n, *shape[1:]]
+            out.append(
+                {
+                    "region": {"offset": [r0] + [0] * (len(shape) - 1), "count": count},
+                    "path": path,
+                    "offset": off + r0 * row,
+                    "size": n * row,
+                    "chunk": count,
+                    "filters": [],
+                }
+            )
+        return out
+    pipeline = []
+    for i in range(dcpl.get_nfilters()):
+        fid, _flags, cd, name = dcpl.get_filter(i)
+        if fid == _REF_SHUFFLE:
+            pipeline.append({"Shuffle": {"elem": int(cd[0]) if cd else item}})
+        elif fid == _REF_DEFLATE:
+            pipeline.append("Deflate")
+        else:
+            raise _Unsupported(f"its filter {name.decode(errors='replace') or fid} is decoded by HDF5 only")
+    chunks = dset.chunks
+    out = []
+    for origin in np.ndindex(*[-(-n // c) for n, c in zip(shape, chunks)]):
+        start = tuple(i * c for i, c in zip(origin, chunks))
+        info = dset.id.get_chunk_info_by_coord(start)
+        if info.byte_offset is None:
+            continue  # a chunk never written reads as the fill value
+        filters = [f for k, f in enumerate(pipeline) if not (info.filter_mask >> k) & 1]
+        out.append(
+            {
+                "region": {"offset": list(start), "count": [min(c, n - o) for c, n, o in zip(chunks, shape, start)]},
+                "path": path,
+                "offset": int(info.byte_offset),
+                "size": int(info.size),
+                "chunk": list(chunks),
+                "filters": filters,
+            }
+        )
+    return out
+
+
+def promote(client: Client, name: str, memory: int = DEFAULT_MEMORY) -> int:
+    """Copies an object imported by reference into pdcx: reads it through the servers (which
+    read the file) and writes it back, slab by slab; the writes shadow the references, so the
+    HDF5 file is no longer needed for it. Returns the bytes written."""
+    o = client.open_object(name)
+    done = 0
+    for sel in _blocks(tuple(o.shape), o.dtype.itemsize, memory // 2):
+        data = o[sel]
+        o.write_async(data, offset=[s.start for s in sel]).wait()
+        done += data.nbytes
+    o.tags["hdf5_import"] = "promoted"
+    return done
+
+
 def import_file(
     client: Client,
     path: str | os.PathLike,
@@ -631,8 +722,16 @@ def import_file(
     durability: str = "local",
     progress: bool = False,
     comm: Any = None,
+    by_reference: bool = False,
 ) -> ImportReport:
     """Copies every dataset of an HDF5 file into pdcx (see the module's doc for the mapping).
+
+    With ``by_reference`` the data is not copied: each chunk (or slab of a contiguous
+    dataset) becomes an extent whose bytes stay in the file, read and decoded by the
+    object's owner when a read needs them (shuffle and deflate; datasets with other filters,
+    big-endian or non-numeric data are copied, listed in ``report.copied_instead``). The
+    servers must be able to read the file at its absolute path, and it must not change
+    afterwards; :func:`promote` copies such an object into pdcx.
 
     Creates container ``container`` (default: the file's stem; with ``into_existing`` an
     existing one is fine) and one object per dataset. ``memory`` bounds the bytes of data in
@@ -693,9 +792,31 @@ def import_file(
     if error is not None:
         raise error
 
-    # Phase 2 (every rank): copy a round-robin share of the pieces.
+    # Phase 2 (every rank): copy a round-robin share of the pieces. By reference, rank 0
+    # records the references first (metadata only) and the rest is copied as usual.
     copied, local_error = 0, None
+    all_names = [p.name for p in plans]
     try:
+        if by_reference and rank == 0:
+            kept = []
+            with h5py.File(path, "r") as f:
+                for p in plans:
+                    try:
+                        items = _ref_items(f[p.path], p)
+                    except _Unsupported as why:
+                        report.copied_instead.append(f"{p.path}: {why}")
+                        kept.append(p)
+                        continue
+                    for k in range(0, len(items), _REF_BATCH):
+                        _n, raw = client._c.import_refs(p.obj.id, json.dumps(items[k : k + _REF_BATCH]))
+                        report.referenced_bytes += raw
+                    p.obj.tags["hdf5_import"] = "reference"
+                    report.referenced.append(p.name)
+            referenced = set(report.referenced)
+            plans = kept
+        if by_reference and comm is not None:
+            referenced = comm.bcast(referenced if rank == 0 else None, root=0)
+            names = [(n, d) for n, d in names if n not in referenced]
         with h5py.File(path, "r") as f:
             if rank != 0:
                 plans = []
@@ -746,7 +867,7 @@ def import_file(
         comm.Barrier()
     if rank == 0:
         client.open_container(container).tags["hdf5_import"] = "complete"
-    report.objects = [p.name for p in plans] if comm is None else comm.bcast([p.name for p in plans], root=0)
+    report.objects = all_names if comm is None else comm.bcast(all_names, root=0)
     report.seconds = time.monotonic() - t0
     return report
 
@@ -1031,6 +1152,13 @@ def _parser() -> argparse.ArgumentParser:
         default="local",
         help="what each written batch waits for (default %(default)s: fsynced in the server's log)",
     )
+    imp.add_argument(
+        "--by-reference",
+        action="store_true",
+        help="do not copy the data: each chunk's bytes stay in the file, read on access by the "
+        "servers (which must reach the file at its absolute path; it must not change). "
+        "Datasets with filters other than shuffle/deflate are copied",
+    )
     imp.add_argument("--dry-run", action="store_true", help="print what would be created and exit")
     exp = sub.add_parser(
         "export",
@@ -1113,11 +1241,19 @@ def _cmd_import(a) -> int:
             durability=a.durability,
             progress=not a.quiet,
             comm=comm,
+            by_reference=a.by_reference,
         )
         for w in r.warnings:
             _say(quiet, f"warning: {w}")
         for s in r.skipped:
             _say(quiet, f"warning: skipped {s}")
+        for c in r.copied_instead:
+            _say(quiet, f"note: copied instead of referenced: {c}")
+        if r.referenced:
+            _say(
+                quiet,
+                f"referenced {len(r.referenced)} dataset(s) of {path} ({r.referenced_bytes / MiB:,.1f} MiB stay in the file)",
+            )
         ranks = "" if comm is None else f" over {comm.Get_size()} ranks"
         _say(
             quiet,

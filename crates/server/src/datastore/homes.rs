@@ -53,6 +53,8 @@ impl DataStore {
         for (id, v) in self.index().iter() {
             for e in v {
                 match &e.home {
+                    // Extents read by reference stay in their files (`refs.rs`).
+                    None if e.external.is_some() => {}
                     None => todo.push((*id, e.clone())),
                     Some(h) => {
                         referenced.insert((h.tier, t.blob_key(*id, e.seq, h)));

@@ -28,6 +28,8 @@ pub struct Extent {
     /// Smallest and largest element (as f64, NaNs ignored) once computed (issue 12: value
     /// queries skip extents that cannot match): by the flusher, which has the bytes in hand.
     pub stats: Option<(f64, f64)>,
+    /// For an extent read by reference (issue 12): where its bytes are outside pdcx.
+    pub external: Option<Arc<super::refs::ExternalRef>>,
 }
 
 /// A write that reached the log but is not visible until committed.
@@ -133,6 +135,7 @@ pub(super) fn insert_by_seq(list: &mut Vec<Extent>, seq: u64, region: Region, lo
             home: None,
             in_log: true,
             stats: None,
+            external: None,
         },
     );
 }

@@ -33,8 +33,11 @@ mod commit;
 mod homes;
 mod index;
 mod read;
+mod refs;
 mod retire;
 mod stats;
+
+pub use refs::ExternalRef;
 
 pub use commit::{CommitGuard, Committed, OwnerGuard, OwnerLock, Registrar};
 pub use index::{Extent, Staged};
@@ -183,6 +186,11 @@ impl DataStore {
         }
         let homes = homes::load(&meta, tiering.as_deref())?;
         let stats = meta.load_extent_stats()?;
+        let refs: HashMap<(ObjectId, u64), Arc<ExternalRef>> = meta
+            .load_refs()?
+            .into_iter()
+            .map(|(k, r)| Ok((k, Arc::new(ExternalRef::from_row(&r)?))))
+            .collect::<Result<_>>()?;
         // A row naming a record recovery found damaged in a tail (a power cut tore it after
         // the metadata had recorded it: a `memory` write, or a commit whose sync never
         // finished) names bytes that were never acknowledged whole: dropped like a row naming
@@ -195,6 +203,7 @@ impl DataStore {
         let (keep, lost): (Vec<ExtentRow>, Vec<ExtentRow>) = rows.into_iter().partition(|r| {
             (log.is_committed(&r.loc) && !damaged.contains(&(r.loc.segment, r.loc.offset)))
                 || homes.contains_key(&(r.id, r.seq))
+                || refs.contains_key(&(r.id, r.seq))
         });
         meta.delete_extents(&lost.iter().map(|r| (r.id, r.seq)).collect::<Vec<_>>())?;
         // Extents that live on only through their home (segment retired, or the whole log lost
@@ -239,6 +248,7 @@ impl DataStore {
                 in_log: log.is_committed(&r.loc),
                 home: homes.get(&(r.id, r.seq)).cloned(),
                 stats: stats.get(&(r.id, r.seq)).copied(),
+                external: refs.get(&(r.id, r.seq)).cloned(),
                 region: r.region,
                 loc: r.loc,
             });
@@ -525,14 +535,17 @@ impl DataStore {
         match home {
             Some((true, _)) => "remote",
             Some((false, true)) => "local",
+            // Its bytes are the file's; its record is durable (`add_references`).
+            None if e.external.is_some() => "local",
             _ if synced => "local",
             _ => "memory",
         }
     }
 
-    /// "log", "log+TIER" or "TIER" for `pdcx show`.
+    /// "log", "log+TIER", "TIER" or, for an extent read by reference, "ref" for `pdcx show`.
     fn tier_label(&self, e: &Extent) -> String {
         match (&self.tiering, &e.home) {
+            (_, None) if e.external.is_some() => "ref".to_string(),
             (Some(t), Some(h)) if e.in_log => format!("log+{}", t.name(h.tier)),
             (Some(t), Some(h)) => t.name(h.tier).to_string(),
             _ => "log".to_string(),
@@ -547,7 +560,7 @@ impl DataStore {
     pub fn pending(&self) -> (u64, u64) {
         let mut out = (0, 0);
         for e in self.index().values().flatten() {
-            if e.home.is_none() {
+            if e.home.is_none() && e.external.is_none() {
                 out.0 += 1;
                 out.1 += e.loc.len;
             }
@@ -633,6 +646,9 @@ impl DataStore {
     pub fn extent_bytes(&self, obj: &ObjectMeta, e: &Extent) -> Result<Arc<Vec<u8>>> {
         if let Some(d) = self.cache.get(&e.loc) {
             return Ok(d);
+        }
+        if let (Some(r), None) = (&e.external, &e.home) {
+            return self.read_reference(obj, e, r, (0, e.loc.len));
         }
         let span = {
             let log = self.log();

@@ -41,6 +41,18 @@ impl DataStore {
         }
         self.io
             .cache_lookups(pieces.len() - misses.len(), misses.len());
+        // Extents read by reference (issue 12) come from their files, not the log or a tier.
+        let (refs, rest): (Vec<usize>, Vec<usize>) = misses
+            .into_iter()
+            .partition(|&i| pieces[i].0.external.is_some() && pieces[i].0.home.is_none());
+        misses = rest;
+        for &i in &refs {
+            let e = &pieces[i].0;
+            if let Some(r) = &e.external {
+                fetched[i] = Some(self.read_reference(obj, e, r, spans[i])?);
+            }
+        }
+        let any_ref = !refs.is_empty();
         let mut log = self.log();
         // Extents whose segment was retired are read from their home tier, after the log
         // lock is released (a tier read may be a slow network request; the log lock is a leaf).
@@ -65,7 +77,12 @@ impl DataStore {
         }
         // The bytes are read after the lock is released (`SegmentLog::span`): a large read
         // must not hold up the appends and reservations of writers meanwhile.
-        if let (Some(region), 1, 1, true) = (direct, pieces.len(), misses.len(), !any_from_tier) {
+        if let (Some(region), 1, 1, true) = (
+            direct,
+            pieces.len(),
+            misses.len(),
+            !any_from_tier && !any_ref,
+        ) {
             let (e, inter) = &pieces[0];
             let (lo, hi) = spans[0];
             if inter == region && hi - lo == out.len() as u64 {

@@ -32,6 +32,17 @@ pub struct ExtentRow {
     pub loc: Location,
 }
 
+/// Where an extent read by reference keeps its bytes: `size` bytes at `offset` of the file
+/// `path`, a chunk of shape `chunk` (JSON list) after `filters` (JSON of `RefFilter`s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RefRow {
+    pub path: String,
+    pub offset: u64,
+    pub size: u64,
+    pub chunk: String,
+    pub filters: String,
+}
+
 /// One extent's home: the tier (by config name), the codec its bytes are encoded with, their
 /// stored length and, for an extent grouped into a shard blob, that blob's key and the offset
 /// of the extent in it (else the blob is the extent's own, keyed by object and seq).
@@ -469,6 +480,76 @@ impl Metadata {
         .map(|_| ())
     }
 
+    /// Records extents whose bytes stay in a file outside pdcx, each with its `extent_map`
+    /// row, in one transaction; returns the ticket to wait for its durability.
+    pub(crate) fn insert_refs(&self, rows: &[(ExtentRow, RefRow)]) -> Result<u64> {
+        let t = now();
+        let ((), ticket) = self.write_nowait(|tx| {
+            let mut ext = tx
+                .prepare_cached("INSERT INTO extent_map (seq, object, region, segment, offset, len, crc) VALUES (?1,?2,?3,?4,?5,?6,?7)")
+                .map_err(db_err)?;
+            let mut refs = tx
+                .prepare_cached("INSERT OR REPLACE INTO extent_refs (object, seq, path, offset, size, chunk, filters) VALUES (?1,?2,?3,?4,?5,?6,?7)")
+                .map_err(db_err)?;
+            for (r, f) in rows {
+                let region =
+                    bincode::serialize(&r.region).map_err(|e| Error::internal(e.to_string()))?;
+                ext.execute(params![
+                    r.seq as i64,
+                    r.id as i64,
+                    region,
+                    r.loc.segment as i64,
+                    r.loc.offset as i64,
+                    r.loc.len as i64,
+                    r.loc.crc
+                ])
+                .map_err(db_err)?;
+                refs.execute(params![
+                    r.id as i64,
+                    r.seq as i64,
+                    f.path,
+                    f.offset as i64,
+                    f.size as i64,
+                    f.chunk,
+                    f.filters
+                ])
+                .map_err(db_err)?;
+            }
+            let mut touch = tx
+                .prepare_cached("UPDATE objects SET mtime=?1 WHERE lid=?2")
+                .map_err(db_err)?;
+            for (r, _) in rows.iter().filter(|(r, _)| owner_of_id(r.id) == self.rank) {
+                touch.execute(params![t, lid_of(r.id)]).map_err(db_err)?;
+            }
+            Ok(())
+        })?;
+        Ok(ticket)
+    }
+
+    /// Every extent read by reference, by (object, seq).
+    pub(crate) fn load_refs(&self) -> Result<std::collections::HashMap<(ObjectId, u64), RefRow>> {
+        self.write(|tx| {
+            let mut st = tx
+                .prepare("SELECT object, seq, path, offset, size, chunk, filters FROM extent_refs")
+                .map_err(db_err)?;
+            let rows = st
+                .query_map([], |r| {
+                    Ok((
+                        (r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64),
+                        RefRow {
+                            path: r.get(2)?,
+                            offset: r.get::<_, i64>(3)? as u64,
+                            size: r.get::<_, i64>(4)? as u64,
+                            chunk: r.get(5)?,
+                            filters: r.get(6)?,
+                        },
+                    ))
+                })
+                .map_err(db_err)?;
+            rows.map(|r| r.map_err(db_err)).collect()
+        })
+    }
+
     /// Every extent's statistics, by (object, seq).
     pub(crate) fn load_extent_stats(
         &self,
@@ -506,6 +587,10 @@ impl Metadata {
 
 fn delete_extent_rows(tx: &rusqlite::Transaction, keys: &[(ObjectId, u64)]) -> Result<()> {
     for (id, seq) in keys {
+        tx.prepare_cached("DELETE FROM extent_refs WHERE object=?1 AND seq=?2")
+            .map_err(db_err)?
+            .execute(params![*id as i64, *seq as i64])
+            .map_err(db_err)?;
         tx.prepare_cached("DELETE FROM extent_stats WHERE object=?1 AND seq=?2")
             .map_err(db_err)?
             .execute(params![*id as i64, *seq as i64])

@@ -32,7 +32,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 
-pub use locations::{ExtentRow, HomeRow, Registration};
+pub use locations::{ExtentRow, HomeRow, RefRow, Registration};
 
 pub struct Metadata {
     /// The database, the group commit of its WAL, and the object rows not written yet.

@@ -12,6 +12,7 @@
 //! | 2 | + `bs_versions`: the versions of byte-stream objects and their home copies (issue 11, `versions.rs`) |
 //! | 3 | + `bs_versions.evicted`: the version is its stream's base, read from its home (`streambase.rs`) |
 //! | 4 | + `extent_stats`: each extent's smallest and largest element (issue 12, value queries skip extents) |
+//! | 5 | + `extent_refs`: extents whose bytes stay in a file outside pdcx (issue 12, HDF5 import by reference) |
 //!
 //! A database whose version is newer than this code knows is refused (it was written by a
 //! newer pdcx; this one might misread or corrupt it).
@@ -33,6 +34,7 @@ const MIGRATIONS: &[Step] = &[
     v2_byte_stream_versions,
     v3_stream_bases,
     v4_extent_stats,
+    v5_extent_refs,
 ];
 
 /// Version 1: today's tables. Also adopts an unversioned shard written by earlier code, which
@@ -126,6 +128,17 @@ fn v4_extent_stats(tx: &rusqlite::Transaction) -> Result<()> {
         "CREATE TABLE IF NOT EXISTS extent_stats (
             object INTEGER NOT NULL, seq INTEGER NOT NULL, min REAL NOT NULL, max REAL NOT NULL,
             PRIMARY KEY (object, seq));",
+    )
+    .map_err(db_err)
+}
+
+/// Version 5: extents read from a file outside pdcx (issue 12, `datastore/refs.rs`).
+fn v5_extent_refs(tx: &rusqlite::Transaction) -> Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS extent_refs (
+            object INTEGER NOT NULL, seq INTEGER NOT NULL, path TEXT NOT NULL,
+            offset INTEGER NOT NULL, size INTEGER NOT NULL, chunk TEXT NOT NULL,
+            filters TEXT NOT NULL, PRIMARY KEY (object, seq));",
     )
     .map_err(db_err)
 }

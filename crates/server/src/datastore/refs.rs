@@ -1,0 +1,348 @@
+//! Extents read by reference (issue 12, HDF5 import by reference): their bytes stay in a file
+//! outside pdcx (an HDF5 chunk: `size` bytes at `offset`, after HDF5's filters), and are read
+//! and decoded when a read needs them. The owner records them (`add_references`) like a
+//! commit of its own writes: sequence numbers under the commit lock, the `extent_map` and
+//! `extent_refs` rows in one transaction waited durable, then the index. They have no log
+//! bytes (their location is outside any log's numbering) and no tier home; the flusher leaves
+//! them alone. A later write over the same region shadows them as any later write does, which
+//! is how an object is promoted into pdcx (`pdcx.hdf5 promote`).
+//!
+//! The file is trusted to stay as it was imported: a changed or truncated file reads as an
+//! error (short read, corrupt deflate stream, wrong decoded size), never as other data silently
+//! when its size changed, but a same-size rewrite is not detected (HDF5 chunks carry no
+//! checksum unless Fletcher32 is on, which is imported by copy).
+
+use super::index::{insert_by_seq, Extent};
+use super::DataStore;
+use crate::meta::{ExtentRow, RefRow};
+use pdcx_core::protocol::{RefFilter, RefItem};
+use pdcx_core::region::{copy_region, Layout};
+use pdcx_core::{Error, ObjectMeta, Region, Result};
+use pdcx_store::Location;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+/// The segment number of every reference extent's location: far above any log segment and
+/// above the off-log numbers (`OFF_LOG` + segment), so no log ever seems to hold its bytes.
+/// The offset is the extent's sequence number, which makes each location (the cache's key)
+/// unique.
+pub(super) const REF_SEGMENT: u64 = 1 << 60;
+
+/// Largest stored chunk read by reference (a bad item cannot make the server allocate more).
+const MAX_REF_BYTES: u64 = 1 << 30;
+
+/// Where a reference extent's bytes are, as the index keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExternalRef {
+    pub path: String,
+    pub offset: u64,
+    pub size: u64,
+    pub chunk: Vec<u64>,
+    pub filters: Vec<RefFilter>,
+}
+
+impl ExternalRef {
+    pub(super) fn from_row(r: &RefRow) -> Result<ExternalRef> {
+        let bad = |what: &str, e: serde_json::Error| {
+            Error::internal(format!("stored reference {what}: {e}"))
+        };
+        Ok(ExternalRef {
+            path: r.path.clone(),
+            offset: r.offset,
+            size: r.size,
+            chunk: serde_json::from_str(&r.chunk).map_err(|e| bad("chunk", e))?,
+            filters: serde_json::from_str(&r.filters).map_err(|e| bad("filters", e))?,
+        })
+    }
+
+    fn row(&self) -> Result<RefRow> {
+        let enc = |e: serde_json::Error| Error::internal(e.to_string());
+        Ok(RefRow {
+            path: self.path.clone(),
+            offset: self.offset,
+            size: self.size,
+            chunk: serde_json::to_string(&self.chunk).map_err(enc)?,
+            filters: serde_json::to_string(&self.filters).map_err(enc)?,
+        })
+    }
+}
+
+/// Checks an item against its object before anything is recorded: the region within the
+/// dims, the chunk at least the region in every dim, the file readable and long enough, and an
+/// unfiltered chunk exactly its raw size.
+fn check_item(obj: &ObjectMeta, item: &RefItem) -> Result<()> {
+    item.region.check_within(&obj.dims)?;
+    let n = item.region.ndim();
+    if item.chunk.len() != n || (0..n).any(|d| item.chunk[d] < item.region.count[d]) {
+        return Err(Error::invalid(format!(
+            "chunk {:?} does not hold region {} of {}",
+            item.chunk, item.region, obj.name
+        )));
+    }
+    let chunk_bytes = Region::whole(&item.chunk).byte_len(obj.dtype.size())?;
+    if item.size == 0 || item.size > MAX_REF_BYTES {
+        return Err(Error::invalid(format!(
+            "a chunk read by reference is 1 byte to {MAX_REF_BYTES} bytes, not {}",
+            item.size
+        )));
+    }
+    if item.filters.is_empty() && item.size != chunk_bytes {
+        return Err(Error::invalid(format!(
+            "an unfiltered chunk of shape {:?} is {chunk_bytes} bytes, not {}",
+            item.chunk, item.size
+        )));
+    }
+    for f in &item.filters {
+        if let RefFilter::Shuffle { elem } = f {
+            if *elem as usize != obj.dtype.size() {
+                return Err(Error::invalid(format!(
+                    "shuffle of {elem}-byte elements on {} ({}-byte elements)",
+                    obj.name,
+                    obj.dtype.size()
+                )));
+            }
+        }
+    }
+    if !item.path.starts_with('/') {
+        return Err(Error::invalid(format!(
+            "{:?} is not an absolute path",
+            item.path
+        )));
+    }
+    let len = std::fs::metadata(&item.path)
+        .map_err(|e| Error::io(&format!("server cannot read {}", item.path), &e))?
+        .len();
+    if item
+        .offset
+        .checked_add(item.size)
+        .is_none_or(|end| end > len)
+    {
+        return Err(Error::invalid(format!(
+            "bytes {}..{} are past the end of {} ({len} bytes)",
+            item.offset,
+            item.offset.saturating_add(item.size),
+            item.path
+        )));
+    }
+    Ok(())
+}
+
+/// Undoes `filters` (applied in order when the chunk was written) on `stored`, expecting
+/// `raw_len` bytes out.
+pub fn decode_chunk(filters: &[RefFilter], stored: Vec<u8>, raw_len: usize) -> Result<Vec<u8>> {
+    let mut data = stored;
+    for f in filters.iter().rev() {
+        data = match *f {
+            RefFilter::Deflate => {
+                let mut out = Vec::with_capacity(raw_len);
+                flate2::read::ZlibDecoder::new(&data[..])
+                    .take(raw_len as u64 + 1)
+                    .read_to_end(&mut out)
+                    .map_err(|e| {
+                        Error::invalid(format!("inflating a chunk read by reference: {e}"))
+                    })?;
+                out
+            }
+            RefFilter::Shuffle { elem } => unshuffle(&data, elem as usize),
+        };
+    }
+    if data.len() != raw_len {
+        return Err(Error::invalid(format!(
+            "a chunk read by reference decoded to {} bytes, not {raw_len} (the file changed since it was imported?)",
+            data.len()
+        )));
+    }
+    Ok(data)
+}
+
+/// HDF5's shuffle undone: byte `b` of element `i` is at `b * n + i` (n elements); a tail
+/// shorter than one element is left as it is.
+pub fn unshuffle(data: &[u8], elem: usize) -> Vec<u8> {
+    if elem <= 1 || data.len() < elem {
+        return data.to_vec();
+    }
+    let n = data.len() / elem;
+    let mut out = vec![0u8; data.len()];
+    for b in 0..elem {
+        let plane = &data[b * n..(b + 1) * n];
+        for (i, &v) in plane.iter().enumerate() {
+            out[i * elem + b] = v;
+        }
+    }
+    out[n * elem..].copy_from_slice(&data[n * elem..]);
+    out
+}
+
+impl DataStore {
+    /// Records `items` as extents of `obj` (owned here) read from their files; returns how
+    /// many and the raw bytes they stand for. Every item is checked first: nothing is recorded
+    /// unless all are good.
+    pub fn add_references(&self, obj: &ObjectMeta, items: &[RefItem]) -> Result<(u64, u64)> {
+        for item in items {
+            check_item(obj, item)?;
+        }
+        let elem = obj.dtype.size() as u64;
+        let c = self.lock_commit();
+        let mut rows = Vec::with_capacity(items.len());
+        let mut refs = Vec::with_capacity(items.len());
+        {
+            let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
+            for item in items {
+                let seq = *next_seq;
+                *next_seq += 1;
+                let len = item.region.num_elements() * elem;
+                let r = ExternalRef {
+                    path: item.path.clone(),
+                    offset: item.offset,
+                    size: item.size,
+                    chunk: item.chunk.clone(),
+                    filters: item.filters.clone(),
+                };
+                rows.push((
+                    ExtentRow {
+                        id: obj.id,
+                        seq,
+                        region: item.region.clone(),
+                        loc: Location {
+                            segment: REF_SEGMENT,
+                            offset: seq,
+                            len,
+                            crc: 0,
+                        },
+                    },
+                    r.row()?,
+                ));
+                refs.push(Arc::new(r));
+            }
+        }
+        let ticket = self.meta.insert_refs(&rows)?;
+        self.meta.wait_durable(ticket)?;
+        let bytes = rows.iter().map(|(r, _)| r.loc.len).sum();
+        let mut index = self.index_mut();
+        let list = index.entry(obj.id).or_default();
+        for ((r, _), ext) in rows.into_iter().zip(refs) {
+            insert_by_seq(list, r.seq, r.region, r.loc);
+            if let Some(e) = list.iter_mut().find(|e| e.seq == r.seq) {
+                e.in_log = false;
+                e.external = Some(ext);
+            }
+        }
+        drop(c);
+        Ok((items.len() as u64, bytes))
+    }
+
+    /// Bytes `[lo, hi)` of a reference extent's raw payload: the stored chunk read from its
+    /// file and decoded (cached whole, as tier reads are), or for an unfiltered chunk that is
+    /// exactly the extent, just the span.
+    pub(super) fn read_reference(
+        &self,
+        obj: &ObjectMeta,
+        e: &Extent,
+        r: &ExternalRef,
+        (lo, hi): (u64, u64),
+    ) -> Result<Arc<Vec<u8>>> {
+        let file = std::fs::File::open(&r.path).map_err(|err| {
+            Error::io(
+                &format!("opening {} (an object imported by reference)", r.path),
+                &err,
+            )
+        })?;
+        let read_at = |off: u64, len: u64| -> Result<Vec<u8>> {
+            let mut buf = vec![0u8; len as usize];
+            file.read_exact_at(&mut buf, off).map_err(|err| {
+                Error::io(
+                    &format!("reading {} (an object imported by reference)", r.path),
+                    &err,
+                )
+            })?;
+            Ok(buf)
+        };
+        let elem = obj.dtype.size();
+        let exact = r.chunk == e.region.count;
+        if r.filters.is_empty() && exact {
+            return Ok(Arc::new(read_at(r.offset + lo, hi - lo)?));
+        }
+        let chunk_len = Region::whole(&r.chunk).byte_len(elem)? as usize;
+        let full = decode_chunk(&r.filters, read_at(r.offset, r.size)?, chunk_len)?;
+        let raw = if exact {
+            full
+        } else {
+            // An edge chunk: HDF5 stores the whole chunk; the extent is its part inside the dims.
+            let mut out = vec![0u8; e.loc.len as usize];
+            let origin = vec![0; r.chunk.len()];
+            let whole = Region {
+                offset: origin.clone(),
+                count: r.chunk.clone(),
+            };
+            let want = Region {
+                offset: origin,
+                count: e.region.count.clone(),
+            };
+            copy_region(
+                elem,
+                &want,
+                (
+                    &Layout {
+                        region: &whole,
+                        base: 0,
+                    },
+                    &full,
+                ),
+                (
+                    &Layout {
+                        region: &want,
+                        base: 0,
+                    },
+                    &mut out,
+                ),
+            );
+            out
+        };
+        let raw = Arc::new(raw);
+        self.cache.insert(e.loc, raw.clone());
+        Ok(if lo == 0 && hi == raw.len() as u64 {
+            raw
+        } else {
+            Arc::new(raw[lo as usize..hi as usize].to_vec())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn shuffle(data: &[u8], elem: usize) -> Vec<u8> {
+        let n = data.len() / elem;
+        let mut out = vec![0u8; data.len()];
+        for i in 0..n {
+            for b in 0..elem {
+                out[b * n + i] = data[i * elem + b];
+            }
+        }
+        out[n * elem..].copy_from_slice(&data[n * elem..]);
+        out
+    }
+
+    #[test]
+    fn shuffle_and_deflate_are_undone_in_reverse_order() {
+        let raw: Vec<u8> = (0..4000u32).flat_map(|v| (v * 7).to_le_bytes()).collect();
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+        z.write_all(&shuffle(&raw, 4)).unwrap();
+        let stored = z.finish().unwrap();
+        let filters = [RefFilter::Shuffle { elem: 4 }, RefFilter::Deflate];
+        assert_eq!(
+            decode_chunk(&filters, stored.clone(), raw.len()).unwrap(),
+            raw
+        );
+        // The wrong size out, a corrupt stream: errors, not data.
+        assert!(decode_chunk(&filters, stored.clone(), raw.len() - 4).is_err());
+        let mut bad = stored;
+        bad[10] ^= 0xff;
+        bad[11] ^= 0xff;
+        assert!(decode_chunk(&filters, bad, raw.len()).is_err());
+        assert_eq!(unshuffle(&shuffle(&raw[..13], 4), 4), raw[..13]);
+    }
+}
