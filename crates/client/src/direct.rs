@@ -37,6 +37,8 @@ pub(crate) fn enabled_by_env() -> bool {
 #[derive(Default)]
 pub(crate) struct DirectReads {
     files: Mutex<HashMap<(u32, u64), Arc<SegFile>>>,
+    /// Files outside the logs that plans named (objects imported by reference), by path.
+    ref_files: Mutex<HashMap<String, Arc<SegFile>>>,
     /// When descriptors of unlinked (retired) segments were last closed.
     swept: Mutex<Option<Instant>>,
     /// Servers whose log this client may not open (another user, another mount namespace):
@@ -132,6 +134,30 @@ impl DirectReads {
         Some(f)
     }
 
+    /// A file outside the log a plan names (issue 12), opened read-only unless the open one
+    /// is already that very file; None when it is gone or another file.
+    fn ref_file(&self, path: &str, dev: u64, ino: u64) -> Option<Arc<SegFile>> {
+        let mut files = self.ref_files.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f) = files.get(path).cloned() {
+            if f.is(dev, ino) {
+                return Some(f);
+            }
+        }
+        let file = SegFile::open_path(std::path::Path::new(path))
+            .ok()
+            .flatten()?;
+        if !file.is(dev, ino) {
+            files.remove(path);
+            return None;
+        }
+        if files.len() >= MAX_OPEN {
+            files.clear();
+        }
+        let f = Arc::new(file);
+        files.insert(path.to_owned(), f.clone());
+        Some(f)
+    }
+
     /// Executes `plan` (one item of `plans`, from server `rank`) into `out`. An error when the
     /// plan does not fit `out` (a server bug: nothing is read); `Fallback` when the log
     /// changed under it (`out` may be partly written: the caller overwrites it all).
@@ -199,6 +225,14 @@ impl DirectReads {
         s: &PlanSpan,
         out: &mut [u8],
     ) -> Result<bool> {
+        if let Some((_, path, dev, ino)) = plans.files.iter().find(|x| x.0 == s.segment) {
+            // A file outside the log (an object imported by reference, issue 12).
+            let Some(f) = self.ref_file(path, *dev, *ino) else {
+                return Ok(false);
+            };
+            let dst = &mut out[s.dest as usize..(s.dest + s.len) as usize];
+            return Ok(f.file.read_exact_at(dst, s.offset).is_ok());
+        }
         let Some(&(_, dev, ino)) = plans.segments.iter().find(|x| x.0 == s.segment) else {
             return Err(Error::protocol(
                 "refused read plan: it names a segment it does not identify",
@@ -230,8 +264,12 @@ fn check(plans: &ReadPlans, plan: &ReadPlan, len: usize) -> Result<()> {
             ));
         }
     }
-    if !plan.spans.is_empty() && !plans.dir.starts_with('/') {
+    let in_log = |s: &PlanSpan| !plans.files.iter().any(|f| f.0 == s.segment);
+    if plan.spans.iter().any(in_log) && !plans.dir.starts_with('/') {
         return bad(format!("log directory {:?} is not absolute", plans.dir));
+    }
+    if let Some(f) = plans.files.iter().find(|f| !f.1.starts_with('/')) {
+        return bad(format!("file {:?} is not absolute", f.1));
     }
     for s in &plan.spans {
         let end = s.dest.checked_add(s.len);
@@ -268,6 +306,7 @@ mod tests {
             segments: vec![(seg, m.dev(), m.ino())],
             plans: vec![],
             holders: vec![],
+            files: vec![],
         }
     }
 

@@ -31,11 +31,21 @@ impl SegFile {
     /// Opens segment `seg` of `dir` read-only, or write-only with `write` (never created).
     /// Ok(None) when it is not a regular file.
     pub(crate) fn open(dir: &str, seg: u64, write: bool) -> io::Result<Option<SegFile>> {
+        Self::open_at(&Self::path(dir, seg), write)
+    }
+
+    /// Opens the regular file at `path` read-only (not following a symlink at its end);
+    /// Ok(None) when it is not a regular file.
+    pub(crate) fn open_path(path: &Path) -> io::Result<Option<SegFile>> {
+        Self::open_at(path, false)
+    }
+
+    fn open_at(path: &Path, write: bool) -> io::Result<Option<SegFile>> {
         let file = std::fs::OpenOptions::new()
             .read(!write)
             .write(write)
             .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(Self::path(dir, seg))?;
+            .open(path)?;
         let m = file.metadata()?;
         if !m.is_file() {
             return Ok(None);

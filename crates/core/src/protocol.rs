@@ -971,6 +971,9 @@ pub struct ReadPlans {
     /// on their node can ask each for its part (`held`) and merge the spans by `seq`. Empty
     /// otherwise.
     pub holders: Vec<Vec<u32>>,
+    /// Files outside the log that spans name (issue 12: objects imported by reference): (the
+    /// `segment` key spans use for it, absolute path, st_dev, st_ino).
+    pub files: Vec<(u64, String, u64, u64)>,
 }
 
 /// How to assemble one item's region (`len` bytes, C order) from the log: fill first when

@@ -728,7 +728,16 @@ impl Engine {
         let elem = obj.dtype.size() as u64;
         let len = region.byte_len(elem as usize)?;
         let pieces = self.store.local_pieces(id, region);
-        let Some(segments) = self.store.committed_segments(&pieces) else {
+        // Pieces read by reference (issue 12) are planned as spans of their files when their
+        // stored chunk is exactly their raw bytes; the rest must be committed log bytes.
+        let (refs, in_log): (Vec<_>, Vec<_>) = pieces
+            .iter()
+            .cloned()
+            .partition(|(e, _)| e.external.is_some() && e.home.is_none());
+        let Some(segments) = self.store.committed_segments(&in_log) else {
+            return Ok(PlanOutcome::None);
+        };
+        let Some((files, remap)) = ref_files(&refs) else {
             return Ok(PlanOutcome::None);
         };
         let mut spans: Vec<PlanSpan> = Vec::new();
@@ -737,8 +746,31 @@ impl Engine {
                 return Ok(PlanOutcome::None);
             }
         }
+        // A file read by reference in many small spans (a box cutting across chunk rows) is
+        // better read by the server, one read per chunk (`read_reference`), than by the client
+        // in thousands of small preads.
+        let ref_spans: Vec<&PlanSpan> = spans
+            .iter()
+            .filter(|s| remap.contains_key(&s.seq))
+            .collect();
+        if ref_spans.len() > 8
+            && ref_spans.iter().map(|s| s.len).sum::<u64>() / (ref_spans.len() as u64)
+                < DIRECT_MIN_SPAN
+        {
+            return Ok(PlanOutcome::None);
+        }
+        for s in &mut spans {
+            if let Some(&(key, base, start)) = remap.get(&s.seq) {
+                s.segment = key;
+                s.offset = base + (s.offset - start);
+            }
+        }
         let fill = (!covers(region, &pieces)).then(|| obj.fill.clone());
-        Ok(PlanOutcome::Plan(ReadPlan { len, fill, spans }, segments))
+        Ok(PlanOutcome::Plan(
+            ReadPlan { len, fill, spans },
+            segments,
+            files,
+        ))
     }
 
     fn read_here(
@@ -1096,8 +1128,9 @@ fn piece_spans(pieces: &[(Extent, Region)], elem: usize) -> Vec<(u64, u64)> {
 /// What [`Engine::read_plan`] found.
 #[derive(Debug)]
 pub enum PlanOutcome {
-    /// The plan, and (segment, st_dev, st_ino) of every segment it names.
-    Plan(ReadPlan, Vec<(u64, u64, u64)>),
+    /// The plan, (segment, st_dev, st_ino) of every segment it names, and (key, path, st_dev,
+    /// st_ino) of every file outside the log it names (`ReadPlans::files`).
+    Plan(ReadPlan, Vec<(u64, u64, u64)>, Vec<(u64, String, u64, u64)>),
     /// At the owner: other servers hold parts of the region; these all hold some of it.
     Holders(Vec<u32>),
     /// Not plannable (extents on a tier, bytes not committed to the log, too many spans).
@@ -1120,6 +1153,30 @@ fn linear_index(r: &Region, p: &[u64]) -> u64 {
 /// Appends the log spans copying piece `inter` of extent `e` into the layout of `region`:
 /// one per row of the piece, rows contiguous in both the log and the output merged. False
 /// when the plan would exceed [`PLAN_MAX_SPANS`].
+/// For pieces read by reference: each one's file as a plan names it (key `REF_SEGMENT +
+/// seq`, path, st_dev, st_ino) and, by seq, (key, the chunk's file offset, its log location's
+/// offset) to rewrite its spans with; None when one cannot be planned (a filtered or edge
+/// chunk must be decoded by the server, or the file cannot be stat'ed).
+#[allow(clippy::type_complexity)]
+fn ref_files(
+    refs: &[(Extent, Region)],
+) -> Option<(Vec<(u64, String, u64, u64)>, HashMap<u64, (u64, u64, u64)>)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut files = Vec::new();
+    let mut remap = HashMap::new();
+    for (e, _) in refs {
+        let r = e.external.as_ref()?;
+        if !r.filters.is_empty() || r.chunk != e.region.count {
+            return None;
+        }
+        let m = std::fs::metadata(&r.path).ok()?;
+        let key = crate::datastore::REF_SEGMENT + e.seq;
+        files.push((key, r.path.clone(), m.dev(), m.ino()));
+        remap.insert(e.seq, (key, r.offset, e.loc.offset));
+    }
+    Some((files, remap))
+}
+
 fn plan_piece(
     e: &Extent,
     inter: &Region,

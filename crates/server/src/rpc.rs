@@ -1033,12 +1033,14 @@ fn read_plans(server: &Server, items: &[protocol::ReadItem], held: bool) -> Resu
     let mut plans = Vec::with_capacity(items.len());
     let mut holders = Vec::new();
     let mut segments: Vec<(u64, u64, u64)> = Vec::new();
+    let mut files: Vec<(u64, String, u64, u64)> = Vec::new();
     let mut total = 0u64;
     for (k, item) in items.iter().enumerate() {
         match server.engine.read_plan(item.id, &item.region, held)? {
-            PlanOutcome::Plan(plan, segs) => {
+            PlanOutcome::Plan(plan, segs, refs) => {
                 total += plan.len;
                 segments.extend(segs);
+                files.extend(refs);
                 plans.push(Some(plan));
             }
             PlanOutcome::Holders(h) => {
@@ -1065,6 +1067,7 @@ fn read_plans(server: &Server, items: &[protocol::ReadItem], held: bool) -> Resu
         segments,
         plans,
         holders,
+        files,
     }))
 }
 

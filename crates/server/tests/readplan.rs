@@ -77,7 +77,7 @@ fn execute(engine: &Engine, dir: &str, segs: &[(u64, u64, u64)], plan: &ReadPlan
 }
 
 fn planned(engine: &Engine, id: u64, region: &Region) -> Option<Vec<u8>> {
-    let PlanOutcome::Plan(plan, segs) = engine.read_plan(id, region, false).unwrap() else {
+    let PlanOutcome::Plan(plan, segs, _files) = engine.read_plan(id, region, false).unwrap() else {
         return None;
     };
     let dir = engine.plan_dir().unwrap().to_owned();
@@ -194,7 +194,8 @@ fn fully_covered_reads_need_no_fill() {
             .unwrap();
         engine.commit(&[s], Durability::Local).unwrap();
     }
-    let PlanOutcome::Plan(plan, _) = engine.read_plan(id, &r(&[0], &[100]), false).unwrap() else {
+    let PlanOutcome::Plan(plan, _, _) = engine.read_plan(id, &r(&[0], &[100]), false).unwrap()
+    else {
         panic!("not planned")
     };
     assert!(plan.fill.is_none(), "two pieces cover the region");

@@ -144,23 +144,77 @@ impl DataStore {
         if pieces.iter().any(|(e, _)| self.cache.contains(&e.loc)) {
             return Ok(false);
         }
-        let log = self.log();
-        if !pieces
+        // Extents read by reference whose stored chunk is exactly their raw bytes (no filter,
+        // not an edge chunk) are read the same way, from their files (issue 12).
+        let refs: std::collections::HashMap<u64, (&Extent, &super::ExternalRef)> = pieces
             .iter()
-            .all(|(e, _)| e.in_log && log.has_segment(e.loc.segment))
+            .filter_map(|(e, _)| match (&e.external, &e.home) {
+                (Some(r), None) => Some((e.seq, (e, &**r))),
+                _ => None,
+            })
+            .collect();
+        if refs
+            .values()
+            .any(|(e, r)| !r.filters.is_empty() || r.chunk != e.region.count)
         {
             return Ok(false);
         }
-        let reads = spans
+        let log = self.log();
+        if !pieces
             .iter()
-            .map(|s| Ok((log.span(s.segment, s.offset, s.len)?, s.dest)))
-            .collect::<Result<Vec<_>>>()?;
+            .all(|(e, _)| refs.contains_key(&e.seq) || (e.in_log && log.has_segment(e.loc.segment)))
+        {
+            return Ok(false);
+        }
+        let mut reads = Vec::with_capacity(spans.len());
+        for s in spans {
+            if let Some((e, r)) = refs.get(&s.seq) {
+                reads.push((
+                    None,
+                    Some((*r, r.offset + (s.offset - e.loc.offset), s.len)),
+                    s.dest,
+                ));
+            } else {
+                reads.push((Some(log.span(s.segment, s.offset, s.len)?), None, s.dest));
+            }
+        }
         drop(log);
-        for (span, dest) in reads {
+        let mut files: std::collections::HashMap<&str, std::fs::File> =
+            std::collections::HashMap::new();
+        for (span, file_span, dest) in reads {
+            let len = span
+                .as_ref()
+                .map_or_else(|| file_span.map_or(0, |f| f.2), |s| s.len());
             let dst = out
-                .get_mut(dest as usize..(dest + span.len()) as usize)
+                .get_mut(dest as usize..(dest + len) as usize)
                 .ok_or_else(|| Error::internal("read span outside the output"))?;
-            span.read_into(dst)?;
+            match (span, file_span) {
+                (Some(span), _) => span.read_into(dst)?,
+                (None, Some((r, offset, _))) => {
+                    use std::os::unix::fs::FileExt;
+                    let f = match files.entry(r.path.as_str()) {
+                        std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                        std::collections::hash_map::Entry::Vacant(v) => {
+                            v.insert(std::fs::File::open(&r.path).map_err(|err| {
+                                Error::io(
+                                    &format!(
+                                        "opening {} (an object imported by reference)",
+                                        r.path
+                                    ),
+                                    &err,
+                                )
+                            })?)
+                        }
+                    };
+                    f.read_exact_at(dst, offset).map_err(|err| {
+                        Error::io(
+                            &format!("reading {} (an object imported by reference)", r.path),
+                            &err,
+                        )
+                    })?;
+                }
+                (None, None) => {}
+            }
         }
         self.io.cache_lookups(0, pieces.len());
         Ok(true)

@@ -27,7 +27,7 @@ use std::sync::Arc;
 /// above the off-log numbers (`OFF_LOG` + segment), so no log ever seems to hold its bytes.
 /// The offset is the extent's sequence number, which makes each location (the cache's key)
 /// unique.
-pub(super) const REF_SEGMENT: u64 = 1 << 60;
+pub const REF_SEGMENT: u64 = 1 << 60;
 
 /// Largest stored chunk read by reference (a bad item cannot make the server allocate more).
 const MAX_REF_BYTES: u64 = 1 << 30;
