@@ -319,12 +319,23 @@ impl DataStore {
                 e.loc.len
             )));
         }
+        Ok(self.cache_whole(e, raw, (lo, hi)))
+    }
+
+    /// Caches an extent's whole raw payload (read from a tier or a file and decoded, so the
+    /// neighbouring pieces of the same read hit the cache) and returns bytes `[lo, hi)` of it.
+    pub(super) fn cache_whole(
+        &self,
+        e: &Extent,
+        raw: Vec<u8>,
+        (lo, hi): (u64, u64),
+    ) -> Arc<Vec<u8>> {
         let raw = Arc::new(raw);
         self.cache.insert(e.loc, raw.clone());
-        Ok(if lo == 0 && hi == raw.len() as u64 {
+        if lo == 0 && hi == raw.len() as u64 {
             raw
         } else {
             Arc::new(raw[lo as usize..hi as usize].to_vec())
-        })
+        }
     }
 }

@@ -299,13 +299,7 @@ impl DataStore {
             );
             out
         };
-        let raw = Arc::new(raw);
-        self.cache.insert(e.loc, raw.clone());
-        Ok(if lo == 0 && hi == raw.len() as u64 {
-            raw
-        } else {
-            Arc::new(raw[lo as usize..hi as usize].to_vec())
-        })
+        Ok(self.cache_whole(e, raw, (lo, hi)))
     }
 }
 

@@ -84,18 +84,7 @@ impl Metadata {
                 .prepare_cached("INSERT INTO extent_map (seq, object, region, segment, offset, len, crc) VALUES (?1,?2,?3,?4,?5,?6,?7)")
                 .map_err(db_err)?;
             for r in rows {
-                let region =
-                    bincode::serialize(&r.region).map_err(|e| Error::internal(e.to_string()))?;
-                ins.execute(params![
-                    r.seq as i64,
-                    r.id as i64,
-                    region,
-                    r.loc.segment as i64,
-                    r.loc.offset as i64,
-                    r.loc.len as i64,
-                    r.loc.crc
-                ])
-                .map_err(db_err)?;
+                insert_extent_row(&mut ins, r)?;
             }
             let mut touch = tx
                 .prepare_cached("UPDATE objects SET mtime=?1 WHERE lid=?2")
@@ -492,18 +481,7 @@ impl Metadata {
                 .prepare_cached("INSERT OR REPLACE INTO extent_refs (object, seq, path, offset, size, chunk, filters) VALUES (?1,?2,?3,?4,?5,?6,?7)")
                 .map_err(db_err)?;
             for (r, f) in rows {
-                let region =
-                    bincode::serialize(&r.region).map_err(|e| Error::internal(e.to_string()))?;
-                ext.execute(params![
-                    r.seq as i64,
-                    r.id as i64,
-                    region,
-                    r.loc.segment as i64,
-                    r.loc.offset as i64,
-                    r.loc.len as i64,
-                    r.loc.crc
-                ])
-                .map_err(db_err)?;
+                insert_extent_row(&mut ext, r)?;
                 refs.execute(params![
                     r.id as i64,
                     r.seq as i64,
@@ -583,6 +561,23 @@ impl Metadata {
             Ok(())
         })
     }
+}
+
+/// One `extent_map` row through the prepared `INSERT INTO extent_map (seq, object, region,
+/// segment, offset, len, crc)`.
+fn insert_extent_row(ins: &mut rusqlite::CachedStatement<'_>, r: &ExtentRow) -> Result<()> {
+    let region = bincode::serialize(&r.region).map_err(|e| Error::internal(e.to_string()))?;
+    ins.execute(params![
+        r.seq as i64,
+        r.id as i64,
+        region,
+        r.loc.segment as i64,
+        r.loc.offset as i64,
+        r.loc.len as i64,
+        r.loc.crc
+    ])
+    .map_err(db_err)?;
+    Ok(())
 }
 
 fn delete_extent_rows(tx: &rusqlite::Transaction, keys: &[(ObjectId, u64)]) -> Result<()> {
