@@ -912,6 +912,15 @@ impl Client {
         }
     }
 
+    /// Copies the extents of `id` read by reference into the servers' logs (same sequence
+    /// numbers: later writes stay later); returns extents and bytes promoted.
+    pub fn promote_refs(&self, id: ObjectId) -> Result<(u64, u64)> {
+        match self.call(self.id_owner(id)?, &Request::PromoteRefs { id }, &[])? {
+            Response::Imported { extents, bytes } => Ok((extents, bytes)),
+            r => Err(unexpected("promote_refs", r)),
+        }
+    }
+
     /// Reads the elements of object `id` at `coords` (ndim u64 per point, `ndim` the
     /// object's) into `out` (one element per point, in the order given); the owner picks
     /// them, so only they travel. Sent in batches that keep each request small.

@@ -660,6 +660,12 @@ pub enum Request {
         id: ObjectId,
         items: Vec<RefItem>,
     },
+    /// Owner: copies every extent of `id` read by reference into its log, under the same
+    /// sequence numbers (so later writes stay later); afterwards the file is not needed.
+    /// Answered with `Imported` (extents and bytes promoted).
+    PromoteRefs {
+        id: ObjectId,
+    },
 }
 
 /// A region whose bytes are `size` bytes at `offset` of the file `path` (absolute), stored

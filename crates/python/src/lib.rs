@@ -378,6 +378,12 @@ impl Client {
             .map_err(to_py)
     }
 
+    /// Copies the object's extents read by reference into pdcx; returns (extents, bytes).
+    fn promote_refs(&self, py: Python<'_>, id: u64) -> R<(u64, u64)> {
+        py.allow_threads(|| self.inner.promote_refs(id))
+            .map_err(to_py)
+    }
+
     /// Removes an object: metadata, memberships, tags and data.
     fn delete_object(&self, py: Python<'_>, id: u64) -> R<()> {
         py.allow_threads(|| self.inner.delete_object(id))

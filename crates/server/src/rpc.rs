@@ -440,6 +440,17 @@ fn handle(
             region,
             want,
         } => return crate::analysis::value_query(server, &query, region, &want),
+        Request::PromoteRefs { id } => {
+            let owner = owner_of_id(id);
+            if owner != server.config.rank {
+                return Err(Error::invalid(format!(
+                    "object {id:#x} is owned by server {owner}: promote it there"
+                )));
+            }
+            let obj = server.meta.object(id)?;
+            let (extents, bytes) = server.engine.store().promote_references(&obj)?;
+            Response::Imported { extents, bytes }
+        }
         Request::ImportRefs { id, items } => {
             let owner = owner_of_id(id);
             if owner != server.config.rank {

@@ -697,16 +697,13 @@ def _ref_items(dset, plan: _Plan) -> list[dict]:
     return out
 
 
-def promote(client: Client, name: str, memory: int = DEFAULT_MEMORY) -> int:
-    """Copies an object imported by reference into pdcx: reads it through the servers (which
-    read the file) and writes it back, slab by slab; the writes shadow the references, so the
-    HDF5 file is no longer needed for it. Returns the bytes written."""
+def promote(client: Client, name: str) -> int:
+    """Copies an object imported by reference into pdcx: its owner reads each chunk from the
+    file and appends it to its log under the extent's own sequence number, so writes made
+    since the import stay newer; afterwards the HDF5 file is not needed for it. Returns the
+    bytes promoted."""
     o = client.open_object(name)
-    done = 0
-    for sel in _blocks(tuple(o.shape), o.dtype.itemsize, memory // 2):
-        data = o[sel]
-        o.write_async(data, offset=[s.start for s in sel]).wait()
-        done += data.nbytes
+    _n, done = client._c.promote_refs(o.id)
     o.tags["hdf5_import"] = "promoted"
     return done
 

@@ -504,6 +504,36 @@ impl Metadata {
         Ok(ticket)
     }
 
+    /// Extents read by reference now held in the log: each `extent_map` row names its new
+    /// location, its `extent_refs` row goes, in one transaction; the ticket to wait for.
+    pub(crate) fn rehome_refs(
+        &self,
+        moved: &[(ObjectId, u64, pdcx_store::Location)],
+    ) -> Result<u64> {
+        let ((), ticket) = self.write_nowait(|tx| {
+            let mut up = tx
+                .prepare_cached("UPDATE extent_map SET segment=?3, offset=?4, len=?5, crc=?6 WHERE object=?1 AND seq=?2")
+                .map_err(db_err)?;
+            let mut del = tx
+                .prepare_cached("DELETE FROM extent_refs WHERE object=?1 AND seq=?2")
+                .map_err(db_err)?;
+            for (id, seq, loc) in moved {
+                up.execute(params![
+                    *id as i64,
+                    *seq as i64,
+                    loc.segment as i64,
+                    loc.offset as i64,
+                    loc.len as i64,
+                    loc.crc
+                ])
+                .map_err(db_err)?;
+                del.execute(params![*id as i64, *seq as i64]).map_err(db_err)?;
+            }
+            Ok(())
+        })?;
+        Ok(ticket)
+    }
+
     /// Every extent read by reference, by (object, seq).
     pub(crate) fn load_refs(&self) -> Result<std::collections::HashMap<(ObjectId, u64), RefRow>> {
         self.write(|tx| {
