@@ -483,11 +483,12 @@ def test_cli_under_mpirun_says_things_once(tmp_path, deployment):
     assert (p.stdout + p.stderr).count("container 'm' exists") == 1, p.stdout + p.stderr
 
 
-def test_import_by_reference_reads_the_chunks_in_the_file(tmp_path, deployment):
+def test_import_by_reference_reads_the_chunks_in_the_file(tmp_path, deployment, monkeypatch):
     """`pdcx import --by-reference`: each chunk's bytes stay in the file (shuffle+gzip, plain,
     contiguous, partly written); reads, strided reads and value queries equal h5py's, also after
     the servers restart; a ZFP dataset is copied instead (the servers do not decode ZFP); promote
     copies an object into pdcx, after which the file is not needed for it."""
+    monkeypatch.setenv("PDCX_REF_PROMOTE_READS", "0")  # no automatic promotion here (below)
     dep = deployment(n=2)
     src = tmp_path / "ref.h5"
     rng = np.random.default_rng(3)
@@ -558,3 +559,27 @@ def test_bad_references_are_refused_before_anything_is_recorded(tmp_path, client
         with pytest.raises(pdcx.PdcxError, match=why):
             client._c.import_refs(o.id, json.dumps([good, {**good, **change}]))
     assert o.extents() == []
+
+
+def test_objects_read_often_by_reference_are_promoted_into_pdcx(tmp_path, deployment, monkeypatch):
+    """With PDCX_REF_PROMOTE_READS=2 the owner copies an object into its log after a chunk was
+    read twice (in the background); the file is not needed afterwards, values unchanged."""
+    from conftest import wait_until
+
+    monkeypatch.setenv("PDCX_REF_PROMOTE_READS", "2")
+    dep = deployment(n=2)
+    src = tmp_path / "hot.h5"
+    a = np.random.default_rng(4).random((64, 40)).astype("f8")
+    with h5py.File(src, "w") as f:
+        f.create_dataset("v", data=a, chunks=(16, 40), compression="gzip")
+        f.create_dataset("cold", data=a, chunks=(16, 40))
+    c = dep.client()
+    hdf5.import_file(c, src, by_reference=True)
+    hot, cold = c.open_object("hot/v"), c.open_object("hot/cold")
+    np.testing.assert_array_equal(cold[0:16], a[0:16])  # one read: stays a reference
+    for _ in range(2):
+        np.testing.assert_array_equal(hot[...], a)
+    wait_until(lambda: {e["tier"] for e in hot.extents()} == {"log"}, 15, "the object read twice to be promoted")
+    assert {e["tier"] for e in cold.extents()} == {"ref"}
+    src.rename(tmp_path / "gone.h5")
+    np.testing.assert_array_equal(hot[...], a)

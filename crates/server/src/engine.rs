@@ -759,6 +759,9 @@ impl Engine {
         {
             return Ok(PlanOutcome::None);
         }
+        for seq in remap.keys() {
+            self.store.note_ref_read(id, *seq);
+        }
         for s in &mut spans {
             if let Some(&(key, base, start)) = remap.get(&s.seq) {
                 s.segment = key;
@@ -817,7 +820,7 @@ impl Engine {
                 if !covers(region, &pieces) {
                     fill(out, &obj.fill);
                 }
-                if self.store.read_spans_into(&pieces, &spans, out)? {
+                if self.store.read_spans_into(obj.id, &pieces, &spans, out)? {
                     return Ok(());
                 }
             }
@@ -921,7 +924,7 @@ impl Engine {
         let avg = at / (direct.len() as u64).max(1);
         if planned && !pieces.is_empty() && (direct.len() <= 8 || avg >= DIRECT_MIN_SPAN) {
             let mut out = vec![0u8; at as usize];
-            if self.store.read_spans_into(&pieces, &direct, &mut out)? {
+            if self.store.read_spans_into(id, &pieces, &direct, &mut out)? {
                 return Ok((list, out));
             }
         }

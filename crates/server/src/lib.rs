@@ -729,6 +729,13 @@ fn checkpointer(server: Weak<Server>) {
         if s.registrar_sleep(interval) {
             return;
         }
+        // Objects imported by reference and read often are copied into the log (issue 12).
+        if let Err(e) = s.engine.store().promote_hot_references() {
+            tracing::warn!(
+                rank = s.config.rank,
+                "promoting objects read by reference failed: {e}"
+            );
+        }
         if s.engine.store().commits_since_checkpoint() == 0 {
             continue;
         }

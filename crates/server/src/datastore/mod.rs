@@ -93,6 +93,9 @@ pub struct DataStore {
     sync_lock: Mutex<()>,
     /// Extent statistics computed since they were last written to the metadata (`stats.rs`).
     pending_stats: Mutex<Vec<(ObjectId, u64, f64, f64)>>,
+    /// Reads of reference extents, and objects read often enough to promote (`refs.rs`).
+    ref_reads: Mutex<HashMap<(ObjectId, u64), u32>>,
+    hot_refs: Mutex<HashSet<ObjectId>>,
 }
 
 /// What [`DataStore::open`] found.
@@ -271,6 +274,8 @@ impl DataStore {
             commits_since_checkpoint: AtomicU64::new(0),
             sync_lock: Mutex::new(()),
             pending_stats: Mutex::new(Vec::new()),
+            ref_reads: Mutex::new(HashMap::new()),
+            hot_refs: Mutex::new(HashSet::new()),
         };
         // The replayed rows are durable now (`replay`), so the tails scanned need no replay
         // next time.

@@ -29,6 +29,9 @@ impl DataStore {
         for (i, (e, _)) in pieces.iter().enumerate() {
             match self.cache.get(&e.loc) {
                 Some(data) => {
+                    if e.external.is_some() && e.home.is_none() {
+                        self.note_ref_read(obj.id, e.seq); // read often, even if cached
+                    }
                     let (lo, hi) = spans[i];
                     fetched[i] = Some(if lo == 0 && hi == data.len() as u64 {
                         data
@@ -137,6 +140,7 @@ impl DataStore {
     /// inside `out` (the engine derives them from the pieces and the region).
     pub fn read_spans_into(
         &self,
+        id: ObjectId,
         pieces: &[(Extent, Region)],
         spans: &[pdcx_core::protocol::PlanSpan],
         out: &mut [u8],
@@ -179,6 +183,9 @@ impl DataStore {
             }
         }
         drop(log);
+        for (e, _) in refs.values() {
+            self.note_ref_read(id, e.seq);
+        }
         let mut files: std::collections::HashMap<&str, std::fs::File> =
             std::collections::HashMap::new();
         for (span, file_span, dest) in reads {

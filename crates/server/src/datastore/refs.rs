@@ -29,6 +29,20 @@ use std::sync::Arc;
 /// unique.
 pub const REF_SEGMENT: u64 = 1 << 60;
 
+/// Reads of one reference extent after which its object is promoted into the log in the
+/// background (`PDCX_REF_PROMOTE_READS`, default 4; 0: never): data read often should not keep
+/// paying the file's reads and decoding.
+pub fn promote_after_reads() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| match std::env::var("PDCX_REF_PROMOTE_READS") {
+        Err(_) => 4,
+        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
+            tracing::warn!("PDCX_REF_PROMOTE_READS={v:?} is not a number of reads; using 4");
+            4
+        }),
+    })
+}
+
 /// Largest stored chunk read by reference (a bad item cannot make the server allocate more).
 const MAX_REF_BYTES: u64 = 1 << 30;
 
@@ -175,6 +189,45 @@ pub fn unshuffle(data: &[u8], elem: usize) -> Vec<u8> {
 }
 
 impl DataStore {
+    /// Counts a read of reference extent `seq` of `id`; at the threshold its object is queued
+    /// for promotion ([`promote_hot_references`](Self::promote_hot_references)).
+    pub(crate) fn note_ref_read(&self, id: ObjectId, seq: u64) {
+        let limit = promote_after_reads();
+        if limit == 0 {
+            return;
+        }
+        let mut reads = self.ref_reads.lock().unwrap_or_else(|p| p.into_inner());
+        let n = reads.entry((id, seq)).or_insert(0);
+        *n += 1;
+        if *n == limit {
+            reads.retain(|k, _| k.0 != id);
+            drop(reads);
+            self.hot_refs
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id);
+        }
+    }
+
+    /// Promotes the objects whose reference extents were read often (the checkpointer thread
+    /// calls this); an object deleted meanwhile is skipped. Returns the objects promoted.
+    pub fn promote_hot_references(&self) -> Result<u64> {
+        let hot: Vec<ObjectId> =
+            std::mem::take(&mut *self.hot_refs.lock().unwrap_or_else(|p| p.into_inner()))
+                .into_iter()
+                .collect();
+        let mut done = 0;
+        for id in hot {
+            let Ok(obj) = self.meta.object(id) else {
+                continue;
+            };
+            let (n, bytes) = self.promote_references(&obj)?;
+            tracing::info!(object = %obj.name, extents = n, bytes, "promoted an object read often from its file into the log");
+            done += 1;
+        }
+        Ok(done)
+    }
+
     /// Records `items` as extents of `obj` (owned here) read from their files; returns how
     /// many and the raw bytes they stand for. Every item is checked first: nothing is recorded
     /// unless all are good.
@@ -301,6 +354,7 @@ impl DataStore {
         r: &ExternalRef,
         (lo, hi): (u64, u64),
     ) -> Result<Arc<Vec<u8>>> {
+        self.note_ref_read(obj.id, e.seq);
         let file = std::fs::File::open(&r.path).map_err(|err| {
             Error::io(
                 &format!("opening {} (an object imported by reference)", r.path),
