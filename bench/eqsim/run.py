@@ -1,0 +1,691 @@
+#!/usr/bin/env python3
+"""EQSIM access patterns (paper 000, PDC-XF, §V-E / Fig. 11 / Table I): pdcx against h5py.
+
+    python3 bench/eqsim/run.py                      # default size (T=256, X=Y=512), 5 reps
+    python3 bench/eqsim/run.py --small --reps 1     # quick smoke run
+    python3 bench/eqsim/run.py --root DIR           # use a running deployment instead of starting one
+    python3 bench/eqsim/run.py --reuse              # keep the HDF5 file and the import of a previous run
+    python3 bench/eqsim/run.py --s3                 # also the patterns with the data homed on S3 (versitygw)
+
+Writes a synthetic EQSIM-shaped ground-motion file (time x X x Y: vx, vy float32, disp float64,
+chunked like EQSIM output; lat/lon float64 X x Y grids), imports it into pdcx with
+pdcx.hdf5.import_file, and times the six access patterns of §V-E on `vx` (and lat/lon):
+
+  1 point     one grid point's full time history          [:, x, y]
+  2 box       a 32x32 bounding box, full time              [:, x:x+32, y:y+32]
+  3 threshold every element above a threshold (~1% hits): coordinates and values
+  4 down20    the whole domain downsampled x20             [:, o::20, o::20]
+  5 down3     the whole domain downsampled x3              [:, o::3, o::3]
+  6 latlon    lat and lon of a bounding box                lat[box], lon[box]
+
+in four modes, in this order, in one run:
+  h5py cache  one open file with a chunk cache that holds the data, after a preload pass
+  pdcx warm   servers up, the variable read once (their cache and the page cache as a
+              deployment that holds the data has them): the paper's PDC-XF setting
+  h5py cold   page cache dropped before every repetition, file reopened (open not timed)
+  pdcx cold   page cache dropped before every repetition; the servers stay up (their own
+              payload cache is not dropped: its size is printed)
+Every repetition of every mode is checked against h5py's answer (same values, same hit
+coordinates); any difference stops the run. See README.md next to this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import h5py
+except ImportError:
+    sys.exit("this benchmark needs h5py: python3 -m pip install h5py")
+
+import pdcx
+import pdcx.hdf5
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+MiB = 1 << 20
+VAR = "vx"  # the variable the patterns read (the paper uses one of its three)
+PATTERNS = ["1 point", "2 box 32x32", "3 threshold", "4 down x20", "5 down x3", "6 lat/lon box"]
+MODES = ["h5 cold", "h5 cache", "pdcx warm", "pdcx cold"]
+
+
+# ------------------------------------------------------------------------------------------
+# The synthetic dataset
+# ------------------------------------------------------------------------------------------
+
+
+def ricker(tau: np.ndarray, f: float) -> np.ndarray:
+    a = (np.pi * f * tau) ** 2
+    return (1 - 2 * a) * np.exp(-a)
+
+
+def generate(path: Path, t_n: int, x_n: int, y_n: int, chunks: tuple, seed: int, hit_fraction: float) -> dict:
+    """Writes the file: an S wave (Ricker pulse, 0.4 Hz) radiating from an epicentre, with a
+    four-lobed radiation pattern and 1/sqrt(r) decay, plus 1% noise; disp is the running
+    integral of vx. Returns what it wrote (the threshold selects ~hit_fraction of vx)."""
+    rng = np.random.default_rng(seed)
+    spacing = 0.1  # km between grid points (EQSIM: 6.25 m; coarser so the wave crosses the grid)
+    c = 3.5  # km/s, S-wave speed
+    xs = np.arange(x_n, dtype="f8") * spacing
+    ys = np.arange(y_n, dtype="f8") * spacing
+    gx, gy = np.meshgrid(xs, ys, indexing="ij")
+    ex, ey, depth = 0.35 * xs[-1], 0.55 * ys[-1], 2.0
+    r = np.sqrt((gx - ex) ** 2 + (gy - ey) ** 2 + depth**2)
+    theta = np.arctan2(gy - ey, gx - ex)
+    span = math.hypot(max(xs[-1], ys[-1]), max(xs[-1], ys[-1]))
+    dt = 1.1 * span / c / t_n  # the front reaches the far corner near the last step
+    amp = 1 / np.sqrt(r)
+    ax = (amp * np.cos(2 * theta)).astype("f4")
+    ay = (amp * np.sin(2 * theta)).astype("f4")
+    lag = (r / c).astype("f4")
+    # lat/lon of a grid rotated 35 degrees near the Hayward fault.
+    rot = np.deg2rad(35)
+    lat = 37.7 + (gx * np.cos(rot) - gy * np.sin(rot)) / 111.0
+    lon = -122.2 + (gx * np.sin(rot) + gy * np.cos(rot)) / (111.0 * np.cos(np.deg2rad(37.7)))
+    ct = chunks[0]
+    sample = []
+    disp_acc = np.zeros((x_n, y_n), "f8")
+    with h5py.File(path, "w") as f:
+        f.attrs["description"] = "synthetic EQSIM-shaped surface ground motion (pdcx bench/eqsim)"
+        f.attrs["dt"] = dt
+        f.attrs["spacing_km"] = spacing
+        kw = {"chunks": chunks}
+        vx = f.create_dataset("vx", (t_n, x_n, y_n), "f4", **kw)
+        vy = f.create_dataset("vy", (t_n, x_n, y_n), "f4", **kw)
+        disp = f.create_dataset("disp", (t_n, x_n, y_n), "f8", **kw)
+        for d, units in ((vx, "m/s"), (vy, "m/s"), (disp, "m")):
+            d.attrs["units"] = units
+        for t0 in range(0, t_n, ct):
+            steps = np.arange(t0, min(t0 + ct, t_n), dtype="f4")[:, None, None] * np.float32(dt)
+            pulse = ricker(steps - 2.5 - lag[None], 0.4).astype("f4")
+            noise = rng.standard_normal((2, *pulse.shape), dtype="f4") * np.float32(0.01 * amp.mean())
+            bx = pulse * ax + noise[0]
+            vx[t0 : t0 + len(pulse)] = bx
+            vy[t0 : t0 + len(pulse)] = pulse * ay + noise[1]
+            block = np.cumsum(bx, axis=0, dtype="f8") * dt + disp_acc
+            disp[t0 : t0 + len(pulse)] = block
+            disp_acc = block[-1]
+            sample.append(bx[:, ::3, ::3].ravel())
+        # float32-exact, so numpy (which compares float32 data with a float32 threshold) and
+        # the servers (which compare in float64) agree on every element.
+        thr = float(np.float32(np.quantile(np.concatenate(sample), 1 - hit_fraction)))
+        vx.attrs["threshold"] = thr
+        cc = (min(64, x_n), min(64, y_n))
+        f.create_dataset("lat", data=lat, chunks=cc).attrs["units"] = "degrees_north"
+        f.create_dataset("lon", data=lon, chunks=cc).attrs["units"] = "degrees_east"
+    return {"threshold": thr, "dt": dt}
+
+
+# ------------------------------------------------------------------------------------------
+# Caches, deployment
+# ------------------------------------------------------------------------------------------
+
+
+class Dropper:
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self.count = 0
+
+    def __call__(self) -> None:
+        if not self.enabled:
+            return
+        os.sync()
+        try:
+            with open("/proc/sys/vm/drop_caches", "w") as f:
+                f.write("3\n")
+        except OSError as e:
+            sys.exit(
+                f"cannot drop the page cache ({e}): run as root, or pass --no-drop-caches "
+                "(the 'cold' columns are then NOT cold)"
+            )
+        self.count += 1
+
+
+def pdcx_bin() -> str:
+    found = os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
+    if not Path(found).exists():
+        sys.exit("pdcx binary not found: set PDCX_BIN or put pdcx on PATH")
+    return found
+
+
+def run_bin(*args, env=None, timeout=120) -> str:
+    p = subprocess.run(
+        [pdcx_bin(), *map(str, args)], check=False, capture_output=True, text=True, timeout=timeout, env=env
+    )
+    if p.returncode != 0:
+        sys.exit(f"pdcx {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p.stdout
+
+
+def server_stats(client) -> dict:
+    st = client.stats()
+    return {
+        k: sum(int(s.get(k, 0)) for s in st)
+        for k in ("read_bytes", "query_scanned_bytes", "query_skipped_bytes", "cache_bytes", "log_bytes")
+    }
+
+
+def write_s3_config(root: Path, s3: dict) -> None:
+    (root / "pdcx.toml").write_text(
+        f"""# bench/eqsim --s3: every flushed extent goes to S3 (versitygw on 127.0.0.1)
+[[tier]]
+name = "s3"
+kind = "s3"
+endpoint = "{s3["endpoint"]}"
+bucket = "{s3["bucket"]}"
+region = "us-east-1"
+part_size = "8MiB"
+
+[flush]
+interval_ms = 3600000
+"""
+    )
+
+
+def start_s3(where: Path) -> tuple[dict, int]:
+    p = subprocess.run(
+        ["bash", str(REPO / "scripts/s3server.sh"), "start", str(where)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if p.returncode != 0:
+        sys.exit(f"scripts/s3server.sh start failed:\n{p.stdout}\n{p.stderr}")
+    out = dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
+    pid = int(Path(out["PDCX_TEST_S3_PIDFILE"]).read_text().strip())
+    info = {"endpoint": out["PDCX_TEST_S3_ENDPOINT"], "bucket": out["PDCX_TEST_S3_BUCKET"]}
+    env = {
+        "AWS_ACCESS_KEY_ID": out["PDCX_TEST_S3_ACCESS_KEY_ID"],
+        "AWS_SECRET_ACCESS_KEY": out["PDCX_TEST_S3_SECRET_ACCESS_KEY"],
+        "AWS_ENDPOINT_URL": info["endpoint"],
+        "AWS_REGION": "us-east-1",
+    }
+    info["env"] = env
+    return info, pid
+
+
+# ------------------------------------------------------------------------------------------
+# The patterns
+# ------------------------------------------------------------------------------------------
+
+
+def params_of(k: int, rep: int, shape: tuple, box: int, thr: float, seed: int) -> dict:
+    """Pattern k's selection in repetition rep: seeded, and never the previous rep's bytes."""
+    _, x_n, y_n = shape
+    rng = np.random.default_rng([seed, k, rep])
+    if k in (1, 2, 6):
+        b = 1 if k == 1 else box
+        return {"x": int(rng.integers(0, x_n - b + 1)), "y": int(rng.integers(0, y_n - b + 1)), "b": b}
+    if k == 3:  # a slightly different threshold per rep (the scan itself is the whole variable)
+        return {"t": float(np.float32(thr * (1 + 0.003 * rep)))}
+    step = 20 if k == 4 else 3
+    return {"step": step, "o": rep % step}
+
+
+def h5_pattern(f, k: int, p: dict):
+    d = f[VAR]
+    if k in (1, 2):
+        return d[:, p["x"] : p["x"] + p["b"], p["y"] : p["y"] + p["b"]]
+    if k == 3:
+        a = d[...]
+        nz = np.nonzero(a > np.float32(p["t"]))
+        return np.stack(nz, axis=1).astype("<u8"), a[nz]
+    if k in (4, 5):
+        return d[:, p["o"] :: p["step"], p["o"] :: p["step"]]
+    sl = np.s_[p["x"] : p["x"] + p["b"], p["y"] : p["y"] + p["b"]]
+    return f["lat"][sl], f["lon"][sl]
+
+
+def pdcx_pattern(objs: dict, k: int, p: dict):
+    o = objs[VAR]
+    if k in (1, 2):
+        return o[:, p["x"] : p["x"] + p["b"], p["y"] : p["y"] + p["b"]]
+    if k == 3:
+        hits = o.where(o > p["t"])  # evaluated by the servers: only hits travel
+        return hits.coords, hits.values
+    if k in (4, 5):
+        return o[:, p["o"] :: p["step"], p["o"] :: p["step"]]  # strided on the server
+    off, cnt = (p["x"], p["y"]), (p["b"], p["b"])
+    ts = [objs[n].read_async(off, cnt) for n in ("lat", "lon")]  # both in flight at once
+    pdcx.wait_all(ts)
+    return ts[0].result(), ts[1].result()
+
+
+def h5_bytes_touched(f, k: int, p: dict) -> int:
+    """Bytes of the HDF5 chunks a pattern's selection intersects (what HDF5 must read)."""
+
+    def touched(d, sel: list) -> int:
+        n = 1
+        for idx, c in zip(sel, d.chunks):
+            n *= len(np.unique(np.asarray(idx) // c))
+        return n * math.prod(d.chunks) * d.dtype.itemsize
+
+    d = f[VAR]
+    t_n, x_n, y_n = d.shape
+    if k in (1, 2):
+        return touched(d, [range(t_n), range(p["x"], p["x"] + p["b"]), range(p["y"], p["y"] + p["b"])])
+    if k == 3:
+        return touched(d, [range(t_n), range(x_n), range(y_n)])
+    if k in (4, 5):
+        return touched(d, [range(t_n), range(p["o"], x_n, p["step"]), range(p["o"], y_n, p["step"])])
+    box = [range(p["x"], p["x"] + p["b"]), range(p["y"], p["y"] + p["b"])]
+    return touched(f["lat"], box) + touched(f["lon"], box)
+
+
+def result_bytes(res) -> int:
+    return sum(a.nbytes for a in res) if isinstance(res, tuple) else res.nbytes
+
+
+def same(a, b) -> str | None:
+    """None when equal, else what differs."""
+    if isinstance(a, tuple):
+        for i, (x, y) in enumerate(zip(a, b)):
+            why = same(x, y)
+            if why:
+                return f"part {i}: {why}"
+        return None
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
+        return f"shape {a.shape} != {b.shape}"
+    if not np.array_equal(a, b):
+        bad = np.argwhere(a != b)
+        return f"{len(bad)} elements differ, first at {bad[0].tolist()}: {a[tuple(bad[0])]} != {b[tuple(bad[0])]}"
+    return None
+
+
+# ------------------------------------------------------------------------------------------
+# Running
+# ------------------------------------------------------------------------------------------
+
+
+def median(xs: list) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+class Bench:
+    def __init__(self, a, h5path: Path, shape: tuple, thr: float, drop: Dropper):
+        self.a, self.h5path, self.shape, self.thr, self.drop = a, h5path, shape, thr, drop
+        self.times = {m: {k: [] for k in range(1, 7)} for m in MODES}
+        self.bytes = {m: {k: [] for k in range(1, 7)} for m in MODES}
+        self.scanned = {m: {k: [] for k in range(1, 7)} for m in MODES}
+        self.refs: dict = {}
+        self.checked = 0
+        self.extra: dict = {}
+
+    def params(self, k: int, rep: int) -> dict:
+        return params_of(k, rep, self.shape, self.a.box, self.thr, self.a.seed)
+
+    def check(self, mode: str, k: int, rep: int, res) -> None:
+        key = (k, rep)
+        if key not in self.refs:
+            self.refs[key] = res
+            return
+        why = same(res, self.refs[key])
+        if why:
+            sys.exit(
+                f"WRONG RESULT: pattern {PATTERNS[k - 1]!r} rep {rep} ({self.params(k, rep)}): {mode} differs from h5py: {why}"
+            )
+        self.checked += 1
+
+    def h5_cache(self) -> None:
+        """One open file, chunk cache larger than the data, preloaded by reading it all once."""
+        with h5py.File(self.h5path, "r") as probe:
+            need = sum(probe[n].size * probe[n].dtype.itemsize for n in (VAR, "lat", "lon"))
+            nchunks = sum(math.prod(math.ceil(s / c) for s, c in zip(probe[n].shape, probe[n].chunks)) for n in (VAR,))
+        nbytes = int(need * 1.25) + 16 * MiB
+        nslots = next_prime(max(10007, 20 * nchunks))
+        f = h5py.File(self.h5path, "r", rdcc_nbytes=nbytes, rdcc_nslots=nslots, rdcc_w0=1.0)
+        try:
+            t0 = time.perf_counter()
+            for n in (VAR, "lat", "lon"):
+                f[n][...]
+            self.extra["h5_cache_preload_s"] = time.perf_counter() - t0
+            self.extra["h5_cache_nbytes"] = nbytes
+            for k in range(1, 7):
+                for rep in range(self.a.reps):
+                    p = self.params(k, rep)
+                    t0 = time.perf_counter()
+                    res = h5_pattern(f, k, p)
+                    self.times["h5 cache"][k].append(time.perf_counter() - t0)
+                    self.bytes["h5 cache"][k].append(0)  # from the cache: nothing read from the file
+                    self.check("h5 cache", k, rep, res)
+        finally:
+            f.close()
+
+    def h5_cold_rep(self, k: int, rep: int) -> None:
+        self.drop()
+        p = self.params(k, rep)
+        with h5py.File(self.h5path, "r") as f:  # default chunk cache (1 MiB), as EQSIM opens it
+            t0 = time.perf_counter()
+            res = h5_pattern(f, k, p)
+            self.times["h5 cold"][k].append(time.perf_counter() - t0)
+            self.bytes["h5 cold"][k].append(h5_bytes_touched(f, k, p))
+        self.check("h5 cold", k, rep, res)
+
+    def pdcx_rep(self, mode: str, client, objs: dict, k: int, rep: int) -> None:
+        if mode == "pdcx cold":
+            self.drop()
+        p = self.params(k, rep)
+        s0 = server_stats(client)
+        t0 = time.perf_counter()
+        res = pdcx_pattern(objs, k, p)
+        self.times[mode][k].append(time.perf_counter() - t0)
+        s1 = server_stats(client)
+        self.bytes[mode][k].append(s1["read_bytes"] - s0["read_bytes"])
+        self.scanned[mode][k].append(s1["query_scanned_bytes"] - s0["query_scanned_bytes"])
+        self.check(mode, k, rep, res)
+
+    def pdcx_warm(self, client, objs: dict, mode: str = "pdcx warm") -> None:
+        t0 = time.perf_counter()
+        for n in (VAR, "lat", "lon"):
+            objs[n][...]
+        self.extra[f"{mode}_preload_s"] = time.perf_counter() - t0
+        for k in range(1, 7):
+            for rep in range(self.a.reps):
+                self.pdcx_rep(mode, client, objs, k, rep)
+
+    def cold(self, client, objs: dict) -> None:
+        for k in range(1, 7):
+            for rep in range(self.a.reps):
+                self.h5_cold_rep(k, rep)
+                self.pdcx_rep("pdcx cold", client, objs, k, rep)
+
+    def round_trip(self, objs: dict, n: int = 50) -> float:
+        o = objs[VAR]
+        rng = np.random.default_rng(self.a.seed)
+        ts = []
+        for _ in range(n):
+            t, x, y = (int(rng.integers(0, s)) for s in o.shape)
+            t0 = time.perf_counter()
+            o[t, x, y]
+            ts.append(time.perf_counter() - t0)
+        return median(ts)
+
+
+def next_prime(n: int) -> int:
+    def is_prime(m: int) -> bool:
+        return m > 1 and all(m % d for d in range(2, int(m**0.5) + 1))
+
+    while not is_prime(n):
+        n += 1
+    return n
+
+
+def fmt_t(s: float) -> str:
+    if math.isnan(s):
+        return "-"
+    return f"{s * 1e3:.2f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def fmt_ms(s: float) -> str:
+    """Milliseconds with 3 significant digits (the table's unit)."""
+    ms = s * 1e3
+    return f"{ms:.3g}" if ms < 1000 else f"{ms:.0f}"
+
+
+def fmt_b(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", MiB), ("KiB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple[str, dict]:
+    med = {m: {k: median(b.times[m][k]) for k in range(1, 7)} for m in b.times}
+    lines = []
+    cold_note = "" if drop_enabled else "  (caches NOT dropped: --no-drop-caches; 'cold' is not cold)"
+    lines.append(f"EQSIM patterns on {VAR}{list(b.shape)}: ms, median of {b.a.reps} reps (min-max){cold_note}")
+    cols = ["h5 cold", "h5 cache", "pdcx warm", "pdcx cold"] + modes_extra
+    head = f"{'pattern':16}" + "".join(f"{c:>24}" for c in cols)
+    head += f"{'warm/h5cold':>12}{'warm/h5cache':>13}{'cold/h5cold':>12}"
+    lines.append(head)
+    speed = {"warm_vs_cold": {}, "warm_vs_cache": {}, "cold_vs_cold": {}}
+    for k in range(1, 7):
+        row = f"{PATTERNS[k - 1]:16}"
+        for c in cols:
+            ts = b.times[c][k]
+            cell = f"{fmt_ms(median(ts))} ({fmt_ms(min(ts))}-{fmt_ms(max(ts))})" if ts else "-"
+            row += f"{cell:>24}"
+        speed["warm_vs_cold"][k] = med["h5 cold"][k] / med["pdcx warm"][k]
+        speed["warm_vs_cache"][k] = med["h5 cache"][k] / med["pdcx warm"][k]
+        speed["cold_vs_cold"][k] = med["h5 cold"][k] / med["pdcx cold"][k]
+        row += f"{speed['warm_vs_cold'][k]:11.1f}x{speed['warm_vs_cache'][k]:12.2f}x{speed['cold_vs_cold'][k]:11.1f}x"
+        lines.append(row)
+    med_speed = {s: statistics.median(v.values()) for s, v in speed.items()}
+    lines.append(
+        f"{'median speedup':16}{'':>{24 * len(cols)}}{med_speed['warm_vs_cold']:11.1f}x"
+        f"{med_speed['warm_vs_cache']:12.2f}x{med_speed['cold_vs_cold']:11.1f}x"
+    )
+    lines.append("")
+    lines.append("bytes per repetition (median): h5 = bytes of the HDF5 chunks the selection touches;")
+    lines.append("pdcx = servers' read_bytes delta (bytes the servers sent) / query_scanned_bytes delta / result bytes")
+    for k in range(1, 7):
+        row = f"{PATTERNS[k - 1]:16} h5 {fmt_b(median(b.bytes['h5 cold'][k])):>10}"
+        for m in ["pdcx warm", "pdcx cold"] + modes_extra:
+            row += f"   {m}: {fmt_b(median(b.bytes[m][k])):>10} sent / {fmt_b(median(b.scanned[m][k])):>10} scanned"
+        row += f"   result {fmt_b(b.extra['result_bytes'][k])}"
+        lines.append(row)
+    lines.append("")
+    targets = {}
+    t1 = med_speed["warm_vs_cold"]
+    targets["median >= 45x cold HDF5"] = (t1 >= 45, f"median pdcx warm vs h5py cold = {t1:.1f}x")
+    for k in (3, 4, 5):
+        s = speed["warm_vs_cache"][k]
+        targets[f"pattern {k} >= 1.5x chunk cache"] = (s >= 1.5, f"{s:.2f}x")
+    for k in (1, 2):
+        m = med["pdcx warm"][k]
+        targets[f"pattern {k} within one round trip"] = (
+            m <= 2 * rtt,
+            f"{fmt_t(m)} vs tiny-read round trip {fmt_t(rtt)} ({m / rtt:.1f} RTTs; met if <= 2)",
+        )
+    lines.append(f"round trip of a 1-element pdcx read (median of 50): {fmt_t(rtt)}")
+    for name, (ok, why) in targets.items():
+        lines.append(f"  {'MET    ' if ok else 'NOT MET'}  {name}: {why}")
+    data = {
+        "median_s": med,
+        "times_s": b.times,
+        "bytes": b.bytes,
+        "scanned_bytes": b.scanned,
+        "speedup": speed,
+        "median_speedup": med_speed,
+        "round_trip_s": rtt,
+        "targets": {n: {"met": ok, "detail": why} for n, (ok, why) in targets.items()},
+    }
+    return "\n".join(lines), data
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--small", action="store_true", help="T=32, X=Y=128 (seconds; for smoke tests)")
+    ap.add_argument("--t", type=int, default=256, help="time steps (default 256)")
+    ap.add_argument("--x", type=int, default=512, help="grid points along X (default 512)")
+    ap.add_argument("--y", type=int, default=512, help="grid points along Y (default 512)")
+    ap.add_argument("--chunks", default="16,64,64", help="HDF5 chunk shape T,X,Y (default 16,64,64)")
+    ap.add_argument("--box", type=int, default=32, help="bounding box edge of patterns 2 and 6 (default 32)")
+    ap.add_argument("--hit-fraction", type=float, default=0.01, help="pattern 3 selectivity (default 0.01)")
+    ap.add_argument("--reps", type=int, default=5, help="repetitions per pattern and mode (default 5)")
+    ap.add_argument("--seed", type=int, default=12)
+    ap.add_argument("--out", default=str(REPO / "bench/out/eqsim"), help="work directory (file, deployment)")
+    ap.add_argument("--root", help="root of a running deployment to use (default: start 2 servers in OUT)")
+    ap.add_argument("--servers", type=int, default=2, help="servers to start when --root is not given")
+    ap.add_argument("--reuse", action="store_true", help="reuse OUT/eqsim.h5 and its import if present")
+    ap.add_argument("--no-drop-caches", action="store_true", help="never drop the page cache (cold != cold)")
+    ap.add_argument("--s3", action="store_true", help="also time pdcx with the data homed on S3 (versitygw)")
+    ap.add_argument("--json", help="write every number to this file")
+    a = ap.parse_args()
+    if a.small:
+        a.t, a.x, a.y = 32, 128, 128
+    chunks = tuple(int(c) for c in a.chunks.split(","))
+    if len(chunks) != 3 or min(chunks) < 1:
+        sys.exit(f"--chunks must be three positive ints, got {a.chunks!r}")
+    chunks = (min(chunks[0], a.t), min(chunks[1], a.x), min(chunks[2], a.y))
+    if a.box > min(a.x, a.y) or a.box < 1:
+        sys.exit(f"--box {a.box} does not fit the {a.x}x{a.y} grid")
+    if a.reps < 1:
+        sys.exit("--reps must be >= 1")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    drop = Dropper(not a.no_drop_caches)
+    drop()  # fails here, clearly, if we cannot
+    load0 = os.getloadavg()
+
+    h5path = out / "eqsim.h5"
+    shape = (a.t, a.x, a.y)
+    fresh_file = True
+    if a.reuse and h5path.exists():
+        with h5py.File(h5path, "r") as f:
+            fresh_file = f[VAR].shape != shape or f[VAR].chunks != chunks
+    if fresh_file:
+        t0 = time.perf_counter()
+        generate(h5path, a.t, a.x, a.y, chunks, a.seed, a.hit_fraction)
+        print(f"wrote {h5path} ({fmt_b(h5path.stat().st_size)}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    with h5py.File(h5path, "r") as f:
+        thr = float(f[VAR].attrs["threshold"])
+    file_bytes = h5path.stat().st_size
+
+    started = []
+    s3pid = None
+    env_saved = dict(os.environ)
+    try:
+        if a.root:
+            root = Path(a.root)
+        else:
+            root = out / "pdcx"
+            if (not a.reuse or fresh_file) and root.exists():
+                if (root / "cluster.json").exists():
+                    subprocess.run(
+                        [pdcx_bin(), "server", "stop", "--root", str(root)], check=False, capture_output=True
+                    )
+                shutil.rmtree(root)
+            root.mkdir(parents=True, exist_ok=True)
+            run_bin("server", "start", "-n", a.servers, "--root", root, timeout=120)
+            started.append(root)
+        client = pdcx.connect(root)
+        container = "eqsim"
+        imported = None
+        try:
+            cont = client.open_container(container)
+            complete = cont.tags.get("hdf5_import") == "complete"
+        except pdcx.NotFoundError:
+            cont, complete = None, False
+        if cont is not None and not (a.reuse and complete and not fresh_file):
+            if a.root:
+                sys.exit(f"container {container!r} exists in {root}: pass --reuse, or use a fresh deployment")
+            for o in cont.objects():
+                client.delete_object(o)
+            client.delete_container(container)
+            cont = None
+        if cont is None:
+            rep = pdcx.hdf5.import_file(client, h5path, container)
+            imported = {"bytes": rep.bytes, "seconds": rep.seconds, "mb_s": rep.rate}
+            print(f"imported {fmt_b(rep.bytes)} in {rep.seconds:.2f} s ({rep.rate:.0f} MB/s)", file=sys.stderr)
+        objs = {n: client.open_object(f"{container}/{n}") for n in (VAR, "lat", "lon")}
+
+        b = Bench(a, h5path, shape, thr, drop)
+        with h5py.File(h5path, "r") as f:
+            b.extra["result_bytes"] = {
+                k: result_bytes(h5_pattern(f, k, params_of(k, 0, shape, a.box, thr, a.seed))) for k in range(1, 7)
+            }
+            b.extra["hits"] = int(b.extra["result_bytes"][3] // (3 * 8 + 4))
+        t_all = time.perf_counter()
+        print("timing: h5py with a chunk cache ...", file=sys.stderr)
+        b.h5_cache()
+        print("timing: pdcx warm ...", file=sys.stderr)
+        b.pdcx_warm(client, objs)
+        rtt = b.round_trip(objs)
+        print("timing: h5py cold and pdcx cold ...", file=sys.stderr)
+        b.cold(client, objs)
+        modes_extra = []
+        s3_info = None
+        if a.s3:
+            print("timing: pdcx with the data on S3 ...", file=sys.stderr)
+            s3_info = run_s3(a, b, out, h5path, started)
+            s3pid = s3_info.pop("pid", None)
+            modes_extra = [m for m in b.times if m not in MODES]
+        stats_now = server_stats(client)
+        load1 = os.getloadavg()
+
+        table, data = report(b, rtt, modes_extra, drop.enabled)
+        hdr = [
+            f"machine: {platform.node()} {os.cpu_count()} cores, {platform.platform()}",
+            f"load average before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}",
+            (
+                f"file {h5path}: {fmt_b(file_bytes)}, vars vx vy float32, disp float64 {list(shape)}, "
+                f"chunks {list(chunks)}; lat/lon float64 [{a.x}, {a.y}]"
+            ),
+            f"pattern 3 threshold {thr:.6g}: {b.extra['hits']} hits ({b.extra['hits'] / math.prod(shape):.2%})",
+            (
+                f"deployment {root}: {client.servers} servers; server payload cache now "
+                f"{fmt_b(stats_now['cache_bytes'])} (not dropped by 'cold')"
+            ),
+            f"import: {fmt_b(imported['bytes'])} in {imported['seconds']:.2f} s = {imported['mb_s']:.0f} MB/s"
+            if imported
+            else "import: reused",
+            (
+                f"preload: h5py chunk cache ({fmt_b(b.extra['h5_cache_nbytes'])}) "
+                f"{b.extra['h5_cache_preload_s']:.2f} s, pdcx {b.extra['pdcx warm_preload_s']:.2f} s; "
+                f"page cache drops: {drop.count}"
+            ),
+            f"verified: {b.checked} results against h5py's, all equal; bench time {time.perf_counter() - t_all:.0f} s",
+        ]
+        if s3_info:
+            hdr.append(f"s3: {s3_info['note']}")
+        print("\n".join(hdr))
+        print()
+        print(table)
+        if a.json:
+            data.update(
+                {
+                    "argv": sys.argv,
+                    "shape": shape,
+                    "chunks": chunks,
+                    "threshold": thr,
+                    "hits": b.extra["hits"],
+                    "file_bytes": file_bytes,
+                    "import": imported,
+                    "caches_dropped": drop.enabled,
+                    "drops": drop.count,
+                    "load_before": load0,
+                    "load_after": load1,
+                    "servers": client.servers,
+                    "verified_results": b.checked,
+                    "extra": b.extra,
+                    "s3": s3_info,
+                    "header": hdr,
+                }
+            )
+            Path(a.json).write_text(json.dumps(data, indent=1, default=str))
+        client.close()
+    finally:
+        for r in started:
+            subprocess.run(
+                [pdcx_bin(), "server", "stop", "--root", str(r)], check=False, capture_output=True, timeout=120
+            )
+        if s3pid:
+            subprocess.run(
+                ["bash", str(REPO / "scripts/s3server.sh"), "stop", str(out / "s3")], check=False, capture_output=True
+            )
+        os.environ.clear()
+        os.environ.update(env_saved)
+    return 0
+
+
+def run_s3(a, b: Bench, out: Path, h5path: Path, started: list) -> dict:
+    raise NotImplementedError
+
+
+if __name__ == "__main__":
+    sys.exit(main())
