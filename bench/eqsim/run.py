@@ -177,6 +177,29 @@ def server_stats(client) -> dict:
     }
 
 
+def write_local_config(root: Path, tier_dir: Path) -> None:
+    (root / "pdcx.toml").write_text(
+        f"""# bench/eqsim --tier local: extents flushed to a node-local directory, where the flusher
+# also keeps each extent's min/max (value queries skip extents that cannot match)
+[[tier]]
+name = "ssd"
+kind = "local"
+path = "{tier_dir}"
+
+[flush]
+interval_ms = 3600000
+"""
+    )
+
+
+def tiers_of(obj) -> dict:
+    """How many extents of obj sit where ('log', 'ssd', 'log+s3', ...)."""
+    out: dict = {}
+    for e in obj.extents():
+        out[e["tier"]] = out.get(e["tier"], 0) + 1
+    return out
+
+
 def write_s3_config(root: Path, s3: dict) -> None:
     (root / "pdcx.toml").write_text(
         f"""# bench/eqsim --s3: every flushed extent goes to S3 (versitygw on 127.0.0.1)
@@ -521,6 +544,19 @@ def main() -> int:
     ap.add_argument("--out", default=str(REPO / "bench/out/eqsim"), help="work directory (file, deployment)")
     ap.add_argument("--root", help="root of a running deployment to use (default: start 2 servers in OUT)")
     ap.add_argument("--servers", type=int, default=2, help="servers to start when --root is not given")
+    ap.add_argument(
+        "--tier",
+        choices=["local", "none"],
+        default="local",
+        help="where the started deployment homes the data after the import: 'local' (a directory tier: "
+        "the flusher keeps per-extent min/max for value queries; default) or 'none' (the servers' logs)",
+    )
+    ap.add_argument(
+        "--placement",
+        default="object-static",
+        help="pdcx placement of the import's writes (default object-static: data on each object's owner, "
+        "which evaluates queries and strided reads; region-local puts it on the importer's node server)",
+    )
     ap.add_argument("--reuse", action="store_true", help="reuse OUT/eqsim.h5 and its import if present")
     ap.add_argument("--no-drop-caches", action="store_true", help="never drop the page cache (cold != cold)")
     ap.add_argument("--s3", action="store_true", help="also time pdcx with the data homed on S3 (versitygw)")
@@ -571,6 +607,9 @@ def main() -> int:
                     )
                 shutil.rmtree(root)
             root.mkdir(parents=True, exist_ok=True)
+            if a.tier == "local" and not (root / "pdcx.toml").exists():
+                (out / "tier").mkdir(exist_ok=True)
+                write_local_config(root, out / "tier")
             run_bin("server", "start", "-n", a.servers, "--root", root, timeout=120)
             started.append(root)
         client = pdcx.connect(root)
@@ -589,10 +628,24 @@ def main() -> int:
             client.delete_container(container)
             cont = None
         if cont is None:
+            client.placement = a.placement
             rep = pdcx.hdf5.import_file(client, h5path, container)
             imported = {"bytes": rep.bytes, "seconds": rep.seconds, "mb_s": rep.rate}
             print(f"imported {fmt_b(rep.bytes)} in {rep.seconds:.2f} s ({rep.rate:.0f} MB/s)", file=sys.stderr)
+            t0 = time.perf_counter()
+            try:
+                flushed = client.flush()
+            except pdcx.InvalidArgumentError as e:  # a deployment without tiers: the data stays in the logs
+                flushed = []
+                print(f"not flushed: {e}", file=sys.stderr)
+            errors = [f["error"] for f in flushed if f.get("error")]
+            if errors:
+                sys.exit(f"flushing the import to its tier failed: {errors}")
+            imported["flush_s"] = time.perf_counter() - t0 if flushed else None
         objs = {n: client.open_object(f"{container}/{n}") for n in (VAR, "lat", "lon")}
+        where = {n: tiers_of(o) for n, o in objs.items()}
+        owners = {n: o.metadata["owner"] for n, o in objs.items()}
+        holders = {n: sorted({e["server"] for e in o.extents()}) for n, o in objs.items()}
 
         b = Bench(a, h5path, shape, thr, drop)
         with h5py.File(h5path, "r") as f:
@@ -631,9 +684,18 @@ def main() -> int:
                 f"deployment {root}: {client.servers} servers; server payload cache now "
                 f"{fmt_b(stats_now['cache_bytes'])} (not dropped by 'cold')"
             ),
-            f"import: {fmt_b(imported['bytes'])} in {imported['seconds']:.2f} s = {imported['mb_s']:.0f} MB/s"
+            (
+                f"import (placement {a.placement}): {fmt_b(imported['bytes'])} in {imported['seconds']:.2f} s = "
+                f"{imported['mb_s']:.0f} MB/s; "
+                + (
+                    f"then flush to the tiers {imported['flush_s']:.2f} s"
+                    if imported["flush_s"] is not None
+                    else "no tiers: not flushed"
+                )
+            )
             if imported
             else "import: reused",
+            f"extents (where: count): {where}; owner server: {owners}; servers holding data: {holders}",
             (
                 f"preload: h5py chunk cache ({fmt_b(b.extra['h5_cache_nbytes'])}) "
                 f"{b.extra['h5_cache_preload_s']:.2f} s, pdcx {b.extra['pdcx warm_preload_s']:.2f} s; "
@@ -661,6 +723,9 @@ def main() -> int:
                     "load_before": load0,
                     "load_after": load1,
                     "servers": client.servers,
+                    "extents": where,
+                    "owners": owners,
+                    "holders": holders,
                     "verified_results": b.checked,
                     "extra": b.extra,
                     "s3": s3_info,
