@@ -297,9 +297,15 @@ def run_s3(a, b, out: Path, h5path: Path, cleanup: list) -> dict:
     mode = "pdcx s3"
     for d in (b.times, b.bytes, b.scanned):
         d[mode] = {k: [] for k in range(1, 7)}
-    for k in range(1, 7):
-        for r in range(b.a.reps):
-            b.pdcx_rep(mode, client, objs, k, r)
+    saved_pids = b.pids
+    b.pids = [int(sv["pid"]) for sv in json.loads((root / "cluster.json").read_text())["servers"]]
+    b.pids.append(int((out / "s3" / "versitygw.pid").read_text()))
+    try:
+        for k in range(1, 7):
+            for r in range(b.a.reps):
+                b.pdcx_rep(mode, client, objs, k, r)
+    finally:
+        b.pids = saved_pids
     note = (
         f"versitygw {s3['endpoint']} (posix backend on this disk, its files in the page cache); "
         f"import {rep.rate:.0f} MB/s, flush to S3 {flush_s:.1f} s, servers restarted; extents {where}"
@@ -407,6 +413,19 @@ def same(a, b) -> str | None:
 # ------------------------------------------------------------------------------------------
 
 
+def storage_read_bytes(pids: list) -> int:
+    """Bytes this process and `pids` fetched from storage (/proc/PID/io read_bytes: page cache
+    misses, not hits), so a cold repetition's real disk traffic."""
+    total = 0
+    for pid in [os.getpid(), *pids]:
+        try:
+            with open(f"/proc/{pid}/io") as f:
+                total += next(int(line.split()[1]) for line in f if line.startswith("read_bytes:"))
+        except (OSError, StopIteration):
+            pass
+    return total
+
+
 def median(xs: list) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -417,6 +436,8 @@ class Bench:
         self.times = {m: {k: [] for k in range(1, 7)} for m in MODES}
         self.bytes = {m: {k: [] for k in range(1, 7)} for m in MODES}
         self.scanned = {m: {k: [] for k in range(1, 7)} for m in MODES}
+        self.disk = {m: {k: [] for k in range(1, 7)} for m in MODES}
+        self.pids: list[int] = []  # the servers' pids: their storage reads count as the pattern's
         self.refs: dict = {}
         self.checked = 0
         self.extra: dict = {}
@@ -465,9 +486,11 @@ class Bench:
         self.drop()
         p = self.params(k, rep)
         with h5py.File(self.h5path, "r") as f:  # default chunk cache (1 MiB), as EQSIM opens it
+            d0 = storage_read_bytes([])
             t0 = time.perf_counter()
             res = h5_pattern(f, k, p)
             self.times["h5 cold"][k].append(time.perf_counter() - t0)
+            self.disk["h5 cold"][k].append(storage_read_bytes([]) - d0)
             self.bytes["h5 cold"][k].append(h5_bytes_touched(f, k, p))
         self.check("h5 cold", k, rep, res)
 
@@ -476,10 +499,13 @@ class Bench:
             self.drop()
         p = self.params(k, rep)
         s0 = server_stats(client)
+        d0 = storage_read_bytes(self.pids)
         t0 = time.perf_counter()
         res = pdcx_pattern(objs, k, p)
         self.times[mode][k].append(time.perf_counter() - t0)
+        d1 = storage_read_bytes(self.pids)
         s1 = server_stats(client)
+        self.disk.setdefault(mode, {j: [] for j in range(1, 7)})[k].append(d1 - d0)
         self.bytes[mode][k].append(s1["read_bytes"] - s0["read_bytes"])
         self.scanned[mode][k].append(s1["query_scanned_bytes"] - s0["query_scanned_bytes"])
         self.check(mode, k, rep, res)
@@ -567,12 +593,17 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
     )
     lines.append("")
     lines.append("bytes per repetition (median): h5 = bytes of the HDF5 chunks the selection touches;")
-    lines.append("pdcx = servers' read_bytes delta (bytes the servers sent) / query_scanned_bytes delta / result bytes")
+    lines.append("pdcx = servers' read_bytes delta (bytes the servers sent) / query_scanned_bytes delta;")
+    lines.append("disk = bytes read from storage in cold reps (/proc/PID/io of this process and the servers)")
     for k in range(1, 7):
-        row = f"{PATTERNS[k - 1]:16} h5 {fmt_b(median(b.bytes['h5 cold'][k])):>10}"
+        row = f"{PATTERNS[k - 1]:16} result {fmt_b(b.extra['result_bytes'][k]):>10}"
+        row += (
+            f" | h5 chunks {fmt_b(median(b.bytes['h5 cold'][k])):>10}, disk {fmt_b(median(b.disk['h5 cold'][k])):>10}"
+        )
         for m in ["pdcx warm", "pdcx cold"] + modes_extra:
-            row += f"   {m}: {fmt_b(median(b.bytes[m][k])):>10} sent / {fmt_b(median(b.scanned[m][k])):>10} scanned"
-        row += f"   result {fmt_b(b.extra['result_bytes'][k])}"
+            row += f" | {m}: sent {fmt_b(median(b.bytes[m][k])):>10}, scanned {fmt_b(median(b.scanned[m][k])):>10}"
+            if m != "pdcx warm":
+                row += f", disk {fmt_b(median(b.disk[m][k])):>10}"
         lines.append(row)
     lines.append("")
     targets = {}
@@ -595,6 +626,7 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
         "times_s": b.times,
         "bytes": b.bytes,
         "scanned_bytes": b.scanned,
+        "storage_read_bytes": b.disk,
         "speedup": speed,
         "median_speedup": med_speed,
         "round_trip_s": rtt,
@@ -633,6 +665,11 @@ def main() -> int:
     ap.add_argument("--reuse", action="store_true", help="reuse OUT/eqsim.h5 and its import if present")
     ap.add_argument("--no-drop-caches", action="store_true", help="never drop the page cache (cold != cold)")
     ap.add_argument("--s3", action="store_true", help="also time pdcx with the data homed on S3 (versitygw)")
+    ap.add_argument(
+        "--server-path",
+        action="store_true",
+        help="also time the warm patterns with PDCX_DIRECT_READ=0 (column 'pdcx srv': every byte through the server)",
+    )
     ap.add_argument("--json", help="write every number to this file")
     a = ap.parse_args()
     if a.small:
@@ -721,6 +758,7 @@ def main() -> int:
         holders = {n: sorted({e["server"] for e in o.extents()}) for n, o in objs.items()}
 
         b = Bench(a, h5path, shape, thr, drop)
+        b.pids = [int(sv["pid"]) for sv in json.loads((root / "cluster.json").read_text())["servers"]]
         with h5py.File(h5path, "r") as f:
             b.extra["result_bytes"] = {
                 k: result_bytes(h5_pattern(f, k, params_of(k, 0, shape, a.box, thr, a.seed))) for k in range(1, 7)
@@ -734,12 +772,31 @@ def main() -> int:
         rtt = b.round_trip(objs)
         print("timing: h5py cold and pdcx cold ...", file=sys.stderr)
         b.cold(client, objs)
-        modes_extra = []
+        if a.server_path:
+            # The same warm patterns with the same-node one-copy reads off: every byte through the
+            # server's reply (a diagnostic: which read path suits which pattern).
+            print("timing: pdcx warm, server path ...", file=sys.stderr)
+            saved = os.environ.get("PDCX_DIRECT_READ")
+            os.environ["PDCX_DIRECT_READ"] = "0"
+            try:
+                srv = pdcx.connect(root)
+            finally:
+                if saved is None:
+                    del os.environ["PDCX_DIRECT_READ"]
+                else:
+                    os.environ["PDCX_DIRECT_READ"] = saved
+            srv_objs = {n: srv.open_object(o.name) for n, o in objs.items()}
+            for d in (b.times, b.bytes, b.scanned):
+                d["pdcx srv"] = {k: [] for k in range(1, 7)}
+            for k in range(1, 7):
+                for r in range(a.reps):
+                    b.pdcx_rep("pdcx srv", srv, srv_objs, k, r)
+            srv.close()
         s3_info = None
         if a.s3:
             print("timing: pdcx with the data on S3 ...", file=sys.stderr)
             s3_info = run_s3(a, b, out, h5path, cleanup)
-            modes_extra = [m for m in b.times if m not in MODES]
+        modes_extra = [m for m in b.times if m not in MODES]
         stats_now = server_stats(client)
         load1 = os.getloadavg()
 
