@@ -426,6 +426,20 @@ def storage_read_bytes(pids: list) -> int:
     return total
 
 
+def cpu_seconds(pids: list) -> float:
+    """user+system CPU seconds used so far by `pids` (/proc/PID/stat)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / tick
+
+
 def median(xs: list) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -437,6 +451,7 @@ class Bench:
         self.bytes = {m: {k: [] for k in range(1, 7)} for m in MODES}
         self.scanned = {m: {k: [] for k in range(1, 7)} for m in MODES}
         self.disk = {m: {k: [] for k in range(1, 7)} for m in MODES}
+        self.server_cpu: dict = {}  # mode -> pattern -> servers' CPU seconds per rep
         self.pids: list[int] = []  # the servers' pids: their storage reads count as the pattern's
         self.refs: dict = {}
         self.checked = 0
@@ -500,10 +515,13 @@ class Bench:
         p = self.params(k, rep)
         s0 = server_stats(client)
         d0 = storage_read_bytes(self.pids)
+        c0 = cpu_seconds(self.pids)
         t0 = time.perf_counter()
         res = pdcx_pattern(objs, k, p)
         self.times[mode][k].append(time.perf_counter() - t0)
+        c1 = cpu_seconds(self.pids)
         d1 = storage_read_bytes(self.pids)
+        self.server_cpu.setdefault(mode, {j: [] for j in range(1, 7)})[k].append(c1 - c0)
         s1 = server_stats(client)
         self.disk.setdefault(mode, {j: [] for j in range(1, 7)})[k].append(d1 - d0)
         self.bytes[mode][k].append(s1["read_bytes"] - s0["read_bytes"])
@@ -594,7 +612,8 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
     lines.append("")
     lines.append("bytes per repetition (median): h5 = bytes of the HDF5 chunks the selection touches;")
     lines.append("pdcx = servers' read_bytes delta (bytes the servers sent) / query_scanned_bytes delta;")
-    lines.append("disk = bytes read from storage in cold reps (/proc/PID/io of this process and the servers)")
+    lines.append("disk = bytes read from storage in cold reps (/proc/PID/io of this process and the servers);")
+    lines.append("server CPU = the servers' user+system CPU time per rep (/proc/PID/stat, 10 ms ticks)")
     for k in range(1, 7):
         row = f"{PATTERNS[k - 1]:16} result {fmt_b(b.extra['result_bytes'][k]):>10}"
         row += (
@@ -604,6 +623,7 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
             row += f" | {m}: sent {fmt_b(median(b.bytes[m][k])):>10}, scanned {fmt_b(median(b.scanned[m][k])):>10}"
             if m != "pdcx warm":
                 row += f", disk {fmt_b(median(b.disk[m][k])):>10}"
+            row += f", server CPU {median(b.server_cpu[m][k]) * 1e3:.0f} ms"
         lines.append(row)
     lines.append("")
     targets = {}
@@ -627,6 +647,7 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
         "bytes": b.bytes,
         "scanned_bytes": b.scanned,
         "storage_read_bytes": b.disk,
+        "server_cpu_s": b.server_cpu,
         "speedup": speed,
         "median_speedup": med_speed,
         "round_trip_s": rtt,
@@ -717,6 +738,8 @@ def main() -> int:
                     )
                 shutil.rmtree(root)
             root.mkdir(parents=True, exist_ok=True)
+            if (root / "cluster.json").exists():  # servers a killed run left behind
+                subprocess.run([pdcx_bin(), "server", "stop", "--root", str(root)], check=False, capture_output=True)
             if a.tier == "local" and not (root / "pdcx.toml").exists():
                 (out / "tier").mkdir(exist_ok=True)
                 write_local_config(root, out / "tier")
