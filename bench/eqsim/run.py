@@ -337,8 +337,14 @@ def params_of(k: int, rep: int, shape: tuple, box: int, thr: float, seed: int) -
     return {"step": step, "o": rep % step}
 
 
-def h5_pattern(f, k: int, p: dict):
-    d = f[VAR]
+def h5_open(f) -> dict:
+    """The datasets the patterns read, opened. Keep the dict alive while timing: HDF5 drops a
+    dataset's chunk cache when its last handle closes (h5py closes one per `f[name]`)."""
+    return {n: f[n] for n in (VAR, "lat", "lon")}
+
+
+def h5_pattern(ds: dict, k: int, p: dict):
+    d = ds[VAR]
     if k in (1, 2):
         return d[:, p["x"] : p["x"] + p["b"], p["y"] : p["y"] + p["b"]]
     if k == 3:
@@ -348,7 +354,7 @@ def h5_pattern(f, k: int, p: dict):
     if k in (4, 5):
         return d[:, p["o"] :: p["step"], p["o"] :: p["step"]]
     sl = np.s_[p["x"] : p["x"] + p["b"], p["y"] : p["y"] + p["b"]]
-    return f["lat"][sl], f["lon"][sl]
+    return ds["lat"][sl], ds["lon"][sl]
 
 
 def pdcx_pattern(objs: dict, k: int, p: dict):
@@ -482,15 +488,16 @@ class Bench:
         f = h5py.File(self.h5path, "r", rdcc_nbytes=nbytes, rdcc_nslots=nslots, rdcc_w0=1.0)
         try:
             t0 = time.perf_counter()
-            for n in (VAR, "lat", "lon"):
-                f[n][...]
+            ds = h5_open(f)
+            for d in ds.values():
+                preload_chunk_cache(d)
             self.extra["h5_cache_preload_s"] = time.perf_counter() - t0
             self.extra["h5_cache_nbytes"] = nbytes
             for k in range(1, 7):
                 for rep in range(self.a.reps):
                     p = self.params(k, rep)
                     t0 = time.perf_counter()
-                    res = h5_pattern(f, k, p)
+                    res = h5_pattern(ds, k, p)
                     self.times["h5 cache"][k].append(time.perf_counter() - t0)
                     self.bytes["h5 cache"][k].append(0)  # from the cache: nothing read from the file
                     self.check("h5 cache", k, rep, res)
@@ -501,9 +508,10 @@ class Bench:
         self.drop()
         p = self.params(k, rep)
         with h5py.File(self.h5path, "r") as f:  # default chunk cache (1 MiB), as EQSIM opens it
+            h5ds = h5_open(f)  # file and dataset opens are not timed (nor is pdcx's open_object)
             d0 = storage_read_bytes([])
             t0 = time.perf_counter()
-            res = h5_pattern(f, k, p)
+            res = h5_pattern(h5ds, k, p)
             self.times["h5 cold"][k].append(time.perf_counter() - t0)
             self.disk["h5 cold"][k].append(storage_read_bytes([]) - d0)
             self.bytes["h5 cold"][k].append(h5_bytes_touched(f, k, p))
@@ -553,6 +561,23 @@ class Bench:
             o[t, x, y]
             ts.append(time.perf_counter() - t0)
         return median(ts)
+
+
+def preload_chunk_cache(d) -> None:
+    """Brings every chunk of `d` into HDF5's chunk cache. A read that covers a whole chunk
+    bypasses the cache (HDF5 reads it straight into the caller's buffer: `d[...]` caches
+    nothing), so each chunk is read minus one element: HDF5 then caches the whole chunk."""
+    for sel in d.iter_chunks():
+        last = sel[-1]
+        if last.stop - last.start > 1:
+            sel = (*sel[:-1], slice(last.start, last.stop - 1))
+        else:  # a last dim of one element: drop one along another dim that has more
+            i = next((j for j, s in enumerate(sel) if s.stop - s.start > 1), None)
+            if i is None:
+                d[sel]  # a one-element chunk: cached or not, it is one element
+                continue
+            sel = tuple(slice(s.start, s.stop - 1) if j == i else s for j, s in enumerate(sel))
+        d[sel]
 
 
 def next_prime(n: int) -> int:
@@ -784,7 +809,8 @@ def main() -> int:
         b.pids = [int(sv["pid"]) for sv in json.loads((root / "cluster.json").read_text())["servers"]]
         with h5py.File(h5path, "r") as f:
             b.extra["result_bytes"] = {
-                k: result_bytes(h5_pattern(f, k, params_of(k, 0, shape, a.box, thr, a.seed))) for k in range(1, 7)
+                k: result_bytes(h5_pattern(h5_open(f), k, params_of(k, 0, shape, a.box, thr, a.seed)))
+                for k in range(1, 7)
             }
             b.extra["hits"] = int(b.extra["result_bytes"][3] // (3 * 8 + 4))
         t_all = time.perf_counter()
