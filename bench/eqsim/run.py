@@ -756,6 +756,8 @@ def main() -> int:
         sys.exit(f"--box {a.box} does not fit the {a.x}x{a.y} grid")
     if a.reps < 1:
         sys.exit("--reps must be >= 1")
+    if not 0 < a.hit_fraction < 1:
+        sys.exit(f"--hit-fraction must be in (0, 1), got {a.hit_fraction}")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     drop = Dropper(not a.no_drop_caches)
@@ -790,6 +792,7 @@ def main() -> int:
                         [pdcx_bin(), "server", "stop", "--root", str(root)], check=False, capture_output=True
                     )
                 shutil.rmtree(root)
+                shutil.rmtree(out / "tier", ignore_errors=True)  # that deployment's tier blobs
             root.mkdir(parents=True, exist_ok=True)
             if (root / "cluster.json").exists():  # servers a killed run left behind
                 subprocess.run([pdcx_bin(), "server", "stop", "--root", str(root)], check=False, capture_output=True)
