@@ -660,7 +660,9 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
     lines.append("bytes per repetition (median): h5 = bytes of the HDF5 chunks the selection touches;")
     lines.append("pdcx = servers' read_bytes delta (bytes the servers sent) / query_scanned_bytes delta;")
     lines.append("disk = bytes read from storage in cold reps (/proc/PID/io of this process and the servers);")
-    lines.append("server CPU = the servers' user+system CPU time per rep (/proc/PID/stat, 10 ms ticks)")
+    lines.append(
+        "server CPU = the servers' user+system CPU time per rep (/proc/PID/stat, 10 ms ticks; pdcx s3: + versitygw)"
+    )
     for k in range(1, 7):
         row = f"{PATTERNS[k - 1]:16} result {fmt_b(b.extra['result_bytes'][k]):>10}"
         row += (
