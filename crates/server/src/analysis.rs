@@ -446,40 +446,11 @@ pub fn read_strided(
         )));
     }
     let mut out = vec![0u8; out_len as usize];
-    // In every dim but the last, a step skips whole rows: each selected index there is read
-    // on its own (only rows holding selected elements are read). The last dim is read in
-    // runs (a row's elements are contiguous) and picked from. Slabs of the output are sized
-    // so the source box each one reads stays bounded.
-    let stepped: Vec<usize> = (0..n - 1).filter(|&d| step[d] > 1).collect();
-    let budget = (SLAB_ELEMS / step[n - 1]).max(1);
-    let mut parts = Vec::new();
-    let mut idx = vec![0u64; stepped.len()];
-    loop {
-        let mut sub = out_box.clone();
-        for (k, &d) in stepped.iter().enumerate() {
-            sub.offset[d] = idx[k];
-            sub.count[d] = 1;
-        }
-        parts.extend(slabs(&sub, budget));
-        // Next combination of selected indices in the stepped dims (odometer, last fastest).
-        let mut k = stepped.len();
-        loop {
-            if k == 0 {
-                break;
-            }
-            k -= 1;
-            idx[k] += 1;
-            if idx[k] < picked[stepped[k]] {
-                break;
-            }
-            idx[k] = 0;
-        }
-        if k == 0 && idx.iter().all(|&i| i == 0) {
-            break;
-        }
-    }
+    // Slabs of the output sized so the source box each one reads stays bounded.
+    let spread: u64 = step.iter().product::<u64>().max(1);
+    let budget = (SLAB_ELEMS / spread).max(1);
     let mut src = Vec::new();
-    for part in parts {
+    for part in slabs(&out_box, budget) {
         // Source bounding box of this part of the output.
         let offset: Vec<u64> = (0..n)
             .map(|d| region.offset[d] + part.offset[d] * step[d])
