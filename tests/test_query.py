@@ -104,7 +104,7 @@ def test_region_restricts_the_search_and_the_data_read(dep):
         o.where(o > 0, region=np.s_[::2])
     # Python clamps slices like numpy; the server checks the bounds it is sent.
     with pytest.raises(pdcx.OutOfBoundsError):
-        c._c.value_query(json.dumps((o > 0)._expr), [0, 0], [501, 1])
+        c._c.value_query(json.dumps([(o > 0)._expr]), [0, 0], [501, 1])
 
 
 def test_histogram_counts_and_min_max_match_numpy(dep):
@@ -144,6 +144,11 @@ def test_bad_queries_fail_clearly(dep):
     assert c.where(a > 10, coords=False, values=[], max_hits=5).count == 89
     with pytest.raises(pdcx.InvalidArgumentError, match="parse"):
         a.where("above 3")
+    # The wire form is flat (postfix): malformed or oversized ones are refused, not crashed on.
+    cond = (a > 1)._expr
+    for bad in [[], ["And"], [cond, "Or"], [cond, cond], [cond] * 200]:
+        with pytest.raises(pdcx.InvalidArgumentError):
+            c._c.value_query(json.dumps(bad))
 
 
 def test_strided_reads_move_only_the_selected_elements(dep):

@@ -78,8 +78,18 @@ impl std::fmt::Display for Scalar {
 }
 
 /// A query: conditions on objects' elements combined with and/or. `K` names an object: its
-/// id on the wire, a name where users write queries.
+/// id on the wire, a name where users write queries. On the wire it travels flat (postfix,
+/// [`FlatExpr`]), so decoding a frame never recurses: a body of millions of nested `And`s is a
+/// clear error, not a stack overflow in the server.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(
+    into = "FlatExpr<K>",
+    try_from = "FlatExpr<K>",
+    bound(
+        serialize = "K: Serialize + Clone",
+        deserialize = "K: Deserialize<'de>"
+    )
+)]
 pub enum ValueExpr<K = ObjectId> {
     Cond { obj: K, op: ValueOp, value: Scalar },
     And(Box<ValueExpr<K>>, Box<ValueExpr<K>>),
@@ -137,6 +147,81 @@ impl<K: Clone + PartialEq> ValueExpr<K> {
 
     pub fn is_empty(&self) -> bool {
         false
+    }
+}
+
+/// One node of a query in postfix order: conditions push, `And`/`Or` combine the last two.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum FlatNode<K> {
+    Cond { obj: K, op: ValueOp, value: Scalar },
+    And,
+    Or,
+}
+
+/// A query as it travels: its nodes in postfix order (e.g. `[a > 1, b < 2, And]`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FlatExpr<K>(pub Vec<FlatNode<K>>);
+
+impl<K> From<ValueExpr<K>> for FlatExpr<K> {
+    fn from(e: ValueExpr<K>) -> FlatExpr<K> {
+        fn walk<K>(e: ValueExpr<K>, out: &mut Vec<FlatNode<K>>) {
+            match e {
+                ValueExpr::Cond { obj, op, value } => out.push(FlatNode::Cond { obj, op, value }),
+                ValueExpr::And(a, b) => {
+                    walk(*a, out);
+                    walk(*b, out);
+                    out.push(FlatNode::And);
+                }
+                ValueExpr::Or(a, b) => {
+                    walk(*a, out);
+                    walk(*b, out);
+                    out.push(FlatNode::Or);
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(e, &mut out);
+        FlatExpr(out)
+    }
+}
+
+impl<K> TryFrom<FlatExpr<K>> for ValueExpr<K> {
+    type Error = Error;
+
+    /// Rebuilds the tree with an explicit stack, refusing more than [`MAX_CONDITIONS`]
+    /// conditions and any sequence that is not one well-formed expression.
+    fn try_from(f: FlatExpr<K>) -> Result<ValueExpr<K>> {
+        if f.0.len() > 2 * MAX_CONDITIONS {
+            return Err(Error::invalid(format!(
+                "a query has at most {MAX_CONDITIONS} conditions ({} nodes sent)",
+                f.0.len()
+            )));
+        }
+        let mut stack: Vec<ValueExpr<K>> = Vec::new();
+        for node in f.0 {
+            let e = match node {
+                FlatNode::Cond { obj, op, value } => ValueExpr::Cond { obj, op, value },
+                FlatNode::And | FlatNode::Or => {
+                    let (Some(b), Some(a)) = (stack.pop(), stack.pop()) else {
+                        return Err(Error::invalid(
+                            "malformed query: an and/or without two operands",
+                        ));
+                    };
+                    if matches!(node, FlatNode::And) {
+                        ValueExpr::And(Box::new(a), Box::new(b))
+                    } else {
+                        ValueExpr::Or(Box::new(a), Box::new(b))
+                    }
+                }
+            };
+            stack.push(e);
+        }
+        match (stack.pop(), stack.is_empty()) {
+            (Some(e), true) => Ok(e),
+            _ => Err(Error::invalid(
+                "malformed query: not exactly one expression",
+            )),
+        }
     }
 }
 
@@ -721,6 +806,43 @@ mod tests {
         .eval(2, &data, &mut m)
         .unwrap();
         assert_eq!(m, [true, true]);
+    }
+
+    #[test]
+    fn queries_travel_flat_and_bad_shapes_are_refused() {
+        let q = ValueExpr::parse("a > 1 | (b < 2 & c == 3)").unwrap();
+        let bytes = bincode::serialize(&q).unwrap();
+        assert_eq!(
+            bincode::deserialize::<ValueExpr<String>>(&bytes).unwrap(),
+            q
+        );
+        let json = serde_json::to_string(&q).unwrap();
+        assert!(json.starts_with('['), "{json}");
+        assert_eq!(serde_json::from_str::<ValueExpr<String>>(&json).unwrap(), q);
+        let cond = || FlatNode::Cond {
+            obj: 1u64,
+            op: ValueOp::Gt,
+            value: Scalar::Int(0),
+        };
+        for bad in [
+            vec![],
+            vec![FlatNode::And],
+            vec![cond(), FlatNode::Or],
+            vec![cond(), cond()],
+            vec![cond(); 2 * MAX_CONDITIONS + 1],
+        ] {
+            let bytes = bincode::serialize(&FlatExpr(bad)).unwrap();
+            assert!(bincode::deserialize::<ValueExpr>(&bytes).is_err());
+        }
+        // Deeply nested input cannot exist on the wire: a million Ands is a size error.
+        let mut deep = vec![cond()];
+        for _ in 0..1_000_000 {
+            deep.push(cond());
+            deep.push(FlatNode::And);
+        }
+        let bytes = bincode::serialize(&FlatExpr(deep)).unwrap();
+        let err = bincode::deserialize::<ValueExpr>(&bytes).unwrap_err();
+        assert!(err.to_string().contains("at most"), "{err}");
     }
 
     #[test]

@@ -303,7 +303,7 @@ class Client:
             if 0 in count:
                 return Hits({"nhits": 0}, np.empty((0, len(shape)), np.uint64) if coords else None, {})
         text, payload = self._c.value_query(
-            json.dumps(expr), offset, count, coords, [o.id for o in vals], int(bins), int(max_hits)
+            json.dumps(_postfix(expr)), offset, count, coords, [o.id for o in vals], int(bins), int(max_hits)
         )
         answer = json.loads(text)
         n = int(answer["nhits"])
@@ -1014,6 +1014,15 @@ class Condition:
             return f"({show(v[0])} {'&' if k == 'And' else '|'} {show(v[1])})"
 
         return f"Condition({show(self._expr)})"
+
+
+def _postfix(expr: dict) -> list:
+    """A condition tree as the servers take it: its nodes in postfix order (conditions, then
+    "And"/"Or" combining the last two), so decoding never recurses."""
+    ((kind, v),) = expr.items()
+    if kind == "Cond":
+        return [expr]
+    return _postfix(v[0]) + _postfix(v[1]) + [kind]
 
 
 class Hits:
