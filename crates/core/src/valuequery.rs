@@ -236,6 +236,7 @@ impl ValueExpr<String> {
         let mut p = Parser {
             tokens,
             at: 0,
+            depth: 0,
             text,
         };
         let e = p.or()?;
@@ -343,6 +344,8 @@ fn is_name_char(c: char) -> bool {
 struct Parser<'a> {
     tokens: Vec<Tok>,
     at: usize,
+    /// Parentheses open at this point (bounded: the parser recurses once per level).
+    depth: usize,
     text: &'a str,
 }
 
@@ -376,7 +379,12 @@ impl Parser<'_> {
         match self.tokens.get(self.at).cloned() {
             Some(Tok::Open) => {
                 self.at += 1;
+                self.depth += 1;
+                if self.depth > MAX_CONDITIONS {
+                    return Err(self.error("parentheses nested too deep"));
+                }
                 let e = self.or()?;
+                self.depth -= 1;
                 if self.tokens.get(self.at) != Some(&Tok::Close) {
                     return Err(self.error("missing ')'"));
                 }

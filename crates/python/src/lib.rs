@@ -132,6 +132,25 @@ fn byte_view(buf: &PyBuffer<u8>) -> R<(usize, usize)> {
     Ok((buf.buf_ptr() as usize, buf.len_bytes()))
 }
 
+/// Runs `f` on the writable bytes of `out` (a C-contiguous buffer), without the GIL.
+fn with_out<T: Send>(
+    py: Python<'_>,
+    out: &PyBuffer<u8>,
+    f: impl FnOnce(&mut [u8]) -> pdcx_core::Result<T> + Send,
+) -> R<T> {
+    if out.readonly() {
+        return Err(InvalidArgumentError::new_err("output buffer is read-only"));
+    }
+    let (ptr, len) = byte_view(out)?;
+    py.allow_threads(|| {
+        // SAFETY: `out` (a PyBuffer) keeps the exporter's memory alive and pinned until it
+        // drops after this call; it is writable and exported to us alone for this call.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        f(bytes)
+    })
+    .map_err(to_py)
+}
+
 #[pyclass(module = "pdcx._native")]
 struct Client {
     inner: RustClient,
@@ -470,16 +489,7 @@ impl Client {
         out: PyBuffer<u8>,
     ) -> R<()> {
         let r = region(offset, count)?;
-        if out.readonly() {
-            return Err(InvalidArgumentError::new_err("output buffer is read-only"));
-        }
-        let (ptr, len) = byte_view(&out)?;
-        py.allow_threads(|| {
-            // SAFETY: as in write(); the buffer is writable and exported to us alone for this call.
-            let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
-            self.inner.read_into(id, &r, bytes)
-        })
-        .map_err(to_py)
+        with_out(py, &out, |bytes| self.inner.read_into(id, &r, bytes))
     }
 
     /// Elements of the box `offset`/`count` taken every `step` in each dim, selected by the
@@ -494,16 +504,9 @@ impl Client {
         out: PyBuffer<u8>,
     ) -> R<()> {
         let r = region(offset, count)?;
-        if out.readonly() {
-            return Err(InvalidArgumentError::new_err("output buffer is read-only"));
-        }
-        let (ptr, len) = byte_view(&out)?;
-        py.allow_threads(|| {
-            // SAFETY: as in read_into().
-            let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        with_out(py, &out, |bytes| {
             self.inner.read_strided(id, &r, &step, bytes)
         })
-        .map_err(to_py)
     }
 
     /// Elements at `coords` (little-endian u64 bytes, ndim per point), picked by the
@@ -525,16 +528,9 @@ impl Client {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
             .collect();
-        if out.readonly() {
-            return Err(InvalidArgumentError::new_err("output buffer is read-only"));
-        }
-        let (ptr, len) = byte_view(&out)?;
-        py.allow_threads(|| {
-            // SAFETY: as in read_into().
-            let bytes = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+        with_out(py, &out, |bytes| {
             self.inner.read_points(id, ndim, &coords, bytes)
         })
-        .map_err(to_py)
     }
 
     /// A value query (JSON of `pdcx_core::valuequery::ValueExpr`) over the box
