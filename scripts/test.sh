@@ -4,8 +4,11 @@
 # processes and real MPI launches.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# A clean clone builds everything once: incremental state would only add ~13 GB to target/.
+export CARGO_INCREMENTAL=0
 # --test: besides what the demo needs, OpenMPI, pytest, ruff, libpdcx and the S3 server.
 bash scripts/setup.sh --test
+echo "== disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free here, $(df -h --output=avail /tmp | tail -1 | tr -d ' ') in /tmp"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # S3 tests fail instead of skipping when no S3 server is available (setup.sh --test installs one).
 export PDCX_REQUIRE_S3=1
