@@ -980,6 +980,49 @@ impl Client {
             return self.read_into(id, region, out);
         }
         let owner = self.id_owner(id)?;
+        if let Some(direct) = self
+            .inner
+            .direct
+            .as_ref()
+            .filter(|_| self.direct_reads(owner))
+        {
+            // Same node: gather the selection from the mapped log (issue 12), which touches
+            // only the selected bytes; else, or when the log moved meanwhile, the owner does.
+            let ask = |rank: u32, held: bool| -> Result<Option<pdcx_core::protocol::PiecePlans>> {
+                let req = Request::PiecePlan {
+                    id,
+                    region: region.clone(),
+                    step: step.to_vec(),
+                    held,
+                };
+                match self.call(rank, &req, &[])? {
+                    Response::PiecePlans(p) => Ok(p),
+                    r => Err(unexpected("piece plan", r)),
+                }
+            };
+            if let Some(plan) = ask(owner, false)? {
+                let mut parts = Vec::new();
+                if plan.holders.is_empty() {
+                    parts.push((owner, plan));
+                } else if plan.holders.len() <= MERGE_MAX_HOLDERS
+                    && plan.holders.iter().all(|&h| self.direct_reads(h))
+                {
+                    for &h in &plan.holders {
+                        // Any failure here (a holder restarting, say) leaves it to the owner.
+                        match ask(h, true) {
+                            Ok(Some(p)) if p.holders.is_empty() => parts.push((h, p)),
+                            _ => break,
+                        }
+                    }
+                    if parts.len() != plan.holders.len() {
+                        parts.clear();
+                    }
+                }
+                if !parts.is_empty() && direct.gather(&parts, region, step, out)? == Outcome::Done {
+                    return Ok(());
+                }
+            }
+        }
         let req = Request::ReadStrided {
             id,
             region: region.clone(),

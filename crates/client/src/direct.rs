@@ -18,7 +18,8 @@
 //! `PDCX_DIRECT_READ=0` turns it off (reads then go through the server as before).
 
 use crate::segfile::SegFile;
-use pdcx_core::protocol::{PlanSpan, ReadPlan, ReadPlans};
+use pdcx_core::protocol::{PiecePlans, PlanPiece, PlanSpan, ReadPlan, ReadPlans};
+use pdcx_core::region::{gather_strided, Region};
 use pdcx_core::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -173,6 +174,20 @@ impl DirectReads {
             fill(out, pattern);
         }
         if small_spans(&plan.spans) {
+            if let Some(maps) = self.maps(
+                rank,
+                &plans.dir,
+                &plans.segments,
+                plan.spans.iter().map(|s| (s.segment, s.offset + s.len)),
+            )? {
+                // Each span copied from the mapped segment: no system call per span.
+                for s in &plan.spans {
+                    let m = &maps[&s.segment];
+                    out[s.dest as usize..(s.dest + s.len) as usize]
+                        .copy_from_slice(&m[s.offset as usize..(s.offset + s.len) as usize]);
+                }
+                return Ok(Outcome::Done);
+            }
             return self.execute_coalesced(rank, plans, &plan.spans, out);
         }
         for s in &plan.spans {
@@ -269,6 +284,115 @@ impl DirectReads {
             if !self.read_span(*rank, plans, s, out)? {
                 return Ok(Outcome::Fallback);
             }
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// The log segments `ends` name (segment, end of the bytes needed), each mapped with at
+    /// least the bytes needed (`SegFile::mapped`), or None when one is not a log segment of
+    /// `segments`, is gone, is another file or is too short: then the caller reads the usual
+    /// way. An error when a segment is not identified (a server bug).
+    fn maps(
+        &self,
+        rank: u32,
+        dir: &str,
+        segments: &[(u64, u64, u64)],
+        ends: impl Iterator<Item = (u64, u64)>,
+    ) -> Result<Option<HashMap<u64, Arc<memmap2::Mmap>>>> {
+        let mut need: HashMap<u64, u64> = HashMap::new();
+        for (seg, end) in ends {
+            let e = need.entry(seg).or_default();
+            *e = (*e).max(end);
+        }
+        let mut maps = HashMap::with_capacity(need.len());
+        for (seg, end) in need {
+            let Some(&(_, dev, ino)) = segments.iter().find(|x| x.0 == seg) else {
+                return Err(Error::protocol(
+                    "refused read plan: it names a segment it does not identify",
+                ));
+            };
+            let Some(m) = self
+                .file(rank, dir, seg, dev, ino)
+                .and_then(|f| f.mapped(end))
+            else {
+                return Ok(None);
+            };
+            maps.insert(seg, m);
+        }
+        Ok(Some(maps))
+    }
+
+    /// Issue 12: the elements of `bbox` taken every `step[d]` (C order) into `out`,
+    /// gathered from the mapped log segments that `parts` (servers' answers to `PiecePlan`:
+    /// the owner's alone, or each holder's) name, touching only the selected bytes. Pieces of
+    /// several holders are painted in sequence order, as the owner merges them. `Fallback`
+    /// when a segment cannot be mapped (the caller asks the owner).
+    pub(crate) fn gather(
+        &self,
+        parts: &[(u32, PiecePlans)],
+        bbox: &Region,
+        step: &[u64],
+        out: &mut [u8],
+    ) -> Result<Outcome> {
+        let n = bbox.ndim();
+        let bad = |what: String| Err(Error::protocol(format!("refused piece plan: {what}")));
+        let Some(elem) = parts.first().map(|p| p.1.elem) else {
+            return Ok(Outcome::Fallback);
+        };
+        let selected = (0..n)
+            .map(|d| bbox.count[d].div_ceil(step[d]))
+            .fold(1u64, u64::saturating_mul);
+        if elem == 0 || elem > 1 << 20 || parts.iter().any(|p| p.1.elem != elem) {
+            return bad(format!("elements of {elem} bytes"));
+        }
+        if selected.saturating_mul(elem) != out.len() as u64 {
+            return Err(Error::invalid(format!(
+                "a strided read of {selected} elements of {elem} bytes needs {} bytes, the buffer has {}",
+                selected.saturating_mul(elem),
+                out.len()
+            )));
+        }
+        let elem = elem as usize;
+        let mut pieces: Vec<(u64, usize, &PlanPiece)> = Vec::new();
+        let mut maps = Vec::with_capacity(parts.len());
+        for (k, (rank, plan)) in parts.iter().enumerate() {
+            if !plan.pieces.is_empty() && !plan.dir.starts_with('/') {
+                return bad(format!("log directory {:?} is not absolute", plan.dir));
+            }
+            let mut ends = Vec::with_capacity(plan.pieces.len());
+            for p in &plan.pieces {
+                let len = p.region.byte_len(elem).ok();
+                match (
+                    p.region.ndim() == n,
+                    len.and_then(|l| p.offset.checked_add(l)),
+                ) {
+                    (true, Some(end)) => ends.push((p.segment, end)),
+                    _ => return bad(format!("piece {} does not fit", p.region)),
+                }
+                pieces.push((p.seq, k, p));
+            }
+            let Some(m) = self.maps(*rank, &plan.dir, &plan.segments, ends.into_iter())? else {
+                return Ok(Outcome::Fallback);
+            };
+            maps.push(m);
+        }
+        // A part whose pieces do not cover the region carries the fill; where the parts
+        // together cover it, their pieces paint over it.
+        if let Some(p) = parts.iter().find_map(|p| p.1.fill.as_ref()) {
+            if p.len() != elem {
+                return bad(format!(
+                    "fill of {} bytes for {elem}-byte elements",
+                    p.len()
+                ));
+            }
+            fill(out, p);
+        }
+        // Stable: pieces of one part keep their order.
+        pieces.sort_by_key(|x| x.0);
+        for (_, k, p) in pieces {
+            let m = &maps[k][&p.segment];
+            let src = &m[p.offset as usize..p.offset as usize + p.region.byte_len(elem)? as usize];
+            gather_strided(src, &p.region, bbox, step, elem, out);
         }
         Ok(Outcome::Done)
     }
@@ -513,5 +637,73 @@ mod tests {
             let r = DirectReads::default().execute(0, &plans, &plan, &mut out);
             assert_eq!(r.unwrap(), Outcome::Fallback);
         }
+    }
+
+    fn piece_plans(dir: &str, pieces: Vec<PlanPiece>, fill: Option<Vec<u8>>) -> PiecePlans {
+        let p = plans_for(dir, 1);
+        PiecePlans {
+            dir: p.dir,
+            segments: p.segments,
+            elem: 1,
+            fill,
+            pieces,
+            holders: vec![],
+        }
+    }
+
+    fn piece(seq: u64, offset: u64, o: u64, c: u64) -> PlanPiece {
+        PlanPiece {
+            seq,
+            segment: 1,
+            offset,
+            region: Region::new(vec![o], vec![c]).unwrap(),
+        }
+    }
+
+    #[test]
+    fn strided_gather_paints_holders_pieces_in_sequence_order_over_the_fill() {
+        let (_d, dir) = setup();
+        let reads = DirectReads::default();
+        let bbox = Region::new(vec![0], vec![10]).unwrap();
+        // Holder A: elements 0..4 = "0123" (seq 5); holder B: 2..6 = "abcd" (seq 3, older).
+        let a = piece_plans(&dir, vec![piece(5, 0, 0, 4)], Some(vec![b'.']));
+        let b = piece_plans(&dir, vec![piece(3, 10, 2, 4)], Some(vec![b'.']));
+        let mut out = [0u8; 5];
+        let r = reads.gather(&[(0, a.clone()), (1, b)], &bbox, &[2], &mut out);
+        assert_eq!(r.unwrap(), Outcome::Done);
+        assert_eq!(&out, b"02c..", "elements 0, 2, 4, 6, 8");
+        // What a server must not get away with: a piece past the file's end (fall back), a
+        // piece of another rank, a buffer of another size, a fill of the wrong size.
+        let far = piece_plans(&dir, vec![piece(1, 14, 0, 4)], None);
+        assert_eq!(
+            reads.gather(&[(0, far)], &bbox, &[2], &mut out).unwrap(),
+            Outcome::Fallback
+        );
+        let mut flat = a.clone();
+        flat.pieces[0].region = Region::new(vec![0, 0], vec![1, 4]).unwrap();
+        assert_eq!(
+            reads
+                .gather(&[(0, flat)], &bbox, &[2], &mut out)
+                .unwrap_err()
+                .kind,
+            ErrorKind::Protocol
+        );
+        let mut small = [0u8; 4];
+        assert_eq!(
+            reads
+                .gather(&[(0, a.clone())], &bbox, &[2], &mut small)
+                .unwrap_err()
+                .kind,
+            ErrorKind::InvalidArgument
+        );
+        let mut wide = a;
+        wide.fill = Some(vec![0, 0]);
+        assert_eq!(
+            reads
+                .gather(&[(0, wide)], &bbox, &[2], &mut out)
+                .unwrap_err()
+                .kind,
+            ErrorKind::Protocol
+        );
     }
 }

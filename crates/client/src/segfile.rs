@@ -3,10 +3,12 @@
 //! never contains one), and known by its (st_dev, st_ino), so a client never uses another file
 //! that came to have the same path (a new log after node loss, another node's file).
 
+use memmap2::Mmap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// Whether the switch `var` is on: on unless set to `0`, `off`, `false` or `no`.
 pub(crate) fn env_on(var: &str) -> bool {
@@ -20,6 +22,9 @@ pub(crate) struct SegFile {
     pub(crate) file: File,
     pub(crate) dev: u64,
     pub(crate) ino: u64,
+    /// The file mapped read-only (log segments only, see [`SegFile::mapped`]), made on the
+    /// first small read and remade larger when a span lies past its end (the log grew).
+    map: Mutex<Option<Arc<Mmap>>>,
 }
 
 impl SegFile {
@@ -54,7 +59,41 @@ impl SegFile {
             file,
             dev: m.dev(),
             ino: m.ino(),
+            map: Mutex::new(None),
         }))
+    }
+
+    /// The file mapped read-only with at least `end` bytes, or None (the file is shorter, or
+    /// mapping failed: the caller `pread`s instead).
+    ///
+    /// Only for log segments, and only to read committed bytes: those are never rewritten
+    /// and the file is never truncated below them (recovery and a failed append cut only an
+    /// uncommitted tail; retirement unlinks the whole file, which a mapping outlives). So a
+    /// mapped committed byte is exactly the planned byte, and reading it cannot fault past the
+    /// end of the file. A file outside the log (an HDF5 file read by reference) can be cut by
+    /// anyone: it is never mapped.
+    pub(crate) fn mapped(&self, end: u64) -> Option<Arc<Mmap>> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = map.as_ref() {
+            if m.len() as u64 >= end {
+                return Some(m.clone());
+            }
+        }
+        let size = self.file.metadata().ok()?.len();
+        if size < end {
+            return None;
+        }
+        // SAFETY: read-only mapping of a log segment, read only where committed (above).
+        let m = Arc::new(
+            unsafe {
+                memmap2::MmapOptions::new()
+                    .len(size as usize)
+                    .map(&self.file)
+            }
+            .ok()?,
+        );
+        *map = Some(m.clone());
+        Some(m)
     }
 
     /// Whether this is the file a server named by (st_dev, st_ino).
@@ -80,5 +119,21 @@ mod tests {
         assert!(SegFile::open(dir, 5, false).unwrap().is_none());
         std::os::unix::fs::symlink(SegFile::path(dir, 3), SegFile::path(dir, 6)).unwrap();
         assert!(SegFile::open(dir, 6, false).is_err(), "no symlinks");
+    }
+
+    #[test]
+    fn a_mapping_grows_with_the_file_and_never_reaches_past_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_str().unwrap();
+        std::fs::write(SegFile::path(dir, 1), b"abcdef").unwrap();
+        let f = SegFile::open(dir, 1, false).unwrap().unwrap();
+        assert_eq!(&f.mapped(3).unwrap()[..], b"abcdef");
+        assert!(f.mapped(7).is_none(), "past the end of the file");
+        let mut w = std::fs::OpenOptions::new()
+            .append(true)
+            .open(SegFile::path(dir, 1))
+            .unwrap();
+        std::io::Write::write_all(&mut w, b"gh").unwrap();
+        assert_eq!(&f.mapped(8).unwrap()[..], b"abcdefgh", "remapped larger");
     }
 }

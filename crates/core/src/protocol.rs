@@ -666,6 +666,19 @@ pub enum Request {
     PromoteRefs {
         id: ObjectId,
     },
+    /// Owner, for a client on its node that reads `region` every `step[d]` elements (as
+    /// `ReadStrided`): where every extent under `region` of `id` lies whole in the log
+    /// (`PiecePlans`), so the client gathers the selection from the mapped segments itself,
+    /// touching only the selected bytes. When other servers hold parts of the region the
+    /// answer names them all (`holders`) and the client asks each with `held` for its own
+    /// pieces. `PiecePlans(None)` when the region cannot be read so (extents not in the
+    /// committed log, a stream's base).
+    PiecePlan {
+        id: ObjectId,
+        region: Region,
+        step: Vec<u64>,
+        held: bool,
+    },
 }
 
 /// A region whose bytes are `size` bytes at `offset` of the file `path` (absolute), stored
@@ -838,6 +851,10 @@ pub struct ServerStats {
     pub query_scanned_bytes: u64,
     #[serde(default)]
     pub query_skipped_bytes: u64,
+    /// Strided reads this server planned by extent for a same-node client, which gathered
+    /// the selection from the mapped log itself (`PiecePlan`).
+    #[serde(default)]
+    pub piece_plans: u64,
 }
 
 /// What a flush did and what is left.
@@ -925,6 +942,36 @@ pub enum Response {
         extents: u64,
         bytes: u64,
     },
+    /// Answer to `PiecePlan`.
+    PiecePlans(Option<PiecePlans>),
+}
+
+/// Answer to `PiecePlan`: like [`ReadPlans`] for one region, by whole extent instead of span.
+/// Fill first when `fill` is set, then paint each piece in order (sequence order: where
+/// writes overlap the later one wins).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PiecePlans {
+    /// Absolute path of the server's log directory.
+    pub dir: String,
+    /// (segment, st_dev, st_ino) of each segment file a piece names.
+    pub segments: Vec<(u64, u64, u64)>,
+    /// Bytes per element of the object.
+    pub elem: u64,
+    pub fill: Option<Vec<u8>>,
+    pub pieces: Vec<PlanPiece>,
+    /// At the owner, when other servers hold parts of the region: every server holding some
+    /// (the owner too when it does); `pieces` is then empty.
+    pub holders: Vec<u32>,
+}
+
+/// One extent whole: the elements of `region` in C order at byte `offset` of log segment
+/// `segment`, written by write `seq`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanPiece {
+    pub seq: u64,
+    pub segment: u64,
+    pub offset: u64,
+    pub region: Region,
 }
 
 /// One version of a byte-stream object (issue 11): the object's content as of a consistency

@@ -6,7 +6,7 @@ use crate::engine::ExtentRanges;
 use crate::Server;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::Response;
-use pdcx_core::region::Region;
+use pdcx_core::region::{gather_strided, Region};
 use pdcx_core::valuequery::{element_f64, QueryAnswer, QueryWant, ValueExpr, MAX_CONDITIONS};
 use pdcx_core::{Dtype, Error, ObjectId, ObjectMeta, Result};
 use std::sync::atomic::Ordering;
@@ -425,12 +425,8 @@ pub fn read_strided(
 ) -> Result<Vec<u8>> {
     let obj = server.meta.object(id)?;
     region.check_within(&obj.dims)?;
+    check_step(region, step)?;
     let n = region.ndim();
-    if step.len() != n || step.contains(&0) {
-        return Err(Error::invalid(format!(
-            "a strided read needs one step >= 1 per dim ({n} dims), got {step:?}"
-        )));
-    }
     let elem = obj.dtype.size();
     // The selection's shape, and the same box in selected-element coordinates.
     let picked: Vec<u64> = (0..n).map(|d| region.count[d].div_ceil(step[d])).collect();
@@ -459,10 +455,24 @@ pub fn read_strided(
         let sbox = Region { offset, count };
         src.resize(sbox.byte_len(elem)? as usize, 0);
         server.engine.read(id, &sbox, &mut src)?;
-        gather(elem, &sbox.count, step, &part, &picked, &src, &mut out);
+        gather_strided(&src, &sbox, region, step, elem, &mut out);
     }
     server.read_bytes.fetch_add(out_len, Ordering::Relaxed);
     Ok(out)
+}
+
+/// Checks a strided read's steps (one >= 1 per dim of `region`); the number of elements it
+/// selects.
+pub fn check_step(region: &Region, step: &[u64]) -> Result<u64> {
+    let n = region.ndim();
+    if step.len() != n || step.contains(&0) {
+        return Err(Error::invalid(format!(
+            "a strided read needs one step >= 1 per dim ({n} dims), got {step:?}"
+        )));
+    }
+    Ok((0..n)
+        .map(|d| region.count[d].div_ceil(step[d]))
+        .fold(1u64, u64::saturating_mul))
 }
 
 /// `Request::ReadPoints` at the owner: the elements at `coords` (ndim per point), in order.
@@ -542,60 +552,6 @@ pub fn read_points(server: &Server, id: ObjectId, coords: &[u64]) -> Result<Vec<
     Ok(out)
 }
 
-/// Copies every `step`-th element of `src` (a box of shape `src_count`) into `out` (the whole
-/// selection, shape `picked`) at `part`'s place.
-fn gather(
-    elem: usize,
-    src_count: &[u64],
-    step: &[u64],
-    part: &Region,
-    picked: &[u64],
-    src: &[u8],
-    out: &mut [u8],
-) {
-    let n = src_count.len();
-    let mut src_stride = vec![1u64; n];
-    let mut out_stride = vec![1u64; n];
-    for d in (0..n - 1).rev() {
-        src_stride[d] = src_stride[d + 1] * src_count[d + 1];
-        out_stride[d] = out_stride[d + 1] * picked[d + 1];
-    }
-    let last = n - 1;
-    let mut idx = vec![0u64; n]; // position within `part`, dims before the last
-    loop {
-        let mut s = 0u64;
-        let mut o = 0u64;
-        for d in 0..last {
-            s += idx[d] * step[d] * src_stride[d];
-            o += (part.offset[d] + idx[d]) * out_stride[d];
-        }
-        o += part.offset[last];
-        let run = part.count[last] as usize;
-        if step[last] == 1 {
-            let (s, o) = (s as usize * elem, o as usize * elem);
-            out[o..o + run * elem].copy_from_slice(&src[s..s + run * elem]);
-        } else {
-            for k in 0..run {
-                let si = (s + k as u64 * step[last]) as usize * elem;
-                let oi = (o as usize + k) * elem;
-                out[oi..oi + elem].copy_from_slice(&src[si..si + elem]);
-            }
-        }
-        let mut d = last;
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < part.count[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -618,24 +574,5 @@ mod tests {
             }
         }
         assert_eq!(slabs(&r, 1000).len(), 1);
-    }
-
-    #[test]
-    fn gather_picks_every_step_th_element() {
-        // Columns 1..5 of a 5 x 7 array of u16 values 100*i + j; take rows 0,2,4 and
-        // columns 1,4.
-        let picked = [3u64, 2];
-        let part = Region::new(vec![0, 0], picked.to_vec()).unwrap();
-        let sub: Vec<u8> = (0..5u16)
-            .flat_map(|i| (1..5u16).map(move |j| 100 * i + j))
-            .flat_map(|v| v.to_le_bytes())
-            .collect();
-        let mut out = vec![0u8; 12];
-        gather(2, &[5, 4], &[2, 3], &part, &picked, &sub, &mut out);
-        let got: Vec<u16> = out
-            .chunks(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
-            .collect();
-        assert_eq!(got, vec![1, 4, 201, 204, 401, 404]);
     }
 }

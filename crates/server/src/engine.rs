@@ -18,7 +18,9 @@ use crate::meta::{Metadata, Registration};
 use crate::streambase::{Base, StreamBases};
 use crate::tiering::Tiering;
 use pdcx_core::model::owner_of_id;
-use pdcx_core::protocol::{Consistency, Durability, ExtentInfo, PlanSpan, ReadPlan, RegisterItem};
+use pdcx_core::protocol::{
+    Consistency, Durability, ExtentInfo, PiecePlans, PlanPiece, PlanSpan, ReadPlan, RegisterItem,
+};
 use pdcx_core::region::{copy_region, Layout};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use pdcx_store::{Cache, LogOptions, Recovery};
@@ -774,6 +776,83 @@ impl Engine {
             segments,
             files,
         ))
+    }
+
+    /// `Request::PiecePlan` (issue 12): every extent under `region` of `id`, whole, with
+    /// where it lies in the committed log, for a same-node client that gathers a strided
+    /// selection itself. At the owner (`held` false) the holders instead, when other servers
+    /// hold parts; at a holder (`held`) its own extents. None where
+    /// [`read_plan`](Self::read_plan) would not plan the region (a stream's base, extents
+    /// not in the committed log) and for extents read by reference (their file is not a log
+    /// segment).
+    pub fn piece_plan(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        held: bool,
+    ) -> Result<Option<PiecePlans>> {
+        let obj = if held {
+            self.checked_meta(id, region)?
+        } else {
+            let owner = owner_of_id(id);
+            if owner != self.rank {
+                return Err(Error::invalid(format!(
+                    "object {id:#x} is owned by server {owner}, not {}: read it there",
+                    self.rank
+                )));
+            }
+            let obj = self.meta.object(id)?;
+            region.check_within(&obj.dims)?;
+            obj
+        };
+        if obj.is_byte_stream() {
+            return Ok(None); // a base may drop writes meanwhile (issue 11): the owner reads
+        }
+        if !held {
+            let mut holders = self.remote_holders(id, region);
+            if !holders.is_empty() {
+                if !self.store.local_pieces(id, region).is_empty() {
+                    holders.push(self.rank);
+                    holders.sort_unstable();
+                }
+                return Ok(Some(PiecePlans {
+                    dir: String::new(),
+                    segments: Vec::new(),
+                    elem: obj.dtype.size() as u64,
+                    fill: None,
+                    pieces: Vec::new(),
+                    holders,
+                }));
+            }
+        }
+        let pieces = self.store.local_pieces(id, region);
+        if pieces.iter().any(|(e, _)| e.external.is_some()) || pieces.len() > PLAN_MAX_SPANS {
+            return Ok(None);
+        }
+        let Some(segments) = self.store.committed_segments(&pieces) else {
+            return Ok(None);
+        };
+        let dir = if segments.is_empty() {
+            String::new()
+        } else {
+            self.plan_dir()?.to_owned()
+        };
+        Ok(Some(PiecePlans {
+            dir,
+            segments,
+            elem: obj.dtype.size() as u64,
+            fill: (!covers(region, &pieces)).then(|| obj.fill.clone()),
+            pieces: pieces
+                .iter()
+                .map(|(e, _)| PlanPiece {
+                    seq: e.seq,
+                    segment: e.loc.segment,
+                    offset: e.loc.offset,
+                    region: e.region.clone(),
+                })
+                .collect(),
+            holders: Vec::new(),
+        }))
     }
 
     fn read_here(

@@ -145,6 +145,7 @@ pub struct Metrics {
     /// Bytes of object data value queries read, and skipped thanks to extent statistics.
     pub(crate) query_scanned: AtomicU64,
     pub(crate) query_skipped: AtomicU64,
+    pub(crate) piece_plans: AtomicU64,
     pub(crate) recovery: RwLock<RecoveryStats>,
     scrapes: AtomicU64,
 }

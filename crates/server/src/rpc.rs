@@ -468,6 +468,23 @@ fn handle(
                 crate::analysis::read_points(server, id, &coords)?,
             ))
         }
+        Request::PiecePlan {
+            id,
+            region,
+            step,
+            held,
+        } => {
+            let selected = crate::analysis::check_step(&region, &step)?;
+            let plan = server.engine.piece_plan(id, &region, held)?;
+            // Counted once, at the owner (a holder's part is counted there).
+            if let Some(p) = plan.as_ref().filter(|_| !held) {
+                server.metrics.piece_plans.fetch_add(1, Ordering::Relaxed);
+                server
+                    .read_bytes
+                    .fetch_add(selected.saturating_mul(p.elem), Ordering::Relaxed);
+            }
+            Response::PiecePlans(plan)
+        }
         Request::ReadStrided { id, region, step } => {
             return Ok((
                 Response::Data,
@@ -1165,6 +1182,7 @@ pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
         read_bytes: server.read_bytes.load(Ordering::Relaxed),
         query_scanned_bytes: server.metrics.query_scanned.load(Ordering::Relaxed),
         query_skipped_bytes: server.metrics.query_skipped.load(Ordering::Relaxed),
+        piece_plans: server.metrics.piece_plans.load(Ordering::Relaxed),
         lookups: server.lookups.load(Ordering::Relaxed),
         lookups_forwarded: server.lookups_forwarded.load(Ordering::Relaxed),
         lookups_forwarded_clients: server.lookups_forwarded_clients.load(Ordering::Relaxed),
