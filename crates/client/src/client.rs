@@ -980,48 +980,8 @@ impl Client {
             return self.read_into(id, region, out);
         }
         let owner = self.id_owner(id)?;
-        if let Some(direct) = self
-            .inner
-            .direct
-            .as_ref()
-            .filter(|_| self.direct_reads(owner))
-        {
-            // Same node: gather the selection from the mapped log (issue 12), which touches
-            // only the selected bytes; else, or when the log moved meanwhile, the owner does.
-            let ask = |rank: u32, held: bool| -> Result<Option<pdcx_core::protocol::PiecePlans>> {
-                let req = Request::PiecePlan {
-                    id,
-                    region: region.clone(),
-                    step: step.to_vec(),
-                    held,
-                };
-                match self.call(rank, &req, &[])? {
-                    Response::PiecePlans(p) => Ok(p),
-                    r => Err(unexpected("piece plan", r)),
-                }
-            };
-            if let Some(plan) = ask(owner, false)? {
-                let mut parts = Vec::new();
-                if plan.holders.is_empty() {
-                    parts.push((owner, plan));
-                } else if plan.holders.len() <= MERGE_MAX_HOLDERS
-                    && plan.holders.iter().all(|&h| self.direct_reads(h))
-                {
-                    for &h in &plan.holders {
-                        // Any failure here (a holder restarting, say) leaves it to the owner.
-                        match ask(h, true) {
-                            Ok(Some(p)) if p.holders.is_empty() => parts.push((h, p)),
-                            _ => break,
-                        }
-                    }
-                    if parts.len() != plan.holders.len() {
-                        parts.clear();
-                    }
-                }
-                if !parts.is_empty() && direct.gather(&parts, region, step, out)? == Outcome::Done {
-                    return Ok(());
-                }
-            }
+        if self.gather_direct(id, owner, region, step, out)? {
+            return Ok(());
         }
         let req = Request::ReadStrided {
             id,
@@ -1032,6 +992,65 @@ impl Client {
             Response::Data => Ok(()),
             r => Err(unexpected("strided read", r)),
         }
+    }
+
+    /// A strided read (issue 12) by a client on owner `owner`'s node: gathered from the
+    /// mapped log of the owner, or of every holder when others hold parts, touching only the
+    /// selected bytes. False when it cannot be done so (not the same node, no plan, the log
+    /// moved meanwhile): the caller asks the owner (`out` may be partly written).
+    fn gather_direct(
+        &self,
+        id: ObjectId,
+        owner: u32,
+        region: &Region,
+        step: &[u64],
+        out: &mut [u8],
+    ) -> Result<bool> {
+        let Some(direct) = self
+            .inner
+            .direct
+            .as_ref()
+            .filter(|_| self.direct_reads(owner))
+        else {
+            return Ok(false);
+        };
+        // Same node: gather the selection from the mapped log (issue 12), which touches
+        // only the selected bytes; else, or when the log moved meanwhile, the owner does.
+        let ask = |rank: u32, held: bool| -> Result<Option<pdcx_core::protocol::PiecePlans>> {
+            let req = Request::PiecePlan {
+                id,
+                region: region.clone(),
+                step: step.to_vec(),
+                held,
+            };
+            match self.call(rank, &req, &[])? {
+                Response::PiecePlans(p) => Ok(p),
+                r => Err(unexpected("piece plan", r)),
+            }
+        };
+        if let Some(plan) = ask(owner, false)? {
+            let mut parts = Vec::new();
+            if plan.holders.is_empty() {
+                parts.push((owner, plan));
+            } else if plan.holders.len() <= MERGE_MAX_HOLDERS
+                && plan.holders.iter().all(|&h| self.direct_reads(h))
+            {
+                for &h in &plan.holders {
+                    // Any failure here (a holder restarting, say) leaves it to the owner.
+                    match ask(h, true) {
+                        Ok(Some(p)) if p.holders.is_empty() => parts.push((h, p)),
+                        _ => break,
+                    }
+                }
+                if parts.len() != plan.holders.len() {
+                    parts.clear();
+                }
+            }
+            if !parts.is_empty() {
+                return Ok(direct.gather(&parts, region, step, out)? == Outcome::Done);
+            }
+        }
+        Ok(false)
     }
 
     /// Where the bytes of object `id` are, in sequence order: the owner's region map, with
@@ -1384,6 +1403,15 @@ impl Client {
     /// that one server other than the owner holds alone is read from that server directly.
     pub fn read_into(&self, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
         let owner = self.id_owner(id)?;
+        if thin(region, out.len()) {
+            // A point's history, a small box across chunk rows: a read plan would hold one
+            // span per short row; the extents' whole locations are fewer, and copying from
+            // the mapped log costs no system call per row.
+            let ones = vec![1; region.ndim()];
+            if self.gather_direct(id, owner, region, &ones, out)? {
+                return Ok(());
+            }
+        }
         let items = vec![ReadItem {
             id,
             region: region.clone(),
@@ -1475,6 +1503,14 @@ impl Client {
         self.inner.same_node.get(rank as usize) == Some(&true)
             && self.inner.direct.as_ref().is_some_and(|d| d.allowed(rank))
     }
+}
+
+/// Whether a read of `region` (`len` bytes) is made of many short rows (innermost runs under
+/// 4 KiB, more than 16 of them): those are gathered by extent (`gather_direct`).
+fn thin(region: &Region, len: usize) -> bool {
+    let n = region.num_elements();
+    let last = region.count.last().copied().unwrap_or(0);
+    n > 0 && last > 0 && n / last > 16 && (len as u64 / n) * last < 4096
 }
 
 /// Most holders whose plans a client merges for one read (beyond that the owner merges).

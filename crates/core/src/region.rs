@@ -255,17 +255,21 @@ pub fn gather_strided(
         );
         let run = (last[inner] - first[inner] + 1) as usize;
         let stride = step[inner] as usize;
-        // Fixed-size copies for the usual element sizes: a 4-byte `memmove` call per element
-        // cost half the gather.
-        match elem {
-            1 => copy_run::<1>(src, s0, stride, out, o0, run),
-            2 => copy_run::<2>(src, s0, stride, out, o0, run),
-            4 => copy_run::<4>(src, s0, stride, out, o0, run),
-            8 => copy_run::<8>(src, s0, stride, out, o0, run),
-            _ => {
-                for j in 0..run {
-                    let (si, oi) = ((s0 + j * stride) * elem, (o0 + j) * elem);
-                    out[oi..oi + elem].copy_from_slice(&src[si..si + elem]);
+        if stride == 1 {
+            out[o0 * elem..(o0 + run) * elem].copy_from_slice(&src[s0 * elem..(s0 + run) * elem]);
+        } else {
+            // Fixed-size copies for the usual element sizes: a 4-byte `memmove` call per element
+            // cost half the gather.
+            match elem {
+                1 => copy_run::<1>(src, s0, stride, out, o0, run),
+                2 => copy_run::<2>(src, s0, stride, out, o0, run),
+                4 => copy_run::<4>(src, s0, stride, out, o0, run),
+                8 => copy_run::<8>(src, s0, stride, out, o0, run),
+                _ => {
+                    for j in 0..run {
+                        let (si, oi) = ((s0 + j * stride) * elem, (o0 + j) * elem);
+                        out[oi..oi + elem].copy_from_slice(&src[si..si + elem]);
+                    }
                 }
             }
         }
