@@ -1403,7 +1403,7 @@ impl Client {
     /// that one server other than the owner holds alone is read from that server directly.
     pub fn read_into(&self, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
         let owner = self.id_owner(id)?;
-        if thin(region, out.len()) {
+        if pdcx_core::region::short_rows(region, out.len()) {
             // A point's history, a small box across chunk rows: a read plan would hold one
             // span per short row; the extents' whole locations are fewer, and copying from
             // the mapped log costs no system call per row.
@@ -1503,14 +1503,6 @@ impl Client {
         self.inner.same_node.get(rank as usize) == Some(&true)
             && self.inner.direct.as_ref().is_some_and(|d| d.allowed(rank))
     }
-}
-
-/// Whether a read of `region` (`len` bytes) is made of many short rows (innermost runs under
-/// 4 KiB, more than 16 of them): those are gathered by extent (`gather_direct`).
-fn thin(region: &Region, len: usize) -> bool {
-    let n = region.num_elements();
-    let last = region.count.last().copied().unwrap_or(0);
-    n > 0 && last > 0 && n / last > 16 && (len as u64 / n) * last < 4096
 }
 
 /// Most holders whose plans a client merges for one read (beyond that the owner merges).

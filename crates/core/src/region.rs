@@ -201,6 +201,15 @@ pub fn copy_region(elem: usize, what: &Region, src: (&Layout, &[u8]), dst: (&Lay
     }
 }
 
+/// Whether a read of `region` (`len` bytes) is made of many short rows (more than 16
+/// innermost runs, each under 4 KiB): a point's history, a small box across chunk rows. Such
+/// reads are gathered by extent from the mapped log (issue 12) rather than run by run.
+pub fn short_rows(region: &Region, len: usize) -> bool {
+    let n = region.num_elements();
+    let last = region.count.last().copied().unwrap_or(0);
+    n > 0 && last > 0 && n / last > 16 && (len as u64 / n) * last < 4096
+}
+
 /// A strided selection (issue 12): the elements of `bbox` taken every `step[d]` in each dim,
 /// `out` holding them in C order (shape `ceil(bbox.count[d] / step[d])`). Copies those that
 /// lie in `piece` (a box whose elements `src` holds in C order) to their places in `out`,

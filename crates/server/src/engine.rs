@@ -21,7 +21,7 @@ use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{
     Consistency, Durability, ExtentInfo, PiecePlans, PlanPiece, PlanSpan, ReadPlan, RegisterItem,
 };
-use pdcx_core::region::{copy_region, Layout};
+use pdcx_core::region::{copy_region, gather_strided, Layout};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use pdcx_store::{Cache, LogOptions, Recovery};
 use std::collections::{HashMap, HashSet};
@@ -144,6 +144,8 @@ pub struct Engine {
     plan_dir: OnceLock<String>,
     /// Byte streams (owned here) whose older bytes are read from their home (issue 11).
     pub bases: StreamBases,
+    /// Log segments mapped for gathered reads (issue 12).
+    mapped: crate::mapped::MappedSegments,
 }
 
 /// The engine's side of registration: sends a holder's items to their owner.
@@ -212,6 +214,7 @@ impl Engine {
             peers: OnceLock::new(),
             tiering,
             plan_dir: OnceLock::new(),
+            mapped: Default::default(),
             bases,
         };
         Ok((engine, opened.recovery, opened.dropped))
@@ -452,6 +455,11 @@ impl Engine {
                 "object {id:#x} is owned by server {owner}, not {}: read it there",
                 self.rank
             )));
+        }
+        if pdcx_core::region::short_rows(region, out.len())
+            && self.read_gathered(id, region, &vec![1; region.ndim()], out)?
+        {
+            return Ok(());
         }
         let obj = self.meta.object(id)?;
         region.check_within(&obj.dims)?;
@@ -853,6 +861,51 @@ impl Engine {
                 .collect(),
             holders: Vec::new(),
         }))
+    }
+
+    /// Issue 12: `region` of `id` (owned here) taken every `step[d]` into `out` (C order),
+    /// copied by extent from the mapped log, so only the selected elements are touched.
+    /// False when the region cannot be read so (other holders, extents not in the committed
+    /// log, a segment retired meanwhile): the caller reads the usual way (`out` may be
+    /// partly written).
+    pub fn read_gathered(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        step: &[u64],
+        out: &mut [u8],
+    ) -> Result<bool> {
+        let Some(plan) = self.piece_plan(id, region, false)? else {
+            return Ok(false);
+        };
+        let elem = plan.elem as usize;
+        let selected = (0..region.ndim())
+            .map(|d| region.count[d].div_ceil(step[d]))
+            .fold(1u64, u64::saturating_mul);
+        if !plan.holders.is_empty() || selected.saturating_mul(plan.elem) != out.len() as u64 {
+            return Ok(false);
+        }
+        let mut maps = Vec::with_capacity(plan.pieces.len());
+        for p in &plan.pieces {
+            let Some(&(_, dev, ino)) = plan.segments.iter().find(|s| s.0 == p.segment) else {
+                return Ok(false);
+            };
+            let len = p.region.byte_len(elem)?;
+            match self
+                .mapped
+                .get(&plan.dir, p.segment, dev, ino, p.offset + len)
+            {
+                Some(m) => maps.push((m, p.offset as usize, len as usize)),
+                None => return Ok(false),
+            }
+        }
+        if let Some(f) = &plan.fill {
+            fill(out, f);
+        }
+        for (p, (m, at, len)) in plan.pieces.iter().zip(&maps) {
+            gather_strided(&m[*at..at + len], &p.region, region, step, elem, out);
+        }
+        Ok(true)
     }
 
     fn read_here(

@@ -19,6 +19,7 @@ pub mod homecopy;
 pub mod launch;
 pub mod limits;
 pub mod logging;
+pub mod mapped;
 pub mod meta;
 pub mod metrics;
 mod parallel;

@@ -1,0 +1,133 @@
+//! Log segments the server maps read-only to gather selections (issue 12): a strided read or a
+//! read of many short rows copies only the selected elements out of the mapped extents,
+//! instead of reading each extent's span (most of it unselected) into a buffer first.
+//!
+//! Why a mapped committed byte is the right byte: as for a client's one-copy read
+//! (`pdcx_client::direct`), committed bytes of a segment are never rewritten and the file is
+//! never cut below them (recovery and a failed append cut only an uncommitted tail);
+//! retirement unlinks the whole file, which a mapping outlives. Only committed bytes are read
+//! ([`Engine::piece_plan`](crate::engine::Engine::piece_plan) plans only those), so a read
+//! cannot fault past the end of the file. A mapping is known by the file's (st_dev, st_ino)
+//! and dropped once that file is no longer at its path, so a retired segment's disk space is
+//! freed.
+
+use memmap2::Mmap;
+use std::collections::HashMap;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Mappings kept; beyond this many they are all dropped (remapping costs an open and mmap).
+const MAX_MAPS: usize = 256;
+/// How often at most the mappings are checked for retired segments.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+struct Mapped {
+    dev: u64,
+    ino: u64,
+    map: Arc<Mmap>,
+}
+
+#[derive(Default)]
+pub struct MappedSegments {
+    maps: Mutex<HashMap<u64, Mapped>>,
+    swept: Mutex<Option<Instant>>,
+}
+
+impl MappedSegments {
+    /// Segment `seg` of the log directory `dir`, mapped with at least `end` bytes, if it is
+    /// the file (`dev`, `ino`) and that long; None otherwise (the caller reads the usual way).
+    pub fn get(&self, dir: &str, seg: u64, dev: u64, ino: u64, end: u64) -> Option<Arc<Mmap>> {
+        let path = Path::new(dir).join(format!("seg-{seg:08}.log"));
+        self.sweep(dir);
+        let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(m) = maps.get(&seg) {
+            if (m.dev, m.ino) == (dev, ino) && m.map.len() as u64 >= end {
+                return Some(m.map.clone());
+            }
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || (meta.dev(), meta.ino()) != (dev, ino) || meta.len() < end {
+            return None;
+        }
+        // SAFETY: a read-only mapping of a log segment, read only where committed (above).
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .len(meta.len() as usize)
+                .map(&file)
+        }
+        .ok()?;
+        let map = Arc::new(map);
+        if maps.len() >= MAX_MAPS {
+            maps.clear();
+        }
+        maps.insert(
+            seg,
+            Mapped {
+                dev,
+                ino,
+                map: map.clone(),
+            },
+        );
+        Some(map)
+    }
+
+    /// At most every [`SWEEP_EVERY`]: drops the mappings of segments no longer at their path
+    /// (retired), so their disk space is freed.
+    fn sweep(&self, dir: &str) {
+        let now = Instant::now();
+        {
+            let mut last = self.swept.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_some_and(|t| now.duration_since(t) < SWEEP_EVERY) {
+                return;
+            }
+            *last = Some(now);
+        }
+        let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
+        maps.retain(|seg, m| {
+            std::fs::symlink_metadata(Path::new(dir).join(format!("seg-{seg:08}.log")))
+                .is_ok_and(|x| (x.dev(), x.ino()) == (m.dev, m.ino))
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_only_the_named_file_and_forgets_it_once_retired() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_str().unwrap();
+        let path = tmp.path().join("seg-00000002.log");
+        std::fs::write(&path, b"committed").unwrap();
+        let m = std::fs::metadata(&path).unwrap();
+        let segs = MappedSegments::default();
+        assert_eq!(
+            &segs.get(dir, 2, m.dev(), m.ino(), 9).unwrap()[..],
+            b"committed"
+        );
+        assert!(
+            segs.get(dir, 2, m.dev(), m.ino(), 10).is_none(),
+            "past the end"
+        );
+        assert!(
+            segs.get(dir, 2, m.dev(), m.ino() + 1, 1).is_none(),
+            "another file"
+        );
+        assert!(
+            segs.get(dir, 3, m.dev(), m.ino(), 1).is_none(),
+            "no such segment"
+        );
+        std::fs::remove_file(&path).unwrap();
+        *segs.swept.lock().unwrap() = None;
+        segs.sweep(dir);
+        assert!(segs.maps.lock().unwrap().is_empty(), "retired: unmapped");
+    }
+}
