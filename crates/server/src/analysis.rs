@@ -448,6 +448,9 @@ pub fn read_strided(
     if server.engine.read_gathered(id, region, step, &mut out)? {
         return Ok(out);
     }
+    if read_by_extent(server, &obj, region, step, &mut out)? {
+        return Ok(out);
+    }
     // Slabs of the output sized so the source box each one reads stays bounded.
     let spread: u64 = step.iter().product::<u64>().max(1);
     let budget = (SLAB_ELEMS / spread).max(1);
@@ -464,6 +467,58 @@ pub fn read_strided(
         gather_strided(&src, &sbox, region, step, elem, &mut out);
     }
     Ok(out)
+}
+
+/// Most extents a strided read is read extent by extent from (beyond, in slabs).
+const MAX_UNITS: usize = 1 << 14;
+
+/// A strided read of data on a tier (not all in the log): each extent under `region` held
+/// here is read once, just the box of its selected elements (one tier read each), and its
+/// selected elements gathered; elements no extent covers take the fill value. Slabs of the
+/// bounding box would read an extent again for each slab crossing it (on S3, each time a
+/// request). Where extents overlap, both boxes are read through `Engine::read`, which
+/// resolves the overlap, so the same right value is gathered twice. False (nothing read)
+/// when other servers hold parts or there are very many extents.
+fn read_by_extent(
+    server: &Server,
+    obj: &ObjectMeta,
+    region: &Region,
+    step: &[u64],
+    out: &mut [u8],
+) -> Result<bool> {
+    if !server.engine.remote_holders(obj.id, region).is_empty() {
+        return Ok(false);
+    }
+    let ranges = server.engine.store().extent_ranges(obj.id, region);
+    if ranges.len() > MAX_UNITS {
+        return Ok(false);
+    }
+    let elem = obj.dtype.size();
+    if obj.fill.len() == elem {
+        for chunk in out.chunks_exact_mut(elem) {
+            chunk.copy_from_slice(&obj.fill);
+        }
+    } else {
+        out.fill(0);
+    }
+    let mut buf = Vec::new();
+    for (r, _) in ranges {
+        // The box of the selected elements inside r (none: skip it).
+        let dims: Option<Vec<(u64, u64)>> = (0..r.ndim())
+            .map(|d| {
+                let k0 = (r.offset[d] - region.offset[d]).div_ceil(step[d]);
+                let k1 = (r.offset[d] + r.count[d] - 1 - region.offset[d]) / step[d];
+                (k0 <= k1).then(|| (region.offset[d] + k0 * step[d], (k1 - k0) * step[d] + 1))
+            })
+            .collect();
+        let Some(dims) = dims else { continue };
+        let (offset, count) = dims.into_iter().unzip();
+        let sub = Region { offset, count };
+        buf.resize(sub.byte_len(elem)? as usize, 0);
+        server.engine.read(obj.id, &sub, &mut buf)?;
+        gather_strided(&buf, &sub, region, step, elem, out);
+    }
+    Ok(true)
 }
 
 /// Checks a strided read's steps (one >= 1 per dim of `region`); the number of elements it
