@@ -4,6 +4,7 @@ mod commands;
 mod daemon;
 mod mpiio_cmd;
 mod tiers_cmd;
+mod xsite_cmd;
 
 use anyhow::{anyhow, bail, Result};
 use clap::{Args, Parser, Subcommand};
@@ -35,6 +36,55 @@ struct Cli {
 
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Args)]
+struct MoveOpts {
+    /// Parallel connections (chunks are spread over them).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    streams: u16,
+    /// Bytes per chunk, in MiB (a resumed transfer repeats at most the chunks in flight).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64), value_name = "MIB")]
+    chunk_mib: u16,
+    /// No progress lines.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+impl MoveOpts {
+    fn options(&self) -> pdcx_xsite::transfer::Options {
+        pdcx_xsite::transfer::Options {
+            streams: self.streams as usize,
+            progress: !self.quiet,
+            chunk_bytes: (self.chunk_mib as u64) << 20,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum RemoteAction {
+    /// Make this site's TLS identity (once) and print its certificate fingerprint.
+    Init,
+    /// Issue a token for site SITE to link to this one (replaces an earlier one).
+    Token { site: String },
+    /// Add (or replace) remote site NAME, whose gateway is at URL (tls://HOST:PORT).
+    Add {
+        name: String,
+        url: String,
+        /// The token NAME issued for this site (`pdcx remote token` there).
+        #[arg(long)]
+        token: String,
+        /// NAME's certificate fingerprint (`pdcx remote init` there).
+        #[arg(long)]
+        fingerprint: String,
+        /// This site's name at NAME (the one its token was issued for).
+        #[arg(long = "as", value_name = "SITE")]
+        as_site: String,
+    },
+    /// List the remote sites this deployment knows.
+    Ls,
+    /// Forget remote site NAME.
+    Rm { name: String },
 }
 
 #[derive(Subcommand)]
@@ -124,6 +174,54 @@ enum Command {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+
+    /// Link this deployment to other sites: TLS identity, tokens, known remote sites.
+    #[command(after_help = xsite_cmd::REMOTE_EXAMPLES)]
+    Remote {
+        #[command(subcommand)]
+        action: RemoteAction,
+    },
+
+    /// Serve this site's end of links from other sites (TLS), in the foreground.
+    #[command(after_help = xsite_cmd::REMOTE_EXAMPLES)]
+    Gateway {
+        /// This site's name, as connecting sites see it.
+        #[arg(long)]
+        site: String,
+        /// Address to listen on (port 0: any free port, printed on stdout).
+        #[arg(long, default_value = "0.0.0.0:7070", value_name = "HOST:PORT")]
+        listen: String,
+    },
+
+    /// Copy a region of an object from a remote site into this deployment.
+    #[command(after_help = xsite_cmd::MOVE_EXAMPLES)]
+    Pull {
+        /// SITE:OBJECT at the remote site.
+        from: String,
+        /// Only this part: one item per dim, START:END, : or INDEX.
+        #[arg(long, value_name = "SPEC", allow_hyphen_values = true)]
+        region: Option<String>,
+        /// Name it gets here (default: the same name).
+        #[arg(long = "as", value_name = "NAME")]
+        as_name: Option<String>,
+        #[command(flatten)]
+        opts: MoveOpts,
+    },
+
+    /// Copy a region of an object of this deployment to a remote site.
+    #[command(after_help = xsite_cmd::MOVE_EXAMPLES)]
+    Push {
+        /// Object name here (the remote site publishes it under the same name).
+        object: String,
+        /// Only this part: one item per dim, START:END, : or INDEX.
+        #[arg(long, value_name = "SPEC", allow_hyphen_values = true)]
+        region: Option<String>,
+        /// The remote site (see `pdcx remote ls`).
+        #[arg(long, value_name = "SITE")]
+        to: String,
+        #[command(flatten)]
+        opts: MoveOpts,
     },
 
     /// Flush committed data from the servers' logs to their storage tiers, with progress.
@@ -618,6 +716,38 @@ fn run(cli: Cli) -> Result<u8> {
             tags,
             delete,
         } => commands::tag(&root, &object, &tags, &delete).map(|()| 0),
+        Command::Remote { action } => match action {
+            RemoteAction::Init => xsite_cmd::init(&root),
+            RemoteAction::Token { site } => xsite_cmd::token(&root, &site),
+            RemoteAction::Add {
+                name,
+                url,
+                token,
+                fingerprint,
+                as_site,
+            } => xsite_cmd::add(&root, &name, &url, &token, &fingerprint, &as_site),
+            RemoteAction::Ls => xsite_cmd::ls(&root),
+            RemoteAction::Rm { name } => xsite_cmd::rm(&root, &name),
+        },
+        Command::Gateway { site, listen } => xsite_cmd::gateway(&root, &site, &listen),
+        Command::Pull {
+            from,
+            region,
+            as_name,
+            opts,
+        } => xsite_cmd::pull(
+            &root,
+            &from,
+            region.as_deref(),
+            as_name.as_deref(),
+            &opts.options(),
+        ),
+        Command::Push {
+            object,
+            region,
+            to,
+            opts,
+        } => xsite_cmd::push(&root, &object, region.as_deref(), &to, &opts.options()),
         Command::Flush { stall, quiet } => {
             let client = commands::connect(&root)?;
             // Without tiers only the home copies of `pdcx run` files are left to wait for.

@@ -1,0 +1,455 @@
+//! `pull` and `push`: a region of an object moved between sites in chunks over several
+//! parallel TLS connections, each chunk checksummed where it is read, received through a
+//! [`Receiver`](crate::receive::Receiver) (staging, journal, verified publish), with progress.
+
+use crate::receive::{transfer_key, Receiver};
+use crate::site::Remote;
+use crate::wire::{self, Msg, TransferSpec};
+use crate::{invalid, io, Result, XsiteError};
+use pdcx_client::Client;
+use pdcx_core::model::ObjectMeta;
+use pdcx_core::region::Region;
+use rustls::{ClientConnection, StreamOwned};
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Bytes per chunk (at most): big enough to fill a long link, small enough that a retry
+/// after a kill repeats little.
+pub const CHUNK_BYTES: u64 = 8 << 20;
+
+/// One TLS connection to a remote gateway, past `Hello`.
+pub struct Link {
+    stream: StreamOwned<ClientConnection, TcpStream>,
+    pub remote_site: String,
+}
+
+impl Link {
+    pub fn connect(remote: &Remote) -> Result<Link> {
+        let tcp =
+            TcpStream::connect(&remote.url).map_err(io(format!("connect to {}", remote.url)))?;
+        tcp.set_nodelay(true).ok();
+        let conn = ClientConnection::new(
+            crate::tls::client_config(&remote.fingerprint)?,
+            crate::tls::server_name(),
+        )
+        .map_err(|e| XsiteError::Tls(e.to_string()))?;
+        let mut link = Link {
+            stream: StreamOwned::new(conn, tcp),
+            remote_site: String::new(),
+        };
+        let hello = Msg::Hello {
+            site: remote.as_site.clone(),
+            token: remote.token.clone(),
+            version: wire::VERSION,
+        };
+        match link.call(&hello, &[])? {
+            (Msg::Welcome { site }, _) => link.remote_site = site,
+            (m, _) => return Err(unexpected(&m)),
+        }
+        Ok(link)
+    }
+
+    /// Sends a request and reads its answer; an `Error` answer becomes an error.
+    pub fn call(&mut self, msg: &Msg, payload: &[u8]) -> Result<(Msg, Vec<u8>)> {
+        wire::send(&mut self.stream, msg, payload)?;
+        match wire::recv(&mut self.stream)? {
+            Some((Msg::Error { message }, _)) => Err(XsiteError::Remote(message)),
+            Some(x) => Ok(x),
+            None => Err(XsiteError::Remote(
+                "the gateway closed the connection".into(),
+            )),
+        }
+    }
+}
+
+fn unexpected(m: &Msg) -> XsiteError {
+    XsiteError::Remote(format!("unexpected answer {m:?}"))
+}
+
+/// Cuts `region` into boxes of at most `max` bytes (at least one element row of the last
+/// dim... or one element), C order.
+pub fn chunks(region: &Region, elem: usize, max: u64) -> Vec<Region> {
+    let n = region.ndim();
+    let max_elems = (max / elem as u64).max(1);
+    let mut suffix = vec![1u64; n + 1];
+    for d in (0..n).rev() {
+        suffix[d] = suffix[d + 1].saturating_mul(region.count[d]);
+    }
+    let cut = (0..n)
+        .find(|&d| suffix[d + 1] <= max_elems)
+        .unwrap_or(n - 1);
+    let rows = (max_elems / suffix[cut + 1]).clamp(1, region.count[cut].max(1));
+    let mut out = Vec::new();
+    let mut idx = vec![0u64; cut];
+    loop {
+        let mut start = 0;
+        while start < region.count[cut] {
+            let len = rows.min(region.count[cut] - start);
+            let mut offset = region.offset.clone();
+            let mut count = region.count.clone();
+            for d in 0..cut {
+                offset[d] += idx[d];
+                count[d] = 1;
+            }
+            offset[cut] += start;
+            count[cut] = len;
+            out.push(Region { offset, count });
+            start += len;
+        }
+        let mut d = cut;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            idx[d] += 1;
+            if idx[d] < region.count[d] {
+                break;
+            }
+            idx[d] = 0;
+        }
+    }
+}
+
+/// Options of a transfer.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Parallel connections.
+    pub streams: usize,
+    /// Print progress to stderr.
+    pub progress: bool,
+    /// Bytes per chunk.
+    pub chunk_bytes: u64,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            streams: 4,
+            progress: true,
+            chunk_bytes: CHUNK_BYTES,
+        }
+    }
+}
+
+/// What a transfer did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Report {
+    pub chunks: usize,
+    /// Chunks moved now (the rest were there from an earlier attempt).
+    pub moved_chunks: usize,
+    pub moved_bytes: u64,
+    pub published_bytes: u64,
+    pub seconds: f64,
+}
+
+struct Progress {
+    label: String,
+    total: u64,
+    done: AtomicU64,
+    start: Instant,
+    last: Mutex<Instant>,
+    on: bool,
+}
+
+impl Progress {
+    fn new(label: String, total: u64, on: bool) -> Progress {
+        let now = Instant::now();
+        Progress {
+            label,
+            total,
+            done: AtomicU64::new(0),
+            start: now,
+            last: Mutex::new(now),
+            on,
+        }
+    }
+
+    fn add(&self, n: u64) {
+        let done = self.done.fetch_add(n, Ordering::Relaxed) + n;
+        if !self.on {
+            return;
+        }
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.elapsed() >= Duration::from_millis(500) || done == self.total {
+            *last = Instant::now();
+            self.print(done);
+        }
+    }
+
+    fn print(&self, done: u64) {
+        let secs = self.start.elapsed().as_secs_f64().max(1e-6);
+        eprintln!(
+            "{}: {:.1} / {:.1} MiB ({:.0}%), {:.1} MB/s",
+            self.label,
+            done as f64 / 1048576.0,
+            self.total as f64 / 1048576.0,
+            if self.total == 0 {
+                100.0
+            } else {
+                100.0 * done as f64 / self.total as f64
+            },
+            done as f64 / secs / 1e6
+        );
+    }
+}
+
+/// Runs `work(link, chunk index)` for every index in `todo` over `streams` connections.
+fn parallel(
+    remote: &Remote,
+    streams: usize,
+    todo: &[u32],
+    work: &(dyn Fn(&mut Link, u32) -> Result<()> + Sync),
+) -> Result<()> {
+    let next = AtomicUsize::new(0);
+    let first_err: Mutex<Option<XsiteError>> = Mutex::new(None);
+    std::thread::scope(|s| {
+        for _ in 0..streams.clamp(1, 64).min(todo.len().max(1)) {
+            s.spawn(|| {
+                let mut link = match Link::connect(remote) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        first_err
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                };
+                loop {
+                    if first_err
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .is_some()
+                    {
+                        return;
+                    }
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&i) = todo.get(k) else { return };
+                    if let Err(e) = work(&mut link, i) {
+                        first_err
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    match first_err.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+/// Pulls `region` (the whole object when None) of object `name` at remote site `site` into the
+/// local deployment, under `local_name` (default: the same name).
+pub fn pull(
+    local: &Client,
+    root: &Path,
+    site: &str,
+    name: &str,
+    region: Option<&str>,
+    local_name: Option<&str>,
+    opts: &Options,
+) -> Result<Report> {
+    let t0 = Instant::now();
+    let remote = crate::site::remote(root, site)?;
+    let mut link = Link::connect(&remote)?;
+    let meta = match link.call(&Msg::Meta { name: name.into() }, &[])? {
+        (Msg::MetaIs { meta }, _) => meta,
+        (m, _) => return Err(unexpected(&m)),
+    };
+    let region = region_of(&meta, region)?;
+    let elem = meta.dtype.size();
+    let chunks = chunks(&region, elem, opts.chunk_bytes);
+    let spec = TransferSpec {
+        key: transfer_key(site, &meta.name, &region, chunks.len()),
+        source_site: site.to_string(),
+        meta,
+        region,
+        chunks,
+    };
+    let receiver = Receiver::new(local.clone());
+    let todo = receiver.begin(&spec)?;
+    let total: u64 = todo
+        .iter()
+        .map(|&i| spec.chunks[i as usize].num_elements() * elem as u64)
+        .sum();
+    let progress = Progress::new(
+        format!("pull {site}:{}", spec.meta.name),
+        total,
+        opts.progress,
+    );
+    parallel(&remote, opts.streams, &todo, &|link, i| {
+        let chunk = &spec.chunks[i as usize];
+        let read = Msg::Read {
+            name: spec.meta.name.clone(),
+            region: chunk.clone(),
+        };
+        let (crc, bytes) = match link.call(&read, &[])? {
+            (Msg::Data { crc }, bytes) => (crc, bytes),
+            (m, _) => return Err(unexpected(&m)),
+        };
+        receiver.store(&spec.key, i, crc, &bytes)?;
+        progress.add(bytes.len() as u64);
+        Ok(())
+    })?;
+    let published = receiver.publish(&spec.key, local_name.unwrap_or(&spec.meta.name))?;
+    Ok(Report {
+        chunks: spec.chunks.len(),
+        moved_chunks: todo.len(),
+        moved_bytes: progress.done.load(Ordering::Relaxed),
+        published_bytes: published,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// Pushes `region` (whole object when None) of local object `name` to remote site `site`,
+/// which publishes it under the same name.
+pub fn push(
+    local: &Client,
+    root: &Path,
+    name: &str,
+    region: Option<&str>,
+    site: &str,
+    opts: &Options,
+) -> Result<Report> {
+    let t0 = Instant::now();
+    let remote = crate::site::remote(root, site)?;
+    let meta = local.open_object(name)?;
+    let region = region_of(&meta, region)?;
+    let elem = meta.dtype.size();
+    let chunks = chunks(&region, elem, opts.chunk_bytes);
+    let spec = TransferSpec {
+        key: transfer_key(&remote.as_site, &meta.name, &region, chunks.len()),
+        source_site: remote.as_site.clone(),
+        meta,
+        region,
+        chunks,
+    };
+    let mut link = Link::connect(&remote)?;
+    let todo = match link.call(&Msg::Begin { spec: spec.clone() }, &[])? {
+        (Msg::Missing { chunks }, _) => chunks,
+        (m, _) => return Err(unexpected(&m)),
+    };
+    if todo.iter().any(|&i| i as usize >= spec.chunks.len()) {
+        return Err(invalid(
+            "the remote asked for a chunk the transfer does not have",
+        ));
+    }
+    let total: u64 = todo
+        .iter()
+        .map(|&i| spec.chunks[i as usize].num_elements() * elem as u64)
+        .sum();
+    let progress = Progress::new(
+        format!("push {} to {site}", spec.meta.name),
+        total,
+        opts.progress,
+    );
+    parallel(&remote, opts.streams, &todo, &|link, i| {
+        let chunk = &spec.chunks[i as usize];
+        let mut buf = vec![0u8; chunk.byte_len(elem)? as usize];
+        local.read_into(spec.meta.id, chunk, &mut buf)?;
+        let msg = Msg::Chunk {
+            key: spec.key.clone(),
+            index: i,
+            crc: crc32c::crc32c(&buf),
+        };
+        match link.call(&msg, &buf)? {
+            (Msg::Stored, _) => {}
+            (m, _) => return Err(unexpected(&m)),
+        }
+        progress.add(buf.len() as u64);
+        Ok(())
+    })?;
+    let published = match link.call(
+        &Msg::Finish {
+            key: spec.key.clone(),
+        },
+        &[],
+    )? {
+        (Msg::Published { bytes }, _) => bytes,
+        (m, _) => return Err(unexpected(&m)),
+    };
+    Ok(Report {
+        chunks: spec.chunks.len(),
+        moved_chunks: todo.len(),
+        moved_bytes: progress.done.load(Ordering::Relaxed),
+        published_bytes: published,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
+}
+
+/// The region a `--region` spec names in `meta` (whole object when None): one item per dim,
+/// `START:END`, `:` or `INDEX`.
+pub fn region_of(meta: &ObjectMeta, spec: Option<&str>) -> Result<Region> {
+    let Some(spec) = spec else {
+        return Ok(Region::new(vec![0; meta.dims.len()], meta.dims.clone())?);
+    };
+    let parts: Vec<&str> = spec.split(',').map(str::trim).collect();
+    if parts.len() != meta.dims.len() {
+        return Err(invalid(format!(
+            "region {spec:?} has {} dims, {} has {} (dims {:?})",
+            parts.len(),
+            meta.name,
+            meta.dims.len(),
+            meta.dims
+        )));
+    }
+    let num = |s: &str| {
+        s.trim().parse::<u64>().map_err(|_| {
+            invalid(format!(
+                "region {spec:?}: {s:?} is not a non-negative integer"
+            ))
+        })
+    };
+    let mut offset = Vec::new();
+    let mut count = Vec::new();
+    for (part, &dim) in parts.iter().zip(&meta.dims) {
+        let (lo, hi) = match part.split_once(':') {
+            Some((a, b)) => (
+                if a.trim().is_empty() { 0 } else { num(a)? },
+                if b.trim().is_empty() { dim } else { num(b)? },
+            ),
+            None => {
+                let i = num(part)?;
+                (i, i.saturating_add(1))
+            }
+        };
+        if lo >= hi || hi > dim {
+            return Err(invalid(format!(
+                "region {spec:?}: {lo}:{hi} is empty or outside 0:{dim}"
+            )));
+        }
+        offset.push(lo);
+        count.push(hi - lo);
+    }
+    Ok(Region::new(offset, count)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunks_cover_the_region_once_within_the_size() {
+        let r = Region::new(vec![3, 0, 5], vec![10, 300, 70]).unwrap();
+        for max in [4 * 30u64, 4 * 70, 4 * 70 * 300, 1 << 30, 4 * 1000] {
+            let c = chunks(&r, 4, max);
+            assert_eq!(
+                c.iter().map(Region::num_elements).sum::<u64>(),
+                r.num_elements()
+            );
+            for (i, a) in c.iter().enumerate() {
+                assert!(r.contains(a));
+                assert!(a.num_elements() * 4 <= max.max(4), "{a} over {max}");
+                assert!(c[i + 1..].iter().all(|b| !a.overlaps(b)));
+            }
+        }
+    }
+}

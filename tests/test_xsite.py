@@ -1,0 +1,201 @@
+"""Issue 13: two deployments ("sites") linked by a TLS gateway; push and pull of selected
+regions, resumable after a kill, verified, with provenance. Real servers, the real `pdcx`
+binary, TLS on 127.0.0.1."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+
+import numpy as np
+import pdcx
+import pytest
+from conftest import pdcx_bin, run_pdcx
+
+
+@pytest.fixture
+def sites(deployment):
+    """Site "hpc" (deployment a) linked to site "cloud" (deployment b, whose gateway runs)."""
+    a, b = deployment(n=2), deployment(n=2)
+    fp = run_pdcx("remote", "init", "--root", b.root).stdout.split()[-1]
+    token = run_pdcx("remote", "token", "hpc", "--root", b.root).stdout.strip()
+    gw = subprocess.Popen(
+        [pdcx_bin(), "gateway", "--site", "cloud", "--listen", "127.0.0.1:0", "--root", str(b.root)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        line = gw.stdout.readline()
+        assert "listening on" in line, line + gw.stderr.read()
+        addr = line.split()[-1]
+        out = run_pdcx(
+            "remote",
+            "add",
+            "cloud",
+            f"tls://{addr}",
+            "--token",
+            token,
+            "--fingerprint",
+            fp,
+            "--as",
+            "hpc",
+            "--root",
+            a.root,
+        )
+        assert "linked" in out.stderr, out.stderr
+        yield a, b, addr, fp, token
+    finally:
+        gw.send_signal(signal.SIGKILL)
+        gw.wait()
+
+
+def names(c: pdcx.Client) -> set[str]:
+    return {o.name for o in c.objects()}
+
+
+def test_push_and_pull_move_only_the_region_with_metadata_and_provenance(sites):
+    a, b, *_ = sites
+    ca, cb = a.client(), b.client()
+    data = np.arange(48 * 64 * 40, dtype=np.float32).reshape(48, 64, 40)
+    o = ca.create_container("run").create_object("run/vx", shape=data.shape, dtype="float32", tags={"units": "m/s"})
+    o[...] = data
+    p = run_pdcx("push", "run/vx", "--region", "8:24,:,0:20", "--to", "cloud", "--chunk-mib", "1", "--root", a.root)
+    assert "published and verified" in p.stderr
+    got = cb.open_object("run/vx")
+    assert got.shape == data.shape and got.dtype == np.float32
+    assert np.array_equal(got[8:24, :, 0:20], data[8:24, :, 0:20])
+    assert got[0, 0, 0] == 0 and got[30, 5, 30] == 0, "outside the region: the fill value"
+    tags = dict(got.tags)
+    assert tags["units"] == "m/s" and tags["xsite.source"] == "hpc:run/vx"
+    assert tags["xsite.regions"].startswith("[8:24, 0:64, 0:20]@")
+    # A later push of another region adds to the same object and to its provenance.
+    run_pdcx("push", "run/vx", "--region", "30:31,:,:", "--to", "cloud", "-q", "--root", a.root)
+    got = cb.open_object("run/vx")
+    assert np.array_equal(got[30], data[30]) and np.array_equal(got[8:24, :, 0:20], data[8:24, :, 0:20])
+    assert dict(got.tags)["xsite.regions"].count("@") == 2
+    assert not any(n.startswith("xsite.staging/") for n in names(cb)), "staging objects are deleted"
+    # Pull the other way, under another name.
+    e = cb.create_container("sim").create_object("sim/e", shape=(300, 200), dtype="int64")
+    ref = np.random.default_rng(1).integers(-(2**62), 2**62, (300, 200))
+    e[...] = ref
+    run_pdcx("pull", "cloud:sim/e", "--region", "100:250,:", "--as", "e-part", "-q", "--root", a.root)
+    mine = ca.open_object("e-part")
+    assert np.array_equal(mine[100:250], ref[100:250]) and not mine[0:100].any()
+    assert dict(mine.tags)["xsite.source"] == "cloud:sim/e"
+
+
+def test_a_killed_pull_resumes_with_only_the_missing_chunks_and_shows_nothing_before(sites):
+    a, b, *_ = sites
+    cb = b.client()
+    n = 96 << 20
+    big = cb.create_container("big").create_object("big/x", shape=(n // 8,), dtype="float64")
+    ref = np.random.default_rng(2).random(n // 8)
+    big[...] = ref
+    cmd = [pdcx_bin(), "pull", "cloud:big/x", "--chunk-mib", "1", "--streams", "1", "--root", str(a.root)]
+    # Killed at its first progress line (after 0.5 s, a fraction of the 96 chunks).
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    p.kill()
+    p.wait()
+    assert "MiB" in line, line
+    assert "big/x" not in names(a.client()), "nothing half-received is visible under the name"
+    staged = [x for x in names(a.client()) if x.startswith("xsite.staging/")]
+    assert len(staged) == 1
+    out = run_pdcx("pull", "cloud:big/x", "--chunk-mib", "1", "--root", a.root, timeout=300)
+    moved, total = map(int, re.search(r"(\d+) of (\d+) chunks moved", out.stderr).groups())
+    assert total == 96 and moved < total, out.stderr
+    assert np.array_equal(a.client().open_object("big/x")[...], ref)
+    assert not any(x.startswith("xsite.staging/") for x in names(a.client()))
+
+
+def test_links_refuse_wrong_tokens_fingerprints_and_bad_input(sites):
+    a, _, addr, fp, token = sites
+    bad_token = run_pdcx(
+        "remote",
+        "add",
+        "cloud2",
+        f"tls://{addr}",
+        "--token",
+        "0" * 64,
+        "--fingerprint",
+        fp,
+        "--as",
+        "hpc",
+        "--root",
+        a.root,
+    )
+    assert "does not answer" in bad_token.stderr and "not accepted" in bad_token.stderr
+    bad_fp = run_pdcx(
+        "remote",
+        "add",
+        "cloud3",
+        f"tls://{addr}",
+        "--token",
+        token,
+        "--fingerprint",
+        "1" * 64,
+        "--as",
+        "hpc",
+        "--root",
+        a.root,
+    )
+    assert "fingerprint" in bad_fp.stderr and "does not answer" in bad_fp.stderr
+    # Pretending to be another site with hpc's token is refused too.
+    other = run_pdcx(
+        "remote",
+        "add",
+        "cloud4",
+        f"tls://{addr}",
+        "--token",
+        token,
+        "--fingerprint",
+        fp,
+        "--as",
+        "rogue",
+        "--root",
+        a.root,
+    )
+    assert "not accepted" in other.stderr
+    for args, why in [
+        (["pull", "cloud:nope/x"], "no object"),
+        (["pull", "nosuchsite:x"], "no remote site"),
+        (["pull", "noseparator"], "SITE:OBJECT"),
+        (["push", "nope", "--to", "cloud"], "no object"),
+        (
+            ["remote", "add", "x", "host-without-port", "--token", token, "--fingerprint", fp, "--as", "hpc"],
+            "HOST:PORT",
+        ),
+        (["remote", "token", "bad/name"], "site name"),
+    ]:
+        p = run_pdcx(*args, "--root", a.root, check=False)
+        assert p.returncode != 0 and why in p.stderr, (args, p.stderr)
+    a.client().create_container("r").create_object("r/x", shape=(10, 10), dtype="int8")
+    p = run_pdcx("push", "r/x", "--region", "0:20,:", "--to", "cloud", "--root", a.root, check=False)
+    assert p.returncode != 0 and "outside" in p.stderr
+    # A connection that speaks no TLS does not take the gateway down.
+    host, port = addr.rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as s:
+        s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+        s.settimeout(5)
+        try:
+            s.recv(100)
+        except OSError:
+            pass
+    again = run_pdcx(
+        "remote",
+        "add",
+        "cloud",
+        f"tls://{addr}",
+        "--token",
+        token,
+        "--fingerprint",
+        fp,
+        "--as",
+        "hpc",
+        "--root",
+        a.root,
+    )
+    assert again.stderr.startswith("linked"), again.stderr
