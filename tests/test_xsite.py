@@ -46,7 +46,7 @@ def sites(deployment):
             a.root,
         )
         assert "linked" in out.stderr, out.stderr
-        yield a, b, addr, fp, token
+        yield a, b, addr, fp, token, gw
     finally:
         gw.send_signal(signal.SIGKILL)
         gw.wait()
@@ -88,7 +88,7 @@ def test_push_and_pull_move_only_the_region_with_metadata_and_provenance(sites):
 
 
 def test_a_killed_pull_resumes_with_only_the_missing_chunks_and_shows_nothing_before(sites):
-    a, b, *_ = sites
+    a, b, *_, gw = sites
     cb = b.client()
     n = 96 << 20
     big = cb.create_container("big").create_object("big/x", shape=(n // 8,), dtype="float64")
@@ -109,10 +109,11 @@ def test_a_killed_pull_resumes_with_only_the_missing_chunks_and_shows_nothing_be
     assert total == 96 and moved < total, out.stderr
     assert np.array_equal(a.client().open_object("big/x")[...], ref)
     assert not any(x.startswith("xsite.staging/") for x in names(a.client()))
+    assert gw.poll() is None, "a client killed mid-transfer does not take the gateway down"
 
 
 def test_links_refuse_wrong_tokens_fingerprints_and_bad_input(sites):
-    a, _, addr, fp, token = sites
+    a, _, addr, fp, token, _ = sites
     bad_token = run_pdcx(
         "remote",
         "add",

@@ -536,9 +536,13 @@ EXAMPLES:
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if !matches!(cli.command, Command::Server(_)) {
-        // `pdcx ls | head` should end quietly like other Unix tools. Sockets are unaffected
-        // (std sends with MSG_NOSIGNAL); servers keep ignoring SIGPIPE.
+    if !matches!(
+        cli.command,
+        Command::Server(_) | Command::Gateway { .. } | Command::Pull { .. } | Command::Push { .. }
+    ) {
+        // `pdcx ls | head` should end quietly like other Unix tools. Servers, the gateway and
+        // transfers keep ignoring SIGPIPE: TLS writes with `writev`, which (unlike std's
+        // `send`) raises it when the other end is gone; they get EPIPE and say so instead.
         // SAFETY: restoring the default disposition of a signal before any thread starts.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }

@@ -17,7 +17,9 @@ use std::sync::Arc;
 pub struct Gateway {
     pub site: String,
     receiver: Arc<Receiver>,
-    accepted: Accepted,
+    /// The deployment root: the tokens it accepts are read at each connection, so a token
+    /// issued (or replaced) while the gateway runs counts at once.
+    root: std::path::PathBuf,
     tls: Arc<rustls::ServerConfig>,
 }
 
@@ -28,7 +30,7 @@ impl Gateway {
         Ok(Gateway {
             site: site.to_string(),
             receiver: Arc::new(Receiver::new(client)),
-            accepted: site::load_accepted(root)?,
+            root: root.to_path_buf(),
             tls: crate::tls::server_config(&id)?,
         })
     }
@@ -81,9 +83,10 @@ impl Gateway {
                         },
                         &[],
                     )?;
-                    return Err(XsiteError::Remote(message));
+                    return Err(crate::invalid(format!("refused: {message}")));
                 }
-                if !site::accepts(&self.accepted, &site, &token) {
+                let accepted: Accepted = site::load_accepted(&self.root)?;
+                if !site::accepts(&accepted, &site, &token) {
                     let message = format!("site {site:?} is not accepted with this token (issue one with `pdcx remote token {site}` here)");
                     wire::send(
                         &mut s,
@@ -92,7 +95,7 @@ impl Gateway {
                         },
                         &[],
                     )?;
-                    return Err(XsiteError::Remote(message));
+                    return Err(crate::invalid(format!("refused: {message}")));
                 }
                 wire::send(
                     &mut s,
