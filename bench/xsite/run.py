@@ -152,10 +152,11 @@ def main() -> None:
         in_site("b", bin_, "server", "start", "-n", "2", "--root", rb)
         fp = in_site("b", bin_, "remote", "init", "--root", rb).stdout.split()[-1]
         token = in_site("b", bin_, "remote", "token", "hpc", "--root", rb).stdout.strip()
+        gw_log = open(work / "gateway.log", "w")  # noqa: SIM115 (open until the run ends)
         gw = subprocess.Popen(
             ["bash", str(LINK), "exec", "b", bin_, "gateway", "--site", "cloud", "--listen", f"{ADDR['b']}:7070",
              "--root", str(rb)],
-            stdout=subprocess.PIPE, stderr=open(work / "gateway.log", "w"), text=True,
+            stdout=subprocess.PIPE, stderr=gw_log, text=True,
         )  # fmt: skip
         assert "listening" in gw.stdout.readline()
         in_site("a", bin_, "remote", "add", "cloud", f"tls://{ADDR['b']}:7070", "--token", token,
