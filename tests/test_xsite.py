@@ -200,3 +200,38 @@ def test_links_refuse_wrong_tokens_fingerprints_and_bad_input(sites):
         a.root,
     )
     assert again.stderr.startswith("linked"), again.stderr
+
+
+def test_a_bundle_carries_regions_to_a_site_no_link_reaches(deployment, tmp_path):
+    a, b = deployment(n=2), deployment(n=1)
+    ca = a.client()
+    ct = ca.create_container("run")
+    x = ct.create_object("run/x", shape=(200, 50), dtype="float32", tags={"step": 3})
+    y = ct.create_object("run/y", shape=(200, 50), dtype="uint16", fill=7)
+    xs = np.random.default_rng(3).random((200, 50), dtype=np.float32)
+    x[...] = xs
+    y[0:120] = np.arange(120 * 50, dtype=np.uint16).reshape(120, 50)
+    bundle = tmp_path / "run.pdcxb"
+    out = run_pdcx("export", "--bundle", bundle, "run/x", "run/y", "--region", "100:200,:", "--site", "hpc",
+                   "--root", a.root)  # fmt: skip
+    assert "2 objects" in out.stderr and bundle.exists() and not bundle.with_suffix(".tmp").exists()
+    run_pdcx("import", bundle, "--root", b.root)
+    cb = b.client()
+    gx, gy = cb.open_object("run/x"), cb.open_object("run/y")
+    assert np.array_equal(gx[100:200], xs[100:200]) and not gx[0:100].any()
+    assert np.array_equal(gy[100:120], y[100:120]) and (gy[120:] == 7).all() and (gy[0:100] == 7).all()
+    assert dict(gx.tags)["step"] == 3 and dict(gx.tags)["xsite.source"] == "hpc:run/x"
+    # A damaged bundle publishes nothing (the chunk CRCs are checked as they are read); a cut
+    # one is refused before anything is received.
+    raw = bytearray(bundle.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    bad = tmp_path / "bad.pdcxb"
+    bad.write_bytes(bytes(raw))
+    c = deployment(n=1)
+    p = run_pdcx("import", bad, "--root", c.root, check=False)
+    assert p.returncode != 0 and "damaged" in p.stderr, p.stderr
+    assert "run/x" not in names(c.client()) and "run/y" not in names(c.client())
+    cut = tmp_path / "cut.pdcxb"
+    cut.write_bytes(bundle.read_bytes()[:-100])
+    p = run_pdcx("import", cut, "--root", c.root, check=False)
+    assert p.returncode != 0, p.stderr

@@ -637,11 +637,11 @@ fn run(cli: Cli) -> Result<u8> {
         return mpiio_cmd::run(cli.root.as_deref(), prefix, home, mode, program).map(|c| c as u8);
     }
     if let Command::Import { args } | Command::Export { args } = &cli.command {
-        let what = if matches!(cli.command, Command::Import { .. }) {
-            "import"
-        } else {
-            "export"
-        };
+        let import = matches!(cli.command, Command::Import { .. });
+        if let Some(code) = xsite_cmd::bundle(import, cli.root.as_deref(), args)? {
+            return Ok(code);
+        }
+        let what = if import { "import" } else { "export" };
         return hdf5_cmd(what, cli.root.as_deref(), args);
     }
     let root = require_root(cli.root)?;

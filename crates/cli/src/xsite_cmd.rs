@@ -154,3 +154,105 @@ pub fn push(
     report(&format!("push {object} to {to}"), &r);
     Ok(0)
 }
+
+/// `pdcx export --bundle FILE OBJ... [--region SPEC] [--site NAME]` and `pdcx import FILE`
+/// of a bundle (issue 13); None when the arguments are not about a bundle (HDF5 then).
+pub fn bundle(import: bool, root: Option<&Path>, args: &[String]) -> Result<Option<u8>> {
+    use pdcx_xsite::bundle;
+    // `--root DIR` may come after the files (the trailing arguments hold it then).
+    let mut rest = Vec::new();
+    let mut root = root.map(Path::to_path_buf);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        if a == "--root" {
+            root = Some(
+                it.next()
+                    .ok_or_else(|| anyhow!("--root needs a directory"))?
+                    .into(),
+            );
+        } else if let Some(r) = a.strip_prefix("--root=") {
+            root = Some(r.into());
+        } else {
+            rest.push(a.clone());
+        }
+    }
+    let args = &rest[..];
+    let root = root.as_deref();
+    if import {
+        let files: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+        if files.is_empty()
+            || !files
+                .iter()
+                .all(|f| bundle::is_bundle(Path::new(f.as_str())))
+        {
+            return Ok(None);
+        }
+        if files.len() != args.len() {
+            bail!("pdcx import of a bundle takes only bundle files (no options)");
+        }
+        let root = crate::require_root(root.map(Path::to_path_buf))?;
+        let client = crate::commands::connect(&root)?;
+        for f in files {
+            let (items, bytes) =
+                bundle::import(&client, Path::new(f.as_str())).map_err(|e| anyhow!("{f}: {e}"))?;
+            eprintln!(
+                "imported {f}: {items} objects, {:.1} MiB verified and published",
+                bytes as f64 / 1048576.0
+            );
+        }
+        return Ok(Some(0));
+    }
+    if !args
+        .iter()
+        .any(|a| a == "--bundle" || a.starts_with("--bundle="))
+    {
+        return Ok(None);
+    }
+    let (mut file, mut region, mut site, mut names) =
+        (None, None, "bundle".to_string(), Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| -> Result<String> {
+            match a.split_once('=') {
+                Some((_, v)) => Ok(v.to_string()),
+                None => it
+                    .next()
+                    .cloned()
+                    .ok_or_else(|| anyhow!("{flag} needs a value")),
+            }
+        };
+        match a.split('=').next().unwrap_or("") {
+            "--bundle" => file = Some(value("--bundle")?),
+            "--region" => region = Some(value("--region")?),
+            "--site" => site = value("--site")?,
+            "-h" | "--help" => {
+                println!("{BUNDLE_HELP}");
+                return Ok(Some(0));
+            }
+            x if x.starts_with('-') => {
+                bail!("pdcx export --bundle: unknown option {x}\n\n{BUNDLE_HELP}")
+            }
+            _ => names.push(a.clone()),
+        }
+    }
+    let file = file.ok_or_else(|| anyhow!("--bundle needs a file name"))?;
+    let root = crate::require_root(root.map(Path::to_path_buf))?;
+    let client = crate::commands::connect(&root)?;
+    let (items, bytes) =
+        bundle::export(&client, &names, region.as_deref(), &site, Path::new(&file))
+            .map_err(|e| anyhow!("{e}"))?;
+    eprintln!(
+        "wrote {file}: {items} objects, {:.1} MiB with checksums",
+        bytes as f64 / 1048576.0
+    );
+    Ok(Some(0))
+}
+
+const BUNDLE_HELP: &str = "\
+pdcx export --bundle FILE OBJ... [--region SPEC] [--site NAME]
+  Writes the objects (or SPEC of each: one item per dim, START:END, : or INDEX) with their
+  metadata and checksums into one file, for a site no link reaches. NAME is this site's name
+  in the objects' provenance at the other site (default \"bundle\").
+pdcx import FILE
+  At the other site: checks the whole bundle, then receives every object like a pull (a
+  stopped import resumes; nothing is visible until an object is complete and verified).";

@@ -14,6 +14,7 @@
 //!   its provenance.
 //! - [`transfer`]: `pull` and `push` over several parallel connections, with progress.
 
+pub mod bundle;
 pub mod gateway;
 pub mod receive;
 pub mod site;
