@@ -235,3 +235,28 @@ def test_a_bundle_carries_regions_to_a_site_no_link_reaches(deployment, tmp_path
     cut.write_bytes(bundle.read_bytes()[:-100])
     p = run_pdcx("import", cut, "--root", c.root, check=False)
     assert p.returncode != 0, p.stderr
+
+
+def test_a_step_moves_a_downsampled_copy_only(sites):
+    a, b, *_ = sites
+    ca, cb = a.client(), b.client()
+    data = np.random.default_rng(5).random((40, 300, 200))
+    o = cb.create_container("eq").create_object("eq/vx", shape=data.shape, dtype="float64")
+    o[...] = data
+    p = run_pdcx("pull", "cloud:eq/vx", "--region", "0:40,5:300,5:200", "--step", "1,20,20", "--chunk-mib", "1",
+                 "--root", a.root)  # fmt: skip
+    want = data[:, 5::20, 5::20]
+    got = ca.open_object("eq/vx@step1x20x20")
+    assert got.shape == want.shape and np.array_equal(got[...], want)
+    tags = dict(got.tags)
+    assert tags["xsite.step"] == "1,20,20" and tags["xsite.origin"] == "0,5,5"
+    moved = float(re.search(r"([\d.]+) MiB;", p.stderr)[1])
+    # Printed to 0.1 MiB: the selection is 47 KiB of the 18 MiB region.
+    assert moved * 2**20 <= want.nbytes + 0.05 * 2**20 < data.nbytes / 100, "only the selected elements moved"
+    run_pdcx("push", "eq/vx@step1x20x20", "--step", "2,1,3", "-q", "--to", "cloud", "--root", a.root)
+    back = cb.open_object("eq/vx@step1x20x20@step2x1x3")
+    assert np.array_equal(back[...], want[::2, :, ::3])
+    bad = run_pdcx("pull", "cloud:eq/vx", "--step", "1,0,2", "--root", a.root, check=False)
+    assert bad.returncode != 0
+    bad = run_pdcx("pull", "cloud:eq/vx", "--step", "2,2", "--root", a.root, check=False)
+    assert bad.returncode != 0 and "one step" in bad.stderr

@@ -46,6 +46,10 @@ struct MoveOpts {
     /// Bytes per chunk, in MiB (a resumed transfer repeats at most the chunks in flight).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u16).range(1..=64), value_name = "MIB")]
     chunk_mib: u16,
+    /// Move every S-th element per dim only (comma-separated, one per dim, e.g. 1,20,20): a
+    /// downsampled copy, received as object NAME@stepS0xS1... (tags xsite.step, xsite.origin).
+    #[arg(long, value_name = "S0,S1,...", value_delimiter = ',', value_parser = clap::value_parser!(u64).range(1..))]
+    step: Option<Vec<u64>>,
     /// No progress lines.
     #[arg(long, short)]
     quiet: bool,
@@ -57,6 +61,7 @@ impl MoveOpts {
             streams: self.streams as usize,
             progress: !self.quiet,
             chunk_bytes: (self.chunk_mib as u64) << 20,
+            step: self.step.clone(),
         }
     }
 }

@@ -19,6 +19,7 @@ EXAMPLES:
   pdcx pull cloud:run/vx                        # the whole object
   pdcx pull cloud:run/vx --region 0:16,100:164,: --as vx-box
   pdcx push run/vx --region 0:10,:,: --to cloud --streams 8
+  pdcx pull cloud:run/vx --step 1,20,20           # downsampled x20: object run/vx@step1x20x20
 A transfer killed midway is resumed by running the same command again: only the chunks
 still missing move. Nothing is visible under the object's name until every chunk has arrived
 and was verified; then the object carries tags xsite.source and xsite.regions.";

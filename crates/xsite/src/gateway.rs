@@ -149,17 +149,37 @@ impl Gateway {
                     Vec::new(),
                 )
             }
-            Msg::Read { name, region } => {
+            Msg::Read { name, region, step } => {
+                if name.starts_with(crate::receive::STAGING_PREFIX) {
+                    return Err(crate::invalid(format!(
+                        "{name} is not an object one may pull"
+                    )));
+                }
                 let meta = client.open_object(&name)?;
                 region.check_within(&meta.dims)?;
-                let len = region.byte_len(meta.dtype.size())?;
+                let elems = match &step {
+                    Some(s) if s.len() == region.ndim() && !s.contains(&0) => region
+                        .count
+                        .iter()
+                        .zip(s)
+                        .map(|(c, s)| c.div_ceil(*s))
+                        .product::<u64>(),
+                    Some(s) => {
+                        return Err(crate::invalid(format!("steps {s:?} for region {region}")))
+                    }
+                    None => region.num_elements(),
+                };
+                let len = elems.saturating_mul(meta.dtype.size() as u64);
                 if len > wire::MAX_PAYLOAD {
                     return Err(crate::invalid(format!(
                         "region {region} is {len} bytes, over a frame"
                     )));
                 }
                 let mut buf = vec![0u8; len as usize];
-                client.read_into(meta.id, &region, &mut buf)?;
+                match &step {
+                    Some(s) => client.read_strided(meta.id, &region, s, &mut buf)?,
+                    None => client.read_into(meta.id, &region, &mut buf)?,
+                }
                 (
                     Msg::Data {
                         crc: crc32c::crc32c(&buf),

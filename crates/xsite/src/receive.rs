@@ -263,7 +263,13 @@ impl Receiver {
                 let tags = meta
                     .tags
                     .iter()
-                    .filter(|(k, _)| !k.starts_with("xsite."))
+                    // The source's own provenance is replaced by this transfer's.
+                    .filter(|(k, _)| {
+                        !matches!(
+                            k.as_str(),
+                            "xsite.source" | "xsite.regions" | "xsite.received"
+                        )
+                    })
                     .cloned()
                     .collect();
                 let m = self.client.create_object(ObjectSpec {

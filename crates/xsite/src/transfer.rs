@@ -123,6 +123,9 @@ pub struct Options {
     pub progress: bool,
     /// Bytes per chunk.
     pub chunk_bytes: u64,
+    /// Move every `step[d]`-th element of the region only (a downsampled copy, received as
+    /// its own object `NAME@stepAxBx...`, see [`plan`]).
+    pub step: Option<Vec<u64>>,
 }
 
 impl Default for Options {
@@ -131,6 +134,7 @@ impl Default for Options {
             streams: 4,
             progress: true,
             chunk_bytes: CHUNK_BYTES,
+            step: None,
         }
     }
 }
@@ -246,6 +250,90 @@ fn parallel(
     }
 }
 
+/// What a transfer moves and how each chunk is read at the source.
+pub struct Plan {
+    /// The object as received: the source's, or with a step the downsampled one (name
+    /// `NAME@stepAxB...`, dims the selection's, tags `xsite.step` and `xsite.origin` added).
+    pub meta: ObjectMeta,
+    /// The region received (with a step: all of the downsampled object).
+    pub region: Region,
+    pub chunks: Vec<Region>,
+    /// The source's object and region; the step.
+    pub source: ObjectMeta,
+    pub source_region: Region,
+    pub step: Option<Vec<u64>>,
+}
+
+impl Plan {
+    /// The box of the source read for `chunk` (with a step: the selection's bounding box).
+    pub fn source_box(&self, chunk: &Region) -> Region {
+        match &self.step {
+            None => chunk.clone(),
+            Some(step) => Region {
+                offset: (0..chunk.ndim())
+                    .map(|d| self.source_region.offset[d] + chunk.offset[d] * step[d])
+                    .collect(),
+                count: (0..chunk.ndim())
+                    .map(|d| (chunk.count[d] - 1) * step[d] + 1)
+                    .collect(),
+            },
+        }
+    }
+}
+
+/// Plans moving `region` of `source`, every `step[d]` element when a step is given.
+pub fn plan(
+    source: ObjectMeta,
+    region: Region,
+    step: Option<&[u64]>,
+    chunk_bytes: u64,
+) -> Result<Plan> {
+    let elem = source.dtype.size();
+    let Some(step) = step else {
+        let chunks = chunks(&region, elem, chunk_bytes);
+        return Ok(Plan {
+            meta: source.clone(),
+            region: region.clone(),
+            chunks,
+            source,
+            source_region: region,
+            step: None,
+        });
+    };
+    if step.len() != region.ndim() || step.contains(&0) {
+        return Err(invalid(format!(
+            "--step needs one step >= 1 per dim ({} dims), got {step:?}",
+            region.ndim()
+        )));
+    }
+    let picked: Vec<u64> = (0..region.ndim())
+        .map(|d| region.count[d].div_ceil(step[d]))
+        .collect();
+    let join = |v: &[u64], sep: &str| v.iter().map(u64::to_string).collect::<Vec<_>>().join(sep);
+    let mut meta = source.clone();
+    meta.name = format!("{}@step{}", source.name, join(step, "x"));
+    meta.dims = picked.clone();
+    meta.tags
+        .retain(|(k, _)| k != "xsite.step" && k != "xsite.origin");
+    meta.tags.push((
+        "xsite.step".into(),
+        pdcx_core::model::TagValue::Str(join(step, ",")),
+    ));
+    meta.tags.push((
+        "xsite.origin".into(),
+        pdcx_core::model::TagValue::Str(join(&region.offset, ",")),
+    ));
+    let all = Region::new(vec![0; picked.len()], picked)?;
+    Ok(Plan {
+        chunks: chunks(&all, elem, chunk_bytes),
+        meta,
+        region: all,
+        source,
+        source_region: region,
+        step: Some(step.to_vec()),
+    })
+}
+
 /// Pulls `region` (the whole object when None) of object `name` at remote site `site` into the
 /// local deployment, under `local_name` (default: the same name).
 pub fn pull(
@@ -266,13 +354,18 @@ pub fn pull(
     };
     let region = region_of(&meta, region)?;
     let elem = meta.dtype.size();
-    let chunks = chunks(&region, elem, opts.chunk_bytes);
+    let plan = plan(meta, region, opts.step.as_deref(), opts.chunk_bytes)?;
     let spec = TransferSpec {
-        key: transfer_key(site, &meta.name, &region, chunks.len()),
+        key: transfer_key(
+            site,
+            &plan.meta.name,
+            &plan.source_region,
+            plan.chunks.len(),
+        ),
         source_site: site.to_string(),
-        meta,
-        region,
-        chunks,
+        meta: plan.meta.clone(),
+        region: plan.region.clone(),
+        chunks: plan.chunks.clone(),
     };
     let receiver = Receiver::new(local.clone());
     let todo = receiver.begin(&spec)?;
@@ -288,8 +381,9 @@ pub fn pull(
     parallel(&remote, opts.streams, &todo, &|link, i| {
         let chunk = &spec.chunks[i as usize];
         let read = Msg::Read {
-            name: spec.meta.name.clone(),
-            region: chunk.clone(),
+            name: plan.source.name.clone(),
+            region: plan.source_box(chunk),
+            step: plan.step.clone(),
         };
         let (crc, bytes) = match link.call(&read, &[])? {
             (Msg::Data { crc }, bytes) => (crc, bytes),
@@ -324,13 +418,18 @@ pub fn push(
     let meta = local.open_object(name)?;
     let region = region_of(&meta, region)?;
     let elem = meta.dtype.size();
-    let chunks = chunks(&region, elem, opts.chunk_bytes);
+    let plan = plan(meta, region, opts.step.as_deref(), opts.chunk_bytes)?;
     let spec = TransferSpec {
-        key: transfer_key(&remote.as_site, &meta.name, &region, chunks.len()),
+        key: transfer_key(
+            &remote.as_site,
+            &plan.meta.name,
+            &plan.source_region,
+            plan.chunks.len(),
+        ),
         source_site: remote.as_site.clone(),
-        meta,
-        region,
-        chunks,
+        meta: plan.meta.clone(),
+        region: plan.region.clone(),
+        chunks: plan.chunks.clone(),
     };
     let mut link = Link::connect(&remote)?;
     let todo = match link.call(&Msg::Begin { spec: spec.clone() }, &[])? {
@@ -354,7 +453,12 @@ pub fn push(
     parallel(&remote, opts.streams, &todo, &|link, i| {
         let chunk = &spec.chunks[i as usize];
         let mut buf = vec![0u8; chunk.byte_len(elem)? as usize];
-        local.read_into(spec.meta.id, chunk, &mut buf)?;
+        match &plan.step {
+            Some(step) => {
+                local.read_strided(plan.source.id, &plan.source_box(chunk), step, &mut buf)?
+            }
+            None => local.read_into(plan.source.id, chunk, &mut buf)?,
+        }
         let msg = Msg::Chunk {
             key: spec.key.clone(),
             index: i,

@@ -48,10 +48,13 @@ pub enum Msg {
     MetaIs {
         meta: ObjectMeta,
     },
-    /// `region` of object `name`; answered with `Data` and the bytes (pull).
+    /// `region` of object `name`, every `step[d]` element when given (the region is then the
+    /// selection's bounding box); answered with `Data` and the bytes (pull).
     Read {
         name: String,
         region: Region,
+        #[serde(default)]
+        step: Option<Vec<u64>>,
     },
     /// Bytes follow; `crc` is their CRC-32C, computed where they were read.
     Data {
