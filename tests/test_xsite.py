@@ -260,3 +260,27 @@ def test_a_step_moves_a_downsampled_copy_only(sites):
     assert bad.returncode != 0
     bad = run_pdcx("pull", "cloud:eq/vx", "--step", "2,2", "--root", a.root, check=False)
     assert bad.returncode != 0 and "one step" in bad.stderr
+
+
+def test_a_value_query_moves_only_the_hits_with_their_coordinates(sites):
+    a, b, *_ = sites
+    ca, cb = a.client(), b.client()
+    ct = cb.create_container("vp")
+    e = np.random.default_rng(8).random((60, 70))
+    x = np.random.default_rng(9).random((60, 70)) * 100
+    oe = ct.create_object("vp/energy", shape=e.shape, dtype="float64")
+    oe[...] = e
+    ox = ct.create_object("vp/x", shape=x.shape, dtype="float64")
+    ox[...] = x
+    p = run_pdcx("pull", "cloud:vp/energy", "--where", "energy>0.9 & x<50", "--region", "10:60,:", "--root", a.root)
+    ref = np.zeros_like(e, dtype=bool)
+    ref[10:] = (e[10:] > 0.9) & (x[10:] < 50)
+    assert f"{ref.sum()} hits" in p.stderr, p.stderr
+    coords = ca.open_object("vp/energy@where/coords")[...]
+    values = ca.open_object("vp/energy@where/values")[...]
+    assert np.array_equal(coords, np.argwhere(ref)) and np.array_equal(values, e[ref])
+    assert dict(ca.open_object("vp/energy@where/values").tags)["xsite.where"] == "energy>0.9 & x<50"
+    none = run_pdcx("pull", "cloud:vp/energy", "--where", "energy>2", "--as", "nothing", "--root", a.root)
+    assert "0 hits" in none.stderr
+    bad = run_pdcx("pull", "cloud:vp/energy", "--where", "energy>>1", "--root", a.root, check=False)
+    assert bad.returncode != 0

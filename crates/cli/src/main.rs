@@ -210,6 +210,11 @@ enum Command {
         /// Name it gets here (default: the same name).
         #[arg(long = "as", value_name = "NAME")]
         as_name: Option<String>,
+        /// Only the elements satisfying this value query, evaluated at the remote site (e.g.
+        /// 'run/vx>0.95 & run/vx<2'; names not found are tried in the object's containers):
+        /// received as NAME@where/coords and NAME@where/values (or --as BASE).
+        #[arg(long = "where", value_name = "COND", conflicts_with = "step")]
+        where_: Option<String>,
         #[command(flatten)]
         opts: MoveOpts,
     },
@@ -743,12 +748,14 @@ fn run(cli: Cli) -> Result<u8> {
             from,
             region,
             as_name,
+            where_,
             opts,
         } => xsite_cmd::pull(
             &root,
             &from,
             region.as_deref(),
             as_name.as_deref(),
+            where_.as_deref(),
             &opts.options(),
         ),
         Command::Push {

@@ -20,6 +20,7 @@ EXAMPLES:
   pdcx pull cloud:run/vx --region 0:16,100:164,: --as vx-box
   pdcx push run/vx --region 0:10,:,: --to cloud --streams 8
   pdcx pull cloud:run/vx --step 1,20,20           # downsampled x20: object run/vx@step1x20x20
+  pdcx pull cloud:run/vx --where 'run/vx>0.95'     # the hits only: run/vx@where/{coords,values}
 A transfer killed midway is resumed by running the same command again: only the chunks
 still missing move. Nothing is visible under the object's name until every chunk has arrived
 and was verified; then the object carries tags xsite.source and xsite.regions.";
@@ -130,6 +131,7 @@ pub fn pull(
     from: &str,
     region: Option<&str>,
     as_name: Option<&str>,
+    where_: Option<&str>,
     opts: &transfer::Options,
 ) -> Result<u8> {
     let (site_name, object) = from
@@ -137,6 +139,22 @@ pub fn pull(
         .filter(|(s, o)| !s.is_empty() && !o.is_empty())
         .ok_or_else(|| anyhow!("pull takes SITE:OBJECT, e.g. cloud:run/vx (got {from:?})"))?;
     let client = crate::commands::connect(root)?;
+    if let Some(cond) = where_ {
+        let r = transfer::pull_where(&client, root, site_name, object, cond, region, as_name)
+            .map_err(|e| anyhow!("{e}"))?;
+        eprintln!(
+            "pull {from} where {cond}: {} hits, {:.1} MiB moved, received as {} in {:.2} s",
+            r.hits,
+            r.moved_bytes as f64 / 1048576.0,
+            if r.objects.is_empty() {
+                "nothing".to_string()
+            } else {
+                r.objects.join(" and ")
+            },
+            r.seconds
+        );
+        return Ok(0);
+    }
     let r = transfer::pull(&client, root, site_name, object, region, as_name, opts)
         .map_err(|e| anyhow!("{e}"))?;
     report(&format!("pull {from}"), &r);

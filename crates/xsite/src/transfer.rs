@@ -403,6 +403,129 @@ pub fn pull(
     })
 }
 
+/// What a `--where` pull found and moved.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct WhereReport {
+    pub hits: u64,
+    /// The objects made here: coordinates, values (none without hits).
+    pub objects: Vec<String>,
+    pub moved_bytes: u64,
+    pub seconds: f64,
+}
+
+/// Pulls the elements of object `name` at `site` that satisfy value query `expr` (inside
+/// `region` when given), evaluated by the servers there; only the hits move. They are received
+/// as two objects, `BASE/coords` (uint64, hits x ndim) and `BASE/values` (the object's dtype),
+/// BASE being `local_name` or `NAME@where`, tagged `xsite.where` (the query) and `xsite.of`
+/// (the object), staged and verified like any pull.
+pub fn pull_where(
+    local: &Client,
+    root: &Path,
+    site: &str,
+    name: &str,
+    expr: &str,
+    region: Option<&str>,
+    local_name: Option<&str>,
+) -> Result<WhereReport> {
+    let t0 = Instant::now();
+    let remote = crate::site::remote(root, site)?;
+    let mut link = Link::connect(&remote)?;
+    let meta = match link.call(&Msg::Meta { name: name.into() }, &[])? {
+        (Msg::MetaIs { meta }, _) => meta,
+        (m, _) => return Err(unexpected(&m)),
+    };
+    let region = region.map(|r| region_of(&meta, Some(r))).transpose()?;
+    let query = Msg::Query {
+        name: meta.name.clone(),
+        expr: expr.to_string(),
+        region: region.clone(),
+    };
+    let (nhits, ndim, crc, bytes) = match link.call(&query, &[])? {
+        (Msg::Hits { nhits, ndim, crc }, bytes) => (nhits, ndim as u64, crc, bytes),
+        (m, _) => return Err(unexpected(&m)),
+    };
+    let elem = meta.dtype.size() as u64;
+    if ndim != meta.dims.len() as u64 || bytes.len() as u64 != nhits * (8 * ndim + elem) {
+        return Err(invalid(format!(
+            "the answer holds {} bytes for {nhits} hits of {ndim} dims",
+            bytes.len()
+        )));
+    }
+    if crc32c::crc32c(&bytes) != crc {
+        return Err(invalid("the query's answer arrived damaged (CRC-32C)"));
+    }
+    let mut report = WhereReport {
+        hits: nhits,
+        moved_bytes: bytes.len() as u64,
+        ..WhereReport::default()
+    };
+    if nhits == 0 {
+        report.seconds = t0.elapsed().as_secs_f64();
+        return Ok(report);
+    }
+    let base = local_name.map_or_else(|| format!("{}@where", meta.name), str::to_string);
+    let (coords, values) = bytes.split_at((nhits * 8 * ndim) as usize);
+    let tags: pdcx_core::model::Tags = vec![
+        (
+            "xsite.where".into(),
+            pdcx_core::model::TagValue::Str(expr.to_string()),
+        ),
+        (
+            "xsite.of".into(),
+            pdcx_core::model::TagValue::Str(meta.name.clone()),
+        ),
+    ];
+    let receiver = Receiver::new(local.clone());
+    for (suffix, dims, dtype, fill, data) in [
+        (
+            "coords",
+            vec![nhits, ndim],
+            pdcx_core::Dtype::UInt64,
+            vec![0u8; 8],
+            coords,
+        ),
+        ("values", vec![nhits], meta.dtype, meta.fill.clone(), values),
+    ] {
+        let mut m = meta.clone();
+        m.name = format!("{base}/{suffix}");
+        m.dims = dims;
+        m.dtype = dtype;
+        m.fill = fill;
+        m.containers = Vec::new();
+        m.tags = tags.clone();
+        let all = Region::new(vec![0; m.dims.len()], m.dims.clone())?;
+        let chunks = chunks(&all, dtype.size(), CHUNK_BYTES);
+        let what = format!("{}?{expr}@{region:?}/{suffix}", meta.name);
+        let spec = TransferSpec {
+            key: transfer_key(site, &what, &all, chunks.len()),
+            source_site: site.to_string(),
+            meta: m,
+            region: all,
+            chunks,
+        };
+        let elem = dtype.size() as u64;
+        for i in receiver.begin(&spec)? {
+            let c = &spec.chunks[i as usize];
+            // Chunks of a C-order array cut along leading dims are contiguous runs of it.
+            let start = linear(&spec.region, c) * elem;
+            let part = &data[start as usize..(start + c.num_elements() * elem) as usize];
+            receiver.store(&spec.key, i, crc32c::crc32c(part), part)?;
+        }
+        receiver.publish(&spec.key, &spec.meta.name)?;
+        report.objects.push(spec.meta.name.clone());
+    }
+    report.seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Index in C order of `c`'s first element within `all` (a box at the origin).
+fn linear(all: &Region, c: &Region) -> u64 {
+    c.offset
+        .iter()
+        .zip(&all.count)
+        .fold(0u64, |acc, (o, n)| acc * n + o)
+}
+
 /// Pushes `region` (whole object when None) of local object `name` to remote site `site`,
 /// which publishes it under the same name.
 pub fn push(

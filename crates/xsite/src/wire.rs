@@ -56,6 +56,20 @@ pub enum Msg {
         #[serde(default)]
         step: Option<Vec<u64>>,
     },
+    /// A value query over object `name` (and objects of its shape the condition names, a
+    /// name not found also tried in `name`'s containers) inside `region` (all when None):
+    /// answered with `Hits` and the payload: the hits' coordinates (u64 LE, ndim each, C
+    /// order), then `name`'s values at them.
+    Query {
+        name: String,
+        expr: String,
+        region: Option<Region>,
+    },
+    Hits {
+        nhits: u64,
+        ndim: u32,
+        crc: u32,
+    },
     /// Bytes follow; `crc` is their CRC-32C, computed where they were read.
     Data {
         crc: u32,
