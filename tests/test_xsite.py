@@ -4,6 +4,7 @@ binary, TLS on 127.0.0.1."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -284,3 +285,21 @@ def test_a_value_query_moves_only_the_hits_with_their_coordinates(sites):
     assert "0 hits" in none.stderr
     bad = run_pdcx("pull", "cloud:vp/energy", "--where", "energy>>1", "--root", a.root, check=False)
     assert bad.returncode != 0
+
+
+def test_s3_is_a_meeting_point_for_sites_without_a_link(deployment, s3_server):
+    a, b = deployment(n=2), deployment(n=1)
+    o = a.client().create_container("m").create_object("m/field", shape=(500, 80), dtype="int32", tags={"k": "v"})
+    data = np.arange(500 * 80, dtype=np.int32).reshape(500, 80)
+    o[...] = data
+    env = dict(os.environ, **s3_server["env"], PDCX_SITE="hpc")
+    url = f"s3://{s3_server['bucket']}/shared"
+    p = run_pdcx("push", "m/field", "--region", "100:400,:", "--to", url, "--root", a.root, env=env)
+    key = f"{url}/m/field.pdcxb"
+    assert key in p.stderr, p.stderr
+    run_pdcx("pull", key, "--root", b.root, env=env)
+    got = b.client().open_object("m/field")
+    assert np.array_equal(got[100:400], data[100:400]) and not got[0:100].any()
+    assert dict(got.tags)["xsite.source"] == "hpc:m/field" and dict(got.tags)["k"] == "v"
+    missing = run_pdcx("pull", f"{url}/nothing.pdcxb", "--root", b.root, env=env, check=False)
+    assert missing.returncode != 0 and "nothing.pdcxb" in missing.stderr

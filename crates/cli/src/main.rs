@@ -202,7 +202,7 @@ enum Command {
     /// Copy a region of an object from a remote site into this deployment.
     #[command(after_help = xsite_cmd::MOVE_EXAMPLES)]
     Pull {
-        /// SITE:OBJECT at the remote site.
+        /// SITE:OBJECT at the remote site, or s3://BUCKET/KEY of a bundle pushed there.
         from: String,
         /// Only this part: one item per dim, START:END, : or INDEX.
         #[arg(long, value_name = "SPEC", allow_hyphen_values = true)]
@@ -227,7 +227,7 @@ enum Command {
         /// Only this part: one item per dim, START:END, : or INDEX.
         #[arg(long, value_name = "SPEC", allow_hyphen_values = true)]
         region: Option<String>,
-        /// The remote site (see `pdcx remote ls`).
+        /// The remote site (see `pdcx remote ls`), or s3://BUCKET/PREFIX (a meeting point).
         #[arg(long, value_name = "SITE")]
         to: String,
         #[command(flatten)]

@@ -21,6 +21,8 @@ EXAMPLES:
   pdcx push run/vx --region 0:10,:,: --to cloud --streams 8
   pdcx pull cloud:run/vx --step 1,20,20           # downsampled x20: object run/vx@step1x20x20
   pdcx pull cloud:run/vx --where 'run/vx>0.95'     # the hits only: run/vx@where/{coords,values}
+  pdcx push run/vx --region 0:10,:,: --to s3://bucket/shared   # S3 as a meeting point, then
+  pdcx pull s3://bucket/shared/run/vx.pdcxb                    # at the other site
 A transfer killed midway is resumed by running the same command again: only the chunks
 still missing move. Nothing is visible under the object's name until every chunk has arrived
 and was verified; then the object carries tags xsite.source and xsite.regions.";
@@ -138,6 +140,19 @@ pub fn pull(
         .split_once(':')
         .filter(|(s, o)| !s.is_empty() && !o.is_empty())
         .ok_or_else(|| anyhow!("pull takes SITE:OBJECT, e.g. cloud:run/vx (got {from:?})"))?;
+    if from.starts_with("s3://") {
+        if where_.is_some() || region.is_some() || as_name.is_some() || opts.step.is_some() {
+            bail!("a pull from s3:// takes the bundle as it was pushed (no --region, --step, --where or --as)");
+        }
+        let client = crate::commands::connect(root)?;
+        let (items, bytes) =
+            pdcx_xsite::meeting::pull(&client, from).map_err(|e| anyhow!("{e}"))?;
+        eprintln!(
+            "pull {from}: {items} objects, {:.1} MiB verified and published",
+            bytes as f64 / 1048576.0
+        );
+        return Ok(0);
+    }
     let client = crate::commands::connect(root)?;
     if let Some(cond) = where_ {
         let r = transfer::pull_where(&client, root, site_name, object, cond, region, as_name)
@@ -169,6 +184,19 @@ pub fn push(
     opts: &transfer::Options,
 ) -> Result<u8> {
     let client = crate::commands::connect(root)?;
+    if to.starts_with("s3://") {
+        if opts.step.is_some() {
+            bail!("a push to s3:// moves a region (no --step)");
+        }
+        let site = this_site();
+        let (key, bytes) = pdcx_xsite::meeting::push(&client, object, region, &site, to)
+            .map_err(|e| anyhow!("{e}"))?;
+        eprintln!(
+            "push {object}: {:.1} MiB as the bundle {key} (site {site}); the other site runs `pdcx pull {key}`",
+            bytes as f64 / 1048576.0
+        );
+        return Ok(0);
+    }
     let r = transfer::push(&client, root, object, region, to, opts).map_err(|e| anyhow!("{e}"))?;
     report(&format!("push {object} to {to}"), &r);
     Ok(0)
@@ -275,3 +303,31 @@ pdcx export --bundle FILE OBJ... [--region SPEC] [--site NAME]
 pdcx import FILE
   At the other site: checks the whole bundle, then receives every object like a pull (a
   stopped import resumes; nothing is visible until an object is complete and verified).";
+
+/// This site's name in the provenance of what it leaves at a meeting point: `PDCX_SITE`, else
+/// the host name (characters a site name may not have become '-').
+fn this_site() -> String {
+    let raw = std::env::var("PDCX_SITE")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map_or_else(|_| "site".into(), |h| h.trim().to_string())
+        });
+    let s: String = raw
+        .chars()
+        .take(64)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' || c == '.' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if s.is_empty() {
+        "site".into()
+    } else {
+        s
+    }
+}

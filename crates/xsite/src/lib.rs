@@ -16,6 +16,7 @@
 
 pub mod bundle;
 pub mod gateway;
+pub mod meeting;
 pub mod receive;
 pub mod site;
 pub mod tls;
