@@ -303,3 +303,26 @@ def test_s3_is_a_meeting_point_for_sites_without_a_link(deployment, s3_server):
     assert dict(got.tags)["xsite.source"] == "hpc:m/field" and dict(got.tags)["k"] == "v"
     missing = run_pdcx("pull", f"{url}/nothing.pdcxb", "--root", b.root, env=env, check=False)
     assert missing.returncode != 0 and "nothing.pdcxb" in missing.stderr
+
+
+def test_python_pulls_and_pushes_like_the_cli(sites):
+    a, b, *_ = sites
+    ca, cb = a.client(), b.client()
+    data = np.arange(30 * 40, dtype=np.int64).reshape(30, 40)
+    cb.create_container("py").create_object("py/a", shape=data.shape, dtype="int64")[...] = data
+    r = ca.pull("cloud:py/a", (slice(5, 25), slice(None)))
+    assert r["published_bytes"] == 20 * 40 * 8
+    assert np.array_equal(ca.open_object("py/a")[5:25], data[5:25])
+    ca.pull("cloud:py/a", step=(10, 10))
+    assert np.array_equal(ca.open_object("py/a@step10x10")[...], data[::10, ::10])
+    hits = ca.pull("cloud:py/a", where="py/a>1190", as_name="top")
+    assert hits["hits"] == 9 and np.array_equal(ca.open_object("top/values")[...], data[data > 1190])
+    ca.create_container("up").create_object("up/b", shape=(8,), dtype="uint8")[...] = np.arange(8, dtype=np.uint8)
+    ca.push("up/b", "cloud", "2:6")
+    assert np.array_equal(cb.open_object("up/b")[2:6], np.arange(2, 6, dtype=np.uint8))
+    with pytest.raises(pdcx.InvalidArgumentError, match="SITE:NAME"):
+        ca.pull("no-separator")
+    with pytest.raises(pdcx.InvalidArgumentError, match="step="):
+        ca.pull("cloud:py/a", (slice(0, 10, 2), slice(None)))
+    with pytest.raises(pdcx.PdcxError, match="no remote site"):
+        ca.pull("elsewhere:py/a")

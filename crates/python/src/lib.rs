@@ -26,6 +26,14 @@ pyo3::create_exception!(_native, AuthError, PdcxError);
 pyo3::create_exception!(_native, NoSpaceError, PdcxError);
 pyo3::create_exception!(_native, ProtocolError, PdcxError);
 
+fn xsite_to_py(e: pdcx_xsite::XsiteError) -> PyErr {
+    match e {
+        pdcx_xsite::XsiteError::Pdcx(e) => to_py(e),
+        pdcx_xsite::XsiteError::Invalid(m) => InvalidArgumentError::new_err(m),
+        other => PdcxError::new_err(other.to_string()),
+    }
+}
+
 fn to_py(e: pdcx_core::Error) -> PyErr {
     let m = e.message;
     match e.kind {
@@ -154,6 +162,18 @@ fn with_out<T: Send>(
 #[pyclass(module = "pdcx._native")]
 struct Client {
     inner: RustClient,
+}
+
+impl Client {
+    /// The deployment root, where the sites this one is linked to are recorded (issue 13).
+    fn xsite_root(&self) -> R<std::path::PathBuf> {
+        self.inner
+            .root()
+            .map(std::path::Path::to_path_buf)
+            .ok_or_else(|| {
+                InvalidArgumentError::new_err("this client was not opened on a deployment root")
+            })
+    }
 }
 
 #[pymethods]
@@ -401,6 +421,116 @@ impl Client {
     fn promote_refs(&self, py: Python<'_>, id: u64) -> R<(u64, u64)> {
         py.allow_threads(|| self.inner.promote_refs(id))
             .map_err(to_py)
+    }
+
+    /// Issue 13: pulls from remote site `site` (or an `s3://BUCKET/KEY` bundle when `site` is
+    /// that address and `name` is empty) into this deployment; returns a report dict.
+    #[pyo3(signature = (site, name, region=None, as_name=None, step=None, where_=None, streams=4))]
+    #[allow(clippy::too_many_arguments)]
+    fn xsite_pull(
+        &self,
+        py: Python<'_>,
+        site: String,
+        name: String,
+        region: Option<String>,
+        as_name: Option<String>,
+        step: Option<Vec<u64>>,
+        where_: Option<String>,
+        streams: usize,
+    ) -> R<std::collections::HashMap<String, f64>> {
+        use pdcx_xsite::{meeting, transfer};
+        let root = self.xsite_root()?;
+        let client = self.inner.clone();
+        py.allow_threads(
+            move || -> pdcx_xsite::Result<std::collections::HashMap<String, f64>> {
+                let mut out = std::collections::HashMap::new();
+                if site.starts_with("s3://") {
+                    let (objects, bytes) = meeting::pull(&client, &site)?;
+                    out.insert("objects".into(), objects as f64);
+                    out.insert("published_bytes".into(), bytes as f64);
+                } else if let Some(cond) = where_ {
+                    let r = transfer::pull_where(
+                        &client,
+                        &root,
+                        &site,
+                        &name,
+                        &cond,
+                        region.as_deref(),
+                        as_name.as_deref(),
+                    )?;
+                    out.insert("hits".into(), r.hits as f64);
+                    out.insert("moved_bytes".into(), r.moved_bytes as f64);
+                    out.insert("seconds".into(), r.seconds);
+                } else {
+                    let opts = transfer::Options {
+                        streams,
+                        progress: false,
+                        step,
+                        ..Default::default()
+                    };
+                    let r = transfer::pull(
+                        &client,
+                        &root,
+                        &site,
+                        &name,
+                        region.as_deref(),
+                        as_name.as_deref(),
+                        &opts,
+                    )?;
+                    out.insert("chunks".into(), r.chunks as f64);
+                    out.insert("moved_chunks".into(), r.moved_chunks as f64);
+                    out.insert("moved_bytes".into(), r.moved_bytes as f64);
+                    out.insert("published_bytes".into(), r.published_bytes as f64);
+                    out.insert("seconds".into(), r.seconds);
+                }
+                Ok(out)
+            },
+        )
+        .map_err(xsite_to_py)
+    }
+
+    /// Issue 13: pushes object `name` (or its `region`) to remote site `to`, or as a bundle to
+    /// `s3://BUCKET/PREFIX`; returns a report dict.
+    #[pyo3(signature = (name, to, region=None, step=None, streams=4, site=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn xsite_push(
+        &self,
+        py: Python<'_>,
+        name: String,
+        to: String,
+        region: Option<String>,
+        step: Option<Vec<u64>>,
+        streams: usize,
+        site: Option<String>,
+    ) -> R<std::collections::HashMap<String, f64>> {
+        use pdcx_xsite::{meeting, transfer};
+        let root = self.xsite_root()?;
+        let client = self.inner.clone();
+        py.allow_threads(
+            move || -> pdcx_xsite::Result<std::collections::HashMap<String, f64>> {
+                let mut out = std::collections::HashMap::new();
+                if to.starts_with("s3://") {
+                    let site = site.unwrap_or_else(|| "site".into());
+                    let (_, bytes) = meeting::push(&client, &name, region.as_deref(), &site, &to)?;
+                    out.insert("published_bytes".into(), bytes as f64);
+                } else {
+                    let opts = transfer::Options {
+                        streams,
+                        progress: false,
+                        step,
+                        ..Default::default()
+                    };
+                    let r = transfer::push(&client, &root, &name, region.as_deref(), &to, &opts)?;
+                    out.insert("chunks".into(), r.chunks as f64);
+                    out.insert("moved_chunks".into(), r.moved_chunks as f64);
+                    out.insert("moved_bytes".into(), r.moved_bytes as f64);
+                    out.insert("published_bytes".into(), r.published_bytes as f64);
+                    out.insert("seconds".into(), r.seconds);
+                }
+                Ok(out)
+            },
+        )
+        .map_err(xsite_to_py)
     }
 
     /// Removes an object: metadata, memberships, tags and data.

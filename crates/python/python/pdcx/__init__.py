@@ -25,7 +25,7 @@ import operator
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, MutableMapping
+from collections.abc import Iterable, MutableMapping, Sequence
 from typing import Any, Self
 
 import numpy as np
@@ -166,6 +166,25 @@ def connect(root: str | os.PathLike | None = None) -> Client:
     return Client(_native.Client(None if root is None else os.fspath(root)))
 
 
+def _region_spec(region: str | tuple | None) -> str | None:
+    """A region as ``pdcx`` takes it (``"0:10,:,5"``) from a string or a tuple of slices and
+    indices (steps belong in ``step=``)."""
+    if region is None or isinstance(region, str):
+        return region
+    items = region if isinstance(region, tuple) else (region,)
+    parts = []
+    for it in items:
+        if isinstance(it, slice):
+            if it.step not in (None, 1):
+                raise InvalidArgumentError("give steps with step=, not in the region's slices")
+            parts.append(f"{'' if it.start is None else it.start}:{'' if it.stop is None else it.stop}")
+        elif isinstance(it, int) and it >= 0:
+            parts.append(str(it))
+        else:
+            raise InvalidArgumentError(f"a region item is a slice or a non-negative index, got {it!r}")
+    return ",".join(parts)
+
+
 class Client:
     """A connection to one deployment. Create it with :func:`pdcx.connect`."""
 
@@ -244,6 +263,50 @@ class Client:
     def delete_container(self, name: str) -> None:
         """Removes a container and its tags; its objects stay (delete them first if wanted)."""
         self._c.delete_container(name)
+
+    # -- across sites (issue 13) -------------------------------------------------------------
+
+    def pull(
+        self,
+        source: str,
+        region: str | tuple | None = None,
+        *,
+        as_name: str | None = None,
+        step: Sequence[int] | None = None,
+        where: str | None = None,
+        streams: int = 4,
+    ) -> dict:
+        """Copies an object, or a region of it, from a linked site into this deployment, as
+        ``pdcx pull`` does: ``client.pull("cloud:run/vx", (slice(0, 16), slice(None), 5))``.
+
+        ``source`` is ``SITE:NAME`` (a site added with ``pdcx remote add``) or the
+        ``s3://BUCKET/KEY`` of a bundle pushed there. ``step`` moves a downsampled copy
+        (received as ``NAME@step...``), ``where`` only a value query's hits (received as
+        ``NAME@where/coords`` and ``/values``). A pull interrupted earlier resumes. Returns what
+        moved (chunks, bytes, seconds)."""
+        if source.startswith("s3://"):
+            return self._c.xsite_pull(source, "")
+        site, sep, name = source.partition(":")
+        if not sep or not site or not name:
+            raise InvalidArgumentError(f"pull takes 'SITE:NAME' or 's3://BUCKET/KEY', got {source!r}")
+        return self._c.xsite_pull(
+            site, name, _region_spec(region), as_name, list(step) if step else None, where, streams
+        )
+
+    def push(
+        self,
+        name: str,
+        to: str,
+        region: str | tuple | None = None,
+        *,
+        step: Sequence[int] | None = None,
+        streams: int = 4,
+        site: str | None = None,
+    ) -> dict:
+        """Copies object ``name`` (or a region of it) to linked site ``to``, or as a bundle to
+        ``s3://BUCKET/PREFIX`` (``site``: this site's name in its provenance there), as
+        ``pdcx push`` does. Returns what moved."""
+        return self._c.xsite_push(name, to, _region_spec(region), list(step) if step else None, streams, site)
 
     def query(self, *conditions: str, **equals: Any) -> list[str]:
         """Names of the objects whose tags satisfy every condition.
