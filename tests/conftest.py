@@ -487,3 +487,43 @@ def s3_server(tmp_path):
             pass
         except AssertionError:
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture
+def sites(deployment, tmp_path):
+    """Issue 13: site "hpc" (deployment a) linked to site "cloud" (deployment b, whose gateway
+    runs on 127.0.0.1): yields (a, b, gateway address, fingerprint, token, gateway process)."""
+    a, b = deployment(n=2), deployment(n=2)
+    fp = run_pdcx("remote", "init", "--root", b.root).stdout.split()[-1]
+    token = run_pdcx("remote", "token", "hpc", "--root", b.root).stdout.strip()
+    log = tmp_path / "gateway.log"
+    with open(log, "w") as err:  # the gateway's own handle stays open
+        gw = subprocess.Popen(
+            [pdcx_bin(), "gateway", "--site", "cloud", "--listen", "127.0.0.1:0", "--root", str(b.root)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    try:
+        line = gw.stdout.readline()
+        assert "listening on" in line, line + log.read_text()
+        addr = line.split()[-1]
+        out = run_pdcx(
+            "remote",
+            "add",
+            "cloud",
+            f"tls://{addr}",
+            "--token",
+            token,
+            "--fingerprint",
+            fp,
+            "--as",
+            "hpc",
+            "--root",
+            a.root,
+        )
+        assert "linked" in out.stderr, out.stderr
+        yield a, b, addr, fp, token, gw
+    finally:
+        gw.send_signal(signal.SIGKILL)
+        gw.wait()

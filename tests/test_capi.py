@@ -264,3 +264,19 @@ def test_create_many_fails_alone_and_is_durable_at_pdcclose(build, dep):
     names = {o.name for o in client.open_container("many").objects()}
     assert len(names) == 299 and "many/o299" in names and "many/taken" in names
     assert client.open_object("many/o123")[...].tolist() == [1, 2, 3, 4]
+
+
+def test_sites_pull_and_push_from_c(build, sites):
+    """pdcx_ext.h PDCXsite_pull / PDCXsite_push (issue 13) against two real linked sites."""
+    import numpy as np
+
+    a, b, *_ = sites
+    data = np.arange(8 * 6, dtype=np.float64).reshape(8, 6)
+    b.client().create_container("xs").create_object("xs/a", shape=data.shape, dtype="float64")[...] = data
+    a.client().create_container("xl").create_object("xs/local", shape=(5,), dtype="int32")[...] = np.arange(5)
+    p = run([str(build("xsite"))], a.env())
+    assert p.returncode == 0 and "xsite: ok" in p.stdout, p.stdout + p.stderr
+    assert "PDCXsite_pull" in p.stderr and "no remote site" in p.stderr
+    part = a.client().open_object("xs/a-part")
+    assert np.array_equal(part[2:5], data[2:5]) and not part[0:2].any()
+    assert b.client().open_object("xs/local")[...].tolist() == [0, 1, 2, 3, 4]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 
@@ -14,43 +13,6 @@ import numpy as np
 import pdcx
 import pytest
 from conftest import pdcx_bin, run_pdcx
-
-
-@pytest.fixture
-def sites(deployment):
-    """Site "hpc" (deployment a) linked to site "cloud" (deployment b, whose gateway runs)."""
-    a, b = deployment(n=2), deployment(n=2)
-    fp = run_pdcx("remote", "init", "--root", b.root).stdout.split()[-1]
-    token = run_pdcx("remote", "token", "hpc", "--root", b.root).stdout.strip()
-    gw = subprocess.Popen(
-        [pdcx_bin(), "gateway", "--site", "cloud", "--listen", "127.0.0.1:0", "--root", str(b.root)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        line = gw.stdout.readline()
-        assert "listening on" in line, line + gw.stderr.read()
-        addr = line.split()[-1]
-        out = run_pdcx(
-            "remote",
-            "add",
-            "cloud",
-            f"tls://{addr}",
-            "--token",
-            token,
-            "--fingerprint",
-            fp,
-            "--as",
-            "hpc",
-            "--root",
-            a.root,
-        )
-        assert "linked" in out.stderr, out.stderr
-        yield a, b, addr, fp, token, gw
-    finally:
-        gw.send_signal(signal.SIGKILL)
-        gw.wait()
 
 
 def names(c: pdcx.Client) -> set[str]:

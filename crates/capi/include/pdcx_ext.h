@@ -20,6 +20,17 @@ extern "C" {
 perr_t PDCXobj_create_many(pdcid_t cont_id, size_t n, const char *const *names, pdcid_t prop_id,
                            pdcid_t *obj_ids);
 
+/* Across sites (issue 13), as `pdcx pull` and `pdcx push` do, with the deployment PDCinit
+ * connected to (its root holds the linked sites: `pdcx remote add`).
+ * PDCXsite_pull: source is "SITE:OBJECT" (or "s3://BUCKET/KEY" of a bundle); region is NULL
+ * (the whole object) or one item per dim, "START:END", ":" or "INDEX", comma-separated;
+ * as_name is NULL (the same name) or the name the copy gets here. Moves only the region, in
+ * checksummed chunks; an interrupted pull resumes; the object is visible once complete.
+ * PDCXsite_push: to is a linked site (or "s3://BUCKET/PREFIX"); region as above.
+ * Both return SUCCEED, or FAIL with the reason on stderr. */
+perr_t PDCXsite_pull(const char *source, const char *region, const char *as_name);
+perr_t PDCXsite_push(const char *name, const char *to, const char *region);
+
 #ifdef __cplusplus
 }
 #endif

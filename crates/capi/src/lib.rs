@@ -15,6 +15,7 @@ pub mod prop;
 pub mod query;
 pub mod region;
 pub mod types;
+pub mod xsite;
 
 use pdcx_client::Client;
 use std::collections::{HashMap, HashSet};
