@@ -11,6 +11,8 @@ data as an HDF5 file; its gateway listens on the link. Site "hpc" (namespace a) 
   file      receives the whole HDF5 file over one plain TCP stream (sendfile): the baseline
   pull P%   pulls the first P% of the object's rows (0.1, 1, 10, 100), then deletes it
   push      pushes the whole object back (link utilisation of a whole-object push)
+  eqsim     the EQSIM patterns of paper 000 as selections pulled across (a point's history, a
+            box, a value query's hits, downsampled x20 and x3)
   resume    a whole-object pull killed at ~50% of its progress, then run again
 Bytes on the link are the veth's counters (TLS, TCP and IP included). Prints a table and the
 targets: a 1% pull >= 50x faster than the whole file; >= 80% link utilisation for
@@ -205,6 +207,29 @@ def main() -> None:
             print(f"pull {pct}% ({r['bytes'] / 2**20:.1f} MiB): {r['seconds']:.3f} s", file=sys.stderr)
             in_site("a", sys.executable, "-c", DROP, ra, f"p{pct}", env=os.environ)
 
+        # The EQSIM patterns of paper 000 (§V-E) as selections moved to site a: the object is
+        # time x X x Y like EQSIM output; only the selection crosses the link.
+        x0, y0 = 500, 64
+        patterns = [
+            ("1 point's time history", ["--region", f":,{x0},{y0}"], "e1"),
+            ("2 32x32 box, all time", ["--region", f":,{x0}:{x0 + 32},{y0 - 32}:{y0}"], "e2"),
+            ("3 above a threshold (0.1%)", ["--where", "sim/big>0.999"], "e3"),
+            ("4 downsampled x20", ["--step", "1,20,20"], "e4"),
+            ("5 downsampled x3", ["--step", "1,3,3"], "e5"),
+        ]
+        results["eqsim"] = []
+        for what, extra, name in patterns:
+            before = link_bytes()
+            t0 = time.perf_counter()
+            in_site(
+                "a", bin_, "pull", "cloud:sim/big", "--as", name, "-q", "--streams", a.streams, "--root", ra, *extra
+            )
+            r = {"pattern": what, "seconds": time.perf_counter() - t0, "link_bytes": link_bytes() - before}
+            results["eqsim"].append(r)
+            print(f"{what}: {r['seconds']:.3f} s, {r['link_bytes'] / 2**20:.2f} MiB on the link", file=sys.stderr)
+            gone = [name, f"{name}/coords", f"{name}/values"]
+            in_site("a", sys.executable, "-c", DROP, ra, *gone, env=os.environ)
+
         # A whole-object push (site a has the data after a whole pull).
         pull(None, "sim/big")
         before = link_tx_bytes()
@@ -269,6 +294,11 @@ def main() -> None:
     print(f"{'pull 100%, killed at ' + str(int(rs['killed_at_percent'])) + '% + rerun':<28}{size / 2**20:>9.1f} MiB"
           f"{total / 2**20:>10.1f} MiB{'':>10}{'':>15}   rerun moved {rs['second']['moved_chunks']} of "
           f"{rs['second']['chunks']} chunks")  # fmt: skip
+    print("\nEQSIM patterns (paper 000 §V-E) pulled across the link: only the selection moves")
+    print(f"{'pattern':<30}{'link bytes':>14}{'seconds':>10}{'vs whole file':>15}")
+    for r in results["eqsim"]:
+        print(f"{r['pattern']:<30}{r['link_bytes'] / 2**20:>10.2f} MiB{r['seconds']:>10.3f}"
+              f"{f['seconds'] / r['seconds']:>14.1f}x")  # fmt: skip
     one = next(r for r in results["pulls"] if r["percent"] == 1)
     checks = [
         ("1% pull >= 50x faster than the whole file", f["seconds"] / one["seconds"], 50, "x"),
