@@ -288,3 +288,34 @@ def test_python_pulls_and_pushes_like_the_cli(sites):
         ca.pull("cloud:py/a", (slice(0, 10, 2), slice(None)))
     with pytest.raises(pdcx.PdcxError, match="no remote site"):
         ca.pull("elsewhere:py/a")
+
+
+def test_a_push_resumes_after_the_receiving_gateway_is_killed(sites, tmp_path):
+    a, b, addr, *_, gw = sites
+    ca = a.client()
+    ref = np.random.default_rng(4).random(32 << 20)  # 256 MiB: a few seconds over loopback
+    ca.create_container("kb").create_object("kb/x", shape=ref.shape, dtype="float64")[...] = ref
+    cmd = [pdcx_bin(), "push", "kb/x", "--to", "cloud", "--chunk-mib", "1", "--streams", "1", "--root", str(a.root)]
+    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    line = p.stderr.readline()
+    gw.kill()  # the receiving side dies mid-transfer
+    gw.wait()
+    rest = p.stderr.read()
+    assert p.wait() != 0 and "MiB" in line, line + rest
+    assert "kb/x" not in names(b.client()), "nothing half-received is visible under the name"
+    with open(tmp_path / "gateway2.log", "w") as err:
+        gw2 = subprocess.Popen(
+            [pdcx_bin(), "gateway", "--site", "cloud", "--listen", addr, "--root", str(b.root)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    try:
+        assert "listening" in gw2.stdout.readline()
+        out = run_pdcx(*cmd[1:], timeout=300)
+        moved, total = map(int, re.search(r"(\d+) of (\d+) chunks moved", out.stderr).groups())
+        assert total == 256 and moved < total, out.stderr
+        assert np.array_equal(b.client().open_object("kb/x")[...], ref)
+    finally:
+        gw2.kill()
+        gw2.wait()
