@@ -319,3 +319,33 @@ def test_a_push_resumes_after_the_receiving_gateway_is_killed(sites, tmp_path):
     finally:
         gw2.kill()
         gw2.wait()
+
+
+def test_streams_spread_over_several_gateways_of_a_site(sites, tmp_path):
+    """A site may run one gateway per node: stream k goes to gateway k (modulo), and chunks
+    of one push received by different gateways share one journal."""
+    a, b, addr, fp, token, _ = sites
+    with open(tmp_path / "gateway2.log", "w") as err:
+        gw2 = subprocess.Popen(
+            [pdcx_bin(), "gateway", "--site", "cloud", "--listen", "127.0.0.1:0", "--root", str(b.root)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    try:
+        addr2 = gw2.stdout.readline().split()[-1]
+        run_pdcx("remote", "add", "both", f"tls://{addr},tls://{addr2}", "--token", token, "--fingerprint", fp,
+                 "--as", "hpc", "--root", a.root)  # fmt: skip
+        ref = np.random.default_rng(6).random(4 << 20)
+        a.client().create_container("two").create_object("two/x", shape=ref.shape, dtype="float64")[...] = ref
+        run_pdcx("push", "two/x", "--to", "both", "--chunk-mib", "1", "--streams", "4", "-q", "--root", a.root)
+        assert np.array_equal(b.client().open_object("two/x")[...], ref)
+        run_pdcx("pull", "both:two/x", "--as", "two/back", "--streams", "4", "-q", "--root", a.root)
+        assert np.array_equal(a.client().open_object("two/back")[...], ref)
+        gw2.kill()
+        gw2.wait()
+        p = run_pdcx("pull", "both:two/x", "--as", "two/again", "--streams", "2", "--root", a.root, check=False)
+        assert p.returncode != 0 and addr2 in p.stderr, "stream 1 went to the second gateway"
+    finally:
+        gw2.kill()
+        gw2.wait()

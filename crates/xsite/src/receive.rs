@@ -1,9 +1,10 @@
 //! How a site takes in a transfer (a pull it makes, or a push it receives).
 //!
 //! Chunks land in a hidden staging object, `xsite.staging/<key>` (the source object's shape,
-//! dtype and fill), each written at `local` durability; then its index and CRC-32C join the
-//! staging object's journal tags (`xsite.done`, synced). A retry of the same transfer (same
-//! key) finds the journal and asks only for the chunks missing. When every chunk is there the
+//! dtype and fill), each written at `local` durability; then its CRC-32C joins the staging
+//! object's journal (one tag per chunk, `xsite.done.INDEX`, synced; several gateways of one
+//! site may receive chunks of one push side by side). A retry of the same transfer (same key)
+//! finds the journal and asks only for the chunks missing. When every chunk is there the
 //! transfer is *published*: each chunk is read back from the staging object and checked against
 //! the CRC the source computed (end to end: source read → link → staging log → read back), then
 //! written under the object's name (created with the source's shape, dtype, fill and tags if
@@ -24,6 +25,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 pub const STAGING_PREFIX: &str = "xsite.staging/";
+/// Journal entries on a staging object: `xsite.done.INDEX` = the chunk's CRC-32C (hex).
+const DONE_TAG: &str = "xsite.done.";
 /// Most chunks a transfer may have (bounds the journal).
 pub const MAX_CHUNKS: usize = 1 << 16;
 
@@ -84,7 +87,7 @@ impl Receiver {
                 (m, done)
             }
             Err(e) if e.kind == ErrorKind::NotFound => {
-                let m = self.client.create_object(ObjectSpec {
+                let made = self.client.create_object(ObjectSpec {
                     name: name.clone(),
                     dims: spec.meta.dims.clone(),
                     dtype: spec.meta.dtype,
@@ -92,9 +95,18 @@ impl Receiver {
                     containers: vec![],
                     tags: vec![("xsite.spec".into(), TagValue::Str(spec_digest(spec)))],
                     creator: String::new(),
-                })?;
+                });
+                let m = match made {
+                    Ok(m) => m,
+                    // Another gateway of this site began the same transfer a moment ago.
+                    Err(e) if e.kind == ErrorKind::AlreadyExists => {
+                        self.client.open_object(&name)?
+                    }
+                    Err(e) => return Err(e.into()),
+                };
                 self.client.sync_metadata()?;
-                (m, Journal::new())
+                let done = journal_of(&m, spec);
+                (m, done)
             }
             Err(e) => return Err(e.into()),
         };
@@ -141,12 +153,19 @@ impl Receiver {
         }
         // The bytes first (durable), then the journal entry: a chunk in the journal is stored.
         self.client.write(id, &region, bytes, Durability::Local)?;
-        let mut s = staged.lock().unwrap_or_else(|p| p.into_inner());
-        s.done.insert(index, crc);
-        let tag = journal_tag(&s.done);
-        self.client
-            .put_tags(TagTarget::Object(id), vec![("xsite.done".into(), tag)])?;
+        // One tag per chunk: gateways of one site receiving chunks of the same push side by
+        // side never overwrite each other's entries.
+        let tag = (
+            format!("{DONE_TAG}{index}"),
+            TagValue::Str(format!("{crc:08x}")),
+        );
+        self.client.put_tags(TagTarget::Object(id), vec![tag])?;
         self.client.sync_metadata()?;
+        staged
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .done
+            .insert(index, crc);
         Ok(())
     }
 
@@ -177,7 +196,11 @@ impl Receiver {
             .get(key)
             .cloned()
             .ok_or_else(|| invalid(format!("transfer {key} was not begun")))?;
-        let s = staged.lock().unwrap_or_else(|p| p.into_inner());
+        let mut s = staged.lock().unwrap_or_else(|p| p.into_inner());
+        // Chunks other gateways of this site stored are in the journal, not in this map.
+        let fresh = self.client.open_object(&s.staging.name)?;
+        let theirs = journal_of(&fresh, &s.spec);
+        s.done.extend(theirs);
         let missing = s.spec.chunks.len() - s.done.len();
         if missing > 0 {
             return Err(invalid(format!(
@@ -302,44 +325,26 @@ fn spec_digest(spec: &TransferSpec) -> String {
     crate::site::sha256_hex(s.as_bytes())
 }
 
-/// The journal of a staging object, if it was made for this very transfer.
+/// The journal of a staging object, if it was made for this very transfer: one tag
+/// `xsite.done.INDEX` = CRC-32C (hex) per chunk stored.
 fn journal_of(m: &ObjectMeta, spec: &TransferSpec) -> Journal {
-    let tag = |k: &str| {
-        m.tags
-            .iter()
-            .find(|(n, _)| n == k)
-            .and_then(|(_, v)| match v {
-                TagValue::Str(s) => Some(s.clone()),
-                _ => None,
-            })
-    };
-    if tag("xsite.spec").as_deref() != Some(spec_digest(spec).as_str()) {
+    let digest = m
+        .tags
+        .iter()
+        .find(|(n, _)| n == "xsite.spec")
+        .map(|(_, v)| v);
+    if !matches!(digest, Some(TagValue::Str(d)) if *d == spec_digest(spec)) {
         return Journal::new();
     }
-    let mut done = Journal::new();
-    for item in tag("xsite.done")
-        .unwrap_or_default()
-        .split(',')
-        .filter(|s| !s.is_empty())
-    {
-        if let Some((i, c)) = item.split_once(':') {
-            if let (Ok(i), Ok(c)) = (i.parse::<u32>(), u32::from_str_radix(c, 16)) {
-                if (i as usize) < spec.chunks.len() {
-                    done.insert(i, c);
-                }
-            }
-        }
-    }
-    done
-}
-
-fn journal_tag(done: &Journal) -> TagValue {
-    TagValue::Str(
-        done.iter()
-            .map(|(i, c)| format!("{i}:{c:08x}"))
-            .collect::<Vec<_>>()
-            .join(","),
-    )
+    m.tags
+        .iter()
+        .filter_map(|(k, v)| {
+            let i = k.strip_prefix(DONE_TAG)?.parse::<u32>().ok()?;
+            let TagValue::Str(c) = v else { return None };
+            let c = u32::from_str_radix(c, 16).ok()?;
+            ((i as usize) < spec.chunks.len()).then_some((i, c))
+        })
+        .collect()
 }
 
 /// A transfer description from the other site is checked before anything is made of it:

@@ -145,7 +145,8 @@ pub fn accepts(acc: &Accepted, site: &str, token: &str) -> bool {
 /// A remote site as this site knows it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Remote {
-    /// host:port of its gateway (`pdcx://` or `tls://` prefix allowed on input).
+    /// host:port of its gateway, or several comma-separated (`pdcx://` or `tls://` prefix
+    /// allowed on input).
     pub url: String,
     /// The token the remote issued for this site.
     pub token: String,
@@ -174,8 +175,15 @@ pub fn check_site_name(site: &str) -> Result<()> {
     Ok(())
 }
 
-/// `host:port` from a gateway URL (`tls://host:port`, `pdcx://host:port` or `host:port`).
-pub fn normalize_url(url: &str) -> Result<String> {
+/// `host:port[,host:port...]` from gateway URLs (`tls://host:port`, `pdcx://host:port` or
+/// `host:port`, comma-separated: a site may run one gateway per node, and a transfer spreads
+/// its streams over them).
+pub fn normalize_url(urls: &str) -> Result<String> {
+    let all: Result<Vec<String>> = urls.split(',').map(|u| normalize_one(u.trim())).collect();
+    Ok(all?.join(","))
+}
+
+fn normalize_one(url: &str) -> Result<String> {
     let rest = url
         .strip_prefix("tls://")
         .or_else(|| url.strip_prefix("pdcx://"))
@@ -270,14 +278,14 @@ mod tests {
     fn remotes_are_validated() {
         let d = tempfile::tempdir().unwrap();
         let good = Remote {
-            url: "tls://10.0.0.2:7070".into(),
+            url: "tls://10.0.0.2:7070, 10.0.0.3:7070".into(),
             token: "ab".repeat(32),
             fingerprint: "CD".repeat(32),
             as_site: "hpc".into(),
         };
         add_remote(d.path(), "cloud", good.clone()).unwrap();
         let r = remote(d.path(), "cloud").unwrap();
-        assert_eq!(r.url, "10.0.0.2:7070");
+        assert_eq!(r.url, "10.0.0.2:7070,10.0.0.3:7070");
         assert_eq!(r.fingerprint, "cd".repeat(32));
         for bad in [
             Remote {

@@ -27,9 +27,16 @@ pub struct Link {
 }
 
 impl Link {
+    /// Connects to the remote's first gateway.
     pub fn connect(remote: &Remote) -> Result<Link> {
-        let tcp =
-            TcpStream::connect(&remote.url).map_err(io(format!("connect to {}", remote.url)))?;
+        Self::connect_to(remote, 0)
+    }
+
+    /// Connects to gateway `i` (modulo their number) of the remote site.
+    pub fn connect_to(remote: &Remote, i: usize) -> Result<Link> {
+        let urls: Vec<&str> = remote.url.split(',').collect();
+        let url = urls[i % urls.len()];
+        let tcp = TcpStream::connect(url).map_err(io(format!("connect to {url}")))?;
         tcp.set_nodelay(true).ok();
         let conn = ClientConnection::new(
             crate::tls::client_config(&remote.fingerprint)?,
@@ -206,14 +213,19 @@ fn parallel(
     remote: &Remote,
     streams: usize,
     todo: &[u32],
+    init: &(dyn Fn(&mut Link) -> Result<()> + Sync),
     work: &(dyn Fn(&mut Link, u32) -> Result<()> + Sync),
 ) -> Result<()> {
     let next = AtomicUsize::new(0);
     let first_err: Mutex<Option<XsiteError>> = Mutex::new(None);
     std::thread::scope(|s| {
-        for _ in 0..streams.clamp(1, 64).min(todo.len().max(1)) {
-            s.spawn(|| {
-                let mut link = match Link::connect(remote) {
+        for k in 0..streams.clamp(1, 64).min(todo.len().max(1)) {
+            let (first_err, next) = (&first_err, &next);
+            s.spawn(move || {
+                // Stream k to gateway k (modulo): a site with one gateway per node receives
+                // and sends on all of them.
+                let linked = Link::connect_to(remote, k).and_then(|mut l| init(&mut l).map(|()| l));
+                let mut link = match linked {
                     Ok(l) => l,
                     Err(e) => {
                         first_err
@@ -378,7 +390,7 @@ pub fn pull(
         total,
         opts.progress,
     );
-    parallel(&remote, opts.streams, &todo, &|link, i| {
+    parallel(&remote, opts.streams, &todo, &|_| Ok(()), &|link, i| {
         let chunk = &spec.chunks[i as usize];
         let read = Msg::Read {
             name: plan.source.name.clone(),
@@ -573,7 +585,13 @@ pub fn push(
         total,
         opts.progress,
     );
-    parallel(&remote, opts.streams, &todo, &|link, i| {
+    // Each stream's gateway learns the transfer first (the journal they share is in the
+    // staging object).
+    let begin = |link: &mut Link| match link.call(&Msg::Begin { spec: spec.clone() }, &[])? {
+        (Msg::Missing { .. }, _) => Ok(()),
+        (m, _) => Err(unexpected(&m)),
+    };
+    parallel(&remote, opts.streams, &todo, &begin, &|link, i| {
         let chunk = &spec.chunks[i as usize];
         let mut buf = vec![0u8; chunk.byte_len(elem)? as usize];
         match &plan.step {
