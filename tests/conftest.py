@@ -489,6 +489,31 @@ def s3_server(tmp_path):
             os.kill(pid, signal.SIGKILL)
 
 
+def remote_add(root, name: str, addr: str, token: str, fp: str, as_site: str = "hpc"):
+    """`pdcx remote add NAME tls://ADDR ...` at `root` (issue 13); the CompletedProcess."""
+    return run_pdcx(
+        "remote", "add", name, f"tls://{addr}", "--token", token, "--fingerprint", fp, "--as", as_site,
+        "--root", root,
+    )  # fmt: skip
+
+
+def start_gateway(root, log: Path, listen: str = "127.0.0.1:0", site: str = "cloud"):
+    """`pdcx gateway` of `root` (issue 13), its stderr in `log`: (process, address)."""
+    with open(log, "w") as err:  # the gateway's own handle stays open
+        gw = subprocess.Popen(
+            [pdcx_bin(), "gateway", "--site", site, "--listen", listen, "--root", str(root)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+        )
+    line = gw.stdout.readline()
+    if "listening on" not in line:
+        gw.kill()
+        gw.wait()
+        raise AssertionError(line + log.read_text())
+    return gw, line.split()[-1]
+
+
 @pytest.fixture
 def sites(deployment, tmp_path):
     """Issue 13: site "hpc" (deployment a) linked to site "cloud" (deployment b, whose gateway
@@ -496,32 +521,9 @@ def sites(deployment, tmp_path):
     a, b = deployment(n=2), deployment(n=2)
     fp = run_pdcx("remote", "init", "--root", b.root).stdout.split()[-1]
     token = run_pdcx("remote", "token", "hpc", "--root", b.root).stdout.strip()
-    log = tmp_path / "gateway.log"
-    with open(log, "w") as err:  # the gateway's own handle stays open
-        gw = subprocess.Popen(
-            [pdcx_bin(), "gateway", "--site", "cloud", "--listen", "127.0.0.1:0", "--root", str(b.root)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-        )
+    gw, addr = start_gateway(b.root, tmp_path / "gateway.log")
     try:
-        line = gw.stdout.readline()
-        assert "listening on" in line, line + log.read_text()
-        addr = line.split()[-1]
-        out = run_pdcx(
-            "remote",
-            "add",
-            "cloud",
-            f"tls://{addr}",
-            "--token",
-            token,
-            "--fingerprint",
-            fp,
-            "--as",
-            "hpc",
-            "--root",
-            a.root,
-        )
+        out = remote_add(a.root, "cloud", addr, token, fp)
         assert "linked" in out.stderr, out.stderr
         yield a, b, addr, fp, token, gw
     finally:

@@ -12,7 +12,7 @@ import subprocess
 import numpy as np
 import pdcx
 import pytest
-from conftest import pdcx_bin, run_pdcx
+from conftest import pdcx_bin, remote_add, run_pdcx, start_gateway
 
 
 def names(c: pdcx.Client) -> set[str]:
@@ -77,51 +77,12 @@ def test_a_killed_pull_resumes_with_only_the_missing_chunks_and_shows_nothing_be
 
 def test_links_refuse_wrong_tokens_fingerprints_and_bad_input(sites):
     a, _, addr, fp, token, _ = sites
-    bad_token = run_pdcx(
-        "remote",
-        "add",
-        "cloud2",
-        f"tls://{addr}",
-        "--token",
-        "0" * 64,
-        "--fingerprint",
-        fp,
-        "--as",
-        "hpc",
-        "--root",
-        a.root,
-    )
+    bad_token = remote_add(a.root, "cloud2", addr, "0" * 64, fp, "hpc")
     assert "does not answer" in bad_token.stderr and "not accepted" in bad_token.stderr
-    bad_fp = run_pdcx(
-        "remote",
-        "add",
-        "cloud3",
-        f"tls://{addr}",
-        "--token",
-        token,
-        "--fingerprint",
-        "1" * 64,
-        "--as",
-        "hpc",
-        "--root",
-        a.root,
-    )
+    bad_fp = remote_add(a.root, "cloud3", addr, token, "1" * 64, "hpc")
     assert "fingerprint" in bad_fp.stderr and "does not answer" in bad_fp.stderr
     # Pretending to be another site with hpc's token is refused too.
-    other = run_pdcx(
-        "remote",
-        "add",
-        "cloud4",
-        f"tls://{addr}",
-        "--token",
-        token,
-        "--fingerprint",
-        fp,
-        "--as",
-        "rogue",
-        "--root",
-        a.root,
-    )
+    other = remote_add(a.root, "cloud4", addr, token, fp, "rogue")
     assert "not accepted" in other.stderr
     for args, why in [
         (["pull", "cloud:nope/x"], "no object"),
@@ -148,20 +109,7 @@ def test_links_refuse_wrong_tokens_fingerprints_and_bad_input(sites):
             s.recv(100)
         except OSError:
             pass
-    again = run_pdcx(
-        "remote",
-        "add",
-        "cloud",
-        f"tls://{addr}",
-        "--token",
-        token,
-        "--fingerprint",
-        fp,
-        "--as",
-        "hpc",
-        "--root",
-        a.root,
-    )
+    again = remote_add(a.root, "cloud", addr, token, fp, "hpc")
     assert again.stderr.startswith("linked"), again.stderr
 
 
@@ -303,15 +251,8 @@ def test_a_push_resumes_after_the_receiving_gateway_is_killed(sites, tmp_path):
     rest = p.stderr.read()
     assert p.wait() != 0 and "MiB" in line, line + rest
     assert "kb/x" not in names(b.client()), "nothing half-received is visible under the name"
-    with open(tmp_path / "gateway2.log", "w") as err:
-        gw2 = subprocess.Popen(
-            [pdcx_bin(), "gateway", "--site", "cloud", "--listen", addr, "--root", str(b.root)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-        )
+    gw2, _ = start_gateway(b.root, tmp_path / "gateway2.log", listen=addr)
     try:
-        assert "listening" in gw2.stdout.readline()
         out = run_pdcx(*cmd[1:], timeout=300)
         moved, total = map(int, re.search(r"(\d+) of (\d+) chunks moved", out.stderr).groups())
         assert total == 256 and moved < total, out.stderr
@@ -325,15 +266,8 @@ def test_streams_spread_over_several_gateways_of_a_site(sites, tmp_path):
     """A site may run one gateway per node: stream k goes to gateway k (modulo), and chunks
     of one push received by different gateways share one journal."""
     a, b, addr, fp, token, _ = sites
-    with open(tmp_path / "gateway2.log", "w") as err:
-        gw2 = subprocess.Popen(
-            [pdcx_bin(), "gateway", "--site", "cloud", "--listen", "127.0.0.1:0", "--root", str(b.root)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-        )
+    gw2, addr2 = start_gateway(b.root, tmp_path / "gateway2.log")
     try:
-        addr2 = gw2.stdout.readline().split()[-1]
         run_pdcx("remote", "add", "both", f"tls://{addr},tls://{addr2}", "--token", token, "--fingerprint", fp,
                  "--as", "hpc", "--root", a.root)  # fmt: skip
         ref = np.random.default_rng(6).random(4 << 20)

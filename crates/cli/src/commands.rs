@@ -5,6 +5,7 @@ use pdcx_cli::{npy, region_arg};
 use pdcx_client::Client;
 use pdcx_core::model::Tags;
 use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
+use pdcx_core::region::slabs;
 use pdcx_core::{Condition, ContainerInfo, Dtype, ErrorKind, ObjectMeta, Region, TagValue};
 use serde_json::{json, Value};
 use std::io::{BufReader, BufWriter, Read, Write};
@@ -388,53 +389,6 @@ fn durability_label(d: &str) -> &str {
 }
 
 // ---------------------------------------------------------------- put / get
-
-/// Splits `region` into pieces of at most `max_bytes` (when one element fits), each contiguous
-/// in the region's C-order layout and listed in layout order.
-pub fn slabs(region: &Region, elem: usize, max_bytes: u64) -> Vec<Region> {
-    let n = region.ndim();
-    if n == 0 || region.count.contains(&0) {
-        return Vec::new();
-    }
-    // inner[k]: bytes of one step along dim k (all of dims k+1.. at one index of dim k).
-    let mut inner = vec![elem as u64; n];
-    for k in (0..n - 1).rev() {
-        inner[k] = inner[k + 1].saturating_mul(region.count[k + 1]);
-    }
-    let k = (0..n).find(|&k| inner[k] <= max_bytes).unwrap_or(n - 1);
-    let rows = (max_bytes / inner[k]).clamp(1, region.count[k]);
-    let mut out = Vec::new();
-    let mut outer = vec![0u64; k];
-    loop {
-        let mut start = 0;
-        while start < region.count[k] {
-            let len = rows.min(region.count[k] - start);
-            let mut offset = region.offset.clone();
-            let mut count = region.count.clone();
-            for d in 0..k {
-                offset[d] += outer[d];
-                count[d] = 1;
-            }
-            offset[k] += start;
-            count[k] = len;
-            out.push(Region { offset, count });
-            start += len;
-        }
-        // Next index over dims 0..k (odometer); done when it wraps.
-        let mut d = k;
-        loop {
-            if d == 0 {
-                return out;
-            }
-            d -= 1;
-            outer[d] += 1;
-            if outer[d] < region.count[d] {
-                break;
-            }
-            outer[d] = 0;
-        }
-    }
-}
 
 /// Percent and MB/s on stderr, for transfers larger than one slab.
 struct Progress {

@@ -201,6 +201,65 @@ pub fn copy_region(elem: usize, what: &Region, src: (&Layout, &[u8]), dst: (&Lay
     }
 }
 
+/// How [`slabs`] cuts a box of shape `count` into pieces of at most `max_bytes` (elements of
+/// `elem` bytes): the dim cut into runs of `rows` indices (the first whose inner box, the dims
+/// after it, fits), the dims before it taken one index at a time.
+pub fn slab_cut(count: &[u64], elem: usize, max_bytes: u64) -> (usize, u64) {
+    let n = count.len();
+    // inner[k]: bytes of one step along dim k (all of dims k+1.. at one index of dim k).
+    let mut inner = vec![elem as u64; n];
+    for k in (0..n.saturating_sub(1)).rev() {
+        inner[k] = inner[k + 1].saturating_mul(count[k + 1]);
+    }
+    let k = (0..n)
+        .find(|&k| inner[k] <= max_bytes)
+        .unwrap_or(n.saturating_sub(1));
+    let rows = (max_bytes / inner[k].max(1)).clamp(1, count[k].max(1));
+    (k, rows)
+}
+
+/// Splits `region` into pieces of at most `max_bytes` (when one element fits), each contiguous
+/// in the region's C-order layout and listed in layout order: bounded reads of a large region
+/// (CLI `get`, value queries and strided reads on a server, chunks of a cross-site transfer).
+pub fn slabs(region: &Region, elem: usize, max_bytes: u64) -> Vec<Region> {
+    let n = region.ndim();
+    if n == 0 || region.count.contains(&0) {
+        return Vec::new();
+    }
+    let (k, rows) = slab_cut(&region.count, elem, max_bytes);
+    let mut out = Vec::new();
+    let mut outer = vec![0u64; k];
+    loop {
+        let mut start = 0;
+        while start < region.count[k] {
+            let len = rows.min(region.count[k] - start);
+            let mut offset = region.offset.clone();
+            let mut count = region.count.clone();
+            for d in 0..k {
+                offset[d] += outer[d];
+                count[d] = 1;
+            }
+            offset[k] += start;
+            count[k] = len;
+            out.push(Region { offset, count });
+            start += len;
+        }
+        // Next index over dims 0..k (odometer); done when it wraps.
+        let mut d = k;
+        loop {
+            if d == 0 {
+                return out;
+            }
+            d -= 1;
+            outer[d] += 1;
+            if outer[d] < region.count[d] {
+                break;
+            }
+            outer[d] = 0;
+        }
+    }
+}
+
 /// Whether a read of `region` (`len` bytes) is made of many short rows (more than 16
 /// innermost runs, each under 4 KiB): a point's history, a small box across chunk rows. Such
 /// reads are gathered by extent from the mapped log (issue 12) rather than run by run.

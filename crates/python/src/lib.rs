@@ -26,6 +26,20 @@ pyo3::create_exception!(_native, AuthError, PdcxError);
 pyo3::create_exception!(_native, NoSpaceError, PdcxError);
 pyo3::create_exception!(_native, ProtocolError, PdcxError);
 
+/// A transfer's report as the dict `Client.pull`/`push` return.
+fn report_dict(r: &pdcx_xsite::transfer::Report) -> std::collections::HashMap<String, f64> {
+    [
+        ("chunks", r.chunks as f64),
+        ("moved_chunks", r.moved_chunks as f64),
+        ("moved_bytes", r.moved_bytes as f64),
+        ("published_bytes", r.published_bytes as f64),
+        ("seconds", r.seconds),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
+}
+
 fn xsite_to_py(e: pdcx_xsite::XsiteError) -> PyErr {
     match e {
         pdcx_xsite::XsiteError::Pdcx(e) => to_py(e),
@@ -477,11 +491,7 @@ impl Client {
                         as_name.as_deref(),
                         &opts,
                     )?;
-                    out.insert("chunks".into(), r.chunks as f64);
-                    out.insert("moved_chunks".into(), r.moved_chunks as f64);
-                    out.insert("moved_bytes".into(), r.moved_bytes as f64);
-                    out.insert("published_bytes".into(), r.published_bytes as f64);
-                    out.insert("seconds".into(), r.seconds);
+                    out = report_dict(&r);
                 }
                 Ok(out)
             },
@@ -521,11 +531,7 @@ impl Client {
                         ..Default::default()
                     };
                     let r = transfer::push(&client, &root, &name, region.as_deref(), &to, &opts)?;
-                    out.insert("chunks".into(), r.chunks as f64);
-                    out.insert("moved_chunks".into(), r.moved_chunks as f64);
-                    out.insert("moved_bytes".into(), r.moved_bytes as f64);
-                    out.insert("published_bytes".into(), r.published_bytes as f64);
-                    out.insert("seconds".into(), r.seconds);
+                    out = report_dict(&r);
                 }
                 Ok(out)
             },

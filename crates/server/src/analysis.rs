@@ -18,56 +18,15 @@ const SLAB_ELEMS: u64 = 1 << 20;
 /// Most objects a value query may name (conditions and values together).
 const MAX_QUERY_OBJECTS: usize = 16;
 
-/// Splits `region` into boxes of at most about `max` elements (one element row at least), in C
-/// order: leading dims are taken one index at a time until the remaining inner box fits, and
-/// that dim is cut into runs of rows.
+/// Splits `region` into boxes of at most about `max` elements (one element row at least), in
+/// C order.
 pub fn slabs(region: &Region, max: u64) -> Vec<Region> {
-    let (cut, rows) = slab_shape(&region.count, max);
-    let mut out = Vec::new();
-    let mut idx = vec![0u64; cut]; // position in the leading dims
-    loop {
-        let mut start = 0;
-        while start < region.count[cut] {
-            let len = rows.min(region.count[cut] - start);
-            let mut offset = region.offset.clone();
-            let mut count = region.count.clone();
-            for d in 0..cut {
-                offset[d] += idx[d];
-                count[d] = 1;
-            }
-            offset[cut] += start;
-            count[cut] = len;
-            out.push(Region { offset, count });
-            start += len;
-        }
-        // Next index of the leading dims (odometer, last fastest).
-        let mut d = cut;
-        loop {
-            if d == 0 {
-                return out;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < region.count[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+    pdcx_core::region::slabs(region, 1, max)
 }
 
-/// How [`slabs`] cuts a box of shape `count`: the dim cut into runs of `rows` (the first
-/// whose inner box, the dims after it, fits `max` elements); the dims before it are taken one
-/// index at a time.
+/// How [`slabs`] cuts a box of shape `count` (see `region::slab_cut`).
 fn slab_shape(count: &[u64], max: u64) -> (usize, u64) {
-    let n = count.len();
-    let mut suffix = vec![1u64; n + 1];
-    for d in (0..n).rev() {
-        suffix[d] = suffix[d + 1].saturating_mul(count[d]);
-    }
-    let cut = (0..n).find(|&d| suffix[d + 1] <= max).unwrap_or(n - 1);
-    let rows = (max / suffix[cut + 1]).clamp(1, count[cut].max(1));
-    (cut, rows)
+    pdcx_core::region::slab_cut(count, 1, max)
 }
 
 /// The object's metadata wherever it is owned.

@@ -703,6 +703,21 @@ impl Engine {
         Ok(holders)
     }
 
+    /// The metadata of object `id`, which this server must own, with `region` checked
+    /// against its dims (reads and read plans at the owner).
+    fn owned_meta(&self, id: ObjectId, region: &Region) -> Result<ObjectMeta> {
+        let owner = owner_of_id(id);
+        if owner != self.rank {
+            return Err(Error::invalid(format!(
+                "object {id:#x} is owned by server {owner}, not {}: read it there",
+                self.rank
+            )));
+        }
+        let obj = self.meta.object(id)?;
+        region.check_within(&obj.dims)?;
+        Ok(obj)
+    }
+
     /// Issue 10, "reads": the one-copy read plan of `region` of `id` for a client on this
     /// node (see `protocol::ReadPlan`), with `Read` semantics at the owner or, with `held`,
     /// `ReadHeld` semantics (this server's pieces only, each span with its write's sequence
@@ -711,15 +726,7 @@ impl Engine {
         let obj = if held {
             self.checked_meta(id, region)?
         } else {
-            let owner = owner_of_id(id);
-            if owner != self.rank {
-                return Err(Error::invalid(format!(
-                    "object {id:#x} is owned by server {owner}, not {}: read it there",
-                    self.rank
-                )));
-            }
-            let obj = self.meta.object(id)?;
-            region.check_within(&obj.dims)?;
+            let obj = self.owned_meta(id, region)?;
             let mut holders = self.remote_holders(id, region);
             if obj.is_byte_stream() && (self.base_of(&obj).is_some() || !holders.is_empty()) {
                 // Part of it is at the home, or a base may drop the holders' writes before
@@ -802,16 +809,7 @@ impl Engine {
         let obj = if held {
             self.checked_meta(id, region)?
         } else {
-            let owner = owner_of_id(id);
-            if owner != self.rank {
-                return Err(Error::invalid(format!(
-                    "object {id:#x} is owned by server {owner}, not {}: read it there",
-                    self.rank
-                )));
-            }
-            let obj = self.meta.object(id)?;
-            region.check_within(&obj.dims)?;
-            obj
+            self.owned_meta(id, region)?
         };
         if obj.is_byte_stream() {
             return Ok(None); // a base may drop writes meanwhile (issue 11): the owner reads

@@ -4,7 +4,7 @@
 //! transfers, which a shared [`Receiver`] takes in.
 
 use crate::receive::Receiver;
-use crate::site::{self, Accepted};
+use crate::site;
 use crate::wire::{self, Msg};
 use crate::{io, Result, XsiteError};
 use pdcx_client::Client;
@@ -71,23 +71,19 @@ impl Gateway {
                 },
                 _,
             )) => {
-                if version != wire::VERSION {
-                    let message = format!(
+                let refused = if version != wire::VERSION {
+                    Some(format!(
                         "link protocol {version}, this gateway speaks {}",
                         wire::VERSION
-                    );
-                    wire::send(
-                        &mut s,
-                        &Msg::Error {
-                            message: message.clone(),
-                        },
-                        &[],
-                    )?;
-                    return Err(crate::invalid(format!("refused: {message}")));
-                }
-                let accepted: Accepted = site::load_accepted(&self.root)?;
-                if !site::accepts(&accepted, &site, &token) {
-                    let message = format!("site {site:?} is not accepted with this token (issue one with `pdcx remote token {site}` here)");
+                    ))
+                } else if !site::accepts(&site::load_accepted(&self.root)?, &site, &token) {
+                    Some(format!(
+                        "site {site:?} is not accepted with this token (issue one with `pdcx remote token {site}` here)"
+                    ))
+                } else {
+                    None
+                };
+                if let Some(message) = refused {
                     wire::send(
                         &mut s,
                         &Msg::Error {

@@ -119,15 +119,19 @@ impl Receiver {
         Ok(s)
     }
 
-    /// Stores chunk `index` of transfer `key` (begun), after checking its size and CRC.
-    pub fn store(&self, key: &str, index: u32, crc: u32, bytes: &[u8]) -> Result<()> {
-        let staged = self
-            .open
+    /// Transfer `key`, begun in this process.
+    fn begun(&self, key: &str) -> Result<Arc<Mutex<Staged>>> {
+        self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(key)
             .cloned()
-            .ok_or_else(|| invalid(format!("transfer {key} was not begun")))?;
+            .ok_or_else(|| invalid(format!("transfer {key} was not begun")))
+    }
+
+    /// Stores chunk `index` of transfer `key` (begun), after checking its size and CRC.
+    pub fn store(&self, key: &str, index: u32, crc: u32, bytes: &[u8]) -> Result<()> {
+        let staged = self.begun(key)?;
         let (id, region) = {
             let s = staged.lock().unwrap_or_else(|p| p.into_inner());
             let region = s
@@ -171,11 +175,8 @@ impl Receiver {
 
     /// The source object's name of transfer `key` (begun).
     pub fn name_of(&self, key: &str) -> Result<String> {
-        let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let s = open
-            .get(key)
-            .ok_or_else(|| invalid(format!("transfer {key} was not begun")))?;
-        let name = s
+        let staged = self.begun(key)?;
+        let name = staged
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .spec
@@ -189,13 +190,7 @@ impl Receiver {
     /// writes it under the object's name, adds provenance, deletes the staging object.
     /// Returns the bytes published.
     pub fn publish(&self, key: &str, local_name: &str) -> Result<u64> {
-        let staged = self
-            .open
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .cloned()
-            .ok_or_else(|| invalid(format!("transfer {key} was not begun")))?;
+        let staged = self.begun(key)?;
         let mut s = staged.lock().unwrap_or_else(|p| p.into_inner());
         // Chunks other gateways of this site stored are in the journal, not in this map.
         let fresh = self.client.open_object(&s.staging.name)?;

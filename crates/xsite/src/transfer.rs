@@ -76,49 +76,10 @@ fn unexpected(m: &Msg) -> XsiteError {
     XsiteError::Remote(format!("unexpected answer {m:?}"))
 }
 
-/// Cuts `region` into boxes of at most `max` bytes (at least one element row of the last
-/// dim... or one element), C order.
+/// Cuts `region` into chunks of at most `max` bytes (one element at least), each contiguous
+/// in the region's C order, in that order.
 pub fn chunks(region: &Region, elem: usize, max: u64) -> Vec<Region> {
-    let n = region.ndim();
-    let max_elems = (max / elem as u64).max(1);
-    let mut suffix = vec![1u64; n + 1];
-    for d in (0..n).rev() {
-        suffix[d] = suffix[d + 1].saturating_mul(region.count[d]);
-    }
-    let cut = (0..n)
-        .find(|&d| suffix[d + 1] <= max_elems)
-        .unwrap_or(n - 1);
-    let rows = (max_elems / suffix[cut + 1]).clamp(1, region.count[cut].max(1));
-    let mut out = Vec::new();
-    let mut idx = vec![0u64; cut];
-    loop {
-        let mut start = 0;
-        while start < region.count[cut] {
-            let len = rows.min(region.count[cut] - start);
-            let mut offset = region.offset.clone();
-            let mut count = region.count.clone();
-            for d in 0..cut {
-                offset[d] += idx[d];
-                count[d] = 1;
-            }
-            offset[cut] += start;
-            count[cut] = len;
-            out.push(Region { offset, count });
-            start += len;
-        }
-        let mut d = cut;
-        loop {
-            if d == 0 {
-                return out;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < region.count[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
+    pdcx_core::region::slabs(region, elem, max)
 }
 
 /// Options of a transfer.
@@ -277,6 +238,22 @@ pub struct Plan {
 }
 
 impl Plan {
+    /// The transfer's description, with `source_site` as the site the data comes from.
+    pub fn spec(&self, source_site: &str) -> TransferSpec {
+        TransferSpec {
+            key: transfer_key(
+                source_site,
+                &self.meta.name,
+                &self.source_region,
+                self.chunks.len(),
+            ),
+            source_site: source_site.to_string(),
+            meta: self.meta.clone(),
+            region: self.region.clone(),
+            chunks: self.chunks.clone(),
+        }
+    }
+
     /// The box of the source read for `chunk` (with a step: the selection's bounding box).
     pub fn source_box(&self, chunk: &Region) -> Region {
         match &self.step {
@@ -346,6 +323,14 @@ pub fn plan(
     })
 }
 
+/// Bytes of chunks `todo` of transfer `spec`.
+fn bytes_of(spec: &TransferSpec, todo: &[u32]) -> u64 {
+    let elem = spec.meta.dtype.size() as u64;
+    todo.iter()
+        .map(|&i| spec.chunks[i as usize].num_elements() * elem)
+        .sum()
+}
+
 /// Pulls `region` (the whole object when None) of object `name` at remote site `site` into the
 /// local deployment, under `local_name` (default: the same name).
 pub fn pull(
@@ -365,26 +350,11 @@ pub fn pull(
         (m, _) => return Err(unexpected(&m)),
     };
     let region = region_of(&meta, region)?;
-    let elem = meta.dtype.size();
     let plan = plan(meta, region, opts.step.as_deref(), opts.chunk_bytes)?;
-    let spec = TransferSpec {
-        key: transfer_key(
-            site,
-            &plan.meta.name,
-            &plan.source_region,
-            plan.chunks.len(),
-        ),
-        source_site: site.to_string(),
-        meta: plan.meta.clone(),
-        region: plan.region.clone(),
-        chunks: plan.chunks.clone(),
-    };
+    let spec = plan.spec(site);
     let receiver = Receiver::new(local.clone());
     let todo = receiver.begin(&spec)?;
-    let total: u64 = todo
-        .iter()
-        .map(|&i| spec.chunks[i as usize].num_elements() * elem as u64)
-        .sum();
+    let total = bytes_of(&spec, &todo);
     let progress = Progress::new(
         format!("pull {site}:{}", spec.meta.name),
         total,
@@ -554,18 +524,7 @@ pub fn push(
     let region = region_of(&meta, region)?;
     let elem = meta.dtype.size();
     let plan = plan(meta, region, opts.step.as_deref(), opts.chunk_bytes)?;
-    let spec = TransferSpec {
-        key: transfer_key(
-            &remote.as_site,
-            &plan.meta.name,
-            &plan.source_region,
-            plan.chunks.len(),
-        ),
-        source_site: remote.as_site.clone(),
-        meta: plan.meta.clone(),
-        region: plan.region.clone(),
-        chunks: plan.chunks.clone(),
-    };
+    let spec = plan.spec(&remote.as_site);
     let mut link = Link::connect(&remote)?;
     let todo = match link.call(&Msg::Begin { spec: spec.clone() }, &[])? {
         (Msg::Missing { chunks }, _) => chunks,
@@ -576,10 +535,7 @@ pub fn push(
             "the remote asked for a chunk the transfer does not have",
         ));
     }
-    let total: u64 = todo
-        .iter()
-        .map(|&i| spec.chunks[i as usize].num_elements() * elem as u64)
-        .sum();
+    let total = bytes_of(&spec, &todo);
     let progress = Progress::new(
         format!("push {} to {site}", spec.meta.name),
         total,
