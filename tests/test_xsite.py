@@ -195,6 +195,12 @@ def test_a_value_query_moves_only_the_hits_with_their_coordinates(sites):
     assert "0 hits" in none.stderr
     bad = run_pdcx("pull", "cloud:vp/energy", "--where", "energy>>1", "--root", a.root, check=False)
     assert bad.returncode != 0
+    # The same the other way: evaluated at the pushing site, only the hits cross.
+    ca.create_container("vq").create_object("vq/e", shape=e.shape, dtype="float64")[...] = e
+    p = run_pdcx("push", "vq/e", "--where", "vq/e<0.05", "--to", "cloud", "--root", a.root)
+    assert f"{(e < 0.05).sum()} hits" in p.stderr, p.stderr
+    assert np.array_equal(cb.open_object("vq/e@where/coords")[...], np.argwhere(e < 0.05))
+    assert np.array_equal(cb.open_object("vq/e@where/values")[...], e[e < 0.05])
 
 
 def test_s3_is_a_meeting_point_for_sites_without_a_link(deployment, s3_server):
@@ -230,6 +236,8 @@ def test_python_pulls_and_pushes_like_the_cli(sites):
     ca.create_container("up").create_object("up/b", shape=(8,), dtype="uint8")[...] = np.arange(8, dtype=np.uint8)
     ca.push("up/b", "cloud", "2:6")
     assert np.array_equal(cb.open_object("up/b")[2:6], np.arange(2, 6, dtype=np.uint8))
+    assert ca.push("up/b", "cloud", where="up/b>5")["hits"] == 2
+    assert cb.open_object("up/b@where/values")[...].tolist() == [6, 7]
     with pytest.raises(pdcx.InvalidArgumentError, match="SITE:NAME"):
         ca.pull("no-separator")
     with pytest.raises(pdcx.InvalidArgumentError, match="step="):

@@ -230,6 +230,10 @@ enum Command {
         /// The remote site (see `pdcx remote ls`), or s3://BUCKET/PREFIX (a meeting point).
         #[arg(long, value_name = "SITE")]
         to: String,
+        /// Only the elements satisfying this value query, evaluated here (e.g. 'run/vx>0.95'):
+        /// the remote site receives NAME@where/coords and NAME@where/values.
+        #[arg(long = "where", value_name = "COND", conflicts_with = "step")]
+        where_: Option<String>,
         #[command(flatten)]
         opts: MoveOpts,
     },
@@ -762,8 +766,16 @@ fn run(cli: Cli) -> Result<u8> {
             object,
             region,
             to,
+            where_,
             opts,
-        } => xsite_cmd::push(&root, &object, region.as_deref(), &to, &opts.options()),
+        } => xsite_cmd::push(
+            &root,
+            &object,
+            region.as_deref(),
+            &to,
+            where_.as_deref(),
+            &opts.options(),
+        ),
         Command::Flush { stall, quiet } => {
             let client = commands::connect(&root)?;
             // Without tiers only the home copies of `pdcx run` files are left to wait for.

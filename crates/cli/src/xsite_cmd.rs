@@ -181,9 +181,25 @@ pub fn push(
     object: &str,
     region: Option<&str>,
     to: &str,
+    where_: Option<&str>,
     opts: &transfer::Options,
 ) -> Result<u8> {
     let client = crate::commands::connect(root)?;
+    if let Some(cond) = where_ {
+        if to.starts_with("s3://") {
+            bail!("a push to s3:// moves a region (no --where)");
+        }
+        let r = transfer::push_where(&client, root, object, cond, region, to, opts)
+            .map_err(|e| anyhow!("{e}"))?;
+        eprintln!(
+            "push {object} where {cond} to {to}: {} hits, {:.1} MiB moved, published as {} in {:.2} s",
+            r.hits,
+            r.moved_bytes as f64 / 1048576.0,
+            if r.objects.is_empty() { "nothing".to_string() } else { r.objects.join(" and ") },
+            r.seconds
+        );
+        return Ok(0);
+    }
     if to.starts_with("s3://") {
         if opts.step.is_some() {
             bail!("a push to s3:// moves a region (no --step)");

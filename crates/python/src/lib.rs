@@ -501,7 +501,7 @@ impl Client {
 
     /// Issue 13: pushes object `name` (or its `region`) to remote site `to`, or as a bundle to
     /// `s3://BUCKET/PREFIX`; returns a report dict.
-    #[pyo3(signature = (name, to, region=None, step=None, streams=4, site=None))]
+    #[pyo3(signature = (name, to, region=None, step=None, streams=4, site=None, where_=None))]
     #[allow(clippy::too_many_arguments)]
     fn xsite_push(
         &self,
@@ -512,6 +512,7 @@ impl Client {
         step: Option<Vec<u64>>,
         streams: usize,
         site: Option<String>,
+        where_: Option<String>,
     ) -> R<std::collections::HashMap<String, f64>> {
         use pdcx_xsite::{meeting, transfer};
         let root = self.xsite_root()?;
@@ -519,7 +520,25 @@ impl Client {
         py.allow_threads(
             move || -> pdcx_xsite::Result<std::collections::HashMap<String, f64>> {
                 let mut out = std::collections::HashMap::new();
-                if to.starts_with("s3://") {
+                if let Some(cond) = where_ {
+                    let opts = transfer::Options {
+                        streams,
+                        progress: false,
+                        ..Default::default()
+                    };
+                    let r = transfer::push_where(
+                        &client,
+                        &root,
+                        &name,
+                        &cond,
+                        region.as_deref(),
+                        &to,
+                        &opts,
+                    )?;
+                    out.insert("hits".into(), r.hits as f64);
+                    out.insert("moved_bytes".into(), r.moved_bytes as f64);
+                    out.insert("seconds".into(), r.seconds);
+                } else if to.starts_with("s3://") {
                     let site = site.unwrap_or_else(|| "site".into());
                     let (_, bytes) = meeting::push(&client, &name, region.as_deref(), &site, &to)?;
                     out.insert("published_bytes".into(), bytes as f64);

@@ -185,32 +185,11 @@ impl Gateway {
             }
             Msg::Query { name, expr, region } => {
                 let meta = client.open_object(&name)?;
-                let parsed = pdcx_core::valuequery::ValueExpr::parse(&expr)?;
-                let query = parsed.try_map(&mut |n: &String| -> pdcx_core::Result<u64> {
-                    match client.open_object(n) {
-                        Ok(m) => Ok(m.id),
-                        Err(e) => meta
-                            .containers
-                            .iter()
-                            .find_map(|c| client.open_object(&format!("{c}/{n}")).ok())
-                            .map(|m| m.id)
-                            .ok_or(e),
-                    }
-                })?;
-                if let Some(r) = &region {
-                    r.check_within(&meta.dims)?;
-                }
-                let per_hit = 8 * meta.dims.len() as u64 + meta.dtype.size() as u64;
-                let want = pdcx_core::valuequery::QueryWant {
-                    coords: true,
-                    values: vec![meta.id],
-                    histogram_bins: 0,
-                    max_hits: wire::MAX_PAYLOAD / per_hit,
-                };
-                let (answer, bytes) = client.value_query(query, region, want)?;
+                let (nhits, ndim, bytes) =
+                    crate::transfer::where_query(client, &meta, &expr, region)?;
                 let hits = Msg::Hits {
-                    nhits: answer.nhits,
-                    ndim: answer.ndim,
+                    nhits,
+                    ndim: ndim as u32,
                     crc: crc32c::crc32c(&bytes),
                 };
                 (hits, bytes)

@@ -445,7 +445,50 @@ pub fn pull_where(
         report.seconds = t0.elapsed().as_secs_f64();
         return Ok(report);
     }
-    let base = local_name.map_or_else(|| format!("{}@where", meta.name), str::to_string);
+    let receiver = Receiver::new(local.clone());
+    for (spec, data) in where_specs(
+        site,
+        &meta,
+        expr,
+        region.as_ref(),
+        local_name,
+        nhits,
+        ndim,
+        &bytes,
+    )? {
+        let elem = spec.meta.dtype.size() as u64;
+        for i in receiver.begin(&spec)? {
+            let c = &spec.chunks[i as usize];
+            let start = linear(&spec.region, c) * elem;
+            let part = &data[start as usize..(start + c.num_elements() * elem) as usize];
+            receiver.store(&spec.key, i, crc32c::crc32c(part), part)?;
+        }
+        receiver.publish(&spec.key, &spec.meta.name)?;
+        report.objects.push(spec.meta.name.clone());
+    }
+    report.seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The two transfers of a value query's answer (`bytes`: `nhits` coordinates of `ndim` u64,
+/// then the values of `meta`): objects `BASE/coords` (uint64, hits x ndim) and `BASE/values`
+/// (`meta`'s dtype), BASE = `base` or `NAME@where`, tagged `xsite.where` and `xsite.of`; each
+/// with the part of `bytes` it carries. None without hits.
+#[allow(clippy::too_many_arguments)]
+fn where_specs<'a>(
+    site: &str,
+    meta: &ObjectMeta,
+    expr: &str,
+    region: Option<&Region>,
+    base: Option<&str>,
+    nhits: u64,
+    ndim: u64,
+    bytes: &'a [u8],
+) -> Result<Vec<(TransferSpec, &'a [u8])>> {
+    if nhits == 0 {
+        return Ok(Vec::new());
+    }
+    let base = base.map_or_else(|| format!("{}@where", meta.name), str::to_string);
     let (coords, values) = bytes.split_at((nhits * 8 * ndim) as usize);
     let tags: pdcx_core::model::Tags = vec![
         (
@@ -457,7 +500,7 @@ pub fn pull_where(
             pdcx_core::model::TagValue::Str(meta.name.clone()),
         ),
     ];
-    let receiver = Receiver::new(local.clone());
+    let mut out = Vec::new();
     for (suffix, dims, dtype, fill, data) in [
         (
             "coords",
@@ -476,6 +519,7 @@ pub fn pull_where(
         m.containers = Vec::new();
         m.tags = tags.clone();
         let all = Region::new(vec![0; m.dims.len()], m.dims.clone())?;
+        // Chunks of a C-order array cut along leading dims are contiguous runs of it.
         let chunks = chunks(&all, dtype.size(), CHUNK_BYTES);
         let what = format!("{}?{expr}@{region:?}/{suffix}", meta.name);
         let spec = TransferSpec {
@@ -485,19 +529,9 @@ pub fn pull_where(
             region: all,
             chunks,
         };
-        let elem = dtype.size() as u64;
-        for i in receiver.begin(&spec)? {
-            let c = &spec.chunks[i as usize];
-            // Chunks of a C-order array cut along leading dims are contiguous runs of it.
-            let start = linear(&spec.region, c) * elem;
-            let part = &data[start as usize..(start + c.num_elements() * elem) as usize];
-            receiver.store(&spec.key, i, crc32c::crc32c(part), part)?;
-        }
-        receiver.publish(&spec.key, &spec.meta.name)?;
-        report.objects.push(spec.meta.name.clone());
+        out.push((spec, data));
     }
-    report.seconds = t0.elapsed().as_secs_f64();
-    Ok(report)
+    Ok(out)
 }
 
 /// Index in C order of `c`'s first element within `all` (a box at the origin).
@@ -518,14 +552,79 @@ pub fn push(
     site: &str,
     opts: &Options,
 ) -> Result<Report> {
-    let t0 = Instant::now();
     let remote = crate::site::remote(root, site)?;
     let meta = local.open_object(name)?;
     let region = region_of(&meta, region)?;
     let elem = meta.dtype.size();
     let plan = plan(meta, region, opts.step.as_deref(), opts.chunk_bytes)?;
     let spec = plan.spec(&remote.as_site);
-    let mut link = Link::connect(&remote)?;
+    send(&remote, site, &spec, opts, &|chunk| {
+        let mut buf = vec![0u8; chunk.byte_len(elem)? as usize];
+        match &plan.step {
+            Some(step) => {
+                local.read_strided(plan.source.id, &plan.source_box(chunk), step, &mut buf)?
+            }
+            None => local.read_into(plan.source.id, chunk, &mut buf)?,
+        }
+        Ok(buf)
+    })
+}
+
+/// Pushes the elements of local object `name` satisfying value query `expr` (inside `region`
+/// when given), evaluated by this site's servers: the remote site receives them as
+/// `BASE/coords` and `BASE/values` (BASE = `NAME@where`), as a `--where` pull would.
+pub fn push_where(
+    local: &Client,
+    root: &Path,
+    name: &str,
+    expr: &str,
+    region: Option<&str>,
+    site: &str,
+    opts: &Options,
+) -> Result<WhereReport> {
+    let t0 = Instant::now();
+    let remote = crate::site::remote(root, site)?;
+    let meta = local.open_object(name)?;
+    let region = region.map(|r| region_of(&meta, Some(r))).transpose()?;
+    let (nhits, ndim, bytes) = where_query(local, &meta, expr, region.clone())?;
+    let mut report = WhereReport {
+        hits: nhits,
+        moved_bytes: bytes.len() as u64,
+        ..WhereReport::default()
+    };
+    for (spec, data) in where_specs(
+        &remote.as_site,
+        &meta,
+        expr,
+        region.as_ref(),
+        None,
+        nhits,
+        ndim,
+        &bytes,
+    )? {
+        let elem = spec.meta.dtype.size() as u64;
+        send(&remote, site, &spec, opts, &|chunk| {
+            let start = linear(&spec.region, chunk) * elem;
+            Ok(data[start as usize..(start + chunk.num_elements() * elem) as usize].to_vec())
+        })?;
+        report.objects.push(spec.meta.name.clone());
+    }
+    report.seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Sends transfer `spec` to `remote` (named `site`), each chunk's bytes from `read`: begins it
+/// there (learning what is missing), sends the missing chunks over parallel streams, and
+/// has it published.
+fn send(
+    remote: &Remote,
+    site: &str,
+    spec: &TransferSpec,
+    opts: &Options,
+    read: &(dyn Fn(&Region) -> Result<Vec<u8>> + Sync),
+) -> Result<Report> {
+    let t0 = Instant::now();
+    let mut link = Link::connect(remote)?;
     let todo = match link.call(&Msg::Begin { spec: spec.clone() }, &[])? {
         (Msg::Missing { chunks }, _) => chunks,
         (m, _) => return Err(unexpected(&m)),
@@ -535,10 +634,9 @@ pub fn push(
             "the remote asked for a chunk the transfer does not have",
         ));
     }
-    let total = bytes_of(&spec, &todo);
     let progress = Progress::new(
         format!("push {} to {site}", spec.meta.name),
-        total,
+        bytes_of(spec, &todo),
         opts.progress,
     );
     // Each stream's gateway learns the transfer first (the journal they share is in the
@@ -547,15 +645,8 @@ pub fn push(
         (Msg::Missing { .. }, _) => Ok(()),
         (m, _) => Err(unexpected(&m)),
     };
-    parallel(&remote, opts.streams, &todo, &begin, &|link, i| {
-        let chunk = &spec.chunks[i as usize];
-        let mut buf = vec![0u8; chunk.byte_len(elem)? as usize];
-        match &plan.step {
-            Some(step) => {
-                local.read_strided(plan.source.id, &plan.source_box(chunk), step, &mut buf)?
-            }
-            None => local.read_into(plan.source.id, chunk, &mut buf)?,
-        }
+    parallel(remote, opts.streams, &todo, &begin, &|link, i| {
+        let buf = read(&spec.chunks[i as usize])?;
         let msg = Msg::Chunk {
             key: spec.key.clone(),
             index: i,
@@ -584,6 +675,42 @@ pub fn push(
         published_bytes: published,
         seconds: t0.elapsed().as_secs_f64(),
     })
+}
+
+/// Runs value query `expr` over object `meta` (names in it not found are tried in `meta`'s
+/// containers) on this deployment's servers: (hits, ndim, payload of the hits' coordinates
+/// then `meta`'s values at them), bounded by one frame. Used by the gateway for a `--where`
+/// pull and locally for a `--where` push.
+pub fn where_query(
+    client: &Client,
+    meta: &ObjectMeta,
+    expr: &str,
+    region: Option<Region>,
+) -> Result<(u64, u64, Vec<u8>)> {
+    let parsed = pdcx_core::valuequery::ValueExpr::parse(expr)?;
+    let query = parsed.try_map(&mut |n: &String| -> pdcx_core::Result<u64> {
+        match client.open_object(n) {
+            Ok(m) => Ok(m.id),
+            Err(e) => meta
+                .containers
+                .iter()
+                .find_map(|c| client.open_object(&format!("{c}/{n}")).ok())
+                .map(|m| m.id)
+                .ok_or(e),
+        }
+    })?;
+    if let Some(r) = &region {
+        r.check_within(&meta.dims)?;
+    }
+    let per_hit = 8 * meta.dims.len() as u64 + meta.dtype.size() as u64;
+    let want = pdcx_core::valuequery::QueryWant {
+        coords: true,
+        values: vec![meta.id],
+        histogram_bins: 0,
+        max_hits: crate::wire::MAX_PAYLOAD / per_hit,
+    };
+    let (answer, bytes) = client.value_query(query, region, want)?;
+    Ok((answer.nhits, answer.ndim as u64, bytes))
 }
 
 /// The region a `--region` spec names in `meta` (whole object when None): one item per dim,
