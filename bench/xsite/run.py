@@ -11,8 +11,8 @@ data as an HDF5 file; its gateway listens on the link. Site "hpc" (namespace a) 
   file      receives the whole HDF5 file over one plain TCP stream (sendfile): the baseline
   pull P%   pulls the first P% of the object's rows (0.1, 1, 10, 100), then deletes it
   push      pushes the whole object back (link utilisation of a whole-object push)
-  eqsim     the EQSIM patterns of paper 000 as selections pulled across (a point's history, a
-            box, a value query's hits, downsampled x20 and x3)
+  eqsim     the six EQSIM patterns of paper 000 as selections pulled across (a point's history,
+            a box, a value query's hits, downsampled x20 and x3, lat/lon of a box)
   resume    a whole-object pull killed at ~50% of its progress, then run again
 Bytes on the link are the veth's counters (TLS, TCP and IP included). Prints a table and the
 targets: a 1% pull >= 50x faster than the whole file; >= 80% link utilisation for
@@ -77,7 +77,13 @@ root, h5, rows = sys.argv[1], sys.argv[2], int(sys.argv[3])
 c = pdcx.connect(root)
 o = c.create_container("sim").create_object("sim/big", shape=(rows, 1024, 128), dtype="float64")
 rng = np.random.default_rng(7)
+# EQSIM-like grids: the latitude and longitude of every X x Y point.
+lat = 37.0 + np.arange(1024)[:, None] * 1e-3 + np.zeros(128)
+lon = -122.0 + np.zeros(1024)[:, None] + np.arange(128) * 1e-3
+for gname, grid in (("lat", lat), ("lon", lon)):
+    c.open_container("sim").create_object(f"sim/{gname}", shape=grid.shape, dtype="float64")[...] = grid
 with h5py.File(h5, "w") as f:
+    f["lat"], f["lon"] = lat, lon
     d = f.create_dataset("big", shape=(rows, 1024, 128), dtype="float64", chunks=(8, 1024, 128))
     for r in range(0, rows, 8):
         blk = rng.random((min(8, rows - r), 1024, 128))
@@ -227,17 +233,19 @@ def main() -> None:
             ("4 downsampled x20", ["--step", "1,20,20"], "e4"),
             ("5 downsampled x3", ["--step", "1,3,3"], "e5"),
         ]
+        patterns.append(("6 lat/lon of a box", ["--region", f"{x0}:{x0 + 32},{y0 - 32}:{y0}"], "e6"))
         results["eqsim"] = []
         for what, extra, name in patterns:
             before = link_bytes()
             t0 = time.perf_counter()
-            in_site(
-                "a", bin_, "pull", "cloud:sim/big", "--as", name, "-q", "--streams", a.streams, "--root", ra, *extra
-            )
+            sources = ["cloud:sim/lat", "cloud:sim/lon"] if name == "e6" else ["cloud:sim/big"]
+            for k, src in enumerate(sources):
+                as_name = f"{name}-{k}" if name == "e6" else name
+                in_site("a", bin_, "pull", src, "--as", as_name, "-q", "--streams", a.streams, "--root", ra, *extra)
             r = {"pattern": what, "seconds": time.perf_counter() - t0, "link_bytes": link_bytes() - before}
             results["eqsim"].append(r)
             print(f"{what}: {r['seconds']:.3f} s, {r['link_bytes'] / 2**20:.2f} MiB on the link", file=sys.stderr)
-            gone = [name, f"{name}/coords", f"{name}/values"]
+            gone = [name, f"{name}/coords", f"{name}/values", f"{name}-0", f"{name}-1"]
             in_site("a", sys.executable, "-c", DROP, ra, *gone, env=os.environ)
 
         if a.pulls_only:
