@@ -244,6 +244,8 @@ def test_python_pulls_and_pushes_like_the_cli(sites):
         ca.pull("cloud:py/a", (slice(0, 10, 2), slice(None)))
     with pytest.raises(pdcx.PdcxError, match="no remote site"):
         ca.pull("elsewhere:py/a")
+    with pytest.raises(pdcx.InvalidArgumentError, match="not both"):
+        ca.pull("cloud:py/a", step=(2, 2), where="py/a>3")
 
 
 def test_a_push_resumes_after_the_receiving_gateway_is_killed(sites, tmp_path):

@@ -17,6 +17,21 @@ unsafe fn opt<'a>(p: *const c_char, what: &str) -> crate::R<Option<&'a str>> {
     }
 }
 
+/// The deployment root (where linked sites are recorded) and quiet transfer options.
+fn linked(
+    c: &pdcx_client::Client,
+) -> crate::R<(std::path::PathBuf, pdcx_xsite::transfer::Options)> {
+    let root = c
+        .root()
+        .ok_or("the client has no deployment root")?
+        .to_path_buf();
+    let opts = pdcx_xsite::transfer::Options {
+        progress: false,
+        ..Default::default()
+    };
+    Ok((root, opts))
+}
+
 /// `PDCXsite_pull(source, region, as_name)`: `source` is "SITE:OBJECT" or "s3://BUCKET/KEY";
 /// `region` ("0:10,:,5") and `as_name` may be NULL.
 ///
@@ -46,14 +61,7 @@ pub unsafe extern "C" fn PDCXsite_pull(
             .split_once(':')
             .filter(|(s, n)| !s.is_empty() && !n.is_empty())
             .ok_or_else(|| format!("source {source:?}: expected SITE:OBJECT or s3://BUCKET/KEY"))?;
-        let root = c
-            .root()
-            .ok_or("the client has no deployment root")?
-            .to_path_buf();
-        let opts = pdcx_xsite::transfer::Options {
-            progress: false,
-            ..Default::default()
-        };
+        let (root, opts) = linked(&c)?;
         pdcx_xsite::transfer::pull(&c, &root, site, name, region, as_name, &opts)
             .map_err(|e| e.to_string())?;
         Ok(())
@@ -81,14 +89,7 @@ pub unsafe extern "C" fn PDCXsite_push(
             pdcx_xsite::meeting::push(&c, name, region, &site, to).map_err(|e| e.to_string())?;
             return Ok(());
         }
-        let root = c
-            .root()
-            .ok_or("the client has no deployment root")?
-            .to_path_buf();
-        let opts = pdcx_xsite::transfer::Options {
-            progress: false,
-            ..Default::default()
-        };
+        let (root, opts) = linked(&c)?;
         pdcx_xsite::transfer::push(&c, &root, name, region, to, &opts)
             .map_err(|e| e.to_string())?;
         Ok(())

@@ -128,6 +128,21 @@ fn report(what: &str, r: &transfer::Report) {
     );
 }
 
+/// One line on what a `--where` transfer moved.
+fn where_report(what: &str, verb: &str, r: &transfer::WhereReport) {
+    let objects = if r.objects.is_empty() {
+        "nothing".to_string()
+    } else {
+        r.objects.join(" and ")
+    };
+    eprintln!(
+        "{what}: {} hits, {:.1} MiB moved, {verb} as {objects} in {:.2} s",
+        r.hits,
+        r.moved_bytes as f64 / 1048576.0,
+        r.seconds
+    );
+}
+
 pub fn pull(
     root: &Path,
     from: &str,
@@ -157,17 +172,7 @@ pub fn pull(
     if let Some(cond) = where_ {
         let r = transfer::pull_where(&client, root, site_name, object, cond, region, as_name)
             .map_err(|e| anyhow!("{e}"))?;
-        eprintln!(
-            "pull {from} where {cond}: {} hits, {:.1} MiB moved, received as {} in {:.2} s",
-            r.hits,
-            r.moved_bytes as f64 / 1048576.0,
-            if r.objects.is_empty() {
-                "nothing".to_string()
-            } else {
-                r.objects.join(" and ")
-            },
-            r.seconds
-        );
+        where_report(&format!("pull {from} where {cond}"), "received", &r);
         return Ok(0);
     }
     let r = transfer::pull(&client, root, site_name, object, region, as_name, opts)
@@ -191,12 +196,10 @@ pub fn push(
         }
         let r = transfer::push_where(&client, root, object, cond, region, to, opts)
             .map_err(|e| anyhow!("{e}"))?;
-        eprintln!(
-            "push {object} where {cond} to {to}: {} hits, {:.1} MiB moved, published as {} in {:.2} s",
-            r.hits,
-            r.moved_bytes as f64 / 1048576.0,
-            if r.objects.is_empty() { "nothing".to_string() } else { r.objects.join(" and ") },
-            r.seconds
+        where_report(
+            &format!("push {object} where {cond} to {to}"),
+            "published",
+            &r,
         );
         return Ok(0);
     }

@@ -27,7 +27,7 @@ pyo3::create_exception!(_native, NoSpaceError, PdcxError);
 pyo3::create_exception!(_native, ProtocolError, PdcxError);
 
 /// A transfer's report as the dict `Client.pull`/`push` return.
-fn report_dict(r: &pdcx_xsite::transfer::Report) -> std::collections::HashMap<String, f64> {
+fn report_dict(r: &pdcx_xsite::transfer::Report) -> XsiteReport {
     [
         ("chunks", r.chunks as f64),
         ("moved_chunks", r.moved_chunks as f64),
@@ -179,15 +179,55 @@ struct Client {
 }
 
 impl Client {
-    /// The deployment root, where the sites this one is linked to are recorded (issue 13).
-    fn xsite_root(&self) -> R<std::path::PathBuf> {
-        self.inner
+    /// Runs cross-site work (issue 13) without the GIL, with this client and its deployment
+    /// root (where the sites it is linked to are recorded).
+    fn xsite(
+        &self,
+        py: Python<'_>,
+        work: impl FnOnce(&RustClient, &std::path::Path) -> pdcx_xsite::Result<XsiteReport> + Send,
+    ) -> R<XsiteReport> {
+        let root = self
+            .inner
             .root()
             .map(std::path::Path::to_path_buf)
             .ok_or_else(|| {
                 InvalidArgumentError::new_err("this client was not opened on a deployment root")
-            })
+            })?;
+        let client = self.inner.clone();
+        py.allow_threads(move || work(&client, &root))
+            .map_err(xsite_to_py)
     }
+}
+
+/// What `Client.pull`/`push` return (names to numbers).
+type XsiteReport = std::collections::HashMap<String, f64>;
+
+/// Transfer options from Python's arguments: a step and a value query exclude each other.
+fn xsite_options(
+    streams: usize,
+    step: Option<Vec<u64>>,
+    query: bool,
+) -> R<pdcx_xsite::transfer::Options> {
+    if step.is_some() && query {
+        return Err(InvalidArgumentError::new_err(
+            "give step or where, not both",
+        ));
+    }
+    Ok(pdcx_xsite::transfer::Options {
+        streams,
+        progress: false,
+        step,
+        ..Default::default()
+    })
+}
+
+/// A `where` transfer's report as a dict.
+fn where_dict(r: &pdcx_xsite::transfer::WhereReport) -> XsiteReport {
+    XsiteReport::from([
+        ("hits".into(), r.hits as f64),
+        ("moved_bytes".into(), r.moved_bytes as f64),
+        ("seconds".into(), r.seconds),
+    ])
 }
 
 #[pymethods]
@@ -451,52 +491,27 @@ impl Client {
         step: Option<Vec<u64>>,
         where_: Option<String>,
         streams: usize,
-    ) -> R<std::collections::HashMap<String, f64>> {
+    ) -> R<XsiteReport> {
         use pdcx_xsite::{meeting, transfer};
-        let root = self.xsite_root()?;
-        let client = self.inner.clone();
-        py.allow_threads(
-            move || -> pdcx_xsite::Result<std::collections::HashMap<String, f64>> {
-                let mut out = std::collections::HashMap::new();
-                if site.starts_with("s3://") {
-                    let (objects, bytes) = meeting::pull(&client, &site)?;
-                    out.insert("objects".into(), objects as f64);
-                    out.insert("published_bytes".into(), bytes as f64);
-                } else if let Some(cond) = where_ {
-                    let r = transfer::pull_where(
-                        &client,
-                        &root,
-                        &site,
-                        &name,
-                        &cond,
-                        region.as_deref(),
-                        as_name.as_deref(),
-                    )?;
-                    out.insert("hits".into(), r.hits as f64);
-                    out.insert("moved_bytes".into(), r.moved_bytes as f64);
-                    out.insert("seconds".into(), r.seconds);
-                } else {
-                    let opts = transfer::Options {
-                        streams,
-                        progress: false,
-                        step,
-                        ..Default::default()
-                    };
-                    let r = transfer::pull(
-                        &client,
-                        &root,
-                        &site,
-                        &name,
-                        region.as_deref(),
-                        as_name.as_deref(),
-                        &opts,
-                    )?;
-                    out = report_dict(&r);
-                }
-                Ok(out)
-            },
-        )
-        .map_err(xsite_to_py)
+        let opts = xsite_options(streams, step, where_.is_some())?;
+        self.xsite(py, move |client, root| {
+            if site.starts_with("s3://") {
+                let (objects, bytes) = meeting::pull(client, &site)?;
+                return Ok(XsiteReport::from([
+                    ("objects".into(), objects as f64),
+                    ("published_bytes".into(), bytes as f64),
+                ]));
+            }
+            let (region, as_name) = (region.as_deref(), as_name.as_deref());
+            Ok(match where_ {
+                Some(cond) => where_dict(&transfer::pull_where(
+                    client, root, &site, &name, &cond, region, as_name,
+                )?),
+                None => report_dict(&transfer::pull(
+                    client, root, &site, &name, region, as_name, &opts,
+                )?),
+            })
+        })
     }
 
     /// Issue 13: pushes object `name` (or its `region`) to remote site `to`, or as a bundle to
@@ -513,49 +528,31 @@ impl Client {
         streams: usize,
         site: Option<String>,
         where_: Option<String>,
-    ) -> R<std::collections::HashMap<String, f64>> {
+    ) -> R<XsiteReport> {
         use pdcx_xsite::{meeting, transfer};
-        let root = self.xsite_root()?;
-        let client = self.inner.clone();
-        py.allow_threads(
-            move || -> pdcx_xsite::Result<std::collections::HashMap<String, f64>> {
-                let mut out = std::collections::HashMap::new();
-                if let Some(cond) = where_ {
-                    let opts = transfer::Options {
-                        streams,
-                        progress: false,
-                        ..Default::default()
-                    };
-                    let r = transfer::push_where(
-                        &client,
-                        &root,
-                        &name,
-                        &cond,
-                        region.as_deref(),
-                        &to,
-                        &opts,
-                    )?;
-                    out.insert("hits".into(), r.hits as f64);
-                    out.insert("moved_bytes".into(), r.moved_bytes as f64);
-                    out.insert("seconds".into(), r.seconds);
-                } else if to.starts_with("s3://") {
-                    let site = site.unwrap_or_else(|| "site".into());
-                    let (_, bytes) = meeting::push(&client, &name, region.as_deref(), &site, &to)?;
-                    out.insert("published_bytes".into(), bytes as f64);
-                } else {
-                    let opts = transfer::Options {
-                        streams,
-                        progress: false,
-                        step,
-                        ..Default::default()
-                    };
-                    let r = transfer::push(&client, &root, &name, region.as_deref(), &to, &opts)?;
-                    out = report_dict(&r);
+        let opts = xsite_options(streams, step, where_.is_some())?;
+        self.xsite(py, move |client, root| {
+            let region = region.as_deref();
+            if to.starts_with("s3://") {
+                if where_.is_some() || opts.step.is_some() {
+                    return Err(pdcx_xsite::XsiteError::Invalid(
+                        "a push to s3:// moves a region (no step or where)".into(),
+                    ));
                 }
-                Ok(out)
-            },
-        )
-        .map_err(xsite_to_py)
+                let site = site.unwrap_or_else(|| "site".into());
+                let (_, bytes) = meeting::push(client, &name, region, &site, &to)?;
+                return Ok(XsiteReport::from([(
+                    "published_bytes".into(),
+                    bytes as f64,
+                )]));
+            }
+            Ok(match where_ {
+                Some(cond) => where_dict(&transfer::push_where(
+                    client, root, &name, &cond, region, &to, &opts,
+                )?),
+                None => report_dict(&transfer::push(client, root, &name, region, &to, &opts)?),
+            })
+        })
     }
 
     /// Removes an object: metadata, memberships, tags and data.

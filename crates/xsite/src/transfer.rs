@@ -331,6 +331,17 @@ fn bytes_of(spec: &TransferSpec, todo: &[u32]) -> u64 {
         .sum()
 }
 
+/// Remote site `site`, a link to it, and the metadata of its object `name`.
+fn open_remote(root: &Path, site: &str, name: &str) -> Result<(Remote, Link, ObjectMeta)> {
+    let remote = crate::site::remote(root, site)?;
+    let mut link = Link::connect(&remote)?;
+    let meta = match link.call(&Msg::Meta { name: name.into() }, &[])? {
+        (Msg::MetaIs { meta }, _) => meta,
+        (m, _) => return Err(unexpected(&m)),
+    };
+    Ok((remote, link, meta))
+}
+
 /// Pulls `region` (the whole object when None) of object `name` at remote site `site` into the
 /// local deployment, under `local_name` (default: the same name).
 pub fn pull(
@@ -343,12 +354,7 @@ pub fn pull(
     opts: &Options,
 ) -> Result<Report> {
     let t0 = Instant::now();
-    let remote = crate::site::remote(root, site)?;
-    let mut link = Link::connect(&remote)?;
-    let meta = match link.call(&Msg::Meta { name: name.into() }, &[])? {
-        (Msg::MetaIs { meta }, _) => meta,
-        (m, _) => return Err(unexpected(&m)),
-    };
+    let (remote, _, meta) = open_remote(root, site, name)?;
     let region = region_of(&meta, region)?;
     let plan = plan(meta, region, opts.step.as_deref(), opts.chunk_bytes)?;
     let spec = plan.spec(site);
@@ -410,12 +416,7 @@ pub fn pull_where(
     local_name: Option<&str>,
 ) -> Result<WhereReport> {
     let t0 = Instant::now();
-    let remote = crate::site::remote(root, site)?;
-    let mut link = Link::connect(&remote)?;
-    let meta = match link.call(&Msg::Meta { name: name.into() }, &[])? {
-        (Msg::MetaIs { meta }, _) => meta,
-        (m, _) => return Err(unexpected(&m)),
-    };
+    let (_, mut link, meta) = open_remote(root, site, name)?;
     let region = region.map(|r| region_of(&meta, Some(r))).transpose()?;
     let query = Msg::Query {
         name: meta.name.clone(),
