@@ -851,8 +851,9 @@ pub struct ServerStats {
     pub query_scanned_bytes: u64,
     #[serde(default)]
     pub query_skipped_bytes: u64,
-    /// Strided reads this server planned by extent for a same-node client, which gathered
-    /// the selection from the mapped log itself (`PiecePlan`).
+    /// Strided reads, and reads of many short rows, this server planned by extent for a
+    /// same-node client, which gathered the selection from the mapped log itself
+    /// (`PiecePlan`).
     #[serde(default)]
     pub piece_plans: u64,
 }
