@@ -199,6 +199,17 @@ impl ByteStream {
         self.meta.id
     }
 
+    /// The client this handle uses.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The size this handle last learned from the owner (at open, or after a write, `size`
+    /// or `set_size`); no round trip.
+    pub fn known_size(&self) -> u64 {
+        self.lock().known_size
+    }
+
     pub fn name(&self) -> &str {
         &self.meta.name
     }

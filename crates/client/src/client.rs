@@ -34,6 +34,9 @@ pub(crate) struct Inner {
     pub(crate) workers: Vec<OnceLock<Worker>>,
     txn_base: u64,
     txn_counter: AtomicU64,
+    /// Bytes per open that this client's file readers consumed, averaged (adaptive
+    /// read-ahead, `file.rs`; 0 until a file read was closed).
+    pub(crate) file_window: AtomicU64,
     /// This client's node-local server.
     local: AtomicU32,
     /// Send lookups of objects owned elsewhere through the node-local server (on when that
@@ -171,6 +174,7 @@ impl Client {
             cluster,
             txn_base,
             txn_counter: AtomicU64::new(1),
+            file_window: AtomicU64::new(0),
             lazy_at: Mutex::new(BTreeSet::new()),
             containers_seen: Mutex::new(HashMap::new()),
             user: OnceLock::new(),
@@ -1430,6 +1434,18 @@ impl Client {
             }
         }
         self.with_conn(dest, &mut |c| c.read_into(&items[0], held, out))
+    }
+
+    /// Reads `region` of `id` through its owner in one round trip (the owner fetches parts
+    /// other servers hold): no location query and no read plan, which is what a small read
+    /// wants (a file's read-ahead window, issue 14); large reads use [`read_into`](Self::read_into).
+    pub fn read_via_owner(&self, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
+        let owner = self.id_owner(id)?;
+        let item = ReadItem {
+            id,
+            region: region.clone(),
+        };
+        self.with_conn(owner, &mut |c| c.read_into(&item, false, out))
     }
 
     /// Whether item `i` of a read can be a one-copy read (issue 10, "reads") given the plans

@@ -6,14 +6,18 @@ pub mod client;
 pub mod conn;
 mod direct;
 mod direct_write;
+pub mod file;
 mod segfile;
 pub mod shm;
 pub mod transfer;
 
 /// The cluster file and secret live in the transport layer the servers share.
 pub use pdcx_transport::cluster;
+/// Client requests this process has sent (round trips), for benchmarks' counts.
+pub use pdcx_transport::conn::requests_sent as transport_requests_sent;
 
 pub use bytestream::ByteStream;
 pub use client::Client;
 pub use cluster::ClusterFile;
+pub use file::{File, FileOptions, FileStat, OpenMode, Prefetch};
 pub use transfer::{start_all, wait_all, Status, Transfer};

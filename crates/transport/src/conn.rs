@@ -14,6 +14,14 @@ use std::io::{BufReader, BufWriter, Read};
 use std::net::TcpStream;
 use std::time::Duration;
 
+/// Client requests this process has sent (each is one round trip): what benchmarks count.
+static REQUESTS_SENT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Client requests this process has sent so far, on every connection.
+pub fn requests_sent() -> u64 {
+    REQUESTS_SENT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The buffered read half of a connection (reply payloads are read from it directly).
@@ -266,6 +274,7 @@ impl Conn {
     /// Sends one client request; its reply is read with `read_response` or `read_reply`.
     pub fn send(&mut self, req: &Request, payload: &[&[u8]]) -> Result<()> {
         self.check_role(false)?;
+        REQUESTS_SENT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let body = protocol::encode_body(req)?;
         self.send_frame(FrameKind::Request, &body, payload)
     }

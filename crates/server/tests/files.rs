@@ -1,0 +1,153 @@
+//! Files over byte streams (issue 14): aggregated writes become visible at close in one
+//! commit, a handle reads its own unflushed writes, read-ahead serves sequential reads in
+//! few round trips, and stat/list/remove/truncate/append behave like their POSIX namesakes.
+
+mod common;
+use common::{client_at, two_servers};
+use pdcx_client::transport_requests_sent as sent;
+use pdcx_client::{FileOptions, Prefetch};
+use std::io::SeekFrom;
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// The round-trip counter is per process: tests that count run one at a time.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+const AGG: FileOptions = FileOptions {
+    aggregate: true,
+    prefetch: Prefetch::Adaptive,
+};
+const NONE: FileOptions = FileOptions {
+    aggregate: false,
+    prefetch: Prefetch::Off,
+};
+
+#[test]
+fn aggregated_writes_are_visible_at_close_and_read_whole_in_few_round_trips() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _servers = two_servers(&root);
+    let a = client_at(&root, 0);
+    let b = client_at(&root, 1);
+
+    // A FITS-like writer: 2880-byte blocks, then a header block rewritten at the end.
+    let data = pattern(2880 * 120, 7);
+    let mut w = a.file_open("proj/img_1.fits", "wb", AGG).unwrap();
+    let before = sent();
+    for block in data.chunks(2880) {
+        w.write(block).unwrap();
+    }
+    w.seek(SeekFrom::Start(0)).unwrap();
+    w.write(b"SIMPLE  =                    T").unwrap();
+    assert_eq!(
+        sent(),
+        before,
+        "aggregated writes made round trips before the close"
+    );
+    // Not visible to others yet; this write-only handle refuses reads.
+    assert_eq!(b.file_stat("proj/img_1.fits").unwrap().size, 0);
+    let mut head = [0u8; 6];
+    assert_eq!(
+        w.pread(0, &mut head).unwrap_err().kind,
+        pdcx_core::ErrorKind::InvalidArgument
+    );
+    w.close().unwrap();
+    assert!(w.write(b"x").is_err(), "a closed file took a write");
+
+    let mut want = data.clone();
+    want[..30].copy_from_slice(b"SIMPLE  =                    T");
+    assert_eq!(
+        b.file_stat("proj/img_1.fits").unwrap().size,
+        want.len() as u64
+    );
+
+    // Read whole, in blocks: the open and one read (the first window covers the file).
+    let before = sent();
+    let mut r = b.file_open("proj/img_1.fits", "rb", AGG).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 2880];
+    loop {
+        let n = r.read(&mut buf).unwrap();
+        if n == 0 {
+            break;
+        }
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(got, want);
+    assert_eq!(r.fetches(), 1);
+    assert!(sent() - before <= 3, "{} round trips", sent() - before);
+    r.close().unwrap();
+
+    // Without prefetching, every block is a round trip.
+    let mut r = b.file_open("proj/img_1.fits", "r", NONE).unwrap();
+    let n = r.read_full(&mut vec![0u8; want.len()]).unwrap();
+    assert_eq!(n, want.len());
+    let mut r = b.file_open("proj/img_1.fits", "r", NONE).unwrap();
+    while r.read(&mut buf).unwrap() > 0 {}
+    assert_eq!(r.fetches(), 120);
+}
+
+#[test]
+fn a_handle_reads_its_own_unflushed_writes_and_modes_behave() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _servers = two_servers(&root);
+    let c = client_at(&root, 0);
+
+    let mut f = c.file_open("t/a.bin", "w+b", AGG).unwrap();
+    f.write(&pattern(10_000, 1)).unwrap();
+    f.flush().unwrap();
+    f.pwrite(5_000, b"hello").unwrap(); // unflushed, over flushed bytes
+    f.pwrite(20_000, b"tail").unwrap(); // unflushed, past a hole
+    assert_eq!(f.size(), 20_004);
+    let mut out = vec![0u8; 20_004];
+    assert_eq!(f.pread(0, &mut out).unwrap(), 20_004);
+    let mut want = pattern(10_000, 1);
+    want[5_000..5_005].copy_from_slice(b"hello");
+    want.resize(20_000, 0);
+    want.extend_from_slice(b"tail");
+    assert_eq!(out, want);
+    f.set_len(4).unwrap();
+    assert_eq!(f.size(), 4);
+    f.close().unwrap();
+    assert_eq!(c.file_stat("t/a.bin").unwrap().size, 4);
+
+    // Append writes at the end whatever the position; `w` truncates; `x` refuses an
+    // existing file; `r` of a missing one fails.
+    let mut f = c.file_open("t/a.bin", "a", NONE).unwrap();
+    f.write(b"++").unwrap();
+    f.close().unwrap();
+    let mut f = c.file_open("t/a.bin", "rb", AGG).unwrap();
+    let mut out = vec![0u8; 16];
+    assert_eq!(f.read(&mut out).unwrap(), 6);
+    assert_eq!(&out[..6], &[want[0], want[1], want[2], want[3], b'+', b'+']);
+    assert!(f.write(b"no").is_err(), "a read-only file took a write");
+    assert!(c.file_open("t/a.bin", "x", AGG).is_err());
+    assert!(c.file_open("t/missing", "r", AGG).is_err());
+    assert!(c.file_open("t/../escape", "w", AGG).is_err());
+    let mut f = c.file_open("t/a.bin", "w", AGG).unwrap();
+    f.close().unwrap();
+    assert_eq!(c.file_stat("t/a.bin").unwrap().size, 0);
+
+    // list by prefix, remove.
+    c.file_open("t/b.bin", "w", AGG).unwrap().close().unwrap();
+    c.file_open("u/c.bin", "w", AGG).unwrap().close().unwrap();
+    let names: Vec<String> = c
+        .file_list("t/")
+        .unwrap()
+        .into_iter()
+        .map(|s| s.name)
+        .collect();
+    assert_eq!(names, ["t/a.bin", "t/b.bin"]);
+    c.file_remove("t/a.bin").unwrap();
+    assert!(c.file_stat("t/a.bin").is_err());
+    assert_eq!(c.file_list("t/").unwrap().len(), 1);
+}
