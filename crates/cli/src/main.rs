@@ -2,6 +2,7 @@
 
 mod commands;
 mod daemon;
+mod files_cmd;
 mod mpiio_cmd;
 mod tiers_cmd;
 mod xsite_cmd;
@@ -101,11 +102,27 @@ enum Command {
     /// List containers and objects.
     #[command(after_help = LS_EXAMPLES)]
     Ls {
-        /// Only list the objects of this container.
+        /// Only list the objects of this container; or, as pdcx://PREFIX/, the files under a
+        /// name prefix, like a directory.
         container: Option<String>,
         /// Print a JSON document with every metadata field.
         #[arg(long)]
         json: bool,
+    },
+
+    /// Copy files between local paths and pdcx:// byte-stream objects.
+    #[command(after_help = CP_EXAMPLES)]
+    Cp {
+        /// Sources, then the destination. Either side may be pdcx://NAME; with several
+        /// sources the destination is a directory.
+        #[arg(required = true, num_args = 2.., value_name = "SRC... DST")]
+        paths: Vec<String>,
+        /// Copy directories (local directories, or pdcx:// name prefixes) and what is under them.
+        #[arg(short, long)]
+        recursive: bool,
+        /// No progress lines.
+        #[arg(short, long)]
+        quiet: bool,
     },
 
     /// Show an object's metadata and where its data is stored.
@@ -457,10 +474,23 @@ EXAMPLES:
   pdcx server status --json | jq '.[] | select(.up == false)'
   pdcx server status >/dev/null || echo 'deployment is not healthy'";
 
+const CP_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx cp image.fits pdcx://raw/image.fits     # a local file into a byte-stream object
+  pdcx cp -r raw/ pdcx://raw                   # a directory's files under the prefix raw/
+  pdcx cp pdcx://proj/a.fits pdcx://proj/b.fits .   # objects to local files
+  pdcx cp -r pdcx://out results/               # everything under out/ into results/out/
+
+Files are byte-stream objects: the unit CFITSIO programs open as pdcx://NAME with
+libpdcx_fits.so preloaded. A copy into pdcx is durable when cp returns. Writes are
+aggregated and reads prefetched (PDCX_FILE_AGGREGATE=0, PDCX_FILE_PREFETCH=off to measure
+without).";
+
 const LS_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx ls                  # containers, then every object
   pdcx ls run1             # the objects of container run1
+  pdcx ls pdcx://proj/     # files under the name prefix proj/, like a directory
   pdcx ls --json | jq '.objects[].name'";
 
 const SHOW_EXAMPLES: &str = "\
@@ -686,8 +716,19 @@ fn run(cli: Cli) -> Result<u8> {
             Some(ServerAction::Status { json }) => daemon::status(&root, json),
             Some(ServerAction::CrashPoints { json }) => Ok(crash_points(json)),
         },
-        Command::Ls { container, json } => {
-            commands::ls(&root, container.as_deref(), json).map(|()| 0)
+        Command::Ls { container, json } => match container.as_deref() {
+            Some(p) if p.starts_with(files_cmd::SCHEME) => {
+                files_cmd::ls(&root, p, json).map(|()| 0)
+            }
+            c => commands::ls(&root, c, json).map(|()| 0),
+        },
+        Command::Cp {
+            mut paths,
+            recursive,
+            quiet,
+        } => {
+            let dst = paths.pop().unwrap_or_default();
+            files_cmd::cp(&root, &paths, &dst, recursive, quiet).map(|()| 0)
         }
         Command::Show { object, json } => commands::show(&root, &object, json).map(|()| 0),
         Command::Put {

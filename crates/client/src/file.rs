@@ -332,6 +332,28 @@ impl Runs {
     }
 }
 
+/// What a name is: a file, or a directory (a name prefix; see [`Client::file_kind`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Kind {
+    File(FileStat),
+    Dir,
+}
+
+/// One entry of a directory listing ([`Client::file_dir`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DirEntry {
+    /// The name under the directory (one component).
+    pub name: String,
+    /// None for a subdirectory.
+    pub stat: Option<FileStat>,
+}
+
+/// The marker object [`Client::file_mkdir`] creates for directory `dir`: its name and a
+/// slash, an empty byte stream (so a directory exists before anything is written in it).
+pub fn dir_marker(dir: &str) -> String {
+    format!("{dir}/")
+}
+
 /// An open file (see the module doc). Not shared between threads: each thread opens its own.
 pub struct File {
     stream: ByteStream,
@@ -419,6 +441,85 @@ impl Client {
     /// Files whose names start with `prefix`, sorted by name.
     pub fn file_list(&self, prefix: &str) -> Result<Vec<FileStat>> {
         Ok(self.bs_list(prefix)?.iter().map(FileStat::from).collect())
+    }
+}
+
+impl Client {
+    /// What canonical name `name` is ("" is the root, always a directory): a file, a
+    /// directory (some file's name starts with it and a slash, or `file_mkdir` made it), or
+    /// nothing.
+    pub fn file_kind(&self, name: &str) -> Result<Option<Kind>> {
+        if name.is_empty() {
+            return Ok(Some(Kind::Dir));
+        }
+        match self.file_stat(name) {
+            Ok(s) => return Ok(Some(Kind::File(s))),
+            Err(e) if e.kind == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        let under = self.file_list(&dir_marker(name))?;
+        Ok((!under.is_empty()).then_some(Kind::Dir))
+    }
+
+    /// The entries directly under directory `dir` ("" for the root), sorted by name.
+    pub fn file_dir(&self, dir: &str) -> Result<Vec<DirEntry>> {
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            dir_marker(dir)
+        };
+        // (name, is a directory) -> stat: a name may be a file and a directory at once.
+        let mut seen: BTreeMap<(String, bool), Option<FileStat>> = BTreeMap::new();
+        for f in self.file_list(&prefix)? {
+            let rest = &f.name[prefix.len()..];
+            match rest.split_once('/') {
+                None if rest.is_empty() => {} // this directory's own marker
+                None => {
+                    seen.insert((rest.to_string(), false), Some(f.clone()));
+                }
+                Some((sub, _)) => {
+                    seen.insert((sub.to_string(), true), None);
+                }
+            }
+        }
+        let out = seen
+            .into_iter()
+            .map(|((name, _), stat)| DirEntry { name, stat })
+            .collect();
+        Ok(out)
+    }
+
+    /// Makes directory `dir` (canonical) exist: its marker object. Fails if the name is
+    /// taken by a file or a directory.
+    pub fn file_mkdir(&self, dir: &str) -> Result<()> {
+        let dir = normalize(dir)?;
+        if self.file_kind(&dir)?.is_some() {
+            return Err(Error::new(
+                ErrorKind::AlreadyExists,
+                format!("{dir:?} exists"),
+            ));
+        }
+        self.bs_open(&dir_marker(&dir), true).map(drop)
+    }
+
+    /// Removes empty directory `dir` (its marker; a directory that exists only through the
+    /// files under it goes away with them).
+    pub fn file_rmdir(&self, dir: &str) -> Result<()> {
+        let dir = normalize(dir)?;
+        match self.file_kind(&dir)? {
+            None => Err(Error::new(
+                ErrorKind::NotFound,
+                format!("no directory {dir:?}"),
+            )),
+            Some(Kind::File(_)) => Err(Error::invalid(format!("{dir:?} is a file"))),
+            Some(Kind::Dir) => {
+                if !self.file_dir(&dir)?.is_empty() {
+                    return Err(Error::invalid(format!("directory {dir:?} is not empty")));
+                }
+                let m = self.open_object(&dir_marker(&dir))?;
+                self.delete_object(m.id)
+            }
+        }
     }
 }
 

@@ -1,0 +1,599 @@
+//! The libc calls Montage-like workflows make on their files themselves (paper 004 §VI
+//! "POSIX Support"): existence checks (`stat`, `lstat`, `access`), removing an output before
+//! recreating it (`unlink`, `remove`), output directories (`mkdir`, `rmdir`), directory
+//! listings (`opendir`/`readdir`) and small tables read or written with `fopen`. A path that
+//! starts with `pdcx://` is answered from pdcx; every other path goes to libc untouched (one
+//! prefix comparison).
+//!
+//! glibc ≥ 2.33 exports `stat` and friends as functions; older programs call `__xstat`.
+//! Both are covered. Directory handles from `opendir` on a `pdcx://` path are this library's
+//! own (a boxed listing), recognised by address in `readdir`/`closedir`/`dirfd`.
+
+use crate::names;
+use crate::{ctx, errno_of, guarded, set_errno};
+use libc::{c_char, c_int, c_void, mode_t, DIR};
+use pdcx_client::file::Kind;
+use pdcx_client::{File, FileStat};
+use std::collections::HashSet;
+use std::ffi::CStr;
+use std::io::SeekFrom;
+use std::sync::Mutex;
+
+/// Looks `sym` up as the next definition after this library (glibc's), once.
+macro_rules! real {
+    ($name:ident : $ty:ty) => {{
+        static CACHE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let mut p = CACHE.load(std::sync::atomic::Ordering::Relaxed);
+        if p == 0 {
+            // SAFETY: a NUL-terminated static name.
+            p = unsafe {
+                libc::dlsym(
+                    libc::RTLD_NEXT,
+                    concat!(stringify!($name), "\0").as_ptr().cast(),
+                )
+            } as usize;
+            CACHE.store(p, std::sync::atomic::Ordering::Relaxed);
+        }
+        // SAFETY: glibc defines the symbol with this C type.
+        (p != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(p) })
+    }};
+}
+
+/// Calls the real libc function, or fails with ENOSYS when there is none.
+macro_rules! pass {
+    ($name:ident : $ty:ty, $fail:expr, ($($a:expr),*)) => {
+        match real!($name: $ty) {
+            // SAFETY: the caller's arguments, passed on unchanged.
+            Some(f) => unsafe { f($($a),*) },
+            None => {
+                set_errno(libc::ENOSYS);
+                $fail
+            }
+        }
+    };
+}
+
+/// The part after `pdcx://` of a C path, when it has the scheme.
+fn ours(path: *const c_char) -> Option<&'static str> {
+    if path.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated C string from the caller, alive for the call (the 'static
+    // is only for the borrow's convenience within this call).
+    let b = unsafe { CStr::from_ptr(path) }.to_bytes();
+    names::strip(b)
+}
+
+/// Fills a `struct stat` for what `name` resolves to; -1 with errno otherwise.
+fn stat_into(rest: &str, buf: *mut libc::stat) -> c_int {
+    let name = names::lexical(rest);
+    let c = match ctx() {
+        Ok(c) => c,
+        Err(_) => {
+            set_errno(libc::EIO);
+            return -1;
+        }
+    };
+    let kind = match c.client.file_kind(&name) {
+        Ok(Some(k)) => k,
+        Ok(None) => {
+            set_errno(libc::ENOENT);
+            return -1;
+        }
+        Err(e) => {
+            set_errno(errno_of(&e));
+            return -1;
+        }
+    };
+    // SAFETY: the caller's buffer; zeroed then filled field by field.
+    let st = unsafe {
+        std::ptr::write_bytes(buf, 0, 1);
+        &mut *buf
+    };
+    let ino = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    });
+    st.st_dev = 0x7064_6378; // "pdcx"
+    st.st_ino = ino | 1;
+    // SAFETY: no preconditions.
+    st.st_uid = unsafe { libc::getuid() };
+    st.st_gid = unsafe { libc::getgid() };
+    st.st_blksize = 2880 * 4;
+    match kind {
+        Kind::Dir => {
+            st.st_mode = libc::S_IFDIR | 0o755;
+            st.st_nlink = 2;
+            st.st_size = 4096;
+        }
+        Kind::File(FileStat {
+            size, ctime, mtime, ..
+        }) => {
+            st.st_mode = libc::S_IFREG | 0o644;
+            st.st_nlink = 1;
+            st.st_size = size as i64;
+            st.st_blocks = size.div_ceil(512) as i64;
+            st.st_mtime = mtime as i64;
+            st.st_mtime_nsec = ((mtime.fract()) * 1e9) as i64;
+            st.st_ctime = ctime as i64;
+            st.st_atime = mtime as i64;
+        }
+    }
+    0
+}
+
+// On x86_64 and aarch64 glibc, `struct stat64` is `struct stat`.
+const _: () = assert!(std::mem::size_of::<libc::stat>() == std::mem::size_of::<libc::stat64>());
+
+macro_rules! stat_wrapper {
+    ($name:ident, $st:ty) => {
+        /// # Safety
+        /// C `$name(path, buf)`.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name(path: *const c_char, buf: *mut $st) -> c_int {
+            match ours(path) {
+                Some(rest) => guarded(stringify!($name), -1, || stat_into(rest, buf.cast())),
+                None => pass!($name: unsafe extern "C" fn(*const c_char, *mut $st) -> c_int, -1, (path, buf)),
+            }
+        }
+    };
+}
+stat_wrapper!(stat, libc::stat);
+stat_wrapper!(stat64, libc::stat64);
+stat_wrapper!(lstat, libc::stat);
+stat_wrapper!(lstat64, libc::stat64);
+
+macro_rules! xstat_wrapper {
+    ($name:ident, $st:ty) => {
+        /// Programs built against glibc < 2.33 call `stat` as this.
+        ///
+        /// # Safety
+        /// C `$name(ver, path, buf)`.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name(ver: c_int, path: *const c_char, buf: *mut $st) -> c_int {
+            match ours(path) {
+                Some(rest) => guarded(stringify!($name), -1, || stat_into(rest, buf.cast())),
+                None => pass!($name: unsafe extern "C" fn(c_int, *const c_char, *mut $st) -> c_int, -1, (ver, path, buf)),
+            }
+        }
+    };
+}
+xstat_wrapper!(__xstat, libc::stat);
+xstat_wrapper!(__xstat64, libc::stat64);
+xstat_wrapper!(__lxstat, libc::stat);
+xstat_wrapper!(__lxstat64, libc::stat64);
+
+macro_rules! statat_wrapper {
+    ($name:ident, $st:ty) => {
+        /// # Safety
+        /// C `$name(dirfd, path, buf, flags)`.
+        #[cfg_attr(not(test), no_mangle)]
+        pub unsafe extern "C" fn $name(dirfd: c_int, path: *const c_char, buf: *mut $st, flags: c_int) -> c_int {
+            match ours(path) {
+                Some(rest) => guarded(stringify!($name), -1, || stat_into(rest, buf.cast())),
+                None => pass!($name: unsafe extern "C" fn(c_int, *const c_char, *mut $st, c_int) -> c_int, -1, (dirfd, path, buf, flags)),
+            }
+        }
+    };
+}
+statat_wrapper!(fstatat, libc::stat);
+statat_wrapper!(fstatat64, libc::stat64);
+
+/// # Safety
+/// C `access(path, mode)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn access(path: *const c_char, mode: c_int) -> c_int {
+    match ours(path) {
+        Some(rest) => guarded("access", -1, || {
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            stat_into(rest, &mut st)
+        }),
+        None => {
+            pass!(access: unsafe extern "C" fn(*const c_char, c_int) -> c_int, -1, (path, mode))
+        }
+    }
+}
+
+/// Removes file `rest`, or (`dir`) the empty directory's marker.
+fn remove_name(rest: &str, dir: bool) -> c_int {
+    let c = match ctx() {
+        Ok(c) => c,
+        Err(_) => {
+            set_errno(libc::EIO);
+            return -1;
+        }
+    };
+    let name = names::lexical(rest);
+    let r = match c.client.file_kind(&name) {
+        Ok(Some(Kind::File(_))) if dir => Err(libc::ENOTDIR),
+        Ok(Some(Kind::File(_))) => c.client.file_remove(&name).map_err(|e| errno_of(&e)),
+        Ok(Some(Kind::Dir)) if !dir => Err(libc::EISDIR),
+        Ok(Some(Kind::Dir)) => c.client.file_rmdir(&name).map_err(|e| match e.kind {
+            pdcx_core::ErrorKind::InvalidArgument => libc::ENOTEMPTY,
+            _ => errno_of(&e),
+        }),
+        Ok(None) => Err(libc::ENOENT),
+        Err(e) => Err(errno_of(&e)),
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// # Safety
+/// C `unlink(path)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn unlink(path: *const c_char) -> c_int {
+    match ours(path) {
+        Some(rest) => guarded("unlink", -1, || remove_name(rest, false)),
+        None => pass!(unlink: unsafe extern "C" fn(*const c_char) -> c_int, -1, (path)),
+    }
+}
+
+/// # Safety
+/// C `remove(path)` (a file, or an empty directory).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
+    match ours(path) {
+        Some(rest) => guarded("remove", -1, || {
+            let r = remove_name(rest, false);
+            // SAFETY: reading this thread's errno.
+            if r != 0 && unsafe { *libc::__errno_location() } == libc::EISDIR {
+                return remove_name(rest, true);
+            }
+            r
+        }),
+        None => pass!(remove: unsafe extern "C" fn(*const c_char) -> c_int, -1, (path)),
+    }
+}
+
+/// # Safety
+/// C `rmdir(path)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
+    match ours(path) {
+        Some(rest) => guarded("rmdir", -1, || remove_name(rest, true)),
+        None => pass!(rmdir: unsafe extern "C" fn(*const c_char) -> c_int, -1, (path)),
+    }
+}
+
+/// # Safety
+/// C `mkdir(path, mode)`: a directory is a marker object (see `names.rs`).
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
+    match ours(path) {
+        Some(rest) => guarded("mkdir", -1, || {
+            let name = names::lexical(rest);
+            let c = match ctx() {
+                Ok(c) => c,
+                Err(_) => {
+                    set_errno(libc::EIO);
+                    return -1;
+                }
+            };
+            let r = c.client.file_mkdir(&name).map_err(|e| errno_of(&e));
+            match r {
+                Ok(()) => 0,
+                Err(e) => {
+                    set_errno(e);
+                    -1
+                }
+            }
+        }),
+        None => {
+            pass!(mkdir: unsafe extern "C" fn(*const c_char, mode_t) -> c_int, -1, (path, mode))
+        }
+    }
+}
+
+/// A directory listing handed out as a `DIR *`.
+struct Listing {
+    entries: Vec<(Vec<u8>, bool)>,
+    next: usize,
+    ent: libc::dirent64,
+}
+
+/// Addresses of the listings this library handed out.
+static LISTINGS: Mutex<Option<HashSet<usize>>> = Mutex::new(None);
+
+fn is_listing(d: *mut DIR) -> bool {
+    let l = LISTINGS.lock().unwrap_or_else(|p| p.into_inner());
+    l.as_ref().is_some_and(|s| s.contains(&(d as usize)))
+}
+
+/// # Safety
+/// C `opendir(path)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn opendir(path: *const c_char) -> *mut DIR {
+    let Some(rest) = ours(path) else {
+        return pass!(opendir: unsafe extern "C" fn(*const c_char) -> *mut DIR, std::ptr::null_mut(), (path));
+    };
+    guarded("opendir", std::ptr::null_mut(), || {
+        let name = names::lexical(rest);
+        let c = match ctx() {
+            Ok(c) => c,
+            Err(_) => {
+                set_errno(libc::EIO);
+                return std::ptr::null_mut();
+            }
+        };
+        let found = c.client.file_kind(&name).and_then(|k| match k {
+            Some(Kind::Dir) => c.client.file_dir(&name).map(Some),
+            Some(Kind::File(_)) => Ok(None),
+            None => Err(pdcx_core::Error::new(pdcx_core::ErrorKind::NotFound, "")),
+        });
+        let children = match found {
+            Ok(Some(ch)) => ch,
+            Ok(None) => {
+                set_errno(libc::ENOTDIR);
+                return std::ptr::null_mut();
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                return std::ptr::null_mut();
+            }
+        };
+        let mut entries = vec![(b".".to_vec(), true), (b"..".to_vec(), true)];
+        entries.extend(
+            children
+                .into_iter()
+                .map(|e| (e.name.into_bytes(), e.stat.is_none())),
+        );
+        let l = Box::new(Listing {
+            entries,
+            next: 0,
+            // SAFETY: a plain C struct; all-zero is a valid value.
+            ent: unsafe { std::mem::zeroed() },
+        });
+        let p = Box::into_raw(l) as *mut DIR;
+        LISTINGS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(HashSet::new)
+            .insert(p as usize);
+        p
+    })
+}
+
+fn next_entry(d: *mut DIR) -> *mut libc::dirent64 {
+    // SAFETY: `d` is one of our listings (checked by the caller) and not freed.
+    let l = unsafe { &mut *(d as *mut Listing) };
+    let Some((name, dir)) = l.entries.get(l.next) else {
+        return std::ptr::null_mut();
+    };
+    l.next += 1;
+    let n = name.len().min(l.ent.d_name.len() - 1);
+    l.ent.d_name.fill(0);
+    for (dst, &src) in l.ent.d_name.iter_mut().zip(&name[..n]) {
+        *dst = src as c_char;
+    }
+    l.ent.d_ino = name.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    }) | 1;
+    l.ent.d_off = l.next as i64;
+    l.ent.d_reclen = std::mem::size_of::<libc::dirent64>() as u16;
+    l.ent.d_type = if *dir { libc::DT_DIR } else { libc::DT_REG };
+    &mut l.ent
+}
+
+/// # Safety
+/// C `readdir(dir)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn readdir(d: *mut DIR) -> *mut libc::dirent {
+    if is_listing(d) {
+        return next_entry(d).cast();
+    }
+    pass!(readdir: unsafe extern "C" fn(*mut DIR) -> *mut libc::dirent, std::ptr::null_mut(), (d))
+}
+
+/// # Safety
+/// C `readdir64(dir)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn readdir64(d: *mut DIR) -> *mut libc::dirent64 {
+    if is_listing(d) {
+        return next_entry(d);
+    }
+    pass!(readdir64: unsafe extern "C" fn(*mut DIR) -> *mut libc::dirent64, std::ptr::null_mut(), (d))
+}
+
+/// # Safety
+/// C `closedir(dir)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn closedir(d: *mut DIR) -> c_int {
+    let ours = {
+        let mut l = LISTINGS.lock().unwrap_or_else(|p| p.into_inner());
+        l.as_mut().is_some_and(|s| s.remove(&(d as usize)))
+    };
+    if ours {
+        // SAFETY: made by Box::into_raw in opendir, removed from the set just now.
+        drop(unsafe { Box::from_raw(d as *mut Listing) });
+        return 0;
+    }
+    pass!(closedir: unsafe extern "C" fn(*mut DIR) -> c_int, -1, (d))
+}
+
+/// # Safety
+/// C `rewinddir(dir)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn rewinddir(d: *mut DIR) {
+    if is_listing(d) {
+        // SAFETY: one of our listings.
+        unsafe { (*(d as *mut Listing)).next = 0 };
+        return;
+    }
+    if let Some(f) = real!(rewinddir: unsafe extern "C" fn(*mut DIR)) {
+        // SAFETY: the caller's handle.
+        unsafe { f(d) }
+    }
+}
+
+/// # Safety
+/// C `dirfd(dir)`: our listings have no descriptor.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn dirfd(d: *mut DIR) -> c_int {
+    if is_listing(d) {
+        set_errno(libc::ENOTSUP);
+        return -1;
+    }
+    pass!(dirfd: unsafe extern "C" fn(*mut DIR) -> c_int, -1, (d))
+}
+
+// ---- fopen: a stdio stream over a pdcx file (glibc's fopencookie) ----
+
+type CookieRead = unsafe extern "C" fn(*mut c_void, *mut c_char, usize) -> isize;
+type CookieWrite = unsafe extern "C" fn(*mut c_void, *const c_char, usize) -> isize;
+type CookieSeek = unsafe extern "C" fn(*mut c_void, *mut i64, c_int) -> c_int;
+type CookieClose = unsafe extern "C" fn(*mut c_void) -> c_int;
+
+/// glibc's `cookie_io_functions_t` (`stdio.h`).
+#[repr(C)]
+struct CookieFns {
+    read: Option<CookieRead>,
+    write: Option<CookieWrite>,
+    seek: Option<CookieSeek>,
+    close: Option<CookieClose>,
+}
+
+extern "C" {
+    fn fopencookie(cookie: *mut c_void, mode: *const c_char, funcs: CookieFns) -> *mut libc::FILE;
+}
+
+unsafe extern "C" fn cookie_read(c: *mut c_void, buf: *mut c_char, n: usize) -> isize {
+    guarded("fread", -1, || {
+        // SAFETY: the cookie is the File boxed in fopen; stdio passes a buffer of n bytes.
+        let f = unsafe { &mut *(c as *mut File) };
+        let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), n) };
+        match f.read(out) {
+            Ok(k) => k as isize,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                -1
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn cookie_write(c: *mut c_void, buf: *const c_char, n: usize) -> isize {
+    guarded("fwrite", 0, || {
+        // SAFETY: as in cookie_read.
+        let f = unsafe { &mut *(c as *mut File) };
+        let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), n) };
+        match f.write(data) {
+            Ok(k) => k as isize,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                0
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn cookie_seek(c: *mut c_void, off: *mut i64, whence: c_int) -> c_int {
+    guarded("fseek", -1, || {
+        // SAFETY: as in cookie_read; stdio passes a valid offset pointer.
+        let f = unsafe { &mut *(c as *mut File) };
+        let o = unsafe { *off };
+        let to = match whence {
+            libc::SEEK_SET if o >= 0 => SeekFrom::Start(o as u64),
+            libc::SEEK_CUR => SeekFrom::Current(o),
+            libc::SEEK_END => SeekFrom::End(o),
+            _ => {
+                set_errno(libc::EINVAL);
+                return -1;
+            }
+        };
+        match f.seek(to) {
+            Ok(p) => {
+                unsafe { *off = p as i64 };
+                0
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                -1
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn cookie_close(c: *mut c_void) -> c_int {
+    guarded("fclose", -1, || {
+        // SAFETY: made by Box::into_raw in fopen; stdio closes a stream once.
+        let mut f = unsafe { Box::from_raw(c as *mut File) };
+        match f.close() {
+            Ok(()) => 0,
+            Err(e) => {
+                set_errno(errno_of(&e));
+                -1
+            }
+        }
+    })
+}
+
+fn fopen_ours(rest: &str, mode: *const c_char) -> *mut libc::FILE {
+    // SAFETY: the caller's NUL-terminated mode string.
+    let m = if mode.is_null() {
+        ""
+    } else {
+        unsafe { CStr::from_ptr(mode) }.to_str().unwrap_or("")
+    };
+    // stdio's extra flags (`e` close-on-exec, `m` mmap, `c`) mean nothing here.
+    let m: String = m
+        .chars()
+        .filter(|c| !matches!(c, 'e' | 'm' | 'c'))
+        .collect();
+    let c = match ctx() {
+        Ok(c) => c,
+        Err(_) => {
+            set_errno(libc::EIO);
+            return std::ptr::null_mut();
+        }
+    };
+    let f = match c.client.file_open(rest, &m, c.opts) {
+        Ok(f) => f,
+        Err(e) => {
+            set_errno(errno_of(&e));
+            return std::ptr::null_mut();
+        }
+    };
+    let cookie = Box::into_raw(Box::new(f)) as *mut c_void;
+    let funcs = CookieFns {
+        read: Some(cookie_read),
+        write: Some(cookie_write),
+        seek: Some(cookie_seek),
+        close: Some(cookie_close),
+    };
+    // SAFETY: a valid cookie and mode; on failure the cookie is freed below.
+    let fp = unsafe { fopencookie(cookie, mode, funcs) };
+    if fp.is_null() {
+        // SAFETY: not handed to stdio.
+        drop(unsafe { Box::from_raw(cookie as *mut File) });
+    }
+    fp
+}
+
+/// # Safety
+/// C `fopen(path, mode)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fopen(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    match ours(path) {
+        Some(rest) => guarded("fopen", std::ptr::null_mut(), || fopen_ours(rest, mode)),
+        None => {
+            pass!(fopen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE, std::ptr::null_mut(), (path, mode))
+        }
+    }
+}
+
+/// # Safety
+/// C `fopen64(path, mode)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn fopen64(path: *const c_char, mode: *const c_char) -> *mut libc::FILE {
+    match ours(path) {
+        Some(rest) => guarded("fopen64", std::ptr::null_mut(), || fopen_ours(rest, mode)),
+        None => {
+            pass!(fopen64: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE, std::ptr::null_mut(), (path, mode))
+        }
+    }
+}
