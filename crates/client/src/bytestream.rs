@@ -199,6 +199,11 @@ impl ByteStream {
         self.meta.id
     }
 
+    /// The stream's metadata as of the open.
+    pub fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
     /// The client this handle uses.
     pub fn client(&self) -> &Client {
         &self.client

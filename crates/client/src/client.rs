@@ -34,9 +34,8 @@ pub(crate) struct Inner {
     pub(crate) workers: Vec<OnceLock<Worker>>,
     txn_base: u64,
     txn_counter: AtomicU64,
-    /// Bytes per open that this client's file readers consumed, averaged (adaptive
-    /// read-ahead, `file.rs`; 0 until a file read was closed).
-    pub(crate) file_window: AtomicU64,
+    /// What file opens learn and cache (`filecache.rs`).
+    pub(crate) files: crate::filecache::FileMemory,
     /// This client's node-local server.
     local: AtomicU32,
     /// Send lookups of objects owned elsewhere through the node-local server (on when that
@@ -174,7 +173,7 @@ impl Client {
             cluster,
             txn_base,
             txn_counter: AtomicU64::new(1),
-            file_window: AtomicU64::new(0),
+            files: crate::filecache::FileMemory::from_env(),
             lazy_at: Mutex::new(BTreeSet::new()),
             containers_seen: Mutex::new(HashMap::new()),
             user: OnceLock::new(),

@@ -11,11 +11,15 @@
 //!   every write is committed before it returns (one transfer and wait per write: PDC's
 //!   behaviour without the paper's optimisation);
 //! - **reads** come from a read-ahead window ([`FileOptions::prefetch`]). Adaptive mode
-//!   starts a file at what this process's earlier files were actually read for (so tools
-//!   that read files whole fetch each in one round trip, and tools that read only headers
-//!   fetch only those), grows the window 4x at each sequential miss and shrinks it after a
-//!   seek elsewhere. The size is known from the open, so reading a file whole costs the
-//!   open plus one read for any file up to the window;
+//!   learns the fraction of a file this client's readers consume: while they read files
+//!   whole (at least [`WHOLE_FILE_FRACTION`] on average) the first read fetches the whole
+//!   file (its size is known from the open), so reading a file whole costs the open and one
+//!   read; when they read only headers, it fetches that fraction of the file (paper 004 §V:
+//!   blind prefetching hurts tools that read a small part). The window grows 4x at each
+//!   sequential miss and shrinks after a seek elsewhere. Files fetched whole are kept by the
+//!   client and reused while unchanged (`filecache.rs`, revalidated at each open), which is
+//!   what a tool that reopens its inputs (CFITSIO opens a file twice) or reads the same
+//!   image for several pairs needs;
 //! - **durability** is the caller's: `close` makes the writes visible (committed at
 //!   `memory`, as a POSIX close does not fsync), [`File::sync`] makes them durable on the
 //!   servers (`local`), like `fsync`.
@@ -28,7 +32,7 @@ use crate::client::Client;
 use pdcx_core::{Error, ErrorKind, ObjectMeta, Region, Result};
 use std::collections::BTreeMap;
 use std::io::SeekFrom;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Aggregated writes are committed once they hold this many bytes, whatever the caller does.
 pub const AGGREGATE_MAX: usize = 64 << 20;
@@ -39,8 +43,9 @@ pub const OWNER_READ_MAX: usize = 4 << 20;
 pub const PREFETCH_MAX: usize = 16 << 20;
 /// The smallest window adaptive prefetching uses (one FITS block is 2880 bytes: 16 of them).
 pub const PREFETCH_MIN: usize = 2880 * 16;
-/// Adaptive prefetching's window before this process has closed any file it read.
-pub const PREFETCH_FIRST: usize = 1 << 20;
+/// Adaptive prefetching fetches a file whole at its first read when readers have been
+/// consuming at least this fraction of their files.
+pub const WHOLE_FILE_FRACTION: f64 = 0.25;
 
 /// How a file is read ahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,26 +233,6 @@ pub fn normalize(name: &str) -> Result<String> {
     Ok(out)
 }
 
-fn learn(window: &AtomicU64, consumed: u64) {
-    let c = consumed.clamp(PREFETCH_MIN as u64, PREFETCH_MAX as u64);
-    let old = window.load(Ordering::Relaxed);
-    // A quick average: half the last file, half the history (races only blur it).
-    let new = if old == 0 { c } else { (old + c) / 2 };
-    window.store(new, Ordering::Relaxed);
-}
-
-fn initial_window(window: &AtomicU64, p: Prefetch) -> usize {
-    match p {
-        Prefetch::Off => 0,
-        Prefetch::Fixed(n) => n,
-        Prefetch::Adaptive => match window.load(Ordering::Relaxed) {
-            0 => PREFETCH_FIRST,
-            // Round up to whole FITS blocks: a header is read in blocks.
-            n => (n as usize).div_ceil(2880) * 2880,
-        },
-    }
-}
-
 /// Disjoint runs of written bytes: offset -> bytes, no two touching or overlapping.
 #[derive(Default, Debug)]
 struct Runs {
@@ -365,8 +350,11 @@ pub struct File {
     remote_size: u64,
     /// Aggregated writes not flushed yet.
     pending: Runs,
-    /// The read-ahead window: (offset, bytes) fetched from the servers.
-    ahead: Option<(u64, Vec<u8>)>,
+    /// The read-ahead window: (offset, bytes) fetched from the servers (or the client's
+    /// cache of files read whole).
+    ahead: Option<(u64, Arc<Vec<u8>>)>,
+    /// The metadata's mtime at the open (what cached bytes must match).
+    mtime: f64,
     window: usize,
     /// Where the last read ended (sequential detection) and how many bytes reads returned.
     last_end: u64,
@@ -396,8 +384,29 @@ impl Client {
         let mut remote_size = stream.known_size();
         if mode.truncate && !stream.created() && remote_size > 0 {
             stream.set_size(0)?;
+            self.inner.files.forget(stream.id());
             remote_size = 0;
         }
+        let mtime = stream.meta().mtime;
+        let mem = &self.inner.files;
+        // A file read before and unchanged since (close-to-open, `filecache.rs`).
+        let ahead = (opts.prefetch != Prefetch::Off && remote_size > 0)
+            .then(|| mem.get(stream.id(), mtime, remote_size))
+            .flatten()
+            .map(|d| (0, d));
+        let window = match opts.prefetch {
+            Prefetch::Off => 0,
+            Prefetch::Fixed(n) => n,
+            Prefetch::Adaptive => {
+                let f = mem.fraction();
+                if f >= WHOLE_FILE_FRACTION {
+                    remote_size as usize
+                } else {
+                    (f * remote_size as f64) as usize
+                }
+                .clamp(PREFETCH_MIN, PREFETCH_MAX)
+            }
+        };
         Ok(File {
             stream,
             mode,
@@ -405,8 +414,9 @@ impl Client {
             pos: 0,
             remote_size,
             pending: Runs::default(),
-            ahead: None,
-            window: initial_window(&self.inner.file_window, opts.prefetch),
+            ahead,
+            mtime,
+            window,
             last_end: 0,
             consumed: 0,
             fetches: 0,
@@ -665,6 +675,11 @@ impl File {
         self.fetches += 1;
         self.stream_read(off, &mut buf)?;
         out.copy_from_slice(&buf[..want]);
+        let buf = Arc::new(buf);
+        if off == 0 && len as u64 == self.remote_size && !self.mode.write {
+            let mem = &self.stream.client().inner.files;
+            mem.put(self.stream.id(), self.mtime, buf.clone());
+        }
         self.ahead = Some((off, buf));
         Ok(())
     }
@@ -721,6 +736,7 @@ impl File {
         } else {
             self.stream.pwrite(off, data)?;
             self.stream.flush()?;
+            self.stream.client().inner.files.forget(self.stream.id());
             self.remote_size = self.remote_size.max(end);
         }
         Ok(())
@@ -737,6 +753,7 @@ impl File {
             self.stream.pwrite(*off, bytes)?;
         }
         self.stream.flush()?;
+        self.stream.client().inner.files.forget(self.stream.id());
         // Written: only now leave the buffer (a failure keeps them for the next attempt).
         self.pending = Runs::default();
         self.remote_size = self.remote_size.max(end);
@@ -755,10 +772,9 @@ impl File {
         self.pending.truncate(len);
         self.flush()?;
         self.stream.set_size(len)?;
+        self.stream.client().inner.files.forget(self.stream.id());
         self.remote_size = len;
-        if let Some((o, b)) = &mut self.ahead {
-            b.truncate(len.saturating_sub(*o) as usize);
-        }
+        self.ahead = None;
         Ok(())
     }
 
@@ -771,7 +787,8 @@ impl File {
         let r = self.flush();
         self.closed = true;
         if self.opts.prefetch == Prefetch::Adaptive && self.consumed > 0 {
-            learn(&self.stream.client().inner.file_window, self.consumed);
+            let mem = &self.stream.client().inner.files;
+            mem.learn(self.consumed, self.size());
         }
         self.ahead = None;
         r

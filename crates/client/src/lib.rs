@@ -7,6 +7,7 @@ pub mod conn;
 mod direct;
 mod direct_write;
 pub mod file;
+mod filecache;
 mod segfile;
 pub mod shm;
 pub mod transfer;

@@ -172,6 +172,14 @@ fn open_with(filename: *const c_char, mode: &str, handle: *mut c_int, fail: c_in
                 return fail;
             }
         };
+        crate::stats::add(
+            if mode.starts_with('x') {
+                &crate::stats::CREATES
+            } else {
+                &crate::stats::OPENS
+            },
+            1,
+        );
         match insert(f) {
             Ok(h) => {
                 // SAFETY: CFITSIO passes a valid pointer.
@@ -209,6 +217,7 @@ extern "C" fn drv_close(h: c_int) -> c_int {
             say(&format!("close: no open file has handle {h}"));
             return FILE_NOT_CLOSED;
         };
+        crate::stats::add(&crate::stats::READ_FETCHES, f.fetches());
         match f.close() {
             Ok(()) => 0,
             Err(e) => {
@@ -271,6 +280,7 @@ extern "C" fn drv_read(h: c_int, buffer: *mut c_void, nbytes: c_long) -> c_int {
         // SAFETY: CFITSIO passes a buffer of `nbytes` bytes.
         let out = unsafe { std::slice::from_raw_parts_mut(buffer.cast::<u8>(), n) };
         let got = f.read_full(out).map_err(|e| e.message)?;
+        crate::stats::add(&crate::stats::BYTES_READ, got as u64);
         // As CFITSIO's own file driver: reading past the end is END_OF_FILE, which CFITSIO
         // expects when it probes for more HDUs.
         Ok(if got == n { 0 } else { END_OF_FILE })
@@ -287,6 +297,7 @@ extern "C" fn drv_write(h: c_int, buffer: *mut c_void, nbytes: c_long) -> c_int 
         }
         // SAFETY: CFITSIO passes a buffer of `nbytes` bytes.
         let data = unsafe { std::slice::from_raw_parts(buffer.cast::<u8>(), n) };
+        crate::stats::add(&crate::stats::BYTES_WRITTEN, n as u64);
         f.write(data).map(|_| 0).map_err(|e| e.message)
     })
 }

@@ -8,7 +8,9 @@
 //!   constructor that registers it in CFITSIO's driver table;
 //! - `posix.rs`: the libc calls the workflow makes on those paths itself (`stat`, `access`,
 //!   `unlink`, `mkdir`, `opendir`/`readdir`, `fopen`), answered from pdcx; every other path
-//!   goes to libc untouched.
+//!   goes to libc untouched;
+//! - `stats.rs`: per-process counts (opens, round trips, bytes), appended as one JSON line to
+//!   `PDCX_FITS_STATS` at exit, for the benchmark.
 //!
 //! Exported wrappers carry `#[no_mangle]` only outside `cfg(test)`, so the unit tests do not
 //! interpose libc in the test binary.
@@ -16,6 +18,7 @@
 pub mod driver;
 pub mod names;
 pub mod posix;
+pub mod stats;
 
 use pdcx_client::{Client, FileOptions};
 use std::panic::AssertUnwindSafe;

@@ -61,7 +61,11 @@ fn ours(path: *const c_char) -> Option<&'static str> {
     // SAFETY: a NUL-terminated C string from the caller, alive for the call (the 'static
     // is only for the borrow's convenience within this call).
     let b = unsafe { CStr::from_ptr(path) }.to_bytes();
-    names::strip(b)
+    let r = names::strip(b);
+    if r.is_some() {
+        crate::stats::add(&crate::stats::POSIX_CALLS, 1);
+    }
+    r
 }
 
 /// Fills a `struct stat` for what `name` resolves to; -1 with errno otherwise.
@@ -203,6 +207,22 @@ fn remove_name(rest: &str, dir: bool) -> c_int {
         }
     };
     let name = names::lexical(rest);
+    if !dir {
+        // The common case (a tool removing its output before recreating it): one lookup.
+        return match c.client.file_remove(&name) {
+            Ok(()) => 0,
+            Err(e) if e.kind == pdcx_core::ErrorKind::NotFound => {
+                // Also for a directory (POSIX says EISDIR): telling them apart would cost
+                // every missing-file unlink a second lookup.
+                set_errno(libc::ENOENT);
+                -1
+            }
+            Err(e) => {
+                set_errno(errno_of(&e));
+                -1
+            }
+        };
+    }
     let r = match c.client.file_kind(&name) {
         Ok(Some(Kind::File(_))) if dir => Err(libc::ENOTDIR),
         Ok(Some(Kind::File(_))) => c.client.file_remove(&name).map_err(|e| errno_of(&e)),

@@ -1,0 +1,154 @@
+//! What a client remembers between file opens (issue 14, `file.rs`): how much of a file its
+//! readers consume (adaptive read-ahead) and the bytes of files it read whole, revalidated
+//! at each open.
+//!
+//! The data cache is close-to-open, as NFS's: an open asks the owner for the file's metadata
+//! anyway, and cached bytes are used only when the file's size and mtime are what they were
+//! when the bytes were fetched (every commit and resize moves the mtime). The bytes were
+//! fetched after that metadata was read, so they are never older than it; a write in between
+//! changes the mtime and the next open fetches again. Writes through this client drop the
+//! file's entry. Bounded (`PDCX_FILE_CACHE_MB`, default 256; 0 turns it off), least recently
+//! used first out.
+
+use pdcx_core::ObjectId;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Bytes of one file read whole, and the metadata they match.
+struct Entry {
+    mtime: f64,
+    size: u64,
+    data: Arc<Vec<u8>>,
+    used: u64,
+}
+
+#[derive(Default)]
+struct Cache {
+    map: HashMap<ObjectId, Entry>,
+    bytes: usize,
+    tick: u64,
+}
+
+pub(crate) struct FileMemory {
+    /// Average fraction of a file its readers consumed per open (1.0 until learned).
+    fraction: Mutex<f64>,
+    cache: Mutex<Cache>,
+    cap: usize,
+}
+
+impl FileMemory {
+    pub(crate) fn from_env() -> FileMemory {
+        let mb = std::env::var("PDCX_FILE_CACHE_MB")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .unwrap_or(256);
+        FileMemory {
+            fraction: Mutex::new(1.0),
+            cache: Mutex::new(Cache::default()),
+            cap: mb.saturating_mul(1 << 20),
+        }
+    }
+
+    fn cache(&self) -> MutexGuard<'_, Cache> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The fraction of a file readers consume, as learned so far.
+    pub(crate) fn fraction(&self) -> f64 {
+        *self.fraction.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Learns from a closed reader that consumed `consumed` bytes of a `size`-byte file.
+    pub(crate) fn learn(&self, consumed: u64, size: u64) {
+        if size == 0 {
+            return;
+        }
+        let f = (consumed as f64 / size as f64).min(1.0);
+        let mut g = self.fraction.lock().unwrap_or_else(|p| p.into_inner());
+        *g = 0.5 * *g + 0.5 * f;
+    }
+
+    /// The cached bytes of `id` when they match `mtime` and `size`.
+    pub(crate) fn get(&self, id: ObjectId, mtime: f64, size: u64) -> Option<Arc<Vec<u8>>> {
+        let mut c = self.cache();
+        c.tick += 1;
+        let tick = c.tick;
+        match c.map.get_mut(&id) {
+            Some(e) if e.mtime == mtime && e.size == size => {
+                e.used = tick;
+                Some(e.data.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Remembers the whole content of `id` as of metadata (`mtime`, `size`).
+    pub(crate) fn put(&self, id: ObjectId, mtime: f64, data: Arc<Vec<u8>>) {
+        let len = data.len();
+        if len > self.cap / 4 {
+            return;
+        }
+        let mut c = self.cache();
+        c.tick += 1;
+        let tick = c.tick;
+        if let Some(old) = c.map.remove(&id) {
+            c.bytes -= old.data.len();
+        }
+        while c.bytes + len > self.cap {
+            let Some((&victim, _)) = c.map.iter().min_by_key(|(_, e)| e.used) else {
+                break;
+            };
+            if let Some(e) = c.map.remove(&victim) {
+                c.bytes -= e.data.len();
+            }
+        }
+        c.bytes += len;
+        c.map.insert(
+            id,
+            Entry {
+                mtime,
+                size: len as u64,
+                data,
+                used: tick,
+            },
+        );
+    }
+
+    /// Forgets `id` (this client changed it).
+    pub(crate) fn forget(&self, id: ObjectId) {
+        let mut c = self.cache();
+        if let Some(e) = c.map.remove(&id) {
+            c.bytes -= e.data.len();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_match_their_metadata_and_the_least_used_goes_first() {
+        let m = FileMemory {
+            fraction: Mutex::new(1.0),
+            cache: Mutex::new(Cache::default()),
+            cap: 400,
+        };
+        m.put(1, 5.0, Arc::new(vec![1; 100]));
+        m.put(2, 5.0, Arc::new(vec![2; 100]));
+        assert!(m.get(1, 5.0, 100).is_some());
+        assert!(m.get(1, 6.0, 100).is_none(), "a newer mtime used old bytes");
+        assert!(m.get(1, 5.0, 99).is_none(), "another size used old bytes");
+        m.put(3, 5.0, Arc::new(vec![3; 100]));
+        m.put(4, 5.0, Arc::new(vec![4; 100])); // 2 is the least recently used
+        m.put(5, 5.0, Arc::new(vec![5; 100]));
+        assert!(m.get(2, 5.0, 100).is_none());
+        assert!(m.get(1, 5.0, 100).is_some());
+        m.forget(1);
+        assert!(m.get(1, 5.0, 100).is_none());
+        m.put(6, 5.0, Arc::new(vec![6; 101])); // more than a quarter of the cap: not kept
+        assert!(m.get(6, 5.0, 101).is_none());
+        m.learn(50, 100);
+        assert!((m.fraction() - 0.75).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,58 @@
+//! Per-process counts of what the driver and the POSIX wrappers did, written at exit as one
+//! JSON line appended to the file `PDCX_FITS_STATS` names (nothing when it is unset). The
+//! Montage benchmark sums them per component: files opened, round trips to the servers,
+//! bytes moved.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+pub static OPENS: AtomicU64 = AtomicU64::new(0);
+pub static CREATES: AtomicU64 = AtomicU64::new(0);
+pub static READ_FETCHES: AtomicU64 = AtomicU64::new(0);
+pub static BYTES_READ: AtomicU64 = AtomicU64::new(0);
+pub static BYTES_WRITTEN: AtomicU64 = AtomicU64::new(0);
+pub static POSIX_CALLS: AtomicU64 = AtomicU64::new(0);
+
+pub fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Relaxed);
+}
+
+/// The counts as a JSON object.
+pub fn json() -> String {
+    format!(
+        "{{\"pid\":{},\"opens\":{},\"creates\":{},\"read_fetches\":{},\"bytes_read\":{},\"bytes_written\":{},\"posix_calls\":{},\"round_trips\":{}}}",
+        std::process::id(),
+        OPENS.load(Relaxed),
+        CREATES.load(Relaxed),
+        READ_FETCHES.load(Relaxed),
+        BYTES_READ.load(Relaxed),
+        BYTES_WRITTEN.load(Relaxed),
+        POSIX_CALLS.load(Relaxed),
+        pdcx_client::transport_requests_sent(),
+    )
+}
+
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn at_exit() {
+    let Some(path) = std::env::var_os("PDCX_FITS_STATS") else {
+        return;
+    };
+    if OPENS.load(Relaxed) + CREATES.load(Relaxed) + POSIX_CALLS.load(Relaxed) == 0 {
+        return;
+    }
+    // One write of one line: concurrent processes appending do not interleave.
+    let line = format!("{}\n", json());
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+    {
+        let _ = f.write_all(line.as_bytes());
+    }
+}
+
+/// Runs when the program exits (after `main` returns or `exit`).
+#[cfg(not(test))]
+#[used]
+#[link_section = ".fini_array"]
+static AT_EXIT: extern "C" fn() = at_exit;
