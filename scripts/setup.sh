@@ -7,7 +7,8 @@
 #                              mpi4py, pytest, ruff, xarray, dask, iproute2, h5py +
 #                              hdf5plugin (ZFP) and h5dump with Debian's H5Z-ZFP plugin, the
 #                              C API (libpdcx) and versitygw, the S3 server the S3 tier's
-#                              tests start (a Go build, 1-7 minutes on 2 cores)
+#                              tests start (a Go build, 1-7 minutes on 2 cores), Montage,
+#                              CFITSIO's utilities and astropy (issue 14's judges)
 #   scripts/setup.sh --bench   also what bench/ needs: OpenMPI + mpi4py, libpdcx, parallel h5py
 #                              (for the HDF5 baselines) and fio
 # The flags combine (`--test --bench`). The demo uses an embedded server and no MPI, so the
@@ -33,6 +34,9 @@ apt_pkgs=(libzfp-dev pkg-config)
 # hdf5-filter-plugin-zfp-serial: H5Z-ZFP for h5dump (serial libhdf5), which tests/test_hdf5.py
 # uses to check that ZFP chunks and exported files are standard HDF5.
 ((want_test)) && apt_pkgs+=(iproute2 curl hdf5-tools libhdf5-openmpi-dev hdf5-filter-plugin-zfp-serial)
+# montage + libcfitsio-bin (fitscopy): unmodified CFITSIO programs that tests/test_montage.py
+# and bench/montage run on pdcx:// files.
+((want_test || want_bench)) && apt_pkgs+=(montage libcfitsio-bin)
 ((want_bench)) && apt_pkgs+=(libhdf5-openmpi-dev fio)
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
@@ -47,6 +51,8 @@ py_mods=(numpy maturin)
 ((want_mpi)) && py_mods+=(mpi4py)
 # xarray and dask: tests/test_xarray.py (pdcx's xarray backend; dask's array extra is numpy).
 ((want_test)) && py_mods+=(pytest ruff xarray dask)
+# astropy: the synthetic sky images of tests/test_montage.py and bench/montage.
+((want_test || want_bench)) && py_mods+=(astropy)
 py_need=()
 for m in "${py_mods[@]}"; do
   $PY -c "import $m" 2>/dev/null || py_need+=("$m")
@@ -83,11 +89,12 @@ fi
 
 if [[ -f Cargo.toml ]]; then
   target=${CARGO_TARGET_DIR:-target}
-  log "building pdcx and libpdcx_mpiio (release)"
-  cargo build --release -q -p pdcx-cli -p pdcx-mpiio
+  log "building pdcx, libpdcx_mpiio and libpdcx_fits (release)"
+  cargo build --release -q -p pdcx-cli -p pdcx-mpiio -p pdcx-fits
   install -m 0755 "$target/release/pdcx" /usr/local/bin/pdcx
-  # `pdcx run` finds the MPI-IO preload library in ../lib of the pdcx binary.
+  # `pdcx run` and `pdcx fits` find the preload libraries in ../lib of the pdcx binary.
   install -D -m 0755 "$target/release/libpdcx_mpiio.so" /usr/local/lib/libpdcx_mpiio.so
+  install -D -m 0755 "$target/release/libpdcx_fits.so" /usr/local/lib/libpdcx_fits.so
   log "building and installing the Python package"
   rm -rf "$target/wheels"
   # --auditwheel skip: the module links system libraries (libzfp) that a local install keeps;

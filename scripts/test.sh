@@ -16,6 +16,8 @@ export PDCX_REQUIRE_S3=1
 export PDCX_REQUIRE_H5PY=1
 # ... and the xarray/dask tests without xarray or dask (setup.sh --test installs them).
 export PDCX_REQUIRE_XARRAY=1
+# ... and the Montage/CFITSIO tests without Montage, fitscopy or astropy (setup.sh --test).
+export PDCX_REQUIRE_MONTAGE=1
 
 echo "== rust: fmt, clippy"
 cargo fmt --all --check

@@ -5,7 +5,9 @@ use crate::commands::{connect, iso8601, msg};
 use anyhow::{bail, Context, Result};
 use pdcx_client::file::{normalize, Kind};
 use pdcx_client::{Client, FileOptions};
+use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -254,6 +256,30 @@ pub fn ls(root: &Path, what: &str, json_out: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The CFITSIO driver's file name.
+pub const FITS_LIB: &str = "libpdcx_fits.so";
+
+/// `pdcx fits PROGRAM ARGS`: runs an unmodified CFITSIO program with `libpdcx_fits.so`
+/// preloaded, so its `pdcx://NAME` files are objects of the deployment at `root`.
+pub fn fits_run(root: Option<&Path>, program: &[OsString]) -> Result<u8> {
+    let Some((prog, args)) = program.split_first() else {
+        bail!("give the program to run: pdcx fits PROGRAM ARGS...");
+    };
+    let Some(lib) = crate::mpiio_cmd::find_library(FITS_LIB) else {
+        bail!(
+            "{FITS_LIB} not found (next to pdcx, in ../lib or $PDCX_LIB_DIR): run scripts/setup.sh"
+        );
+    };
+    let mut cmd = std::process::Command::new(prog);
+    cmd.args(args)
+        .env("LD_PRELOAD", crate::mpiio_cmd::preload_with(&lib));
+    if let Some(r) = root {
+        cmd.env("PDCX_ROOT", r);
+    }
+    let e = cmd.exec();
+    bail!("cannot run {}: {e}", prog.to_string_lossy())
 }
 
 #[cfg(test)]

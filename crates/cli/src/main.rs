@@ -337,6 +337,15 @@ enum Command {
         program: Vec<std::ffi::OsString>,
     },
 
+    /// Run an unmodified CFITSIO program (Montage's tools, fitscopy, ...) whose pdcx://NAME
+    /// files are byte-stream objects of this deployment (libpdcx_fits.so preloaded).
+    #[command(after_help = FITS_EXAMPLES)]
+    Fits {
+        /// The program and its arguments (after `--`).
+        #[arg(trailing_var_arg = true, required = true, value_name = "PROGRAM")]
+        program: Vec<std::ffi::OsString>,
+    },
+
     /// After a crash: start the servers if needed and finish every interrupted copy of a
     /// file written under `pdcx run` to its home (idempotent).
     #[command(after_help = RECOVER_EXAMPLES)]
@@ -473,6 +482,18 @@ EXAMPLES:
   pdcx server status --root /tmp/pdcx
   pdcx server status --json | jq '.[] | select(.up == false)'
   pdcx server status >/dev/null || echo 'deployment is not healthy'";
+
+const FITS_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx cp -r sky/ pdcx://raw                    # the input images into pdcx
+  pdcx fits mkdir pdcx://proj                   # an output directory (a name prefix)
+  pdcx fits mProjExec -p pdcx://raw images.tbl hdr pdcx://proj stats.tbl
+  pdcx fits fitscopy 'pdcx://raw/a.fits[1:100,1:100]' cut.fits
+
+The same as LD_PRELOAD=/usr/local/lib/libpdcx_fits.so PROGRAM ARGS with PDCX_ROOT set.
+Files are written on the client until closed (PDCX_FILE_AGGREGATE=0 commits every write)
+and read ahead adaptively (PDCX_FILE_PREFETCH=off|adaptive|SIZE); PDCX_FITS_STATS=FILE
+appends each process's counts (opens, round trips, bytes) to FILE.";
 
 const CP_EXAMPLES: &str = "\
 EXAMPLES:
@@ -671,6 +692,9 @@ fn run(cli: Cli) -> Result<u8> {
     {
         return Ok(crash_points(*json));
     }
+    if let Command::Fits { program } = &cli.command {
+        return files_cmd::fits_run(cli.root.as_deref(), program);
+    }
     if let Command::Run {
         prefix,
         home,
@@ -690,7 +714,10 @@ fn run(cli: Cli) -> Result<u8> {
     }
     let root = require_root(cli.root)?;
     match cli.command {
-        Command::Run { .. } | Command::Import { .. } | Command::Export { .. } => {
+        Command::Run { .. }
+        | Command::Fits { .. }
+        | Command::Import { .. }
+        | Command::Export { .. } => {
             unreachable!("handled above")
         }
         Command::Server(args) => match args.action {

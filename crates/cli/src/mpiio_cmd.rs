@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 /// The preload library's file name.
 pub const LIB_NAME: &str = "libpdcx_mpiio.so";
 
-/// Where `libpdcx_mpiio.so` is: `$PDCX_LIB_DIR`, next to this `pdcx`, or in `../lib` of it
-/// (an install under a prefix).
-pub fn find_library() -> Option<PathBuf> {
+/// Where preload library `name` is: `$PDCX_LIB_DIR`, next to this `pdcx`, or in `../lib` of
+/// it (an install under a prefix).
+pub fn find_library(name: &str) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
     if let Some(d) = std::env::var_os("PDCX_LIB_DIR") {
         dirs.push(d.into());
@@ -27,9 +27,17 @@ pub fn find_library() -> Option<PathBuf> {
             dirs.push(d.join("../lib"));
         }
     }
-    dirs.into_iter()
-        .map(|d| d.join(LIB_NAME))
-        .find(|p| p.is_file())
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// `LD_PRELOAD` with `lib` first and what the environment already preloads after it.
+pub fn preload_with(lib: &Path) -> OsString {
+    let mut preload = lib.as_os_str().to_owned();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    preload
 }
 
 /// Only the job's first process prints the run's one-line messages (every rank runs
@@ -101,7 +109,7 @@ pub fn run(
         // (and report its own error for the path, as it would without pdcx).
         why = Some(format!("--prefix {}: {e}", prefix.display()));
     }
-    let lib = find_library();
+    let lib = find_library(LIB_NAME);
     if lib.is_none() && why.is_none() {
         why = Some(format!(
             "{LIB_NAME} not found (next to pdcx, in ../lib or $PDCX_LIB_DIR)"
@@ -148,12 +156,7 @@ pub fn run(
     let mut cmd = std::process::Command::new(prog);
     cmd.args(args);
     if let Some(lib) = &lib {
-        let mut preload = lib.as_os_str().to_owned();
-        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
-            preload.push(":");
-            preload.push(old);
-        }
-        cmd.env("LD_PRELOAD", preload);
+        cmd.env("LD_PRELOAD", preload_with(lib));
         cmd.env("PDCX_MPIIO_PREFIX", &prefix);
         cmd.env(
             "PDCX_MPIIO_HOME",

@@ -280,31 +280,76 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
     }
 }
 
+fn make_dir(rest: &str) -> c_int {
+    let name = names::lexical(rest);
+    let r = match ctx() {
+        Ok(c) => c.client.file_mkdir(&name).map_err(|e| errno_of(&e)),
+        Err(_) => Err(libc::EIO),
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
 /// # Safety
-/// C `mkdir(path, mode)`: a directory is a marker object (see `names.rs`).
+/// C `mkdir(path, mode)`: a directory is a marker object (`Client::file_mkdir`).
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn mkdir(path: *const c_char, mode: mode_t) -> c_int {
     match ours(path) {
-        Some(rest) => guarded("mkdir", -1, || {
-            let name = names::lexical(rest);
-            let c = match ctx() {
-                Ok(c) => c,
-                Err(_) => {
-                    set_errno(libc::EIO);
-                    return -1;
-                }
-            };
-            let r = c.client.file_mkdir(&name).map_err(|e| errno_of(&e));
-            match r {
-                Ok(()) => 0,
-                Err(e) => {
-                    set_errno(e);
-                    -1
-                }
-            }
-        }),
+        Some(rest) => guarded("mkdir", -1, || make_dir(rest)),
         None => {
             pass!(mkdir: unsafe extern "C" fn(*const c_char, mode_t) -> c_int, -1, (path, mode))
+        }
+    }
+}
+
+/// # Safety
+/// C `mkdirat(dirfd, path, mode)`; a `pdcx://` path ignores `dirfd`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn mkdirat(dirfd: c_int, path: *const c_char, mode: mode_t) -> c_int {
+    match ours(path) {
+        Some(rest) => guarded("mkdirat", -1, || make_dir(rest)),
+        None => {
+            pass!(mkdirat: unsafe extern "C" fn(c_int, *const c_char, mode_t) -> c_int, -1, (dirfd, path, mode))
+        }
+    }
+}
+
+/// # Safety
+/// C `unlinkat(dirfd, path, flags)` (`rm` uses it); a `pdcx://` path ignores `dirfd`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn unlinkat(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
+    match ours(path) {
+        Some(rest) => guarded("unlinkat", -1, || {
+            remove_name(rest, flags & libc::AT_REMOVEDIR != 0)
+        }),
+        None => {
+            pass!(unlinkat: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int, -1, (dirfd, path, flags))
+        }
+    }
+}
+
+/// # Safety
+/// C `faccessat(dirfd, path, mode, flags)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn faccessat(
+    dirfd: c_int,
+    path: *const c_char,
+    mode: c_int,
+    flags: c_int,
+) -> c_int {
+    match ours(path) {
+        Some(rest) => guarded("faccessat", -1, || {
+            // SAFETY: a plain C struct; all-zero is a valid value.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            stat_into(rest, &mut st)
+        }),
+        None => {
+            pass!(faccessat: unsafe extern "C" fn(c_int, *const c_char, c_int, c_int) -> c_int, -1, (dirfd, path, mode, flags))
         }
     }
 }

@@ -15,6 +15,8 @@ use pyo3::types::PyBytes;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
+mod files;
+
 pyo3::create_exception!(_native, PdcxError, PyException);
 pyo3::create_exception!(_native, NotFoundError, PdcxError);
 pyo3::create_exception!(_native, AlreadyExistsError, PdcxError);
@@ -175,7 +177,7 @@ fn with_out<T: Send>(
 
 #[pyclass(module = "pdcx._native")]
 struct Client {
-    inner: RustClient,
+    pub(crate) inner: RustClient,
 }
 
 impl Client {
@@ -938,6 +940,19 @@ impl EmbeddedServer {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<Client>()?;
+    m.add_class::<files::File>()?;
+    for f in [
+        wrap_pyfunction!(files::file_open, m)?,
+        wrap_pyfunction!(files::file_stat, m)?,
+        wrap_pyfunction!(files::file_kind, m)?,
+        wrap_pyfunction!(files::file_remove, m)?,
+        wrap_pyfunction!(files::file_list, m)?,
+        wrap_pyfunction!(files::file_dir, m)?,
+        wrap_pyfunction!(files::file_mkdir, m)?,
+        wrap_pyfunction!(files::file_rmdir, m)?,
+    ] {
+        m.add_function(f)?;
+    }
     m.add_class::<Transfer>()?;
     m.add_class::<Buffer>()?;
     m.add_class::<EmbeddedServer>()?;

@@ -31,6 +31,7 @@ from typing import Any, Self
 import numpy as np
 
 from . import _native
+from . import files as _files
 from ._native import (
     AlreadyExistsError,
     AuthError,
@@ -166,6 +167,11 @@ def connect(root: str | os.PathLike | None = None) -> Client:
     return Client(_native.Client(None if root is None else os.fspath(root)))
 
 
+def _file_name(name: str) -> str:
+    """A file name without its optional ``pdcx://`` scheme."""
+    return name.removeprefix("pdcx://")
+
+
 def _region_spec(region: str | tuple | None) -> str | None:
     """A region as ``pdcx`` takes it (``"0:10,:,5"``) from a string or a tuple of slices and
     indices (steps belong in ``step=``)."""
@@ -263,6 +269,67 @@ class Client:
     def delete_container(self, name: str) -> None:
         """Removes a container and its tags; its objects stay (delete them first if wanted)."""
         self._c.delete_container(name)
+
+    # -- files: byte-stream objects (issue 14) ------------------------------------------------
+
+    def open(
+        self,
+        name: str,
+        mode: str = "r",
+        buffering: int = -1,
+        encoding: str | None = None,
+        errors: str | None = None,
+        newline: str | None = None,
+        *,
+        aggregate: bool = True,
+        prefetch: str = "adaptive",
+    ) -> Any:
+        """Opens file ``name`` (a byte-stream object; ``pdcx://`` is accepted and dropped) like
+        the built-in ``open``: ``"rb"`` gives an ``io.BufferedReader``, ``"w"`` a text file.
+
+        ``aggregate`` keeps writes on the client until flush/close (one commit for all);
+        ``prefetch`` is ``"adaptive"``, ``"off"`` or a window size such as ``"4M"``.
+        """
+        return _files.open_file(
+            self._c, _file_name(name), mode, buffering, encoding, errors, newline, aggregate, prefetch
+        )
+
+    def stat(self, name: str) -> os.stat_result:
+        """Size and times of file ``name``, as ``os.stat`` gives them for a regular file."""
+        _, size, ctime, mtime = _native.file_stat(self._c, _file_name(name))
+        return os.stat_result((0o100644, 0, 0, 1, os.getuid(), os.getgid(), size, mtime, mtime, ctime))
+
+    def exists(self, name: str) -> bool:
+        """Whether ``name`` is a file or a directory (a name prefix)."""
+        return _native.file_kind(self._c, _file_name(name)) is not None
+
+    def isdir(self, name: str) -> bool:
+        return _native.file_kind(self._c, _file_name(name)) == "dir"
+
+    def remove(self, name: str) -> None:
+        """Deletes file ``name``."""
+        _native.file_remove(self._c, _file_name(name))
+
+    def listdir(self, path: str = "") -> list[str]:
+        """Names directly under directory ``path`` (a name prefix; "" is the root), like
+        ``os.listdir``."""
+        return [n for n, _ in _native.file_dir(self._c, _file_name(path))]
+
+    def files(self, prefix: str = "") -> list[tuple[str, int]]:
+        """Every file whose name starts with ``prefix``: (name, size), sorted by name."""
+        return [(n, size) for n, size, _, _ in _native.file_list(self._c, _file_name(prefix)) if not n.endswith("/")]
+
+    def makedirs(self, path: str, exist_ok: bool = False) -> None:
+        """Makes directory ``path`` exist (a marker, so it is listed before anything is in it)."""
+        try:
+            _native.file_mkdir(self._c, _file_name(path))
+        except AlreadyExistsError:
+            if not (exist_ok and self.isdir(path)):
+                raise
+
+    def rmdir(self, path: str) -> None:
+        """Removes an empty directory."""
+        _native.file_rmdir(self._c, _file_name(path))
 
     # -- across sites (issue 13) -------------------------------------------------------------
 

@@ -1,0 +1,153 @@
+"""Files as byte-stream objects (issue 14) through Python: `Client.open` returns real `io`
+file objects that astropy, numpy, shutil and tarfile use unchanged; stat/listdir/remove and
+`pdcx cp`/`pdcx ls pdcx://` behave like their file-system namesakes."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+
+import numpy as np
+import pdcx
+import pytest
+from conftest import run_pdcx
+
+
+def test_python_file_objects_work_with_numpy_shutil_and_tarfile(deployment, tmp_path):
+    dep = deployment(n=2)
+    c = dep.client()
+
+    # numpy.save/load through a buffered binary file.
+    arr = np.arange(10_000, dtype=np.float64).reshape(100, 100)
+    with c.open("data/arr.npy", "wb") as f:
+        assert isinstance(f, io.BufferedWriter)
+        np.save(f, arr)
+    with c.open("pdcx://data/arr.npy", "rb") as f:
+        assert isinstance(f, io.BufferedReader) and f.seekable()
+        np.testing.assert_array_equal(np.load(f), arr)
+    assert c.stat("data/arr.npy").st_size == os.path.getsize(_save_local(tmp_path, arr))
+
+    # Text mode, append, seek/tell, readline.
+    with c.open("data/notes.txt", "w") as f:
+        f.write("first line\n")
+    with c.open("data/notes.txt", "a") as f:
+        f.write("second line\n")
+    with c.open("data/notes.txt") as f:
+        assert f.readlines() == ["first line\n", "second line\n"]
+    with c.open("data/notes.txt", "rb") as f:
+        f.seek(6)
+        assert f.read(4) == b"line" and f.tell() == 10
+        f.seek(-5, io.SEEK_END)
+        assert f.read() == b"line\n"
+
+    # shutil.copyfileobj both ways, with a local file.
+    blob = os.urandom(3 << 20)
+    (tmp_path / "blob.bin").write_bytes(blob)
+    with open(tmp_path / "blob.bin", "rb") as src, c.open("data/blob.bin", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    with c.open("data/blob.bin", "rb") as src, open(tmp_path / "back.bin", "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    assert (tmp_path / "back.bin").read_bytes() == blob
+
+    # tarfile writes into a pdcx file and reads it back.
+    with c.open("data/bundle.tar", "wb") as f, tarfile.open(fileobj=f, mode="w") as tar:
+        tar.add(tmp_path / "blob.bin", arcname="blob.bin")
+    with c.open("data/bundle.tar", "rb") as f, tarfile.open(fileobj=f, mode="r") as tar:
+        assert tar.getnames() == ["blob.bin"]
+        assert tar.extractfile("blob.bin").read() == blob
+
+    # Directory-like views, remove, errors.
+    assert c.listdir("data") == ["arr.npy", "blob.bin", "bundle.tar", "notes.txt"]
+    assert c.isdir("data") and not c.isdir("data/arr.npy") and c.exists("data/arr.npy")
+    c.makedirs("empty/dir")
+    assert c.isdir("empty/dir") and c.listdir("empty") == ["dir"] and c.listdir("empty/dir") == []
+    c.rmdir("empty/dir")
+    assert not c.exists("empty/dir")
+    c.remove("data/notes.txt")
+    assert not c.exists("data/notes.txt")
+    with pytest.raises(pdcx.NotFoundError):
+        c.open("data/notes.txt", "rb")
+    with pytest.raises(pdcx.AlreadyExistsError):
+        c.open("data/arr.npy", "xb")
+    with pytest.raises(pdcx.InvalidArgumentError, match="leave its prefix"):
+        c.open("data/../../etc/passwd", "rb")
+    with pytest.raises(ValueError):
+        c.open("data/arr.npy", "rq")
+    with c.open("data/arr.npy", "rb") as f, pytest.raises(io.UnsupportedOperation):
+        f.write(b"x")
+
+
+def _save_local(tmp_path, arr):
+    p = tmp_path / "local.npy"
+    np.save(p, arr)
+    return p
+
+
+def test_writes_are_aggregated_until_close_and_reads_prefetched(deployment):
+    dep = deployment(n=1)
+    c = dep.client()
+    other = dep.client()
+    w = c.open("agg/a.bin", "wb", buffering=0)
+    for _ in range(100):
+        w.write(b"x" * 2880)
+    # Not committed yet: another client sees an empty file.
+    assert other.stat("agg/a.bin").st_size == 0
+    w.close()
+    assert other.stat("agg/a.bin").st_size == 288_000
+    # Read in 2880-byte blocks: one fetch with read-ahead, one per block without.
+    for prefetch, fetches in (("adaptive", 1), ("off", 100)):
+        r = other.open("agg/a.bin", "rb", buffering=0, prefetch=prefetch)
+        while r.read(2880):
+            pass
+        assert r._f.fetches() == fetches, prefetch
+        r.close()
+    # Without aggregation every write is visible when it returns.
+    w = c.open("agg/b.bin", "wb", buffering=0, aggregate=False)
+    w.write(b"y" * 100)
+    assert other.stat("agg/b.bin").st_size == 100
+    w.close()
+
+
+def test_astropy_reads_and_writes_fits_through_client_open(deployment):
+    fits = pytest.importorskip("astropy.io.fits")
+    dep = deployment(n=1)
+    c = dep.client()
+    data = np.arange(64 * 48, dtype=np.float32).reshape(48, 64)
+    hdu = fits.PrimaryHDU(data)
+    hdu.header["OBJECT"] = "pdcx test"
+    with c.open("sky/a.fits", "wb") as f:
+        hdu.writeto(f)
+    with c.open("sky/a.fits", "rb") as f, fits.open(f) as hdul:
+        assert hdul[0].header["OBJECT"] == "pdcx test"
+        np.testing.assert_array_equal(hdul[0].data, data)
+
+
+def test_cli_cp_and_ls_move_files_and_trees(deployment, tmp_path):
+    dep = deployment(n=2)
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.fits").write_bytes(b"A" * 5000)
+    (src / "sub" / "b.fits").write_bytes(os.urandom(1 << 20))
+    env = dep.env()
+    run_pdcx("cp", "-r", src, "pdcx://in", env=env)
+    out = run_pdcx("ls", "pdcx://in/", env=env).stdout
+    assert "a.fits" in out and "sub/" in out and "5000" in out
+    run_pdcx("cp", "-q", "-r", "pdcx://in", f"{tmp_path}/back/", env=env)  # into back/in/
+    assert (tmp_path / "back/in/a.fits").read_bytes() == (src / "a.fits").read_bytes()
+    assert (tmp_path / "back/in/sub/b.fits").read_bytes() == (src / "sub" / "b.fits").read_bytes()
+    run_pdcx("cp", "pdcx://in/a.fits", "pdcx://copy/a2.fits", env=env)
+    c = dep.client()
+    with c.open("copy/a2.fits", "rb") as f:
+        assert f.read() == b"A" * 5000
+    # Clear errors: a directory without -r, a missing source, two local paths, escaping names.
+    for args, msg in (
+        (("cp", "pdcx://in", tmp_path / "x"), "copy it with -r"),
+        (("cp", "pdcx://nope.fits", tmp_path / "x"), "nope.fits"),
+        (("cp", src / "a.fits", tmp_path / "y"), "use cp(1)"),
+        (("cp", src / "a.fits", "pdcx://a/../../b"), "leave its prefix"),
+        (("ls", "pdcx://missing/"), "no file or directory"),
+    ):
+        p = run_pdcx(*args, env=env, check=False)
+        assert p.returncode != 0 and msg in p.stderr, (args, p.stderr)
