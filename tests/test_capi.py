@@ -86,7 +86,7 @@ def run(cmd, env, timeout=120) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize(
-    "prog", ["obj_create_rw", "region_partial_overlap", "transfer_restart", "pdc_compat", "pdc_query"]
+    "prog", ["obj_create_rw", "region_partial_overlap", "transfer_restart", "pdc_compat", "pdc_query", "file_api"]
 )
 def test_c_program(build, dep, prog):
     p = run([str(build(prog))], dep.env())

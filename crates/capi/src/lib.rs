@@ -9,6 +9,7 @@
 //! `meta_id` fields and `PDCcont_get_objids` report.
 
 pub mod cont;
+pub mod file;
 pub mod mpi;
 pub mod obj;
 pub mod prop;

@@ -234,3 +234,11 @@ impl ContInfoBlock {
         b
     }
 }
+
+/// `PDCXfile_stat_t` (`pdcx_file.h`).
+#[repr(C)]
+pub struct PdcxFileStat {
+    pub size: u64,
+    pub ctime: f64,
+    pub mtime: f64,
+}
