@@ -58,6 +58,7 @@ import re
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 #: The status line every Montage tool prints last: ``[struct stat="OK", count=12, ...]``.
 STATUS_RE = re.compile(r"^\[struct\s+stat=\"(?P<stat>[^\"]*)\"(?P<rest>.*)\]\s*$")
@@ -178,14 +179,23 @@ def expect_bare_names(path: str) -> None:
         raise MontageError(f"{path}: file names carry a directory, -p would be ignored: {bad[:3]}")
 
 
-def run(raw: str, work: str, tables: str, env: dict[str, str] | None = None) -> dict[str, float]:
+def run(
+    raw: str,
+    work: str,
+    tables: str,
+    env: dict[str, str] | None = None,
+    before_step: Callable[[str], None] | None = None,
+    after_step: Callable[[str], None] | None = None,
+) -> dict[str, float]:
     """Run the background-matched mosaic pipeline; return component -> wall seconds.
 
     ``raw``/``work`` are string prefixes (local paths or e.g. ``pdcx://w``), ``tables`` a
     local directory. ``env`` entries are added to (and override) the current environment of
     every tool, so callers can pass just ``{"LD_PRELOAD": ...}`` without losing PATH.
     Components are keyed by tool name, with ``mImgtbl`` split into ``mImgtbl_raw`` and
-    ``mImgtbl_proj``; the dict is in pipeline order.
+    ``mImgtbl_proj``; the dict is in pipeline order. ``before_step(name)`` runs untimed before
+    each component (e.g. dropping the page cache); ``after_step(name)`` runs after it and is
+    counted in its time (e.g. syncing its outputs to a shared file system).
     """
     full_env = None if env is None else {**os.environ, **env}
     proj, diff, corr, mosaic = f"{work}/proj", f"{work}/diff", f"{work}/corr", f"{work}/mosaic.fits"
@@ -205,7 +215,13 @@ def run(raw: str, work: str, tables: str, env: dict[str, str] | None = None) -> 
     times: dict[str, float] = {}
 
     def step(name: str, tool: str, *args: str) -> dict[str, str | int | float]:
+        if before_step is not None:
+            before_step(name)
         status, times[name] = montage(tool, *args, env=full_env)
+        if after_step is not None:
+            t0 = time.perf_counter()
+            after_step(name)
+            times[name] += time.perf_counter() - t0
         return status
 
     st = step("mImgtbl_raw", "mImgtbl", listing_dir(raw), tbl["images.tbl"])

@@ -238,6 +238,8 @@ pub fn normalize(name: &str) -> Result<String> {
 struct Runs {
     map: BTreeMap<u64, Vec<u8>>,
     bytes: usize,
+    /// A recycled buffer the next new run starts in (no page faults for its first bytes).
+    spare: Option<Vec<u8>>,
 }
 
 impl Runs {
@@ -272,7 +274,15 @@ impl Runs {
         for o in &touching {
             merged_end = merged_end.max(o + self.map[o].len() as u64);
         }
-        let mut merged = vec![0u8; (merged_end - start) as usize];
+        let n = (merged_end - start) as usize;
+        let mut merged = match self.spare.take() {
+            Some(mut v) => {
+                v.clear();
+                v.resize(n, 0);
+                v
+            }
+            None => vec![0u8; n],
+        };
         for o in touching {
             let b = self.map.remove(&o).unwrap_or_default();
             self.bytes -= b.len();
@@ -671,16 +681,18 @@ impl File {
             }
         }
         let len = (want.max(self.window) as u64).min(self.remote_size - off) as usize;
-        let mut buf = vec![0u8; len];
+        let mem = &self.stream.client().inner.files;
+        let mut buf = mem.take(len);
         self.fetches += 1;
         self.stream_read(off, &mut buf)?;
         out.copy_from_slice(&buf[..want]);
         let buf = Arc::new(buf);
         if off == 0 && len as u64 == self.remote_size && !self.mode.write {
-            let mem = &self.stream.client().inner.files;
             mem.put(self.stream.id(), self.mtime, buf.clone());
         }
-        self.ahead = Some((off, buf));
+        if let Some((_, old)) = self.ahead.replace((off, buf)) {
+            mem.give_shared(old);
+        }
         Ok(())
     }
 
@@ -729,6 +741,10 @@ impl File {
             }
         }
         if self.opts.aggregate {
+            if self.pending.map.is_empty() && self.pending.spare.is_none() {
+                let mem = &self.stream.client().inner.files;
+                self.pending.spare = Some(mem.take_empty(data.len().max(1 << 20)));
+            }
             self.pending.write(off, data);
             if self.pending.bytes >= AGGREGATE_MAX {
                 self.flush()?;
@@ -753,9 +769,13 @@ impl File {
             self.stream.pwrite(*off, bytes)?;
         }
         self.stream.flush()?;
-        self.stream.client().inner.files.forget(self.stream.id());
+        let mem = &self.stream.client().inner.files;
+        mem.forget(self.stream.id());
         // Written: only now leave the buffer (a failure keeps them for the next attempt).
-        self.pending = Runs::default();
+        self.pending.bytes = 0;
+        for (_, v) in std::mem::take(&mut self.pending.map) {
+            mem.give(v);
+        }
         self.remote_size = self.remote_size.max(end);
         Ok(())
     }
@@ -790,7 +810,12 @@ impl File {
             let mem = &self.stream.client().inner.files;
             mem.learn(self.consumed, self.size());
         }
-        self.ahead = None;
+        if let Some((_, b)) = self.ahead.take() {
+            self.stream.client().inner.files.give_shared(b);
+        }
+        if let Some(v) = self.pending.spare.take() {
+            self.stream.client().inner.files.give(v);
+        }
         r
     }
 }

@@ -19,8 +19,18 @@ pub fn add(c: &AtomicU64, n: u64) {
 
 /// The counts as a JSON object.
 pub fn json() -> String {
+    let prog = std::env::args_os()
+        .next()
+        .map(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
+        .unwrap_or_default()
+        .replace(['"', '\\'], "_");
     format!(
-        "{{\"pid\":{},\"opens\":{},\"creates\":{},\"read_fetches\":{},\"bytes_read\":{},\"bytes_written\":{},\"posix_calls\":{},\"round_trips\":{}}}",
+        "{{\"prog\":\"{prog}\",\"pid\":{},\"opens\":{},\"creates\":{},\"read_fetches\":{},\"bytes_read\":{},\"bytes_written\":{},\"posix_calls\":{},\"round_trips\":{}}}",
         std::process::id(),
         OPENS.load(Relaxed),
         CREATES.load(Relaxed),

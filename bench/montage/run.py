@@ -1,0 +1,356 @@
+"""Montage on pdcx (issue 14, paper 004 Fig. 2 shape): per-component times of a
+background-matched mosaic with every FITS file in pdcx, against the same pipeline on plain
+files, in one run.
+
+    sudo python3 bench/montage/run.py [--images 24] [--size 512] [--reps 3] [--shared-mbps 200]
+
+Configurations (each run --reps times; medians reported):
+  plain     input, intermediates and mosaic on the local disk (page cache warm, as one node)
+  shared    the same on a bandwidth-limited shared directory: an ext4 image on a loop device
+            whose reads are throttled to --shared-mbps (cgroup v1 blkio), page cache dropped
+            before each component and each component's outputs synced at its end (what a step
+            running on another node of a shared file system sees); needs root, else skipped
+  none      pdcx, aggregation and prefetching off (every CFITSIO write is a committed
+            transfer, every read a round trip: PDC without the paper's optimisations)
+  agg       pdcx, write aggregation only
+  prefetch  pdcx, adaptive read-ahead only (with the client's close-to-open file cache)
+  both      pdcx, both (the default)
+The pdcx runs use one server (one node) and `libpdcx_fits.so` preloaded; every pdcx mosaic
+is checked byte-identical to the plain one, and the intermediates are removed after each run.
+Round trips and bytes per component come from the driver's per-process counts
+(PDCX_FITS_STATS). "RT per file read whole" runs a CFITSIO reader (readfits.c: open, read
+every pixel, close) over K and over 1 projected image: (RT(K) - RT(1)) / (K - 1).
+
+Targets: mBgExec with both >= 6x faster than with none; the whole pipeline with both within
+1.0x of plain files (and faster than the shared directory); <= 3 round trips per FITS file
+opened and read whole with prefetching on.
+
+Needs Montage, astropy, gcc + libcfitsio-dev (readfits.c), the pdcx binary (PDCX_BIN) and
+libpdcx_fits.so next to it (or PDCX_LIB_DIR), and the pdcx Python package (PYTHONPATH).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+
+import pipeline
+import sky
+
+MODES = {
+    "none": {"PDCX_FILE_AGGREGATE": "0", "PDCX_FILE_PREFETCH": "off"},
+    "agg": {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "off"},
+    "prefetch": {"PDCX_FILE_AGGREGATE": "0", "PDCX_FILE_PREFETCH": "adaptive"},
+    "both": {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "adaptive"},
+}
+
+
+def pdcx_bin() -> str:
+    found = os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
+    if not Path(found).exists():
+        sys.exit("pdcx binary not found: set PDCX_BIN or put pdcx on PATH")
+    return found
+
+
+def fits_lib() -> str:
+    exe = Path(pdcx_bin()).resolve()
+    for d in (os.environ.get("PDCX_LIB_DIR"), exe.parent, exe.parent.parent / "lib", REPO / "target/release"):
+        if d and (Path(d) / "libpdcx_fits.so").is_file():
+            return str(Path(d) / "libpdcx_fits.so")
+    sys.exit("libpdcx_fits.so not found (next to pdcx, in ../lib, or PDCX_LIB_DIR): run scripts/setup.sh --bench")
+
+
+def run_bin(*args, env=None, timeout=300) -> str:
+    p = subprocess.run(
+        [pdcx_bin(), *map(str, args)], check=False, capture_output=True, text=True, timeout=timeout, env=env
+    )
+    if p.returncode != 0:
+        sys.exit(f"pdcx {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p.stdout
+
+
+class SharedDir:
+    """An ext4 image on a loop device, mounted, reads throttled by a blkio cgroup that this
+    process (and so every tool it starts) joins."""
+
+    def __init__(self, base: Path, mbps: int):
+        self.base = base
+        self.mnt = base / "mnt"
+        self.loop = ""
+        self.cgroup = Path("/sys/fs/cgroup/blkio/pdcx-montage-bench")
+        img = base / "shared.img"
+        subprocess.run(["truncate", "-s", "4G", str(img)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
+        self.loop = subprocess.run(
+            ["losetup", "-f", "--show", str(img)], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        self.mnt.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", self.loop, str(self.mnt)], check=True)
+        st = os.stat(self.loop)
+        dev = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+        self.cgroup.mkdir(exist_ok=True)
+        rate = mbps * 1_000_000
+        (self.cgroup / "blkio.throttle.read_bps_device").write_text(f"{dev} {rate}\n")
+        (self.cgroup / "blkio.throttle.write_bps_device").write_text(f"{dev} {rate}\n")
+        (self.cgroup / "cgroup.procs").write_text(f"{os.getpid()}\n")
+
+    @staticmethod
+    def drop_caches(_step: str = "") -> None:
+        os.sync()
+        Path("/proc/sys/vm/drop_caches").write_text("3\n")
+
+    @staticmethod
+    def sync(_step: str = "") -> None:
+        os.sync()
+
+    def close(self) -> None:
+        try:
+            Path("/sys/fs/cgroup/blkio/cgroup.procs").write_text(f"{os.getpid()}\n")
+        except OSError:
+            pass
+        subprocess.run(["umount", str(self.mnt)], check=False)
+        if self.loop:
+            subprocess.run(["losetup", "-d", self.loop], check=False)
+        try:
+            self.cgroup.rmdir()
+        except OSError:
+            pass
+
+
+def stats_by_component(path: Path, components: list[str]) -> dict[str, dict[str, int]]:
+    """Sums the driver's per-process lines by component (mImgtbl's two runs in order)."""
+    out: dict[str, dict[str, int]] = {c: {} for c in components}
+    seen_imgtbl = 0
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        prog = d.pop("prog")
+        d.pop("pid", None)
+        if prog == "mImgtbl":
+            comp = "mImgtbl_raw" if seen_imgtbl == 0 else "mImgtbl_proj"
+            seen_imgtbl += 1
+        elif prog in out:
+            comp = prog
+        else:
+            continue  # mkdir of the output directories
+        for k, v in d.items():
+            out[comp][k] = out[comp].get(k, 0) + int(v)
+    return out
+
+
+def remove_prefix(client, prefix: str) -> int:
+    """Removes every file and directory marker under `prefix` (the workflow's end)."""
+    names = [n for n, _ in client.files(prefix + "/")]
+    for n in names:
+        client.remove(n)
+    for d in sorted({n.rsplit("/", 1)[0] for n in names} | {prefix}, key=len, reverse=True):
+        while d and d.startswith(prefix):
+            if client.isdir(d) and not client.listdir(d):
+                client.rmdir(d)
+            d = d.rsplit("/", 1)[0] if "/" in d else ""
+    return len(names)
+
+
+def rt_per_file(env: dict, names: list[str], work: Path) -> tuple[float, int]:
+    """Round trips of reading a FITS file whole through CFITSIO and the driver."""
+    exe = work / "readfits"
+    if not exe.exists():
+        p = subprocess.run(
+            ["gcc", "-O2", "-o", str(exe), str(HERE / "readfits.c"), "-lcfitsio"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        if p.returncode != 0:
+            return float("nan"), 0
+
+    def rts(files: list[str]) -> int:
+        st = work / f"rt-{len(files)}-{time.monotonic_ns()}.jsonl"
+        subprocess.run([str(exe), *files], check=True, env=dict(env, PDCX_FITS_STATS=str(st)), capture_output=True)
+        return sum(json.loads(line)["round_trips"] for line in st.read_text().splitlines())
+
+    one, k = rts(names[:1]), rts(names)
+    return (k - one) / (len(names) - 1), k
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--images", type=int, default=24, help="synthetic input images (default 24)")
+    ap.add_argument("--size", type=int, default=512, help="pixels per side (default 512)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per configuration (default 3)")
+    ap.add_argument("--shared-mbps", type=int, default=200, help="read limit of the shared directory, MB/s")
+    ap.add_argument("--no-shared", action="store_true", help="skip the shared-directory baseline")
+    ap.add_argument("--modes", default="none,agg,prefetch,both", help="pdcx configurations to run")
+    ap.add_argument("--dir", type=Path, help="work directory (default: a new one in /tmp, removed at the end)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    a = ap.parse_args()
+    modes = [m for m in a.modes.split(",") if m]
+    for m in modes:
+        if m not in MODES:
+            sys.exit(f"unknown mode {m!r} (known: {', '.join(MODES)})")
+    for tool in ("mProjExec", "mAdd"):
+        if shutil.which(tool) is None:
+            sys.exit(f"{tool} not found: install Debian's montage (scripts/setup.sh --bench)")
+    import pdcx
+
+    work = a.dir or Path(tempfile.mkdtemp(prefix="pdcx-montage-"))
+    work.mkdir(parents=True, exist_ok=True)
+    raw = work / "raw"
+    t0 = time.perf_counter()
+    sky.generate(str(raw), images=a.images, size=a.size, seed=1)
+    print(f"{a.images} images of {a.size}x{a.size} generated in {time.perf_counter() - t0:.1f} s ({work})", flush=True)
+
+    times: dict[str, list[dict[str, float]]] = {}
+    stats: dict[str, dict[str, dict[str, int]]] = {}
+
+    # plain files on the local disk
+    times["plain"] = []
+    for r in range(a.reps):
+        w = work / f"plain{r}"
+        times["plain"].append(pipeline.run(str(raw), str(w), str(work / f"ptbl{r}")))
+        if r:
+            shutil.rmtree(w)
+    reference = work / "plain0" / "mosaic.fits"
+    components = list(times["plain"][0])
+    print(f"plain: {sum(times['plain'][0].values()):.2f} s", flush=True)
+
+    # a bandwidth-limited shared directory
+    shared = None
+    if not a.no_shared:
+        if os.geteuid() != 0:
+            print("shared: skipped (needs root for the loop device and the blkio cgroup)", flush=True)
+        else:
+            try:
+                shared = SharedDir(work, a.shared_mbps)
+                sraw = shared.mnt / "raw"
+                shutil.copytree(raw, sraw)
+                times["shared"] = []
+                for r in range(a.reps):
+                    times["shared"].append(
+                        pipeline.run(
+                            str(sraw),
+                            str(shared.mnt / f"w{r}"),
+                            str(work / f"stbl{r}"),
+                            before_step=shared.drop_caches,
+                            after_step=shared.sync,
+                        )
+                    )
+                    shutil.rmtree(shared.mnt / f"w{r}")
+                print(f"shared ({a.shared_mbps} MB/s): {sum(times['shared'][0].values()):.2f} s", flush=True)
+            finally:
+                shared.close() if shared else None
+
+    # pdcx
+    root = work / "pdcx-root"
+    run_bin("server", "start", "-n", "1", "--root", root)
+    lib = fits_lib()
+    rt: dict[str, float] = {}
+    try:
+        env_base = dict(os.environ, PDCX_ROOT=str(root))
+        run_bin("cp", "-q", "-r", raw, "pdcx://raw", env=env_base)
+        client = pdcx.connect(str(root))
+        for m in modes:
+            times[m] = []
+            for r in range(a.reps):
+                st = work / f"stats-{m}-{r}.jsonl"
+                env = {"LD_PRELOAD": lib, "PDCX_ROOT": str(root), "PDCX_FITS_STATS": str(st), **MODES[m]}
+                prefix = f"{m}{r}"
+                times[m].append(pipeline.run("pdcx://raw", f"pdcx://{prefix}", str(work / f"tbl-{m}{r}"), env=env))
+                if r == 0:
+                    stats[m] = stats_by_component(st, components)
+                    out = work / f"out-{m}"
+                    run_bin("cp", "-q", f"pdcx://{prefix}/mosaic.fits", f"{out}/", env=env_base)
+                    if (out / "mosaic.fits").read_bytes() != reference.read_bytes():
+                        sys.exit(f"{m}: the mosaic differs from the plain-file mosaic")
+                    projected = sorted(
+                        f"pdcx://{n}"
+                        for n, _ in client.files(f"{prefix}/proj/")
+                        if n.endswith(".fits") and not n.endswith("_area.fits")
+                    )
+                    rt[m], _ = rt_per_file(dict(os.environ, **env), projected[:8], work)
+                remove_prefix(client, prefix)
+            print(f"{m}: {sum(times[m][0].values()):.2f} s (mosaic identical to plain)", flush=True)
+        left = [n for n, _ in client.files("") if not n.startswith("raw/")]
+        if left:
+            sys.exit(f"intermediates left in pdcx after the runs: {left[:5]}")
+        client.close()
+    finally:
+        run_bin("server", "stop", "--root", root)
+
+    # table
+    confs = [c for c in ("plain", "shared", *modes) if c in times]
+    medians = {c: {k: med([t[k] for t in times[c]]) for k in components} for c in confs}
+    for c in confs:
+        medians[c]["total"] = med([sum(t.values()) for t in times[c]])
+    rows = [*components, "total"]
+    w = max(len(r) for r in rows) + 2
+    print()
+    print(f"Montage, {a.images} images {a.size}x{a.size}, median of {a.reps} (s); machine: {os.cpu_count()} CPUs")
+    head = "".join(f"{c:>10}" for c in confs)
+    extra = ("both/none" if {"both", "none"} <= set(confs) else "") + ("  both/plain" if "both" in confs else "")
+    print(f"{'component':<{w}}{head}   {extra}")
+    for r in rows:
+        line = "".join(f"{medians[c][r]:>10.3f}" for c in confs)
+        ratio = ""
+        if {"both", "none"} <= set(confs):
+            ratio += f"{medians['none'][r] / medians['both'][r]:>9.2f}x"
+        if "both" in confs:
+            ratio += f"{medians['both'][r] / medians['plain'][r]:>11.2f}x"
+        print(f"{r:<{w}}{line}   {ratio}")
+    print()
+    print("round trips / bytes moved per component (first run of each pdcx configuration):")
+    for m in modes:
+        parts = []
+        for c in components:
+            s = stats.get(m, {}).get(c, {})
+            if s.get("opens", 0) + s.get("creates", 0):
+                parts.append(
+                    f"{c} {s['round_trips']} RT, {s['opens']}+{s['creates']} files, "
+                    f"{(s['bytes_read'] + s['bytes_written']) / 2**20:.0f} MiB"
+                )
+        print(f"  {m:9} " + "; ".join(parts))
+    print()
+    print(
+        "round trips per FITS file opened and read whole (CFITSIO reader): "
+        + ", ".join(f"{m} {v:.2f}" for m, v in rt.items())
+    )
+    print()
+    print("targets:")
+    if {"both", "none"} <= set(confs):
+        x = medians["none"]["mBgExec"] / medians["both"]["mBgExec"]
+        print(f"  mBgExec both vs none: {x:.2f}x (target >= 6x) {'MET' if x >= 6 else 'NOT MET'}")
+    if "both" in confs:
+        x = medians["both"]["total"] / medians["plain"]["total"]
+        print(f"  pipeline both / plain files: {x:.2f}x (target <= 1.0x) {'MET' if x <= 1.0 else 'NOT MET'}")
+        if "shared" in confs:
+            x = medians["both"]["total"] / medians["shared"]["total"]
+            print(f"  pipeline both / shared directory: {x:.2f}x (target < 1.0x) {'MET' if x < 1.0 else 'NOT MET'}")
+    if "both" in rt:
+        print(
+            f"  round trips per file read whole (prefetch on): {rt['both']:.2f} (target <= 3) {'MET' if rt['both'] <= 3 else 'NOT MET'}"
+        )
+    if a.json:
+        a.json.write_text(json.dumps({"times": times, "medians": medians, "stats": stats, "rt_per_file": rt}, indent=1))
+    if a.dir is None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
