@@ -151,3 +151,32 @@ def test_cli_cp_and_ls_move_files_and_trees(deployment, tmp_path):
     ):
         p = run_pdcx(*args, env=env, check=False)
         assert p.returncode != 0 and msg in p.stderr, (args, p.stderr)
+
+
+def test_renames_resolve_across_servers_and_after_a_restart(deployment):
+    dep = deployment(n=2)
+    c = dep.client()
+    for i in range(8):
+        with c.open(f"mv/a{i}", "wb") as f:
+            f.write(bytes([i]) * (1000 + i))
+    # Ten names: some hash to the other server than the object's owner (a link there).
+    for i in range(8):
+        c.rename(f"mv/a{i}", f"mv/renamed/b{i}")
+    assert c.listdir("mv") == ["renamed"]
+    assert c.listdir("mv/renamed") == [f"b{i}" for i in range(8)]
+    with pytest.raises(pdcx.NotFoundError):
+        c.open("mv/a0", "rb")
+    # Replacing an existing file, as os.replace does.
+    c.rename("mv/renamed/b0", "mv/renamed/b1")
+    assert not c.exists("mv/renamed/b0")
+    dep.restart()
+    c = dep.client()
+    for i in range(1, 8):
+        with c.open(f"mv/renamed/b{i}", "rb") as f:
+            want = 0 if i == 1 else i
+            assert f.read() == bytes([want]) * (1000 + want), i
+    # The names are free again once the files are deleted.
+    for i in range(1, 8):
+        c.remove(f"mv/renamed/b{i}")
+        with c.open(f"mv/renamed/b{i}", "xb") as f:
+            f.write(b"new")

@@ -132,5 +132,7 @@ def test_cfitsio_utilities_and_extended_file_names(deployment, tmp_path, montage
         p.stdout.split("] ")[0] + "]" == "['a.fits']"
         and int(p.stdout.split()[-1]) == (tmp_path / "a.fits").stat().st_size
     )
-    p = run("rm", "pdcx://out/cut.fits")
-    assert p.returncode == 0 and not c.exists("out/cut.fits"), p.stderr
+    p = run("mv", "pdcx://out/cut.fits", "pdcx://out/moved.fits")
+    assert p.returncode == 0 and c.exists("out/moved.fits") and not c.exists("out/cut.fits"), p.stderr
+    p = run("rm", "pdcx://out/moved.fits")
+    assert p.returncode == 0 and not c.exists("out/moved.fits"), p.stderr

@@ -795,8 +795,55 @@ impl Client {
     /// Deletes an object: metadata, memberships, tags and extents. The data bytes stay in the
     /// owner's log as garbage until compaction exists.
     pub fn delete_object(&self, id: ObjectId) -> Result<()> {
-        self.call(self.id_owner(id)?, &Request::DeleteObject { id }, &[])?;
+        let owner = self.id_owner(id)?;
+        if let Response::Object(gone) = self.call(owner, &Request::DeleteObject { id }, &[])? {
+            // A renamed object's name may be a link on another server (`rename_object`).
+            let at = owner_of_name(&gone.name, self.size());
+            if at != owner {
+                let req = Request::UnlinkName {
+                    name: gone.name,
+                    id,
+                };
+                self.call(at, &req, &[])?;
+            }
+        }
         Ok(())
+    }
+
+    /// Gives object `id` the name `name` (issue 14). The object keeps its id, owner, data and
+    /// tags. When the new name hashes to another server than the owner, that server first
+    /// records a link to the object; a crash mid-way leaves both names resolving to it, and
+    /// renaming again finishes (the server's `meta/rename.rs` has the order). Fails if
+    /// `name` is taken.
+    pub fn rename_object(&self, id: ObjectId, name: &str) -> Result<ObjectMeta> {
+        validate_name("object", name)?;
+        let owner = self.id_owner(id)?;
+        let cur = self.get_object(id)?;
+        if cur.name == name {
+            return Ok(cur);
+        }
+        let new_at = owner_of_name(name, self.size());
+        if new_at != owner {
+            let req = Request::LinkName {
+                name: name.to_string(),
+                id,
+            };
+            self.call(new_at, &req, &[])?;
+        }
+        let req = Request::RenameObject {
+            id,
+            name: name.to_string(),
+        };
+        let meta = match self.call(owner, &req, &[])? {
+            Response::Object(m) => m,
+            r => return Err(unexpected("rename_object", r)),
+        };
+        let old_at = owner_of_name(&cur.name, self.size());
+        if old_at != owner {
+            let req = Request::UnlinkName { name: cur.name, id };
+            self.call(old_at, &req, &[])?;
+        }
+        Ok(meta)
     }
 
     /// Deletes a container and its tags, then drops its memberships on every server. The

@@ -458,6 +458,32 @@ impl Client {
         self.delete_object(m.id)
     }
 
+    /// Renames file `from` to `to`, replacing a file `to` as POSIX `rename` does (the
+    /// replaced file is removed first, so unlike POSIX a crash in between can leave neither
+    /// at `to`; `from` is never lost). The data does not move.
+    pub fn file_rename(&self, from: &str, to: &str) -> Result<()> {
+        let (from, to) = (normalize(from)?, normalize(to)?);
+        let m = self.open_object(&from)?;
+        if !m.is_byte_stream() {
+            return Err(Error::invalid(format!("object {from:?} is not a file")));
+        }
+        if from == to {
+            return Ok(());
+        }
+        match self.open_object(&to) {
+            Ok(t) if t.is_byte_stream() => self.delete_object(t.id)?,
+            Ok(_) => {
+                return Err(Error::new(
+                    ErrorKind::AlreadyExists,
+                    format!("{to:?} is an object that is not a file"),
+                ))
+            }
+            Err(e) if e.kind == ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        self.rename_object(m.id, &to).map(drop)
+    }
+
     /// Files whose names start with `prefix`, sorted by name.
     pub fn file_list(&self, prefix: &str) -> Result<Vec<FileStat>> {
         Ok(self.bs_list(prefix)?.iter().map(FileStat::from).collect())

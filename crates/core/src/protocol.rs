@@ -679,6 +679,22 @@ pub enum Request {
         step: Vec<u64>,
         held: bool,
     },
+    /// At the owner of `id`: the object takes `name` (issue 14, renames; the order of a
+    /// rename's three requests is in the server's `meta/rename.rs`). Answered with `Object`.
+    RenameObject {
+        id: ObjectId,
+        name: String,
+    },
+    /// At the server `name` hashes to: `name` resolves to `id`, which another server owns.
+    LinkName {
+        name: String,
+        id: ObjectId,
+    },
+    /// At the server `name` hashes to: drops the link `name` -> `id` (if it is that link).
+    UnlinkName {
+        name: String,
+        id: ObjectId,
+    },
 }
 
 /// A region whose bytes are `size` bytes at `offset` of the file `path` (absolute), stored

@@ -270,6 +270,78 @@ pub unsafe extern "C" fn remove(path: *const c_char) -> c_int {
     }
 }
 
+/// Renames between two `pdcx://` names (`Client::file_rename`); EXDEV between pdcx and a
+/// local path (so `mv` copies instead).
+fn rename_ours(from: Option<&str>, to: Option<&str>) -> c_int {
+    let (Some(from), Some(to)) = (from, to) else {
+        set_errno(libc::EXDEV);
+        return -1;
+    };
+    let r = match ctx() {
+        Ok(c) => c
+            .client
+            .file_rename(&names::lexical(from), &names::lexical(to))
+            .map_err(|e| errno_of(&e)),
+        Err(_) => Err(libc::EIO),
+    };
+    match r {
+        Ok(()) => 0,
+        Err(e) => {
+            set_errno(e);
+            -1
+        }
+    }
+}
+
+/// # Safety
+/// C `rename(from, to)`.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn rename(from: *const c_char, to: *const c_char) -> c_int {
+    let (a, b) = (ours(from), ours(to));
+    if a.is_none() && b.is_none() {
+        return pass!(rename: unsafe extern "C" fn(*const c_char, *const c_char) -> c_int, -1, (from, to));
+    }
+    guarded("rename", -1, || rename_ours(a, b))
+}
+
+/// # Safety
+/// C `renameat(dirfd, from, dirfd2, to)`; `pdcx://` paths ignore the directory fds.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn renameat(
+    fd1: c_int,
+    from: *const c_char,
+    fd2: c_int,
+    to: *const c_char,
+) -> c_int {
+    let (a, b) = (ours(from), ours(to));
+    if a.is_none() && b.is_none() {
+        return pass!(renameat: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char) -> c_int, -1, (fd1, from, fd2, to));
+    }
+    guarded("renameat", -1, || rename_ours(a, b))
+}
+
+/// # Safety
+/// C `renameat2(dirfd, from, dirfd2, to, flags)` (`mv` uses it); flags (RENAME_NOREPLACE,
+/// ...) are refused with EINVAL for `pdcx://` paths.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn renameat2(
+    fd1: c_int,
+    from: *const c_char,
+    fd2: c_int,
+    to: *const c_char,
+    flags: libc::c_uint,
+) -> c_int {
+    let (a, b) = (ours(from), ours(to));
+    if a.is_none() && b.is_none() {
+        return pass!(renameat2: unsafe extern "C" fn(c_int, *const c_char, c_int, *const c_char, libc::c_uint) -> c_int, -1, (fd1, from, fd2, to, flags));
+    }
+    if flags != 0 {
+        set_errno(libc::EINVAL);
+        return -1;
+    }
+    guarded("renameat2", -1, || rename_ours(a, b))
+}
+
 /// # Safety
 /// C `rmdir(path)`.
 #[cfg_attr(not(test), no_mangle)]

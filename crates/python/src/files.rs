@@ -214,6 +214,13 @@ pub fn file_dir(py: Python<'_>, client: &Client, dir: String) -> R<Vec<(String, 
         .map_err(to_py)
 }
 
+/// Renames a file (replacing a file at `to`).
+#[pyfunction]
+pub fn file_rename(py: Python<'_>, client: &Client, from: String, to: String) -> R<()> {
+    py.allow_threads(|| client.inner.file_rename(&from, &to))
+        .map_err(to_py)
+}
+
 #[pyfunction]
 pub fn file_mkdir(py: Python<'_>, client: &Client, dir: String) -> R<()> {
     py.allow_threads(|| client.inner.file_mkdir(&dir))

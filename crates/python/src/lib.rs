@@ -949,6 +949,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(files::file_list, m)?,
         wrap_pyfunction!(files::file_dir, m)?,
         wrap_pyfunction!(files::file_mkdir, m)?,
+        wrap_pyfunction!(files::file_rename, m)?,
         wrap_pyfunction!(files::file_rmdir, m)?,
     ] {
         m.add_function(f)?;

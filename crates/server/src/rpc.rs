@@ -352,12 +352,23 @@ fn handle(
         Request::ListContainers => Response::Containers(md.list_containers()?),
         Request::CreateObject(mut spec) => {
             server.check_owner(&spec.name)?;
+            drop_dangling_link(server, &spec.name)?;
             crate::tiering::check_new_object(server.engine.tiering.as_deref(), &mut spec)?;
             Response::Object(md.create_object(&spec)?)
         }
         Request::OpenObject { name } => {
             server.lookups.fetch_add(1, Ordering::Relaxed);
-            Response::Object(md.object_by_name(&name)?)
+            Response::Object(by_name(server, &name)?)
+        }
+        Request::RenameObject { id, name } => Response::Object(md.rename_object(id, &name)?),
+        Request::LinkName { name, id } => {
+            server.check_owner(&name)?;
+            md.link_name(&name, id)?;
+            Response::Ok
+        }
+        Request::UnlinkName { name, id } => {
+            md.unlink_name(&name, id)?;
+            Response::Ok
         }
         Request::GetObject { id } => {
             server.lookups.fetch_add(1, Ordering::Relaxed);
@@ -511,10 +522,11 @@ fn handle(
             Response::Migrated { extents, bytes }
         }
         Request::DeleteObject { id } => {
-            md.delete_object(id)?;
+            let gone = md.delete_object(id)?;
             md.forget_versions(id)?;
             server.engine.forget(id);
-            Response::Ok
+            // The client drops a link its name left elsewhere (`meta/rename.rs`).
+            Response::Object(gone)
         }
         Request::DeleteContainer { name } => {
             md.delete_container(&name)?;
@@ -813,9 +825,37 @@ fn owner_of_key(key: &ObjectKey, size: u32) -> u32 {
 fn lookup_here(server: &Server, key: &ObjectKey) -> Result<ObjectMeta> {
     server.lookups.fetch_add(1, Ordering::Relaxed);
     match key {
-        ObjectKey::Name(n) => server.meta.object_by_name(n),
+        ObjectKey::Name(n) => by_name(server, n),
         ObjectKey::Id(id) => server.meta.object(*id),
     }
+}
+
+/// An object by a name that hashes here: its own, or one another server owns that a rename
+/// linked here (looked up by id at its owner; `meta/rename.rs`).
+fn by_name(server: &Server, name: &str) -> Result<ObjectMeta> {
+    match server.meta.object_by_name(name) {
+        Err(e) if e.kind == ErrorKind::NotFound => match server.meta.linked(name) {
+            Some(id) => lookup(server, ObjectKey::Id(id)).map_err(|e| {
+                if e.kind == ErrorKind::NotFound {
+                    Error::not_found(format!("no object named {name:?}"))
+                } else {
+                    e
+                }
+            }),
+            None => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// Before a create of `name`: a link left by an object since deleted (a crash between the
+/// owner's delete and the unlink) no longer holds the name.
+fn drop_dangling_link(server: &Server, name: &str) -> Result<()> {
+    let Some(id) = server.meta.linked(name) else {
+        return Ok(());
+    };
+    let gone = matches!(lookup(server, ObjectKey::Id(id)), Err(e) if e.kind == ErrorKind::NotFound);
+    server.meta.drop_dangling_link(name, |_| !gone)
 }
 
 /// `LookupObject`: answered here if this server owns the object, else forwarded to the owner

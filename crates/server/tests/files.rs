@@ -151,3 +151,80 @@ fn a_handle_reads_its_own_unflushed_writes_and_modes_behave() {
     assert!(c.file_stat("t/a.bin").is_err());
     assert_eq!(c.file_list("t/").unwrap().len(), 1);
 }
+
+/// Names whose owners (by hash) are server 0 and server 1.
+fn names_on_each_server(prefix: &str) -> (String, String) {
+    let mut on = [None, None];
+    for i in 0.. {
+        let n = format!("{prefix}{i}");
+        let r = pdcx_core::model::owner_of_name(&n, 2) as usize;
+        if on[r].is_none() {
+            on[r] = Some(n);
+        }
+        if let [Some(a), Some(b)] = &on {
+            return (a.clone(), b.clone());
+        }
+    }
+    unreachable!()
+}
+
+#[test]
+fn renames_move_names_across_servers() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let (on0, on1) = names_on_each_server("r/f");
+    let data = pattern(100_000, 3);
+    let _servers = two_servers(&root);
+    let (id, c) = {
+        let c = client_at(&root, 0);
+        let mut f = c.file_open(&on0, "wb", AGG).unwrap();
+        f.write(&data).unwrap();
+        f.close().unwrap();
+        let id = c
+            .file_stat(&on0)
+            .map(|_| c.open_object(&on0).unwrap().id)
+            .unwrap();
+
+        // To a name another server answers for: a link there; the old name is gone.
+        c.file_rename(&on0, &on1).unwrap();
+        assert!(c.open_object(&on0).is_err());
+        let m = c.open_object(&on1).unwrap();
+        assert_eq!((m.id, m.name.as_str()), (id, on1.as_str()));
+        let mut r = c.file_open(&on1, "rb", NONE).unwrap();
+        let mut back = vec![0u8; data.len()];
+        assert_eq!(r.read_full(&mut back).unwrap(), data.len());
+        assert_eq!(back, data);
+        let names: Vec<String> = c
+            .file_list("r/")
+            .unwrap()
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
+        assert_eq!(names, std::slice::from_ref(&on1));
+        // Through the other server's relay too.
+        let other = client_at(&root, 1);
+        assert_eq!(other.open_object(&on1).unwrap().id, id);
+
+        // A name that is taken is refused; a file there is replaced by file_rename.
+        c.file_open("r/other", "wb", AGG).unwrap().close().unwrap();
+        let other_id = c.open_object("r/other").unwrap().id;
+        assert_eq!(
+            c.rename_object(id, "r/other").unwrap_err().kind,
+            pdcx_core::ErrorKind::AlreadyExists
+        );
+        c.file_rename(&on1, "r/other").unwrap();
+        assert_eq!(c.open_object("r/other").unwrap().id, id);
+        assert!(c.get_object(other_id).is_err(), "the replaced file is gone");
+        assert!(c.open_object(&on1).is_err());
+        c.rename_object(id, &on1).unwrap();
+        (id, c)
+    };
+    // (That links survive a restart is tests/test_files.py's: real server processes.)
+    // Deleting the object frees its name, link and all: the name can be created again.
+    c.file_remove(&on1).unwrap();
+    assert!(c.open_object(&on1).is_err());
+    c.file_open(&on1, "wb", AGG).unwrap().close().unwrap();
+    assert_ne!(c.open_object(&on1).unwrap().id, id);
+}

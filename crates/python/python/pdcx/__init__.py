@@ -310,6 +310,11 @@ class Client:
         """Deletes file ``name``."""
         _native.file_remove(self._c, _file_name(name))
 
+    def rename(self, src: str, dst: str) -> None:
+        """Renames file ``src`` to ``dst``, replacing a file there (as ``os.replace``). The
+        data does not move."""
+        _native.file_rename(self._c, _file_name(src), _file_name(dst))
+
     def listdir(self, path: str = "") -> list[str]:
         """Names directly under directory ``path`` (a name prefix; "" is the root), like
         ``os.listdir``."""

@@ -195,7 +195,7 @@ impl Metadata {
                         continue;
                     }
                 };
-                if names.contains_key(&spec.name) {
+                if names.contains_key(&spec.name) || self.linked(&spec.name).is_some() {
                     results.push(Err(Error::new(
                         ErrorKind::AlreadyExists,
                         format!("object {:?} already exists", spec.name),

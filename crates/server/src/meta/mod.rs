@@ -19,6 +19,7 @@
 
 pub mod catalog;
 pub mod locations;
+pub mod rename;
 pub mod schema;
 #[cfg(test)]
 mod tests;
@@ -43,6 +44,8 @@ pub struct Metadata {
     /// Every object name of this shard (with `objects`, the catalog answers creates and
     /// lookups by name without SQLite).
     names: RwLock<HashMap<String, ObjectId>>,
+    /// Names that hash to this server for objects other servers own (`rename.rs`).
+    links: RwLock<HashMap<String, ObjectId>>,
     /// Local ids: the next one and the end of the range recorded as handed out (creates
     /// hold this lock, so they are serialised per shard).
     lids: Mutex<catalog::LidRange>,
@@ -418,6 +421,7 @@ impl Metadata {
             shard,
             objects: RwLock::new(HashMap::new()),
             names: RwLock::new(HashMap::new()),
+            links: RwLock::new(HashMap::new()),
             lids: Mutex::new(lids),
             syncer,
             syncer_thread: Some(syncer_thread),
@@ -425,6 +429,7 @@ impl Metadata {
             rank,
         };
         md.load_objects()?;
+        md.load_links()?;
         Ok(md)
     }
 

@@ -13,6 +13,7 @@
 //! | 3 | + `bs_versions.evicted`: the version is its stream's base, read from its home (`streambase.rs`) |
 //! | 4 | + `extent_stats`: each extent's smallest and largest element (issue 12, value queries skip extents) |
 //! | 5 | + `extent_refs`: extents whose bytes stay in a file outside pdcx (issue 12, HDF5 import by reference) |
+//! | 6 | + `name_links`: names that hash to this server for objects another server owns (issue 14, renames: `rename.rs`) |
 //!
 //! A database whose version is newer than this code knows is refused (it was written by a
 //! newer pdcx; this one might misread or corrupt it).
@@ -35,6 +36,7 @@ const MIGRATIONS: &[Step] = &[
     v3_stream_bases,
     v4_extent_stats,
     v5_extent_refs,
+    v6_name_links,
 ];
 
 /// Version 1: today's tables. Also adopts an unversioned shard written by earlier code, which
@@ -139,6 +141,15 @@ fn v5_extent_refs(tx: &rusqlite::Transaction) -> Result<()> {
             object INTEGER NOT NULL, seq INTEGER NOT NULL, path TEXT NOT NULL,
             offset INTEGER NOT NULL, size INTEGER NOT NULL, chunk TEXT NOT NULL,
             filters TEXT NOT NULL, PRIMARY KEY (object, seq));",
+    )
+    .map_err(db_err)
+}
+
+/// Version 6: names this server answers lookups for although another server owns the
+/// object (an object renamed to a name that hashes here).
+fn v6_name_links(tx: &rusqlite::Transaction) -> Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS name_links (name TEXT PRIMARY KEY, id INTEGER NOT NULL);",
     )
     .map_err(db_err)
 }
