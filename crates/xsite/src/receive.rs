@@ -13,6 +13,12 @@
 //! The staging object is deleted last. Until then nothing of the transfer is visible under
 //! the object's name; a crash during publishing leaves the journal, and the retry publishes
 //! again (the same bytes over the same region).
+//!
+//! When no object has the name yet (a first pull, a push of a new object) the verified
+//! staging object itself becomes the object: its tags and containers are made the source's,
+//! the journal dropped, and it is **renamed** to the name last (issue 14's renames), so the
+//! bytes are written once. A crash before the rename leaves it staged (at worst without its
+//! journal, and the retry moves the chunks again); after it, the object is complete.
 
 use crate::wire::TransferSpec;
 use crate::{invalid, Result, XsiteError};
@@ -203,6 +209,20 @@ impl Receiver {
             )));
         }
         let meta = &s.spec.meta;
+        let fresh_name = match self.client.open_object(local_name) {
+            Err(e) if e.kind == ErrorKind::NotFound => true,
+            Err(e) => return Err(e.into()),
+            Ok(_) => false,
+        };
+        if fresh_name {
+            let bytes = self.verify(key, &s)?;
+            if self.adopt(&s, local_name)? {
+                drop(s);
+                self.forget(key);
+                return Ok(bytes);
+            }
+            // The name was taken meanwhile: publish into that object like any other.
+        }
         let target = self.target(local_name, meta)?;
         let elem = meta.dtype.size();
         let mut buf = Vec::new();
@@ -210,12 +230,7 @@ impl Receiver {
         for (i, chunk) in s.spec.chunks.iter().enumerate() {
             buf.resize(chunk.byte_len(elem)? as usize, 0);
             self.client.read_into(s.staging.id, chunk, &mut buf)?;
-            let crc = crc32c::crc32c(&buf);
-            if Some(&crc) != s.done.get(&(i as u32)) {
-                return Err(XsiteError::Invalid(format!(
-                    "chunk {i} of transfer {key} reads back with CRC-32C {crc:08x}, not the source's: not published"
-                )));
-            }
+            check_crc(key, i, &buf, &s.done)?;
             self.client
                 .write(target.id, chunk, &buf, Durability::Local)?;
             bytes += buf.len() as u64;
@@ -250,11 +265,78 @@ impl Receiver {
         self.client.sync_metadata()?;
         self.client.delete_object(s.staging.id)?;
         drop(s);
+        self.forget(key);
+        Ok(bytes)
+    }
+
+    fn forget(&self, key: &str) {
         self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(key);
+    }
+
+    /// Reads every chunk of the staging object back and checks it against the source's
+    /// CRC-32C; returns the bytes.
+    fn verify(&self, key: &str, s: &Staged) -> Result<u64> {
+        let elem = s.spec.meta.dtype.size();
+        let mut buf = Vec::new();
+        let mut bytes = 0u64;
+        for (i, chunk) in s.spec.chunks.iter().enumerate() {
+            buf.resize(chunk.byte_len(elem)? as usize, 0);
+            self.client.read_into(s.staging.id, chunk, &mut buf)?;
+            check_crc(key, i, &buf, &s.done)?;
+            bytes += buf.len() as u64;
+        }
         Ok(bytes)
+    }
+
+    /// Makes the verified staging object the object `name` (see the module doc): false when
+    /// `name` was taken meanwhile (nothing is renamed then).
+    fn adopt(&self, s: &Staged, name: &str) -> Result<bool> {
+        let meta = &s.spec.meta;
+        let id = s.staging.id;
+        for c in &meta.containers {
+            match self.client.create_container(c, Tags::new()) {
+                Ok(_) => {}
+                Err(e) if e.kind == ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e.into()),
+            }
+            self.client.add_to_container(id, c)?;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut tags: Tags = meta
+            .tags
+            .iter()
+            .filter(|(k, _)| !is_provenance(k))
+            .cloned()
+            .collect();
+        tags.extend([
+            (
+                "xsite.source".into(),
+                TagValue::Str(format!("{}:{}", s.spec.source_site, meta.name)),
+            ),
+            (
+                "xsite.regions".into(),
+                TagValue::Str(format!("{}@{now}", s.spec.region)),
+            ),
+            ("xsite.received".into(), TagValue::Int(now as i64)),
+        ]);
+        self.client.put_tags(TagTarget::Object(id), tags)?;
+        let current = self.client.get_object(id)?;
+        for (k, _) in &current.tags {
+            if k == "xsite.spec" || k.starts_with(DONE_TAG) {
+                self.client.delete_tag(TagTarget::Object(id), k)?;
+            }
+        }
+        self.client.sync_metadata()?;
+        match self.client.rename_object(id, name) {
+            Ok(_) => Ok(true),
+            Err(e) if e.kind == ErrorKind::AlreadyExists => Ok(false),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The object received data is published under: `name` as it is, or created like the
@@ -282,12 +364,7 @@ impl Receiver {
                     .tags
                     .iter()
                     // The source's own provenance is replaced by this transfer's.
-                    .filter(|(k, _)| {
-                        !matches!(
-                            k.as_str(),
-                            "xsite.source" | "xsite.regions" | "xsite.received"
-                        )
-                    })
+                    .filter(|(k, _)| !is_provenance(k))
                     .cloned()
                     .collect();
                 let m = self.client.create_object(ObjectSpec {
@@ -305,6 +382,22 @@ impl Receiver {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Tags a transfer sets itself (the source's own are replaced).
+fn is_provenance(k: &str) -> bool {
+    matches!(k, "xsite.source" | "xsite.regions" | "xsite.received")
+}
+
+/// Chunk `i` read back must have the CRC-32C the source computed.
+fn check_crc(key: &str, i: usize, buf: &[u8], done: &Journal) -> Result<()> {
+    let crc = crc32c::crc32c(buf);
+    if Some(&crc) != done.get(&(i as u32)) {
+        return Err(XsiteError::Invalid(format!(
+            "chunk {i} of transfer {key} reads back with CRC-32C {crc:08x}, not the source's: not published"
+        )));
+    }
+    Ok(())
 }
 
 /// A transfer's key: the same source, object and region always give the same key, so a retry
