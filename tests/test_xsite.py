@@ -40,6 +40,18 @@ def test_push_and_pull_move_only_the_region_with_metadata_and_provenance(sites):
     assert np.array_equal(got[30], data[30]) and np.array_equal(got[8:24, :, 0:20], data[8:24, :, 0:20])
     assert dict(got.tags)["xsite.regions"].count("@") == 2
     assert not any(n.startswith("xsite.staging/") for n in names(cb)), "staging objects are deleted"
+    # A push under another name: a new object there (published by renaming the staging
+    # object), with the source's tags and container and no journal tags.
+    run_pdcx("push", "run/vx", "--region", "0:4,:,:", "--as", "run/vx-copy", "--to", "cloud", "-q", "--root", a.root)
+    cp = cb.open_object("run/vx-copy")
+    assert np.array_equal(cp[0:4], data[0:4]) and not cp[4:].any()
+    ctags = dict(cp.tags)
+    assert ctags["units"] == "m/s" and ctags["xsite.source"] == "hpc:run/vx"
+    assert not any(k.startswith("xsite.done.") or k == "xsite.spec" for k in ctags), ctags
+    assert "run/vx-copy" in [o.name for o in cb.open_container("run").objects()]
+    assert not any(n.startswith("xsite.staging/") for n in names(cb))
+    p = run_pdcx("push", "run/vx", "--as", "bad\nname", "--to", "cloud", "--root", a.root, check=False)
+    assert p.returncode != 0 and "control characters" in p.stderr
     # Pull the other way, under another name.
     e = cb.create_container("sim").create_object("sim/e", shape=(300, 200), dtype="int64")
     ref = np.random.default_rng(1).integers(-(2**62), 2**62, (300, 200))

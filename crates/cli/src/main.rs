@@ -63,6 +63,7 @@ impl MoveOpts {
             progress: !self.quiet,
             chunk_bytes: (self.chunk_mib as u64) << 20,
             step: self.step.clone(),
+            as_name: None,
         }
     }
 }
@@ -251,6 +252,9 @@ enum Command {
         /// the remote site receives NAME@where/coords and NAME@where/values.
         #[arg(long = "where", value_name = "COND", conflicts_with = "step")]
         where_: Option<String>,
+        /// The name the remote site publishes it under (default: the same name).
+        #[arg(long = "as", value_name = "NAME", conflicts_with = "where_")]
+        as_name: Option<String>,
         #[command(flatten)]
         opts: MoveOpts,
     },
@@ -835,6 +839,7 @@ fn run(cli: Cli) -> Result<u8> {
             region,
             to,
             where_,
+            as_name,
             opts,
         } => xsite_cmd::push(
             &root,
@@ -842,7 +847,10 @@ fn run(cli: Cli) -> Result<u8> {
             region.as_deref(),
             &to,
             where_.as_deref(),
-            &opts.options(),
+            &pdcx_xsite::transfer::Options {
+                as_name,
+                ..opts.options()
+            },
         ),
         Command::Flush { stall, quiet } => {
             let client = commands::connect(&root)?;

@@ -277,20 +277,10 @@ fn rename_ours(from: Option<&str>, to: Option<&str>) -> c_int {
         set_errno(libc::EXDEV);
         return -1;
     };
-    let r = match ctx() {
-        Ok(c) => c
-            .client
-            .file_rename(&names::lexical(from), &names::lexical(to))
-            .map_err(|e| errno_of(&e)),
-        Err(_) => Err(libc::EIO),
-    };
-    match r {
-        Ok(()) => 0,
-        Err(e) => {
-            set_errno(e);
-            -1
-        }
-    }
+    with_client(|c| {
+        c.file_rename(&names::lexical(from), &names::lexical(to))
+            .map_err(|e| errno_of(&e))
+    })
 }
 
 /// # Safety
@@ -353,9 +343,16 @@ pub unsafe extern "C" fn rmdir(path: *const c_char) -> c_int {
 }
 
 fn make_dir(rest: &str) -> c_int {
-    let name = names::lexical(rest);
+    with_client(|c| {
+        c.file_mkdir(&names::lexical(rest))
+            .map_err(|e| errno_of(&e))
+    })
+}
+
+/// Runs `f` with the process's client: 0, or -1 with errno set (EIO without a deployment).
+fn with_client(f: impl FnOnce(&pdcx_client::Client) -> Result<(), c_int>) -> c_int {
     let r = match ctx() {
-        Ok(c) => c.client.file_mkdir(&name).map_err(|e| errno_of(&e)),
+        Ok(c) => f(&c.client),
         Err(_) => Err(libc::EIO),
     };
     match r {

@@ -89,6 +89,7 @@ pub fn export(
                 meta,
                 region,
                 chunks,
+                as_name: None,
             },
             offsets,
         });

@@ -182,13 +182,13 @@ impl Receiver {
     /// The source object's name of transfer `key` (begun).
     pub fn name_of(&self, key: &str) -> Result<String> {
         let staged = self.begun(key)?;
-        let name = staged
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        let s = staged.lock().unwrap_or_else(|p| p.into_inner());
+        let name = s
             .spec
-            .meta
-            .name
-            .clone();
+            .as_name
+            .clone()
+            .unwrap_or_else(|| s.spec.meta.name.clone());
+        pdcx_core::model::validate_name("object", &name)?;
         Ok(name)
     }
 
@@ -215,7 +215,7 @@ impl Receiver {
             Ok(_) => false,
         };
         if fresh_name {
-            let bytes = self.verify(key, &s)?;
+            let bytes = self.verified_chunks(key, &s, |_, _| Ok(()))?;
             if self.adopt(&s, local_name)? {
                 drop(s);
                 self.forget(key);
@@ -224,17 +224,11 @@ impl Receiver {
             // The name was taken meanwhile: publish into that object like any other.
         }
         let target = self.target(local_name, meta)?;
-        let elem = meta.dtype.size();
-        let mut buf = Vec::new();
-        let mut bytes = 0u64;
-        for (i, chunk) in s.spec.chunks.iter().enumerate() {
-            buf.resize(chunk.byte_len(elem)? as usize, 0);
-            self.client.read_into(s.staging.id, chunk, &mut buf)?;
-            check_crc(key, i, &buf, &s.done)?;
+        let bytes = self.verified_chunks(key, &s, |chunk, buf| {
             self.client
-                .write(target.id, chunk, &buf, Durability::Local)?;
-            bytes += buf.len() as u64;
-        }
+                .write(target.id, chunk, buf, Durability::Local)
+                .map_err(Into::into)
+        })?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -276,9 +270,14 @@ impl Receiver {
             .remove(key);
     }
 
-    /// Reads every chunk of the staging object back and checks it against the source's
-    /// CRC-32C; returns the bytes.
-    fn verify(&self, key: &str, s: &Staged) -> Result<u64> {
+    /// Reads every chunk of the staging object back, checks it against the source's
+    /// CRC-32C and hands it to `each`; returns the bytes.
+    fn verified_chunks(
+        &self,
+        key: &str,
+        s: &Staged,
+        mut each: impl FnMut(&Region, &[u8]) -> Result<()>,
+    ) -> Result<u64> {
         let elem = s.spec.meta.dtype.size();
         let mut buf = Vec::new();
         let mut bytes = 0u64;
@@ -286,6 +285,7 @@ impl Receiver {
             buf.resize(chunk.byte_len(elem)? as usize, 0);
             self.client.read_into(s.staging.id, chunk, &mut buf)?;
             check_crc(key, i, &buf, &s.done)?;
+            each(chunk, &buf)?;
             bytes += buf.len() as u64;
         }
         Ok(bytes)

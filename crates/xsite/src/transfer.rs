@@ -94,6 +94,8 @@ pub struct Options {
     /// Move every `step[d]`-th element of the region only (a downsampled copy, received as
     /// its own object `NAME@stepAxBx...`, see [`plan`]).
     pub step: Option<Vec<u64>>,
+    /// A push's name at the receiving site (default: the same name).
+    pub as_name: Option<String>,
 }
 
 impl Default for Options {
@@ -103,6 +105,7 @@ impl Default for Options {
             progress: true,
             chunk_bytes: CHUNK_BYTES,
             step: None,
+            as_name: None,
         }
     }
 }
@@ -251,6 +254,7 @@ impl Plan {
             meta: self.meta.clone(),
             region: self.region.clone(),
             chunks: self.chunks.clone(),
+            as_name: None,
         }
     }
 
@@ -529,6 +533,7 @@ fn where_specs<'a>(
             meta: m,
             region: all,
             chunks,
+            as_name: None,
         };
         out.push((spec, data));
     }
@@ -558,7 +563,11 @@ pub fn push(
     let region = region_of(&meta, region)?;
     let elem = meta.dtype.size();
     let plan = plan(meta, region, opts.step.as_deref(), opts.chunk_bytes)?;
-    let spec = plan.spec(&remote.as_site);
+    let mut spec = plan.spec(&remote.as_site);
+    if let Some(n) = &opts.as_name {
+        pdcx_core::model::validate_name("object", n)?;
+        spec.as_name = Some(n.clone());
+    }
     send(&remote, site, &spec, opts, &|chunk| {
         let mut buf = vec![0u8; chunk.byte_len(elem)? as usize];
         match &plan.step {

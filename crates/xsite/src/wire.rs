@@ -22,6 +22,9 @@ pub struct TransferSpec {
     pub meta: ObjectMeta,
     pub region: Region,
     pub chunks: Vec<Region>,
+    /// A push's name at the receiver (`pdcx push --as`); absent: the source's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub as_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -53,27 +53,11 @@ impl Metadata {
     /// link again is a no-op; a name taken by another object or link is refused.
     pub fn link_name(&self, name: &str, id: ObjectId) -> Result<()> {
         validate_name("object", name)?;
-        let taken = self
-            .names
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .copied();
-        if let Some(other) = taken.filter(|&o| o != id) {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("object {name:?} already exists (id {other:#x})"),
-            ));
+        if let Some(other) = self.taken_by_other(name, id) {
+            return Err(taken(name, other));
         }
-        match self.linked(name) {
-            Some(l) if l == id => return Ok(()),
-            Some(l) => {
-                return Err(Error::new(
-                    ErrorKind::AlreadyExists,
-                    format!("object {name:?} already exists (id {l:#x})"),
-                ))
-            }
-            None => {}
+        if self.linked(name) == Some(id) {
+            return Ok(());
         }
         self.write(|tx| {
             tx.prepare_cached("INSERT OR REPLACE INTO name_links (name, id) VALUES (?1, ?2)")
@@ -114,19 +98,8 @@ impl Metadata {
         if cur.name == new {
             return Ok(cur);
         }
-        let clash = self
-            .names
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(new)
-            .copied()
-            .filter(|&o| o != id)
-            .or(self.linked(new).filter(|&l| l != id));
-        if let Some(other) = clash {
-            return Err(Error::new(
-                ErrorKind::AlreadyExists,
-                format!("object {new:?} already exists (id {other:#x})"),
-            ));
+        if let Some(other) = self.taken_by_other(new, id) {
+            return Err(taken(new, other));
         }
         let own_link = self.linked(new) == Some(id);
         self.write(|tx| {
@@ -161,6 +134,18 @@ impl Metadata {
         Ok(m.clone())
     }
 
+    /// Another object than `id` that `name` names here (its own, or a link).
+    fn taken_by_other(&self, name: &str, id: ObjectId) -> Option<ObjectId> {
+        let own = self
+            .names
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .copied();
+        own.filter(|&o| o != id)
+            .or(self.linked(name).filter(|&l| l != id))
+    }
+
     /// Drops link `name` when `exists` says its object is gone (before a create of `name`).
     pub fn drop_dangling_link(
         &self,
@@ -172,4 +157,11 @@ impl Metadata {
             _ => Ok(()),
         }
     }
+}
+
+fn taken(name: &str, other: ObjectId) -> Error {
+    Error::new(
+        ErrorKind::AlreadyExists,
+        format!("object {name:?} already exists (id {other:#x})"),
+    )
 }
