@@ -4,7 +4,7 @@ files, in one run.
 
     sudo python3 bench/montage/run.py [--images 24] [--size 512] [--reps 3] [--shared-mbps 200]
 
-Configurations (each run --reps times; medians reported):
+Configurations (each run --reps times, plain and pdcx interleaved; medians reported):
   plain     input, intermediates and mosaic on the local disk (page cache warm, as one node)
   shared    the same on a bandwidth-limited shared directory: an ext4 image on a loop device
             whose reads are throttled to --shared-mbps (cgroup v1 blkio), page cache dropped
@@ -220,16 +220,53 @@ def main() -> None:
     times: dict[str, list[dict[str, float]]] = {}
     stats: dict[str, dict[str, dict[str, int]]] = {}
 
-    # plain files on the local disk
+    # Plain files and the pdcx configurations interleaved, one repetition of each in turn, so
+    # a drift of the machine (page cache, the VM's disk) touches them alike; the shared
+    # directory last, since it drops the page cache before each of its components.
+    root = work / "pdcx-root"
+    run_bin("server", "start", "-n", "1", "--root", root)
+    lib = fits_lib()
+    rt: dict[str, float] = {}
     times["plain"] = []
-    for r in range(a.reps):
-        w = work / f"plain{r}"
-        times["plain"].append(pipeline.run(str(raw), str(w), str(work / f"ptbl{r}")))
-        if r:
-            shutil.rmtree(w)
-    reference = work / "plain0" / "mosaic.fits"
-    components = list(times["plain"][0])
-    print(f"plain: {sum(times['plain'][0].values()):.2f} s", flush=True)
+    for m in modes:
+        times[m] = []
+    try:
+        env_base = dict(os.environ, PDCX_ROOT=str(root))
+        run_bin("cp", "-q", "-r", raw, "pdcx://raw", env=env_base)
+        client = pdcx.connect(str(root))
+        for r in range(a.reps):
+            w = work / f"plain{r}"
+            times["plain"].append(pipeline.run(str(raw), str(w), str(work / f"ptbl{r}")))
+            if r:
+                shutil.rmtree(w)
+            reference = work / "plain0" / "mosaic.fits"
+            components = list(times["plain"][0])
+            for m in modes:
+                st = work / f"stats-{m}-{r}.jsonl"
+                env = {"LD_PRELOAD": lib, "PDCX_ROOT": str(root), "PDCX_FITS_STATS": str(st), **MODES[m]}
+                prefix = f"{m}{r}"
+                times[m].append(pipeline.run("pdcx://raw", f"pdcx://{prefix}", str(work / f"tbl-{m}{r}"), env=env))
+                if r == 0:
+                    stats[m] = stats_by_component(st, components)
+                    out = work / f"out-{m}"
+                    run_bin("cp", "-q", f"pdcx://{prefix}/mosaic.fits", f"{out}/", env=env_base)
+                    if (out / "mosaic.fits").read_bytes() != reference.read_bytes():
+                        sys.exit(f"{m}: the mosaic differs from the plain-file mosaic")
+                    projected = sorted(
+                        f"pdcx://{n}"
+                        for n, _ in client.files(f"{prefix}/proj/")
+                        if n.endswith(".fits") and not n.endswith("_area.fits")
+                    )
+                    rt[m], _ = rt_per_file(dict(os.environ, **env), projected[:8], work)
+                remove_prefix(client, prefix)
+            done = ", ".join(f"{c} {sum(times[c][r].values()):.2f} s" for c in ("plain", *modes))
+            print(f"repetition {r + 1}: {done} (every pdcx mosaic identical to plain)", flush=True)
+        left = [n for n, _ in client.files("") if not n.startswith("raw/")]
+        if left:
+            sys.exit(f"intermediates left in pdcx after the runs: {left[:5]}")
+        client.close()
+    finally:
+        run_bin("server", "stop", "--root", root)
 
     # a bandwidth-limited shared directory
     shared = None
@@ -256,43 +293,6 @@ def main() -> None:
                 print(f"shared ({a.shared_mbps} MB/s): {sum(times['shared'][0].values()):.2f} s", flush=True)
             finally:
                 shared.close() if shared else None
-
-    # pdcx
-    root = work / "pdcx-root"
-    run_bin("server", "start", "-n", "1", "--root", root)
-    lib = fits_lib()
-    rt: dict[str, float] = {}
-    try:
-        env_base = dict(os.environ, PDCX_ROOT=str(root))
-        run_bin("cp", "-q", "-r", raw, "pdcx://raw", env=env_base)
-        client = pdcx.connect(str(root))
-        for m in modes:
-            times[m] = []
-            for r in range(a.reps):
-                st = work / f"stats-{m}-{r}.jsonl"
-                env = {"LD_PRELOAD": lib, "PDCX_ROOT": str(root), "PDCX_FITS_STATS": str(st), **MODES[m]}
-                prefix = f"{m}{r}"
-                times[m].append(pipeline.run("pdcx://raw", f"pdcx://{prefix}", str(work / f"tbl-{m}{r}"), env=env))
-                if r == 0:
-                    stats[m] = stats_by_component(st, components)
-                    out = work / f"out-{m}"
-                    run_bin("cp", "-q", f"pdcx://{prefix}/mosaic.fits", f"{out}/", env=env_base)
-                    if (out / "mosaic.fits").read_bytes() != reference.read_bytes():
-                        sys.exit(f"{m}: the mosaic differs from the plain-file mosaic")
-                    projected = sorted(
-                        f"pdcx://{n}"
-                        for n, _ in client.files(f"{prefix}/proj/")
-                        if n.endswith(".fits") and not n.endswith("_area.fits")
-                    )
-                    rt[m], _ = rt_per_file(dict(os.environ, **env), projected[:8], work)
-                remove_prefix(client, prefix)
-            print(f"{m}: {sum(times[m][0].values()):.2f} s (mosaic identical to plain)", flush=True)
-        left = [n for n, _ in client.files("") if not n.startswith("raw/")]
-        if left:
-            sys.exit(f"intermediates left in pdcx after the runs: {left[:5]}")
-        client.close()
-    finally:
-        run_bin("server", "stop", "--root", root)
 
     # table
     confs = [c for c in ("plain", "shared", *modes) if c in times]
