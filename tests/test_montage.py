@@ -136,3 +136,20 @@ def test_cfitsio_utilities_and_extended_file_names(deployment, tmp_path, montage
     assert p.returncode == 0 and c.exists("out/moved.fits") and not c.exists("out/cut.fits"), p.stderr
     p = run("rm", "pdcx://out/moved.fits")
     assert p.returncode == 0 and not c.exists("out/moved.fits"), p.stderr
+
+    # open(2) of a pdcx file (tools that do not use CFITSIO or stdio): cp both ways, cat,
+    # Python's open, a shell's append; `ls -l` of a prefix.
+    p = run("cp", str(tmp_path / "a.fits"), "pdcx://posix/a.fits")
+    assert p.returncode == 0, p.stderr
+    p = run("cp", "pdcx://posix/a.fits", str(tmp_path / "back.fits"))
+    assert p.returncode == 0 and (tmp_path / "back.fits").read_bytes() == (tmp_path / "a.fits").read_bytes()
+    p = run("bash", "-c", "echo one > pdcx://posix/t.txt; echo two >> pdcx://posix/t.txt; cat pdcx://posix/t.txt")
+    assert p.stdout == "one\ntwo\n", p.stdout + p.stderr
+    code = "open('pdcx://posix/p.txt', 'w').write('py'); print(open('pdcx://posix/p.txt').read())"
+    assert run(sys.executable, "-c", code).stdout == "py\n"
+    p = run("ls", "-l", "pdcx://posix/")
+    assert p.returncode == 0 and "a.fits" in p.stdout and "t.txt" in p.stdout and not p.stderr, p.stderr
+    # A descriptor open for writing does not survive an exec (the new program could not
+    # write it back): its writes fail loudly instead of vanishing.
+    p = run("bash", "-c", "seq 1 3 > pdcx://posix/seq.txt")
+    assert p.returncode != 0 and "Bad file descriptor" in p.stderr

@@ -44,6 +44,7 @@ pub fn json() -> String {
 
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn at_exit() {
+    crate::posix::write_back_all();
     let Some(path) = std::env::var_os("PDCX_FITS_STATS") else {
         return;
     };
@@ -61,7 +62,8 @@ extern "C" fn at_exit() {
     }
 }
 
-/// Runs when the program exits (after `main` returns or `exit`).
+/// Runs when the program exits (after `main` returns or `exit`): files still open for
+/// writing through `open(2)` are written back, then the counts are written.
 #[cfg(not(test))]
 #[used]
 #[link_section = ".fini_array"]
