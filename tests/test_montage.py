@@ -79,11 +79,10 @@ def test_montage_mosaic_on_pdcx_is_identical_to_plain_files(deployment, tmp_path
     assert sum(n.startswith("work/corr/") for n in names) == 12
 
     # The workflow's end: its intermediates leave pdcx; the inputs stay.
-    for n in names:
-        c.remove(n)
-    for d in ("work/proj", "work/diff", "work/corr", "work"):
-        if c.exists(d):
-            c.rmdir(d)
+    p = run_pdcx("rm", "pdcx://work", env=env, check=False)
+    assert p.returncode != 0 and "-r" in p.stderr
+    p = run_pdcx("rm", "-r", "pdcx://work", env=env)
+    assert f"removed {len(names)} files" in p.stderr
     assert c.files("work/") == [] and not c.exists("work")
     assert len(c.files("raw/")) == 6
 

@@ -151,19 +151,6 @@ def stats_by_component(path: Path, components: list[str]) -> dict[str, dict[str,
     return out
 
 
-def remove_prefix(client, prefix: str) -> int:
-    """Removes every file and directory marker under `prefix` (the workflow's end)."""
-    names = [n for n, _ in client.files(prefix + "/")]
-    for n in names:
-        client.remove(n)
-    for d in sorted({n.rsplit("/", 1)[0] for n in names} | {prefix}, key=len, reverse=True):
-        while d and d.startswith(prefix):
-            if client.isdir(d) and not client.listdir(d):
-                client.rmdir(d)
-            d = d.rsplit("/", 1)[0] if "/" in d else ""
-    return len(names)
-
-
 def rt_per_file(env: dict, names: list[str], work: Path) -> tuple[float, int]:
     """Round trips of reading a FITS file whole through CFITSIO and the driver."""
     exe = work / "readfits"
@@ -258,7 +245,7 @@ def main() -> None:
                         if n.endswith(".fits") and not n.endswith("_area.fits")
                     )
                     rt[m], _ = rt_per_file(dict(os.environ, **env), projected[:8], work)
-                remove_prefix(client, prefix)
+                run_bin("rm", "-q", "-r", f"pdcx://{prefix}", env=env_base)
             done = ", ".join(f"{c} {sum(times[c][r].values()):.2f} s" for c in ("plain", *modes))
             print(f"repetition {r + 1}: {done} (every pdcx mosaic identical to plain)", flush=True)
         left = [n for n, _ in client.files("") if not n.startswith("raw/")]

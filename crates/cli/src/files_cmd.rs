@@ -224,6 +224,52 @@ pub fn cp(root: &Path, srcs: &[String], dst: &str, recursive: bool, quiet: bool)
     Ok(())
 }
 
+/// `pdcx rm [-r] pdcx://NAME...`.
+pub fn rm(root: &Path, paths: &[String], recursive: bool, quiet: bool) -> Result<()> {
+    let client = connect(root)?;
+    let mut files = 0usize;
+    let mut bytes = 0u64;
+    for p in paths {
+        let Loc::Pdcx(name) = parse(p)? else {
+            bail!("{p} is not a pdcx:// name (use rm(1) for local files)");
+        };
+        match client.file_kind(&name).map_err(msg)? {
+            None => bail!("no file or directory {p}"),
+            Some(Kind::File(s)) => {
+                client.file_remove(&name).map_err(msg)?;
+                files += 1;
+                bytes += s.size;
+            }
+            Some(Kind::Dir) if !recursive => bail!("{p} is a directory: remove it with -r"),
+            Some(Kind::Dir) => {
+                let prefix = if name.is_empty() {
+                    String::new()
+                } else {
+                    format!("{name}/")
+                };
+                // Files first, then the directory markers, deepest first.
+                let mut under = client.file_list(&prefix).map_err(msg)?;
+                under.sort_by_key(|f| (f.name.ends_with('/'), std::cmp::Reverse(f.name.len())));
+                for f in under {
+                    let m = client.open_object(&f.name).map_err(msg)?;
+                    client.delete_object(m.id).map_err(msg)?;
+                    if !f.name.ends_with('/') {
+                        files += 1;
+                        bytes += f.size;
+                    }
+                }
+            }
+        }
+    }
+    if !quiet {
+        eprintln!(
+            "removed {files} files, {:.1} MiB",
+            bytes as f64 / (1 << 20) as f64
+        );
+    }
+    Ok(())
+}
+
 /// `pdcx ls pdcx://PREFIX/`: the entries directly under a directory prefix (or one file).
 pub fn ls(root: &Path, what: &str, json_out: bool) -> Result<()> {
     let client = connect(root)?;

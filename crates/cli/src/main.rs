@@ -111,6 +111,21 @@ enum Command {
         json: bool,
     },
 
+    /// Remove pdcx:// files, or (-r) everything under a name prefix: a workflow's
+    /// intermediates at its end.
+    #[command(after_help = RM_EXAMPLES)]
+    Rm {
+        /// pdcx://NAME of a file, or of a directory with -r.
+        #[arg(required = true)]
+        paths: Vec<String>,
+        /// Remove directories and every file under them.
+        #[arg(short, long)]
+        recursive: bool,
+        /// No summary line.
+        #[arg(short, long)]
+        quiet: bool,
+    },
+
     /// Copy files between local paths and pdcx:// byte-stream objects.
     #[command(after_help = CP_EXAMPLES)]
     Cp {
@@ -499,6 +514,13 @@ Files are written on the client until closed (PDCX_FILE_AGGREGATE=0 commits ever
 and read ahead adaptively (PDCX_FILE_PREFETCH=off|adaptive|SIZE); PDCX_FITS_STATS=FILE
 appends each process's counts (opens, round trips, bytes) to FILE.";
 
+const RM_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx rm pdcx://proj/a.fits           # one file
+  pdcx rm -r pdcx://work               # the files under work/ and its directories
+
+Only byte-stream objects (files) are removed; `pdcx rm` never touches arrays.";
+
 const CP_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx cp image.fits pdcx://raw/image.fits     # a local file into a byte-stream object
@@ -753,6 +775,11 @@ fn run(cli: Cli) -> Result<u8> {
             }
             c => commands::ls(&root, c, json).map(|()| 0),
         },
+        Command::Rm {
+            paths,
+            recursive,
+            quiet,
+        } => files_cmd::rm(&root, &paths, recursive, quiet).map(|()| 0),
         Command::Cp {
             mut paths,
             recursive,
