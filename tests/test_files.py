@@ -103,6 +103,18 @@ def test_writes_are_aggregated_until_close_and_reads_prefetched(deployment):
             pass
         assert r._f.fetches() == fetches, prefetch
         r.close()
+    # Several files flushed at one consistency point, text and binary alike.
+    fs = [c.open(f"agg/many{i}", "wb") for i in range(4)] + [c.open("agg/many.txt", "w")]
+    for i, f in enumerate(fs):
+        f.write(b"x" * (100 + i) if i < 4 else "text")
+    assert other.stat("agg/many0").st_size == 0
+    c.flush_files(fs)
+    assert [other.stat(f"agg/many{i}").st_size for i in range(4)] == [100, 101, 102, 103]
+    assert other.stat("agg/many.txt").st_size == 4
+    for f in fs:
+        f.close()
+    with pytest.raises(TypeError):
+        c.flush_files([io.BytesIO()])
     # Without aggregation every write is visible when it returns.
     w = c.open("agg/b.bin", "wb", buffering=0, aggregate=False)
     w.write(b"y" * 100)

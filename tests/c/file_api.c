@@ -20,8 +20,23 @@ int main(void)
     CHECK(PDCXfile_size(f) == 28800);
     CHECK(PDCXfile_close(f) == 0);
 
+    /* Several files flushed at one consistency point. */
+    PDCXfile *many[3];
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "cfiles/m%d", i);
+        many[i] = PDCXfile_open(name, "w");
+        CHECK(many[i] != NULL && PDCXfile_write(many[i], name, strlen(name)) == (ssize_t)strlen(name));
+    }
+    CHECK(PDCXfile_flush_all(many, 3) == 0);
+    PDCXfile *twice[2] = {many[0], many[0]};
+    CHECK(PDCXfile_flush_all(twice, 2) == -1);
+    for (int i = 0; i < 3; i++)
+        CHECK(PDCXfile_close(many[i]) == 0);
+
     PDCXfile_stat_t st;
     CHECK(PDCXfile_stat("cfiles/a.fits", &st) == 0 && st.size == 28800 && st.mtime > 0);
+    CHECK(PDCXfile_stat("cfiles/m1", &st) == 0 && st.size == 9);
 
     f = PDCXfile_open("cfiles/a.fits", "rb");
     CHECK(f != NULL);
@@ -44,8 +59,9 @@ int main(void)
 
     char **names;
     size_t n;
-    CHECK(PDCXfile_list("cfiles/", &names, &n) == 0 && n == 2);
+    CHECK(PDCXfile_list("cfiles/", &names, &n) == 0 && n == 5);
     CHECK(strcmp(names[0], "cfiles/a.fits") == 0 && strcmp(names[1], "cfiles/b.txt") == 0);
+    CHECK(strcmp(names[4], "cfiles/m2") == 0);
     PDCXfile_list_free(names, n);
     CHECK(PDCXfile_remove("cfiles/b.txt") == 0);
     CHECK(PDCXfile_stat("cfiles/b.txt", &st) == -1);

@@ -42,6 +42,9 @@ int64_t PDCXfile_tell(PDCXfile *f);
 int64_t PDCXfile_size(PDCXfile *f);
 int PDCXfile_truncate(PDCXfile *f, uint64_t size);
 int PDCXfile_flush(PDCXfile *f);
+/* Flushes n files at one consistency point (their writes started together and waited for
+ * together: one commit per server for all, as PDC's transfer_all/wait_all). */
+int PDCXfile_flush_all(PDCXfile *const *files, size_t n);
 int PDCXfile_sync(PDCXfile *f);
 /* Flushes and frees f (also when the flush fails: then -1). */
 int PDCXfile_close(PDCXfile *f);

@@ -178,6 +178,34 @@ pub unsafe extern "C" fn PDCXfile_flush(f: *mut PDCXfile) -> c_int {
 }
 
 /// # Safety
+/// `files` holds `n` pointers from `PDCXfile_open`, each once.
+#[no_mangle]
+pub unsafe extern "C" fn PDCXfile_flush_all(files: *const *mut PDCXfile, n: size_t) -> c_int {
+    ffi("PDCXfile_flush_all", -1, || {
+        if files.is_null() && n > 0 {
+            return Err("files is NULL".into());
+        }
+        // SAFETY: as documented.
+        let ptrs = unsafe { std::slice::from_raw_parts(files, n) };
+        let mut seen = std::collections::HashSet::new();
+        let mut guards = Vec::with_capacity(n);
+        for &p in ptrs {
+            if p.is_null() {
+                return Err("a file is NULL".into());
+            }
+            if !seen.insert(p as usize) {
+                return Err("a file is listed twice".into());
+            }
+            // SAFETY: a live handle (as documented).
+            let h = unsafe { &*p };
+            guards.push(h.file.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+        let mut refs: Vec<&mut pdcx_client::File> = guards.iter_mut().map(|g| &mut **g).collect();
+        pdcx_client::flush_all(&mut refs).map(|_| 0).map_err(err)
+    })
+}
+
+/// # Safety
 /// `f` from `PDCXfile_open`.
 #[no_mangle]
 pub unsafe extern "C" fn PDCXfile_sync(f: *mut PDCXfile) -> c_int {

@@ -806,6 +806,50 @@ impl File {
         Ok(())
     }
 
+    /// Hands this file's unflushed writes over as write transfers (the stream grown first
+    /// to hold them); `flush_all` starts and waits for them with other files'.
+    fn pending_transfers(&mut self) -> Result<Vec<crate::Transfer>> {
+        self.check_open()?;
+        if self.pending.map.is_empty() {
+            return Ok(Vec::new());
+        }
+        let end = self.pending.end();
+        let client = self.stream.client().clone();
+        let id = self.stream.id();
+        let dims = if end > self.remote_size {
+            client.extend_dims(id, vec![end])?.dims
+        } else {
+            vec![self.remote_size]
+        };
+        let mut out = Vec::with_capacity(self.pending.map.len());
+        for (off, bytes) in &self.pending.map {
+            let region = Region::new(vec![*off], vec![bytes.len() as u64])?;
+            let mut t = crate::Transfer::for_object(
+                &client,
+                id,
+                self.stream.meta().dtype,
+                &dims,
+                region,
+                true,
+            )?;
+            t.load_from(bytes)?;
+            out.push(t);
+        }
+        Ok(out)
+    }
+
+    /// After `flush_all` delivered this file's transfers: the writes left the buffer.
+    fn flushed(&mut self) {
+        let end = self.pending.end();
+        let mem = &self.stream.client().inner.files;
+        mem.forget(self.stream.id());
+        self.pending.bytes = 0;
+        for (_, v) in std::mem::take(&mut self.pending.map) {
+            mem.give(v);
+        }
+        self.remote_size = self.remote_size.max(end);
+    }
+
     /// [`flush`](Self::flush), then durable on the servers that took the writes (`fsync`).
     pub fn sync(&mut self) -> Result<()> {
         self.flush()?;
@@ -844,6 +888,27 @@ impl File {
         }
         r
     }
+}
+
+/// Flushes several files at one consistency point: their unflushed writes become write
+/// transfers started together and waited for together (`start_all`/`wait_all`: one commit
+/// per server for all of them, paper 004's `transfer_all`/`wait_all`), instead of a
+/// write and a commit per file. On failure no file's buffer is dropped (a retry writes them
+/// all again; writing the same bytes twice is harmless).
+pub fn flush_all(files: &mut [&mut File]) -> Result<()> {
+    let mut transfers = Vec::new();
+    for f in files.iter_mut() {
+        transfers.extend(f.pending_transfers()?);
+    }
+    if !transfers.is_empty() {
+        let mut refs: Vec<&mut crate::Transfer> = transfers.iter_mut().collect();
+        crate::start_all(&mut refs)?;
+        crate::wait_all(&mut refs)?;
+    }
+    for f in files.iter_mut() {
+        f.flushed();
+    }
+    Ok(())
 }
 
 impl Drop for File {

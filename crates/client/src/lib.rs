@@ -20,5 +20,5 @@ pub use pdcx_transport::conn::requests_sent as transport_requests_sent;
 pub use bytestream::ByteStream;
 pub use client::Client;
 pub use cluster::ClusterFile;
-pub use file::{File, FileOptions, FileStat, OpenMode, Prefetch};
+pub use file::{flush_all, File, FileOptions, FileStat, OpenMode, Prefetch};
 pub use transfer::{start_all, wait_all, Status, Transfer};

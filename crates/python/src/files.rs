@@ -156,6 +156,32 @@ pub fn file_open(
     })
 }
 
+/// Flushes several files at one consistency point (`pdcx_client::flush_all`).
+#[pyfunction]
+pub fn file_flush_all(py: Python<'_>, files: Vec<PyRef<'_, File>>) -> R<()> {
+    let mut seen = std::collections::HashSet::new();
+    for f in &files {
+        if !seen.insert(&**f as *const File as usize) {
+            return Err(InvalidArgumentError::new_err("a file is listed twice"));
+        }
+    }
+    let mut guards: Vec<_> = files.iter().map(|f| f.lock()).collect();
+    let mut open: Vec<&mut pdcx_client::File> = Vec::with_capacity(guards.len());
+    for (g, f) in guards.iter_mut().zip(&files) {
+        match g.as_mut() {
+            Some(file) => open.push(file),
+            None => {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "file {:?} is closed",
+                    f.name
+                )))
+            }
+        }
+    }
+    py.allow_threads(move || pdcx_client::flush_all(&mut open))
+        .map_err(to_py)
+}
+
 /// (name, size, ctime, mtime) of a file.
 #[pyfunction]
 pub fn file_stat(py: Python<'_>, client: &Client, name: String) -> R<(String, u64, f64, f64)> {

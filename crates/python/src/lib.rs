@@ -950,6 +950,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         wrap_pyfunction!(files::file_dir, m)?,
         wrap_pyfunction!(files::file_mkdir, m)?,
         wrap_pyfunction!(files::file_rename, m)?,
+        wrap_pyfunction!(files::file_flush_all, m)?,
         wrap_pyfunction!(files::file_rmdir, m)?,
     ] {
         m.add_function(f)?;

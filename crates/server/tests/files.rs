@@ -228,3 +228,42 @@ fn renames_move_names_across_servers() {
     c.file_open(&on1, "wb", AGG).unwrap().close().unwrap();
     assert_ne!(c.open_object(&on1).unwrap().id, id);
 }
+
+#[test]
+fn flush_all_commits_many_files_at_one_consistency_point() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let _servers = two_servers(&root);
+    let a = client_at(&root, 0);
+    let b = client_at(&root, 1);
+    let mut files: Vec<pdcx_client::File> = (0..10)
+        .map(|i| {
+            let mut f = a.file_open(&format!("batch/f{i}"), "wb", AGG).unwrap();
+            for block in pattern(2880 * 4, i as u8).chunks(2880) {
+                f.write(block).unwrap();
+            }
+            f
+        })
+        .collect();
+    assert_eq!(
+        b.file_stat("batch/f3").unwrap().size,
+        0,
+        "visible before the flush"
+    );
+    let before = sent();
+    let mut refs: Vec<&mut pdcx_client::File> = files.iter_mut().collect();
+    pdcx_client::flush_all(&mut refs).unwrap();
+    let trips = sent() - before;
+    // One grow per file (at its owner) and one commit per server, not a write and a commit
+    // per file (30 here).
+    assert!(trips <= 10 + 2 + 2, "{trips} round trips");
+    for (i, f) in files.iter_mut().enumerate() {
+        f.close().unwrap();
+        let mut r = b.file_open(&format!("batch/f{i}"), "rb", NONE).unwrap();
+        let mut got = vec![0u8; 2880 * 4];
+        assert_eq!(r.read_full(&mut got).unwrap(), got.len());
+        assert_eq!(got, pattern(2880 * 4, i as u8), "file {i}");
+    }
+}

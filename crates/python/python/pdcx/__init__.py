@@ -310,6 +310,11 @@ class Client:
         """Deletes file ``name``."""
         _native.file_remove(self._c, _file_name(name))
 
+    def flush_files(self, files: list) -> None:
+        """Flushes several files opened with ``open`` at one consistency point (their writes
+        sent and committed together: one commit per server for all, not one per file)."""
+        _files.flush_all(files)
+
     def rename(self, src: str, dst: str) -> None:
         """Renames file ``src`` to ``dst``, replacing a file there (as ``os.replace``). The
         data does not move."""
