@@ -247,6 +247,8 @@ def test_python_pulls_and_pushes_like_the_cli(sites):
     assert hits["hits"] == 9 and np.array_equal(ca.open_object("top/values")[...], data[data > 1190])
     ca.create_container("up").create_object("up/b", shape=(8,), dtype="uint8")[...] = np.arange(8, dtype=np.uint8)
     ca.push("up/b", "cloud", "2:6")
+    ca.push("up/b", "cloud", "0:2", as_name="up/b-first")
+    assert cb.open_object("up/b-first")[0:2].tolist() == [0, 1]
     assert np.array_equal(cb.open_object("up/b")[2:6], np.arange(2, 6, dtype=np.uint8))
     assert ca.push("up/b", "cloud", where="up/b>5")["hits"] == 2
     assert cb.open_object("up/b@where/values")[...].tolist() == [6, 7]

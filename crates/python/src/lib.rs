@@ -518,7 +518,7 @@ impl Client {
 
     /// Issue 13: pushes object `name` (or its `region`) to remote site `to`, or as a bundle to
     /// `s3://BUCKET/PREFIX`; returns a report dict.
-    #[pyo3(signature = (name, to, region=None, step=None, streams=4, site=None, where_=None))]
+    #[pyo3(signature = (name, to, region=None, step=None, streams=4, site=None, where_=None, as_name=None))]
     #[allow(clippy::too_many_arguments)]
     fn xsite_push(
         &self,
@@ -530,9 +530,18 @@ impl Client {
         streams: usize,
         site: Option<String>,
         where_: Option<String>,
+        as_name: Option<String>,
     ) -> R<XsiteReport> {
         use pdcx_xsite::{meeting, transfer};
-        let opts = xsite_options(streams, step, where_.is_some())?;
+        if as_name.is_some() && (where_.is_some() || to.starts_with("s3://")) {
+            return Err(InvalidArgumentError::new_err(
+                "as_name names a region pushed to a linked site (not with where or s3://)",
+            ));
+        }
+        let opts = transfer::Options {
+            as_name,
+            ..xsite_options(streams, step, where_.is_some())?
+        };
         self.xsite(py, move |client, root| {
             let region = region.as_deref();
             if to.starts_with("s3://") {

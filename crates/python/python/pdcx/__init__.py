@@ -380,12 +380,15 @@ class Client:
         where: str | None = None,
         streams: int = 4,
         site: str | None = None,
+        as_name: str | None = None,
     ) -> dict:
         """Copies object ``name`` (or a region of it) to linked site ``to``, or as a bundle to
         ``s3://BUCKET/PREFIX`` (``site``: this site's name in its provenance there), as
         ``pdcx push`` does; ``step`` a downsampled copy, ``where`` a value query's hits only
-        (evaluated here). Returns what moved."""
-        return self._c.xsite_push(name, to, _region_spec(region), list(step) if step else None, streams, site, where)
+        (evaluated here), ``as_name`` the name there. Returns what moved."""
+        return self._c.xsite_push(
+            name, to, _region_spec(region), list(step) if step else None, streams, site, where, as_name
+        )
 
     def query(self, *conditions: str, **equals: Any) -> list[str]:
         """Names of the objects whose tags satisfy every condition.
