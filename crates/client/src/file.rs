@@ -795,14 +795,9 @@ impl File {
             self.stream.pwrite(*off, bytes)?;
         }
         self.stream.flush()?;
-        let mem = &self.stream.client().inner.files;
-        mem.forget(self.stream.id());
+        debug_assert_eq!(end, self.pending.end());
         // Written: only now leave the buffer (a failure keeps them for the next attempt).
-        self.pending.bytes = 0;
-        for (_, v) in std::mem::take(&mut self.pending.map) {
-            mem.give(v);
-        }
-        self.remote_size = self.remote_size.max(end);
+        self.flushed();
         Ok(())
     }
 
@@ -838,7 +833,8 @@ impl File {
         Ok(out)
     }
 
-    /// After `flush_all` delivered this file's transfers: the writes left the buffer.
+    /// The unflushed writes reached the servers: they leave the buffer (its memory goes
+    /// back to the pool), the size grows to cover them, cached bytes are stale.
     fn flushed(&mut self) {
         let end = self.pending.end();
         let mem = &self.stream.client().inner.files;

@@ -17,6 +17,15 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 /// The round-trip counter is per process: tests that count run one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// A fresh two-server deployment at `DIR/root` (kept while the returned values live).
+fn two_server_deployment() -> (tempfile::TempDir, Vec<pdcx_server::ServerHandle>) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let servers = two_servers(&root);
+    (dir, servers)
+}
+
 const AGG: FileOptions = FileOptions {
     aggregate: true,
     prefetch: Prefetch::Adaptive,
@@ -29,10 +38,8 @@ const NONE: FileOptions = FileOptions {
 #[test]
 fn aggregated_writes_are_visible_at_close_and_read_whole_in_few_round_trips() {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, _servers) = two_server_deployment();
     let root = dir.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    let _servers = two_servers(&root);
     let a = client_at(&root, 0);
     let b = client_at(&root, 1);
 
@@ -96,10 +103,8 @@ fn aggregated_writes_are_visible_at_close_and_read_whole_in_few_round_trips() {
 #[test]
 fn a_handle_reads_its_own_unflushed_writes_and_modes_behave() {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, _servers) = two_server_deployment();
     let root = dir.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    let _servers = two_servers(&root);
     let c = client_at(&root, 0);
 
     let mut f = c.file_open("t/a.bin", "w+b", AGG).unwrap();
@@ -171,12 +176,10 @@ fn names_on_each_server(prefix: &str) -> (String, String) {
 #[test]
 fn renames_move_names_across_servers() {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, _servers) = two_server_deployment();
     let root = dir.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
     let (on0, on1) = names_on_each_server("r/f");
     let data = pattern(100_000, 3);
-    let _servers = two_servers(&root);
     let (id, c) = {
         let c = client_at(&root, 0);
         let mut f = c.file_open(&on0, "wb", AGG).unwrap();
@@ -232,10 +235,8 @@ fn renames_move_names_across_servers() {
 #[test]
 fn flush_all_commits_many_files_at_one_consistency_point() {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tempfile::tempdir().unwrap();
+    let (dir, _servers) = two_server_deployment();
     let root = dir.path().join("root");
-    std::fs::create_dir_all(&root).unwrap();
-    let _servers = two_servers(&root);
     let a = client_at(&root, 0);
     let b = client_at(&root, 1);
     let mut files: Vec<pdcx_client::File> = (0..10)

@@ -59,12 +59,11 @@ impl Metadata {
         if self.linked(name) == Some(id) {
             return Ok(());
         }
-        self.write(|tx| {
-            tx.prepare_cached("INSERT OR REPLACE INTO name_links (name, id) VALUES (?1, ?2)")
-                .map_err(db_err)?
-                .execute(rusqlite::params![name, id as i64])
-                .map_err(db_err)
-        })?;
+        self.link_row(
+            "INSERT OR REPLACE INTO name_links (name, id) VALUES (?1, ?2)",
+            name,
+            id,
+        )?;
         self.links
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -77,12 +76,7 @@ impl Metadata {
         if self.linked(name) != Some(id) {
             return Ok(());
         }
-        self.write(|tx| {
-            tx.prepare_cached("DELETE FROM name_links WHERE name=?1 AND id=?2")
-                .map_err(db_err)?
-                .execute(rusqlite::params![name, id as i64])
-                .map_err(db_err)
-        })?;
+        self.link_row("DELETE FROM name_links WHERE name=?1 AND id=?2", name, id)?;
         self.links
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -132,6 +126,17 @@ impl Metadata {
             .ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))?;
         m.name = new.to_string();
         Ok(m.clone())
+    }
+
+    /// Runs one statement on `name_links` with (name, id), durably.
+    fn link_row(&self, sql: &str, name: &str, id: ObjectId) -> Result<()> {
+        self.write(|tx| {
+            tx.prepare_cached(sql)
+                .map_err(db_err)?
+                .execute(rusqlite::params![name, id as i64])
+                .map_err(db_err)
+                .map(drop)
+        })
     }
 
     /// Another object than `id` that `name` names here (its own, or a link).
