@@ -63,8 +63,12 @@ int main(void)
     CHECK(strcmp(names[0], "cfiles/a.fits") == 0 && strcmp(names[1], "cfiles/b.txt") == 0);
     CHECK(strcmp(names[4], "cfiles/m2") == 0);
     PDCXfile_list_free(names, n);
-    CHECK(PDCXfile_remove("cfiles/b.txt") == 0);
+    CHECK(PDCXfile_rename("cfiles/b.txt", "cfiles/renamed.txt") == 0);
     CHECK(PDCXfile_stat("cfiles/b.txt", &st) == -1);
+    CHECK(PDCXfile_stat("cfiles/renamed.txt", &st) == 0 && st.size == 5);
+    CHECK(PDCXfile_rename("cfiles/missing", "cfiles/x") == -1);
+    CHECK(PDCXfile_remove("cfiles/renamed.txt") == 0);
+    CHECK(PDCXfile_stat("cfiles/renamed.txt", &st) == -1);
 
     CHECK(PDCXfile_open("cfiles/missing", "r") == NULL);
     CHECK(PDCXfile_open("cfiles/../../etc/passwd", "r") == NULL);

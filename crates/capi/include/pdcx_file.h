@@ -51,6 +51,8 @@ int PDCXfile_close(PDCXfile *f);
 
 int PDCXfile_stat(const char *name, PDCXfile_stat_t *st);
 int PDCXfile_remove(const char *name);
+/* Renames a file, replacing a file at `to` (as rename(2); not atomic when it replaces). */
+int PDCXfile_rename(const char *from, const char *to);
 /* The names of the files starting with prefix, sorted: *names is a malloc'd array of
  * *count malloc'd strings; free it with PDCXfile_list_free. */
 int PDCXfile_list(const char *prefix, char ***names, size_t *count);

@@ -272,6 +272,19 @@ pub unsafe extern "C" fn PDCXfile_remove(name: *const c_char) -> c_int {
 }
 
 /// # Safety
+/// `from` and `to` NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn PDCXfile_rename(from: *const c_char, to: *const c_char) -> c_int {
+    ffi("PDCXfile_rename", -1, || {
+        let (a, b) = (name_arg(from)?, name_arg(to)?);
+        client()?
+            .file_rename(a, b)
+            .map(|_| 0)
+            .map_err(|e| format!("{a} -> {b}: {}", e.message))
+    })
+}
+
+/// # Safety
 /// `prefix` NUL-terminated; `names` and `count` writable.
 #[no_mangle]
 pub unsafe extern "C" fn PDCXfile_list(
