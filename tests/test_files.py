@@ -192,3 +192,24 @@ def test_renames_resolve_across_servers_and_after_a_restart(deployment):
         c.remove(f"mv/renamed/b{i}")
         with c.open(f"mv/renamed/b{i}", "xb") as f:
             f.write(b"new")
+
+
+def test_acknowledged_renames_survive_kill9_of_every_server(deployment):
+    dep = deployment(n=2)
+    c = dep.client()
+    for i in range(12):
+        with c.open(f"k9/a{i}", "wb") as f:
+            f.write(bytes([i]) * 5000)
+            f.flush()
+            f.raw.sync()  # durable on the servers (as fsync)
+    for i in range(12):
+        c.rename(f"k9/a{i}", f"k9/moved/b{i}")  # acknowledged: link and row are in the WAL
+    c.close()
+    dep.kill9()
+    dep.start()
+    c = dep.client()
+    assert c.listdir("k9") == ["moved"]
+    for i in range(12):
+        with c.open(f"k9/moved/b{i}", "rb") as f:
+            assert f.read() == bytes([i]) * 5000, i
+        assert not c.exists(f"k9/a{i}")
