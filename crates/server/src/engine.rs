@@ -681,21 +681,13 @@ impl Engine {
     /// region (this one included when it does), so a region with one holder is read there
     /// directly.
     pub fn locate(&self, id: ObjectId, region: &Region) -> Result<Vec<u32>> {
-        let owner = owner_of_id(id);
-        if owner != self.rank {
-            return Err(Error::invalid(format!(
-                "object {id:#x} is owned by server {owner}, not {}: locate it there",
-                self.rank
-            )));
-        }
-        let obj = self.meta.object(id)?;
-        region.check_within(&obj.dims)?;
+        let obj = self.owned_meta(id, region)?;
         let mut holders = self.remote_holders(id, region);
         // A byte stream owned here is always read here (issue 11): its base, if any, is read
         // here, only this server knows which writes are below it, and a base may be set
         // (and the writes below it dropped on their holders) between a locate and a read at
         // a holder.
-        let stream = owner_of_id(id) == self.rank && obj.is_byte_stream();
+        let stream = obj.is_byte_stream();
         if stream || !self.store.local_pieces(id, region).is_empty() {
             holders.push(self.rank);
             holders.sort_unstable();
