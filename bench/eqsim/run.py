@@ -71,10 +71,35 @@ def ricker(tau: np.ndarray, f: float) -> np.ndarray:
     return (1 - 2 * a) * np.exp(-a)
 
 
-def generate(path: Path, t_n: int, x_n: int, y_n: int, chunks: tuple, seed: int, hit_fraction: float) -> dict:
+def compression_kw(compress: str, accuracy: float) -> dict:
+    """h5py dataset keywords for the time-varying variables. 'zfp' is what EQSIM writes (paper
+    000 §V-E: ZFP lossy compression in accuracy mode), through the hdf5plugin package's H5Z-ZFP."""
+    if compress == "none":
+        return {}
+    try:
+        import hdf5plugin
+    except ImportError:
+        sys.exit("--compress zfp needs hdf5plugin: python3 -m pip install hdf5plugin")
+    return dict(hdf5plugin.Zfp(accuracy=accuracy))
+
+
+def file_compression(d) -> str:
+    """'zfp' or 'none': what a dataset's filter pipeline holds (for --reuse)."""
+    dcpl = d.id.get_create_plist()
+    for i in range(dcpl.get_nfilters()):
+        fid, _flags, _cd, _name = dcpl.get_filter(i)
+        if fid == 32013:
+            return "zfp"
+    return "none"
+
+
+def generate(
+    path: Path, t_n: int, x_n: int, y_n: int, chunks: tuple, seed: int, hit_fraction: float, comp: dict | None = None
+) -> dict:
     """Writes the file: an S wave (Ricker pulse, 0.4 Hz) radiating from an epicentre, with a
     four-lobed radiation pattern and 1/sqrt(r) decay, plus 1% noise; disp is the running
-    integral of vx. Returns what it wrote (the threshold selects ~hit_fraction of vx)."""
+    integral of vx. `comp` holds the h5py compression keywords of vx, vy and disp (lat/lon are
+    never compressed). Returns what it wrote (the threshold selects ~hit_fraction of vx)."""
     rng = np.random.default_rng(seed)
     spacing = 0.1  # km between grid points (EQSIM: 6.25 m; coarser so the wave crosses the grid)
     c = 3.5  # km/s, S-wave speed
@@ -101,7 +126,7 @@ def generate(path: Path, t_n: int, x_n: int, y_n: int, chunks: tuple, seed: int,
         f.attrs["description"] = "synthetic EQSIM-shaped surface ground motion (pdcx bench/eqsim)"
         f.attrs["dt"] = dt
         f.attrs["spacing_km"] = spacing
-        kw = {"chunks": chunks}
+        kw = {"chunks": chunks, **(comp or {})}
         vx = f.create_dataset("vx", (t_n, x_n, y_n), "f4", **kw)
         vy = f.create_dataset("vy", (t_n, x_n, y_n), "f4", **kw)
         disp = f.create_dataset("disp", (t_n, x_n, y_n), "f8", **kw)
@@ -573,12 +598,18 @@ class Bench:
             "whole_bytes": o.size * o.dtype.itemsize,
         }
 
-    def round_trip(self, objs: dict, n: int = 200) -> float:
+    def round_trip(self, client, objs: dict, n: int = 200) -> float:
+        """A 1-element read's time, taken as the patterns' are: after the same per-repetition
+        bookkeeping (a stats call to the servers, /proc reads), which leaves the CPU caches as
+        a repetition finds them; a tight loop of reads would give a smaller round trip."""
         o = objs[VAR]
         rng = np.random.default_rng(self.a.seed)
         ts = []
         for _ in range(n):
             t, x, y = (int(rng.integers(0, s)) for s in o.shape)
+            server_stats(client)
+            storage_read_bytes(self.pids)
+            cpu_seconds(self.pids)
             t0 = time.perf_counter()
             o[t, x, y]
             ts.append(time.perf_counter() - t0)
@@ -687,7 +718,9 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
             m <= 2 * rtt,
             f"{fmt_t(m)} vs tiny-read round trip {fmt_t(rtt)} ({m / rtt:.1f} RTTs; met if <= 2)",
         )
-    lines.append(f"round trip of a 1-element pdcx read (median of 200): {fmt_t(rtt)}")
+    lines.append(
+        f"round trip of a 1-element pdcx read (median of 200, each after the per-repetition bookkeeping): {fmt_t(rtt)}"
+    )
     dg = b.extra["diag"]
     lines.append(
         f"pdcx warm diagnostics: pattern 3 counting only (no coordinates/values) {fmt_t(dg['query_count_only_s'])}, "
@@ -722,7 +755,7 @@ def main() -> int:
     ap.add_argument("--hit-fraction", type=float, default=0.01, help="pattern 3 selectivity (default 0.01)")
     ap.add_argument("--reps", type=int, default=5, help="repetitions per pattern and mode (default 5)")
     ap.add_argument("--seed", type=int, default=12)
-    ap.add_argument("--out", default=str(REPO / "bench/out/eqsim"), help="work directory (file, deployment)")
+    ap.add_argument("--out", help="work directory (file, deployment; default bench/out/eqsim[-zfp])")
     ap.add_argument("--root", help="root of a running deployment to use (default: start 2 servers in OUT)")
     ap.add_argument("--servers", type=int, default=2, help="servers to start when --root is not given")
     ap.add_argument(
@@ -738,6 +771,15 @@ def main() -> int:
         help="pdcx placement of the import's writes (default object-static: data on each object's owner, "
         "which evaluates queries and strided reads; region-local puts it on the importer's node server)",
     )
+    ap.add_argument(
+        "--compress",
+        choices=["none", "zfp"],
+        default="none",
+        help="compression of vx, vy, disp in the HDF5 file: none (default) or zfp, as EQSIM writes its output "
+        "(ZFP accuracy mode, paper 000 §V-E; h5py then decodes every chunk it reads). pdcx imports by copy "
+        "(it holds the decoded values). Default --out for zfp: bench/out/eqsim-zfp",
+    )
+    ap.add_argument("--zfp-accuracy", type=float, default=1e-3, help="ZFP absolute error bound (default 1e-3)")
     ap.add_argument("--reuse", action="store_true", help="reuse OUT/eqsim.h5 and its import if present")
     ap.add_argument("--no-drop-caches", action="store_true", help="never drop the page cache (cold != cold)")
     ap.add_argument("--s3", action="store_true", help="also time pdcx with the data homed on S3 (versitygw)")
@@ -760,7 +802,9 @@ def main() -> int:
         sys.exit("--reps must be >= 1")
     if not 0 < a.hit_fraction < 1:
         sys.exit(f"--hit-fraction must be in (0, 1), got {a.hit_fraction}")
-    out = Path(a.out)
+    if not a.zfp_accuracy > 0:
+        sys.exit(f"--zfp-accuracy must be > 0, got {a.zfp_accuracy}")
+    out = Path(a.out or REPO / ("bench/out/eqsim" if a.compress == "none" else f"bench/out/eqsim-{a.compress}"))
     out.mkdir(parents=True, exist_ok=True)
     drop = Dropper(not a.no_drop_caches)
     drop()  # fails here, clearly, if we cannot
@@ -771,10 +815,11 @@ def main() -> int:
     fresh_file = True
     if a.reuse and h5path.exists():
         with h5py.File(h5path, "r") as f:
-            fresh_file = f[VAR].shape != shape or f[VAR].chunks != chunks
+            fresh_file = f[VAR].shape != shape or f[VAR].chunks != chunks or file_compression(f[VAR]) != a.compress
     if fresh_file:
         t0 = time.perf_counter()
-        generate(h5path, a.t, a.x, a.y, chunks, a.seed, a.hit_fraction)
+        comp = compression_kw(a.compress, a.zfp_accuracy)
+        generate(h5path, a.t, a.x, a.y, chunks, a.seed, a.hit_fraction, comp)
         print(f"wrote {h5path} ({fmt_b(h5path.stat().st_size)}) in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     with h5py.File(h5path, "r") as f:
         thr = float(f[VAR].attrs["threshold"])
@@ -851,7 +896,7 @@ def main() -> int:
         b.h5_cache()
         print("timing: pdcx warm ...", file=sys.stderr)
         b.pdcx_warm(client, objs)
-        rtt = b.round_trip(objs)
+        rtt = b.round_trip(client, objs)
         b.diagnose(objs)
         print("timing: h5py cold and pdcx cold ...", file=sys.stderr)
         b.cold(client, objs)
@@ -889,7 +934,13 @@ def main() -> int:
             f"load average before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, after {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}",
             (
                 f"file {h5path}: {fmt_b(file_bytes)}, vars vx vy float32, disp float64 {list(shape)}, "
-                f"chunks {list(chunks)}; lat/lon float64 [{a.x}, {a.y}]"
+                f"chunks {list(chunks)}, compression {a.compress}"
+                + (
+                    f" (accuracy {a.zfp_accuracy:g}, {math.prod(shape) * 16 / file_bytes:.1f}x smaller)"
+                    if a.compress != "none"
+                    else ""
+                )
+                + f"; lat/lon float64 [{a.x}, {a.y}]"
             ),
             f"pattern 3 threshold {thr:.6g}: {b.extra['hits']} hits ({b.extra['hits'] / math.prod(shape):.2%})",
             (

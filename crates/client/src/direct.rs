@@ -19,7 +19,7 @@
 
 use crate::segfile::SegFile;
 use pdcx_core::protocol::{PiecePlans, PlanPiece, PlanSpan, ReadPlan, ReadPlans};
-use pdcx_core::region::{gather_strided, Region};
+use pdcx_core::region::{gather_pieces, Region};
 use pdcx_core::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -389,11 +389,13 @@ impl DirectReads {
         }
         // Stable: pieces of one part keep their order.
         pieces.sort_by_key(|x| x.0);
+        let mut srcs = Vec::with_capacity(pieces.len());
         for (_, k, p) in pieces {
             let m = &maps[k][&p.segment];
             let src = &m[p.offset as usize..p.offset as usize + p.region.byte_len(elem)? as usize];
-            gather_strided(src, &p.region, bbox, step, elem, out);
+            srcs.push((src, &p.region));
         }
+        gather_pieces(&srcs, bbox, step, elem, out);
         Ok(Outcome::Done)
     }
 

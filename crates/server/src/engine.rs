@@ -21,7 +21,7 @@ use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{
     Consistency, Durability, ExtentInfo, PiecePlans, PlanPiece, PlanSpan, ReadPlan, RegisterItem,
 };
-use pdcx_core::region::{copy_region, gather_strided, Layout};
+use pdcx_core::region::{copy_region, gather_pieces, Layout};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use pdcx_store::{Cache, LogOptions, Recovery};
 use std::collections::{HashMap, HashSet};
@@ -892,9 +892,13 @@ impl Engine {
         if let Some(f) = &plan.fill {
             fill(out, f);
         }
-        for (p, (m, at, len)) in plan.pieces.iter().zip(&maps) {
-            gather_strided(&m[*at..at + len], &p.region, region, step, elem, out);
-        }
+        let srcs: Vec<(&[u8], &Region)> = plan
+            .pieces
+            .iter()
+            .zip(&maps)
+            .map(|(p, (m, at, len))| (&m[*at..at + len], &p.region))
+            .collect();
+        gather_pieces(&srcs, region, step, elem, out);
         Ok(true)
     }
 
