@@ -35,7 +35,7 @@ use std::io::SeekFrom;
 use std::sync::Arc;
 
 /// Aggregated writes are committed once they hold this many bytes, whatever the caller does.
-pub const AGGREGATE_MAX: usize = 64 << 20;
+pub const AGGREGATE_MAX: usize = 8 << 20;
 /// Reads smaller than this go to the owner in one round trip; larger ones may be one-copy
 /// reads from the log (a location query and a plan first).
 pub const OWNER_READ_MAX: usize = 4 << 20;
@@ -391,6 +391,8 @@ impl Client {
         } else {
             self.bs_open(&name, false)?
         };
+        // A close commits without fsync, as POSIX's does: no sync follows the writes soon.
+        stream.set_syncs_soon(false);
         let mut remote_size = stream.known_size();
         if mode.truncate && !stream.created() && remote_size > 0 {
             stream.set_size(0)?;

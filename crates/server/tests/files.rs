@@ -101,6 +101,36 @@ fn aggregated_writes_are_visible_at_close_and_read_whole_in_few_round_trips() {
 }
 
 #[test]
+fn a_large_written_file_is_committed_every_aggregate_max_bytes_and_whole_at_close() {
+    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (dir, _servers) = two_server_deployment();
+    let root = dir.path().join("root");
+    let a = client_at(&root, 0);
+    let b = client_at(&root, 1);
+    let max = pdcx_client::file::AGGREGATE_MAX;
+    let data = pattern(2 * max + max / 2, 3);
+    let mut w = a.file_open("big.fits", "wb", AGG).unwrap();
+    for block in data.chunks(2880) {
+        w.write(block).unwrap();
+    }
+    // Two bounds passed: what they held is committed (the buffer never grows past them).
+    let seen = b.file_stat("big.fits").unwrap().size;
+    assert!(
+        seen >= 2 * max as u64 && seen < data.len() as u64,
+        "{seen} bytes visible before the close"
+    );
+    w.seek(SeekFrom::Start(0)).unwrap();
+    w.write(b"SIMPLE  =                    T").unwrap(); // over committed bytes: later wins
+    w.close().unwrap();
+    let mut want = data.clone();
+    want[..30].copy_from_slice(b"SIMPLE  =                    T");
+    let mut got = vec![0u8; want.len()];
+    let mut r = b.file_open("big.fits", "rb", AGG).unwrap();
+    assert_eq!(r.read_full(&mut got).unwrap(), want.len());
+    assert!(got == want, "the file differs after the close");
+}
+
+#[test]
 fn a_handle_reads_its_own_unflushed_writes_and_modes_behave() {
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let (dir, _servers) = two_server_deployment();
