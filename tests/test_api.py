@@ -223,6 +223,19 @@ def test_index_errors_follow_numpy(deployment):
         obj[0:2, 0:2] = np.arange(3)  # numpy broadcasting rules
 
 
+def test_requests_sent_counts_round_trips(deployment):
+    """pdcx.requests_sent() counts the requests this process sent: benchmarks print it per
+    pattern. A small read of an open object is one; a read served from nothing is none."""
+    obj = deployment(n=1).client().create_container("c").create_object("x", (4, 5), "int32")
+    obj[...] = np.arange(20, dtype="int32").reshape(4, 5)
+    n0 = pdcx.requests_sent()
+    assert obj[2, 3] == 13
+    assert pdcx.requests_sent() - n0 == 1
+    n0 = pdcx.requests_sent()
+    assert obj[1:1].shape == (0, 5)  # empty: asks nobody
+    assert pdcx.requests_sent() == n0
+
+
 def test_fill_values_default_and_custom(deployment):
     cont = deployment(n=2).client().create_container("fill")
     customs = {"int8": -3, "uint16": 65535, "int64": -(2**62), "float32": 1.5, "float64": -0.25, "bytes": b"z"}

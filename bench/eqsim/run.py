@@ -483,6 +483,7 @@ class Bench:
         self.scanned = {m: {k: [] for k in range(1, 7)} for m in MODES}
         self.disk = {m: {k: [] for k in range(1, 7)} for m in MODES}
         self.server_cpu: dict = {}  # mode -> pattern -> servers' CPU seconds per rep
+        self.rts: dict = {}  # mode -> pattern -> requests sent to servers (round trips) per rep
         self.pids: list[int] = []  # the servers' pids: their storage reads count as the pattern's
         self.refs: dict = {}
         self.checked = 0
@@ -549,9 +550,11 @@ class Bench:
         s0 = server_stats(client)
         d0 = storage_read_bytes(self.pids)
         c0 = cpu_seconds(self.pids)
+        n0 = pdcx.requests_sent()
         t0 = time.perf_counter()
         res = pdcx_pattern(objs, k, p)
         self.times[mode][k].append(time.perf_counter() - t0)
+        self.rts.setdefault(mode, {j: [] for j in range(1, 7)})[k].append(pdcx.requests_sent() - n0)
         c1 = cpu_seconds(self.pids)
         d1 = storage_read_bytes(self.pids)
         self.server_cpu.setdefault(mode, {j: [] for j in range(1, 7)})[k].append(c1 - c0)
@@ -692,7 +695,8 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
     lines.append("pdcx = servers' read_bytes delta (bytes the servers sent) / query_scanned_bytes delta;")
     lines.append("disk = bytes read from storage in cold reps (/proc/PID/io of this process and the servers);")
     lines.append(
-        "server CPU = the servers' user+system CPU time per rep (/proc/PID/stat, 10 ms ticks; pdcx s3: + versitygw)"
+        "server CPU = the servers' user+system CPU time per rep (/proc/PID/stat, 10 ms ticks; pdcx s3: + versitygw);"
+        " RT = requests the client sent (round trips)"
     )
     for k in range(1, 7):
         row = f"{PATTERNS[k - 1]:16} result {fmt_b(b.extra['result_bytes'][k]):>10}"
@@ -703,7 +707,7 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
             row += f" | {m}: sent {fmt_b(median(b.bytes[m][k])):>10}, scanned {fmt_b(median(b.scanned[m][k])):>10}"
             if m != "pdcx warm":
                 row += f", disk {fmt_b(median(b.disk[m][k])):>10}"
-            row += f", server CPU {median(b.server_cpu[m][k]) * 1e3:.0f} ms"
+            row += f", server CPU {median(b.server_cpu[m][k]) * 1e3:.0f} ms, {median(b.rts[m][k]):.0f} RT"
         lines.append(row)
     lines.append("")
     targets = {}
@@ -716,7 +720,10 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
         m = med["pdcx warm"][k]
         targets[f"pattern {k} within one round trip"] = (
             m <= 2 * rtt,
-            f"{fmt_t(m)} vs tiny-read round trip {fmt_t(rtt)} ({m / rtt:.1f} RTTs; met if <= 2)",
+            (
+                f"{fmt_t(m)} vs tiny-read round trip {fmt_t(rtt)} ({m / rtt:.1f} RTTs; met if <= 2); "
+                f"{median(b.rts['pdcx warm'][k]):.0f} request(s) to the servers"
+            ),
         )
     lines.append(
         f"round trip of a 1-element pdcx read (median of 200, each after the per-repetition bookkeeping): {fmt_t(rtt)}"
@@ -736,6 +743,7 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
         "scanned_bytes": b.scanned,
         "storage_read_bytes": b.disk,
         "server_cpu_s": b.server_cpu,
+        "round_trips": b.rts,
         "speedup": speed,
         "median_speedup": med_speed,
         "round_trip_s": rtt,

@@ -888,6 +888,13 @@ fn wait_all(py: Python<'_>, transfers: Vec<PyRefMut<'_, Transfer>>) -> R<()> {
     with_transfers(py, transfers, pdcx_client::wait_all)
 }
 
+/// Requests this process has sent to servers so far (every client, every thread): the
+/// difference across a call is its round trips (benchmarks print it per pattern).
+#[pyfunction]
+fn requests_sent() -> u64 {
+    pdcx_client::transport_requests_sent()
+}
+
 /// Encodes a request given as serde JSON (externally tagged, e.g. `{"StageShm": {...}}`) into
 /// a frame body, for tests that speak the wire protocol by hand: variant numbers then come
 /// from protocol.rs instead of being copied into the tests.
@@ -970,6 +977,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(start_all, m)?)?;
     m.add_function(wrap_pyfunction!(wait_all, m)?)?;
     m.add_function(wrap_pyfunction!(_encode_request, m)?)?;
+    m.add_function(wrap_pyfunction!(requests_sent, m)?)?;
     m.add("PdcxError", py.get_type::<PdcxError>())?;
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("AlreadyExistsError", py.get_type::<AlreadyExistsError>())?;

@@ -63,6 +63,7 @@ __all__ = [
     "Transfer",
     "UnavailableError",
     "connect",
+    "requests_sent",
     "start_all",
     "wait_all",
 ]
@@ -1253,6 +1254,12 @@ class Transfer:
 def _unique(transfers: Iterable[Transfer]) -> list[Transfer]:
     """The transfers in order, each once (the native layer borrows each one mutably)."""
     return list({id(t): t for t in transfers}.values())
+
+
+def requests_sent() -> int:
+    """Requests this process has sent to pdcx servers so far (all clients and threads): the
+    difference across a call counts its round trips."""
+    return _native.requests_sent()
 
 
 def start_all(transfers: Iterable[Transfer]) -> None:
