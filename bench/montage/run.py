@@ -57,6 +57,30 @@ MODES = {
 }
 
 
+def bgexec_pairs(n: int, work: Path, lib: str, root: Path) -> dict[str, list[float]]:
+    """mBgExec alone, `n` times each with neither optimisation, with both, and on plain
+    files, alternated, on the same intermediates (one pipeline run with both leaves them in
+    pdcx://focus; plain uses the first plain repetition's). The 6x target compares one
+    component under two configurations: run back to back, they see the machine alike, where
+    the pipeline table's medians come from repetitions tens of seconds apart (this VM drifts
+    by +-20 % over that)."""
+    env_both = {"LD_PRELOAD": lib, "PDCX_ROOT": str(root), **MODES["both"]}
+    tables = str(work / "tbl-focus")
+    pipeline.run("pdcx://raw", "pdcx://focus", tables, env=env_both)
+    args = ["-p", "pdcx://focus/proj", f"{tables}/pimages.tbl", f"{tables}/corrections.tbl", "pdcx://focus/corr"]
+    plain = work / "plain0"
+    plain_args = ["-p", str(plain / "proj"), f"{work}/ptbl0/pimages.tbl", f"{work}/ptbl0/corrections.tbl"]
+    plain_args.append(str(plain / "corr"))
+    out: dict[str, list[float]] = {"none": [], "both": [], "plain": []}
+    for _ in range(n):
+        for m in ("none", "both"):
+            env = dict(os.environ, LD_PRELOAD=lib, PDCX_ROOT=str(root), **MODES[m])
+            out[m].append(pipeline.montage("mBgExec", *args, env=env)[1])
+        out["plain"].append(pipeline.montage("mBgExec", *plain_args)[1])
+    run_bin("rm", "-q", "-r", "pdcx://focus", env=dict(os.environ, PDCX_ROOT=str(root)))
+    return out
+
+
 def pdcx_bin() -> str:
     found = os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
     if not Path(found).exists():
@@ -187,6 +211,13 @@ def main() -> None:
     ap.add_argument("--modes", default="none,agg,prefetch,both", help="pdcx configurations to run")
     ap.add_argument("--dir", type=Path, help="work directory (default: a new one in /tmp, removed at the end)")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--bgexec-pairs",
+        type=int,
+        default=7,
+        help="mBgExec runs with neither and with both optimisations, alternated on the same "
+        "intermediates, for the 6x target (default 7; 0 skips)",
+    )
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
     for m in modes:
@@ -214,6 +245,7 @@ def main() -> None:
     run_bin("server", "start", "-n", "1", "--root", root)
     lib = fits_lib()
     rt: dict[str, float] = {}
+    bg: dict[str, list[float]] = {}
     times["plain"] = []
     for m in modes:
         times[m] = []
@@ -248,6 +280,8 @@ def main() -> None:
                 run_bin("rm", "-q", "-r", f"pdcx://{prefix}", env=env_base)
             done = ", ".join(f"{c} {sum(times[c][r].values()):.2f} s" for c in ("plain", *modes))
             print(f"repetition {r + 1}: {done} (every pdcx mosaic identical to plain)", flush=True)
+        if a.bgexec_pairs > 0 and {"none", "both"} <= set(modes):
+            bg = bgexec_pairs(a.bgexec_pairs, work, lib, root)
         left = [n for n, _ in client.files("") if not n.startswith("raw/")]
         if left:
             sys.exit(f"intermediates left in pdcx after the runs: {left[:5]}")
@@ -322,7 +356,14 @@ def main() -> None:
     print("targets:")
     if {"both", "none"} <= set(confs):
         x = medians["none"]["mBgExec"] / medians["both"]["mBgExec"]
-        print(f"  mBgExec both vs none: {x:.2f}x (target >= 6x) {'MET' if x >= 6 else 'NOT MET'}")
+        print(f"  mBgExec both vs none, pipeline medians: {x:.2f}x (target >= 6x) {'MET' if x >= 6 else 'NOT MET'}")
+    if bg:
+        x = med(bg["none"]) / med(bg["both"])
+        print(
+            f"  mBgExec both vs none, {len(bg['both'])} alternated runs on the same intermediates: "
+            f"none {med(bg['none']):.3f} s, both {med(bg['both']):.3f} s, plain {med(bg['plain']):.3f} s: "
+            f"{x:.2f}x (target >= 6x) {'MET' if x >= 6 else 'NOT MET'}"
+        )
     if "both" in confs:
         x = medians["both"]["total"] / medians["plain"]["total"]
         print(f"  pipeline both / plain files: {x:.2f}x (target <= 1.0x) {'MET' if x <= 1.0 else 'NOT MET'}")
@@ -334,7 +375,11 @@ def main() -> None:
             f"  round trips per file read whole (prefetch on): {rt['both']:.2f} (target <= 3) {'MET' if rt['both'] <= 3 else 'NOT MET'}"
         )
     if a.json:
-        a.json.write_text(json.dumps({"times": times, "medians": medians, "stats": stats, "rt_per_file": rt}, indent=1))
+        a.json.write_text(
+            json.dumps(
+                {"times": times, "medians": medians, "stats": stats, "rt_per_file": rt, "bgexec_pairs": bg}, indent=1
+            )
+        )
     if a.dir is None:
         shutil.rmtree(work, ignore_errors=True)
 
