@@ -54,6 +54,10 @@ MODES = {
     "agg": {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "off"},
     "prefetch": {"PDCX_FILE_AGGREGATE": "0", "PDCX_FILE_PREFETCH": "adaptive"},
     "both": {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "adaptive"},
+    # Both, with the servers' in-memory copy of the intermediates switched off: the page
+    # cache (which holds the log the servers wrote) is dropped before every component, so
+    # each step reads the previous step's files from the disk (root only).
+    "cold": {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "adaptive"},
 }
 
 
@@ -61,7 +65,8 @@ def bgexec_pairs(n: int, work: Path, lib: str, root: Path) -> dict[str, list[flo
     """mBgExec alone, `n` times each with neither optimisation, with both, and on plain
     files, alternated, on the same intermediates (one pipeline run with both leaves them in
     pdcx://focus; plain uses the first plain repetition's). The 6x target compares one
-    component under two configurations: run back to back, they see the machine alike, where
+    component under two configurations: run back to back (each after the previous outputs are
+    removed, untimed), they see the machine alike, where
     the pipeline table's medians come from repetitions tens of seconds apart (this VM drifts
     by +-20 % over that)."""
     env_both = {"LD_PRELOAD": lib, "PDCX_ROOT": str(root), **MODES["both"]}
@@ -72,10 +77,17 @@ def bgexec_pairs(n: int, work: Path, lib: str, root: Path) -> dict[str, list[flo
     plain_args = ["-p", str(plain / "proj"), f"{work}/ptbl0/pimages.tbl", f"{work}/ptbl0/corrections.tbl"]
     plain_args.append(str(plain / "corr"))
     out: dict[str, list[float]] = {"none": [], "both": [], "plain": []}
+    base = dict(os.environ, PDCX_ROOT=str(root))
     for _ in range(n):
         for m in ("none", "both"):
-            env = dict(os.environ, LD_PRELOAD=lib, PDCX_ROOT=str(root), **MODES[m])
+            # The previous run's outputs go first, untimed: mBgExec unlinks each output before
+            # creating it, and a file "none" wrote holds one extent per 2880-byte block.
+            run_bin("rm", "-q", "-r", "pdcx://focus/corr", env=base)
+            env = dict(base, LD_PRELOAD=lib, **MODES[m])
+            subprocess.run(["mkdir", "pdcx://focus/corr"], env=env, capture_output=True, check=False)
             out[m].append(pipeline.montage("mBgExec", *args, env=env)[1])
+        shutil.rmtree(plain / "corr")
+        (plain / "corr").mkdir()
         out["plain"].append(pipeline.montage("mBgExec", *plain_args)[1])
     run_bin("rm", "-q", "-r", "pdcx://focus", env=dict(os.environ, PDCX_ROOT=str(root)))
     return out
@@ -208,7 +220,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3, help="repetitions per configuration (default 3)")
     ap.add_argument("--shared-mbps", type=int, default=200, help="read limit of the shared directory, MB/s")
     ap.add_argument("--no-shared", action="store_true", help="skip the shared-directory baseline")
-    ap.add_argument("--modes", default="none,agg,prefetch,both", help="pdcx configurations to run")
+    ap.add_argument(
+        "--modes",
+        default="none,agg,prefetch,both",
+        help="pdcx configurations to run: none, agg, prefetch, both, and cold (both with the page cache "
+        "dropped before each component: the servers' in-memory intermediates switched off; root only)",
+    )
     ap.add_argument("--dir", type=Path, help="work directory (default: a new one in /tmp, removed at the end)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(
@@ -223,6 +240,8 @@ def main() -> None:
     for m in modes:
         if m not in MODES:
             sys.exit(f"unknown mode {m!r} (known: {', '.join(MODES)})")
+    if "cold" in modes and os.geteuid() != 0:
+        sys.exit("mode cold drops the page cache: run as root")
     for tool in ("mProjExec", "mAdd"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} not found: install Debian's montage (scripts/setup.sh --bench)")
@@ -264,7 +283,12 @@ def main() -> None:
                 st = work / f"stats-{m}-{r}.jsonl"
                 env = {"LD_PRELOAD": lib, "PDCX_ROOT": str(root), "PDCX_FITS_STATS": str(st), **MODES[m]}
                 prefix = f"{m}{r}"
-                times[m].append(pipeline.run("pdcx://raw", f"pdcx://{prefix}", str(work / f"tbl-{m}{r}"), env=env))
+                before = SharedDir.drop_caches if m == "cold" else None
+                times[m].append(
+                    pipeline.run(
+                        "pdcx://raw", f"pdcx://{prefix}", str(work / f"tbl-{m}{r}"), env=env, before_step=before
+                    )
+                )
                 if r == 0:
                     stats[m] = stats_by_component(st, components)
                     out = work / f"out-{m}"
