@@ -15,11 +15,18 @@ Configurations (each run --reps times, plain and pdcx interleaved; medians repor
   agg       pdcx, write aggregation only
   prefetch  pdcx, adaptive read-ahead only (with the client's close-to-open file cache)
   both      pdcx, both (the default)
+  cold      pdcx, both, with the page cache dropped before each component (--modes ...,cold;
+            root): the servers' in-memory copy of the intermediates switched off
 The pdcx runs use one server (one node) and `libpdcx_fits.so` preloaded; every pdcx mosaic
 is checked byte-identical to the plain one, and the intermediates are removed after each run.
 Round trips and bytes per component come from the driver's per-process counts
 (PDCX_FITS_STATS). "RT per file read whole" runs a CFITSIO reader (readfits.c: open, read
 every pixel, close) over K and over 1 projected image: (RT(K) - RT(1)) / (K - 1).
+
+mBgExec is also run alone --bgexec-pairs times with none, with both and on plain files,
+alternated on the same intermediates (outputs removed before each run, untimed): the 6x
+target compares one component under two configurations, which back to back see the machine
+alike; both figures are printed.
 
 Targets: mBgExec with both >= 6x faster than with none; the whole pipeline with both within
 1.0x of plain files (and faster than the shared directory); <= 3 round trips per FITS file
