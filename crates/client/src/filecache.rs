@@ -48,6 +48,8 @@ pub(crate) struct FileMemory {
 const POOL_MAX: usize = 64 << 20;
 /// Buffers smaller than this are not worth keeping.
 const POOL_MIN: usize = 64 << 10;
+/// Fresh buffers of at least [`POOL_MIN`] get a capacity of a whole number of these.
+const ROUND: usize = 1 << 20;
 
 impl FileMemory {
     pub(crate) fn from_env() -> FileMemory {
@@ -86,6 +88,11 @@ impl FileMemory {
                 v.clear();
                 v
             }
+            // Rounded up to whole MiB, so buffers of files of similar sizes can stand in for
+            // each other once recycled (a buffer of exactly one 2.12 MB file could never take
+            // the next, 2.2 MB one: every fetch then faulted in fresh memory). The pages past
+            // what is written are never touched.
+            None if cap >= POOL_MIN => Vec::with_capacity(cap.next_multiple_of(ROUND)),
             None => Vec::with_capacity(cap),
         }
     }
@@ -242,5 +249,12 @@ mod tests {
         assert_eq!(v.capacity(), 1 << 20, "not the smallest fit");
         assert_eq!(m.take_empty(2 << 20).capacity(), 4 << 20);
         assert_eq!(m.take_empty(1 << 20).capacity(), 1 << 20, "a fresh buffer");
+        // Fresh buffers come in whole MiB, so similar files' buffers are interchangeable.
+        assert_eq!(m.take(2_125_440).capacity(), 3 << 20);
+        assert_eq!(
+            m.take_empty(1000).capacity(),
+            1000,
+            "small ones are not rounded"
+        );
     }
 }
