@@ -269,6 +269,45 @@ pub fn short_rows(region: &Region, len: usize) -> bool {
     n > 0 && last > 0 && n / last > 16 && (len as u64 / n) * last < 4096
 }
 
+/// Most pairs of parts [`tiles`] compares before giving up (answering false).
+const TILES_MAX_PAIRS: usize = 1 << 16;
+
+/// Whether `parts`, each inside `whole`, tile it: their volumes add up to its volume and no
+/// two overlap. Conservative: parts that overlap, or more pairs to compare than a budget
+/// allows, answer false. Readers use it to skip painting the fill value under a selection
+/// its pieces cover (issue 12: a box over 64 chunks was zero-filled, 1 MiB, before the
+/// gather wrote every byte again).
+pub fn tiles<'a>(whole: &Region, parts: impl IntoIterator<Item = &'a Region>) -> bool {
+    let mut parts: Vec<&Region> = parts.into_iter().collect();
+    let total = parts
+        .iter()
+        .try_fold(0u64, |acc, p| acc.checked_add(p.num_elements()));
+    if parts.is_empty() || total != Some(whole.num_elements()) {
+        return false;
+    }
+    if parts
+        .iter()
+        .any(|p| p.ndim() != whole.ndim() || !whole.contains(p))
+    {
+        return false;
+    }
+    // Sweep along the first dim: only parts whose first-dim ranges meet can overlap.
+    parts.sort_unstable_by_key(|p| p.offset.first().copied().unwrap_or(0));
+    let mut pairs = 0usize;
+    for (i, a) in parts.iter().enumerate() {
+        for b in &parts[i + 1..] {
+            if a.ndim() > 0 && b.offset[0] >= a.end(0) {
+                break;
+            }
+            pairs += 1;
+            if pairs > TILES_MAX_PAIRS || a.overlaps(b) {
+                return false;
+            }
+        }
+    }
+    true
+}
+
 /// Outputs smaller than this are gathered on the calling thread: a thread costs ~20 us.
 const PARALLEL_GATHER_MIN: usize = 256 << 10;
 /// Most threads one gather uses.
@@ -507,6 +546,35 @@ mod tests {
     /// Value of element `p` of the test arrays: its C-order index in a 7 x 9 x 11 array.
     fn val(p: &[u64]) -> u32 {
         ((p[0] * 9 + p[1]) * 11 + p[2]) as u32
+    }
+
+    #[test]
+    fn tiles_needs_every_element_covered_exactly_once() {
+        let whole = r(&[2, 0, 5], &[4, 6, 3]);
+        // A 2 x 3 grid of boxes over dims 0 and 1, given out of order.
+        let grid: Vec<Region> = [(4, 3), (2, 0), (4, 0), (2, 3)]
+            .iter()
+            .map(|&(a, b)| r(&[a, b, 5], &[2, 3, 3]))
+            .collect();
+        assert!(tiles(&whole, &grid));
+        assert!(tiles(&whole, [&whole]));
+        // One box short: a hole.
+        assert!(!tiles(&whole, &grid[1..]));
+        // The same volume with an overlap (and so a hole).
+        let mut overlapping = grid.clone();
+        overlapping[0] = r(&[3, 3, 5], &[2, 3, 3]);
+        assert!(!tiles(&whole, &overlapping));
+        // A part reaching outside, with the right volume.
+        let mut outside = grid.clone();
+        outside[0] = r(&[6, 3, 5], &[2, 3, 3]);
+        assert!(!tiles(&whole, &outside));
+        // No parts cover nothing.
+        assert!(!tiles(&whole, &[]));
+        // Past the pair budget the answer is the safe one: not covered.
+        let strips: Vec<Region> = (0..1024).map(|c| r(&[0, c], &[1, 1])).collect();
+        assert!(!tiles(&r(&[0, 0], &[1, 1024]), &strips));
+        let rows: Vec<Region> = (0..1024).map(|c| r(&[c, 0], &[1, 4])).collect();
+        assert!(tiles(&r(&[0, 0], &[1024, 4]), &rows));
     }
 
     #[test]

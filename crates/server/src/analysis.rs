@@ -341,20 +341,9 @@ fn value_range(
     (lo <= hi).then_some((lo, hi))
 }
 
-/// Whether `pieces` (parts of `slab`) cover all of it: their volumes add up to the slab's and
-/// no two overlap (checked pairwise for up to 64 pieces; more are taken as not covering).
+/// Whether `pieces` (parts of `slab`) cover all of it, no two overlapping.
 fn covers(slab: &Region, pieces: &[(Region, Option<(f64, f64)>)]) -> bool {
-    if pieces.is_empty() || pieces.len() > 64 {
-        return false;
-    }
-    let total: u64 = pieces.iter().map(|(r, _)| r.num_elements()).sum();
-    if total != slab.num_elements() {
-        return false;
-    }
-    pieces
-        .iter()
-        .enumerate()
-        .all(|(i, (a, _))| pieces[i + 1..].iter().all(|(b, _)| !a.overlaps(b)))
+    pdcx_core::region::tiles(slab, pieces.iter().map(|(r, _)| r))
 }
 
 /// `bins` equal bins over [lo, hi], the last one closed (all values in one bin when lo == hi).

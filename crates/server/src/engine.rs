@@ -951,8 +951,7 @@ impl Engine {
                 }
             }
         }
-        let covered = pieces.iter().any(|(_, i)| i == region);
-        if !covered || pieces.len() > 1 {
+        if !covers(region, &pieces) {
             fill(out, &obj.fill);
         }
         let out_layout = Layout { region, base: 0 };
@@ -976,7 +975,7 @@ impl Engine {
         obj: &ObjectMeta,
         region: &Region,
         out: &mut [u8],
-        pieces: &[(Extent, Region)],
+        pieces: &[(Arc<Extent>, Region)],
         spans: &[(u64, u64)],
         holders: &[u32],
         window: &Window,
@@ -1244,7 +1243,7 @@ impl Engine {
 }
 
 /// Bytes [lo, hi) of its extent's payload that each piece needs.
-fn piece_spans(pieces: &[(Extent, Region)], elem: usize) -> Vec<(u64, u64)> {
+fn piece_spans(pieces: &[(Arc<Extent>, Region)], elem: usize) -> Vec<(u64, u64)> {
     pieces
         .iter()
         .map(|(e, inter)| {
@@ -1288,7 +1287,7 @@ fn linear_index(r: &Region, p: &[u64]) -> u64 {
 /// chunk must be decoded by the server, or the file cannot be stat'ed).
 #[allow(clippy::type_complexity)]
 fn ref_files(
-    refs: &[(Extent, Region)],
+    refs: &[(Arc<Extent>, Region)],
 ) -> Option<(Vec<(u64, String, u64, u64)>, HashMap<u64, (u64, u64, u64)>)> {
     use std::os::unix::fs::MetadataExt;
     let mut files = Vec::new();
@@ -1357,13 +1356,14 @@ fn plan_piece(
 }
 
 /// Whether the pieces together cover every element of `region` (then no fill is needed):
-/// exactly for 1-D (the union of intervals), else when one piece is the whole region.
-fn covers(region: &Region, pieces: &[(Extent, Region)]) -> bool {
+/// exactly for 1-D (the union of intervals); in more dims when one piece is the whole
+/// region or the pieces tile it without overlapping ([`tiles`](pdcx_core::region::tiles)).
+fn covers(region: &Region, pieces: &[(Arc<Extent>, Region)]) -> bool {
     if pieces.iter().any(|(_, i)| i == region) {
         return true;
     }
     if region.ndim() != 1 {
-        return false;
+        return pdcx_core::region::tiles(region, pieces.iter().map(|(_, i)| i));
     }
     let mut iv: Vec<(u64, u64)> = pieces
         .iter()

@@ -7,6 +7,7 @@ use crate::meta::{HomeRow, Metadata};
 use crate::tiering::{Home, Tiering};
 use pdcx_core::{Error, ObjectId, Result};
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 /// Durable homes by extent, resolved against the configured tiers (and counted as shard
 /// references). A home on a tier the config no longer declares is an error: that data would be
@@ -55,7 +56,7 @@ impl DataStore {
                 match &e.home {
                     // Extents read by reference stay in their files (`refs.rs`).
                     None if e.external.is_some() => {}
-                    None => todo.push((*id, e.clone())),
+                    None => todo.push((*id, (**e).clone())),
                     Some(h) => {
                         referenced.insert((h.tier, t.blob_key(*id, e.seq, h)));
                     }
@@ -88,7 +89,7 @@ impl DataStore {
         for (id, v) in self.index().iter() {
             for e in v {
                 if e.home.as_ref().is_some_and(|h| h.tier == tier) {
-                    out.push((*id, e.clone()));
+                    out.push((*id, (**e).clone()));
                 }
             }
         }
@@ -132,6 +133,7 @@ impl DataStore {
                     .and_then(|v| v.iter_mut().find(|x| x.seq == seq))
                 {
                     Some(x) => {
+                        let x = Arc::make_mut(x);
                         if let Some(old) = x.home.replace(home) {
                             replaced.push((id, seq, old));
                         }
@@ -150,7 +152,7 @@ impl DataStore {
     }
 
     /// Deletes the tier copies and home rows of a deleted object's extents.
-    pub(super) fn drop_tier_copies(&self, id: ObjectId, gone: &[Extent]) {
+    pub(super) fn drop_tier_copies(&self, id: ObjectId, gone: &[Arc<Extent>]) {
         let Some(t) = &self.tiering else { return };
         let mut keys = Vec::new();
         for e in gone {

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 /// Visible extents per object whose bytes this server holds (log or tiers), in seq order.
-pub(super) type Index = HashMap<ObjectId, Vec<Extent>>;
+pub(super) type Index = HashMap<ObjectId, Vec<Arc<Extent>>>;
 
 /// Provisional sequence numbers (of deferred writes, in `extent_map`) start here; the owners'
 /// real numbers never get near it.
@@ -124,11 +124,11 @@ impl Deferred {
 /// Inserts an extent into an object's index list, which is kept in sequence order (reads paint
 /// in that order). Usually an append: numbers grow; a deferred write registered again after a
 /// crash may get back an older number.
-pub(super) fn insert_by_seq(list: &mut Vec<Extent>, seq: u64, region: Region, loc: Location) {
+pub(super) fn insert_by_seq(list: &mut Vec<Arc<Extent>>, seq: u64, region: Region, loc: Location) {
     let at = list.partition_point(|e| e.seq < seq);
     list.insert(
         at,
-        Extent {
+        Arc::new(Extent {
             seq,
             region,
             loc,
@@ -136,6 +136,6 @@ pub(super) fn insert_by_seq(list: &mut Vec<Extent>, seq: u64, region: Region, lo
             in_log: true,
             stats: None,
             external: None,
-        },
+        }),
     );
 }

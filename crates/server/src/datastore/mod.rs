@@ -96,6 +96,9 @@ pub struct DataStore {
     /// Reads of reference extents, and objects read often enough to promote (`refs.rs`).
     ref_reads: Mutex<HashMap<(ObjectId, u64), u32>>,
     hot_refs: Mutex<HashSet<ObjectId>>,
+    /// Device and inode of log segments, as read plans name them (`read.rs`): stat once per
+    /// segment, not once per plan. Segment ids are never reused while the log lives.
+    segment_files: Mutex<HashMap<u64, (u64, u64)>>,
 }
 
 /// What [`DataStore::open`] found.
@@ -246,7 +249,7 @@ impl DataStore {
         }
         let mut index: Index = HashMap::new();
         for r in keep {
-            index.entry(r.id).or_default().push(Extent {
+            index.entry(r.id).or_default().push(Arc::new(Extent {
                 seq: r.seq,
                 in_log: log.is_committed(&r.loc),
                 home: homes.get(&(r.id, r.seq)).cloned(),
@@ -254,7 +257,7 @@ impl DataStore {
                 external: refs.get(&(r.id, r.seq)).cloned(),
                 region: r.region,
                 loc: r.loc,
-            });
+            }));
         }
         let store = DataStore {
             log: Mutex::new(log),
@@ -276,6 +279,7 @@ impl DataStore {
             pending_stats: Mutex::new(Vec::new()),
             ref_reads: Mutex::new(HashMap::new()),
             hot_refs: Mutex::new(HashSet::new()),
+            segment_files: Mutex::new(HashMap::new()),
         };
         // The replayed rows are durable now (`replay`), so the tails scanned need no replay
         // next time.
@@ -420,7 +424,7 @@ impl DataStore {
     }
 
     /// This server's visible extents of `id` that overlap `region`, with the overlap.
-    pub fn local_pieces(&self, id: ObjectId, region: &Region) -> Vec<(Extent, Region)> {
+    pub fn local_pieces(&self, id: ObjectId, region: &Region) -> Vec<(Arc<Extent>, Region)> {
         self.index()
             .get(&id)
             .map(|v| {
@@ -433,7 +437,10 @@ impl DataStore {
 
     /// Every visible extent of `id` held here, in seq order.
     pub fn extents_of(&self, id: ObjectId) -> Vec<Extent> {
-        self.index().get(&id).cloned().unwrap_or_default()
+        self.index()
+            .get(&id)
+            .map(|v| v.iter().map(|e| (**e).clone()).collect())
+            .unwrap_or_default()
     }
 
     /// Extent `seq` of `id`, if it is (still) visible here.
@@ -441,7 +448,7 @@ impl DataStore {
         self.index()
             .get(&id)
             .and_then(|v| v.iter().find(|x| x.seq == seq))
-            .cloned()
+            .map(|e| (**e).clone())
     }
 
     /// Forgets every visible extent of a deleted object and drops its tier copies; returns how
@@ -473,12 +480,12 @@ impl DataStore {
         // brings back writes that are shadowed or below a stream's base, which reads leave
         // out and the copier drops again.
         self.meta.delete_extents_lazy(&keys)?;
-        let gone: Vec<Extent> = {
+        let gone: Vec<Arc<Extent>> = {
             let mut index = self.index_mut();
             let Some(list) = index.get_mut(&id) else {
                 return Ok(0);
             };
-            let (gone, keep): (Vec<Extent>, Vec<Extent>) =
+            let (gone, keep): (Vec<Arc<Extent>>, Vec<Arc<Extent>>) =
                 list.drain(..).partition(|e| seqs.contains(&e.seq));
             *list = keep;
             gone

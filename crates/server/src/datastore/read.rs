@@ -20,7 +20,7 @@ impl DataStore {
         &self,
         obj: &ObjectMeta,
         direct: Option<&Region>,
-        pieces: &[(Extent, Region)],
+        pieces: &[(Arc<Extent>, Region)],
         spans: &[(u64, u64)],
         out: &mut [u8],
     ) -> Result<Vec<Option<Arc<Vec<u8>>>>> {
@@ -141,7 +141,7 @@ impl DataStore {
     pub fn read_spans_into(
         &self,
         id: ObjectId,
-        pieces: &[(Extent, Region)],
+        pieces: &[(Arc<Extent>, Region)],
         spans: &[pdcx_core::protocol::PlanSpan],
         out: &mut [u8],
     ) -> Result<bool> {
@@ -153,7 +153,7 @@ impl DataStore {
         let refs: std::collections::HashMap<u64, (&Extent, &super::ExternalRef)> = pieces
             .iter()
             .filter_map(|(e, _)| match (&e.external, &e.home) {
-                (Some(r), None) => Some((e.seq, (e, &**r))),
+                (Some(r), None) => Some((e.seq, (&**e, &**r))),
                 _ => None,
             })
             .collect();
@@ -236,7 +236,10 @@ impl DataStore {
     /// a span later gets exactly these bytes, or finds the file gone (then it falls back).
     /// Uncommitted bytes (`memory` durability before the next sync) are refused because a
     /// crash would truncate them and a restarted server could append other bytes there.
-    pub fn committed_segments(&self, pieces: &[(Extent, Region)]) -> Option<Vec<(u64, u64, u64)>> {
+    pub fn committed_segments(
+        &self,
+        pieces: &[(Arc<Extent>, Region)],
+    ) -> Option<Vec<(u64, u64, u64)>> {
         use std::os::unix::fs::MetadataExt;
         let log = self.log();
         let mut segs: Vec<u64> = Vec::new();
@@ -250,9 +253,17 @@ impl DataStore {
         segs.dedup();
         // Stat under the log lock: the files cannot be retired (unlinked) meanwhile. A log on
         // a simulated file system (crash tests) has no such files: no plan.
+        let mut known = self.segment_files.lock().unwrap_or_else(|p| p.into_inner());
+        if known.len() > 4 * segs.len() + 256 {
+            known.retain(|s, _| log.has_segment(*s)); // drop retired segments
+        }
         segs.into_iter()
             .map(|s| {
+                if let Some(&(dev, ino)) = known.get(&s) {
+                    return Some((s, dev, ino));
+                }
                 let m = std::fs::metadata(log.segment_path(s)).ok()?;
+                known.insert(s, (m.dev(), m.ino()));
                 Some((s, m.dev(), m.ino()))
             })
             .collect()

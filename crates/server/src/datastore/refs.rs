@@ -277,6 +277,7 @@ impl DataStore {
         for ((r, _), ext) in rows.into_iter().zip(refs) {
             insert_by_seq(list, r.seq, r.region, r.loc);
             if let Some(e) = list.iter_mut().find(|e| e.seq == r.seq) {
+                let e = Arc::make_mut(e);
                 e.in_log = false;
                 e.external = Some(ext);
             }
@@ -299,7 +300,7 @@ impl DataStore {
             .map(|v| {
                 v.iter()
                     .filter(|e| e.external.is_some() && e.home.is_none())
-                    .cloned()
+                    .map(|e| (**e).clone())
                     .collect()
             })
             .unwrap_or_default();
@@ -330,6 +331,7 @@ impl DataStore {
                 if let Some(list) = index.get_mut(&obj.id) {
                     for (_, seq, loc) in &moved {
                         if let Some(e) = list.iter_mut().find(|e| e.seq == *seq) {
+                            let e = Arc::make_mut(e);
                             e.loc = *loc;
                             e.in_log = true;
                             e.external = None;

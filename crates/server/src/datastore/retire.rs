@@ -4,6 +4,7 @@ use super::commit::CommitGuard;
 use super::DataStore;
 use pdcx_core::Result;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 impl DataStore {
     /// Retires sealed log segments whose every visible extent has a durable home and that no
@@ -57,7 +58,7 @@ impl DataStore {
         let ready: HashSet<u64> = ready.into_iter().collect();
         for e in self.index_mut().values_mut().flatten() {
             if ready.contains(&e.loc.segment) {
-                e.in_log = false;
+                Arc::make_mut(e).in_log = false;
             }
         }
         Ok(ready.len() as u64)

@@ -9,6 +9,7 @@
 use super::DataStore;
 use pdcx_core::valuequery::min_max;
 use pdcx_core::{ObjectId, ObjectMeta, Region, Result, TagValue};
+use std::sync::Arc;
 
 /// The tag that turns statistics off for an object (`"off"`; anything else or absent: on).
 pub const STATS_TAG: &str = "pdcx.stats";
@@ -37,7 +38,7 @@ impl DataStore {
                 .and_then(|v| v.iter_mut().find(|e| e.seq == seq))
             {
                 Some(e) => {
-                    e.stats = Some((lo, hi));
+                    Arc::make_mut(e).stats = Some((lo, hi));
                     true
                 }
                 None => false,
