@@ -122,6 +122,54 @@ def test_writes_are_aggregated_until_close_and_reads_prefetched(deployment):
     w.close()
 
 
+def _mapped_segments() -> set[str]:
+    """Log segment files this process has mapped."""
+    with open("/proc/self/maps") as f:
+        return {line.split()[-1] for line in f if "/log/seg-" in line}
+
+
+def test_windows_of_files_just_closed_come_from_the_mapped_log(deployment, tmp_path):
+    """On the owner's node a read-ahead window is the owner's log itself (mapped when the
+    bytes are one extent, gathered when they are many or have holes), also for files closed
+    a moment ago without fsync, and the bytes are those the server reads."""
+    dep = deployment(n=1)
+    c = dep.client()
+    rng = np.random.default_rng(5)
+    one = rng.integers(0, 256, 700_000, dtype=np.uint8).tobytes()
+    with c.open("win/one.fits", "wb") as w:  # aggregated: one extent
+        for k in range(0, len(one), 2880):
+            w.write(one[k : k + 2880])
+        w.seek(0)
+        w.write(b"SIMPLE  =")  # a header rewritten over committed-to-be bytes: later bytes win
+    one = b"SIMPLE  =" + one[9:]
+    many = rng.integers(0, 256, 100 * 2880, dtype=np.uint8).tobytes()
+    with c.open("win/many.bin", "wb", buffering=0, aggregate=False) as w:  # an extent per write
+        for k in range(0, len(many), 2880):
+            w.write(many[k : k + 2880])
+    with c.open("win/holes.bin", "wb") as w:
+        w.write(b"a" * 5000)
+        w.seek(50_000)
+        w.write(b"b" * 5000)
+    holes = b"a" * 5000 + bytes(45_000) + b"b" * 5000
+    reader = dep.client()
+    shm_before = sum(s["shm_bytes"] for s in reader.stats())
+    for name, want in (("win/one.fits", one), ("win/many.bin", many), ("win/holes.bin", holes)):
+        with reader.open(name, "rb", buffering=0) as r:
+            got = bytearray()
+            while block := r.read(2880):
+                got += block
+            assert bytes(got) == want, name
+            assert r._f.fetches() == 1, name
+    assert sum(s["shm_bytes"] for s in reader.stats()) == shm_before, "a window came through shared memory"
+    assert _mapped_segments(), "no log segment is mapped"
+    # The same bytes as the server reads them.
+    env = {**os.environ, "PDCX_DIRECT_READ": "0", "PDCX_ROOT": str(dep.root)}
+    for name, want in (("win/one.fits", one), ("win/many.bin", many), ("win/holes.bin", holes)):
+        local = tmp_path / name.replace("/", "_")
+        run_pdcx("cp", "-q", f"pdcx://{name}", local, env=env)
+        assert local.read_bytes() == want, name
+
+
 def test_astropy_reads_and_writes_fits_through_client_open(deployment):
     fits = pytest.importorskip("astropy.io.fits")
     dep = deployment(n=1)

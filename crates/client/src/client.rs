@@ -7,6 +7,7 @@
 use crate::conn::Conn;
 use crate::direct::Outcome;
 use crate::direct_write::WriteBehind;
+use crate::filecache::Window;
 use crate::shm::{self, Payload, ShmPool};
 use crate::transfer::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
@@ -1101,6 +1102,68 @@ impl Client {
             }
         }
         Ok(false)
+    }
+
+    /// Issue 14: bytes `[off, off + len)` of byte stream `id`, for a file's read-ahead
+    /// window, from the mapped log of its owner on this node: a slice of the mapping when
+    /// they are one committed extent there (no copy, no fresh memory), else gathered from it
+    /// (one copy). None when that cannot be done (another node, other holders, a base, bytes
+    /// not in the log): the caller reads through the owner.
+    pub(crate) fn stream_window(
+        &self,
+        id: ObjectId,
+        off: u64,
+        len: usize,
+    ) -> Result<Option<Window>> {
+        let owner = self.id_owner(id)?;
+        let Some(direct) = self
+            .inner
+            .direct
+            .as_ref()
+            .filter(|_| self.direct_reads(owner))
+        else {
+            return Ok(None);
+        };
+        let region = Region::new(vec![off], vec![len as u64])?;
+        let req = Request::PiecePlan {
+            id,
+            region: region.clone(),
+            step: vec![1],
+            held: false,
+        };
+        let plan = match self.call(owner, &req, &[])? {
+            Response::PiecePlans(Some(p)) if p.holders.is_empty() => p,
+            Response::PiecePlans(_) => {
+                shm::debug(&format!("object {id:#x}: no piece plan for bytes {region}"));
+                return Ok(None);
+            }
+            r => return Err(unexpected("piece plan", r)),
+        };
+        if plan.pieces.len() != 1 || plan.fill.is_some() {
+            shm::debug(&format!(
+                "object {id:#x}: bytes {region} are {} pieces{}: gathered",
+                plan.pieces.len(),
+                if plan.fill.is_some() {
+                    " and holes"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if let [p] = &plan.pieces[..] {
+            if plan.fill.is_none() {
+                if let Some(w) = direct.map_piece(owner, &plan, p, &region)? {
+                    return Ok(Some(w));
+                }
+            }
+        }
+        let mut buf = self.inner.files.take(len);
+        let parts = [(owner, plan)];
+        if direct.gather(&parts, &region, &[1], &mut buf)? == Outcome::Done {
+            return Ok(Some(Window::Heap(buf)));
+        }
+        self.inner.files.give(buf);
+        Ok(None)
     }
 
     /// Where the bytes of object `id` are, in sequence order: the owner's region map, with

@@ -17,6 +17,7 @@
 //!
 //! `PDCX_DIRECT_READ=0` turns it off (reads then go through the server as before).
 
+use crate::filecache::Window;
 use crate::segfile::SegFile;
 use pdcx_core::protocol::{PiecePlans, PlanPiece, PlanSpan, ReadPlan, ReadPlans};
 use pdcx_core::region::{gather_pieces, Region};
@@ -286,6 +287,48 @@ impl DirectReads {
             }
         }
         Ok(Outcome::Done)
+    }
+
+    /// Issue 14: the bytes of 1-D byte region `want` as a slice of the mapped log segment
+    /// holding piece `p` of `plan` (server `rank`'s answer), when `p` holds them all; None
+    /// when it does not, or the segment cannot be mapped (the caller reads another way).
+    pub(crate) fn map_piece(
+        &self,
+        rank: u32,
+        plan: &PiecePlans,
+        p: &PlanPiece,
+        want: &Region,
+    ) -> Result<Option<Window>> {
+        if plan.elem != 1 || p.region.ndim() != 1 || want.ndim() != 1 || !p.region.contains(want) {
+            return Ok(None);
+        }
+        if !plan.dir.starts_with('/') {
+            return Err(Error::protocol(format!(
+                "refused piece plan: log directory {:?} is not absolute",
+                plan.dir
+            )));
+        }
+        let (len, skip) = (want.count[0], want.offset[0] - p.region.offset[0]);
+        let (Some(start), Ok(n)) = (p.offset.checked_add(skip), usize::try_from(len)) else {
+            return Ok(None);
+        };
+        let Some(end) = start.checked_add(len) else {
+            return Ok(None);
+        };
+        let Some(mut maps) = self.maps(
+            rank,
+            &plan.dir,
+            &plan.segments,
+            std::iter::once((p.segment, end)),
+        )?
+        else {
+            return Ok(None);
+        };
+        Ok(maps.remove(&p.segment).map(|map| Window::Mapped {
+            map,
+            start: start as usize,
+            len: n,
+        }))
     }
 
     /// The log segments `ends` name (segment, end of the bytes needed), each mapped with at

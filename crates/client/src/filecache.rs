@@ -15,16 +15,49 @@
 //! that later fetches and writes draw from. Fresh memory costs a page fault per 4 KiB on
 //! first touch, which for a tool that streams many files through (Montage's mBgExec) cost
 //! more than the data copies themselves.
+//!
+//! On the node of a file's owner a window is rarely memory of its own: it is a slice of the
+//! owner's log, mapped ([`Window::Mapped`], `Client::stream_window`), which costs neither a
+//! copy nor fresh pages (mAdd holds 24 files open at once; their windows were 57 MB of page
+//! faults). Those are not cached: a reopen plans them again in one round trip.
 
 use pdcx_core::ObjectId;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+/// Bytes of a file fetched ahead of its reader: in memory of this client, or a slice of the
+/// mapped log of a server on this node (one extent there; see `Client::stream_window`).
+pub(crate) enum Window {
+    Heap(Vec<u8>),
+    /// Committed log bytes never change while a mapping lasts (`SegFile::mapped`).
+    Mapped {
+        map: Arc<memmap2::Mmap>,
+        start: usize,
+        len: usize,
+    },
+}
+
+impl Window {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            Window::Heap(v) => v,
+            Window::Mapped { map, start, len } => &map[*start..*start + *len],
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Window::Heap(v) => v.len(),
+            Window::Mapped { len, .. } => *len,
+        }
+    }
+}
+
 /// Bytes of one file read whole, and the metadata they match.
 struct Entry {
     mtime: f64,
     size: u64,
-    data: Arc<Vec<u8>>,
+    data: Arc<Window>,
     used: u64,
 }
 
@@ -120,9 +153,9 @@ impl FileMemory {
         }
     }
 
-    /// Gives `data` back when nobody else holds it.
-    pub(crate) fn give_shared(&self, data: Arc<Vec<u8>>) {
-        if let Ok(v) = Arc::try_unwrap(data) {
+    /// Gives `data`'s memory back when nobody else holds it (a mapped window just unmaps).
+    pub(crate) fn give_shared(&self, data: Arc<Window>) {
+        if let Ok(Window::Heap(v)) = Arc::try_unwrap(data) {
             self.give(v);
         }
     }
@@ -147,7 +180,7 @@ impl FileMemory {
     }
 
     /// The cached bytes of `id` when they match `mtime` and `size`.
-    pub(crate) fn get(&self, id: ObjectId, mtime: f64, size: u64) -> Option<Arc<Vec<u8>>> {
+    pub(crate) fn get(&self, id: ObjectId, mtime: f64, size: u64) -> Option<Arc<Window>> {
         let mut c = self.cache();
         c.tick += 1;
         let tick = c.tick;
@@ -161,7 +194,7 @@ impl FileMemory {
     }
 
     /// Remembers the whole content of `id` as of metadata (`mtime`, `size`).
-    pub(crate) fn put(&self, id: ObjectId, mtime: f64, data: Arc<Vec<u8>>) {
+    pub(crate) fn put(&self, id: ObjectId, mtime: f64, data: Arc<Window>) {
         let len = data.len();
         if len > self.cap / 4 {
             return;
@@ -219,19 +252,19 @@ mod tests {
             cap: 400,
             pool: Mutex::new(Vec::new()),
         };
-        m.put(1, 5.0, Arc::new(vec![1; 100]));
-        m.put(2, 5.0, Arc::new(vec![2; 100]));
+        m.put(1, 5.0, Arc::new(Window::Heap(vec![1; 100])));
+        m.put(2, 5.0, Arc::new(Window::Heap(vec![2; 100])));
         assert!(m.get(1, 5.0, 100).is_some());
         assert!(m.get(1, 6.0, 100).is_none(), "a newer mtime used old bytes");
         assert!(m.get(1, 5.0, 99).is_none(), "another size used old bytes");
-        m.put(3, 5.0, Arc::new(vec![3; 100]));
-        m.put(4, 5.0, Arc::new(vec![4; 100])); // 2 is the least recently used
-        m.put(5, 5.0, Arc::new(vec![5; 100]));
+        m.put(3, 5.0, Arc::new(Window::Heap(vec![3; 100])));
+        m.put(4, 5.0, Arc::new(Window::Heap(vec![4; 100]))); // 2 is the least recently used
+        m.put(5, 5.0, Arc::new(Window::Heap(vec![5; 100])));
         assert!(m.get(2, 5.0, 100).is_none());
         assert!(m.get(1, 5.0, 100).is_some());
         m.forget(1);
         assert!(m.get(1, 5.0, 100).is_none());
-        m.put(6, 5.0, Arc::new(vec![6; 101])); // more than a quarter of the cap: not kept
+        m.put(6, 5.0, Arc::new(Window::Heap(vec![6; 101]))); // more than a quarter of the cap: not kept
         assert!(m.get(6, 5.0, 101).is_none());
         m.learn(50, 100);
         assert!((m.fraction() - 0.75).abs() < 1e-9);

@@ -66,11 +66,11 @@ impl SegFile {
     /// The file mapped read-only with at least `end` bytes, or None (the file is shorter, or
     /// mapping failed: the caller `pread`s instead).
     ///
-    /// Only for log segments, and only to read committed bytes: those are never rewritten
-    /// and the file is never truncated below them (recovery and a failed append cut only an
-    /// uncommitted tail; retirement unlinks the whole file, which a mapping outlives). So a
-    /// mapped committed byte is exactly the planned byte, and reading it cannot fault past the
-    /// end of the file. A file outside the log (an HDF5 file read by reference) can be cut by
+    /// Only for log segments, and only to read bytes of committed writes (whole records): those
+    /// are never rewritten and the file is never truncated below them (recovery and a failed
+    /// append cut only past the last whole record; retirement unlinks the whole file, which a
+    /// mapping outlives). So a mapped byte of a committed write is exactly the planned byte,
+    /// and reading it cannot fault past the end of the file. A file outside the log (an HDF5 file read by reference) can be cut by
     /// anyone: it is never mapped.
     pub(crate) fn mapped(&self, end: u64) -> Option<Arc<Mmap>> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());

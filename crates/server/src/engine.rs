@@ -803,8 +803,12 @@ impl Engine {
         } else {
             self.owned_meta(id, region)?
         };
-        if obj.is_byte_stream() {
-            return Ok(None); // a base may drop writes meanwhile (issue 11): the owner reads
+        if obj.is_byte_stream()
+            && (held || self.base_of(&obj).is_some() || !self.remote_holders(id, region).is_empty())
+        {
+            // A base may drop writes meanwhile (issue 11), holders' parts would need merging
+            // with it: the owner reads. A file's bytes in this log alone are planned.
+            return Ok(None);
         }
         if !held {
             let mut holders = self.remote_holders(id, region);

@@ -970,6 +970,21 @@ impl SegmentLog {
         })
     }
 
+    /// True when `loc` lies within the records appended to the log so far, synced or not.
+    /// Nothing ever cuts the log below the end of a whole record: a failed append truncates
+    /// back to the end of the last good one, and recovery cuts only a torn or garbage tail,
+    /// which a record whose write completed is not part of when the server process died
+    /// (the page cache keeps it); only losing the node loses it, and a client on that node
+    /// with it. So a committed extent's bytes stay what they are, at the same offsets, for
+    /// as long as the segment file exists (read plans rely on this, `docs/ARCHITECTURE.md`).
+    pub fn is_written(&self, loc: &Location) -> bool {
+        self.segments.get(&loc.segment).is_some_and(|s| {
+            loc.offset
+                .checked_add(loc.len)
+                .is_some_and(|end| end <= s.len)
+        })
+    }
+
     /// Sum of segment lengths, committed or not.
     pub fn total_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.len).sum()

@@ -228,14 +228,15 @@ impl DataStore {
     }
 
     /// For a read a same-node client performs itself (issue 10, "reads"): the (segment,
-    /// st_dev, st_ino) of every log segment holding `pieces`, if each piece's bytes are in a
-    /// live segment *within its committed length* (covered by the MANIFEST), else None (the
-    /// caller serves that read itself). Committed bytes of a segment are never rewritten: the
-    /// log only appends, recovery truncates only past the committed length, and retirement
+    /// st_dev, st_ino) of every log segment holding `pieces`, if each piece's bytes are whole
+    /// records in a live segment (`SegmentLog::is_written`: synced or not), else None (the
+    /// caller serves that read itself). Such bytes are never rewritten or cut: the log only
+    /// appends, a failed append and recovery cut only past the last whole record (a server
+    /// killed mid-append leaves every earlier record in the page cache), and retirement
     /// deletes whole files (see `docs/ARCHITECTURE.md`, "One read"). So a client reading such
     /// a span later gets exactly these bytes, or finds the file gone (then it falls back).
-    /// Uncommitted bytes (`memory` durability before the next sync) are refused because a
-    /// crash would truncate them and a restarted server could append other bytes there.
+    /// Unsynced bytes are planned too (issue 14: a workflow step reads the files the previous
+    /// one closed without fsync): only losing the node loses them, and its clients with it.
     pub fn committed_segments(
         &self,
         pieces: &[(Arc<Extent>, Region)],
@@ -244,7 +245,7 @@ impl DataStore {
         let log = self.log();
         let mut segs: Vec<u64> = Vec::new();
         for (e, _) in pieces {
-            if !e.in_log || !log.has_segment(e.loc.segment) || !log.is_committed(&e.loc) {
+            if !e.in_log || !log.has_segment(e.loc.segment) || !log.is_written(&e.loc) {
                 return None;
             }
             segs.push(e.loc.segment);
