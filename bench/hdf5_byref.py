@@ -28,12 +28,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pdcxbin import pdcx_bin
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def pdcx_bin() -> str:
-    return os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
 
 
 def drop_caches(enabled: bool) -> None:

@@ -37,13 +37,7 @@ import pdcx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 from conftest import owner_of_name
-
-
-def pdcx_bin() -> str:
-    found = os.environ.get("PDCX_BIN") or shutil.which("pdcx")
-    if not found:
-        raise SystemExit("pdcx binary not found: set PDCX_BIN or put pdcx on PATH")
-    return found
+from pdcxbin import pdcx_bin
 
 
 def name_owned_by(rank: int, n: int, prefix: str) -> str:

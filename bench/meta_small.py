@@ -30,13 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pdcx
-
-
-def pdcx_bin() -> str:
-    found = os.environ.get("PDCX_BIN") or shutil.which("pdcx")
-    if not found:
-        raise SystemExit("pdcx binary not found: set PDCX_BIN or put pdcx on PATH")
-    return found
+from pdcxbin import pdcx_bin
 
 
 def rate(n: int, seconds: float) -> str:

@@ -30,12 +30,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from pdcxbin import pdcx_bin
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def pdcx_bin() -> str:
-    return os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
 
 
 def start_s3(work: Path) -> tuple[dict, str]:

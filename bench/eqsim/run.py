@@ -53,6 +53,9 @@ except ImportError:
 import pdcx
 import pdcx.hdf5
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: pdcxbin
+from pdcxbin import pdcx_bin, run_bin
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 MiB = 1 << 20
@@ -176,22 +179,6 @@ class Dropper:
                 "(the 'cold' columns are then NOT cold)"
             )
         self.count += 1
-
-
-def pdcx_bin() -> str:
-    found = os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
-    if not Path(found).exists():
-        sys.exit("pdcx binary not found: set PDCX_BIN or put pdcx on PATH")
-    return found
-
-
-def run_bin(*args, env=None, timeout=120) -> str:
-    p = subprocess.run(
-        [pdcx_bin(), *map(str, args)], check=False, capture_output=True, text=True, timeout=timeout, env=env
-    )
-    if p.returncode != 0:
-        sys.exit(f"pdcx {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return p.stdout
 
 
 def server_stats(client) -> dict:

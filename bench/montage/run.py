@@ -56,6 +56,9 @@ sys.path.insert(0, str(HERE))
 import pipeline
 import sky
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: pdcxbin
+from pdcxbin import pdcx_bin, run_bin
+
 MODES = {
     "none": {"PDCX_FILE_AGGREGATE": "0", "PDCX_FILE_PREFETCH": "off"},
     "agg": {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "off"},
@@ -100,28 +103,12 @@ def bgexec_pairs(n: int, work: Path, lib: str, root: Path) -> dict[str, list[flo
     return out
 
 
-def pdcx_bin() -> str:
-    found = os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
-    if not Path(found).exists():
-        sys.exit("pdcx binary not found: set PDCX_BIN or put pdcx on PATH")
-    return found
-
-
 def fits_lib() -> str:
     exe = Path(pdcx_bin()).resolve()
     for d in (os.environ.get("PDCX_LIB_DIR"), exe.parent, exe.parent.parent / "lib", REPO / "target/release"):
         if d and (Path(d) / "libpdcx_fits.so").is_file():
             return str(Path(d) / "libpdcx_fits.so")
     sys.exit("libpdcx_fits.so not found (next to pdcx, in ../lib, or PDCX_LIB_DIR): run scripts/setup.sh --bench")
-
-
-def run_bin(*args, env=None, timeout=300) -> str:
-    p = subprocess.run(
-        [pdcx_bin(), *map(str, args)], check=False, capture_output=True, text=True, timeout=timeout, env=env
-    )
-    if p.returncode != 0:
-        sys.exit(f"pdcx {' '.join(map(str, args))} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
-    return p.stdout
 
 
 class SharedDir:

@@ -45,18 +45,14 @@ import numpy as np
 import oracle
 import pdcx
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: pdcxbin
+from pdcxbin import pdcx_bin
+
 KINDS = ("server", "all", "client")
 
 
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def pdcx_bin() -> str:
-    found = os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
-    if not Path(found).exists():
-        raise SystemExit(f"pdcx binary not found (looked at $PDCX_BIN, PATH, {found})")
-    return found
 
 
 def server_bin() -> str:

@@ -35,16 +35,12 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: pdcxbin
+from pdcxbin import pdcx_bin
+
 REPO = Path(__file__).resolve().parents[2]
 LINK = REPO / "scripts/xsite-link.sh"
 ADDR = {"a": "10.78.0.1", "b": "10.78.0.2"}
-
-
-def pdcx_bin() -> str:
-    found = os.environ.get("PDCX_BIN") or shutil.which("pdcx") or str(REPO / "target/release/pdcx")
-    if not Path(found).exists():
-        sys.exit("pdcx binary not found: set PDCX_BIN or put pdcx on PATH")
-    return found
 
 
 def in_site(site: str, *cmd, check=True, timeout=1800, **kw) -> subprocess.CompletedProcess:

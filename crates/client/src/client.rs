@@ -1057,28 +1057,12 @@ impl Client {
         step: &[u64],
         out: &mut [u8],
     ) -> Result<bool> {
-        let Some(direct) = self
-            .inner
-            .direct
-            .as_ref()
-            .filter(|_| self.direct_reads(owner))
-        else {
+        let Some(direct) = self.direct_to(owner) else {
             return Ok(false);
         };
         // Same node: gather the selection from the mapped log (issue 12), which touches
         // only the selected bytes; else, or when the log moved meanwhile, the owner does.
-        let ask = |rank: u32, held: bool| -> Result<Option<pdcx_core::protocol::PiecePlans>> {
-            let req = Request::PiecePlan {
-                id,
-                region: region.clone(),
-                step: step.to_vec(),
-                held,
-            };
-            match self.call(rank, &req, &[])? {
-                Response::PiecePlans(p) => Ok(p),
-                r => Err(unexpected("piece plan", r)),
-            }
-        };
+        let ask = |rank: u32, held: bool| self.piece_plan(rank, id, region, step, held);
         if let Some(plan) = ask(owner, false)? {
             let mut parts = Vec::new();
             if plan.holders.is_empty() {
@@ -1116,28 +1100,16 @@ impl Client {
         len: usize,
     ) -> Result<Option<Window>> {
         let owner = self.id_owner(id)?;
-        let Some(direct) = self
-            .inner
-            .direct
-            .as_ref()
-            .filter(|_| self.direct_reads(owner))
-        else {
+        let Some(direct) = self.direct_to(owner) else {
             return Ok(None);
         };
         let region = Region::new(vec![off], vec![len as u64])?;
-        let req = Request::PiecePlan {
-            id,
-            region: region.clone(),
-            step: vec![1],
-            held: false,
-        };
-        let plan = match self.call(owner, &req, &[])? {
-            Response::PiecePlans(Some(p)) if p.holders.is_empty() => p,
-            Response::PiecePlans(_) => {
+        let plan = match self.piece_plan(owner, id, &region, &[1], false)? {
+            Some(p) if p.holders.is_empty() => p,
+            _ => {
                 shm::debug(&format!("object {id:#x}: no piece plan for bytes {region}"));
                 return Ok(None);
             }
-            r => return Err(unexpected("piece plan", r)),
         };
         if plan.pieces.len() != 1 || plan.fill.is_some() {
             shm::debug(&format!(
@@ -1624,6 +1596,36 @@ impl Client {
     }
 
     /// Whether reads from server `rank` may be one-copy reads of its log (same node).
+    /// This client's reader of server `rank`'s log files, when it may read them itself.
+    fn direct_to(&self, rank: u32) -> Option<&crate::direct::DirectReads> {
+        self.inner
+            .direct
+            .as_ref()
+            .filter(|_| self.direct_reads(rank))
+    }
+
+    /// `Request::PiecePlan` to server `rank`: every extent of `id` under `region` whole,
+    /// with where it lies in that server's log (None: it cannot be planned).
+    fn piece_plan(
+        &self,
+        rank: u32,
+        id: ObjectId,
+        region: &Region,
+        step: &[u64],
+        held: bool,
+    ) -> Result<Option<pdcx_core::protocol::PiecePlans>> {
+        let req = Request::PiecePlan {
+            id,
+            region: region.clone(),
+            step: step.to_vec(),
+            held,
+        };
+        match self.call(rank, &req, &[])? {
+            Response::PiecePlans(p) => Ok(p),
+            r => Err(unexpected("piece plan", r)),
+        }
+    }
+
     pub(crate) fn direct_reads(&self, rank: u32) -> bool {
         self.inner.same_node.get(rank as usize) == Some(&true)
             && self.inner.direct.as_ref().is_some_and(|d| d.allowed(rank))
