@@ -174,11 +174,20 @@ pub fn value_query(
             (k, metas[k].dtype.size())
         })
         .collect();
-    // Hits of one slab: (C-order position in the slab, coordinates, values back to back),
-    // sorted before they are appended, since a slab's units need not be in C order.
-    let mut slab_hits: Vec<(u64, Vec<u64>, Vec<u8>)> = Vec::new();
+    // Hits of one slab, put in C order before they are appended (a slab's units need not be
+    // in C order): (C-order position in the slab, index of the hit), with each hit's
+    // coordinates (`ndim` each) and values (`val_bytes` each) in flat arrays. No allocation
+    // per hit: pattern 3 of EQSIM returns 672k hits, and two small vectors each were a third
+    // of the server's time.
+    let val_bytes: usize = value_src.iter().map(|&(_, sz)| sz).sum();
+    let mut slab_order: Vec<(u64, u32)> = Vec::new();
+    let mut slab_coords: Vec<u64> = Vec::new();
+    let mut slab_vals: Vec<u8> = Vec::new();
+    let mut c = vec![0u64; ndim];
     for slab in slabs(&region, SLAB_ELEMS) {
-        slab_hits.clear();
+        slab_order.clear();
+        slab_coords.clear();
+        slab_vals.clear();
         let pieces: Vec<Option<ExtentRanges>> =
             metas.iter().map(|m| pieces_of(server, m, &slab)).collect();
         for unit in units(&slab, &pieces) {
@@ -235,7 +244,6 @@ pub fn value_query(
                     continue;
                 }
                 let mut rem = i as u64;
-                let mut c = vec![0u64; ndim];
                 for d in (0..ndim).rev() {
                     c[d] = unit.offset[d] + rem % unit.count[d];
                     rem /= unit.count[d];
@@ -244,23 +252,26 @@ pub fn value_query(
                     .iter()
                     .zip(slab.offset.iter().zip(&slab.count))
                     .fold(0u64, |p, (&x, (&o, &n))| p * n + (x - o));
-                let mut vals = Vec::new();
+                let index = u32::try_from(slab_order.len())
+                    .map_err(|_| Error::internal("more than 2^32 hits in one query slab"))?;
+                slab_order.push((pos, index));
+                slab_coords.extend_from_slice(&c);
                 for &(k, sz) in &value_src {
-                    vals.extend_from_slice(&bufs[k][i * sz..(i + 1) * sz]);
+                    slab_vals.extend_from_slice(&bufs[k][i * sz..(i + 1) * sz]);
                 }
-                slab_hits.push((pos, c, vals));
             }
         }
-        slab_hits.sort_unstable_by_key(|h| h.0);
-        for (_, c, vals) in &slab_hits {
+        slab_order.sort_unstable_by_key(|h| h.0);
+        for &(_, index) in &slab_order {
+            let h = index as usize;
             if want.coords {
-                for x in c {
+                for x in &slab_coords[h * ndim..(h + 1) * ndim] {
                     coords.extend_from_slice(&x.to_le_bytes());
                 }
             }
-            let mut at = 0;
+            let mut at = h * val_bytes;
             for (j, &(_, sz)) in value_src.iter().enumerate() {
-                values[j].extend_from_slice(&vals[at..at + sz]);
+                values[j].extend_from_slice(&slab_vals[at..at + sz]);
                 at += sz;
             }
         }
