@@ -1062,30 +1062,43 @@ impl Client {
         };
         // Same node: gather the selection from the mapped log (issue 12), which touches
         // only the selected bytes; else, or when the log moved meanwhile, the owner does.
+        match self.piece_parts(id, owner, region, step)? {
+            Some(parts) => Ok(direct.gather(&parts, region, step, out)? == Outcome::Done),
+            None => Ok(false),
+        }
+    }
+
+    /// The piece plans of `region` of `id` (taken every `step`) from each server holding
+    /// part of it, all on this node: the owner's alone, or, when it names other holders,
+    /// each holder's own (asked with `held`). None when there is no such set of plans.
+    fn piece_parts(
+        &self,
+        id: ObjectId,
+        owner: u32,
+        region: &Region,
+        step: &[u64],
+    ) -> Result<Option<Vec<(u32, pdcx_core::protocol::PiecePlans)>>> {
         let ask = |rank: u32, held: bool| self.piece_plan(rank, id, region, step, held);
-        if let Some(plan) = ask(owner, false)? {
-            let mut parts = Vec::new();
-            if plan.holders.is_empty() {
-                parts.push((owner, plan));
-            } else if plan.holders.len() <= MERGE_MAX_HOLDERS
-                && plan.holders.iter().all(|&h| self.direct_reads(h))
-            {
-                for &h in &plan.holders {
-                    // Any failure here (a holder restarting, say) leaves it to the owner.
-                    match ask(h, true) {
-                        Ok(Some(p)) if p.holders.is_empty() => parts.push((h, p)),
-                        _ => break,
-                    }
-                }
-                if parts.len() != plan.holders.len() {
-                    parts.clear();
-                }
-            }
-            if !parts.is_empty() {
-                return Ok(direct.gather(&parts, region, step, out)? == Outcome::Done);
+        let Some(plan) = ask(owner, false)? else {
+            return Ok(None);
+        };
+        if plan.holders.is_empty() {
+            return Ok(Some(vec![(owner, plan)]));
+        }
+        if plan.holders.len() > MERGE_MAX_HOLDERS
+            || !plan.holders.iter().all(|&h| self.direct_reads(h))
+        {
+            return Ok(None);
+        }
+        let mut parts = Vec::with_capacity(plan.holders.len());
+        for &h in &plan.holders {
+            // Any failure here (a holder restarting, say) leaves it to the owner.
+            match ask(h, true) {
+                Ok(Some(p)) if p.holders.is_empty() => parts.push((h, p)),
+                _ => return Ok(None),
             }
         }
-        Ok(false)
+        Ok(Some(parts))
     }
 
     /// Issue 14: bytes `[off, off + len)` of byte stream `id`, for a file's read-ahead
@@ -1104,33 +1117,24 @@ impl Client {
             return Ok(None);
         };
         let region = Region::new(vec![off], vec![len as u64])?;
-        let plan = match self.piece_plan(owner, id, &region, &[1], false)? {
-            Some(p) if p.holders.is_empty() => p,
-            _ => {
-                shm::debug(&format!("object {id:#x}: no piece plan for bytes {region}"));
-                return Ok(None);
-            }
+        let Some(parts) = self.piece_parts(id, owner, &region, &[1])? else {
+            shm::debug(&format!("object {id:#x}: no piece plan for bytes {region}"));
+            return Ok(None);
         };
-        if plan.pieces.len() != 1 || plan.fill.is_some() {
-            shm::debug(&format!(
-                "object {id:#x}: bytes {region} are {} pieces{}: gathered",
-                plan.pieces.len(),
-                if plan.fill.is_some() {
-                    " and holes"
-                } else {
-                    ""
-                }
-            ));
-        }
-        if let [p] = &plan.pieces[..] {
-            if plan.fill.is_none() {
-                if let Some(w) = direct.map_piece(owner, &plan, p, &region)? {
+        // One holder, one extent holding all the bytes: the window is a slice of its log.
+        if let [(rank, plan)] = &parts[..] {
+            if let ([p], None) = (&plan.pieces[..], &plan.fill) {
+                if let Some(w) = direct.map_piece(*rank, plan, p, &region)? {
                     return Ok(Some(w));
                 }
             }
         }
+        shm::debug(&format!(
+            "object {id:#x}: bytes {region} are in {} pieces on {} servers: gathered",
+            parts.iter().map(|(_, p)| p.pieces.len()).sum::<usize>(),
+            parts.len()
+        ));
         let mut buf = self.inner.files.take(len);
-        let parts = [(owner, plan)];
         if direct.gather(&parts, &region, &[1], &mut buf)? == Outcome::Done {
             return Ok(Some(Window::Heap(buf)));
         }

@@ -803,11 +803,10 @@ impl Engine {
         } else {
             self.owned_meta(id, region)?
         };
-        if obj.is_byte_stream()
-            && (held || self.base_of(&obj).is_some() || !self.remote_holders(id, region).is_empty())
-        {
-            // A base may drop writes meanwhile (issue 11), holders' parts would need merging
-            // with it: the owner reads. A file's bytes in this log alone are planned.
+        if obj.is_byte_stream() && !held && self.base_of(&obj).is_some() {
+            // Part of it may be at the home, and the copier drops writes below a base (issue
+            // 11): the owner reads. Without a base (a file) its holders are asked as for any
+            // object; a holder is asked only after the owner answered without a base.
             return Ok(None);
         }
         if !held {
