@@ -26,8 +26,12 @@ echo "== python: ruff"
 python3 -m ruff check tests bench examples crates/python/python
 python3 -m ruff format --check tests bench examples crates/python/python
 echo "== rust: tests"
-cargo test -q --workspace 2>&1 | tee /tmp/pdcx-cargo-test.log | grep -E '^(test result|running|error|failures)|FAILED|panicked' || true
-[[ ${PIPESTATUS[0]} -eq 0 ]] || { echo "cargo test failed; full log in /tmp/pdcx-cargo-test.log"; exit 1; }
+# The status is taken from cargo itself: under pipefail, `cargo ... | grep ... || true` ran
+# `true` when cargo failed, and PIPESTATUS then said 0 (a failing Rust test passed CI).
+cargo_rc=0
+cargo test -q --workspace >/tmp/pdcx-cargo-test.log 2>&1 || cargo_rc=$?
+grep -E '^(test result|running|error|failures)|FAILED|panicked' /tmp/pdcx-cargo-test.log || true
+[[ $cargo_rc -eq 0 ]] || { echo "cargo test failed ($cargo_rc); full log in /tmp/pdcx-cargo-test.log"; exit 1; }
 echo "== rust: crash points of the data path (real SIGKILL at each, then recovery)"
 cargo clippy -q -p pdcx-server --features crash-points --all-targets -- -D warnings
 cargo test -q -p pdcx-server --features crash-points --test crashpoints --test crash --test homecrash -- --nocapture 2>&1 | grep -E "^(test result|CRASH_SUMMARY)|panicked|FAILED"; [[ ${PIPESTATUS[0]} -eq 0 ]]
