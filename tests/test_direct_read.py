@@ -8,8 +8,10 @@ restart fall back to the usual read, correctly. PDCX_DIRECT_READ=0 turns it off.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pdcx
@@ -169,3 +171,35 @@ def test_reads_after_a_segment_is_retired_and_after_a_restart(deployment, tmp_pa
     dep.restart()
     for cl in (c, dep.client()):
         reads_every_way(cl.open_object("r/auto"), want)
+
+
+def test_a_forked_child_gathers_without_the_parents_threads(deployment):
+    """A strided read large enough to be split over threads works in a child forked after
+    the parent's reads started the thread pool (its threads do not exist in the child): it
+    is gathered on the calling thread instead of waiting for them forever."""
+    dep = deployment(n=1)
+    c = dep.client()
+    o = c.create_container("f").create_object("f/x", (64, 256, 256), "float32")
+    data = np.random.default_rng(1).standard_normal((64, 256, 256), dtype=np.float32)
+    for k in range(0, 64, 16):
+        o.write_async(data[k : k + 16], offset=(k, 0, 0)).wait()
+    want = data[:, ::2, ::2]  # 4 MiB: split over the pool's threads
+    assert np.array_equal(o[:, ::2, ::2], want)
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 4
+        try:
+            code = 0 if np.array_equal(o[:, ::2, ::2], want) else 3
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child's strided read hung")
+        time.sleep(0.05)
+    assert os.waitstatus_to_exitcode(status) == 0

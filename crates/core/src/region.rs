@@ -314,6 +314,21 @@ const PARALLEL_GATHER_MIN: usize = 256 << 10;
 /// Most threads one gather uses.
 const PARALLEL_GATHER_MAX_THREADS: usize = 4;
 
+/// The process that first used rayon's pool (0: none yet).
+static POOL_PID: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Whether this process may hand work to rayon's pool: not in a child forked after the pool
+/// started (libpdcx and the CFITSIO driver live in programs that fork), where the pool's
+/// threads do not exist and a scope would wait for them forever.
+fn pool_usable() -> bool {
+    use std::sync::atomic::Ordering;
+    let me = std::process::id();
+    match POOL_PID.compare_exchange(0, me, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => true,
+        Err(first) => first == me,
+    }
+}
+
 /// [`gather_strided`] of every `(src, piece)` in order, as one pass would paint them (later
 /// pieces over earlier ones where they overlap). A large output is split into slabs of the
 /// selection's first dim, one per thread of rayon's pool (one per core, at most 4): each slab
@@ -342,7 +357,7 @@ pub fn gather_pieces(
             gather_strided(src, piece, slab, step, elem, out);
         }
     };
-    if threads < 2 {
+    if threads < 2 || !pool_usable() {
         return paint(bbox, out);
     }
     let row_bytes = out.len() / picked0; // one index of the first dim, in the output
