@@ -1102,10 +1102,10 @@ impl Client {
     }
 
     /// Issue 14: bytes `[off, off + len)` of byte stream `id`, for a file's read-ahead
-    /// window, from the mapped log of its owner on this node: a slice of the mapping when
-    /// they are one committed extent there (no copy, no fresh memory), else gathered from it
-    /// (one copy). None when that cannot be done (another node, other holders, a base, bytes
-    /// not in the log): the caller reads through the owner.
+    /// window, from the mapped logs of the servers holding them, all on this node: a slice
+    /// of the mapping when they are one committed extent (no copy, no fresh memory), else
+    /// gathered from the mappings (one copy). None when that cannot be done (another node, a
+    /// holder elsewhere, a base, bytes not in a log): the caller reads through the owner.
     pub(crate) fn stream_window(
         &self,
         id: ObjectId,
@@ -1599,7 +1599,6 @@ impl Client {
         (0..self.size()).any(|r| self.direct_writes(r, len))
     }
 
-    /// Whether reads from server `rank` may be one-copy reads of its log (same node).
     /// This client's reader of server `rank`'s log files, when it may read them itself.
     fn direct_to(&self, rank: u32) -> Option<&crate::direct::DirectReads> {
         self.inner
@@ -1630,6 +1629,7 @@ impl Client {
         }
     }
 
+    /// Whether reads from server `rank` may be one-copy reads of its log (same node).
     pub(crate) fn direct_reads(&self, rank: u32) -> bool {
         self.inner.same_node.get(rank as usize) == Some(&true)
             && self.inner.direct.as_ref().is_some_and(|d| d.allowed(rank))

@@ -360,8 +360,8 @@ pub fn gather_pieces(
     if threads < 2 || !pool_usable() {
         return paint(bbox, out);
     }
+    // rayon's pool: its threads persist, where spawning one per gather cost ~20-30 us.
     let row_bytes = out.len() / picked0; // one index of the first dim, in the output
-                                         // rayon's pool: its threads persist, where spawning one per gather cost ~20-30 us.
     rayon::scope(|scope| {
         let mut rest = out;
         let mut done = 0usize; // first-dim selection indices handed out

@@ -17,13 +17,27 @@ fn pattern(n: usize, seed: u8) -> Vec<u8> {
 /// The round-trip counter is per process: tests that count run one at a time.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// A fresh two-server deployment at `DIR/root` (kept while the returned values live).
-fn two_server_deployment() -> (tempfile::TempDir, Vec<pdcx_server::ServerHandle>) {
+/// A fresh two-server deployment at `DIR/root`, up while this lives; holding it also keeps
+/// the other counting tests out.
+struct Deployment {
+    root: std::path::PathBuf,
+    _servers: Vec<pdcx_server::ServerHandle>,
+    _dir: tempfile::TempDir,
+    _one: std::sync::MutexGuard<'static, ()>,
+}
+
+fn two_server_deployment() -> Deployment {
+    let one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     std::fs::create_dir_all(&root).unwrap();
     let servers = two_servers(&root);
-    (dir, servers)
+    Deployment {
+        root,
+        _servers: servers,
+        _dir: dir,
+        _one: one,
+    }
 }
 
 const AGG: FileOptions = FileOptions {
@@ -37,11 +51,10 @@ const NONE: FileOptions = FileOptions {
 
 #[test]
 fn aggregated_writes_are_visible_at_close_and_read_whole_in_few_round_trips() {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (dir, _servers) = two_server_deployment();
-    let root = dir.path().join("root");
-    let a = client_at(&root, 0);
-    let b = client_at(&root, 1);
+    let dep = two_server_deployment();
+    let root = &dep.root;
+    let a = client_at(root, 0);
+    let b = client_at(root, 1);
 
     // A FITS-like writer: 2880-byte blocks, then a header block rewritten at the end.
     let data = pattern(2880 * 120, 7);
@@ -102,11 +115,10 @@ fn aggregated_writes_are_visible_at_close_and_read_whole_in_few_round_trips() {
 
 #[test]
 fn a_large_written_file_is_committed_every_aggregate_max_bytes_and_whole_at_close() {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (dir, _servers) = two_server_deployment();
-    let root = dir.path().join("root");
-    let a = client_at(&root, 0);
-    let b = client_at(&root, 1);
+    let dep = two_server_deployment();
+    let root = &dep.root;
+    let a = client_at(root, 0);
+    let b = client_at(root, 1);
     let max = pdcx_client::file::AGGREGATE_MAX;
     let data = pattern(2 * max + max / 2, 3);
     let mut w = a.file_open("big.fits", "wb", AGG).unwrap();
@@ -132,10 +144,9 @@ fn a_large_written_file_is_committed_every_aggregate_max_bytes_and_whole_at_clos
 
 #[test]
 fn a_handle_reads_its_own_unflushed_writes_and_modes_behave() {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (dir, _servers) = two_server_deployment();
-    let root = dir.path().join("root");
-    let c = client_at(&root, 0);
+    let dep = two_server_deployment();
+    let root = &dep.root;
+    let c = client_at(root, 0);
 
     let mut f = c.file_open("t/a.bin", "w+b", AGG).unwrap();
     f.write(&pattern(10_000, 1)).unwrap();
@@ -205,13 +216,12 @@ fn names_on_each_server(prefix: &str) -> (String, String) {
 
 #[test]
 fn renames_move_names_across_servers() {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (dir, _servers) = two_server_deployment();
-    let root = dir.path().join("root");
+    let dep = two_server_deployment();
+    let root = &dep.root;
     let (on0, on1) = names_on_each_server("r/f");
     let data = pattern(100_000, 3);
     let (id, c) = {
-        let c = client_at(&root, 0);
+        let c = client_at(root, 0);
         let mut f = c.file_open(&on0, "wb", AGG).unwrap();
         f.write(&data).unwrap();
         f.close().unwrap();
@@ -237,7 +247,7 @@ fn renames_move_names_across_servers() {
             .collect();
         assert_eq!(names, std::slice::from_ref(&on1));
         // Through the other server's relay too.
-        let other = client_at(&root, 1);
+        let other = client_at(root, 1);
         assert_eq!(other.open_object(&on1).unwrap().id, id);
 
         // A name that is taken is refused; a file there is replaced by file_rename.
@@ -264,11 +274,10 @@ fn renames_move_names_across_servers() {
 
 #[test]
 fn flush_all_commits_many_files_at_one_consistency_point() {
-    let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let (dir, _servers) = two_server_deployment();
-    let root = dir.path().join("root");
-    let a = client_at(&root, 0);
-    let b = client_at(&root, 1);
+    let dep = two_server_deployment();
+    let root = &dep.root;
+    let a = client_at(root, 0);
+    let b = client_at(root, 1);
     let mut files: Vec<pdcx_client::File> = (0..10)
         .map(|i| {
             let mut f = a.file_open(&format!("batch/f{i}"), "wb", AGG).unwrap();
