@@ -2,11 +2,13 @@
 //! `pdcx://NAME`, copied to and from local files and listed like directories.
 
 use crate::commands::{connect, iso8601, msg};
+use crate::interrupt;
+use crate::local_dest::{self, LocalWriter};
 use anyhow::{bail, Context, Result};
 use pdcx_client::file::{normalize, Kind};
 use pdcx_client::{Client, FileOptions};
 use std::ffi::OsString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -19,9 +21,14 @@ enum Loc {
     Local(PathBuf),
     /// A canonical object name ("" is the root directory).
     Pdcx(String),
+    /// `-`: standard input as a source, standard output as a destination.
+    Std,
 }
 
 fn parse(s: &str) -> Result<Loc> {
+    if s == "-" {
+        return Ok(Loc::Std);
+    }
     match s.strip_prefix(SCHEME) {
         Some(rest) if rest.trim_matches('/').is_empty() => Ok(Loc::Pdcx(String::new())),
         Some(rest) => Ok(Loc::Pdcx(normalize(rest).map_err(msg)?)),
@@ -41,6 +48,7 @@ fn is_dir(client: &Client, loc: &Loc) -> Result<bool> {
     Ok(match loc {
         Loc::Local(p) => p.is_dir(),
         Loc::Pdcx(n) => matches!(client.file_kind(n).map_err(msg)?, Some(Kind::Dir)),
+        Loc::Std => false,
     })
 }
 
@@ -80,12 +88,14 @@ fn walk(client: &Client, src: &Loc) -> Result<Vec<(Loc, String)>> {
                 out.push((Loc::Pdcx(f.name), rel));
             }
         }
+        Loc::Std => bail!("- (standard input) is not a directory"),
     }
     Ok(out)
 }
 
-/// Copies one file; returns its bytes.
-fn copy_one(client: &Client, src: &Loc, dst: &Loc, opts: FileOptions) -> Result<u64> {
+/// Copies one file; returns its bytes, or `None` when standard output was closed by its
+/// reader (the copy stops quietly, as `cat | head` does).
+fn copy_one(client: &Client, src: &Loc, dst: &Loc, opts: FileOptions) -> Result<Option<u64>> {
     let mut reader: Box<dyn Read> = match src {
         Loc::Local(p) => {
             Box::new(std::fs::File::open(p).with_context(|| format!("opening {}", p.display()))?)
@@ -95,36 +105,55 @@ fn copy_one(client: &Client, src: &Loc, dst: &Loc, opts: FileOptions) -> Result<
                 .file_open(n, "rb", opts)
                 .map_err(|e| anyhow::anyhow!("{SCHEME}{n}: {}", e.message))?,
         ),
+        Loc::Std => Box::new(std::io::stdin().lock()),
     };
     let mut buf = vec![0u8; 8 << 20];
     let mut total = 0u64;
-    match dst {
-        Loc::Local(p) => {
-            if let Some(parent) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
-                std::fs::create_dir_all(parent)
-                    .with_context(|| format!("creating {}", parent.display()))?;
+    let fill = |reader: &mut dyn Read, buf: &mut [u8]| -> Result<usize> {
+        loop {
+            match reader.read(buf) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => return r.with_context(|| format!("reading {}", show(src))),
             }
-            // Written whole under a temporary name, then renamed: never a half-copied file.
-            let tmp = p.with_extension("pdcx-cp.tmp");
-            let mut w = std::fs::File::create(&tmp)
-                .with_context(|| format!("creating {}", tmp.display()))?;
+        }
+    };
+    match dst {
+        Loc::Local(_) | Loc::Std => {
+            let path = match dst {
+                Loc::Local(p) => p.as_path(),
+                _ => Path::new("-"),
+            };
+            let mut w = LocalWriter::open(path)?;
             loop {
-                let n = reader.read(&mut buf)?;
+                let n = fill(&mut *reader, &mut buf)?;
                 if n == 0 {
                     break;
                 }
-                w.write_all(&buf[..n])?;
+                if let Err(e) = w.write_all(&buf[..n]) {
+                    return closed_quietly(e);
+                }
                 total += n as u64;
             }
-            w.sync_all()?;
-            std::fs::rename(&tmp, p).with_context(|| format!("renaming to {}", p.display()))?;
+            if let Err(e) = w.finish() {
+                return closed_quietly(e);
+            }
         }
         Loc::Pdcx(n) => {
+            // Written whole under a hidden temporary name beside the destination, then
+            // renamed: readers never see a half-copied file under the final name.
+            let tmp = pdcx_temp_name(n);
+            let guard = interrupt::arm(
+                interrupt::Temporary::Pdcx {
+                    client: client.clone(),
+                    name: tmp.clone(),
+                },
+                format!("{SCHEME}{n}"),
+            );
             let mut w = client
-                .file_open(n, "wb", opts)
-                .map_err(|e| anyhow::anyhow!("{SCHEME}{n}: {}", e.message))?;
+                .file_open(&tmp, "wb", opts)
+                .map_err(|e| anyhow::anyhow!("{SCHEME}{tmp}: {}", e.message))?;
             loop {
-                let k = reader.read(&mut buf)?;
+                let k = fill(&mut *reader, &mut buf)?;
                 if k == 0 {
                     break;
                 }
@@ -135,15 +164,40 @@ fn copy_one(client: &Client, src: &Loc, dst: &Loc, opts: FileOptions) -> Result<
             w.sync()
                 .map_err(|e| anyhow::anyhow!("{SCHEME}{n}: {}", e.message))?;
             w.close().map_err(msg)?;
+            drop(w);
+            guard.publish(|| client.file_rename(&tmp, n).map_err(msg))?;
         }
     }
-    Ok(total)
+    Ok(Some(total))
+}
+
+/// `Ok(None)` when `e` is standard output closed by its reader; `e` otherwise.
+fn closed_quietly(e: anyhow::Error) -> Result<Option<u64>> {
+    if e.is::<local_dest::Closed>() {
+        Ok(None)
+    } else {
+        Err(e)
+    }
+}
+
+/// A hidden name beside `name` for its copy in progress (unique per process).
+fn pdcx_temp_name(name: &str) -> String {
+    let (dir, base) = match name.rsplit_once('/') {
+        Some((d, b)) => (Some(d), b),
+        None => (None, name),
+    };
+    let tmp = format!(".{base}.pdcx-cp-{}", std::process::id());
+    match dir {
+        Some(d) => format!("{d}/{tmp}"),
+        None => tmp,
+    }
 }
 
 fn show(l: &Loc) -> String {
     match l {
         Loc::Local(p) => p.display().to_string(),
         Loc::Pdcx(n) => format!("{SCHEME}{n}"),
+        Loc::Std => "-".to_string(),
     }
 }
 
@@ -162,7 +216,7 @@ pub fn cp(root: &Path, srcs: &[String], dst: &str, recursive: bool, quiet: bool)
     let mut jobs: Vec<(Loc, Loc)> = Vec::new();
     for s in srcs {
         let src = parse(s)?;
-        if matches!(src, Loc::Local(_)) && matches!(dst_loc, Loc::Local(_)) {
+        if !matches!(src, Loc::Pdcx(_)) && !matches!(dst_loc, Loc::Pdcx(_)) {
             bail!("neither {s} nor {dst} is a pdcx:// name: use cp(1) for local copies");
         }
         let base = match &src {
@@ -171,11 +225,16 @@ pub fn cp(root: &Path, srcs: &[String], dst: &str, recursive: bool, quiet: bool)
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default(),
             Loc::Pdcx(n) => n.rsplit('/').next().unwrap_or("").to_string(),
+            Loc::Std if dst_is_dir => {
+                bail!("- (standard input) has no name: give the destination file, not a directory")
+            }
+            Loc::Std => String::new(),
         };
         let into = |rel: &str| -> Result<Loc> {
             Ok(match &dst_loc {
                 Loc::Local(p) => Loc::Local(p.join(rel)),
                 Loc::Pdcx(n) => Loc::Pdcx(normalize(&join(n, rel)).map_err(msg)?),
+                Loc::Std => bail!("- (standard output) takes one file, not a directory"),
             })
         };
         if is_dir(&client, &src)? {
@@ -206,9 +265,14 @@ pub fn cp(root: &Path, srcs: &[String], dst: &str, recursive: bool, quiet: bool)
     let t0 = Instant::now();
     let mut last = Instant::now();
     let mut bytes = 0u64;
+    interrupt::install("cp");
     for (i, (src, dst)) in jobs.iter().enumerate() {
-        bytes += copy_one(&client, src, dst, opts)
-            .with_context(|| format!("copying {} to {}", show(src), show(dst)))?;
+        let Some(n) = copy_one(&client, src, dst, opts)
+            .with_context(|| format!("copying {} to {}", show(src), show(dst)))?
+        else {
+            return Ok(()); // standard output closed by its reader
+        };
+        bytes += n;
         if !quiet && (last.elapsed().as_secs_f64() >= 1.0 || i + 1 == jobs.len()) {
             last = Instant::now();
             let secs = t0.elapsed().as_secs_f64().max(1e-6);
@@ -334,9 +398,19 @@ mod tests {
 
     #[test]
     fn locations() {
+        assert_eq!(
+            pdcx_temp_name("a/b/c"),
+            format!("a/b/.c.pdcx-cp-{}", std::process::id())
+        );
+        assert_eq!(
+            pdcx_temp_name("c"),
+            format!(".c.pdcx-cp-{}", std::process::id())
+        );
         assert_eq!(parse("pdcx://a//b").unwrap(), Loc::Pdcx("a/b".into()));
         assert_eq!(parse("pdcx://").unwrap(), Loc::Pdcx(String::new()));
         assert_eq!(parse("x/y").unwrap(), Loc::Local("x/y".into()));
+        assert_eq!(parse("-").unwrap(), Loc::Std);
+        assert_eq!(parse("./-").unwrap(), Loc::Local("./-".into()));
         assert!(parse("pdcx://a/../../b").is_err());
     }
 }

@@ -3,6 +3,8 @@
 mod commands;
 mod daemon;
 mod files_cmd;
+mod interrupt;
+mod local_dest;
 mod mpiio_cmd;
 mod tiers_cmd;
 mod xsite_cmd;
@@ -127,6 +129,14 @@ enum Command {
     },
 
     /// Copy files between local paths and pdcx:// byte-stream objects.
+    ///
+    /// Like cp(1), a destination that is a symlink is written through, and a device or FIFO
+    /// is written to, never replaced; `-` is standard input or output. A regular file (local
+    /// or pdcx://) appears only complete: written under a temporary name, then renamed.
+    /// Ctrl-C removes the temporary and exits 130.
+    ///
+    /// Examples: `pdcx cp -r sky/ pdcx://raw`, `pdcx cp pdcx://raw/a.fits - | head -c 80`,
+    /// `tar c dir | pdcx cp - pdcx://backup/dir.tar`.
     #[command(after_help = CP_EXAMPLES)]
     Cp {
         /// Sources, then the destination. Either side may be pdcx://NAME; with several
