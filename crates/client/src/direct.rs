@@ -1,4 +1,4 @@
-//! One-copy reads for a client on its server's node (issue 10, "reads").
+//! One-copy reads for a client on its server's node.
 //!
 //! Instead of asking the server for the bytes, the client asks it for a *read plan*
 //! (`Request::ReadPlan`): where each part of the region lives in the server's segment log,
@@ -136,7 +136,7 @@ impl DirectReads {
         Some(f)
     }
 
-    /// A file outside the log a plan names (issue 12), opened read-only unless the open one
+    /// A file outside the log a plan names, opened read-only unless the open one
     /// is already that very file; None when it is gone or another file.
     fn ref_file(&self, path: &str, dev: u64, ino: u64) -> Option<Arc<SegFile>> {
         let mut files = self.ref_files.lock().unwrap_or_else(|p| p.into_inner());
@@ -289,7 +289,7 @@ impl DirectReads {
         Ok(Outcome::Done)
     }
 
-    /// Issue 14: the bytes of 1-D byte region `want` as a slice of the mapped log segment
+    /// The bytes of 1-D byte region `want` as a slice of the mapped log segment
     /// holding piece `p` of `plan` (server `rank`'s answer), when `p` holds them all; None
     /// when it does not, or the segment cannot be mapped (the caller reads another way).
     pub(crate) fn map_piece(
@@ -365,7 +365,7 @@ impl DirectReads {
         Ok(Some(maps))
     }
 
-    /// Issue 12: the elements of `bbox` taken every `step[d]` (C order) into `out`,
+    /// The elements of `bbox` taken every `step[d]` (C order) into `out`,
     /// gathered from the mapped log segments that `parts` (servers' answers to `PiecePlan`:
     /// the owner's alone, or each holder's) name, touching only the selected bytes. Pieces of
     /// several holders are painted in sequence order, as the owner merges them. `Fallback`
@@ -452,7 +452,7 @@ impl DirectReads {
         out: &mut [u8],
     ) -> Result<bool> {
         if let Some((_, path, dev, ino)) = plans.files.iter().find(|x| x.0 == s.segment) {
-            // A file outside the log (an object imported by reference, issue 12).
+            // A file outside the log (an object imported by reference).
             let Some(f) = self.ref_file(path, *dev, *ino) else {
                 return Ok(false);
             };

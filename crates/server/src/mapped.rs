@@ -1,4 +1,4 @@
-//! Log segments the server maps read-only to gather selections (issue 12): a strided read or a
+//! Log segments the server maps read-only to gather selections: a strided read or a
 //! read of many short rows copies only the selected elements out of the mapped extents,
 //! instead of reading each extent's span (most of it unselected) into a buffer first.
 //!

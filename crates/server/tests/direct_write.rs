@@ -1,4 +1,4 @@
-//! One-copy writes (issue 10, "writes"): a same-node client writes a large payload into the
+//! One-copy writes: a same-node client writes a large payload into the
 //! server's log itself, into room the server reserved; the write is then committed like a
 //! staged one, survives a restart, and a payload that does not match its checksum ruins only
 //! its own write.

@@ -1,4 +1,4 @@
-//! Read plans (issue 10, "reads"): a plan executed by a reader of the segment files gives
+//! Read plans: a plan executed by a reader of the segment files gives
 //! exactly the bytes of `Engine::read` (overlaps by commit order, fill where nothing was
 //! written), and the server refuses to plan what a reader of the files could get wrong.
 
