@@ -20,7 +20,7 @@
 use crate::filecache::Window;
 use crate::segfile::SegFile;
 use pdcx_core::protocol::{PiecePlans, PlanPiece, PlanSpan, ReadPlan, ReadPlans};
-use pdcx_core::region::{gather_pieces, Region};
+use pdcx_core::region::{fill_elements, gather_pieces, Region};
 use pdcx_core::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -172,7 +172,7 @@ impl DirectReads {
     ) -> Result<Outcome> {
         check(plans, plan, out.len())?;
         if let Some(pattern) = &plan.fill {
-            fill(out, pattern);
+            fill_elements(out, pattern);
         }
         if small_spans(&plan.spans) {
             if let Some(maps) = self.maps(
@@ -278,7 +278,7 @@ impl DirectReads {
         // Stable: spans of one write keep their order.
         spans.sort_by_key(|x| x.0);
         if let Some(p) = pattern {
-            fill(out, p);
+            fill_elements(out, p);
         }
         for (_, k, s) in &spans {
             let (rank, plans) = &parts[*k];
@@ -428,7 +428,7 @@ impl DirectReads {
                     p.len()
                 ));
             }
-            fill(out, p);
+            fill_elements(out, p);
         }
         // Stable: pieces of one part keep their order.
         pieces.sort_by_key(|x| x.0);
@@ -520,23 +520,13 @@ fn check(plans: &ReadPlans, plan: &ReadPlan, len: usize) -> Result<()> {
     Ok(())
 }
 
-fn fill(out: &mut [u8], pattern: &[u8]) {
-    if pattern.iter().all(|&b| b == 0) {
-        out.fill(0);
-    } else {
-        for chunk in out.chunks_exact_mut(pattern.len()) {
-            chunk.copy_from_slice(pattern);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use pdcx_core::ErrorKind;
 
     fn plans_for(dir: &str, seg: u64) -> ReadPlans {
-        let path = std::path::Path::new(dir).join(format!("seg-{seg:08}.log"));
+        let path = pdcx_store::segment_path(dir, seg);
         let m = std::fs::metadata(path).unwrap();
         ReadPlans {
             dir: dir.to_owned(),
@@ -559,7 +549,7 @@ mod tests {
 
     fn setup() -> (tempfile::TempDir, String) {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("seg-00000001.log"), b"0123456789abcdef").unwrap();
+        std::fs::write(pdcx_store::segment_path(d.path(), 1), b"0123456789abcdef").unwrap();
         let s = d.path().to_str().unwrap().to_owned();
         (d, s)
     }
@@ -662,7 +652,7 @@ mod tests {
         );
         // Retired (unlinked) after this client opened it: the open descriptor still has the
         // planned bytes, and is then dropped from the cache.
-        let p = d.path().join("seg-00000001.log");
+        let p = pdcx_store::segment_path(d.path(), 1);
         std::fs::remove_file(&p).unwrap();
         assert_eq!(
             reads.execute(0, &plans, &plan, &mut out).unwrap(),

@@ -201,6 +201,19 @@ pub fn copy_region(elem: usize, what: &Region, src: (&Layout, &[u8]), dst: (&Lay
     }
 }
 
+/// Paints `out` with an object's fill value `pattern` (one element's bytes), element by
+/// element: what a read returns where nothing was written. An all-zero (or empty) pattern is
+/// one `memset`. Bytes past the last whole element are left as they are.
+pub fn fill_elements(out: &mut [u8], pattern: &[u8]) {
+    if pattern.iter().all(|&b| b == 0) {
+        out.fill(0);
+    } else {
+        for chunk in out.chunks_exact_mut(pattern.len()) {
+            chunk.copy_from_slice(pattern);
+        }
+    }
+}
+
 /// How [`slabs`] cuts a box of shape `count` into pieces of at most `max_bytes` (elements of
 /// `elem` bytes): the dim cut into runs of `rows` indices (the first whose inner box, the dims
 /// after it, fits), the dims before it taken one index at a time.
@@ -556,6 +569,19 @@ mod tests {
 
     fn r(o: &[u64], c: &[u64]) -> Region {
         Region::new(o.to_vec(), c.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn fill_elements_repeats_the_pattern_and_zeroes_for_zero() {
+        let mut out = [9u8; 7];
+        fill_elements(&mut out, &[1, 2, 3]);
+        assert_eq!(out, [1, 2, 3, 1, 2, 3, 9]);
+        let mut out = [9u8; 5];
+        fill_elements(&mut out, &[0, 0]);
+        assert_eq!(out, [0; 5]);
+        let mut out = [9u8; 3];
+        fill_elements(&mut out, &[]);
+        assert_eq!(out, [0; 3]);
     }
 
     /// Value of element `p` of the test arrays: its C-order index in a 7 x 9 x 11 array.

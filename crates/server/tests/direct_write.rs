@@ -108,7 +108,7 @@ fn object(meta: &Metadata, name: &str, n: u64) -> u64 {
 /// What a client does with a reservation: write the payload into the named file.
 fn client_write(engine: &Engine, span: (u64, u64, u64, u64), bytes: &[u8]) {
     let (seg, dev, ino, offset) = span;
-    let path = engine.log_dir().join(format!("seg-{seg:08}.log"));
+    let path = pdcx_store::segment_path(engine.log_dir(), seg);
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     let m = f.metadata().unwrap();
     assert_eq!((m.dev(), m.ino()), (dev, ino));
