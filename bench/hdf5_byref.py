@@ -1,5 +1,5 @@
 """HDF5 import by reference against import by copy, and the first read of a region of an
-object imported by reference against h5py reading the same region, in one run (issue 12).
+object imported by reference against h5py reading the same region, in one run.
 
     python3 bench/hdf5_byref.py [--size-mib 4096] [--filter none|gzip] [--reps 5] [--dir DIR]
                                 [--no-drop-caches]

@@ -1,4 +1,4 @@
-"""Value queries and per-extent statistics (issue 12): what statistics cost the flusher, and
+"""Value queries and per-extent statistics: what statistics cost the flusher, and
 how much of a selective query's data they let the servers skip, against the same query on
 the same data with statistics off, in one run.
 
@@ -13,7 +13,7 @@ of values lives in a few extents. Prints:
   flush      seconds to flush each object (stats computed vs not): the cost statistics add
   query      a selective query (<= 1% hits): bytes the servers read and time, stats on/off
   full       a query every element may match: both read everything (the skip is not free)
-The target (issue 12): the selective query reads <= 10% of the bytes of a full scan.
+The target: the selective query reads <= 10% of the bytes of a full scan.
 """
 
 from __future__ import annotations

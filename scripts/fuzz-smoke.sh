@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Short fuzz run of every cargo-fuzz target in fuzz/ (issue 9): builds all targets once with
+# Short fuzz run of every cargo-fuzz target in fuzz/: builds all targets once with
 # the nightly toolchain, then runs each for FUZZ_SECONDS (default 15) starting from its corpus
 # in fuzz/corpus/TARGET. Fails on the first crash, panic, leak or oversized allocation, and
 # prints the input that caused it. The repo corpus is only read: new inputs go to a temp dir.

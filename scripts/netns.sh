@@ -207,7 +207,7 @@ cmd_exec() {
 # /tmp/ompi.HOST.UID/jf.N/: one orted's startup cleanup removes the directory another has just
 # made, and that one exits ("A call to mkdir was unable to create the desired directory ... File
 # exists") after it has daemonized, so mpirun waited forever for its callback (the hang of
-# about one start in seven, issue 9 item 10).
+# about one start in seven).
 ompi_tmp() { echo "${TMPDIR:-/tmp}/pdcx-netns-$prefix/n$1"; }
 
 # Open MPI's rsh agent (plm_rsh_agent): `agent HOST CMD...` runs the orted command line CMD in

@@ -8,7 +8,7 @@
 #                              hdf5plugin (ZFP) and h5dump with Debian's H5Z-ZFP plugin, the
 #                              C API (libpdcx) and versitygw, the S3 server the S3 tier's
 #                              tests start (a Go build, 1-7 minutes on 2 cores), Montage,
-#                              CFITSIO's utilities and astropy (issue 14's judges)
+#                              CFITSIO's utilities and astropy (the judges of the file API)
 #   scripts/setup.sh --bench   also what bench/ needs: OpenMPI + mpi4py, libpdcx, parallel h5py
 #                              (for the HDF5 baselines) and fio
 # The flags combine (`--test --bench`). The demo uses an embedded server and no MPI, so the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Two "sites" on one machine (issue 13): network namespaces ${P}a and ${P}b joined by one veth
+# Two "sites" on one machine: network namespaces ${P}a and ${P}b joined by one veth
 # pair, 10.78.0.1 (site a) <-> 10.78.0.2 (site b), with a limited link: netem delay of half
 # the round trip on each end and a rate limit on each end, so pushes and pulls cross a real
 # TCP path with a real bandwidth-delay product. Each site runs its servers on its own

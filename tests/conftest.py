@@ -490,7 +490,7 @@ def s3_server(tmp_path):
 
 
 def remote_add(root, name: str, addr: str, token: str, fp: str, as_site: str = "hpc"):
-    """`pdcx remote add NAME tls://ADDR ...` at `root` (issue 13); the CompletedProcess."""
+    """`pdcx remote add NAME tls://ADDR ...` at `root`; the CompletedProcess."""
     return run_pdcx(
         "remote", "add", name, f"tls://{addr}", "--token", token, "--fingerprint", fp, "--as", as_site,
         "--root", root,
@@ -498,7 +498,7 @@ def remote_add(root, name: str, addr: str, token: str, fp: str, as_site: str = "
 
 
 def start_gateway(root, log: Path, listen: str = "127.0.0.1:0", site: str = "cloud"):
-    """`pdcx gateway` of `root` (issue 13), its stderr in `log`: (process, address)."""
+    """`pdcx gateway` of `root`, its stderr in `log`: (process, address)."""
     with open(log, "w") as err:  # the gateway's own handle stays open
         gw = subprocess.Popen(
             [pdcx_bin(), "gateway", "--site", site, "--listen", listen, "--root", str(root)],
@@ -516,7 +516,7 @@ def start_gateway(root, log: Path, listen: str = "127.0.0.1:0", site: str = "clo
 
 @pytest.fixture
 def sites(deployment, tmp_path):
-    """Issue 13: site "hpc" (deployment a) linked to site "cloud" (deployment b, whose gateway
+    """Site "hpc" (deployment a) linked to site "cloud" (deployment b, whose gateway
     runs on 127.0.0.1): yields (a, b, gateway address, fingerprint, token, gateway process)."""
     a, b = deployment(n=2), deployment(n=2)
     fp = run_pdcx("remote", "init", "--root", b.root).stdout.split()[-1]

@@ -1,4 +1,4 @@
-"""bench/eqsim/run.py (the EQSIM access patterns of paper 000 §V-E) runs against a real
+"""bench/eqsim/run.py (the EQSIM access patterns of PDC-XF §V-E) runs against a real
 deployment, prints its table, and checks every pdcx answer against h5py's: a run on correct
 data passes, a run after one element of the pdcx copy was changed fails loudly.
 

@@ -249,7 +249,7 @@ def test_c_remote_durability(build, deployment, server_bin, tmp_path):
 
 
 def test_create_many_fails_alone_and_is_durable_at_pdcclose(build, dep):
-    """pdcx_ext.h PDCXobj_create_many (issue 10, creates): a taken name and a name repeated in
+    """pdcx_ext.h PDCXobj_create_many (creates): a taken name and a name repeated in
     the call fail alone (id 0, FAIL, one stderr line each); the other objects are usable at once
     and survive kill -9 of every server after PDCclose (the consistency point)."""
     p = run([str(build("obj_create_many"))], dep.env())
@@ -267,7 +267,7 @@ def test_create_many_fails_alone_and_is_durable_at_pdcclose(build, dep):
 
 
 def test_sites_pull_and_push_from_c(build, sites):
-    """pdcx_ext.h PDCXsite_pull / PDCXsite_push (issue 13) against two real linked sites."""
+    """pdcx_ext.h PDCXsite_pull / PDCXsite_push against two real linked sites."""
     import numpy as np
 
     a, b, *_ = sites

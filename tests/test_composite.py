@@ -1,4 +1,5 @@
-"""Composite objects (paper 003): arrays of fixed-size records, readable and writable per field."""
+"""Composite objects (as in the object-sharding paper): arrays of fixed-size records, readable and
+writable per field."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Creates answered from the owner's in-memory catalog (issue 10, item 5; ARCHITECTURE.md,
+"""Creates answered from the owner's in-memory catalog (ARCHITECTURE.md,
 "Creates"): what a returned `create_object` promises at once (visible, checked, usable, an id
 never reused), and what the consistency point adds (durable)."""
 

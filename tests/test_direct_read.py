@@ -1,4 +1,4 @@
-"""One-copy reads (issue 10, "reads"): a client on a server's node asks it for a read plan
+"""One-copy reads: a client on a server's node asks it for a read plan
 and preads the committed log bytes straight from the segment files into its own buffer.
 The bytes are exactly those of a read through the server: overlapping writes from two
 clients (the last waited wins), fill values, N-D regions. Whatever a plan cannot express

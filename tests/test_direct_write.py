@@ -1,4 +1,4 @@
-"""One-copy writes (issue 10, "writes"): a large write to a server on the client's node is
+"""One-copy writes: a large write to a server on the client's node is
 written by the client itself, straight from its buffer into room the server reserved in its
 log, then committed as usual. The bytes read back exactly (N-D regions, overlaps, two
 clients), a `local` write survives kill -9 of every server, and PDCX_DIRECT_WRITE=0 turns the

@@ -1,4 +1,4 @@
-"""Files as byte-stream objects (issue 14) through Python: `Client.open` returns real `io`
+"""Files as byte-stream objects through Python: `Client.open` returns real `io`
 file objects that astropy, numpy, shutil and tarfile use unchanged; stat/listdir/remove and
 `pdcx cp`/`pdcx ls pdcx://` behave like their file-system namesakes."""
 

@@ -1,4 +1,4 @@
-"""Issue 14's judge: Debian's unmodified Montage tools and CFITSIO utilities on files stored
+"""The file API's judge: Debian's unmodified Montage tools and CFITSIO utilities on files stored
 in pdcx (`pdcx://NAME`, libpdcx_fits.so preloaded). A small background-matched mosaic is
 built once on plain files and once with every FITS file in pdcx; the mosaics must be
 byte-identical, and the intermediates are removed from pdcx at the end."""

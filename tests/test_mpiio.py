@@ -1,4 +1,4 @@
-"""Unmodified MPI-IO programs (c/mpiio/) run directly and under `pdcx run` (issue 11).
+"""Unmodified MPI-IO programs (c/mpiio/) run directly and under `pdcx run`.
 
 Every program runs under `mpirun -n 4` with each of Open MPI's MPI-IO components (OMPIO and
 ROMIO). A direct run writes the golden file, checked here against a model of the bytes the

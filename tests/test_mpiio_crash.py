@@ -1,4 +1,5 @@
-"""Crashes of unmodified MPI-IO programs logged by pdcx (issue 11, must-work 4 and 5).
+"""Crashes of unmodified MPI-IO programs logged by pdcx: after a crash and `pdcx recover`,
+the home file holds one complete epoch, at least the last synced one.
 
 The program (tests/c/mpiio_epochs.c, 4 ranks under real `mpirun`, collective writes) writes a
 checkpoint file in epochs, each ended by MPI_File_sync, under `pdcx run`. We kill -9 a rank,

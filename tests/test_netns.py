@@ -259,7 +259,7 @@ def test_one_mpi_job_across_all_nodes(nodes):
 def test_mpi_jobs_across_nodes_start_every_time(nodes):
     """Back-to-back `netns.sh mpirun` starts, none retried. Before the orteds got a session
     directory per node, about one start in 20 hung for good (two orteds of one job shared
-    /tmp/ompi.HOST.UID/jf.N and one removed the other's; issue 9 item 10)."""
+    /tmp/ompi.HOST.UID/jf.N and one removed the other's)."""
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun not installed (run scripts/setup.sh)")
     n = NODES * RANKS

@@ -1,4 +1,4 @@
-"""Issue 12: value queries and strided reads evaluated by the servers that hold the data,
+"""Value queries and strided reads evaluated by the servers that hold the data,
 against a real 2-server deployment, checked against numpy on the same arrays."""
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ def test_vpic_on_four_tiers_survives_sigkill_mid_flush(deployment, s3_server, tm
     for k, v in s3_server["env"].items():
         monkeypatch.setenv(k, v)
     dep = deployment(n=2, start=False)
-    # Paper 003 strategy 3: a server groups two objects' extents per shard blob.
+    # Strategy 3 of the object-sharding paper: a server groups two objects' extents per shard blob.
     config(dep.root, tmp_path, s3_server, shard="[shard]\nstrategy = 3")
     dep.start()
     mpirun(dep, "write")

@@ -1,4 +1,4 @@
-"""xarray and dask over pdcx (issue 12, "Where analysts already are"), with the real libraries:
+"""xarray and dask over pdcx ("Where analysts already are"), with the real libraries:
 a container opens as a lazily indexed Dataset whose selections read only the selected region
 (counted by the servers' `read_bytes`), and dask wraps an Object without reading all of it.
 

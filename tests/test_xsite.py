@@ -1,4 +1,4 @@
-"""Issue 13: two deployments ("sites") linked by a TLS gateway; push and pull of selected
+"""Two deployments ("sites") linked by a TLS gateway; push and pull of selected
 regions, resumable after a kill, verified, with provenance. Real servers, the real `pdcx`
 binary, TLS on 127.0.0.1."""
 

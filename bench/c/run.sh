@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One command for the C benchmark kernels: build, fio reference, every kernel on
 # pdcx (PDC C API) and on parallel HDF5 in the same directory, ratio table
-# against the targets. See bench/c/README.md.
+# against the fast path's targets. See bench/c/README.md.
 set -euo pipefail
 
 usage() {
@@ -137,7 +137,7 @@ if ((have_pdc)) && [[ -n ${BEFORE_PDCX:-} ]]; then
 fi
 pdcx_bin=${PDCX:-$(command -v pdcx || true)}
 if ((have_pdc)) && [[ -z $pdcx_bin ]]; then
-  for c in "$repo/target/release/pdcx" /work/main/target/release/pdcx; do
+  for c in "$repo/target/release/pdcx"; do
     if [[ -x $c ]]; then pdcx_bin=$c; break; fi
   done
   if [[ -z $pdcx_bin ]]; then

@@ -1,4 +1,4 @@
-"""Turn the RESULT lines of bench/c/run.sh into the table against issue 10's targets.
+"""Turn the RESULT lines of bench/c/run.sh into the table against the fast path's targets.
 
 Each kernel prints `RESULT kernel=K backend=B ranks=R bytes=N seconds=S mbps=M key=value ...`
 (variants of one kernel carry `label=...`). With --repeat N, run.sh writes one pdc and one

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""EQSIM access patterns (paper 000, PDC-XF, §V-E / Fig. 11 / Table I): pdcx against h5py.
+"""EQSIM access patterns (PDC-XF, §V-E / Fig. 11 / Table I): pdcx against h5py.
 
     python3 bench/eqsim/run.py                      # default size (T=256, X=Y=512), 5 reps
     python3 bench/eqsim/run.py --small --reps 1     # quick smoke run
@@ -775,7 +775,7 @@ def main() -> int:
         choices=["none", "zfp"],
         default="zfp",
         help="compression of vx, vy, disp in the HDF5 file: zfp (default), as EQSIM writes its output and as "
-        "paper 000 measures its 45x (ZFP accuracy mode, §V-E; h5py then decodes every chunk it reads), or none "
+        "PDC-XF measures its 45x (ZFP accuracy mode, §V-E; h5py then decodes every chunk it reads), or none "
         "(raw chunks). pdcx imports by copy (it holds the decoded values). Default --out: bench/out/eqsim-zfp, "
         "bench/out/eqsim for none",
     )

@@ -1,4 +1,4 @@
-"""Montage on pdcx (issue 14, paper 004 Fig. 2 shape): per-component times of a
+"""Montage on pdcx (the shape of Fig. 2 of "Montage on PDC"): per-component times of a
 background-matched mosaic with every FITS file in pdcx, against the same pipeline on plain
 files, in one run.
 

@@ -1,5 +1,5 @@
 /*
- * append_seek: appends vs seek-and-writes (paper 002 §8.7.2, Fig. 13b). Every rank, for
+ * append_seek: appends vs seek-and-writes (ParaLog §8.7.2, Fig. 13b). Every rank, for
  * every SIZE, writes its own file twice:
  *   append: open DIR/app.SIZE.RANK, COUNT x MPI_File_write (the individual file pointer
  *           advances: each write appends), [sync], close

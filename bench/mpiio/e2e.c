@@ -1,5 +1,5 @@
 /*
- * e2e: end-to-end time of a simulation-like MPI program (paper 002 §8.1-8.4). STEPS steps,
+ * e2e: end-to-end time of a simulation-like MPI program (ParaLog §8.1-8.4). STEPS steps,
  * each a compute phase of COMPUTE seconds (a busy loop calibrated at start, so it is CPU work
  * that background I/O competes with, not a sleep); every EVERY steps an output: all ranks
  * open DIR/ckpt.NNNN (one shared file per output), write MIB MiB each at rank*MIB MiB with

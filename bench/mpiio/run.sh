@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Unmodified MPI-IO programs written directly vs through `pdcx run` (issue 11): build, run
+# Unmodified MPI-IO programs written directly vs through `pdcx run`: build, run
 # both in the same run (interleaved, fresh files and servers each time), ratio tables against
-# the issue's targets. See bench/mpiio/README.md.
+# the targets set for them. See bench/mpiio/README.md.
 # The whole script is one brace group, read before any of it runs: editing run.sh while
 # it runs (a long benchmark) cannot change what the running copy does next.
 {
@@ -21,7 +21,7 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                   pdcx, in alternating order; tables show median (min-max) (default 3)
   --ranks R       ranks of the end-to-end program (default 2: the machine has 2 cores and
                   its compute phase is a busy loop)
-  --micro-ranks R ranks of seg_create / append_seek (default 1, as paper 002 §8.7)
+  --micro-ranks R ranks of seg_create / append_seek (default 1, as ParaLog §8.7)
   --servers S     pdcx servers (default 1: one node)
   --home DIR      the end-to-end home (shared directory): use DIR as it is (not throttled
                   by this script). Default: a fresh ext4 file system on a loop device,
@@ -59,7 +59,7 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                   not decide the figure)
   --micro-dir DIR where seg_create / append_seek write, directly and through pdcx (the
                   pdcx deployment of those runs, its log included, lives there too)
-                  (default: under bench/out, the repository's disk). Paper 002 §8.7 also
+                  (default: under bench/out, the repository's disk). ParaLog §8.7 also
                   measures a RAM disk: e.g. an ext4 on a loop device over a file in /dev/shm
                   (README.md shows how), where the device costs little and the software shows
   --quick         smoke run: 1 round, fewer sizes, --steps 8 --mib 8 --compute 0.2 --every "1 4"

@@ -25,7 +25,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 MIB = 1 << 20
-# Multipart with parallel parts, as pdcx's home copy does (paper 002 §6.3): 8 MiB parts, 8 at
+# Multipart with parallel parts, as pdcx's home copy does (ParaLog §6.3): 8 MiB parts, 8 at
 # once. The baseline gets the same kind of uploader pdcx has, only synchronous.
 TRANSFER = TransferConfig(multipart_threshold=8 * MIB, multipart_chunksize=8 * MIB, max_concurrency=8)
 

@@ -1,5 +1,5 @@
 /*
- * seg_create: segment creation (paper 002 §8.7.1, Fig. 13a). Every rank, for every SIZE:
+ * seg_create: segment creation (ParaLog §8.7.1, Fig. 13a). Every rank, for every SIZE:
  * REPS times { MPI_File_open(DIR/seg.SIZE.RANK.I, MPI_COMM_SELF) ; MPI_File_write_at(0, SIZE
  * bytes) ; [MPI_File_sync] ; MPI_File_close }, each a new file. REPS = TOTAL/SIZE clamped to
  * [MINREPS, MAXREPS], so every size moves about the same volume.

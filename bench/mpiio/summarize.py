@@ -1,4 +1,5 @@
-"""Turn the RESULT lines of bench/mpiio/run.sh into ratio tables against issue 11's targets.
+"""Turn the RESULT lines of bench/mpiio/run.sh into ratio tables against the targets set for
+unmodified MPI-IO programs.
 
 Lines look like `RESULT round=N bench=B label=direct|pdcx key=value ... seconds=S`. Every
 ratio is taken within its round (the direct figure measured next to the pdcx one) and the
@@ -90,7 +91,7 @@ def micro_tables(results: list[dict], have_pdcx: bool) -> list[str]:
     flush = by_round(results, "flush", ("of", "sync", "size"))
     if seg:
         out += [
-            "### Segment creation (paper 002 §8.7.1): open, write one segment, [sync,] close",
+            "### Segment creation (ParaLog §8.7.1): open, write one segment, [sync,] close",
             "",
             (
                 "| sync | size | direct MB/s | pdcx MB/s | pdcx overhead (time) | then `pdcx flush` s "
@@ -114,7 +115,7 @@ def micro_tables(results: list[dict], have_pdcx: bool) -> list[str]:
     app = by_round(results, "append_seek", ("sync", "pattern", "size"))
     if app:
         out += [
-            "### Append vs seek-and-write (paper 002 §8.7.2): 100 writes to one file per size",
+            "### Append vs seek-and-write (ParaLog §8.7.2): 100 writes to one file per size",
             "",
             "| sync | pattern | size | direct MB/s | pdcx MB/s | pdcx overhead (time) |",
             "|---|---|---|---|---|---|",
@@ -171,7 +172,7 @@ def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = 
     s3 = home == "s3"
     where = f"S3 home behind a {home_mbps} MB/s link" if s3 else f"home at {home_mbps} MB/s"
     out = [
-        f"### End to end (paper 002 §8.1-8.4): compute + a checkpoint every k steps, {where}",
+        f"### End to end (ParaLog §8.1-8.4): compute + a checkpoint every k steps, {where}",
         "",
         (
             f"{r0['ranks']} ranks, {r0['steps']} steps of {r0['compute']} s compute, {r0['mib']} MiB per rank "
@@ -322,12 +323,12 @@ def cpu_table(results: list[dict]) -> list[str]:
 
 
 def recovery_table(results: list[dict]) -> list[str]:
-    """Paper 002 §8.6: what `pdcx recover` copied after every server was killed -9."""
+    """ParaLog §8.6: what `pdcx recover` copied after every server was killed -9."""
     rec = [r for r in results if r.get("bench") == "recovery"]
     if not rec:
         return []
     out = [
-        "### Recovery throughput (paper 002 §8.6): every server killed -9 with home copies pending",
+        "### Recovery throughput (ParaLog §8.6): every server killed -9 with home copies pending",
         "",
         (
             "The writer (e2e without compute) logs its checkpoints under `pdcx run` and exits; right "

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Count what the fast path costs per MB moved (issue 10, "Count before cutting"): syscalls,
+# Count what the fast path costs per MB moved ("Count before cutting"): syscalls,
 # fsync/fdatasync, round trips, server CPU seconds, bytes through the servers' syscalls and
 # shared memory, for the VPIC write, the BDCATS read and the 4 KiB write and read kernels of
 # bench/c, on one pdcx build (PDCX=, PDC_CFLAGS/PDC_LIBS). See bench/profile/README.md.
@@ -33,7 +33,7 @@ Usage: bench/profile/run.sh [--ranks R] [--servers S] [--particles N] [--ops K]
   --small-ranks R  ranks of the 4 KiB kernels (default 1)
   --bin DIR        use the kernels already built in DIR (make BUILD=DIR pdc)
   --copies P=TEXT  the payload copies of phase P in this build, for the table (repeatable;
-                   default: the path before issue 10, see table.py)
+                   default: the path before the fast-path work, see table.py)
   --keep           keep the data
 
 Per phase: CPU seconds (servers: /proc/PID/stat; ranks: their reaped children),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scaling (issue 10, item 6): the VPIC write, BDCATS read and 4 KiB write/read kernels with
+# Scaling: the VPIC write, BDCATS read and 4 KiB write/read kernels with
 # 1, 2, 4, 8 ranks and 1 and 2 servers (weak scaling: N particles per rank, K 4 KiB ops per
 # rank), each configuration one bench/profile/run.sh --no-strace on fresh servers; prints
 # the cost per byte (us/MB, server CPU s/GB), the 4 KiB latencies and the servers' peak

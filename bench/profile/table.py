@@ -21,7 +21,7 @@ PHASES = ("vpic-write", "bdcats-read", "small-write", "small-read")
 TOTAL = "(all)"  # perf's raw_syscalls:sys_enter: every syscall, named or not
 SYNC_CALLS = ("fsync", "fdatasync", "sync_file_range", "syncfs", "msync")
 # Where the payload is copied by a CPU, from the code and docs/ARCHITECTURE.md ("Shared
-# memory", "One read") of the build before issue 10 (same-node client, shared memory).
+# memory", "One read") of the build before the fast-path work (same-node client, shared memory).
 # Override with --copies PHASE=TEXT for another build; the measured counters next to it
 # (server bytes through read/write syscalls and shared memory, per payload byte) confirm it.
 COPIES_BEFORE = {

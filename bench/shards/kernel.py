@@ -1,4 +1,5 @@
-"""One MPI run of a paper 003 sharding experiment (run.sh drives the sweep).
+"""One MPI run of a sharding experiment of "Object sharding across storage layers" (run.sh
+drives the sweep).
 
 Kernels (each rank writes `--particles` particles in `--chunks` regions per variable, so a
 server has many small extents to group, as the paper's sub-objects per process):

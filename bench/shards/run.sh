@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Paper 003 object-sharding strategies (Table II, Fig. 3/4/7): time to store VPIC-IO (basic
-# and composite objects) and HACC-IO (composite, 9 variables) on a home tier, per [shard]
-# setting: off (one blob per extent); basic strategies 1..5 for VPIC basic objects (1: one
-# shard per variable across all servers, `servers = "all"`; 2..5: 1/2/4/8 objects per shard per
-# server); for the composite kernels basic strategy 2 and composite strategies 1, 3 and (with 4
-# or more servers) 4 (`composite = true`: one object per shard, shared by all / 2 / 4 servers;
-# a composite strategy whose group spans every server is strategy 1 and is not run twice).
+# The object-sharding strategies of "Object sharding across storage layers" (Table II, Fig.
+# 3/4/7): time to store VPIC-IO (basic and composite objects) and HACC-IO (composite, 9
+# variables) on a home tier, per [shard] setting: off (one blob per extent); basic strategies
+# 1..5 for VPIC basic objects (1: one shard per variable across all servers, `servers = "all"`;
+# 2..5: 1/2/4/8 objects per shard per server); for the composite kernels basic strategy 2 and
+# composite strategies 1, 3 and (with 4 or more servers) 4 (`composite = true`: one object per
+# shard, shared by all / 2 / 4 servers; a composite strategy whose group spans every server is
+# strategy 1 and is not run twice).
 # Against parallel HDF5 (VPIC basic) and MPI-IO one-shared-file (composite kernels) writing the
 # same bytes to the same kind of directory in the same run, fsynced. Prints, per setting, the
 # blobs found on the home tier after the run next to Table II's count for the server count.
@@ -13,15 +14,15 @@
 # Usage: bench/shards/run.sh [--ranks R] [--servers K] [--particles N] [--chunks C]
 #                            [--tier shared|s3] [--repeat N] [--kernels "vpic-basic hacc"]
 #                            [--root-dir DIR] [--timeout S]
-# The home tier is a shared directory on disk (default) or a private versitygw (--tier s3:
-# one S3 request per blob, where the blob count matters most). Prints MB/s as the median of
-# --repeat runs (min-max) and the ratio to the baseline's median. --root-dir puts the servers'
-# log and metadata elsewhere, e.g. /dev/shm to stand for node-local NVMe in front of the PFS
-# (paper 001's setup); by default they share the disk with the home tier, so every byte is
-# written to that disk twice (log, then tier) while the baseline writes it once. A pdcx run
-# that fails or takes longer than --timeout seconds (default 300) is reported as FAILED in the
-# table (its servers' logs are kept under bench/out/shards-*/failed/) and the sweep goes on.
-# pdcx is the one on PATH (e.g. PATH=/work/snap/bin:$PATH for a snapshot build).
+# The home tier is a shared directory on disk (default) or a private versitygw (--tier s3: one
+# S3 request per blob, where the blob count matters most). Prints MB/s as the median of --repeat
+# runs (min-max) and the ratio to the baseline's median. --root-dir puts the servers' log and
+# metadata elsewhere, e.g. /dev/shm to stand for node-local NVMe in front of the PFS (the setup
+# of Proactive Data Containers); by default they share the disk with the home tier, so every
+# byte is written to that disk twice (log, then tier) while the baseline writes it once. A pdcx
+# run that fails or takes longer than --timeout seconds (default 300) is reported as FAILED in
+# the table (its servers' logs are kept under bench/out/shards-*/failed/) and the sweep goes on.
+# pdcx is the one on PATH (e.g. PATH=$SNAP:$PATH for a snapshot build in $SNAP).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ranks=4 servers=2 particles=$((1 << 18)) chunks=8 tier=shared repeat=3 root_dir='' timeout_s=300
@@ -37,7 +38,7 @@ while (($#)); do
     --kernels) kernels=$2; shift 2 ;;
     --root-dir) root_dir=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
-    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done

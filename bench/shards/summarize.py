@@ -1,6 +1,7 @@
 """Prints the sharding sweep table from run.sh's per-run files: median (min-max) MB/s of app
 write + flush to the home tier, ratio of medians to the baseline, blobs found on the home tier
-after each run next to paper 003 Table II's count for this many servers."""
+after each run next to the count Table II of the object-sharding paper gives for this many
+servers."""
 
 from __future__ import annotations
 

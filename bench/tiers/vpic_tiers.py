@@ -1,6 +1,7 @@
 """VPIC-IO write + BDCATS-IO read with a share of each object's regions on a fast tier and the
-rest on a slow one (paper 001 Fig. 11-12, paper 003 vertical sharding). One MPI run does one
-phase (`write` or `read`) of one split; run.sh drives the sweep and prints the ratios.
+rest on a slow one (Fig. 11-12 of Proactive Data Containers; the vertical sharding of the
+object-sharding paper). One MPI run does one phase (`write` or `read`) of one split; run.sh
+drives the sweep and prints the ratios.
 
 Write time = app writes (async, all 8 variables) + `flush` until every extent is on its home
 tier: the time until the data sits where the placement put it. Read time = every rank reads

@@ -1,4 +1,4 @@
-"""Data across facilities (issue 13, paper 000 §III-B / Table I shape): pulls of selected
+"""Data across facilities (PDC-XF §III-B / Table I shape): pulls of selected
 regions between two sites over a limited link, against copying the whole HDF5 file over the
 same link, in one run.
 
@@ -12,7 +12,7 @@ data as an HDF5 file; its gateway listens on the link. Site "hpc" (namespace a) 
   pull P%   pulls the first P% of the object's rows (0.1, 1, 10, 100), then deletes it
   push      pushes the whole object back, as a new object (--as) and over the existing one
             (link utilisation of a whole-object push; the target is judged on the new object)
-  eqsim     the six EQSIM patterns of paper 000 as selections pulled across (a point's history,
+  eqsim     the six EQSIM patterns of PDC-XF as selections pulled across (a point's history,
             a box, a value query's hits, downsampled x20 and x3, lat/lon of a box)
   resume    a whole-object pull killed at ~50% of its progress, then run again
 Bytes on the link are the veth's counters (TLS, TCP and IP included). Prints a table and the
@@ -220,7 +220,7 @@ def main() -> None:
             print(f"pull {pct}% ({r['bytes'] / 2**20:.1f} MiB): {r['seconds']:.3f} s", file=sys.stderr)
             in_site("a", sys.executable, "-c", DROP, ra, f"p{pct}", env=os.environ)
 
-        # The EQSIM patterns of paper 000 (§V-E) as selections moved to site a: the object is
+        # The EQSIM patterns of PDC-XF (§V-E) as selections moved to site a: the object is
         # time x X x Y like EQSIM output; only the selection crosses the link.
         x0, y0 = 500, 64
         patterns = [
@@ -311,7 +311,7 @@ def main() -> None:
     ps = results.get("push")
     if ps is None:
         one = next(r for r in results["pulls"] if r["percent"] == 1)
-        print("\nEQSIM patterns (paper 000 §V-E) pulled across the link: only the selection moves")
+        print("\nEQSIM patterns (PDC-XF §V-E) pulled across the link: only the selection moves")
         for r in results["eqsim"]:
             print(f"{r['pattern']:<30}{r['link_bytes'] / 2**20:>10.2f} MiB{r['seconds']:>10.3f}"
                   f"{f['seconds'] / r['seconds']:>14.1f}x")  # fmt: skip
@@ -330,7 +330,7 @@ def main() -> None:
     print(f"{'pull 100%, killed at ' + str(int(rs['killed_at_percent'])) + '% + rerun':<28}{size / 2**20:>9.1f} MiB"
           f"{total / 2**20:>10.1f} MiB{'':>10}{'':>15}   rerun moved {rs['second']['moved_chunks']} of "
           f"{rs['second']['chunks']} chunks")  # fmt: skip
-    print("\nEQSIM patterns (paper 000 §V-E) pulled across the link: only the selection moves")
+    print("\nEQSIM patterns (PDC-XF §V-E) pulled across the link: only the selection moves")
     print(f"{'pattern':<30}{'link bytes':>14}{'seconds':>10}{'vs whole file':>15}")
     for r in results["eqsim"]:
         print(f"{r['pattern']:<30}{r['link_bytes'] / 2**20:>10.2f} MiB{r['seconds']:>10.3f}"

@@ -1,4 +1,4 @@
-/* pdcx extension pdcx_file.h (issue 14): a file written in small pieces, read back with
+/* pdcx extension pdcx_file.h: a file written in small pieces, read back with
  * seeks and preads, listed, stat'ed, truncated and removed; bad calls fail cleanly. */
 #include "pdcx_file.h"
 #include "check.h"

@@ -1,4 +1,4 @@
-/* Behaviours of PDC that programs written for it rely on (issue 12, "PDC compatibility
+/* Behaviours of PDC that programs written for it rely on ("PDC compatibility
  * gaps"), written as a PDC program would:
  * - getting a deleted (or never set) container/object tag succeeds with a NULL value, size 0;
  * - PDCregion_transfer_status: once it reported a request complete, PDC forgets it (later

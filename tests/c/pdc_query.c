@@ -1,4 +1,4 @@
-/* Value queries through PDC's query API, written as a PDC program would (issue 12):
+/* Value queries through PDC's query API, written as a PDC program would:
  * two VPIC-like 1-d objects (energy: float, x: double) written with region transfers, and a
  * 2-d int object; single conditions, and/or, conditions on two objects, a region restriction,
  * hit counts, selections (coordinates), values at a selection, and freeing. Every result is

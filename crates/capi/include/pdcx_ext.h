@@ -20,7 +20,7 @@ extern "C" {
 perr_t PDCXobj_create_many(pdcid_t cont_id, size_t n, const char *const *names, pdcid_t prop_id,
                            pdcid_t *obj_ids);
 
-/* Across sites (issue 13), as `pdcx pull` and `pdcx push` do, with the deployment PDCinit
+/* Across sites, as `pdcx pull` and `pdcx push` do, with the deployment PDCinit
  * connected to (its root holds the linked sites: `pdcx remote add`).
  * PDCXsite_pull: source is "SITE:OBJECT" (or "s3://BUCKET/KEY" of a bundle); region is NULL
  * (the whole object) or one item per dim, "START:END", ":" or "INDEX", comma-separated;

@@ -1,4 +1,4 @@
-/* pdcx files (issue 14): byte-stream objects used like stdio/POSIX files, with the deployment
+/* pdcx files: byte-stream objects used like stdio/POSIX files, with the deployment
  * PDCinit connected to. Not in PDC; guard their use with #ifdef PDCX_FILE_H.
  * Build: cc prog.c $(pkg-config --cflags --libs pdcx)
  *

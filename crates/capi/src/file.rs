@@ -1,4 +1,4 @@
-//! pdcx extension (`pdcx_file.h`, issue 14): files as byte-stream objects from C, over
+//! pdcx extension (`pdcx_file.h`): files as byte-stream objects from C, over
 //! `pdcx_client::File`, with the deployment `PDCinit` connected to.
 
 use crate::{client, cstr, err, ffi, R};

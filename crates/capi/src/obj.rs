@@ -195,7 +195,7 @@ pub unsafe extern "C" fn PDCobj_create(
 
 /// pdcx extension (`pdcx_ext.h`): creates `n` objects named `names[0..n]` in container
 /// `cont_id`, all with object property `prop_id`, in one request per owning server and batch
-/// (issue 10, creates). `obj_ids[i]` gets the handle of object `i`, or 0 when it failed (a
+/// (creates). `obj_ids[i]` gets the handle of object `i`, or 0 when it failed (a
 /// duplicate name, a bad name); the call returns FAIL when any failed, after printing each
 /// failure. Visibility and durability are those of `PDCobj_create`: each object exists at its
 /// owner when this returns and is on stable storage at the next consistency point.

@@ -1,4 +1,4 @@
-//! PDCquery_*: value queries over object data, evaluated by the servers (issue 12), with PDC's
+//! PDCquery_*: value queries over object data, evaluated by the servers, with PDC's
 //! structs and semantics:
 //! - `PDCquery_create` takes an object handle or a pdcx object id, and keeps the constant's
 //!   raw bytes in the constraint's `value` field as PDC does (a `double` holding the typed

@@ -333,7 +333,7 @@ fn start(ids: &[PdcId]) -> R<()> {
         }
         if g.t.is_write && g.local == g.local_shape && g.t.direct_write_possible() {
             // The local region is the whole buffer, in C order: its bytes go from the buffer
-            // straight into the log of a server on this node (one copy, issue 10 "writes").
+            // straight into the log of a server on this node (a one-copy write).
             // PDC's contract: the buffer is the transfer's until it is waited for.
             let (buf, len) = (g.buf as *const u8, g.user_len());
             // SAFETY: PDCregion_transfer_create's contract (`buf` holds the local shape) and
@@ -343,7 +343,7 @@ fn start(ids: &[PdcId]) -> R<()> {
             g.load().map_err(crate::err)?;
         } else if g.local == g.local_shape {
             // The local region is the whole buffer, in C order: a read from a server on this
-            // node may land straight in it (one copy, issue 10 "reads"). PDC's contract: the
+            // node may land straight in it (a one-copy read). PDC's contract: the
             // buffer is the transfer's until it is waited for (close waits too).
             let (buf, len) = (g.buf as *mut u8, g.user_len());
             // SAFETY: as in `scatter`; valid until the wait, which every path performs.

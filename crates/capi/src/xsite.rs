@@ -1,4 +1,4 @@
-//! pdcx extension (`pdcx_ext.h`, issue 13): pull and push between linked sites from C, as
+//! pdcx extension (`pdcx_ext.h`): pull and push between linked sites from C, as
 //! `pdcx pull` and `pdcx push` do, with the deployment `PDCinit` connected to.
 
 use crate::{client, cstr, ffi_err, Perr};

@@ -259,10 +259,6 @@ fn written_elements(extents: &[pdcx_core::protocol::ExtentInfo], total: u64) -> 
         .min(total)
 }
 
-fn segment_name(seg: u64) -> String {
-    format!("seg-{seg:08}.log")
-}
-
 pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
     let client = connect(root)?;
     let o = resolve(&client, what)?;
@@ -288,7 +284,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
             .map(|e| {
                 json!({
                     "seq": e.seq, "offset": e.region.offset, "count": e.region.count,
-                    "server": e.holder, "segment": e.segment, "segment_file": segment_name(e.segment),
+                    "server": e.holder, "segment": e.segment, "segment_file": pdcx_store::segment_file_name(e.segment),
                     "log_offset": e.offset, "len": e.len, "cached": e.cached,
                     "tier": e.tier, "codec": e.codec, "stored_len": e.stored_len,
                     "shard": e.shard, "durability": e.durability,
@@ -358,7 +354,7 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
                 format!(
                     "server {} log {} @{} +{} ({})",
                     e.holder,
-                    segment_name(e.segment),
+                    pdcx_store::segment_file_name(e.segment),
                     e.offset,
                     e.len,
                     if e.cached { "cached" } else { "on disk" }

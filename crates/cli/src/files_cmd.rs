@@ -1,4 +1,4 @@
-//! `pdcx cp` and `pdcx ls pdcx://PREFIX/` (issue 14): files as byte-stream objects, named
+//! `pdcx cp` and `pdcx ls pdcx://PREFIX/`: files as byte-stream objects, named
 //! `pdcx://NAME`, copied to and from local files and listed like directories.
 
 use crate::commands::{connect, iso8601, msg};

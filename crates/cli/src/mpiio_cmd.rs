@@ -1,5 +1,5 @@
 //! `pdcx run` (start an unmodified MPI-IO program with its output logged by pdcx) and the
-//! home-copy side of `pdcx flush` and `pdcx show` (issue 11).
+//! home-copy side of `pdcx flush` and `pdcx show`.
 
 use crate::commands::{connect, human_bytes, iso8601, msg, print_table};
 use anyhow::{anyhow, bail, Result};

@@ -1,4 +1,4 @@
-//! `pdcx remote`, `pdcx gateway`, `pdcx push`, `pdcx pull` (issue 13): linked deployments.
+//! `pdcx remote`, `pdcx gateway`, `pdcx push`, `pdcx pull`: linked deployments.
 
 use anyhow::{anyhow, bail, Context, Result};
 use pdcx_xsite::{gateway, site, transfer};
@@ -222,7 +222,7 @@ pub fn push(
 }
 
 /// `pdcx export --bundle FILE OBJ... [--region SPEC] [--site NAME]` and `pdcx import FILE`
-/// of a bundle (issue 13); None when the arguments are not about a bundle (HDF5 then).
+/// of a bundle; None when the arguments are not about a bundle (HDF5 then).
 pub fn bundle(import: bool, root: Option<&Path>, args: &[String]) -> Result<Option<u8>> {
     use pdcx_xsite::bundle;
     // `--root DIR` may come after the files (the trailing arguments hold it then).

@@ -339,7 +339,7 @@ fn metrics_follow_writes_reads_and_flushes() {
     pdcx_env(
         &root,
         &["get", "big", "-o", out.to_str().unwrap()],
-        // Through the server, not a one-copy read of its log (issue 10, "reads").
+        // Through the server, not a one-copy read of its log.
         &[("PDCX_SHM", "1"), ("PDCX_DIRECT_READ", "0")],
     );
     let after = scrape(addr);

@@ -1,6 +1,6 @@
 //! Byte-stream objects: growable 1-D byte objects whose size need not be known at creation
-//! (paper 004 §VI; issue 11 logs MPI-IO files into them, issue 14 builds its file API on
-//! them).
+//! ("Montage on PDC" §VI): MPI-IO programs run under `pdcx run` log their files into them, and the
+//! file API (`file.rs`) is built on them.
 //!
 //! A byte stream is an ordinary object (`u8`, one dimension, tag `pdcx.kind =
 //! "bytestream"`) whose dims are its size. Its writers grow it at the owner with
@@ -135,7 +135,7 @@ impl Client {
             .collect())
     }
 
-    /// The versions of byte stream `id` (issue 11), oldest first.
+    /// The versions of byte stream `id`, oldest first.
     pub fn bs_versions(&self, id: ObjectId) -> Result<Vec<VersionInfo>> {
         let owner = self.id_owner(id)?;
         match self.call(owner, &Request::Versions { id: Some(id) }, &[])? {
@@ -445,7 +445,7 @@ impl ByteStream {
     /// Whether a consistency point ([`commit`](Self::commit)) usually follows this handle's
     /// writes soon (the default, as for MPI-IO's consistency points): then each write's
     /// writeback starts as it is copied, so the commit's fdatasync finds little left. A file
-    /// closed without `fsync` (issue 14) says no: starting writeback per MiB blocks the
+    /// closed without `fsync` says no: starting writeback per MiB blocks the
     /// writer whenever the device queue is busy (Montage's mAdd: its 64 MiB of output took
     /// 14-136 ms in `pwrite`), and the kernel writes the pages back later anyway.
     pub fn set_syncs_soon(&self, soon: bool) {

@@ -1,4 +1,4 @@
-//! One-copy reads for a client on its server's node (issue 10, "reads").
+//! One-copy reads for a client on its server's node.
 //!
 //! Instead of asking the server for the bytes, the client asks it for a *read plan*
 //! (`Request::ReadPlan`): where each part of the region lives in the server's segment log,
@@ -20,7 +20,7 @@
 use crate::filecache::Window;
 use crate::segfile::SegFile;
 use pdcx_core::protocol::{PiecePlans, PlanPiece, PlanSpan, ReadPlan, ReadPlans};
-use pdcx_core::region::{gather_pieces, Region};
+use pdcx_core::region::{fill_elements, gather_pieces, Region};
 use pdcx_core::{Error, Result};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{FileExt, MetadataExt};
@@ -136,7 +136,7 @@ impl DirectReads {
         Some(f)
     }
 
-    /// A file outside the log a plan names (issue 12), opened read-only unless the open one
+    /// A file outside the log a plan names, opened read-only unless the open one
     /// is already that very file; None when it is gone or another file.
     fn ref_file(&self, path: &str, dev: u64, ino: u64) -> Option<Arc<SegFile>> {
         let mut files = self.ref_files.lock().unwrap_or_else(|p| p.into_inner());
@@ -172,7 +172,7 @@ impl DirectReads {
     ) -> Result<Outcome> {
         check(plans, plan, out.len())?;
         if let Some(pattern) = &plan.fill {
-            fill(out, pattern);
+            fill_elements(out, pattern);
         }
         if small_spans(&plan.spans) {
             if let Some(maps) = self.maps(
@@ -278,7 +278,7 @@ impl DirectReads {
         // Stable: spans of one write keep their order.
         spans.sort_by_key(|x| x.0);
         if let Some(p) = pattern {
-            fill(out, p);
+            fill_elements(out, p);
         }
         for (_, k, s) in &spans {
             let (rank, plans) = &parts[*k];
@@ -289,7 +289,7 @@ impl DirectReads {
         Ok(Outcome::Done)
     }
 
-    /// Issue 14: the bytes of 1-D byte region `want` as a slice of the mapped log segment
+    /// The bytes of 1-D byte region `want` as a slice of the mapped log segment
     /// holding piece `p` of `plan` (server `rank`'s answer), when `p` holds them all; None
     /// when it does not, or the segment cannot be mapped (the caller reads another way).
     pub(crate) fn map_piece(
@@ -365,7 +365,7 @@ impl DirectReads {
         Ok(Some(maps))
     }
 
-    /// Issue 12: the elements of `bbox` taken every `step[d]` (C order) into `out`,
+    /// The elements of `bbox` taken every `step[d]` (C order) into `out`,
     /// gathered from the mapped log segments that `parts` (servers' answers to `PiecePlan`:
     /// the owner's alone, or each holder's) name, touching only the selected bytes. Pieces of
     /// several holders are painted in sequence order, as the owner merges them. `Fallback`
@@ -428,7 +428,7 @@ impl DirectReads {
                     p.len()
                 ));
             }
-            fill(out, p);
+            fill_elements(out, p);
         }
         // Stable: pieces of one part keep their order.
         pieces.sort_by_key(|x| x.0);
@@ -452,7 +452,7 @@ impl DirectReads {
         out: &mut [u8],
     ) -> Result<bool> {
         if let Some((_, path, dev, ino)) = plans.files.iter().find(|x| x.0 == s.segment) {
-            // A file outside the log (an object imported by reference, issue 12).
+            // A file outside the log (an object imported by reference).
             let Some(f) = self.ref_file(path, *dev, *ino) else {
                 return Ok(false);
             };
@@ -520,23 +520,13 @@ fn check(plans: &ReadPlans, plan: &ReadPlan, len: usize) -> Result<()> {
     Ok(())
 }
 
-fn fill(out: &mut [u8], pattern: &[u8]) {
-    if pattern.iter().all(|&b| b == 0) {
-        out.fill(0);
-    } else {
-        for chunk in out.chunks_exact_mut(pattern.len()) {
-            chunk.copy_from_slice(pattern);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use pdcx_core::ErrorKind;
 
     fn plans_for(dir: &str, seg: u64) -> ReadPlans {
-        let path = std::path::Path::new(dir).join(format!("seg-{seg:08}.log"));
+        let path = pdcx_store::segment_path(dir, seg);
         let m = std::fs::metadata(path).unwrap();
         ReadPlans {
             dir: dir.to_owned(),
@@ -559,7 +549,7 @@ mod tests {
 
     fn setup() -> (tempfile::TempDir, String) {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(d.path().join("seg-00000001.log"), b"0123456789abcdef").unwrap();
+        std::fs::write(pdcx_store::segment_path(d.path(), 1), b"0123456789abcdef").unwrap();
         let s = d.path().to_str().unwrap().to_owned();
         (d, s)
     }
@@ -662,7 +652,7 @@ mod tests {
         );
         // Retired (unlinked) after this client opened it: the open descriptor still has the
         // planned bytes, and is then dropped from the cache.
-        let p = d.path().join("seg-00000001.log");
+        let p = pdcx_store::segment_path(d.path(), 1);
         std::fs::remove_file(&p).unwrap();
         assert_eq!(
             reads.execute(0, &plans, &plan, &mut out).unwrap(),

@@ -1,4 +1,4 @@
-//! One-copy writes for a client on its server's node (issue 10, "writes").
+//! One-copy writes for a client on its server's node.
 //!
 //! A large write to a server on this node does not hand its bytes to the server at all. The
 //! client checksums the payload and sends `Request::ReserveWrite`; the server checks the write
@@ -42,7 +42,7 @@ const MAX_OPEN: usize = 64;
 /// A payload is written in pieces of this size (and [`WriteBehind::Pipelined`] starts the
 /// writeback of each). Also without the hint: on this kernel (6.18, ext4) one `pwrite` of
 /// 32 MiB into a log segment took 80-150 ms where the same bytes in 1 MiB pieces took 21 ms
-/// (Montage's mAdd writing its mosaic, issue 14).
+/// (Montage's mAdd writing its mosaic).
 const PIPELINE_CHUNK: usize = 1 << 20;
 
 /// When the writeback of a one-copy write's payload is started (`sync_file_range`,
@@ -51,7 +51,8 @@ const PIPELINE_CHUNK: usize = 1 << 20;
 pub(crate) enum WriteBehind {
     /// Left to the kernel: writes no sync follows soon (`memory`). Measured on the C VPIC
     /// kernel, a hint after each `pwrite` blocks the writer while the device queue is busy
-    /// and made `memory` writes 1.5-3x slower (bench/RESULTS.md, issue 10 session 2).
+    /// and made `memory` writes 1.5-3x slower (bench/RESULTS.md, "Fast path: small writes",
+    /// 2026-11-24).
     Never,
     /// Once every payload is written: writes a later `local` commit syncs, so the device
     /// works while the caller computes and that commit's fdatasync finds little left (the
@@ -61,7 +62,7 @@ pub(crate) enum WriteBehind {
     /// one piece while the next is copied: for writes a sync follows right away (a `local`
     /// write, a byte stream's write before its consistency point). The fdatasync then finds
     /// only the last piece left, where writing the whole payload first and syncing it after
-    /// pays the copy and the device one after the other (issue 11, segment creation).
+    /// pays the copy and the device one after the other (segment creation).
     Pipelined,
 }
 

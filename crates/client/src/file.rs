@@ -1,8 +1,8 @@
-//! Files (issue 14): byte-stream objects opened like POSIX or Python files, with a position,
-//! client-side write aggregation and adaptive read-ahead (paper 004 §IV-B).
+//! Files: byte-stream objects opened like POSIX or Python files, with a position,
+//! client-side write aggregation and adaptive read-ahead ("Montage on PDC" §IV-B).
 //!
 //! A [`File`] wraps one [`ByteStream`] handle. Its semantics are close-to-open, which is what
-//! workflows passing files between steps rely on (paper 004 §VI: Montage never reads a file
+//! workflows passing files between steps rely on ("Montage on PDC" §VI: Montage never reads a file
 //! back while another process writes it):
 //! - **writes** are kept on the client ([`FileOptions::aggregate`]) as disjoint runs (a later
 //!   write over an earlier one replaces its bytes, as CFITSIO's header rewrites do) and
@@ -14,7 +14,7 @@
 //!   learns the fraction of a file this client's readers consume: while they read files
 //!   whole (at least [`WHOLE_FILE_FRACTION`] on average) the first read fetches the whole
 //!   file (its size is known from the open), so reading a file whole costs the open and one
-//!   read; when they read only headers, it fetches that fraction of the file (paper 004 §V:
+//!   read; when they read only headers, it fetches that fraction of the file ("Montage on PDC" §V:
 //!   blind prefetching hurts tools that read a small part). The window grows 4x at each
 //!   sequential miss and shrinks after a seek elsewhere. Files fetched whole are kept by the
 //!   client and reused while unchanged (`filecache.rs`, revalidated at each open), which is
@@ -914,8 +914,8 @@ impl File {
 
 /// Flushes several files at one consistency point: their unflushed writes become write
 /// transfers started together and waited for together (`start_all`/`wait_all`: one commit
-/// per server for all of them, paper 004's `transfer_all`/`wait_all`), instead of a
-/// write and a commit per file. On failure no file's buffer is dropped (a retry writes them
+/// per server for all of them, the `transfer_all`/`wait_all` of "Montage on PDC"), instead of
+/// a write and a commit per file. On failure no file's buffer is dropped (a retry writes them
 /// all again; writing the same bytes twice is harmless).
 pub fn flush_all(files: &mut [&mut File]) -> Result<()> {
     let mut transfers = Vec::new();

@@ -1,4 +1,4 @@
-//! What a client remembers between file opens (issue 14, `file.rs`): how much of a file its
+//! What a client remembers between file opens (`file.rs`): how much of a file its
 //! readers consume (adaptive read-ahead) and the bytes of files it read whole, revalidated
 //! at each open.
 //!

@@ -30,7 +30,7 @@ pub(crate) struct SegFile {
 impl SegFile {
     /// The path of segment `seg` in the log directory `dir`.
     pub(crate) fn path(dir: &str, seg: u64) -> PathBuf {
-        Path::new(dir).join(format!("seg-{seg:08}.log"))
+        pdcx_store::segment_path(dir, seg)
     }
 
     /// Opens segment `seg` of `dir` read-only, or write-only with `write` (never created).

@@ -278,7 +278,7 @@ fn stage(
 }
 
 /// A read job: with the server on this node, one-copy reads of its log for every item it can
-/// plan (issue 10, "reads"; see `direct.rs`), the rest (and any whose plan went stale) read
+/// plan (see `direct.rs`), the rest (and any whose plan went stale) read
 /// through the server. An item read straight into its read target has no payload (None).
 fn read_job(
     client: &Client,
@@ -911,7 +911,7 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
                 .for_each(|&i| transfers[i].state.set_here(Phase::Failed(e.clone()), None)),
         }
     }
-    // Creates (issue 10, item 5): a write acknowledged here must not outlive the create of its
+    // Creates: a write acknowledged here must not outlive the create of its
     // object in a power loss, so this client's creates and tags answered at commit are made
     // durable before the wait returns (nothing to send when there are none). Done here, not at
     // start: start never blocks on a server.

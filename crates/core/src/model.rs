@@ -170,8 +170,8 @@ impl ObjectMeta {
         self.dims.iter().product::<u64>() * self.dtype.size() as u64
     }
 
-    /// Whether this is a byte stream (issue 11/14): a growable 1-D byte object marked by the
-    /// tag [`KIND_TAG`] = [`KIND_BYTE_STREAM`], whose dims are its size.
+    /// Whether this is a byte stream (MPI-IO files, the file API): a growable 1-D byte object
+    /// marked by the tag [`KIND_TAG`] = [`KIND_BYTE_STREAM`], whose dims are its size.
     pub fn is_byte_stream(&self) -> bool {
         self.dims.len() == 1
             && self.dtype.size() == 1

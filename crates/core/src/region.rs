@@ -201,6 +201,19 @@ pub fn copy_region(elem: usize, what: &Region, src: (&Layout, &[u8]), dst: (&Lay
     }
 }
 
+/// Paints `out` with an object's fill value `pattern` (one element's bytes), element by
+/// element: what a read returns where nothing was written. An all-zero (or empty) pattern is
+/// one `memset`. Bytes past the last whole element are left as they are.
+pub fn fill_elements(out: &mut [u8], pattern: &[u8]) {
+    if pattern.iter().all(|&b| b == 0) {
+        out.fill(0);
+    } else {
+        for chunk in out.chunks_exact_mut(pattern.len()) {
+            chunk.copy_from_slice(pattern);
+        }
+    }
+}
+
 /// How [`slabs`] cuts a box of shape `count` into pieces of at most `max_bytes` (elements of
 /// `elem` bytes): the dim cut into runs of `rows` indices (the first whose inner box, the dims
 /// after it, fits), the dims before it taken one index at a time.
@@ -262,7 +275,7 @@ pub fn slabs(region: &Region, elem: usize, max_bytes: u64) -> Vec<Region> {
 
 /// Whether a read of `region` (`len` bytes) is made of many short rows (more than 16
 /// innermost runs, each under 4 KiB): a point's history, a small box across chunk rows. Such
-/// reads are gathered by extent from the mapped log (issue 12) rather than run by run.
+/// reads are gathered by extent from the mapped log rather than run by run.
 pub fn short_rows(region: &Region, len: usize) -> bool {
     let n = region.num_elements();
     let last = region.count.last().copied().unwrap_or(0);
@@ -275,7 +288,7 @@ const TILES_MAX_PAIRS: usize = 1 << 16;
 /// Whether `parts`, each inside `whole`, tile it: their volumes add up to its volume and no
 /// two overlap. Conservative: parts that overlap, or more pairs to compare than a budget
 /// allows, answer false. Readers use it to skip painting the fill value under a selection
-/// its pieces cover (issue 12: a box over 64 chunks was zero-filled, 1 MiB, before the
+/// its pieces cover (a box over 64 chunks was zero-filled, 1 MiB, before the
 /// gather wrote every byte again).
 pub fn tiles<'a>(whole: &Region, parts: impl IntoIterator<Item = &'a Region>) -> bool {
     let mut parts: Vec<&Region> = parts.into_iter().collect();
@@ -334,7 +347,7 @@ fn pool_usable() -> bool {
 /// selection's first dim, one per thread of rayon's pool (one per core, at most 4): each slab
 /// is a contiguous range of `out`, and each thread paints its slab with every piece in the
 /// same order, so overlaps resolve exactly as in one pass. A gather out of the page cache is
-/// bound by memory latency, which more cores hide (issue 12: a x3 downsampling of 256 MiB).
+/// bound by memory latency, which more cores hide (measured on a x3 downsampling of 256 MiB).
 /// The pool's threads persist: spawning two per gather made a x20 downsampling 2.5 ms
 /// instead of 1.8.
 pub fn gather_pieces(
@@ -379,7 +392,7 @@ pub fn gather_pieces(
     });
 }
 
-/// A strided selection (issue 12): the elements of `bbox` taken every `step[d]` in each dim,
+/// A strided selection: the elements of `bbox` taken every `step[d]` in each dim,
 /// `out` holding them in C order (shape `ceil(bbox.count[d] / step[d])`). Copies those that
 /// lie in `piece` (a box whose elements `src` holds in C order) to their places in `out`,
 /// touching no other byte of `src`. Callers check that `src` and `out` have the sizes
@@ -434,7 +447,7 @@ pub fn gather_strided(
     // The rows first (source and output element of each), so each row's source lines can be
     // prefetched a few rows ahead: rows of a strided selection are short and far apart, which
     // the hardware prefetchers do not follow, and a gather from the page cache then waits on
-    // memory at every row (issue 12: x3 downsampling ran at 2.7 GB/s of lines touched).
+    // memory at every row (measured: x3 downsampling ran at 2.7 GB/s of lines touched).
     // In batches, so a selection of many rows needs no list of them all.
     let mut rows = [(0usize, 0usize); ROW_BATCH];
     // Source bytes of a row to prefetch: long rows the hardware prefetchers follow.
@@ -556,6 +569,19 @@ mod tests {
 
     fn r(o: &[u64], c: &[u64]) -> Region {
         Region::new(o.to_vec(), c.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn fill_elements_repeats_the_pattern_and_zeroes_for_zero() {
+        let mut out = [9u8; 7];
+        fill_elements(&mut out, &[1, 2, 3]);
+        assert_eq!(out, [1, 2, 3, 1, 2, 3, 9]);
+        let mut out = [9u8; 5];
+        fill_elements(&mut out, &[0, 0]);
+        assert_eq!(out, [0; 5]);
+        let mut out = [9u8; 3];
+        fill_elements(&mut out, &[]);
+        assert_eq!(out, [0; 3]);
     }
 
     /// Value of element `p` of the test arrays: its C-order index in a 7 x 9 x 11 array.

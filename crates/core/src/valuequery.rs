@@ -1,4 +1,4 @@
-//! Value queries over object data (issue 12, PDC's `PDCquery_*`): conditions such as
+//! Value queries over object data (PDC's `PDCquery_*`): conditions such as
 //! `energy > 1.2 & x < 100` on the elements of one or more objects of the same shape, evaluated
 //! by the server that owns the first object, which reads the data where it lives and returns
 //! only the hits (count, coordinates, values). The evaluation itself lives here, free of I/O,

@@ -1,4 +1,4 @@
-//! The CFITSIO I/O driver for `pdcx://` (paper 004 §IV-A), registered by this library's
+//! The CFITSIO I/O driver for `pdcx://` ("Montage on PDC" §IV-A), registered by this library's
 //! constructor. CFITSIO parses `pdcx://NAME[ext][filter]` itself and hands the driver the
 //! part after the scheme; the driver maps each CFITSIO handle to one `pdcx_client::File`.
 //! Writes are aggregated until flush/close and reads prefetched as `PDCX_FILE_AGGREGATE` /

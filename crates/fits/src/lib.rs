@@ -1,11 +1,11 @@
-//! `libpdcx_fits.so` (issue 14): unmodified CFITSIO programs (Debian's Montage tools among
+//! `libpdcx_fits.so`: unmodified CFITSIO programs (Debian's Montage tools among
 //! them) read and write FITS files stored as pdcx byte-stream objects, named `pdcx://NAME`,
 //! in the deployment `PDCX_ROOT` names. See README.md.
 //!
 //! One job per file:
 //! - `names.rs`: what a `pdcx://` path names (a file, a directory prefix, nothing), pure;
-//! - `driver.rs`: the CFITSIO I/O driver (paper 004 §IV-A) over `pdcx_client::File`, and the
-//!   constructor that registers it in CFITSIO's driver table;
+//! - `driver.rs`: the CFITSIO I/O driver ("Montage on PDC" §IV-A) over `pdcx_client::File`,
+//!   and the constructor that registers it in CFITSIO's driver table;
 //! - `posix.rs`: the libc calls the workflow makes on those paths itself (`stat`, `access`,
 //!   `unlink`, `mkdir`, `opendir`/`readdir`, `fopen`), answered from pdcx; every other path
 //!   goes to libc untouched;

@@ -1,4 +1,4 @@
-//! The libc calls Montage-like workflows make on their files themselves (paper 004 §VI
+//! The libc calls Montage-like workflows make on their files themselves ("Montage on PDC" §VI
 //! "POSIX Support"): existence checks (`stat`, `lstat`, `access`), removing an output before
 //! recreating it (`unlink`, `remove`), output directories (`mkdir`, `rmdir`), directory
 //! listings (`opendir`/`readdir`) and small tables read or written with `fopen`. A path that

@@ -30,7 +30,7 @@ pub const POINTS: &[&str] = &[
     "s3.after_part_upload",
     // The segment log's own commit: segments fsynced, manifest not yet published.
     "log.after_segment_sync",
-    // Byte-stream versions (issue 11): a version sealed (its row durable), not yet answered;
+    // Byte-stream versions: a version sealed (its row durable), not yet answered;
     // its home copy written and fsynced under the temporary name; renamed over the home,
     // `done` not yet recorded.
     "seal.after_row",

@@ -60,7 +60,7 @@ pub trait FsFile: Send + Sync {
     fn write_behind(&self, _offset: u64, _len: u64) {}
     /// (st_dev, st_ino) when this is a real file another process can open by its path and
     /// find to be this very file; None for simulated files. A same-node client writes its
-    /// payload into the log only through such a file (issue 10, one-copy writes).
+    /// payload into the log only through such a file (one-copy writes).
     fn identity(&self) -> Option<(u64, u64)> {
         None
     }

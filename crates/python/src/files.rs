@@ -1,4 +1,4 @@
-//! Files (issue 14) for the Python layer: the native half of `pdcx.Client.open`, which wraps
+//! Files for the Python layer: the native half of `pdcx.Client.open`, which wraps
 //! [`File`] in `io.BufferedReader`/`BufferedWriter` (python/pdcx/files.py). Every call
 //! releases the GIL.
 

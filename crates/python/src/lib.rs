@@ -181,7 +181,7 @@ struct Client {
 }
 
 impl Client {
-    /// Runs cross-site work (issue 13) without the GIL, with this client and its deployment
+    /// Runs cross-site work without the GIL, with this client and its deployment
     /// root (where the sites it is linked to are recorded).
     fn xsite(
         &self,
@@ -479,7 +479,7 @@ impl Client {
             .map_err(to_py)
     }
 
-    /// Issue 13: pulls from remote site `site` (or an `s3://BUCKET/KEY` bundle when `site` is
+    /// Pulls from remote site `site` (or an `s3://BUCKET/KEY` bundle when `site` is
     /// that address and `name` is empty) into this deployment; returns a report dict.
     #[pyo3(signature = (site, name, region=None, as_name=None, step=None, where_=None, streams=4))]
     #[allow(clippy::too_many_arguments)]
@@ -516,7 +516,7 @@ impl Client {
         })
     }
 
-    /// Issue 13: pushes object `name` (or its `region`) to remote site `to`, or as a bundle to
+    /// Pushes object `name` (or its `region`) to remote site `to`, or as a bundle to
     /// `s3://BUCKET/PREFIX`; returns a report dict.
     #[pyo3(signature = (name, to, region=None, step=None, streams=4, site=None, where_=None, as_name=None))]
     #[allow(clippy::too_many_arguments)]

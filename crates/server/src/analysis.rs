@@ -1,4 +1,4 @@
-//! Analysis where the data lives (issue 12): value queries and strided reads, both answered by
+//! Analysis where the data lives: value queries and strided reads, both answered by
 //! an object's owner, which reads the data through `Engine::read` (its cache and log, other
 //! holders' pieces, tier homes) in bounded slabs and sends back only what was selected.
 

@@ -1,4 +1,4 @@
-//! Home copies of byte-stream versions (issue 11, ParaLog's background checkpoint).
+//! Home copies of byte-stream versions (ParaLog's background checkpoint).
 //!
 //! A program's consistency point (`MPI_File_sync`/`close` under `libpdcx_mpiio`) seals a
 //! version of its byte stream at the object's owner ([`seal`]). This server's `pdcx-home`
@@ -19,7 +19,8 @@
 //! CPUs, and copied in the program's next compute phase. On a 2-core node a copy running
 //! during the burst took the CPU the writers needed (memory copies of the version in and
 //! out): on a RAM disk, 16 MiB files were logged 30-40 % slower than written directly, and
-//! 15-20 % faster with the copy after the burst (bench/RESULTS.md, issue 11 session 5).
+//! 15-20 % faster with the copy after the burst (bench/RESULTS.md, "MPI-IO: segment creation
+//! meets its target", 2026-11-24).
 //!
 //! A crash anywhere replays from step 1 at the next start (the tmp name carries the epoch;
 //! the rename is atomic), so recovery is idempotent. Versions are copied in epoch order; a
@@ -356,7 +357,7 @@ fn drop_below_bases(server: &Server) -> bool {
 /// S3's limit on the parts of one upload.
 const MAX_PARTS: u64 = 10_000;
 
-/// One S3 object (paper 002 §6.3). Smaller than a part: one PUT by this server (the owner).
+/// One S3 object (ParaLog §6.3). Smaller than a part: one PUT by this server (the owner).
 /// Else a multipart upload that this server leads: it starts the upload and records its id
 /// durably (so a restart aborts it rather than leaving parts billed), cuts the version into
 /// parts of at least the part size (contiguous; never-written bytes are zeros, as in a

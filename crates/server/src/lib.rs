@@ -71,11 +71,11 @@ pub struct ServerConfig {
     /// Also listen on a Unix-domain socket for clients on this node (default on; `PDCX_UNIX=0`
     /// turns it off).
     pub unix: bool,
-    /// Byte streams (issue 11): keep a version's bytes in the log after its home copy (reads
+    /// Byte streams: keep a version's bytes in the log after its home copy (reads
     /// stay local) instead of reading them from the home from then on (default off;
     /// `PDCX_HOME_KEEP_LOG=1`). Writes a copied version shadows are dropped either way.
     pub home_keep_log: bool,
-    /// Byte streams (issue 11): how long a home copy waits at most for the writes through
+    /// Byte streams: how long a home copy waits at most for the writes through
     /// this server to pause (`homecopy.rs`; `PDCX_HOME_DEFER_MS`, default 1000; 0: copies
     /// start at once).
     pub home_defer: Duration,
@@ -730,7 +730,7 @@ fn checkpointer(server: Weak<Server>) {
         if s.registrar_sleep(interval) {
             return;
         }
-        // Objects imported by reference and read often are copied into the log (issue 12).
+        // Objects imported by reference and read often are copied into the log.
         if let Err(e) = s.engine.store().promote_hot_references() {
             tracing::warn!(
                 rank = s.config.rank,

@@ -1,4 +1,4 @@
-//! Log segments the server maps read-only to gather selections (issue 12): a strided read or a
+//! Log segments the server maps read-only to gather selections: a strided read or a
 //! read of many short rows copies only the selected elements out of the mapped extents,
 //! instead of reading each extent's span (most of it unselected) into a buffer first.
 //!
@@ -14,7 +14,6 @@
 use memmap2::Mmap;
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,7 +38,7 @@ impl MappedSegments {
     /// Segment `seg` of the log directory `dir`, mapped with at least `end` bytes, if it is
     /// the file (`dev`, `ino`) and that long; None otherwise (the caller reads the usual way).
     pub fn get(&self, dir: &str, seg: u64, dev: u64, ino: u64, end: u64) -> Option<Arc<Mmap>> {
-        let path = Path::new(dir).join(format!("seg-{seg:08}.log"));
+        let path = pdcx_store::segment_path(dir, seg);
         self.sweep(dir);
         let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(m) = maps.get(&seg) {
@@ -91,7 +90,7 @@ impl MappedSegments {
         }
         let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
         maps.retain(|seg, m| {
-            std::fs::symlink_metadata(Path::new(dir).join(format!("seg-{seg:08}.log")))
+            std::fs::symlink_metadata(pdcx_store::segment_path(dir, *seg))
                 .is_ok_and(|x| (x.dev(), x.ino()) == (m.dev, m.ino))
         });
     }
@@ -105,7 +104,7 @@ mod tests {
     fn maps_only_the_named_file_and_forgets_it_once_retired() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_str().unwrap();
-        let path = tmp.path().join("seg-00000002.log");
+        let path = pdcx_store::segment_path(tmp.path(), 2);
         std::fs::write(&path, b"committed").unwrap();
         let m = std::fs::metadata(&path).unwrap();
         let segs = MappedSegments::default();

@@ -398,14 +398,13 @@ fn number(v: f64) -> String {
     }
 }
 
-/// Segment files in the log directory (`seg-NNNNNNNN.log`).
+/// Segment files in the log directory (named by `pdcx_store::segment_file_name`).
 fn log_segments(server: &Server) -> u64 {
     std::fs::read_dir(server.engine.log_dir())
         .map(|d| {
             d.flatten()
                 .filter(|e| {
-                    pdcx_store::record::parse_segment_file_name(&e.file_name().to_string_lossy())
-                        .is_some()
+                    pdcx_store::parse_segment_file_name(&e.file_name().to_string_lossy()).is_some()
                 })
                 .count() as u64
         })

@@ -1,4 +1,4 @@
-//! Byte streams whose older bytes live only at their home (issue 11, "log space").
+//! Byte streams whose older bytes live only at their home ("log space").
 //!
 //! Once version *e* of a byte stream is at its home (`done`), the home file (or S3 object)
 //! holds exactly what every write numbered below *e*'s seal adds up to. The owner then makes

@@ -1,11 +1,11 @@
-//! Byte-stream operations at the owner that change content, not only metadata (issue 11):
+//! Byte-stream operations at the owner that change content, not only metadata:
 //! truncation, and discarding a crashed run's incomplete version.
 //!
 //! Both shadow bytes rather than delete extents: the owner commits new writes over the
 //! affected ranges (zeros, or the last version's bytes), numbered after everything there, so
 //! every reader and every later version sees the intended content whichever servers hold the
 //! old bytes. The old bytes stay in their logs as history (an incomplete version is kept, as
-//! paper 002 asks, but never becomes visible or reaches a home).
+//! ParaLog asks, but never becomes visible or reaches a home).
 
 use crate::Server;
 use pdcx_core::protocol::{Durability, TagTarget};

@@ -1,4 +1,4 @@
-//! Byte-stream objects and their versions (issue 11): writers on two servers grow one
+//! Byte-stream objects and their versions: writers on two servers grow one
 //! stream, a seal records a version, and the home copier writes exactly that version (not
 //! what came after it) to an ordinary file, atomically, in epoch order.
 
@@ -174,7 +174,7 @@ fn bad_homes_and_non_streams_are_refused() {
     assert!(e.message.contains("not a byte stream"), "{e}");
 }
 
-/// S3 homes (paper 002 §6.3): a small version is one PUT; a large one a multipart upload
+/// S3 homes (ParaLog §6.3): a small version is one PUT; a large one a multipart upload
 /// led by the owner whose parts are uploaded by the servers holding their bytes; only the
 /// sealed version reaches the bucket.
 #[test]
@@ -293,7 +293,7 @@ fn wait_no_extents_below(c: &Client, name: &str, max: usize) {
     }
 }
 
-/// Issue 11, log space: a version at its home becomes the stream's base. Every write below
+/// Log space: a version at its home becomes the stream's base. Every write below
 /// it leaves the logs (on every holder), the stream reads the home with later writes painted
 /// over it, the next version is copied from both, and a home removed behind pdcx's back is
 /// an error, never zeros.
@@ -525,7 +525,7 @@ fn log_space_of_shadowed_epochs_is_freed_after_the_home_copy() {
     assert!(extents <= 4, "{extents} extents left");
 }
 
-/// A one-process file (paper 002 §8.7's segment creation, `MPI_COMM_SELF`): from create to
+/// A one-process file (ParaLog §8.7's segment creation, `MPI_COMM_SELF`): from create to
 /// version it costs three round trips — create, write (the owner grows the stream as it
 /// takes it), and one `SyncSeal` that makes the writes, the create and the version durable —
 /// and a second consistency point with nothing new costs none.

@@ -1,4 +1,4 @@
-//! One-copy writes (issue 10, "writes"): a same-node client writes a large payload into the
+//! One-copy writes: a same-node client writes a large payload into the
 //! server's log itself, into room the server reserved; the write is then committed like a
 //! staged one, survives a restart, and a payload that does not match its checksum ruins only
 //! its own write.
@@ -108,7 +108,7 @@ fn object(meta: &Metadata, name: &str, n: u64) -> u64 {
 /// What a client does with a reservation: write the payload into the named file.
 fn client_write(engine: &Engine, span: (u64, u64, u64, u64), bytes: &[u8]) {
     let (seg, dev, ino, offset) = span;
-    let path = engine.log_dir().join(format!("seg-{seg:08}.log"));
+    let path = pdcx_store::segment_path(engine.log_dir(), seg);
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     let m = f.metadata().unwrap();
     assert_eq!((m.dev(), m.ino()), (dev, ino));

@@ -94,7 +94,7 @@ fn memory_durability_commits_do_not_survive_an_unsynced_crash() {
     // record: data, commit record, data, commit record) as a power loss could.
     drop(engine);
     drop(meta);
-    let seg = dir.path().join("log/seg-00000001.log");
+    let seg = pdcx_store::segment_path(dir.path().join("log"), 1);
     let manifest = std::fs::read_to_string(dir.path().join("log/MANIFEST")).unwrap();
     let (records, _) = pdcx_store::scan_segment(&seg, None).unwrap();
     assert_eq!(records.len(), 4, "{records:?}");

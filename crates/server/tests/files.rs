@@ -1,4 +1,4 @@
-//! Files over byte streams (issue 14): aggregated writes become visible at close in one
+//! Files over byte streams: aggregated writes become visible at close in one
 //! commit, a handle reads its own unflushed writes, read-ahead serves sequential reads in
 //! few round trips, and stat/list/remove/truncate/append behave like their POSIX namesakes.
 

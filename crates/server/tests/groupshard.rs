@@ -1,5 +1,5 @@
-//! Group shards (`[shard] servers`, paper 003 strategy 1 and composite strategies 3-5): real
-//! in-process servers (2 and 4 ranks) on a shared-directory tier and on S3 (versitygw), each
+//! Group shards (`[shard] servers`, strategy 1 of the object-sharding paper and composite
+//! strategies 3-5): real in-process servers (2 and 4 ranks) on a shared-directory tier and on S3 (versitygw), each
 //! writing its part of one or several objects; the group's leader pulls every member's extents
 //! into shards put once under `DEPLOYMENT/gLEADER/shard/`, the members record their homes and
 //! retire their logs, and everything reads back, also after a restart (a fresh process:

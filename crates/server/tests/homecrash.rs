@@ -1,4 +1,4 @@
-//! Crash points of byte-stream versions and their home copies (issue 11), with a real
+//! Crash points of byte-stream versions and their home copies, with a real
 //! SIGKILL (build with `--features crash-points`). The test re-runs its own binary as a
 //! child with `PDCX_CRASH_AT=POINT`: the child starts two servers, writes a stream from both,
 //! seals version 1 and waits for its home copy, then writes version 2, seals it and dies at

@@ -309,7 +309,7 @@ fn a_late_reservation_is_committed_only_with_its_checksum() {
     };
     let (seg, _, _, offset) = r.spans[0];
     let data = [7u8; 16];
-    let path = std::path::Path::new(&r.dir).join(pdcx_store::record::segment_file_name(seg));
+    let path = pdcx_store::segment_path(&r.dir, seg);
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&f, &data, offset).unwrap();
     let plain = Request::Commit {

@@ -1,4 +1,4 @@
-//! Read plans (issue 10, "reads"): a plan executed by a reader of the segment files gives
+//! Read plans: a plan executed by a reader of the segment files gives
 //! exactly the bytes of `Engine::read` (overlaps by commit order, fill where nothing was
 //! written), and the server refuses to plan what a reader of the files could get wrong.
 
@@ -66,8 +66,7 @@ fn execute(engine: &Engine, dir: &str, segs: &[(u64, u64, u64)], plan: &ReadPlan
     }
     for s in &plan.spans {
         let &(_, dev, ino) = segs.iter().find(|x| x.0 == s.segment).unwrap();
-        let f =
-            std::fs::File::open(Path::new(dir).join(format!("seg-{:08}.log", s.segment))).unwrap();
+        let f = std::fs::File::open(pdcx_store::segment_path(dir, s.segment)).unwrap();
         let m = f.metadata().unwrap();
         assert_eq!((m.dev(), m.ino()), (dev, ino));
         let dest = &mut out[s.dest as usize..(s.dest + s.len) as usize];
@@ -188,7 +187,7 @@ fn unsynced_committed_bytes_are_planned_and_stay_true_after_a_kill() {
     drop(engine);
     drop(meta);
     let seg = plan.spans[0].segment;
-    let path = Path::new(&log_dir).join(format!("seg-{seg:08}.log"));
+    let path = pdcx_store::segment_path(&log_dir, seg);
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     let end = f.metadata().unwrap().len();
     f.write_all_at(&[0xAB; 7], end).unwrap(); // a torn header

@@ -1,4 +1,4 @@
-//! smallmem (issue 10): registrations of `memory` writes at an object's owner skip the
+//! smallmem: registrations of `memory` writes at an object's owner skip the
 //! metadata WAL fsync, and sequence numbers are never reused after the owner loses what it
 //! had not fsynced (the durable reserved mark, `Metadata::register_regions`).
 //!

@@ -58,7 +58,7 @@ fn round_trip(c: &Client, prefix: &str) -> u64 {
 fn same_node_data_goes_through_shared_memory_and_other_nodes_use_tcp() {
     let dir = tempfile::tempdir().unwrap();
     let _server = deployment(dir.path());
-    // Reads of committed log bytes and large writes would bypass the server (issue 10:
+    // Reads of committed log bytes and large writes would bypass the server (the
     // one-copy reads and writes of the segment files); this test is about the shared-memory
     // path.
     std::env::set_var("PDCX_DIRECT_READ", "0");

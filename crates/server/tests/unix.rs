@@ -1,4 +1,4 @@
-//! The small-operation fast path (issue 10, part 4): clients on the server's node talk over its
+//! The small-operation fast path: clients on the server's node talk over its
 //! Unix-domain socket, falling back to TCP when it is unusable, and a small write is one
 //! message (`StageCommit` / `StageShmCommit`), whether synchronous or a transfer whose
 //! `start` and `wait` come back to back.

@@ -17,4 +17,7 @@ pub use commit_record::{CommitEntry, COMMIT_OBJECT};
 pub use log::{
     CommitPlan, LogOptions, LogSpan, ManifestPublisher, PendingManifest, Recovery, SegmentLog,
 };
-pub use record::{scan_segment, scan_segment_in, Location, RecordInfo, Scanned};
+pub use record::{
+    parse_segment_file_name, scan_segment, scan_segment_in, segment_file_name, segment_path,
+    Location, RecordInfo, Scanned,
+};

@@ -280,7 +280,7 @@ fn missing(path: &Path, committed: u64, what: &str) -> Error {
 /// How many zeros to write past a small record of `rec_len` bytes appended past the zeroed
 /// end: room for about 64 more like it, within [`PREZERO_MIN`, `PREZERO`]. Sized by the
 /// record, because a log that takes large one-copy writes (reserved, never zeroed) between
-/// its small records (a commit record per file, issue 11) zeroes anew after each large one:
+/// its small records (a commit record per file) zeroes anew after each large one:
 /// a fixed 1 MiB was a quarter more bytes to write back for every 4 MiB file.
 fn zero_ahead(rec_len: u64) -> u64 {
     rec_len.saturating_mul(64).clamp(PREZERO_MIN, PREZERO)

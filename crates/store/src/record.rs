@@ -24,7 +24,7 @@
 use pdcx_core::{Error, Region, Result, MAX_DIMS};
 use pdcx_fsio::{Fs, FsFile, OpenMode, OsFs};
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 pub const MAGIC: u32 = 0x3152_5850;
 pub const HEADER_LEN: usize = 40;
@@ -50,13 +50,27 @@ pub struct RecordInfo {
     pub location: Location,
 }
 
+/// How a segment file's name begins and ends; the id, zero-padded to 8 digits, sits between.
+const SEGMENT_PREFIX: &str = "seg-";
+const SEGMENT_SUFFIX: &str = ".log";
+
+/// The file name of segment `id` in a log directory. Servers, same-node clients (one-copy
+/// reads and writes) and tools all name segments through this function or [`segment_path`],
+/// so the format is spelled here only.
 pub fn segment_file_name(id: u64) -> String {
-    format!("seg-{id:08}.log")
+    format!("{SEGMENT_PREFIX}{id:08}{SEGMENT_SUFFIX}")
+}
+
+/// The path of segment `id` in the log directory `dir`.
+pub fn segment_path(dir: impl AsRef<Path>, id: u64) -> PathBuf {
+    dir.as_ref().join(segment_file_name(id))
 }
 
 /// The id of a segment file name, or None for anything else in the directory.
 pub fn parse_segment_file_name(name: &str) -> Option<u64> {
-    let digits = name.strip_prefix("seg-")?.strip_suffix(".log")?;
+    let digits = name
+        .strip_prefix(SEGMENT_PREFIX)?
+        .strip_suffix(SEGMENT_SUFFIX)?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -322,6 +336,22 @@ mod tests {
         assert_eq!(parse_segment_file_name(&segment_file_name(42)), Some(42));
         assert_eq!(parse_segment_file_name("seg-.log"), None);
         assert_eq!(parse_segment_file_name("MANIFEST"), None);
+    }
+
+    #[test]
+    fn segment_names_are_as_documented_and_parse_back() {
+        // The module doc and docs/ARCHITECTURE.md promise this name to operators and tools.
+        assert_eq!(segment_file_name(1), "seg-00000001.log");
+        assert_eq!(segment_file_name(123_456_789), "seg-123456789.log");
+        let p = segment_path("/srv/log", 7);
+        assert_eq!(p, Path::new("/srv/log/seg-00000007.log"));
+        for id in [1, 99_999_999, 100_000_000, u64::MAX] {
+            let name = segment_path("d", id);
+            let name = name.file_name().and_then(|n| n.to_str()).unwrap();
+            assert_eq!(parse_segment_file_name(name), Some(id), "{name}");
+        }
+        assert_eq!(parse_segment_file_name("seg-00000001.log.tmp"), None);
+        assert_eq!(parse_segment_file_name("seg-0000000x.log"), None);
     }
 
     #[test]

@@ -35,7 +35,7 @@
 //! segment_bytes = "256MiB" # flushed log space is freed a whole sealed segment at a time
 //!
 //! [shard]
-//! strategy = 3            # paper 003 Table II: 2/3/4/5 = 1/2/4/8 objects per shard per server
+//! strategy = 3            # object-sharding paper, Table II: 2/3/4/5 = 1/2/4/8 objects per shard per server
 //! # composite = true      # Table II's composite column: 1 = all servers, 2..5 = 1/2/4/8 servers
 //! # objects = 2           # the same, as a count (0 = every extent its own blob, the default)
 //! # servers = 4           # consecutive servers sharing a shard (power of two, or "all")
@@ -146,17 +146,17 @@ pub struct LogConfig {
     pub segment_bytes: Option<u64>,
 }
 
-/// How flushed extents are grouped into blobs (*object shards*, paper 003). The extents of
-/// `objects` objects that `servers` consecutive servers (one per node: ranks [k*g, (k+1)*g))
+/// How flushed extents are grouped into blobs (*object shards*, "Object sharding across
+/// storage layers"). The extents of `objects` objects that `servers` consecutive servers (one per node: ranks [k*g, (k+1)*g))
 /// flush to one tier go into one shard blob, cut at `max_bytes`. With `servers = 1` each
 /// server forms its own shards; with more, the group's lowest rank (its *leader*) pulls the
 /// members' extents and puts each shard once (only on tiers every member reaches: `shared`,
-/// `s3`). `strategy` names paper 003's Table II rows; `composite` picks its column.
+/// `s3`). `strategy` names the object-sharding paper's Table II rows; `composite` picks its column.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ShardConfig {
-    /// Paper 003 Table II strategy. Basic objects: 1 = one shard per object across all
-    /// servers (8 shards for VPIC's 8 variables), 2..5 = 1/2/4/8 objects per shard per server
+    /// The strategy of Table II of the object-sharding paper. Basic objects: 1 = one shard
+    /// per object across all servers (8 shards for VPIC's 8 variables), 2..5 = 1/2/4/8 objects per shard per server
     /// (8n, 4n, 2n, n shards on n nodes). Composite (`composite = true`; one pdcx object holds
     /// every variable): 1 = one shard across all servers, 2..5 = one shard per 1/2/4/8
     /// servers (n, n/2, n/4, n/8 shards).
@@ -256,13 +256,13 @@ impl ShardConfig {
         match self.strategy {
             None if self.composite.is_some() => {
                 return Err(Error::invalid(
-                    "shard.composite selects the column of paper 003's Table II for shard.strategy; set shard.strategy (1..5) too",
+                    "shard.composite selects the column of the object-sharding paper's Table II for shard.strategy; set shard.strategy (1..5) too",
                 ))
             }
             None | Some(1..=5) => {}
             Some(s) => {
                 return Err(Error::invalid(format!(
-                    "shard.strategy = {s}: paper 003's strategies are 1..5"
+                    "shard.strategy = {s}: the object-sharding paper's strategies are 1..5"
                 )))
             }
         }

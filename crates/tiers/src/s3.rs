@@ -91,8 +91,8 @@ impl S3Tier {
         Self::open_inner(cfg, env, true, true)
     }
 
-    /// Opens a bucket as a destination for whole objects at keys the caller names (issue 11:
-    /// the home of a file written under `pdcx run`), with credentials from the process
+    /// Opens a bucket as a destination for whole objects at keys the caller names
+    /// (the home of a file written under `pdcx run`), with credentials from the process
     /// environment. Unlike a tier it does not list the prefix at open (a home bucket may hold
     /// anything) and keeps no capacity accounting.
     pub fn open_destination(cfg: &TierConfig) -> Result<Self> {
@@ -426,8 +426,8 @@ impl S3Tier {
         res?.map_err(|e| self.map_err("writing", key, e))
     }
 
-    /// Starts a multipart upload of `key` whose parts several processes may put (issue 11:
-    /// servers upload the parts they hold); returns its upload id.
+    /// Starts a multipart upload of `key` whose parts several processes may put
+    /// (servers upload the parts they hold); returns its upload id.
     pub fn create_upload(&self, key: &str) -> Result<String> {
         check_key(key)?;
         let path = self.object_path(key);

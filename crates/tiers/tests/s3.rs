@@ -458,7 +458,7 @@ fn multipart_upload_survives_a_server_restart_by_retrying_parts() {
     );
 }
 
-/// Issue 11's S3 homes: an object written piece by piece from a reader, in one PUT when
+/// S3 homes of byte streams: an object written piece by piece from a reader, in one PUT when
 /// small, in parts when large; a reader failing mid-way leaves no object (the upload is
 /// aborted).
 #[test]

@@ -122,7 +122,7 @@ impl Write for &Stream {
 /// a thread that sleeps on another, idle (halted) vCPU costs an inter-processor interrupt and a
 /// host-side reschedule, tens of microseconds per wake-up: a 4 KiB write + wait between a
 /// client and a server on different CPUs measured ~100 us p50 against ~31 us when they share
-/// one (issue 10, smallmem). Polling briefly covers that ping-pong (the reply, or the next
+/// one (smallmem). Polling briefly covers that ping-pong (the reply, or the next
 /// request of a client issuing back-to-back small operations) without the sleep. When the
 /// other side runs on the same CPU, polling only delays it (it cannot preempt the poller at
 /// once), so the poll is adaptive: see [`spin_until_readable`].

@@ -1,4 +1,4 @@
-//! pdcx across facilities (issue 13): two deployments ("sites") linked by a TLS gateway, and
+//! pdcx across facilities: two deployments ("sites") linked by a TLS gateway, and
 //! push/pull of selected regions of objects between them.
 //!
 //! - [`site`]: a site's identity (self-signed certificate and key, the tokens it accepts) and

@@ -1,4 +1,4 @@
-//! S3 as a meeting point (issue 13): a site pushes a bundle (`bundle.rs`) to a bucket both
+//! S3 as a meeting point: a site pushes a bundle (`bundle.rs`) to a bucket both
 //! sites can reach, and the other pulls it from there when it likes; neither needs a link to
 //! the other. `pdcx push OBJ --to s3://BUCKET/PREFIX` writes the object's region as the bundle
 //! `PREFIX/NAME.pdcxb` (a multipart upload: the key appears whole or not at all);

@@ -16,7 +16,7 @@
 //!
 //! When no object has the name yet (a first pull, a push of a new object) the verified
 //! staging object itself becomes the object: its tags and containers are made the source's,
-//! the journal dropped, and it is **renamed** to the name last (issue 14's renames), so the
+//! the journal dropped, and it is **renamed** to the name last (`Client::rename_object`), so the
 //! bytes are written once. A crash before the rename leaves it staged (at worst without its
 //! journal, and the retry moves the chunks again); after it, the object is complete.
 

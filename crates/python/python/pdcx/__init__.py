@@ -271,7 +271,7 @@ class Client:
         """Removes a container and its tags; its objects stay (delete them first if wanted)."""
         self._c.delete_container(name)
 
-    # -- files: byte-stream objects (issue 14) ------------------------------------------------
+    # -- files: byte-stream objects ------------------------------------------------
 
     def open(
         self,
@@ -342,7 +342,7 @@ class Client:
         """Removes an empty directory."""
         _native.file_rmdir(self._c, _file_name(path))
 
-    # -- across sites (issue 13) -------------------------------------------------------------
+    # -- across sites -------------------------------------------------------------
 
     def pull(
         self,
@@ -541,8 +541,8 @@ class Container:
         return Object(self._client, json.loads(meta))
 
     def create_composite(self, name: str, shape: int | Iterable[int], fields: Any, tags: dict | None = None) -> Object:
-        """Creates a composite object (paper 003): an array of fixed-size records of several
-        variables (an array of structs), e.g. ``fields=[("x", "<f4"), ("id", "<i8")]``.
+        """Creates a composite object (as in the object-sharding paper): an array of fixed-size
+        records of several variables (an array of structs), e.g. ``fields=[("x", "<f4"), ("id", "<i8")]``.
 
         It is stored as a ``bytes`` object with one extra trailing dim of the record size and
         the record layout in the ``pdcx.fields`` tag, so every region, tier and placement

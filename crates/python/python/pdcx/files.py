@@ -1,4 +1,4 @@
-"""Files stored as pdcx byte-stream objects (issue 14), as real Python file objects.
+"""Files stored as pdcx byte-stream objects, as real Python file objects.
 
 ``Client.open(name, mode)`` returns what the built-in ``open`` returns for the same mode: an
 ``io.BufferedReader``/``BufferedWriter``/``BufferedRandom`` over :class:`RawFile` (an

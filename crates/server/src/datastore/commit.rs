@@ -47,7 +47,7 @@ pub struct OwnerGuard<'a> {
 /// is gone). Answers must be one per item, in order.
 pub trait Registrar {
     fn register(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>>;
-    /// `register` for the strong writes of a `memory` commit (smallmem, issue 10): the owner
+    /// `register` for the strong writes of a `memory` commit (smallmem): the owner
     /// may answer before its metadata WAL fsync. Defaults to the durable `register`.
     fn register_memory(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
         self.register(owner, items)

@@ -25,10 +25,10 @@ pub struct Extent {
     pub home: Option<Home>,
     /// False once the log segment holding it was retired (then `home` is durable).
     pub in_log: bool,
-    /// Smallest and largest element (as f64, NaNs ignored) once computed (issue 12: value
+    /// Smallest and largest element (as f64, NaNs ignored) once computed (value
     /// queries skip extents that cannot match): by the flusher, which has the bytes in hand.
     pub stats: Option<(f64, f64)>,
-    /// For an extent read by reference (issue 12): where its bytes are outside pdcx.
+    /// For an extent read by reference: where its bytes are outside pdcx.
     pub external: Option<Arc<super::refs::ExternalRef>>,
 }
 

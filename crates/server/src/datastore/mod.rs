@@ -460,7 +460,7 @@ impl DataStore {
     }
 
     /// Drops extents `seqs` of `id` that no read needs any more (wholly shadowed by newer
-    /// writes in every version still to be read, issue 11): their rows first (durably), then
+    /// writes in every version still to be read): their rows first (durably), then
     /// the index; their log bytes become garbage that [`retire_flushed`](Self::retire_flushed)
     /// frees once a segment holds nothing else. A crash in between leaves rows for extents
     /// still in the log (replayed or not, they stay shadowed). Returns how many were dropped.

@@ -44,7 +44,7 @@ impl DataStore {
         }
         self.io
             .cache_lookups(pieces.len() - misses.len(), misses.len());
-        // Extents read by reference (issue 12) come from their files, not the log or a tier.
+        // Extents read by reference come from their files, not the log or a tier.
         let (refs, rest): (Vec<usize>, Vec<usize>) = misses
             .into_iter()
             .partition(|&i| pieces[i].0.external.is_some() && pieces[i].0.home.is_none());
@@ -133,7 +133,7 @@ impl DataStore {
         Ok(fetched)
     }
 
-    /// One copy on the server's own read path (issue 10, "reads"): reads each span (`len`
+    /// One copy on the server's own read path: reads each span (`len`
     /// bytes at `offset` of `segment`, to byte `dest` of `out`, in order) straight from the
     /// log into `out`, when every piece is uncached and in a live log segment. False, with
     /// nothing read, otherwise (the caller uses [`fetch`](Self::fetch)). The spans must lie
@@ -149,7 +149,7 @@ impl DataStore {
             return Ok(false);
         }
         // Extents read by reference whose stored chunk is exactly their raw bytes (no filter,
-        // not an edge chunk) are read the same way, from their files (issue 12).
+        // not an edge chunk) are read the same way, from their files.
         let refs: std::collections::HashMap<u64, (&Extent, &super::ExternalRef)> = pieces
             .iter()
             .filter_map(|(e, _)| match (&e.external, &e.home) {
@@ -227,7 +227,7 @@ impl DataStore {
         Ok(true)
     }
 
-    /// For a read a same-node client performs itself (issue 10, "reads"): the (segment,
+    /// For a read a same-node client performs itself: the (segment,
     /// st_dev, st_ino) of every log segment holding `pieces`, if each piece's bytes are whole
     /// records in a live segment (`SegmentLog::is_written`: synced or not), else None (the
     /// caller serves that read itself). Such bytes are never rewritten or cut: the log only
@@ -235,7 +235,7 @@ impl DataStore {
     /// killed mid-append leaves every earlier record in the page cache), and retirement
     /// deletes whole files (see `docs/ARCHITECTURE.md`, "One read"). So a client reading such
     /// a span later gets exactly these bytes, or finds the file gone (then it falls back).
-    /// Unsynced bytes are planned too (issue 14: a workflow step reads the files the previous
+    /// Unsynced bytes are planned too (a workflow step reads the files the previous
     /// one closed without fsync): only losing the node loses them, and its clients with it.
     pub fn committed_segments(
         &self,

@@ -1,4 +1,4 @@
-//! Extents read by reference (issue 12, HDF5 import by reference): their bytes stay in a file
+//! Extents read by reference (HDF5 import by reference): their bytes stay in a file
 //! outside pdcx (an HDF5 chunk: `size` bytes at `offset`, after HDF5's filters), and are read
 //! and decoded when a read needs them. The owner records them (`add_references`) like a
 //! commit of its own writes: sequence numbers under the commit lock, the `extent_map` and

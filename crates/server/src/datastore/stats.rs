@@ -1,4 +1,4 @@
-//! Per-extent statistics (issue 12): the smallest and largest element of each extent, so a
+//! Per-extent statistics: the smallest and largest element of each extent, so a
 //! value query skips extents that cannot match without reading them (which matters most when
 //! they sit on a slow tier). The flusher computes them from the bytes it has read to copy the
 //! extent to its tier, so keeping them costs the write path nothing; an object tagged

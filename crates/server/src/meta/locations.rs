@@ -191,7 +191,7 @@ impl Metadata {
     }
 
     /// Drops the owner's region-map rows `(object, seq)` (regions other servers hold that no
-    /// read needs any more: shadowed in every version, issue 11). Durable when it returns.
+    /// read needs any more: shadowed in every version). Durable when it returns.
     pub fn delete_region_rows(&self, keys: &[(ObjectId, u64)]) -> Result<()> {
         self.write(|tx| {
             for (id, seq) in keys {

@@ -58,7 +58,7 @@ pub struct Metadata {
 }
 
 /// What the syncer thread shares with the catalog: the connection, its group commit and the
-/// rows of created objects waiting to be written (issue 10, creates: a create is answered
+/// rows of created objects waiting to be written (creates: a create is answered
 /// from memory and its rows reach SQLite in batches, one transaction per batch).
 pub(crate) struct Shard {
     db: Mutex<Connection>,
@@ -79,7 +79,7 @@ struct Queued {
     rows: Vec<ObjectMeta>,
     /// Written objects whose dims grew (`extend_dims`, a byte stream's writer) since: the
     /// elementwise maximum to write. A stream written past its end on every write grows
-    /// without a transaction of its own (issue 11, segment creation).
+    /// without a transaction of its own (segment creation).
     grown: HashMap<ObjectId, Vec<u64>>,
 }
 
@@ -334,7 +334,7 @@ impl Metadata {
         let db = Connection::open(path).map_err(db_err)?;
         db.execute_batch(
             // NORMAL: commits write the WAL without fsync; GroupSync adds the (shared) fsync.
-            // EXCLUSIVE (smallmem, issue 10): this server is the shard's only user, so the
+            // EXCLUSIVE (smallmem): this server is the shard's only user, so the
             // connection keeps the file lock and the WAL index in its own memory instead of
             // taking and dropping 6 `fcntl` locks on the -shm file per transaction (a small
             // `memory` commit runs one or two transactions). A second process opening the

@@ -1,4 +1,4 @@
-//! Renames (issue 14). An object's owner is fixed by its id, but lookups by name go to the
+//! Renames. An object's owner is fixed by its id, but lookups by name go to the
 //! server its name hashes to. A rename to a name that hashes to another server therefore
 //! leaves a **link** there (`name_links`: name -> id), which that server follows with a
 //! lookup by id; the owner's row takes the new name, so listings and metadata show it.

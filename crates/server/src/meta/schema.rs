@@ -9,11 +9,11 @@
 //! |---|---|
 //! | 0 | no version recorded: a new, empty file, or a shard written before versions existed (same tables as 1, `extent_home` possibly without `blob`/`blob_offset`, or missing) |
 //! | 1 | catalog (`settings`, `containers`, `objects`, `memberships`, `tags`) + locations (`extent_map`, `region_map`, `region_tokens`, `extent_home` with `blob`, `blob_offset`) |
-//! | 2 | + `bs_versions`: the versions of byte-stream objects and their home copies (issue 11, `versions.rs`) |
+//! | 2 | + `bs_versions`: the versions of byte-stream objects and their home copies (`versions.rs`) |
 //! | 3 | + `bs_versions.evicted`: the version is its stream's base, read from its home (`streambase.rs`) |
-//! | 4 | + `extent_stats`: each extent's smallest and largest element (issue 12, value queries skip extents) |
-//! | 5 | + `extent_refs`: extents whose bytes stay in a file outside pdcx (issue 12, HDF5 import by reference) |
-//! | 6 | + `name_links`: names that hash to this server for objects another server owns (issue 14, renames: `rename.rs`) |
+//! | 4 | + `extent_stats`: each extent's smallest and largest element (value queries skip extents) |
+//! | 5 | + `extent_refs`: extents whose bytes stay in a file outside pdcx (HDF5 import by reference) |
+//! | 6 | + `name_links`: names that hash to this server for objects another server owns (renames: `rename.rs`) |
 //!
 //! A database whose version is newer than this code knows is refused (it was written by a
 //! newer pdcx; this one might misread or corrupt it).
@@ -98,7 +98,7 @@ pub fn migrate(db: &Connection, path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Version 2: the versions of byte-stream objects (issue 11).
+/// Version 2: the versions of byte-stream objects.
 fn v2_byte_stream_versions(tx: &rusqlite::Transaction) -> Result<()> {
     tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS bs_versions (
@@ -111,7 +111,7 @@ fn v2_byte_stream_versions(tx: &rusqlite::Transaction) -> Result<()> {
     .map_err(db_err)
 }
 
-/// Version 3: which done version is its stream's base (issue 11: the log no longer holds it).
+/// Version 3: which done version is its stream's base (the log no longer holds it).
 fn v3_stream_bases(tx: &rusqlite::Transaction) -> Result<()> {
     let has: bool = tx
         .prepare("SELECT 1 FROM pragma_table_info('bs_versions') WHERE name='evicted'")
@@ -124,7 +124,7 @@ fn v3_stream_bases(tx: &rusqlite::Transaction) -> Result<()> {
     Ok(())
 }
 
-/// Version 4: per-extent statistics for value queries (issue 12, `datastore/stats.rs`).
+/// Version 4: per-extent statistics for value queries (`datastore/stats.rs`).
 fn v4_extent_stats(tx: &rusqlite::Transaction) -> Result<()> {
     tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS extent_stats (
@@ -134,7 +134,7 @@ fn v4_extent_stats(tx: &rusqlite::Transaction) -> Result<()> {
     .map_err(db_err)
 }
 
-/// Version 5: extents read from a file outside pdcx (issue 12, `datastore/refs.rs`).
+/// Version 5: extents read from a file outside pdcx (`datastore/refs.rs`).
 fn v5_extent_refs(tx: &rusqlite::Transaction) -> Result<()> {
     tx.execute_batch(
         "CREATE TABLE IF NOT EXISTS extent_refs (

@@ -348,7 +348,7 @@ fn a_shard_from_a_newer_pdcx_is_refused_with_what_to_do() {
     assert_eq!(schema::version(&db).unwrap(), newer);
 }
 
-/// Lazy creates and tag puts (issue 10, item 5): visible and checked at return, on stable
+/// Lazy creates and tag puts: visible and checked at return, on stable
 /// storage after `sync` (the consistency point), and by themselves through the WAL syncer.
 #[test]
 fn lazy_creates_are_checked_at_once_and_durable_at_sync() {
@@ -405,7 +405,7 @@ fn lazy_creates_are_checked_at_once_and_durable_at_sync() {
     assert!(md.object_by_name("lazy/bad").is_err());
 }
 
-/// Creates (issue 10, session 2): a create is answered from memory and its rows are written
+/// Creates: a create is answered from memory and its rows are written
 /// later. A crash before they are written loses the object, never its id: ids restart above
 /// the durably recorded range, so a client holding the lost object's id can never reach
 /// another object through it. Rows written by `sync` survive a power cut.
@@ -516,7 +516,7 @@ fn lazy_tags_on_a_queued_create_join_its_row() {
     );
 }
 
-/// smallmem (issue 10): the server keeps its shard's file lock (EXCLUSIVE locking mode, no
+/// smallmem: the server keeps its shard's file lock (EXCLUSIVE locking mode, no
 /// per-transaction `fcntl` locks), so another process's connection is refused while it runs,
 /// and gets in once the server is gone.
 #[test]
@@ -539,7 +539,7 @@ fn the_shard_is_locked_for_other_connections_while_open() {
     assert!(n >= 2);
 }
 
-/// Issue 11: writers of one byte stream grow it at the same time; the size the owner then
+/// Writers of one byte stream grow it at the same time; the size the owner then
 /// reports (and seals a version with) is the largest any of them asked for, never an
 /// earlier one put back by a slower grower.
 #[test]

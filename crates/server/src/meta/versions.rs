@@ -1,4 +1,4 @@
-//! Versions of byte-stream objects (issue 11): the rows of `bs_versions`, kept by the
+//! Versions of byte-stream objects: the rows of `bs_versions`, kept by the
 //! object's owner.
 //!
 //! A version (epoch) is the object's content at a consistency point: every write with a

@@ -1,5 +1,5 @@
 //! Group shards: shards holding the extents of several servers (`[shard] servers = N | "all"`,
-//! paper 003's strategy 1 and composite strategies 3-5).
+//! the object-sharding paper's strategy 1 and composite strategies 3-5).
 //!
 //! Servers are grouped by rank: group k is ranks [k*g, (k+1)*g) (one server per node in real
 //! deployments); its lowest rank is the **leader**. Only tiers every member reaches qualify

@@ -2,8 +2,8 @@
 //!
 //! An object's `pdcx.tier` tag decides, else automatic placement:
 //! - `pdcx.tier = "ssd"`: every extent on tier `ssd` (spilling to the tiers after it when full);
-//! - `pdcx.tier = "ssd:25%,s3"`: vertical sharding by quota (paper 003): an extent goes to the
-//!   first listed tier whose share of the object's flushed bytes would stay within its quota
+//! - `pdcx.tier = "ssd:25%,s3"`: vertical sharding by quota (the object-sharding paper): an
+//!   extent goes to the first listed tier whose share of the object's flushed bytes would stay within its quota
 //!   (the last entry takes the rest);
 //! - no tag: the fastest tier with room, fastest by measured write bandwidth once every
 //!   candidate has been measured, by config order until then.
