@@ -217,19 +217,25 @@ def test_workload_errors_and_missed_crash_points_are_failures():
         assert harness.failure_kind(why) == "servers that died elsewhere than their crash point", why
 
 
-def test_the_harness_fails_when_an_armed_point_is_never_reached(tmp_path):
-    """A crash-point cycle whose point the servers never pass (no such point here) is a
-    failure, and the harness exits 1: a crash test that crashed nothing must not pass."""
+def crash_point_cycles(tmp_path, points: str, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """The harness with crash-point cycles only, one per line of `points`: its run and results."""
     if shutil.which("mpirun") is None or not Path(os.environ.get("VERSITYGW", "/usr/local/bin/versitygw")).exists():
         pytest.skip("mpirun or versitygw not installed")
     pytest.importorskip("mpi4py")
-    points = tmp_path / "points"
-    points.write_text("commit.no_such_point\n")
+    (tmp_path / "points").write_text(points)
     out = tmp_path / "rel"
-    cmd = [sys.executable, str(HARNESS), "--kills", "0", "--servers", "2", "--ranks", "2", "--particles", "2048"]
-    cmd += ["--crash-points", str(points), "--crash-wait", "3", "--seed", "5", "--out", str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    cmd = [sys.executable, str(HARNESS), "--kills", "0", "--servers", "2", *args]
+    cmd += ["--crash-points", str(tmp_path / "points"), "--seed", "5", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+    return p, [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def test_the_harness_fails_when_an_armed_point_is_never_reached(tmp_path):
+    """A crash-point cycle whose point the servers never pass (no such point here) is a
+    failure, and the harness exits 1: a crash test that crashed nothing must not pass."""
+    p, results = crash_point_cycles(
+        tmp_path, "commit.no_such_point\n", "--ranks", "2", "--particles", "2048", "--crash-wait", "3"
+    )
     assert [(r["kind"], r.get("point"), r.get("hit")) for r in results] == [("crash", "commit.no_such_point", False)], (
         p.stdout[-5000:] + p.stderr[-5000:]
     )
@@ -402,17 +408,11 @@ def test_harness_crash_points_lose_nothing(tmp_path):
     """Crash-point cycles with the instrumented build: a server dies at a commit, a flush and a
     retirement point (the Nth hit, N in 1..3) while 3 ranks write; it is restarted and the
     oracle finds nothing lost, torn or changed by a second recovery."""
-    if shutil.which("mpirun") is None or not Path(os.environ.get("VERSITYGW", "/usr/local/bin/versitygw")).exists():
-        pytest.skip("mpirun or versitygw not installed")
-    pytest.importorskip("mpi4py")
-    points = tmp_path / "points"
-    points.write_text("commit.after_register\nflush.after_home_rows\nretire.after_manifest\n")
-    out = tmp_path / "rel"
-    cmd = [sys.executable, str(HARNESS), "--kills", "0", "--servers", "2", "--ranks", "3", "--particles", "4096"]
-    cmd += ["--crash-points", str(points), "--crash-wait", "30", "--seed", "5", "--out", str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
-    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert [r.get("point") for r in results] == points.read_text().split(), p.stdout[-5000:] + p.stderr[-5000:]
+    points = ["commit.after_register", "flush.after_home_rows", "retire.after_manifest"]
+    p, results = crash_point_cycles(
+        tmp_path, "".join(f"{n}\n" for n in points), "--ranks", "3", "--particles", "4096", "--crash-wait", "30"
+    )
+    assert [r.get("point") for r in results] == points, p.stdout[-5000:] + p.stderr[-5000:]
     assert all(r.get("hit") for r in results), [(r["point"], r.get("armed"), r.get("hit")) for r in results]
     failures = [f for r in results for f in r["failures"]]
     assert p.returncode == 0 and not failures, p.stdout[-5000:]
