@@ -156,6 +156,93 @@ def test_journal_parsing_orders_relaxed_writes_by_sync(tmp_path):
     assert h.writes[9].ack is None and h.acked_bytes() == {"local": 32, "memory": 32}
 
 
+def test_only_a_torn_last_line_is_tolerated(tmp_path):
+    (tmp_path / "journal").mkdir()
+    j = tmp_path / "journal" / "rank-0.jsonl"
+    good = '{"k": "w", "wid": 1}\n{"k": "ack", "wids": [1]}\n'
+    j.write_text(good + '{"k": "ack", "wi')  # killed mid-append: no newline after it
+    assert [r["k"] for r in oracle.read_jsonl(j)] == ["w", "ack"]
+    j.write_text(good)
+    assert len(oracle.read_jsonl(j)) == 2
+    for bad in (
+        '{"k": "w", "wid": 1}\n{"k": "ack", "wi\n{"k": "ack", "wids": [2]}\n',  # torn, then more
+        good + '{"k": "ack", "wi\n',  # a whole last line (it has its newline) that is malformed
+        '{"k": "w", "wid": 1}\n\n{"k": "ack", "wids": [1]}\n',  # an empty line inside
+        "[1, 2]\n" + good,  # JSON, but no record
+    ):
+        j.write_text(bad)
+        with pytest.raises(oracle.JournalError):
+            oracle.read_jsonl(j)
+        with pytest.raises(oracle.JournalError):
+            oracle.load(tmp_path)
+
+
+def test_a_killed_ranks_torn_line_is_cut_before_its_next_session(tmp_path):
+    j = tmp_path / "rank-0.jsonl"
+    assert L.cut_torn_tail(str(j)) == 0  # no journal yet
+    whole = '{"k": "begin", "session": 1}\n' + '{"k": "w", "wid": 1}\n' * 5000  # > one 64 KiB chunk
+    j.write_text(whole + '{"k": "ack", "wids": [1')
+    nxt = '{"k": "begin", "session": 2}\n'
+    # Without the cut, the next session's first record would be glued to the torn line.
+    with open(j, "a") as f:
+        f.write(nxt)
+    with pytest.raises(oracle.JournalError):
+        oracle.read_jsonl(j)
+    j.write_text(whole + '{"k": "ack", "wids": [1')
+    assert L.cut_torn_tail(str(j)) == len('{"k": "ack", "wids": [1')
+    assert j.read_text() == whole
+    with open(j, "a") as f:
+        f.write(nxt)
+    assert [r["k"] for r in oracle.read_jsonl(j)][-2:] == ["w", "begin"]
+    assert L.cut_torn_tail(str(j)) == 0  # a journal ending with a whole line is left alone
+    j.write_text('{"k": "begi')  # only a torn line
+    assert L.cut_torn_tail(str(j)) == 11 and j.read_text() == ""
+
+
+def test_workload_errors_and_missed_crash_points_are_failures():
+    import harness
+
+    assert harness.workload_failures("server", 0, "s.log") == []
+    assert harness.workload_failures("client", 137, "s.log") == []  # the cycle killed a rank
+    for kind in ("server", "all", "crash"):
+        assert harness.workload_failures(kind, 3, "s.log") == ["workload exited with 3; see s.log"]
+    assert "did not stop" in harness.workload_failures("all", harness.STOP_TIMEOUT_RC, "s.log")[0]
+    said = "=== harness: start rank 1\npdcx: crash point flush.after_put reached: killing this process\n"
+    kill = -9
+    assert harness.crash_evidence(kill, said, "flush.after_put") is None
+    assert "never reached" in harness.crash_evidence(kill, said, "commit.after_publish")
+    assert "exited with 1" in harness.crash_evidence(1, said, "flush.after_put")
+    assert "exited with 101" in harness.crash_evidence(101, "panicked", "flush.after_put")
+    for why in (harness.crash_evidence(1, "", "x.y"), harness.crash_evidence(kill, "", "x.y")):
+        assert harness.failure_kind(why) == "servers that died elsewhere than their crash point", why
+
+
+def crash_point_cycles(tmp_path, points: str, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    """The harness with crash-point cycles only, one per line of `points`: its run and results."""
+    if shutil.which("mpirun") is None or not Path(os.environ.get("VERSITYGW", "/usr/local/bin/versitygw")).exists():
+        pytest.skip("mpirun or versitygw not installed")
+    pytest.importorskip("mpi4py")
+    (tmp_path / "points").write_text(points)
+    out = tmp_path / "rel"
+    cmd = [sys.executable, str(HARNESS), "--kills", "0", "--servers", "2", *args]
+    cmd += ["--crash-points", str(tmp_path / "points"), "--seed", "5", "--out", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+    return p, [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def test_the_harness_fails_when_an_armed_point_is_never_reached(tmp_path):
+    """A crash-point cycle whose point the servers never pass (no such point here) is a
+    failure, and the harness exits 1: a crash test that crashed nothing must not pass."""
+    p, results = crash_point_cycles(
+        tmp_path, "commit.no_such_point\n", "--ranks", "2", "--particles", "2048", "--crash-wait", "3"
+    )
+    assert [(r["kind"], r.get("point"), r.get("hit")) for r in results] == [("crash", "commit.no_such_point", False)], (
+        p.stdout[-5000:] + p.stderr[-5000:]
+    )
+    assert [f for f in results[0]["failures"] if "was never reached" in f], results[0]["failures"]
+    assert p.returncode == 1 and "crash points never reached" in p.stdout, p.stdout[-5000:]
+
+
 def test_harness_kill_loop_finds_nothing_wrong(tmp_path):
     """A short run: kill -9 of one server, of all servers and of a client rank, while 3 MPI
     ranks write with memory/local durability and strong/relaxed consistency and the flusher
@@ -321,17 +408,11 @@ def test_harness_crash_points_lose_nothing(tmp_path):
     """Crash-point cycles with the instrumented build: a server dies at a commit, a flush and a
     retirement point (the Nth hit, N in 1..3) while 3 ranks write; it is restarted and the
     oracle finds nothing lost, torn or changed by a second recovery."""
-    if shutil.which("mpirun") is None or not Path(os.environ.get("VERSITYGW", "/usr/local/bin/versitygw")).exists():
-        pytest.skip("mpirun or versitygw not installed")
-    pytest.importorskip("mpi4py")
-    points = tmp_path / "points"
-    points.write_text("commit.after_register\nflush.after_home_rows\nretire.after_manifest\n")
-    out = tmp_path / "rel"
-    cmd = [sys.executable, str(HARNESS), "--kills", "0", "--servers", "2", "--ranks", "3", "--particles", "4096"]
-    cmd += ["--crash-points", str(points), "--crash-wait", "30", "--seed", "5", "--out", str(out)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
-    results = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    assert [r.get("point") for r in results] == points.read_text().split(), p.stdout[-5000:] + p.stderr[-5000:]
+    points = ["commit.after_register", "flush.after_home_rows", "retire.after_manifest"]
+    p, results = crash_point_cycles(
+        tmp_path, "".join(f"{n}\n" for n in points), "--ranks", "3", "--particles", "4096", "--crash-wait", "30"
+    )
+    assert [r.get("point") for r in results] == points, p.stdout[-5000:] + p.stderr[-5000:]
     assert all(r.get("hit") for r in results), [(r["point"], r.get("armed"), r.get("hit")) for r in results]
     failures = [f for r in results for f in r["failures"]]
     assert p.returncode == 0 and not failures, p.stdout[-5000:]

@@ -49,6 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: pdcxbin
 from pdcxbin import pdcx_bin
 
 KINDS = ("server", "all", "client")
+# Session.stop's status for a workload that did not end when told (and was killed).
+STOP_TIMEOUT_RC = -1000
 
 
 def log(msg: str) -> None:
@@ -230,6 +232,11 @@ class Servers:
                 raise HarnessError(f"server {r} did not stop within {timeout}s of SIGTERM") from None
         self.event({"k": "stop", "servers": ranks, "t0": t0, "t": time.monotonic_ns()})
 
+    def last_log(self, r: int) -> str:
+        """Server `r`'s log since its latest start."""
+        text = (self.logs / f"server-{r}.log").read_text(errors="replace")
+        return text[text.rfind("=== harness: start rank") :]
+
     def alive(self, r: int) -> bool:
         return r in self.procs and self.procs[r].poll() is None
 
@@ -335,7 +342,7 @@ class Session:
             rc = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            rc = -9
+            rc = STOP_TIMEOUT_RC
         self.out.close()
         return rc
 
@@ -553,6 +560,10 @@ class Run:
                     time.sleep(0.05)
                 if self.servers.alive(victim):
                     res["hit"] = False
+                    res["failures"].append(
+                        f"crash point {res['armed']} was never reached (server {victim} still alive after "
+                        f"{self.args.crash_wait:g} s)"
+                    )
                     self.servers.stop([victim])
                     self.servers.start([victim])
                     self.servers.wait_ready()
@@ -560,6 +571,7 @@ class Run:
                     self.crashed(res, victim, point, at_start=False)
             time.sleep(self.rng.uniform(0.5, 1.5))  # the clients carry on against the restarted servers
             res["workload_rc"] = sess.stop()
+            res["failures"] += workload_failures(kind, res["workload_rc"], sess.out.name)
         except BaseException:
             sess.kill()
             raise
@@ -567,13 +579,39 @@ class Run:
         return res
 
     def crashed(self, res: dict, victim: int, point: str, at_start: bool) -> None:
-        """The armed server died (at its crash point, we trust; its exit status and log say):
-        restart it without the point."""
-        res["hit"], res["at_start"] = True, at_start
-        res["exit"] = self.servers.procs[victim].returncode
+        """The armed server died: a failure unless it died at its crash point (killed by
+        SIGKILL, after saying so in its log). Restart it without the point."""
+        res["exit"] = rc = self.servers.procs[victim].returncode
+        why = crash_evidence(rc, self.servers.last_log(victim), point)
+        res["hit"], res["at_start"] = why is None, at_start
+        if why:
+            res["failures"].append(f"server {victim} armed with {res['armed']} {why}")
         self.servers.event({"k": "kill", "servers": [victim], "t": time.monotonic_ns(), "point": point})
         self.servers.start([victim])
         res["recover_s"].append(self.servers.wait_ready())
+
+
+def workload_failures(kind: str, rc: int, log_name: str) -> list[str]:
+    """The workload's exit status as failures. Its ranks exit 0 once the stop file appears,
+    whatever servers died meanwhile (they retry through restarts); a rank that gives up, hits
+    an exception or hangs past the stop exits otherwise. Only a `client` cycle kills a rank,
+    and then mpirun's status is that kill's."""
+    if kind == "client" or rc == 0:
+        return []
+    if rc == STOP_TIMEOUT_RC:
+        return [f"workload did not stop when told and was killed; see {log_name}"]
+    return [f"workload exited with {rc}; see {log_name}"]
+
+
+def crash_evidence(returncode: int | None, log_text: str, point: str) -> str | None:
+    """None when a server's exit shows it died at crash point `point` (SIGKILL, after the
+    line crates/fsio/src/crash.rs prints there); else what it did instead."""
+    said = f"crash point {point} reached" in log_text
+    if returncode == -signal.SIGKILL and said:
+        return None
+    if returncode != -signal.SIGKILL:
+        return f"exited with {returncode}, not killed at the point" + ("" if said else " (its log never reached it)")
+    return "was killed but its log never reached the point (killed by something else)"
 
     def check(self, res: dict) -> None:
         """The oracle after this recovery, then a second recovery that must change nothing."""
@@ -621,7 +659,12 @@ def failure_kind(f: str) -> str:
         ("is not part of the log", "reads racing segment retirement"),
         ("os error 11", "client calls timed out after 10 s"),
         ("no blob", "reads racing demotion"),
-        ("workload exited early", "workload crashes (see its session log)"),
+        ("workload exited", "workload crashes (see its session log)"),
+        ("workload did not stop", "workloads that hung"),
+        ("was never reached", "crash points never reached"),
+        ("not killed at the point", "servers that died elsewhere than their crash point"),
+        ("log never reached the point", "servers that died elsewhere than their crash point"),
+        ("malformed journal", "malformed journals"),
         ("recovery failed", "recoveries that failed"),
         ("torn", "torn writes"),
         ("never written", "data never written"),
@@ -735,7 +778,7 @@ def main() -> int:
     out = args.out or HERE / "out" / time.strftime("%Y%m%d-%H%M%S")
     out.mkdir(parents=True, exist_ok=True)
     results_path = out / "results.jsonl"
-    results = oracle.read_jsonl(results_path) if results_path.exists() else []
+    results = oracle.read_jsonl(results_path, key="kind") if results_path.exists() else []
     if args.table_only:
         print(table(results, args.power, args.mpiio))
         return 1 if any(r.get("failures") for r in results) else 0
@@ -768,12 +811,15 @@ def main() -> int:
                     t0 = time.monotonic()
                     try:
                         res = run.cycle(kind, point)
-                    except HarnessError as e:
+                    except (HarnessError, oracle.JournalError) as e:
+                        # Both leave the run unusable: a deployment in an unknown state, or a
+                        # history that cannot be trusted.
+                        what = "recovery failed" if isinstance(e, HarnessError) else "malformed journal"
                         res = {
                             "run": run.id,
                             "session": run.session,
                             "kind": kind,
-                            "failures": [f"recovery failed: {e}"],
+                            "failures": [f"{what}: {e}"],
                         }
                         if point:
                             res["point"] = point
@@ -789,7 +835,7 @@ def main() -> int:
                     )
                     for f in res["failures"]:
                         log(f"  FAILURE (run {run.id}, session {res['session']}, seed {seed}): {f}")
-                    if res["failures"] and any(f.startswith("recovery failed") for f in res["failures"]):
+                    if any(f.startswith(("recovery failed", "malformed journal")) for f in res["failures"]):
                         break  # the deployment is in an unknown state: start a fresh run
             finally:
                 run.close()

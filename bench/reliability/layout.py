@@ -1,10 +1,13 @@
 """What the crash harness's workload writes: object layout, write ids and data patterns.
 
 Shared by the workload ranks (workload.py), the harness that creates the objects and the
-oracle that reads them back, so the three agree on names, shapes and patterns.
+oracle that reads them back, so the three agree on names, shapes and patterns (and on the
+journal's lines: see cut_torn_tail).
 """
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 
@@ -72,3 +75,34 @@ def base_objects(cfg: dict) -> list[dict]:
 def shared_objects(cfg: dict) -> list[str]:
     """Objects every rank writes (candidates for relaxed consistency)."""
     return [f"vpic/{v}" for v in VARS] + ["grid", "hot", "big"]
+
+
+def cut_torn_tail(path: str) -> int:
+    """Drops an incomplete last line (this rank's previous process was killed mid-append) and
+    returns how many bytes it had. Appending after it would glue this process's first record
+    to it, a malformed line inside the journal, which the oracle refuses (only a journal's last
+    line may be torn). Dropping it loses nothing: the record was never complete on disk, so the
+    operation it would have issued never started (the issue is journaled first) and the
+    acknowledgement it would have recorded is not claimed."""
+    try:
+        f = open(path, "rb+")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        return 0
+    with f:
+        size = f.seek(0, os.SEEK_END)
+        end = size
+        while end > 0:
+            start = max(0, end - (1 << 16))
+            f.seek(start)
+            chunk = f.read(end - start)
+            nl = chunk.rfind(b"\n")
+            if nl >= 0:
+                keep = start + nl + 1
+                break
+            end = start
+        else:
+            keep = 0
+        if keep < size:
+            f.truncate(keep)
+            os.fsync(f.fileno())
+        return size - keep

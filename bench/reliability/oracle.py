@@ -128,14 +128,31 @@ class History:
         return out
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The records of a journal; a torn last line (the writer died mid-append) is skipped."""
+class JournalError(ValueError):
+    """A journal with a malformed record before its last line: the history cannot be trusted."""
+
+
+def read_jsonl(path: Path, key: str = "k") -> list[dict]:
+    """The records of a journal. Only its last line may be incomplete (a writer killed, or still
+    writing, mid-append: no newline after it yet), and that line is skipped; any other line that
+    is not a JSON object raises JournalError, since skipping it could hide a write or an
+    acknowledgement from the checks. (A rank's next process cuts its predecessor's torn line
+    off before appending: workload.py.) Every record is an object with `key`."""
+    lines = Path(path).read_text().split("\n")
     out = []
-    for line in Path(path).read_text().splitlines():
+    for i, line in enumerate(lines):
+        last = i == len(lines) - 1  # not followed by a newline
+        if last and not line:
+            break  # the file ends with a newline (or is empty)
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            if last:
+                break
+            raise JournalError(f"{path}:{i + 1}: malformed record {line[:120]!r}: {e}") from None
+        if not isinstance(rec, dict) or key not in rec:
+            raise JournalError(f"{path}:{i + 1}: not a journal record: {line[:120]!r}")
+        out.append(rec)
     return out
 
 

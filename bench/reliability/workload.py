@@ -36,6 +36,7 @@ import layout as L
 
 class Journal:
     def __init__(self, path: str):
+        self.dropped = L.cut_torn_tail(path)
         self.f = open(path, "a", buffering=1 << 16)  # noqa: SIM115 - lives as long as the rank
 
     def put(self, *recs: dict) -> None:
@@ -60,7 +61,10 @@ def main() -> int:
     client = pdcx.connect()
     placement = "object-static" if rng.random() < cfg.get("object_static_share", 0.3) else "region-local"
     client.placement = placement
-    jr.put({"k": "begin", "session": session, "pid": os.getpid(), "placement": placement, "t": now()})
+    begin = {"k": "begin", "session": session, "pid": os.getpid(), "placement": placement, "t": now()}
+    if jr.dropped:
+        begin["dropped_torn_bytes"] = jr.dropped
+    jr.put(begin)
     stop_path = os.path.join(run_dir, "stop")
     durs = cfg["durabilities"]
     n = cfg["particles"]

@@ -7,7 +7,9 @@
 //! as `kill -9` at exactly that instruction. In-process tests instead install a [`set_hook`]
 //! (e.g. to cut a simulated disk's power at that point).
 //!
-//! Every point is listed in [`POINTS`]; the test suite exercises each one.
+//! Every point is listed in [`POINTS`]; the test suite kills a process at each one, and with
+//! `PDCX_CRASH_LEDGER=FILE` each such kill appends the point's name to FILE first, so that CI
+//! can check that every point was reached (scripts/crash_coverage.py).
 
 /// Every crash point, by name: `area.where`.
 pub const POINTS: &[&str] = &[
@@ -123,10 +125,34 @@ mod armed {
         }
         if die {
             eprintln!("pdcx: crash point {name} reached: killing this process (PDCX_CRASH_AT)");
+            record(name);
             // SAFETY: signalling our own pid; SIGKILL cannot be caught, so nothing runs after.
             unsafe {
                 libc::kill(libc::getpid(), libc::SIGKILL);
             }
+        }
+    }
+
+    /// Appends `name` to the file `PDCX_CRASH_LEDGER` names, if any: CI's proof that some test
+    /// really killed a process at each point (scripts/crash_coverage.py reads it). One
+    /// O_APPEND write of a whole line, so concurrent dying processes do not interleave; it is
+    /// in the page cache before the SIGKILL, which loses no written data.
+    fn record(name: &str) {
+        use std::io::Write;
+        let Some(path) = std::env::var_os("PDCX_CRASH_LEDGER") else {
+            return;
+        };
+        let line = format!("{name}\n");
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .and_then(|mut f| f.write_all(line.as_bytes()));
+        if let Err(e) = written {
+            eprintln!(
+                "pdcx: PDCX_CRASH_LEDGER={}: {e}: this kill is not recorded",
+                std::path::Path::new(&path).display()
+            );
         }
     }
 

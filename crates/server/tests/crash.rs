@@ -440,8 +440,10 @@ fn the_durable_path_survives_crashes_and_power_cuts_at_every_point() {
     );
     if pdcx_fsio::crash::ENABLED {
         // Every crash point a single server passes through must have been exercised. The
-        // registration point needs two servers and S3's needs S3: the process-level crash
-        // tests (tests/test_crash_points.py) cover those.
+        // others are killed at by the process-level crash tests: the registration point needs
+        // two servers (tests/crashpoints.rs), the S3 upload point an S3 tier
+        // (tests/groupshard.rs), and scripts/crash_coverage.py checks that CI killed a process
+        // at every point.
         for p in pdcx_fsio::crash::POINTS {
             // Byte-stream versions need servers: tests/homecrash.rs covers them.
             if matches!(*p, "register.after_region_map" | "s3.after_part_upload")

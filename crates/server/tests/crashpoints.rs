@@ -205,6 +205,9 @@ fn every_crash_point_loses_nothing_acknowledged_and_tears_nothing() {
         ("checkpoint.after_wal_sync", 1),
         ("retire.before_manifest", 1),
         ("retire.after_manifest", 1),
+        // The segment log's fsync done, before the commit that needed it goes on: hit 3 is
+        // write k = 2's (the in-process crash test only simulates this one with a hook).
+        ("log.after_segment_sync", 3),
     ];
     let exe = std::env::current_exe().unwrap();
     for (point, n) in points {

@@ -118,6 +118,27 @@ pub fn s3_server() -> Option<S3> {
     })
 }
 
+/// Exports `s3`'s credentials and endpoint as the `AWS_*` variables a server reads (servers
+/// started in this process or in its children, as a real server does for an S3 home), and
+/// opens its bucket as the test's own view of it.
+pub fn s3_home_env(s3: &S3) -> pdcx_tiers::s3::S3Tier {
+    for (k, v) in [
+        ("AWS_ACCESS_KEY_ID", "PDCX_TEST_S3_ACCESS_KEY_ID"),
+        ("AWS_SECRET_ACCESS_KEY", "PDCX_TEST_S3_SECRET_ACCESS_KEY"),
+        ("AWS_ENDPOINT_URL", "PDCX_TEST_S3_ENDPOINT"),
+    ] {
+        std::env::set_var(k, &s3.vars[v]);
+    }
+    std::env::set_var("AWS_REGION", "us-east-1");
+    pdcx_tiers::s3::S3Tier::open_destination(&pdcx_tiers::TierConfig {
+        name: "check".into(),
+        kind: pdcx_tiers::TierKind::S3,
+        bucket: Some(s3.vars["PDCX_TEST_S3_BUCKET"].clone()),
+        ..Default::default()
+    })
+    .unwrap()
+}
+
 /// Rank `rank` of a 2-server deployment `deployment` as an in-process engine (no RPC server)
 /// under `base/server-RANK`, with 1 MiB log segments and the tiers of `cfg`; peers are the
 /// caller's to set.
