@@ -182,14 +182,7 @@ fn versions_reach_an_s3_home_in_parts_from_the_servers_holding_them() {
     let Some(s3) = s3_server() else { return };
     // The servers (in this process) read S3 credentials from the environment, as a real
     // server does.
-    for (k, v) in [
-        ("AWS_ACCESS_KEY_ID", "PDCX_TEST_S3_ACCESS_KEY_ID"),
-        ("AWS_SECRET_ACCESS_KEY", "PDCX_TEST_S3_SECRET_ACCESS_KEY"),
-        ("AWS_ENDPOINT_URL", "PDCX_TEST_S3_ENDPOINT"),
-    ] {
-        std::env::set_var(k, &s3.vars[v]);
-    }
-    std::env::set_var("AWS_REGION", "us-east-1");
+    let raw = common::s3_home_env(&s3);
     let bucket = &s3.vars["PDCX_TEST_S3_BUCKET"];
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
@@ -197,13 +190,6 @@ fn versions_reach_an_s3_home_in_parts_from_the_servers_holding_them() {
     let _servers = two_servers(&root);
     let a = client_at(&root, 0);
     let b = client_at(&root, 1);
-    let raw = pdcx_tiers::s3::S3Tier::open_destination(&pdcx_tiers::TierConfig {
-        name: "check".into(),
-        kind: pdcx_tiers::TierKind::S3,
-        bucket: Some(bucket.clone()),
-        ..Default::default()
-    })
-    .unwrap();
     use pdcx_tiers::Tier;
 
     // Small: one PUT.
