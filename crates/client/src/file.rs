@@ -80,18 +80,8 @@ impl FileOptions {
     /// (`off`, `adaptive` or a size such as `256K`, `4M`).
     pub fn from_env() -> Result<FileOptions> {
         let mut o = FileOptions::default();
-        if let Ok(v) = std::env::var("PDCX_FILE_AGGREGATE") {
-            o.aggregate = match v.trim() {
-                "0" | "off" | "false" | "no" => false,
-                "1" | "on" | "true" | "yes" => true,
-                _ => {
-                    return Err(Error::invalid(format!(
-                        "PDCX_FILE_AGGREGATE={v:?}: expected 0 or 1"
-                    )))
-                }
-            };
-        }
-        if let Ok(v) = std::env::var("PDCX_FILE_PREFETCH") {
+        o.aggregate = pdcx_core::config::FILE_AGGREGATE.switch()?;
+        if let Some(v) = pdcx_core::config::FILE_PREFETCH.text() {
             o.prefetch = Prefetch::parse(&v)
                 .map_err(|e| Error::invalid(format!("PDCX_FILE_PREFETCH={v:?}: {e}")))?;
         }

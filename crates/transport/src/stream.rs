@@ -129,10 +129,7 @@ impl Write for &Stream {
 pub fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| {
-        let us = std::env::var("PDCX_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_SPIN_US);
+        let us = pdcx_core::config::SPIN_US.count_or_default();
         Duration::from_micros(us)
     })
 }
@@ -147,10 +144,7 @@ pub const DEFAULT_SPIN_US: u64 = 50;
 pub fn reply_spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| {
-        let us = std::env::var("PDCX_REPLY_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_REPLY_SPIN_US);
+        let us = pdcx_core::config::REPLY_SPIN_US.count_or_default();
         Duration::from_micros(us)
     })
 }
@@ -223,10 +217,7 @@ pub fn connect_unix(spec: &str) -> io::Result<UnixStream> {
 
 /// Whether the Unix-domain channel may be used (`PDCX_UNIX` is not 0/off/false/no).
 pub fn unix_enabled_by_env() -> bool {
-    !matches!(
-        std::env::var("PDCX_UNIX").as_deref().map(str::trim),
-        Ok("0" | "off" | "false" | "no")
-    )
+    pdcx_core::config::UNIX.switch_or_default()
 }
 
 #[cfg(test)]
