@@ -397,6 +397,14 @@ struct ServerArgs {
     #[command(subcommand)]
     action: Option<ServerAction>,
 
+    #[command(flatten)]
+    flags: ServerFlags,
+}
+
+/// The flags of a foreground server (also taken by `pdcx server config`, which shows what
+/// they would set).
+#[derive(Args, Clone)]
+struct ServerFlags {
     /// This server's rank (default: from mpirun/srun/PMI, else 0).
     #[arg(long)]
     rank: Option<u32>,
@@ -465,6 +473,8 @@ enum ServerAction {
     /// default); exit code 1 if one is malformed. Server flags before `config` count:
     /// `pdcx server --cache-mb 512 config`.
     Config {
+        #[command(flatten)]
+        flags: ServerFlags,
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -719,7 +729,7 @@ fn crash_points(json: bool) -> u8 {
     0
 }
 
-impl ServerArgs {
+impl ServerFlags {
     /// The server flags given on the command line, with the settings they set.
     fn given(&self) -> Vec<(&'static pdcx_core::config::Setting, String)> {
         use pdcx_core::config as c;
@@ -752,18 +762,21 @@ fn run(mut cli: Cli) -> Result<u8> {
     // `--root` wins over PDCX_ROOT; `pdcx server config` reports which one it was.
     let root_flag = cli.root.clone();
     cli.root = cli.root.or_else(|| pdcx_core::config::ROOT.path());
-    if let Command::Server(
-        args @ ServerArgs {
-            action: Some(ServerAction::Config { json, markdown }),
-            ..
-        },
-    ) = &cli.command
+    if let Command::Server(ServerArgs {
+        action:
+            Some(ServerAction::Config {
+                flags,
+                json,
+                markdown,
+            }),
+        ..
+    }) = &cli.command
     {
         if *markdown {
             print!("{}", pdcx_core::config::markdown_table());
             return Ok(0);
         }
-        let mut given = args.given();
+        let mut given = flags.given();
         if let Some(r) = &root_flag {
             given.push((&pdcx_core::config::ROOT, r.display().to_string()));
         }
@@ -805,7 +818,10 @@ fn run(mut cli: Cli) -> Result<u8> {
         | Command::Export { .. } => {
             unreachable!("handled above")
         }
-        Command::Server(args) => match args.action {
+        Command::Server(ServerArgs {
+            action,
+            flags: args,
+        }) => match action {
             None => daemon::foreground(daemon::ForegroundOpts {
                 root,
                 rank: args.rank,
@@ -1004,7 +1020,7 @@ mod tests {
         .unwrap();
         match c.command {
             Command::Server(a) => assert_eq!(
-                (a.action.is_none(), a.rank, a.size),
+                (a.action.is_none(), a.flags.rank, a.flags.size),
                 (true, Some(1), Some(3))
             ),
             _ => panic!("not server"),
@@ -1016,7 +1032,7 @@ mod tests {
     fn metrics_address_parses_for_foreground_and_start() {
         let c = Cli::try_parse_from(["pdcx", "server", "--metrics", "127.0.0.1:9464"]).unwrap();
         match c.command {
-            Command::Server(a) => assert_eq!(a.metrics.as_deref(), Some("127.0.0.1:9464")),
+            Command::Server(a) => assert_eq!(a.flags.metrics.as_deref(), Some("127.0.0.1:9464")),
             _ => panic!("not server"),
         }
         let c =
