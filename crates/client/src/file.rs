@@ -79,8 +79,10 @@ impl FileOptions {
     /// The defaults, changed by `PDCX_FILE_AGGREGATE` (`0`/`1`) and `PDCX_FILE_PREFETCH`
     /// (`off`, `adaptive` or a size such as `256K`, `4M`).
     pub fn from_env() -> Result<FileOptions> {
-        let mut o = FileOptions::default();
-        o.aggregate = pdcx_core::config::FILE_AGGREGATE.switch()?;
+        let mut o = FileOptions {
+            aggregate: pdcx_core::config::FILE_AGGREGATE.switch()?,
+            ..FileOptions::default()
+        };
         if let Some(v) = pdcx_core::config::FILE_PREFETCH.text() {
             o.prefetch = Prefetch::parse(&v)
                 .map_err(|e| Error::invalid(format!("PDCX_FILE_PREFETCH={v:?}: {e}")))?;
