@@ -619,37 +619,12 @@ fn parse_count(s: &str) -> std::result::Result<u64, String> {
 /// "4096", "64KiB", "1.5GiB", "10GB": binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB)
 /// suffixes, case-insensitive.
 pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        _ => {
-            return Err(Error::invalid(format!(
-                "bad size {s:?}: unknown unit {unit:?}"
-            )))
-        }
-    };
-    let n: f64 = num.parse().map_err(|_| {
+    // One syntax for sizes everywhere: the declared settings' (`pdcx_core::config`).
+    config::parse_size(s).ok_or_else(|| {
         Error::invalid(format!(
-            "bad size {s:?}: expected a number with a unit like 4GiB"
+            "bad size {s:?}: expected a number with a unit such as 4096, 64KiB or 1GiB"
         ))
-    })?;
-    let bytes = n * mult as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(Error::invalid(format!("bad size {s:?}: out of range")));
-    }
-    Ok(bytes as u64)
+    })
 }
 
 #[derive(Deserialize)]

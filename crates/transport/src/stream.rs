@@ -226,6 +226,13 @@ mod tests {
     use std::time::Instant;
 
     #[test]
+    fn spin_defaults_are_the_declared_ones() {
+        use pdcx_core::config;
+        assert_eq!(config::SPIN_US.default_count(), DEFAULT_SPIN_US);
+        assert_eq!(config::REPLY_SPIN_US.default_count(), DEFAULT_REPLY_SPIN_US);
+    }
+
+    #[test]
     fn polling_returns_when_bytes_arrive_and_backs_off_after_running_out() {
         let (a, b) = UnixStream::pair().unwrap();
         let s = Stream::Unix(a);
