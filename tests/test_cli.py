@@ -24,6 +24,62 @@ def test_help_teaches_how_to_start(tmp_path):
     assert nothing.returncode != 0 and "server start" in nothing.stderr
 
 
+def _clean_env(**extra):
+    """The environment without pdcx settings (the harness's own variables may be set), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PDCX_") or k == "PDCX_BIN"}
+    env.update(extra)
+    return env
+
+
+def test_server_config_says_where_each_value_came_from(tmp_path):
+    (tmp_path / "pdcx.toml").write_text(
+        '[flush]\ninterval_ms = 300\n[[tier]]\nname = "ssd"\nkind = "local"\npath = "/x"\n'
+    )
+    env = _clean_env(PDCX_SPIN_US="7", PDCX_SHMM="1", PDCX_TIER_SSD_PATH="/y")
+    p = run_pdcx("server", "config", "--cache-mb", "512", "--root", tmp_path, env=env)
+    rows = {line.split()[0]: line.split()[1:] for line in p.stdout.splitlines()[2:]}
+    assert rows["cache_mb"] == ["512", "flag"]
+    assert rows["root"] == [str(tmp_path), "flag"]
+    assert rows["spin_us"] == ["7", "env"]
+    assert rows["flush.interval_ms"] == ["300", "pdcx.toml"]
+    assert rows["tier.ssd.path"] == ["/y", "env"]
+    assert rows["max_connections"] == ["4096", "default"]
+    assert "PDCX_SHMM is not a pdcx setting" in p.stderr
+
+    doc = json.loads(run_pdcx("server", "config", "--json", env=_clean_env(PDCX_ROOT=str(tmp_path))).stdout)
+    by_name = {s["name"]: s for s in doc["settings"]}
+    assert by_name["root"]["source"] == "env" and by_name["root"]["value"] == str(tmp_path)
+    assert by_name["flush.interval_ms"]["source"] == "pdcx.toml"
+    assert doc["errors"] == [] and doc["unknown_env"] == []
+
+    # A malformed value names the variable and what it expects; the exit code says so.
+    bad = run_pdcx("server", "config", "--json", check=False, env=_clean_env(PDCX_MAX_CONNECTIONS="lots"))
+    assert bad.returncode == 1
+    assert json.loads(bad.stdout)["errors"] == ['PDCX_MAX_CONNECTIONS="lots": expected a whole number of at least 1']
+    # ... and a server refuses to start with it.
+    refused = run_pdcx(
+        "server",
+        "--root",
+        tmp_path,
+        "--rank",
+        "0",
+        "--size",
+        "1",
+        check=False,
+        timeout=30,
+        env=_clean_env(PDCX_MAX_CONNECTIONS="lots"),
+    )
+    assert refused.returncode != 0 and "PDCX_MAX_CONNECTIONS" in refused.stderr
+
+    # An unknown pdcx.toml key is an error naming it.
+    (tmp_path / "pdcx.toml").write_text("[flush]\nintervall_ms = 3\n")
+    typo = run_pdcx("server", "config", "--root", tmp_path, check=False, env=_clean_env())
+    assert typo.returncode == 1 and "flush.intervall_ms: unknown key in pdcx.toml" in typo.stderr
+
+    md = run_pdcx("server", "config", "--markdown", env=_clean_env()).stdout
+    assert md.startswith("| setting |") and "`PDCX_MAX_CONNECTIONS`" in md
+
+
 def test_put_get_ls_query_tag_round_trip(deployment, tmp_path):
     dep = deployment(n=2)
     env = dep.env()

@@ -85,7 +85,9 @@ pub unsafe extern "C" fn PDCXsite_push(
             unsafe { (cstr(name, "name")?, cstr(to, "to")?, opt(region, "region")?) };
         let c = client()?;
         if to.starts_with("s3://") {
-            let site = std::env::var("PDCX_SITE").unwrap_or_else(|_| "site".into());
+            let site = pdcx_core::config::SITE
+                .text()
+                .unwrap_or_else(|| "site".into());
             pdcx_xsite::meeting::push(&c, name, region, &site, to).map_err(|e| e.to_string())?;
             return Ok(());
         }

@@ -48,6 +48,7 @@ pub fn foreground(o: ForegroundOpts) -> Result<()> {
     // Server messages go through `tracing` (filter: PDCX_LOG, default info) to stderr, which
     // `pdcx server start` points at ROOT/logs/server-RANK.log.
     pdcx_server::logging::init();
+    crate::config_cmd::check_server_env(|w| tracing::warn!("{w}"))?;
     let (rank, size) = match (o.rank, o.size) {
         (Some(r), Some(s)) => (r, s),
         (None, None) => launch::rank_from_env().map_or((0, 1), |(r, s, _)| (r, s)),
@@ -305,6 +306,8 @@ pub fn start(
     if n == 0 || n > 4096 {
         bail!("-n must be 1..=4096, got {n}");
     }
+    // Here, not only in each server's log, so the one who typed the command sees it.
+    crate::config_cmd::check_server_env(|w| eprintln!("warning: {w}"))?;
     let logs = root.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
     refuse_if_running(root)?;

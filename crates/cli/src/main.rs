@@ -1,6 +1,7 @@
 //! `pdcx`: run a deployment's servers and move arrays and tags in and out of it.
 
 mod commands;
+mod config_cmd;
 mod daemon;
 mod files_cmd;
 mod interrupt;
@@ -33,8 +34,8 @@ On a cluster, run one server per node with `mpirun -n N pdcx server --root DIR` 
     after_help = QUICK_START
 )]
 struct Cli {
-    /// Deployment root directory (shared by the servers and every client).
-    #[arg(long, global = true, env = "PDCX_ROOT", value_name = "DIR")]
+    /// Deployment root directory (shared by the servers and every client). Default: $PDCX_ROOT.
+    #[arg(long, global = true, value_name = "DIR")]
     root: Option<PathBuf>,
 
     #[command(subcommand)]
@@ -406,35 +407,39 @@ struct ServerArgs {
     #[command(subcommand)]
     action: Option<ServerAction>,
 
+    #[command(flatten)]
+    flags: ServerFlags,
+}
+
+/// The flags of a foreground server (also taken by `pdcx server config`, which shows what
+/// they would set).
+#[derive(Args, Clone)]
+struct ServerFlags {
     /// This server's rank (default: from mpirun/srun/PMI, else 0).
     #[arg(long)]
     rank: Option<u32>,
     /// Number of servers in the deployment (default: from mpirun/srun/PMI, else 1).
     #[arg(long)]
     size: Option<u32>,
-    /// Address to listen on; port 0 picks a free port.
-    #[arg(long, default_value = "127.0.0.1:0", value_name = "ADDR")]
-    bind: String,
-    /// Data cache size in MiB.
-    #[arg(long, default_value_t = 256, value_name = "MB")]
-    cache_mb: u64,
+    /// Address to listen on; port 0 picks a free port [default: 127.0.0.1:0].
+    #[arg(long, value_name = "ADDR")]
+    bind: Option<String>,
+    /// Data cache size in MiB [default: 256].
+    #[arg(long, value_name = "MB")]
+    cache_mb: Option<u64>,
     /// Node this server serves: clients whose PDCX_NODE (or host name) matches send their
     /// data here. Default: $PDCX_NODE, else the host name.
     #[arg(long, value_name = "NAME")]
     node: Option<String>,
     /// How long the first of identical object lookups this server forwards for its node's
-    /// clients waits for others to share the request (0: no wait).
-    #[arg(
-        long,
-        env = "PDCX_AGG_WINDOW_US",
-        default_value_t = 1000,
-        value_name = "US"
-    )]
-    agg_window_us: u64,
-    /// How often relaxed-consistency writes held here are registered with their owners.
-    #[arg(long, env = "PDCX_LAZY_FLUSH_MS", default_value_t = 100, value_name = "MS",
-          value_parser = clap::value_parser!(u64).range(1..))]
-    lazy_flush_ms: u64,
+    /// clients waits for others to share the request (0: no wait) [default: $PDCX_AGG_WINDOW_US,
+    /// else 1000].
+    #[arg(long, value_name = "US")]
+    agg_window_us: Option<u64>,
+    /// How often relaxed-consistency writes held here are registered with their owners
+    /// [default: $PDCX_LAZY_FLUSH_MS, else 100].
+    #[arg(long, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    lazy_flush_ms: Option<u64>,
     /// Serve Prometheus metrics at http://ADDR/metrics (HOST:PORT; rank r uses PORT + r).
     /// Default: $PDCX_METRICS_ADDR, else `[metrics] bind` in pdcx.toml, else off.
     #[arg(long, value_name = "ADDR")]
@@ -473,6 +478,19 @@ enum ServerAction {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+    },
+    /// Print every setting's effective value and where it came from (flag, env, pdcx.toml,
+    /// default); exit code 1 if one is malformed. Server flags before `config` count:
+    /// `pdcx server --cache-mb 512 config`.
+    Config {
+        #[command(flatten)]
+        flags: ServerFlags,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Print the settings table of docs/OPERATIONS.md (the declaration, not the values).
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
     },
     /// List the named crash points of the durable path (for crash tests). A pdcx built with
     /// `--features crash-points` kills its server at point NAME when started with
@@ -660,7 +678,9 @@ fn main() -> ExitCode {
 /// the Python module `pdcx.hdf5` (the interpreter: `PDCX_PYTHON`, else `python3`), which
 /// gets the arguments as they are and the root when one was given.
 fn hdf5_cmd(what: &str, root: Option<&Path>, args: &[String]) -> Result<u8> {
-    let python = std::env::var("PDCX_PYTHON").unwrap_or_else(|_| "python3".to_string());
+    let python = pdcx_core::config::PYTHON
+        .text()
+        .unwrap_or_else(|| pdcx_core::config::PYTHON.default.to_string());
     let check = std::process::Command::new(&python)
         .args(["-c", "import pdcx.hdf5, h5py"])
         .output()
@@ -719,8 +739,60 @@ fn crash_points(json: bool) -> u8 {
     0
 }
 
+impl ServerFlags {
+    /// The server flags given on the command line, with the settings they set.
+    fn given(&self) -> Vec<(&'static pdcx_core::config::Setting, String)> {
+        use pdcx_core::config as c;
+        let mut out = Vec::new();
+        let mut add = |s: &'static c::Setting, v: Option<String>| {
+            if let Some(v) = v {
+                out.push((s, v));
+            }
+        };
+        add(&c::BIND, self.bind.clone());
+        add(&c::CACHE_MB, self.cache_mb.map(|v| v.to_string()));
+        add(&c::NODE, self.node.clone());
+        add(&c::AGG_WINDOW_US, self.agg_window_us.map(|v| v.to_string()));
+        add(&c::LAZY_FLUSH_MS, self.lazy_flush_ms.map(|v| v.to_string()));
+        add(&c::METRICS, self.metrics.clone());
+        out
+    }
+}
+
+/// A count setting: the flag's value, else the environment's, else the default.
+fn count_setting(flag: Option<u64>, setting: &pdcx_core::config::Setting) -> Result<u64> {
+    match flag {
+        Some(v) => Ok(v),
+        None => Ok(setting.count()?),
+    }
+}
+
 /// Runs a command; the value is the process exit code.
-fn run(cli: Cli) -> Result<u8> {
+fn run(mut cli: Cli) -> Result<u8> {
+    // `--root` wins over PDCX_ROOT; `pdcx server config` reports which one it was.
+    let root_flag = cli.root.clone();
+    cli.root = cli.root.or_else(|| pdcx_core::config::ROOT.path());
+    if let Command::Server(ServerArgs {
+        action:
+            Some(ServerAction::Config {
+                flags,
+                json,
+                markdown,
+            }),
+        ..
+    }) = &cli.command
+    {
+        if *markdown {
+            print!("{}", pdcx_core::config::markdown_table());
+            return Ok(0);
+        }
+        let mut given = flags.given();
+        if let Some(r) = &root_flag {
+            given.push((&pdcx_core::config::ROOT, r.display().to_string()));
+        }
+        let root = cli.root.as_deref().map(absolute).transpose()?;
+        return config_cmd::show(root.as_deref(), &given, *json);
+    }
     if let Command::Server(ServerArgs {
         action: Some(ServerAction::CrashPoints { json }),
         ..
@@ -756,16 +828,27 @@ fn run(cli: Cli) -> Result<u8> {
         | Command::Export { .. } => {
             unreachable!("handled above")
         }
-        Command::Server(args) => match args.action {
+        Command::Server(ServerArgs {
+            action,
+            flags: args,
+        }) => match action {
             None => daemon::foreground(daemon::ForegroundOpts {
                 root,
                 rank: args.rank,
                 size: args.size,
-                bind: args.bind,
-                cache_mb: args.cache_mb,
+                bind: args
+                    .bind
+                    .unwrap_or_else(|| pdcx_core::config::BIND.default.to_string()),
+                cache_mb: count_setting(args.cache_mb, &pdcx_core::config::CACHE_MB)?,
                 node: args.node,
-                agg_window: std::time::Duration::from_micros(args.agg_window_us),
-                lazy_interval: std::time::Duration::from_millis(args.lazy_flush_ms),
+                agg_window: std::time::Duration::from_micros(count_setting(
+                    args.agg_window_us,
+                    &pdcx_core::config::AGG_WINDOW_US,
+                )?),
+                lazy_interval: std::time::Duration::from_millis(count_setting(
+                    args.lazy_flush_ms,
+                    &pdcx_core::config::LAZY_FLUSH_MS,
+                )?),
                 metrics: args.metrics,
             })
             .map(|()| 0),
@@ -778,6 +861,7 @@ fn run(cli: Cli) -> Result<u8> {
             Some(ServerAction::Stop { timeout }) => daemon::stop(&root, timeout).map(|()| 0),
             Some(ServerAction::Status { json }) => daemon::status(&root, json),
             Some(ServerAction::CrashPoints { json }) => Ok(crash_points(json)),
+            Some(ServerAction::Config { .. }) => unreachable!("handled above"),
         },
         Command::Ls { container, json } => match container.as_deref() {
             Some(p) if p.starts_with(files_cmd::SCHEME) => {
@@ -946,7 +1030,7 @@ mod tests {
         .unwrap();
         match c.command {
             Command::Server(a) => assert_eq!(
-                (a.action.is_none(), a.rank, a.size),
+                (a.action.is_none(), a.flags.rank, a.flags.size),
                 (true, Some(1), Some(3))
             ),
             _ => panic!("not server"),
@@ -958,7 +1042,7 @@ mod tests {
     fn metrics_address_parses_for_foreground_and_start() {
         let c = Cli::try_parse_from(["pdcx", "server", "--metrics", "127.0.0.1:9464"]).unwrap();
         match c.command {
-            Command::Server(a) => assert_eq!(a.metrics.as_deref(), Some("127.0.0.1:9464")),
+            Command::Server(a) => assert_eq!(a.flags.metrics.as_deref(), Some("127.0.0.1:9464")),
             _ => panic!("not server"),
         }
         let c =

@@ -18,8 +18,8 @@ pub const LIB_NAME: &str = "libpdcx_mpiio.so";
 /// it (an install under a prefix).
 pub fn find_library(name: &str) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(d) = std::env::var_os("PDCX_LIB_DIR") {
-        dirs.push(d.into());
+    if let Some(d) = pdcx_core::config::LIB_DIR.path() {
+        dirs.push(d);
     }
     if let Ok(exe) = std::env::current_exe() {
         if let Some(d) = exe.parent() {
@@ -117,7 +117,7 @@ pub fn run(
     }
     let root = match root {
         Some(r) => Some(r.to_path_buf()),
-        None => std::env::var_os("PDCX_ROOT").map(PathBuf::from),
+        None => pdcx_core::config::ROOT.path(),
     };
     if mode == "log" && why.is_none() {
         match &root {

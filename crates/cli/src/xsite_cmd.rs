@@ -326,13 +326,10 @@ pdcx import FILE
 /// This site's name in the provenance of what it leaves at a meeting point: `PDCX_SITE`, else
 /// the host name (characters a site name may not have become '-').
 fn this_site() -> String {
-    let raw = std::env::var("PDCX_SITE")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| {
-            std::fs::read_to_string("/proc/sys/kernel/hostname")
-                .map_or_else(|_| "site".into(), |h| h.trim().to_string())
-        });
+    let raw = pdcx_core::config::SITE.text().unwrap_or_else(|| {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map_or_else(|_| "site".into(), |h| h.trim().to_string())
+    });
     let s: String = raw
         .chars()
         .take(64)

@@ -120,10 +120,10 @@ impl Client {
         let secret = pool.secret().to_vec();
         let n = cluster.size as usize;
         let txn_base = (rand::random::<u32>() as u64) << 32;
-        let placement = match std::env::var("PDCX_PLACEMENT") {
-            Ok(v) if !v.trim().is_empty() => Placement::parse(&v)
+        let placement = match pdcx_core::config::PLACEMENT.text() {
+            Some(v) => Placement::parse(&v)
                 .map_err(|e| Error::invalid(format!("PDCX_PLACEMENT: {}", e.message)))?,
-            _ => Placement::default(),
+            None => Placement::default(),
         };
         let node = this_node();
         let same_node: Vec<bool> = cluster.servers.iter().map(|s| s.node() == node).collect();
@@ -147,11 +147,7 @@ impl Client {
             .servers
             .get(local as usize)
             .is_some_and(|s| s.node() == this_node());
-        let aggregate = on_node
-            && !matches!(
-                std::env::var("PDCX_AGGREGATE").as_deref().map(str::trim),
-                Ok("0" | "off" | "false" | "no")
-            );
+        let aggregate = on_node && pdcx_core::config::AGGREGATE.switch_or_default();
         let direct = (same_node.contains(&true) && crate::direct::enabled_by_env())
             .then(crate::direct::DirectReads::default);
         let direct_write = (same_node.contains(&true) && crate::direct_write::enabled_by_env())

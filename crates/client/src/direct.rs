@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 const MAX_OPEN: usize = 256;
 
 pub(crate) fn enabled_by_env() -> bool {
-    crate::segfile::env_on("PDCX_DIRECT_READ")
+    pdcx_core::config::DIRECT_READ.switch_or_default()
 }
 
 /// The segment files this client has open, per (server, segment).

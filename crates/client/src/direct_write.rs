@@ -67,7 +67,7 @@ pub(crate) enum WriteBehind {
 }
 
 pub(crate) fn enabled_by_env() -> bool {
-    crate::segfile::env_on("PDCX_DIRECT_WRITE")
+    pdcx_core::config::DIRECT_WRITE.switch_or_default()
 }
 
 /// The segment files this client writes into, per (server, segment), and the servers it

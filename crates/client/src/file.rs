@@ -79,19 +79,11 @@ impl FileOptions {
     /// The defaults, changed by `PDCX_FILE_AGGREGATE` (`0`/`1`) and `PDCX_FILE_PREFETCH`
     /// (`off`, `adaptive` or a size such as `256K`, `4M`).
     pub fn from_env() -> Result<FileOptions> {
-        let mut o = FileOptions::default();
-        if let Ok(v) = std::env::var("PDCX_FILE_AGGREGATE") {
-            o.aggregate = match v.trim() {
-                "0" | "off" | "false" | "no" => false,
-                "1" | "on" | "true" | "yes" => true,
-                _ => {
-                    return Err(Error::invalid(format!(
-                        "PDCX_FILE_AGGREGATE={v:?}: expected 0 or 1"
-                    )))
-                }
-            };
-        }
-        if let Ok(v) = std::env::var("PDCX_FILE_PREFETCH") {
+        let mut o = FileOptions {
+            aggregate: pdcx_core::config::FILE_AGGREGATE.switch()?,
+            ..FileOptions::default()
+        };
+        if let Some(v) = pdcx_core::config::FILE_PREFETCH.text() {
             o.prefetch = Prefetch::parse(&v)
                 .map_err(|e| Error::invalid(format!("PDCX_FILE_PREFETCH={v:?}: {e}")))?;
         }

@@ -86,10 +86,8 @@ const ROUND: usize = 1 << 20;
 
 impl FileMemory {
     pub(crate) fn from_env() -> FileMemory {
-        let mb = std::env::var("PDCX_FILE_CACHE_MB")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .unwrap_or(64);
+        let mb = usize::try_from(pdcx_core::config::FILE_CACHE_MB.count_or_default())
+            .unwrap_or(usize::MAX);
         FileMemory {
             fraction: Mutex::new(1.0),
             cache: Mutex::new(Cache::default()),

@@ -10,14 +10,6 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// Whether the switch `var` is on: on unless set to `0`, `off`, `false` or `no`.
-pub(crate) fn env_on(var: &str) -> bool {
-    !matches!(
-        std::env::var(var).as_deref().map(str::trim),
-        Ok("0" | "off" | "false" | "no")
-    )
-}
-
 pub(crate) struct SegFile {
     pub(crate) file: File,
     pub(crate) dev: u64,

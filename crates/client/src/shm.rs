@@ -59,18 +59,12 @@ const POPULATE_MIN: usize = 64 << 10;
 
 /// Whether `PDCX_SHM` allows the shared-memory path (it does unless set to a false value).
 pub fn enabled_by_env() -> bool {
-    match std::env::var(ENV) {
-        Ok(v) => !matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "0" | "off" | "no" | "false"
-        ),
-        Err(_) => true,
-    }
+    pdcx_core::config::SHM.switch_or_default()
 }
 
 /// Prints `msg` on stderr when `PDCX_DEBUG` is set (to anything but `0`).
 pub fn debug(msg: &str) {
-    if std::env::var("PDCX_DEBUG").is_ok_and(|v| !v.is_empty() && v != "0") {
+    if pdcx_core::config::DEBUG.flag_on() {
         eprintln!("pdcx: {msg}");
     }
 }

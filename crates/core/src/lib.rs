@@ -1,6 +1,7 @@
 //! pdcx-core: the data model, region math and wire protocol shared by every pdcx process.
 //! Nothing here performs I/O, so every rule about shapes, bounds and frames is unit-testable.
 
+pub mod config;
 pub mod dtype;
 pub mod error;
 pub mod model;

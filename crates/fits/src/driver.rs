@@ -364,7 +364,7 @@ pub fn register() -> Option<c_int> {
 
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn constructor() {
-    if std::env::var_os("PDCX_FITS") == Some("off".into()) {
+    if !pdcx_core::config::FITS.switch_or_default() {
         return;
     }
     match register() {

@@ -45,7 +45,7 @@ pub fn json() -> String {
 #[cfg_attr(test, allow(dead_code))]
 extern "C" fn at_exit() {
     crate::posix::write_back_all();
-    let Some(path) = std::env::var_os("PDCX_FITS_STATS") else {
+    let Some(path) = pdcx_core::config::FITS_STATS.path() else {
         return;
     };
     if OPENS.load(Relaxed) + CREATES.load(Relaxed) + POSIX_CALLS.load(Relaxed) == 0 {

@@ -79,7 +79,7 @@ mod armed {
     fn state() -> &'static Mutex<Armed> {
         static S: OnceLock<Mutex<Armed>> = OnceLock::new();
         S.get_or_init(|| {
-            let target = std::env::var("PDCX_CRASH_AT").ok().and_then(|v| parse(&v));
+            let target = pdcx_core::config::CRASH_AT.text().and_then(|v| parse(&v));
             Mutex::new(Armed {
                 target,
                 hits: HashMap::new(),

@@ -81,12 +81,12 @@ pub struct Config {
 impl Config {
     /// Reads `PDCX_MPIIO_{PREFIX,HOME,MODE,DEBUG}`.
     pub fn from_env() -> Config {
-        let get = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+        use pdcx_core::config::{MPIIO_DEBUG, MPIIO_HOME, MPIIO_MODE, MPIIO_PREFIX};
         Config::from_values(
-            get("PDCX_MPIIO_PREFIX").as_deref(),
-            get("PDCX_MPIIO_HOME").as_deref(),
-            get("PDCX_MPIIO_MODE").as_deref(),
-            get("PDCX_MPIIO_DEBUG").is_some_and(|v| v != "0"),
+            MPIIO_PREFIX.os().as_deref(),
+            MPIIO_HOME.os().as_deref(),
+            MPIIO_MODE.os().as_deref(),
+            MPIIO_DEBUG.flag_on(),
         )
     }
 

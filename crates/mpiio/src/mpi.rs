@@ -172,7 +172,9 @@ fn client() -> Result<Client, String> {
                     c.set_placement(pdcx_core::Placement::RegionLocal);
                 })
                 .map_err(|e| {
-                    let root = std::env::var("PDCX_ROOT").unwrap_or_else(|_| "(unset)".into());
+                    let root = pdcx_core::config::ROOT
+                        .text()
+                        .unwrap_or_else(|| "(unset)".into());
                     format!("no pdcx server reachable (PDCX_ROOT={root}): {}", e.message)
                 });
             *c = Some((pid, r.clone()));

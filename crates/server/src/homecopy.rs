@@ -74,12 +74,7 @@ pub struct HomeCopier {
 impl HomeCopier {
     /// Parts of one upload in flight at once (`PDCX_HOME_PART_JOBS`, default 8).
     fn concurrency(&self) -> usize {
-        std::env::var("PDCX_HOME_PART_JOBS")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|&n| n > 0)
-            .unwrap_or(8)
-            .min(64)
+        jobs(&pdcx_core::config::HOME_PART_JOBS)
     }
 
     /// A program wrote through this server just now (the copier yields to it).
@@ -208,12 +203,15 @@ pub fn run(server: Weak<Server>) {
 /// Files copied at once (`PDCX_HOME_JOBS`, default 4): many small files (a checkpoint per
 /// rank, segment creation) would otherwise wait for each other's fsyncs and renames.
 fn file_jobs() -> usize {
-    std::env::var("PDCX_HOME_JOBS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&n| n > 0)
-        .unwrap_or(4)
-        .min(64)
+    jobs(&pdcx_core::config::HOME_JOBS)
+}
+
+/// A job count: 0 (or a malformed value) means the default; above the cap, the cap.
+fn jobs(setting: &pdcx_core::config::Setting) -> usize {
+    match setting.count_or_default() {
+        0 => setting.default_count() as usize,
+        n => n as usize,
+    }
 }
 
 /// Copies every version waiting for its home: the versions of one stream in epoch order,

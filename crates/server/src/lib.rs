@@ -89,19 +89,12 @@ pub const DEFAULT_LAZY_INTERVAL: Duration = Duration::from_millis(100);
 /// `PDCX_HOME_DEFER_MS` (milliseconds, at most 60000), else 1 s. A value that is not a number
 /// is reported and the default used.
 fn home_defer_from_env() -> Duration {
-    const DEFAULT: Duration = Duration::from_millis(1000);
-    match std::env::var("PDCX_HOME_DEFER_MS") {
-        Err(_) => DEFAULT,
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(ms) => Duration::from_millis(ms.min(60_000)),
-            Err(_) => {
-                tracing::warn!(
-                    "PDCX_HOME_DEFER_MS={v:?} is not a number of milliseconds; using 1000"
-                );
-                DEFAULT
-            }
-        },
-    }
+    let setting = &pdcx_core::config::HOME_DEFER_MS;
+    // Values above the declared bound are capped by the setting itself.
+    Duration::from_millis(setting.count().unwrap_or_else(|e| {
+        tracing::warn!("{e}; using {}", setting.default);
+        setting.default_count()
+    }))
 }
 
 impl ServerConfig {
@@ -114,15 +107,13 @@ impl ServerConfig {
             cache_bytes: 256 << 20,
             max_payload: 4 << 30,
             node: pdcx_transport::cluster::this_node(),
-            config_file: std::env::var_os("PDCX_CONFIG").map(PathBuf::from),
+            config_file: pdcx_core::config::CONFIG.path(),
             agg_window: DEFAULT_AGG_WINDOW,
             lazy_interval: DEFAULT_LAZY_INTERVAL,
-            metrics: std::env::var(metrics::ENV)
-                .ok()
-                .filter(|a| !a.trim().is_empty()),
+            metrics: pdcx_core::config::METRICS.text(),
             limits: limits::Limits::default(),
             unix: pdcx_transport::stream::unix_enabled_by_env(),
-            home_keep_log: std::env::var("PDCX_HOME_KEEP_LOG").is_ok_and(|v| v.trim() == "1"),
+            home_keep_log: pdcx_core::config::HOME_KEEP_LOG.switch_or_default(),
             home_defer: home_defer_from_env(),
         }
     }
@@ -712,18 +703,12 @@ const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// (`DataStore::checkpoint`), so recovery replays at most that much of the log. Commits
 /// themselves pay one fdatasync and never wait for it.
 fn checkpointer(server: Weak<Server>) {
-    let interval = match std::env::var("PDCX_CHECKPOINT_MS") {
-        Err(_) => DEFAULT_CHECKPOINT_INTERVAL,
-        Ok(v) => match v.trim().parse::<u64>() {
-            Ok(ms) if ms > 0 => Duration::from_millis(ms),
-            _ => {
-                tracing::warn!(
-                    "PDCX_CHECKPOINT_MS={v:?} is not a positive number of milliseconds; using {} ms",
-                    DEFAULT_CHECKPOINT_INTERVAL.as_millis()
-                );
-                DEFAULT_CHECKPOINT_INTERVAL
-            }
-        },
+    let interval = match pdcx_core::config::CHECKPOINT_MS.count() {
+        Ok(ms) => Duration::from_millis(ms),
+        Err(e) => {
+            tracing::warn!("{e}; using {} ms", DEFAULT_CHECKPOINT_INTERVAL.as_millis());
+            DEFAULT_CHECKPOINT_INTERVAL
+        }
     };
     loop {
         let Some(s) = server.upgrade() else { return };

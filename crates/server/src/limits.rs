@@ -17,6 +17,7 @@
 //!   together keep about this much: each keeps at most its share;
 //! - the frame size limits live in the protocol (`MAX_BODY`) and in `ServerConfig::max_payload`.
 
+use pdcx_core::config;
 use pdcx_core::protocol::{self, FrameKind, Response};
 use pdcx_core::{Error, ErrorKind, Result};
 use pdcx_transport::Stream;
@@ -66,21 +67,17 @@ pub const ENV_IDLE_TIMEOUT: &str = "PDCX_IDLE_TIMEOUT_S";
 pub const ENV_MAX_PAYLOAD: &str = "PDCX_MAX_PAYLOAD_MB";
 pub const ENV_KEEP_BUFFERS: &str = "PDCX_KEEP_BUFFERS_MB";
 
-fn env_u64(name: &str) -> Result<Option<u64>> {
-    match std::env::var(name) {
-        Err(_) => Ok(None),
-        Ok(v) if v.trim().is_empty() => Ok(None),
-        Ok(v) => v
-            .trim()
-            .parse::<u64>()
-            .map(Some)
-            .map_err(|_| Error::invalid(format!("{name}={v:?} is not a whole number"))),
+/// The setting's value from the environment (`None`: unset), parsed and bounded as declared.
+fn env_u64(setting: &config::Setting) -> Result<Option<u64>> {
+    match setting.raw() {
+        None => Ok(None),
+        Some(v) => Ok(Some(setting.parse_count(&v)?)),
     }
 }
 
 /// Seconds from the environment; 0 means no timeout.
-fn env_secs(name: &str, default: Option<Duration>) -> Result<Option<Duration>> {
-    Ok(match env_u64(name)? {
+fn env_secs(setting: &config::Setting, default: Option<Duration>) -> Result<Option<Duration>> {
+    Ok(match env_u64(setting)? {
         None => default,
         Some(0) => None,
         Some(s) => Some(Duration::from_secs(s)),
@@ -93,21 +90,15 @@ impl Limits {
     /// `PDCX_KEEP_BUFFERS_MB`.
     pub fn from_env() -> Result<Limits> {
         let d = Limits::default();
-        let max_connections = match env_u64(ENV_MAX_CONNECTIONS)? {
-            None => d.max_connections,
-            Some(0) => {
-                return Err(Error::invalid(format!(
-                    "{ENV_MAX_CONNECTIONS} must be at least 1"
-                )))
-            }
-            Some(n) => n as usize,
-        };
+        // The declared bounds refuse 0.
+        let max_connections =
+            env_u64(&config::MAX_CONNECTIONS)?.map_or(d.max_connections, |n| n as usize);
         Ok(Limits {
             max_connections,
-            write_timeout: env_secs(ENV_WRITE_TIMEOUT, d.write_timeout)?,
-            frame_timeout: env_secs(ENV_FRAME_TIMEOUT, d.frame_timeout)?,
-            idle_timeout: env_secs(ENV_IDLE_TIMEOUT, d.idle_timeout)?,
-            keep_buffers_bytes: match env_u64(ENV_KEEP_BUFFERS)? {
+            write_timeout: env_secs(&config::WRITE_TIMEOUT_S, d.write_timeout)?,
+            frame_timeout: env_secs(&config::FRAME_TIMEOUT_S, d.frame_timeout)?,
+            idle_timeout: env_secs(&config::IDLE_TIMEOUT_S, d.idle_timeout)?,
+            keep_buffers_bytes: match env_u64(&config::KEEP_BUFFERS_MB)? {
                 None => d.keep_buffers_bytes,
                 Some(mb) => mb.checked_mul(1 << 20).ok_or_else(|| {
                     Error::invalid(format!("{ENV_KEEP_BUFFERS}={mb} is out of range"))
@@ -121,7 +112,7 @@ impl Limits {
 /// `PDCX_MAX_PAYLOAD_MB`, the largest bulk payload of one frame.
 pub fn apply_env(config: &mut crate::ServerConfig) -> Result<()> {
     config.limits = Limits::from_env()?;
-    if let Some(mb) = env_u64(ENV_MAX_PAYLOAD)? {
+    if let Some(mb) = env_u64(&config::MAX_PAYLOAD_MB)? {
         config.max_payload = mb
             .checked_mul(1 << 20)
             .filter(|&b| b > 0)

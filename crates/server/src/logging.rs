@@ -27,7 +27,7 @@ pub fn parse_filter(spec: &str) -> Result<EnvFilter, String> {
 /// A malformed `PDCX_LOG` falls back to the default and says so once (on stderr, since the
 /// logger it would go through is the one being set up).
 pub fn init() -> bool {
-    let spec = std::env::var(ENV).unwrap_or_default();
+    let spec = pdcx_core::config::LOG.text().unwrap_or_default();
     let (filter, warning) = if spec.trim().is_empty() {
         (EnvFilter::new(DEFAULT_FILTER), None)
     } else {

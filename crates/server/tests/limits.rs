@@ -314,6 +314,29 @@ fn limits_come_from_the_environment() {
     // The only test that touches these variables (tests share the process environment).
     let d = Limits::default();
     assert_eq!(Limits::from_env().unwrap(), d);
+    // The declared defaults (docs/OPERATIONS.md, `pdcx server config`) are the ones in force.
+    use pdcx_core::config;
+    let secs = |t: Option<Duration>| t.map_or(0, |t| t.as_secs());
+    assert_eq!(
+        config::MAX_CONNECTIONS.default_count() as usize,
+        d.max_connections
+    );
+    assert_eq!(
+        config::WRITE_TIMEOUT_S.default_count(),
+        secs(d.write_timeout)
+    );
+    assert_eq!(
+        config::FRAME_TIMEOUT_S.default_count(),
+        secs(d.frame_timeout)
+    );
+    assert_eq!(config::IDLE_TIMEOUT_S.default_count(), secs(d.idle_timeout));
+    assert_eq!(
+        config::KEEP_BUFFERS_MB.default_count() << 20,
+        d.keep_buffers_bytes
+    );
+    let c = pdcx_server::ServerConfig::new(std::path::Path::new("/nonexistent"), 0, 1);
+    assert_eq!(config::MAX_PAYLOAD_MB.default_count() << 20, c.max_payload);
+    assert_eq!(config::CACHE_MB.default_count() << 20, c.cache_bytes);
     std::env::set_var("PDCX_MAX_CONNECTIONS", "10");
     std::env::set_var("PDCX_WRITE_TIMEOUT_S", "0");
     std::env::set_var("PDCX_IDLE_TIMEOUT_S", "300");

@@ -48,7 +48,7 @@
 //! Any tier field can be overridden with `PDCX_TIER_<NAME>_<FIELD>` (name upper-cased, `-` as
 //! `_`), e.g. `PDCX_TIER_S3_ENDPOINT=http://10.0.0.5:9000` or `PDCX_TIER_SSD_CAPACITY=50GiB`.
 
-use pdcx_core::{Error, Result};
+use pdcx_core::{config, Error, Result};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -374,6 +374,9 @@ pub struct DeploymentConfig {
 impl DeploymentConfig {
     /// Parses `text` (the TOML file), then applies overrides from `env`, then validates.
     pub fn parse(text: &str, env: impl IntoIterator<Item = (String, String)>) -> Result<Self> {
+        let table: toml::Table =
+            toml::from_str(text).map_err(|e| Error::invalid(format!("config: {e}")))?;
+        check_declared(&table).map_err(|e| Error::invalid(format!("config: {e}")))?;
         let mut cfg: DeploymentConfig =
             toml::from_str(text).map_err(|e| Error::invalid(format!("config: {e}")))?;
         cfg.apply_env(env)?;
@@ -525,6 +528,87 @@ impl DeploymentConfig {
     }
 }
 
+/// Refuses the keys no setting declares (`pdcx_core::config`), naming each with the keys it
+/// could have been, and checks every value against its declared type and bounds; what the
+/// keys mean together (a tier's kind and its fields, the shard strategy) is checked by `validate`.
+fn check_declared(table: &toml::Table) -> std::result::Result<(), config::ConfigError> {
+    for (section, value) in table {
+        match value {
+            toml::Value::Table(t) => check_section(section, t)?,
+            toml::Value::Array(items) => {
+                for item in items {
+                    if let toml::Value::Table(t) = item {
+                        check_section(section, t)?;
+                    }
+                }
+            }
+            _ => {
+                config::toml_setting(section)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn check_section(section: &str, t: &toml::Table) -> std::result::Result<(), config::ConfigError> {
+    for (k, v) in t {
+        let setting = config::toml_setting(&format!("{section}.{k}"))?;
+        let text = match v {
+            toml::Value::String(s) => s.clone(),
+            toml::Value::Integer(n) => n.to_string(),
+            toml::Value::Float(x) => x.to_string(),
+            toml::Value::Boolean(b) => b.to_string(),
+            // Tables, arrays and dates are refused by the deserializer with their key.
+            _ => continue,
+        };
+        // Free-form fields (servers = "all", paths) are checked by the deserializer.
+        // Named by its key in the file (the setting's message names its variable).
+        setting.check(&text).map_err(|e| match e {
+            config::ConfigError::Malformed {
+                value, expected, ..
+            } => config::ConfigError::Malformed {
+                key: format!("{section}.{k}"),
+                value,
+                expected,
+            },
+            other => other,
+        })?;
+    }
+    Ok(())
+}
+
+/// Every scalar of the config file as (dotted key, value): `tier.NAME.FIELD` for the fields of
+/// tier NAME. For `pdcx server config`; the file is checked first.
+pub fn file_values(text: &str) -> Result<Vec<(String, String)>> {
+    DeploymentConfig::parse(text, std::iter::empty())?;
+    let table: toml::Table =
+        toml::from_str(text).map_err(|e| Error::invalid(format!("config: {e}")))?;
+    let show = |v: &toml::Value| match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut out = Vec::new();
+    for (section, value) in &table {
+        match value {
+            toml::Value::Table(t) => {
+                out.extend(t.iter().map(|(k, v)| (format!("{section}.{k}"), show(v))))
+            }
+            toml::Value::Array(items) => {
+                for t in items.iter().filter_map(toml::Value::as_table) {
+                    let name = t.get("name").map(show).unwrap_or_default();
+                    out.extend(
+                        t.iter()
+                            .filter(|(k, _)| k.as_str() != "name")
+                            .map(|(k, v)| (format!("{section}.{name}.{k}"), show(v))),
+                    );
+                }
+            }
+            other => out.push((section.clone(), show(other))),
+        }
+    }
+    Ok(out)
+}
+
 /// A plain non-negative integer (counts, milliseconds).
 fn parse_count(s: &str) -> std::result::Result<u64, String> {
     s.trim()
@@ -535,37 +619,12 @@ fn parse_count(s: &str) -> std::result::Result<u64, String> {
 /// "4096", "64KiB", "1.5GiB", "10GB": binary (KiB, MiB, GiB, TiB) and decimal (KB, MB, GB, TB)
 /// suffixes, case-insensitive.
 pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        _ => {
-            return Err(Error::invalid(format!(
-                "bad size {s:?}: unknown unit {unit:?}"
-            )))
-        }
-    };
-    let n: f64 = num.parse().map_err(|_| {
+    // One syntax for sizes everywhere: the declared settings' (`pdcx_core::config`).
+    config::parse_size(s).ok_or_else(|| {
         Error::invalid(format!(
-            "bad size {s:?}: expected a number with a unit like 4GiB"
+            "bad size {s:?}: expected a number with a unit such as 4096, 64KiB or 1GiB"
         ))
-    })?;
-    let bytes = n * mult as f64;
-    if !bytes.is_finite() || bytes < 0.0 || bytes > u64::MAX as f64 {
-        return Err(Error::invalid(format!("bad size {s:?}: out of range")));
-    }
-    Ok(bytes as u64)
+    })
 }
 
 #[derive(Deserialize)]
@@ -633,10 +692,11 @@ timeout_ms = 2000
         assert_eq!(per("[shard]\nobjects = 3").unwrap(), 3);
         assert_eq!(per("[shard]\nobjects = 2\nstrategy = 3").unwrap(), 2);
         let err = |toml: &str| per(toml).unwrap_err().message;
-        assert!(err("[shard]\nstrategy = 7").contains("1..5"));
+        assert!(err("[shard]\nstrategy = 7")
+            .contains("shard.strategy=\"7\": expected a whole number from 1 to 5"));
         assert!(err("[shard]\nstrategy = 3\nobjects = 4").contains("contradicts"));
         assert!(err("[shard]\nmax_bytes = \"1KiB\"").contains("max_bytes"));
-        assert!(err("[shard]\nshards = 2").contains("unknown field"));
+        assert!(err("[shard]\nshards = 2").contains("shard.shards: unknown key"));
         let c = DeploymentConfig::parse("[shard]\nmax_bytes = \"8MiB\"", env(&[])).unwrap();
         assert_eq!(c.shard.max_shard_bytes(), 8 << 20);
     }
@@ -709,7 +769,12 @@ timeout_ms = 2000
         let c = DeploymentConfig::parse("[metrics]\nbind = '127.0.0.1:9464'\n", env(&[])).unwrap();
         assert_eq!(c.metrics.bind.as_deref(), Some("127.0.0.1:9464"));
         let e = DeploymentConfig::parse("[metrics]\nport = 9464\n", env(&[])).unwrap_err();
-        assert!(e.message.contains("unknown field"), "{}", e.message);
+        assert!(
+            e.message
+                .contains("metrics.port: unknown key in pdcx.toml; expected one of: metrics.bind"),
+            "{}",
+            e.message
+        );
     }
 
     #[test]
@@ -754,10 +819,13 @@ timeout_ms = 2000
     fn bad_configs_say_what_is_wrong() {
         let cases = [
             ("[[tier]]\nname='a'\nkind='local'\n", "needs `path`"),
-            ("[[tier]]\nname='a'\nkind='tape'\n", "unknown variant"),
+            (
+                "[[tier]]\nname='a'\nkind='tape'\n",
+                "tier.kind=\"tape\": expected one of memory, local, shared, s3",
+            ),
             (
                 "[[tier]]\nname='a'\nkind='memory'\ncapacity='12 parsecs'\n",
-                "unknown unit",
+                "tier.capacity=\"12 parsecs\": expected a size",
             ),
             (
                 "[[tier]]\nname='a'\nkind='memory'\n[[tier]]\nname='a'\nkind='memory'\n",
@@ -769,7 +837,7 @@ timeout_ms = 2000
             ),
             (
                 "[[tier]]\nname='a'\nkind='memory'\ncolour='red'\n",
-                "unknown field",
+                "tier.colour: unknown key in pdcx.toml; expected one of: tier.name, tier.kind",
             ),
             (
                 "[[tier]]\nname='a'\nkind='local'\npath='/x'\nmax_mbps=0\n",
@@ -785,7 +853,7 @@ timeout_ms = 2000
             ),
             (
                 "[[tier]]\nname='a'\nkind='s3'\nbucket='b'\nconcurrency=0\n",
-                "concurrency must be",
+                "tier.concurrency=\"0\": expected a whole number of parts from 1 to 1024",
             ),
             (
                 "[[tier]]\nname='a'\nkind='local'\npath='/x'\ntimeout_ms=5\n",
@@ -805,6 +873,33 @@ timeout_ms = 2000
         let err =
             DeploymentConfig::parse(SAMPLE, env(&[("PDCX_TIER_S3_TIMEOUT_MS", "5s")])).unwrap_err();
         assert!(err.message.contains("whole number"), "{}", err.message);
+    }
+
+    #[test]
+    fn unknown_keys_and_malformed_values_name_the_key() {
+        let err = |text: &str| DeploymentConfig::parse(text, env(&[])).unwrap_err().message;
+        assert_eq!(
+            err("[flush]\nintervall_ms = 5\n"),
+            "config: flush.intervall_ms: unknown key in pdcx.toml; expected one of: flush.interval_ms"
+        );
+        let e = err("[cache]\nsize = 5\n");
+        assert!(
+            e.contains("cache.size: unknown key") && e.contains("shard"),
+            "{e}"
+        );
+        let e = err("verbose = true\n");
+        assert!(e.contains("verbose: unknown key"), "{e}");
+        assert_eq!(
+            err("[flush]\ninterval_ms = \"soon\"\n"),
+            "config: flush.interval_ms=\"soon\": expected a whole number of milliseconds of at least 1"
+        );
+        assert!(err("[shard]\ncomposite = 1\n")
+            .contains("shard.composite=\"1\": expected true or false"));
+        let values = file_values(SAMPLE).unwrap();
+        assert!(
+            values.contains(&("tier.s3.timeout_ms".into(), "2000".into())),
+            "{values:?}"
+        );
     }
 
     #[test]

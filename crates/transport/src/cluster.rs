@@ -165,18 +165,16 @@ pub fn decode_hex(s: &str) -> Result<Vec<u8>> {
 
 /// The root a client uses: an explicit one, else `PDCX_ROOT`.
 pub fn root_from_env(explicit: Option<&Path>) -> Option<PathBuf> {
-    explicit.map(Path::to_path_buf).or_else(|| {
-        std::env::var_os("PDCX_ROOT")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    })
+    explicit
+        .map(Path::to_path_buf)
+        .or_else(|| pdcx_core::config::ROOT.path())
 }
 
 /// The node this process runs on: `PDCX_NODE`, else the host name.
 pub fn this_node() -> String {
-    match std::env::var("PDCX_NODE") {
-        Ok(n) if !n.trim().is_empty() => n.trim().to_string(),
-        _ => hostname(),
+    match pdcx_core::config::NODE.text() {
+        Some(n) => n.trim().to_string(),
+        None => hostname(),
     }
 }
 

@@ -129,10 +129,7 @@ impl Write for &Stream {
 pub fn spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| {
-        let us = std::env::var("PDCX_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_SPIN_US);
+        let us = pdcx_core::config::SPIN_US.count_or_default();
         Duration::from_micros(us)
     })
 }
@@ -147,10 +144,7 @@ pub const DEFAULT_SPIN_US: u64 = 50;
 pub fn reply_spin_budget() -> Duration {
     static SPIN: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
     *SPIN.get_or_init(|| {
-        let us = std::env::var("PDCX_REPLY_SPIN_US")
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-            .unwrap_or(DEFAULT_REPLY_SPIN_US);
+        let us = pdcx_core::config::REPLY_SPIN_US.count_or_default();
         Duration::from_micros(us)
     })
 }
@@ -223,16 +217,20 @@ pub fn connect_unix(spec: &str) -> io::Result<UnixStream> {
 
 /// Whether the Unix-domain channel may be used (`PDCX_UNIX` is not 0/off/false/no).
 pub fn unix_enabled_by_env() -> bool {
-    !matches!(
-        std::env::var("PDCX_UNIX").as_deref().map(str::trim),
-        Ok("0" | "off" | "false" | "no")
-    )
+    pdcx_core::config::UNIX.switch_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::time::Instant;
+
+    #[test]
+    fn spin_defaults_are_the_declared_ones() {
+        use pdcx_core::config;
+        assert_eq!(config::SPIN_US.default_count(), DEFAULT_SPIN_US);
+        assert_eq!(config::REPLY_SPIN_US.default_count(), DEFAULT_REPLY_SPIN_US);
+    }
 
     #[test]
     fn polling_returns_when_bytes_arrive_and_backs_off_after_running_out() {

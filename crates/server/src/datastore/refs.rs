@@ -34,12 +34,14 @@ pub const REF_SEGMENT: u64 = 1 << 60;
 /// paying the file's reads and decoding.
 pub fn promote_after_reads() -> u32 {
     static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
-    *N.get_or_init(|| match std::env::var("PDCX_REF_PROMOTE_READS") {
-        Err(_) => 4,
-        Ok(v) => v.trim().parse().unwrap_or_else(|_| {
-            tracing::warn!("PDCX_REF_PROMOTE_READS={v:?} is not a number of reads; using 4");
-            4
-        }),
+    let setting = &pdcx_core::config::REF_PROMOTE_READS;
+    *N.get_or_init(|| match setting.count() {
+        // The declared bounds keep it within u32.
+        Ok(n) => n as u32,
+        Err(e) => {
+            tracing::warn!("{e}; using {}", setting.default);
+            setting.default_count() as u32
+        }
     })
 }
 
