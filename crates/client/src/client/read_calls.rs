@@ -37,9 +37,10 @@ impl Client {
         for (k, chunk) in coords.chunks(per_call * ndim).enumerate() {
             let first = k * per_call;
             let dst = &mut out[first * elem..(first + chunk.len() / ndim) * elem];
+            // A point read names its elements by coordinates: the region is not used.
             let item = ReadItem {
                 id,
-                region: Region::new(vec![0], vec![0])?,
+                region: Region::whole(&[]),
             };
             let req: Request = read::Read {
                 items: vec![item],
