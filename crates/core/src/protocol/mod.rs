@@ -152,6 +152,44 @@ impl Request {
         }
     }
 
+    /// The request's name in metrics: the operation's, refined by the options that make a
+    /// different path through the server (shared memory, a stage's commit, late checksums, a
+    /// seal, lazy durability, held/strided/point reads). These are the request kinds metrics
+    /// reported before requests were grouped by family, so dashboards and benchmark tables
+    /// stay comparable.
+    pub fn metric_name(&self) -> &'static str {
+        match self {
+            Request::Write(WriteRequest::Stage(r)) => match (r.shm.is_some(), r.commit.is_some()) {
+                (false, false) => "Stage",
+                (true, false) => "StageShm",
+                (false, true) => "StageCommit",
+                (true, true) => "StageShmCommit",
+            },
+            Request::Write(WriteRequest::Reserve(r)) if r.crcs.is_none() => "ReserveWriteLate",
+            Request::Write(WriteRequest::Reserve(_)) => "ReserveWrite",
+            Request::Write(WriteRequest::Commit(r)) if r.opts.seal.is_some() => "CommitSyncSeal",
+            Request::Write(WriteRequest::Commit(r)) if !r.opts.checksums.is_empty() => "CommitLate",
+            Request::Write(WriteRequest::Commit(r))
+                if r.opts.consistency != Consistency::Strong =>
+            {
+                "CommitRelaxed"
+            }
+            Request::Stream(StreamRequest::Seal(r)) if r.sync_log => "SyncSeal",
+            Request::Catalog(CatalogRequest::CreateObject(r)) if r.lazy => "CreateObjectLazy",
+            Request::Catalog(CatalogRequest::CreateObjects(r)) if r.lazy => "CreateObjectsLazy",
+            Request::Catalog(CatalogRequest::PutTags(r)) if r.lazy => "PutTagsLazy",
+            Request::Read(ReadRequest::Read(r)) => match (&r.opts.select, &r.opts.shm) {
+                (Selection::Strided(_), _) => "ReadStrided",
+                (Selection::Points(_), _) => "ReadPoints",
+                (_, Some(_)) => "ReadShm",
+                _ if r.opts.held => "ReadHeld",
+                _ => "Read",
+            },
+            Request::Read(ReadRequest::PlanRead(_)) => "ReadPlan",
+            r => r.name(),
+        }
+    }
+
     /// Whether the request belongs to a program writing through the server (home copies
     /// wait while such requests come): every write, every byte-stream change, and the
     /// creates that precede writes. Lookups, status polls and reads do not count.

@@ -119,6 +119,26 @@ mod frames {
     }
 
     #[test]
+    fn metric_names_tell_the_paths_apart() {
+        assert_eq!(stage_request().metric_name(), "StageCommit");
+        let late: Request = write::Reserve {
+            items: vec![],
+            crcs: None,
+        }
+        .into();
+        assert_eq!(late.metric_name(), "ReserveWriteLate");
+        let held: Request = read::Read {
+            items: vec![],
+            opts: ReadOpts {
+                held: true,
+                ..ReadOpts::default()
+            },
+        }
+        .into();
+        assert_eq!((held.name(), held.metric_name()), ("Read", "ReadHeld"));
+    }
+
+    #[test]
     fn whether_a_request_writes_follows_its_family() {
         assert!(stage_request().writes());
         assert_eq!(stage_request().name(), "Stage");

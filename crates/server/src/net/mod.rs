@@ -80,7 +80,7 @@ fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
         let outcome = match head.kind {
             FrameKind::Request => match protocol::decode_body::<Request>(&body) {
                 Ok(req) => {
-                    kind = crate::metrics::Kind::named(req.name());
+                    kind = crate::metrics::Kind::named(req.metric_name());
                     crate::api::handle(server, req, head.payload_len, reader, &mut sess)
                 }
                 Err(e) => drain(reader, head.payload_len).and(Err(e)),
