@@ -731,7 +731,10 @@ pub fn status(root: &Path, json: bool) -> Result<u8> {
         dep.secret.as_deref(),
         &admin::Stats {},
         Duration::from_secs(10),
-    );
+    )
+    .into_iter()
+    .map(|r| r.map(|s| *s))
+    .collect();
     let all_up = results.iter().all(Result::is_ok);
 
     if json {

@@ -35,7 +35,7 @@ impl Client {
     }
 
     pub fn stats(&self, rank: u32) -> Result<ServerStats> {
-        self.call(rank, admin::Stats {})
+        self.call(rank, admin::Stats {}).map(|s| *s)
     }
 
     /// Asks server `rank` to flush committed extents to its tiers: with `wait`, returns once

@@ -130,7 +130,7 @@ pub struct Moved {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AdminResponse {
     Done,
-    Stats(ServerStats),
+    Stats(Box<ServerStats>),
     Flushed(FlushReport),
     Migrated(Moved),
 }
@@ -139,7 +139,7 @@ family! {
     /// One server's status and maintenance.
     Admin: AdminRequest => AdminResponse;
 
-    Stats {} => Stats(ServerStats);
+    Stats {} => Stats(Box<ServerStats>);
     Shutdown {} => Done;
     /// Flushes committed extents to their home tiers now. With `wait`, returns after passes
     /// until nothing is pending or a tier fails; without, only wakes the background flusher

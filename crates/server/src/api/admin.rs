@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
     Ok(match req {
-        Q::Stats(_) => A::Stats(stats(server)?),
+        Q::Stats(_) => A::Stats(Box::new(stats(server)?)),
         Q::Shutdown(_) => {
             server.shutdown_requested.store(true, Ordering::SeqCst);
             A::Done
