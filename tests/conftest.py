@@ -313,7 +313,7 @@ def owner_of_name(name: str, n: int) -> int:
 # -- raw wire protocol helpers (tests that speak to a server without the client library) -----
 
 MAGIC = b"PDCX"
-VERSION = 2
+VERSION = 3
 # Frame kinds (protocol::FrameKind).
 CHALLENGE, HELLO, WELCOME, REQUEST, RESPONSE, PEER_REQUEST, PEER_RESPONSE = 1, 2, 3, 4, 5, 6, 7
 ERROR_KINDS = [
@@ -329,9 +329,18 @@ ERROR_KINDS = [
     "Io",
     "Internal",
 ]
-# Variant indices of protocol::Request and protocol::Response (bincode encodes them as varints).
-REQ = {"Ping": 0, "GetObject": 6, "Stage": 13, "Commit": 14, "Read": 15, "Stats": 17}
-RESP_WELCOME, RESP_STAGED, RESP_COMMITTED, RESP_DATA, RESP_ERROR = 1, 7, 8, 9, 12
+# Body prefixes of protocol::Request and protocol::Response: the family's variant index, then
+# the operation's within the family (bincode encodes each as a varint below 251: one byte).
+REQ = {
+    "Ping": b"\x00\x00",
+    "GetObject": b"\x01\x06",
+    "Stage": b"\x02\x00",
+    "Commit": b"\x02\x02",
+    "Read": b"\x03\x00",
+    "Stats": b"\x06\x00",
+}
+RESP_WELCOME, RESP_STAGED, RESP_COMMITTED, RESP_DATA = b"\x00\x00", b"\x02\x01", b"\x02\x03", b"\x03\x00"
+RESP_ERROR = 7  # Response::Error, the one variant without a family
 
 
 def header(kind: int, body_len: int, request_id: int = 1, payload_len: int = 0, *, magic=MAGIC, version=VERSION):
@@ -367,18 +376,20 @@ def enc_region(offset, count) -> bytes:
 
 def enc_stage(items) -> bytes:
     """items: (txn, object id, offset, count, byte length)."""
-    out = varint(REQ["Stage"]) + varint(len(items))
+    out = REQ["Stage"] + varint(len(items))
     for txn, oid, off, cnt, n in items:
         out += varint(txn) + varint(oid) + enc_region(off, cnt) + varint(n)
-    return out
+    return out + varint(0) + varint(0)  # shm: None, commit: None
 
 
 def enc_commit(txns, local: bool = True) -> bytes:
-    return varint(REQ["Commit"]) + enc_u64s(txns) + varint(1 if local else 0)
+    # CommitOpts: durability, consistency Strong, no checksums, no seal.
+    return REQ["Commit"] + enc_u64s(txns) + varint(1 if local else 0) + varint(0) + varint(0) + varint(0)
 
 
 def enc_read(oid: int, off, cnt) -> bytes:
-    return varint(REQ["Read"]) + varint(1) + varint(oid) + enc_region(off, cnt)
+    # ReadOpts: not held, no shared memory, the whole region.
+    return REQ["Read"] + varint(1) + varint(oid) + enc_region(off, cnt) + varint(0) + varint(0) + varint(0)
 
 
 class RawConn:

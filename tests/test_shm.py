@@ -24,7 +24,7 @@ import pytest
 from conftest import RESP_DATA, RESP_ERROR, RESP_STAGED, RawConn, decode_error, enc_commit, wait_until
 from pdcx import _native
 
-RESP_OK = 0  # index of protocol::Response::Ok
+RESP_ATTACHED = b"\x00\x01"  # protocol::Response::Handshake(Attached)
 
 
 def shm_total(c: pdcx.Client) -> int:
@@ -141,14 +141,19 @@ def memfd(name: str, size: int, sealed: bool = True) -> int:
     return fd
 
 
-def req(variant: str, **fields) -> bytes:
-    """The frame body of protocol::Request::<variant> (encoded by the native module)."""
-    return _native._encode_request(json.dumps({variant: fields}))
+def req(family: str, op: str, **fields) -> bytes:
+    """The frame body of protocol::Request::<family>(<op>) (encoded by the native module)."""
+    return _native._encode_request(json.dumps({family: {op: fields}}))
 
 
 def stage_shm(txn: int, oid: int, n: int, arena: int, offset: int) -> bytes:
     item = {"txn": txn, "id": oid, "region": {"offset": [0], "count": [n]}, "len": 4 * n}
-    return req("StageShm", items=[item], locs=[{"arena": arena, "offset": offset}])
+    return req("Write", "Stage", items=[item], shm=[{"arena": arena, "offset": offset}], commit=None)
+
+
+def shm_opts(offset: int) -> dict:
+    """ReadOpts of a read into arena 1 at `offset`."""
+    return {"held": False, "shm": [{"arena": 1, "offset": offset}], "select": "Region"}
 
 
 def test_bad_shared_memory_requests_get_clear_errors_and_the_server_keeps_serving(deployment):
@@ -172,7 +177,7 @@ def test_bad_shared_memory_requests_get_clear_errors_and_the_server_keeps_servin
             return err
 
         def attach(arena: int, fd: int, name: str, length: int = size) -> bytes:
-            return req("AttachShm", arena=arena, pid=os.getpid(), fd=fd, name=name, len=length)
+            return req("Handshake", "AttachShm", arena=arena, pid=os.getpid(), fd=fd, name=name, len=length)
 
         # Attach checks: unsealed file, a name of no pdcx deployment, a file shorter than claimed.
         kind, msg = call_error(attach(1, unsealed, arena_name(secret, "unsealed")))
@@ -182,7 +187,7 @@ def test_bad_shared_memory_requests_get_clear_errors_and_the_server_keeps_servin
         kind, msg = call_error(attach(1, good, arena_name(secret, "good"), 2 * size))
         assert "fewer than" in msg, msg
         rbody, _ = raw.call(attach(1, good, arena_name(secret, "good")))
-        assert rbody[0] == RESP_OK, decode_error(rbody)
+        assert rbody.startswith(RESP_ATTACHED), decode_error(rbody)
 
         # Offsets beyond the mapping, straddling its end, overflowing; an unknown arena.
         for offset in (size, size - 100, 2**64 - 1):
@@ -192,20 +197,20 @@ def test_bad_shared_memory_requests_get_clear_errors_and_the_server_keeps_servin
         assert "arena 7 is not attached" in msg, msg
         # A read into a place outside the arena is refused the same way.
         read = {"id": obj.id, "region": {"offset": [0], "count": [1000]}}
-        kind, msg = call_error(req("ReadShm", items=[read], held=False, locs=[{"arena": 1, "offset": size - 8}]))
+        kind, msg = call_error(req("Read", "Read", items=[read], opts=shm_opts(size - 8)))
         assert "outside shared-memory arena 1" in msg, msg
 
         # The client cannot shrink the arena under the server's mapping (no SIGBUS possible).
         with pytest.raises(PermissionError):
             os.ftruncate(good, 0)
 
-        # The same connection goes on: a correct StageShm, its commit, a ReadShm.
+        # The same connection goes on: a correct shared-memory stage, its commit, a shared-memory read.
         rbody, _ = raw.call(stage_shm(1, obj.id, 1000, 1, 8192))
-        assert rbody[0] == RESP_STAGED, decode_error(rbody)
+        assert rbody.startswith(RESP_STAGED), decode_error(rbody)
         rbody, _ = raw.call(enc_commit([1]))
         assert rbody[0] != RESP_ERROR, decode_error(rbody)
-        rbody, payload = raw.call(req("ReadShm", items=[read], held=False, locs=[{"arena": 1, "offset": 65536}]))
-        assert rbody[0] == RESP_DATA and payload == b"", decode_error(rbody)
+        rbody, payload = raw.call(req("Read", "Read", items=[read], opts=shm_opts(65536)))
+        assert rbody.startswith(RESP_DATA) and payload == b"", decode_error(rbody)
         assert os.pread(good, 4000, 65536) == data.tobytes()
     finally:
         raw.close()

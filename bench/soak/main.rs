@@ -11,7 +11,8 @@
 
 use clap::Parser;
 use pdcx_core::protocol::{
-    self, Durability, FrameKind, ObjectSpec, ReadItem, Request, Response, StageItem,
+    self, catalog, read, write, CatalogResponse, CommitOpts, Durability, FrameKind, ObjectSpec,
+    ReadItem, ReadOpts, Request, Response, StageItem,
 };
 use pdcx_core::{owner_of_name, Condition, Dtype, Error, ErrorKind, Region, Result, TagValue};
 use rand::{Rng, SeedableRng};
@@ -293,8 +294,9 @@ fn run(args: Args) -> Result<u64> {
                 creator: "pdcx-soak".into(),
             });
         }
-        match c.call(&Request::CreateObjects { specs }, &[], &mut Vec::new())? {
-            Response::ObjectsCreated(v) => {
+        let req = Request::from(catalog::CreateObjects { specs, lazy: false });
+        match c.call(&req, &[], &mut Vec::new())? {
+            Response::Catalog(CatalogResponse::Created(v)) => {
                 for r in v {
                     t.ids.push(r?.id);
                 }
@@ -502,12 +504,12 @@ fn client(sh: &Shared, i: usize, t: &Target, mut c: Raw) -> ClientStats {
     let mut st = ClientStats::default();
     let mut txn = (i as u64) << 32;
     let mut created = 0u64;
-    let query = Request::Query {
+    let query = Request::from(catalog::Query {
         conditions: vec![
             Condition::parse(&format!("soakrun={}", sh.prefix)).expect("valid condition"),
             Condition::parse(&format!("soakgroup={}", i % 8)).expect("valid condition"),
         ],
-    };
+    });
     while !sh.stop.load(Ordering::Relaxed) {
         let mut pick = rng.gen_range(0..total);
         let mut kind = 0;
@@ -532,26 +534,29 @@ fn client(sh: &Shared, i: usize, t: &Target, mut c: Raw) -> ClientStats {
             0 | 1 => {
                 txn += 1;
                 let body = if kind == 0 { &small } else { &large };
-                let req = Request::Stage {
+                let req = Request::from(write::Stage {
                     items: vec![StageItem {
                         txn,
                         id,
                         region,
                         len,
                     }],
-                };
+                    shm: None,
+                    commit: None,
+                });
                 c.call(&req, &[body], &mut data)?;
-                let req = Request::Commit {
+                let req = Request::from(write::Commit {
                     txns: vec![txn],
-                    durability: sh.durability,
-                };
+                    opts: CommitOpts::at(sh.durability),
+                });
                 c.call(&req, &[], &mut data)?;
                 Ok(len)
             }
             2 | 3 => {
-                let req = Request::Read {
+                let req = Request::from(read::Read {
                     items: vec![ReadItem { id, region }],
-                };
+                    opts: ReadOpts::default(),
+                });
                 c.call(&req, &[], &mut data)?;
                 if data.len() as u64 != len {
                     return Err(Error::protocol(format!(
@@ -562,7 +567,7 @@ fn client(sh: &Shared, i: usize, t: &Target, mut c: Raw) -> ClientStats {
                 Ok(len)
             }
             4 => match c.call(&query, &[], &mut data)? {
-                Response::Matches(m) if !m.is_empty() => Ok(0),
+                Response::Catalog(CatalogResponse::Matches(m)) if !m.is_empty() => Ok(0),
                 other => Err(Error::protocol(format!("query found nothing: {other:?}"))),
             },
             _ => {
@@ -583,7 +588,8 @@ fn client(sh: &Shared, i: usize, t: &Target, mut c: Raw) -> ClientStats {
                     tags: vec![("soakcreated".into(), TagValue::Int(1))],
                     creator: "pdcx-soak".into(),
                 };
-                c.call(&Request::CreateObject(spec), &[], &mut data)?;
+                let req = Request::from(catalog::CreateObject { spec, lazy: false });
+                c.call(&req, &[], &mut data)?;
                 sh.creates.fetch_add(1, Ordering::Relaxed);
                 Ok(0)
             }
@@ -631,7 +637,7 @@ fn stall(sh: &Shared, t: &Target, writer: bool) -> Result<TcpStream> {
     let id = t.ids[0];
     let len = sh.args.large;
     if writer {
-        let req = Request::Stage {
+        let req = Request::from(write::Stage {
             items: vec![StageItem {
                 txn: u64::MAX - 1,
                 id,
@@ -641,7 +647,9 @@ fn stall(sh: &Shared, t: &Target, writer: bool) -> Result<TcpStream> {
                 },
                 len,
             }],
-        };
+            shm: None,
+            commit: None,
+        });
         let body = protocol::encode_body(&req)?;
         let head = protocol::Header {
             kind: FrameKind::Request,
@@ -660,7 +668,8 @@ fn stall(sh: &Shared, t: &Target, writer: bool) -> Result<TcpStream> {
         // blocks; sent from a helper thread because our own send can block too once the
         // server stops reading.
         let mut w = c.w.get_ref().try_clone().map_err(io("stall"))?;
-        let req = Request::Read {
+        let req = Request::from(read::Read {
+            opts: ReadOpts::default(),
             items: vec![ReadItem {
                 id,
                 region: Region {
@@ -668,7 +677,7 @@ fn stall(sh: &Shared, t: &Target, writer: bool) -> Result<TcpStream> {
                     count: vec![len],
                 },
             }],
-        };
+        });
         let body = protocol::encode_body(&req)?;
         std::thread::Builder::new()
             .stack_size(64 << 10)

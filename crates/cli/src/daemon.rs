@@ -5,7 +5,7 @@ use crate::commands::{human_bytes, human_duration, msg, print_table};
 use anyhow::{anyhow, bail, Context, Result};
 use pdcx_client::cluster::{load_or_create_secret, ClusterFile, ServerEntry, SECRET_FILE};
 use pdcx_client::conn::Conn;
-use pdcx_core::protocol::{Request, Response, ServerStats};
+use pdcx_core::protocol::{admin, handshake, Call, ServerStats};
 use pdcx_server::{launch, rank_dir, rank_file, Server, ServerConfig};
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -230,12 +230,16 @@ fn reach(entry: &ServerEntry, secret: Option<&[u8]>) -> Result<Conn> {
 
 /// Sends `req` to every server at once, each over a fresh connection. A server that does not
 /// answer within `within` counts as failed, so one hung server cannot hang the command.
-fn ask_all(
+fn ask_all<C>(
     servers: &[ServerEntry],
     secret: Option<&[u8]>,
-    req: &Request,
+    req: &C,
     within: Duration,
-) -> Vec<Result<Response, String>> {
+) -> Vec<Result<C::Reply, String>>
+where
+    C: Call + Clone + Send + 'static,
+    C::Reply: Send + 'static,
+{
     let (tx, rx) = std::sync::mpsc::channel();
     for (i, s) in servers.iter().enumerate() {
         let (tx, s, secret, req) = (
@@ -245,13 +249,14 @@ fn ask_all(
             req.clone(),
         );
         std::thread::spawn(move || {
-            let r = reach(&s, secret.as_deref())
-                .and_then(|mut c| Ok(c.call(&req, &[]).map_err(msg)?.0));
+            let r = reach(&s, secret.as_deref()).and_then(|mut c| c.ask(req, &[]).map_err(msg));
             let _ = tx.send((i, r.map_err(|e| format!("{e:#}"))));
         });
     }
     drop(tx);
-    let mut results = vec![Err(format!("no reply within {} s", within.as_secs())); servers.len()];
+    let mut results: Vec<Result<C::Reply, String>> = (0..servers.len())
+        .map(|_| Err(format!("no reply within {} s", within.as_secs())))
+        .collect();
     let deadline = Instant::now() + within;
     while let Some(left) = deadline.checked_duration_since(Instant::now()) {
         match rx.recv_timeout(left) {
@@ -404,7 +409,7 @@ fn refuse_if_running(root: &Path) -> Result<()> {
     let answers = ask_all(
         &dep.servers,
         dep.secret.as_deref(),
-        &Request::Ping,
+        &handshake::Ping {},
         Duration::from_secs(10),
     );
     for (s, a) in dep.servers.iter().zip(&answers) {
@@ -582,7 +587,7 @@ pub fn stop(root: &Path, timeout: u64) -> Result<()> {
     let asked = ask_all(
         &dep.servers,
         dep.secret.as_deref(),
-        &Request::Shutdown,
+        &admin::Shutdown {},
         Duration::from_secs(10),
     );
     let mut targets: Vec<Target> = dep
@@ -593,8 +598,7 @@ pub fn stop(root: &Path, timeout: u64) -> Result<()> {
             local: entry.host == here || entry.host.is_empty(),
             entry: entry.clone(),
             asked: match r {
-                Ok(Response::Ok) => Ok(()),
-                Ok(r) => Err(anyhow!("unexpected reply {r:?}")),
+                Ok(()) => Ok(()),
                 Err(e) => Err(anyhow!(e)),
             },
             outcome: None,
@@ -621,7 +625,7 @@ pub fn stop(root: &Path, timeout: u64) -> Result<()> {
             ask_all(
                 std::slice::from_ref(&t.entry),
                 dep.secret.as_deref(),
-                &Request::Ping,
+                &handshake::Ping {},
                 Duration::from_secs(3),
             )[0]
             .is_err()
@@ -728,14 +732,11 @@ pub fn status(root: &Path, json: bool) -> Result<u8> {
     let results: Vec<Result<ServerStats, String>> = ask_all(
         &dep.servers,
         dep.secret.as_deref(),
-        &Request::Stats,
+        &admin::Stats {},
         Duration::from_secs(10),
     )
     .into_iter()
-    .map(|r| match r? {
-        Response::Stats(st) => Ok(st),
-        r => Err(format!("unexpected reply {r:?}")),
-    })
+    .map(|r| r.map(|s| *s))
     .collect();
     let all_up = results.iter().all(Result::is_ok);
 

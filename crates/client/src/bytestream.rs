@@ -33,7 +33,9 @@
 use crate::client::{Client, Uncommitted};
 use crate::direct_write::WriteBehind;
 use pdcx_core::model::{KIND_BYTE_STREAM, KIND_TAG};
-use pdcx_core::protocol::{Durability, ObjectSpec, Request, Response, VersionInfo};
+use pdcx_core::protocol::{
+    catalog, stream, write, CommitOpts, Durability, ObjectSpec, SealAt, VersionInfo,
+};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result, TagValue};
 use std::collections::BTreeSet;
 use std::sync::{Mutex, MutexGuard};
@@ -138,26 +140,14 @@ impl Client {
     /// The versions of byte stream `id`, oldest first.
     pub fn bs_versions(&self, id: ObjectId) -> Result<Vec<VersionInfo>> {
         let owner = self.id_owner(id)?;
-        match self.call(owner, &Request::Versions { id: Some(id) }, &[])? {
-            Response::Versions(v) => Ok(v),
-            r => Err(Error::protocol(format!(
-                "unexpected reply to Versions: {r:?}"
-            ))),
-        }
+        self.call(owner, stream::Versions { id: Some(id) })
     }
 
     /// Every version recorded by every server (for `pdcx flush` and `pdcx ls`).
     pub fn all_versions(&self) -> Result<Vec<VersionInfo>> {
         let mut all = Vec::new();
         for rank in 0..self.size() {
-            match self.call(rank, &Request::Versions { id: None }, &[])? {
-                Response::Versions(v) => all.extend(v),
-                r => {
-                    return Err(Error::protocol(format!(
-                        "unexpected reply to Versions: {r:?}"
-                    )))
-                }
-            }
+            all.extend(self.call(rank, stream::Versions { id: None })?);
         }
         Ok(all)
     }
@@ -346,12 +336,14 @@ impl ByteStream {
     fn commit_uncommitted(&self, st: &mut State) -> Result<()> {
         let list = std::mem::take(&mut st.uncommitted);
         for group in list.chunk_by(|a, b| (a.dest, a.conn) == (b.dest, b.conn)) {
-            let commit = Request::CommitLate {
+            let commit = write::Commit {
                 txns: group.iter().map(|u| u.txn).collect(),
-                crcs: group.iter().map(|u| u.crc).collect(),
-                durability: Durability::Memory,
+                opts: CommitOpts {
+                    checksums: group.iter().map(|u| u.crc).collect(),
+                    ..CommitOpts::at(Durability::Memory)
+                },
             };
-            self.client.call_on(group[0].dest, group[0].conn, &commit)?;
+            self.client.call_on(group[0].dest, group[0].conn, commit)?;
             st.dirty.insert(group[0].dest);
         }
         Ok(())
@@ -372,21 +364,15 @@ impl ByteStream {
         if end <= st.known_size {
             return Ok(());
         }
-        let m = self.owner_call(&Request::ExtendDims {
-            id: self.meta.id,
-            dims: vec![end],
-        })?;
+        let m = self.client.call(
+            self.meta.owner,
+            stream::ExtendDims {
+                id: self.meta.id,
+                dims: vec![end],
+            },
+        )?;
         st.known_size = m.dims[0];
         Ok(())
-    }
-
-    fn owner_call(&self, req: &Request) -> Result<ObjectMeta> {
-        match self.client.call(self.meta.owner, req, &[])? {
-            Response::Object(m) => Ok(m),
-            r => Err(Error::protocol(format!(
-                "unexpected reply to {req:?}: {r:?}"
-            ))),
-        }
     }
 
     /// Commits the uncommitted large writes, then the queued writes, in order (each a commit
@@ -484,7 +470,7 @@ impl ByteStream {
             .filter(|r| Some(*r) != except)
             .collect();
         for rank in todo {
-            self.client.call(rank, &Request::SyncLog, &[])?;
+            self.client.call(rank, write::SyncLog {})?;
             st.dirty.remove(&rank);
         }
         Ok(())
@@ -513,7 +499,9 @@ impl ByteStream {
         let mut st = self.lock();
         self.drain(&mut st)?;
         // From the owner itself: a relayed lookup could answer from before the last growth.
-        let m = self.owner_call(&Request::GetObject { id: self.meta.id })?;
+        let m = self
+            .client
+            .call(self.meta.owner, catalog::GetObject { id: self.meta.id })?;
         st.known_size = m.dims[0];
         Ok(m.dims[0])
     }
@@ -529,10 +517,11 @@ impl ByteStream {
         let mut st = self.lock();
         self.drain(&mut st)?;
         st.changed = true;
-        let m = self.owner_call(&Request::SetSize {
+        let req = stream::SetSize {
             id: self.meta.id,
             len,
-        })?;
+        };
+        let m = self.client.call(self.meta.owner, req)?;
         st.known_size = m.dims[0];
         Ok(())
     }
@@ -575,30 +564,35 @@ impl ByteStream {
         let answer = match fold {
             Some(conn) => {
                 let list = std::mem::take(&mut st.uncommitted);
-                let req = Request::CommitSyncSeal {
+                let req = write::Commit {
                     txns: list.iter().map(|u| u.txn).collect(),
-                    crcs: list.iter().map(|u| u.crc).collect(),
+                    opts: CommitOpts {
+                        checksums: list.iter().map(|u| u.crc).collect(),
+                        seal: Some(SealAt { id, home }),
+                        ..CommitOpts::at(Durability::Memory)
+                    },
+                };
+                self.client.call_on(owner, conn, req).and_then(|c| {
+                    c.epoch.ok_or_else(|| {
+                        Error::protocol("a sealing commit answered without an epoch")
+                    })
+                })
+            }
+            None => {
+                let req = stream::Seal {
                     id,
                     home,
+                    sync_log: with_sync,
                 };
-                self.client.call_on(owner, conn, &req)
+                self.client.call(owner, req)
             }
-            None if with_sync => self
-                .client
-                .call(owner, &Request::SyncSeal { id, home }, &[]),
-            None => self.client.call(owner, &Request::Seal { id, home }, &[]),
         };
-        match answer {
-            Ok(Response::Sealed { epoch }) => {
-                if with_sync {
-                    st.dirty.remove(&owner);
-                    st.owner_meta_unsynced = false;
-                }
-                Ok(epoch)
-            }
-            Ok(r) => Err(Error::protocol(format!("unexpected reply to Seal: {r:?}"))),
-            Err(e) => Err(e),
+        let epoch = answer?;
+        if with_sync {
+            st.dirty.remove(&owner);
+            st.owner_meta_unsynced = false;
         }
+        Ok(epoch)
     }
 
     /// Makes the stream's content its last sealed version again (empty if none): writes
@@ -610,14 +604,8 @@ impl ByteStream {
         let mut st = self.lock();
         self.drain(&mut st)?;
         st.changed = true;
-        let r = match self.client.call(
-            self.meta.owner,
-            &Request::DiscardIncomplete { id: self.meta.id },
-            &[],
-        )? {
-            Response::Discarded { bytes } => bytes,
-            r => return Err(Error::protocol(format!("unexpected reply: {r:?}"))),
-        };
+        let req = stream::DiscardIncomplete { id: self.meta.id };
+        let r = self.client.call(self.meta.owner, req)?;
         st.known_size = 0;
         Ok(r)
     }

@@ -6,8 +6,11 @@
 //! is on this client's node and has mapped the arena (see `shm.rs`), else in the frame payload.
 
 use crate::shm::{self, Arena, Payload, ShmBuf, ShmPool};
-use pdcx_core::protocol::{Durability, ReadItem, Request, Response, Role, ShmLoc, StageItem};
-use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_core::protocol::{
+    handshake, read, write, Call, CommitOpts, ReadItem, ReadOpts, Request, Response, Role, ShmLoc,
+    StageItem,
+};
+use pdcx_core::{ErrorKind, Result};
 use pdcx_transport::pool::Pooled;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,23 +112,20 @@ impl Conn {
             }
             _ => return Ok(false),
         }
-        let req = Request::AttachShm {
+        let req: Request = handshake::AttachShm {
             arena: arena.id,
             pid: std::process::id(),
             fd: arena.fd(),
             name: arena.name.clone(),
             len: arena.len() as u64,
-        };
+        }
+        .into();
         self.inner.send(&req, &[])?;
         let resp = self.inner.read_reply(&mut |_, _| Ok(()))?;
         let Some(s) = &mut self.shm else {
             return Ok(false);
         };
         match resp {
-            Response::Ok => {
-                s.attached.insert(arena.id);
-                Ok(true)
-            }
             Response::Error(e) => {
                 shm::debug(&format!(
                     "shm: server {} at {} does not map this client's arena ({}); bulk data goes over TCP",
@@ -134,9 +134,11 @@ impl Conn {
                 s.refused.store(true, Ordering::Relaxed);
                 Ok(false)
             }
-            other => Err(Error::protocol(format!(
-                "unexpected reply to AttachShm: {other:?}"
-            ))),
+            other => {
+                <handshake::AttachShm as Call>::reply(other)?;
+                s.attached.insert(arena.id);
+                Ok(true)
+            }
         }
     }
 
@@ -156,60 +158,37 @@ impl Conn {
         Ok(Some(locs))
     }
 
-    /// Stages `items`, whose bytes are `data` in order: as `StageShm` when they all sit in
-    /// arenas the server has mapped, else as `Stage` with the bytes in the frame payload.
-    pub fn stage(&mut self, items: &[StageItem], data: &[&Payload]) -> Result<Response> {
-        if let Some(locs) = self.shm_locs(data)? {
-            let req = Request::StageShm {
-                items: items.to_vec(),
-                locs,
-            };
-            return self.call(&req, &[]).map(|(r, _)| r);
-        }
-        let parts: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-        let req = Request::Stage {
-            items: items.to_vec(),
-        };
-        self.call(&req, &parts).map(|(r, _)| r)
-    }
-
-    /// Stages and commits `items` (bytes `data` in order) in one message, answered once
-    /// committed: `StageShmCommit` when the bytes all sit in arenas the server has mapped, else
-    /// `StageCommit` with the bytes in the frame payload. `relaxed`: commit as
-    /// `CommitRelaxed` with that `expected_writes`.
-    pub fn stage_commit(
+    /// Stages `items`, whose bytes are `data` in order, and with `commit` commits them in the
+    /// same message (answered once committed): from arenas the server has mapped when they
+    /// all sit in such, else with the bytes in the frame payload.
+    pub fn stage(
         &mut self,
         items: &[StageItem],
         data: &[&Payload],
-        durability: Durability,
-        relaxed: Option<u64>,
-    ) -> Result<Response> {
-        if let Some(locs) = self.shm_locs(data)? {
-            let req = Request::StageShmCommit {
-                items: items.to_vec(),
-                locs,
-                durability,
-                relaxed,
-            };
-            return self.call(&req, &[]).map(|(r, _)| r);
-        }
-        let parts: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
-        let req = Request::StageCommit {
-            items: items.to_vec(),
-            durability,
-            relaxed,
+        commit: Option<CommitOpts>,
+    ) -> Result<u64> {
+        let shm = self.shm_locs(data)?;
+        let parts: Vec<&[u8]> = match shm {
+            Some(_) => Vec::new(),
+            None => data.iter().map(|d| d.as_slice()).collect(),
         };
-        self.call(&req, &parts).map(|(r, _)| r)
+        let req = write::Stage {
+            items: items.to_vec(),
+            shm,
+            commit,
+        };
+        self.ask(req, &parts)
     }
 
-    /// Reads `items` (`Read`, or `ReadHeld` with `held`), `lens[i]` bytes each: one arena
+    /// Reads `items` (at a holder with `held`), `lens[i]` bytes each: one arena
     /// block per item that the server wrote into (no copy on this side), else one Vec per item
     /// received from the reply payload.
     pub fn read(&mut self, items: &[ReadItem], held: bool, lens: &[usize]) -> Result<Vec<Payload>> {
         if let Some(blocks) = self.read_shm(items, held, lens, false)? {
             return Ok(blocks.into_iter().map(Payload::Shm).collect());
         }
-        let (_, parts) = self.call_split(&read_request(items, held), &[], lens)?;
+        let (resp, parts) = self.call_split(&read_request(items, held), &[], lens)?;
+        <read::Read as Call>::reply(resp)?;
         Ok(parts.into_iter().map(Payload::Heap).collect())
     }
 
@@ -221,11 +200,11 @@ impl Conn {
             out.copy_from_slice(blocks[0].as_slice());
             return Ok(());
         }
-        self.call_into(&read_request(items, held), &[], out)
-            .map(|_| ())
+        let resp = self.call_into(&read_request(items, held), &[], out)?;
+        <read::Read as Call>::reply(resp)
     }
 
-    /// A `ReadShm` into fresh blocks, one per item (or with `one_block` all back to back in
+    /// A read into fresh shared-memory blocks, one per item (or with `one_block` all back to back in
     /// the first); None when shared memory is not usable for it (the caller uses TCP).
     fn read_shm(
         &mut self,
@@ -271,14 +250,16 @@ impl Conn {
         } else {
             blocks.iter().map(ShmBuf::loc).collect()
         };
-        let req = Request::ReadShm {
+        let req = read::Read {
             items: items.to_vec(),
-            held,
-            locs,
+            opts: ReadOpts {
+                held,
+                shm: Some(locs),
+                ..ReadOpts::default()
+            },
         };
-        let err = match self.call(&req, &[]) {
-            Ok((Response::Data, _)) => return Ok(Some(blocks)),
-            Ok((other, _)) => Error::protocol(format!("unexpected reply to ReadShm: {other:?}")),
+        let err = match self.ask(req, &[]) {
+            Ok(()) => return Ok(Some(blocks)),
             Err(e) => e,
         };
         // After a broken exchange the server might still write into the blocks: never hand
@@ -294,10 +275,12 @@ impl Conn {
 }
 
 fn read_request(items: &[ReadItem], held: bool) -> Request {
-    let items = items.to_vec();
-    if held {
-        Request::ReadHeld { items }
-    } else {
-        Request::Read { items }
+    read::Read {
+        items: items.to_vec(),
+        opts: ReadOpts {
+            held,
+            ..ReadOpts::default()
+        },
     }
+    .into()
 }

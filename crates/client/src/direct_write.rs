@@ -25,7 +25,7 @@
 
 use crate::conn::Conn;
 use crate::segfile::SegFile;
-use pdcx_core::protocol::{Request, Reservations, Response, StageItem};
+use pdcx_core::protocol::{write, Request, Reservations, Response, StageItem, WriteResponse};
 use pdcx_core::{Error, ErrorKind, Result};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::FileExt;
@@ -142,25 +142,20 @@ impl DirectWrites {
         write_behind: WriteBehind,
         late_crcs: bool,
     ) -> Result<Outcome> {
-        let req = if late_crcs {
-            Request::ReserveWriteLate {
-                items: items.to_vec(),
-            }
-        } else {
-            Request::ReserveWrite {
-                items: items.to_vec(),
-                crcs: data.iter().map(|d| crc32c::crc32c(d)).collect(),
-            }
-        };
+        let req: Request = write::Reserve {
+            items: items.to_vec(),
+            crcs: (!late_crcs).then(|| data.iter().map(|d| crc32c::crc32c(d)).collect()),
+        }
+        .into();
         c.send(&req, &[])?;
         // `read_reply` tells an error the server answered from a failed connection.
         let reply = c.read_reply(&mut |_, len| {
             Err(Error::protocol(format!(
-                "a ReserveWrite answer carries {len} payload bytes"
+                "a Reserve answer carries {len} payload bytes"
             )))
         })?;
         let resv = match reply {
-            Response::Reserved(r) => r,
+            Response::Write(WriteResponse::Reserved(r)) => r,
             // An older server does not know the request; a server on a simulated disk has no
             // files to give: the writes go the usual way.
             Response::Error(e)
@@ -177,7 +172,7 @@ impl DirectWrites {
         };
         if resv.spans.len() != items.len() {
             return Err(Error::protocol(format!(
-                "ReserveWrite of {} items answered with {} spans",
+                "Reserve of {} items answered with {} spans",
                 items.len(),
                 resv.spans.len()
             )));

@@ -22,11 +22,11 @@
 //! `Complete` still ends.
 
 use crate::client::Client;
-use crate::client::{commit_request, read_plans};
+use crate::client::{commit_opts, read_plans};
 use crate::conn::Conn;
 use crate::shm::{Payload, UserBuf};
 use pdcx_core::model::owner_of_id;
-use pdcx_core::protocol::{Consistency, Durability, ReadItem, Request, StageItem};
+use pdcx_core::protocol::{write, Consistency, Durability, ReadItem, StageItem};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -92,8 +92,7 @@ enum Job {
         write_behind: bool,
     },
     Commit {
-        /// `Commit` or `CommitRelaxed`.
-        request: Request,
+        request: write::Commit,
         states: Vec<Arc<State>>,
     },
     Read {
@@ -223,7 +222,7 @@ fn execute(client: &Client, rank: u32, c: &mut Conn, job: &Job) -> Result<()> {
             states.iter().for_each(|s| s.set(Phase::Delivered, None));
             Ok(())
         }
-        Job::Commit { request, states } => c.call(request, &[]).map(|_| {
+        Job::Commit { request, states } => c.ask(request.clone(), &[]).map(|_| {
             states.iter().for_each(|s| s.set(Phase::Done, None));
         }),
         Job::Read {
@@ -274,7 +273,7 @@ fn stage(
     }
     let u_items: Vec<StageItem> = usual.iter().map(|&i| items[i].clone()).collect();
     let u_parts: Vec<&Payload> = usual.iter().map(|&i| &*data[i]).collect();
-    c.stage(&u_items, &u_parts).map(|_| ())
+    c.stage(&u_items, &u_parts, None).map(|_| ())
 }
 
 /// A read job: with the server on this node, one-copy reads of its log for every item it can
@@ -836,8 +835,8 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
         let consistency = relaxed.map_or(Consistency::Strong, |expected_writes| {
             Consistency::Relaxed { expected_writes }
         });
-        let request = commit_request(txns, durability, consistency, !foreign.is_empty());
-        if matches!(request, Request::CommitRelaxed { .. }) {
+        let opts = commit_opts(durability, consistency, !foreign.is_empty());
+        if opts.consistency != Consistency::Strong {
             // Noted before the outcome is known: a sync sent for a write that failed costs
             // one request and changes nothing.
             for id in foreign {
@@ -846,7 +845,7 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
         }
         let small = kept.remove(&key).unwrap_or_default();
         if small.len() == states.len() {
-            one_message.push((dest, request, small));
+            one_message.push((dest, opts, small));
             continue;
         }
         // Mixed with writes already in the worker: stage the small ones there too, ahead of
@@ -854,18 +853,10 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
         for &i in &small {
             transfers[i].ship_deferred();
         }
+        let request = write::Commit { txns, opts };
         t.worker().submit(Job::Commit { request, states });
     }
-    for (dest, request, small) in one_message {
-        let (durability, relaxed) = match request {
-            Request::CommitRelaxed {
-                durability,
-                expected_writes,
-                ..
-            } => (durability, Some(expected_writes)),
-            Request::Commit { durability, .. } => (durability, None),
-            _ => unreachable!("commit_request makes commits"),
-        };
+    for (dest, opts, small) in one_message {
         let items: Vec<StageItem> = small.iter().map(|&i| transfers[i].stage_item()).collect();
         let mut data: Vec<Arc<Payload>> = Vec::with_capacity(small.len());
         for &i in &small {
@@ -885,9 +876,7 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
         }
         let parts: Vec<&Payload> = data.iter().map(|d| &**d).collect();
         let client = transfers[small[0]].client.clone();
-        let r = client.with_conn(dest, &mut |c| {
-            c.stage_commit(&items, &parts, durability, relaxed)
-        });
+        let r = client.with_conn(dest, &mut |c| c.stage(&items, &parts, Some(opts.clone())));
         for &i in &small {
             let phase = match &r {
                 Ok(_) => Phase::Done,

@@ -5,7 +5,6 @@
 use crate::engine::ExtentRanges;
 use crate::Server;
 use pdcx_core::model::owner_of_id;
-use pdcx_core::protocol::Response;
 use pdcx_core::region::{gather_strided, Region};
 use pdcx_core::valuequery::{element_f64, QueryAnswer, QueryWant, ValueExpr, MAX_CONDITIONS};
 use pdcx_core::{Dtype, Error, ObjectId, ObjectMeta, Result};
@@ -72,13 +71,13 @@ pub fn read_owned(server: &Server, id: ObjectId, region: &Region) -> Result<Vec<
     Ok(out)
 }
 
-/// `Request::ValueQuery` at the owner of the query's first object.
+/// `ValueQuery` at the owner of the query's first object.
 pub fn value_query(
     server: &Server,
     query: &ValueExpr,
     region: Option<Region>,
     want: &QueryWant,
-) -> Result<(Response, Vec<u8>)> {
+) -> Result<(QueryAnswer, Vec<u8>)> {
     if query.len() > MAX_CONDITIONS {
         return Err(Error::invalid(format!(
             "a query has at most {MAX_CONDITIONS} conditions, this one has {}",
@@ -134,7 +133,7 @@ pub fn value_query(
     let hist_bins = want.histogram_bins.min(1 << 16) as usize;
     if dims.contains(&0) {
         answer.histogram = vec![0; hist_bins];
-        return Ok((Response::QueryAnswer(answer), Vec::new()));
+        return Ok((answer, Vec::new()));
     }
     let region = match region {
         Some(r) => {
@@ -295,7 +294,7 @@ pub fn value_query(
     for v in values {
         payload.extend_from_slice(&v);
     }
-    Ok((Response::QueryAnswer(answer), payload))
+    Ok((answer, payload))
 }
 
 /// The parts of `slab` covered by `obj`'s extents (on every holder) with their statistics, or
@@ -375,7 +374,7 @@ fn histogram(values: &[f64], lo: f64, hi: f64, bins: usize) -> Vec<u64> {
     h
 }
 
-/// `Request::ReadStrided` at the owner: the elements at `region.offset + k * step` (C order).
+/// A strided `Read` at the owner: the elements at `region.offset + k * step` (C order).
 pub fn read_strided(
     server: &Server,
     id: ObjectId,
@@ -494,7 +493,7 @@ pub fn check_step(region: &Region, step: &[u64]) -> Result<u64> {
         .fold(1u64, u64::saturating_mul))
 }
 
-/// `Request::ReadPoints` at the owner: the elements at `coords` (ndim per point), in order.
+/// A point `Read` at the owner: the elements at `coords` (ndim per point), in order.
 /// Points are grouped by the slab of the object they fall in, and each group's bounding box
 /// is read once, so scattered points cost one small read each and clustered ones share one.
 pub fn read_points(server: &Server, id: ObjectId, coords: &[u64]) -> Result<Vec<u8>> {

@@ -49,7 +49,7 @@ pub trait Peers: Send + Sync {
     }
     /// `holder`'s committed pieces of `region` (seq, piece) and their bytes back to back.
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces>;
-    /// `owner`'s read of `region` of its object `id` (issue 12: a value query over objects of
+    /// `owner`'s read of `region` of its object `id` (a value query over objects of
     /// several owners).
     fn read_owned(&self, owner: u32, id: ObjectId, region: &Region) -> Result<Vec<u8>> {
         let _ = (id, region);
@@ -58,14 +58,14 @@ pub trait Peers: Send + Sync {
         )))
     }
     /// `holder`'s extents of `id` inside `region`: each one's part of the region and its
-    /// statistics (issue 12: which extents a value query may skip).
+    /// statistics (which extents a value query may skip).
     fn extent_ranges(&self, holder: u32, id: ObjectId, region: &Region) -> Result<ExtentRanges> {
         let _ = (id, region);
         Err(Error::invalid(format!(
             "server {holder} cannot be asked for extent statistics here (no peer connections)"
         )))
     }
-    /// Has `holder` drop its extents `seqs` of `id` (issue 11); how many it dropped.
+    /// Has `holder` drop its extents `seqs` of `id`; how many it dropped.
     fn drop_extents(&self, holder: u32, id: ObjectId, seqs: &[u64]) -> Result<u64> {
         let _ = (id, seqs);
         Err(Error::invalid(format!(
@@ -83,7 +83,7 @@ pub trait Peers: Send + Sync {
             req.name()
         )))
     }
-    /// Has `holder` upload one part of a version's S3 multipart upload (issue 11); its ETag.
+    /// Has `holder` upload one part of a version's S3 multipart upload; its ETag.
     fn upload_part(&self, holder: u32, part: &pdcx_core::protocol::UploadPart) -> Result<String> {
         let _ = part;
         Err(Error::invalid(format!(
@@ -103,7 +103,7 @@ struct RemoteExtent {
 }
 
 /// Which writes a read counts: numbered below `below` (a version) and at or after `from` (a
-/// base's seal), and the base to read first where the region meets it (issue 11).
+/// base's seal), and the base to read first where the region meets it.
 struct Window {
     below: Option<u64>,
     from: u64,
@@ -142,9 +142,9 @@ pub struct Engine {
     pub(crate) tiering: Option<Arc<Tiering>>,
     /// The log directory as an absolute path, for read plans (resolved once).
     plan_dir: OnceLock<String>,
-    /// Byte streams (owned here) whose older bytes are read from their home (issue 11).
+    /// Byte streams (owned here) whose older bytes are read from their home.
     pub bases: StreamBases,
-    /// Log segments mapped for gathered reads (issue 12).
+    /// Log segments mapped for gathered reads.
     mapped: crate::mapped::MappedSegments,
 }
 
@@ -250,7 +250,7 @@ impl Engine {
 
     /// Checks `region` against the object's dims; a foreign object's cached dims are
     /// refreshed once before a region is refused (it may have grown since). A write past the
-    /// end of a byte stream owned here grows it (issue 11: the writer need not send
+    /// end of a byte stream owned here grows it (the writer need not send
     /// `ExtendDims` first; a write that then fails leaves the stream longer, as a failed
     /// POSIX write past the end may).
     pub fn checked_meta(&self, id: ObjectId, region: &Region) -> Result<ObjectMeta> {
@@ -468,7 +468,7 @@ impl Engine {
     }
 
     /// Reads `region` of object `id` (owned here) as of a version: only writes with a
-    /// sequence number below `seq_below` count (issue 11: a byte stream's sealed version,
+    /// sequence number below `seq_below` count (a byte stream's sealed version,
     /// whatever was written after it). The caller checks the region against the version's
     /// size, which the object's current dims may be smaller than after a truncate.
     pub fn read_version(
@@ -486,7 +486,7 @@ impl Engine {
 
     /// For version `seq_below` of object `id` (owned here): every server holding writes of
     /// `region` below that number, with how many bytes of the region it holds (overlaps
-    /// counted), this server included. Picks the server that uploads a part (issue 11).
+    /// counted), this server included. Picks the server that uploads a part.
     pub fn version_holders(
         &self,
         id: ObjectId,
@@ -619,7 +619,7 @@ impl Engine {
     }
 
     /// The 1-D ranges `[start, end)` of every write of object `id` (owned here) numbered
-    /// `seq_from` or later, wherever it is held, merged (issue 11: a crashed run's writes after
+    /// `seq_from` or later, wherever it is held, merged (a crashed run's writes after
     /// its last version).
     pub fn ranges_since(&self, id: ObjectId, seq_from: u64) -> Vec<(u64, u64)> {
         let mut r: Vec<(u64, u64)> = self
@@ -683,7 +683,7 @@ impl Engine {
     pub fn locate(&self, id: ObjectId, region: &Region) -> Result<Vec<u32>> {
         let obj = self.owned_meta(id, region)?;
         let mut holders = self.remote_holders(id, region);
-        // A byte stream owned here is always read here (issue 11): its base, if any, is read
+        // A byte stream owned here is always read here: its base, if any, is read
         // here, only this server knows which writes are below it, and a base may be set
         // (and the writes below it dropped on their holders) between a locate and a read at
         // a holder.
@@ -722,7 +722,7 @@ impl Engine {
             let mut holders = self.remote_holders(id, region);
             if obj.is_byte_stream() && (self.base_of(&obj).is_some() || !holders.is_empty()) {
                 // Part of it is at the home, or a base may drop the holders' writes before
-                // the client reads them (issue 11): read through the server.
+                // the client reads them: read through the server.
                 return Ok(PlanOutcome::None);
             }
             if !holders.is_empty() {
@@ -737,7 +737,7 @@ impl Engine {
         let elem = obj.dtype.size() as u64;
         let len = region.byte_len(elem as usize)?;
         let pieces = self.store.local_pieces(id, region);
-        // Pieces read by reference (issue 12) are planned as spans of their files when their
+        // Pieces read by reference are planned as spans of their files when their
         // stored chunk is exactly their raw bytes; the rest must be committed log bytes.
         let (refs, in_log): (Vec<_>, Vec<_>) = pieces
             .iter()
@@ -785,7 +785,7 @@ impl Engine {
         ))
     }
 
-    /// `Request::PiecePlan` (issue 12): every extent under `region` of `id`, whole, with
+    /// `Request::PiecePlan`: every extent under `region` of `id`, whole, with
     /// where it lies in the committed log, for a same-node client that gathers a strided
     /// selection itself. At the owner (`held` false) the holders instead, when other servers
     /// hold parts; at a holder (`held`) its own extents. None where
@@ -804,8 +804,8 @@ impl Engine {
             self.owned_meta(id, region)?
         };
         if obj.is_byte_stream() && !held && self.base_of(&obj).is_some() {
-            // Part of it may be at the home, and the copier drops writes below a base (issue
-            // 11): the owner reads. Without a base (a file) its holders are asked as for any
+            // Part of it may be at the home, and the copier drops writes below a base: the
+            // owner reads. Without a base (a file) its holders are asked as for any
             // object; a holder is asked only after the owner answered without a base.
             return Ok(None);
         }

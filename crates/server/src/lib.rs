@@ -12,6 +12,7 @@
 //! ```
 
 pub mod analysis;
+mod api;
 pub mod datastore;
 pub mod engine;
 mod groupsync;
@@ -22,10 +23,10 @@ pub mod logging;
 pub mod mapped;
 pub mod meta;
 pub mod metrics;
+mod net;
 mod parallel;
 pub mod peers;
 mod relay;
-mod rpc;
 mod shm;
 pub mod streambase;
 pub mod streams;
@@ -573,7 +574,7 @@ fn accept(server: &Arc<Server>, admission: &limits::Admission, stream: Stream) {
         .name("pdcx-conn".into())
         .spawn(move || {
             let _slot = slot;
-            rpc::serve_connection(&s, stream)
+            net::serve_connection(&s, stream)
         });
     if let Err(e) = spawned {
         limits::refuse(

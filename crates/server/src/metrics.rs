@@ -109,6 +109,16 @@ impl Kind {
         k
     }
 
+    /// The kind called `name` (a request's operation name).
+    pub fn named(name: &str) -> Kind {
+        let mut k = Kind {
+            buf: [0; 40],
+            len: 0,
+        };
+        k.push(name);
+        k
+    }
+
     fn push(&mut self, s: &str) {
         let _ = std::fmt::Write::write_str(self, s);
     }
@@ -523,7 +533,7 @@ pub fn render(server: &Server) -> String {
         server.metrics.accepted.load(Ordering::Relaxed) as f64,
     );
 
-    let st = match crate::rpc::stats(server) {
+    let st = match crate::api::stats(server) {
         Ok(st) => st,
         Err(e) => {
             // The metadata shard could not be read: say so in the scrape, keep the rest.

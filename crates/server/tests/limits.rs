@@ -4,7 +4,10 @@
 
 use pdcx_client::conn::Conn;
 use pdcx_client::{Client, ClusterFile};
-use pdcx_core::protocol::{self, Durability, FrameKind, ReadItem, Request, Response, StageItem};
+use pdcx_core::protocol::{
+    self, read, write, CommitOpts, Committed, Durability, FrameKind, ReadItem, ReadOpts, Request,
+    Response, StageItem, WriteResponse,
+};
 use pdcx_core::{ErrorKind, Region};
 use pdcx_server::limits::Limits;
 use std::io::{BufReader, Read, Write};
@@ -169,12 +172,13 @@ fn a_client_that_stops_reading_is_dropped_and_does_not_stall_others() {
     let n = 8u64 << 20;
     let obj = object(&client, "big", n);
     let (r, mut w) = raw(dir.path());
-    let req = protocol::encode_body(&Request::Read {
+    let req = protocol::encode_body(&Request::from(read::Read {
         items: vec![ReadItem {
             id: obj.id,
             region: Region::whole(&[n]),
         }],
-    })
+        opts: ReadOpts::default(),
+    }))
     .unwrap();
     // 32 replies of 8 MiB: far more than the socket buffers hold; this client reads none.
     for i in 0..32 {
@@ -214,14 +218,16 @@ fn a_request_that_stops_half_way_is_dropped_after_the_frame_timeout() {
     let client = Client::connect(Some(dir.path())).unwrap();
     let obj = object(&client, "o", 1 << 20);
     let (mut r, mut w) = raw(dir.path());
-    let body = protocol::encode_body(&Request::Stage {
+    let body = protocol::encode_body(&Request::from(write::Stage {
         items: vec![StageItem {
             txn: 1,
             id: obj.id,
             region: Region::whole(&[1 << 20]),
             len: 1 << 20,
         }],
-    })
+        shm: None,
+        commit: None,
+    }))
     .unwrap();
     let head = protocol::Header {
         kind: FrameKind::Request,
@@ -274,32 +280,34 @@ fn idle_connections_close_and_clients_reconnect_but_staged_writes_are_kept() {
     // A connection holding a staged, uncommitted write is not idle: the commit still works
     // after more than the idle timeout.
     let (mut r, mut w) = raw(dir.path());
-    let stage = protocol::encode_body(&Request::Stage {
+    let stage = protocol::encode_body(&Request::from(write::Stage {
         items: vec![StageItem {
             txn: 42,
             id: obj.id,
             region: Region::whole(&[4096]),
             len: 4096,
         }],
-    })
+        shm: None,
+        commit: None,
+    }))
     .unwrap();
     protocol::write_frame(&mut w, FrameKind::Request, 1, &stage, &[&[9u8; 4096]]).unwrap();
     let (_, body) = protocol::read_frame_head(&mut r, 0).unwrap();
     assert!(matches!(
         protocol::decode_body::<Response>(&body).unwrap(),
-        Response::Staged { .. }
+        Response::Write(WriteResponse::Staged(1))
     ));
     std::thread::sleep(Duration::from_millis(2500));
-    let commit = protocol::encode_body(&Request::Commit {
+    let commit = protocol::encode_body(&Request::from(write::Commit {
         txns: vec![42],
-        durability: Durability::Local,
-    })
+        opts: CommitOpts::at(Durability::Local),
+    }))
     .unwrap();
     protocol::write_frame(&mut w, FrameKind::Request, 2, &commit, &[]).unwrap();
     let (_, body) = protocol::read_frame_head(&mut r, 0).unwrap();
     assert!(matches!(
         protocol::decode_body::<Response>(&body).unwrap(),
-        Response::Committed { count: 1 }
+        Response::Write(WriteResponse::Committed(Committed { count: 1, .. }))
     ));
     let mut got = vec![0u8; 4096];
     client

@@ -4,8 +4,9 @@
 
 use pdcx_client::Client;
 use pdcx_core::protocol::{
-    self, FrameKind, Hello, ObjectSpec, PeerRequest, PeerResponse, RegisterItem, Request, Response,
-    Role, ServerInfo, HEADER_LEN, NONCE_LEN, VERSION,
+    self, handshake::Ping, write, CommitOpts, FrameKind, HandshakeResponse, Hello, ObjectSpec,
+    PeerRequest, PeerResponse, RegisterItem, Request, Response, Role, ServerInfo, HEADER_LEN,
+    NONCE_LEN, VERSION,
 };
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectMeta, Region};
 use pdcx_server::{Server, ServerConfig, ServerHandle};
@@ -117,10 +118,10 @@ fn a_peer_request_on_a_client_connection_is_refused_and_the_connection_goes_on()
         Response::Error(e) if e.kind == ErrorKind::Auth
     ));
     // The connection is still good, and nothing was registered.
-    send(&mut s, FrameKind::Request, 9, &Request::Ping);
+    send(&mut s, FrameKind::Request, 9, &Request::from(Ping {}));
     assert!(matches!(
         answer::<Response>(&mut s, FrameKind::Response, 9),
-        Response::Welcome { rank: 0, size: 1 }
+        Response::Handshake(HandshakeResponse::Welcome(ServerInfo { rank: 0, size: 1 }))
     ));
     assert!(c.extents(obj.id).unwrap().is_empty());
 
@@ -130,7 +131,7 @@ fn a_peer_request_on_a_client_connection_is_refused_and_the_connection_goes_on()
         (PeerResponse::Object(m), _) => assert_eq!(m.id, obj.id),
         r => panic!("{r:?}"),
     }
-    let e = peer.call(&Request::Ping, &[]).unwrap_err();
+    let e = peer.ask(Ping {}, &[]).unwrap_err();
     assert!(
         e.message
             .contains("client request on a connection opened as Peer"),
@@ -191,7 +192,7 @@ fn a_peer_must_prove_its_role_and_rank() {
     );
     // Anything but a Hello: refused.
     let (mut s, _) = challenged(addr);
-    send(&mut s, FrameKind::Request, 1, &Request::Ping);
+    send(&mut s, FrameKind::Request, 1, &Request::from(Ping {}));
     let (h, body) = protocol::read_frame_head(&mut s, 0).unwrap();
     assert_eq!(h.kind, FrameKind::Welcome);
     let r: Result<ServerInfo, Error> = protocol::decode_body(&body).unwrap();
@@ -300,40 +301,29 @@ fn a_late_reservation_is_committed_only_with_its_checksum() {
         region: Region::new(vec![0], vec![16]).unwrap(),
         len: 16,
     };
-    let reserved = conn
-        .call(&Request::ReserveWriteLate { items: vec![item] }, &[])
-        .unwrap()
-        .0;
-    let Response::Reserved(r) = reserved else {
-        panic!("{reserved:?}")
+    let reserve = write::Reserve {
+        items: vec![item],
+        crcs: None,
     };
+    let r = conn.ask(reserve, &[]).unwrap();
     let (seg, _, _, offset) = r.spans[0];
     let data = [7u8; 16];
     let path = pdcx_store::segment_path(&r.dir, seg);
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     std::os::unix::fs::FileExt::write_all_at(&f, &data, offset).unwrap();
-    let plain = Request::Commit {
+    let commit = |checksums: Vec<u32>| write::Commit {
         txns: vec![77],
-        durability: protocol::Durability::Local,
+        opts: CommitOpts {
+            checksums,
+            ..CommitOpts::at(protocol::Durability::Local)
+        },
     };
-    let e = conn.call(&plain, &[]).unwrap_err();
+    let e = conn.ask(commit(vec![]), &[]).unwrap_err();
     assert!(e.message.contains("without its checksum"), "{e}");
-    let wrong = Request::CommitLate {
-        txns: vec![77],
-        crcs: vec![],
-        durability: protocol::Durability::Local,
-    };
-    let e = conn.call(&wrong, &[]).unwrap_err();
-    assert!(e.message.contains("carries 0 checksums"), "{e}");
-    let right = Request::CommitLate {
-        txns: vec![77],
-        crcs: vec![crc32c::crc32c(&data)],
-        durability: protocol::Durability::Local,
-    };
-    assert!(matches!(
-        conn.call(&right, &[]).unwrap().0,
-        Response::Committed { count: 1 }
-    ));
+    let e = conn.ask(commit(vec![1, 2]), &[]).unwrap_err();
+    assert!(e.message.contains("carries 2 checksums"), "{e}");
+    let done = conn.ask(commit(vec![crc32c::crc32c(&data)]), &[]).unwrap();
+    assert_eq!(done.count, 1);
     let mut got = vec![0u8; 16];
     c.read_into(obj.id, &Region::new(vec![0], vec![16]).unwrap(), &mut got)
         .unwrap();

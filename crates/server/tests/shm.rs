@@ -3,7 +3,7 @@
 use pdcx_client::conn::Conn;
 use pdcx_client::shm::ShmPool;
 use pdcx_client::{start_all, wait_all, Client, ClusterFile, Transfer};
-use pdcx_core::protocol::{Durability, Request, Response, ShmLoc, StageItem};
+use pdcx_core::protocol::{handshake, write, CommitOpts, Durability, ShmLoc, StageItem};
 use pdcx_core::{ErrorKind, Region};
 mod common;
 use common::{byte_object as object, deployment};
@@ -90,23 +90,24 @@ fn bad_shared_memory_requests_get_clear_errors_and_the_connection_goes_on() {
     let mut block = pool.alloc(64).unwrap();
     block.as_mut_slice().copy_from_slice(&pattern(64, 7));
     let arena = block.arena().clone();
-    let stage = |offset: u64, arena_id: u32| Request::StageShm {
+    let stage = |offset: u64, arena_id: u32| write::Stage {
         items: vec![StageItem {
             txn: 1,
             id: obj.id,
             region: Region::whole(&[64]),
             len: 64,
         }],
-        locs: vec![ShmLoc {
+        shm: Some(vec![ShmLoc {
             arena: arena_id,
             offset,
-        }],
+        }]),
+        commit: None,
     };
     // Before any attach: refused.
-    let e = conn.call(&stage(0, arena.id), &[]).unwrap_err();
+    let e = conn.ask(stage(0, arena.id), &[]).unwrap_err();
     assert!(e.message.contains("not attached"), "{e}");
     // A wrong length and a wrong name are refused; the real arena attaches.
-    let attach = |len: u64, name: &str| Request::AttachShm {
+    let attach = |len: u64, name: &str| handshake::AttachShm {
         arena: arena.id,
         pid: std::process::id(),
         fd: arena.fd(),
@@ -114,44 +115,39 @@ fn bad_shared_memory_requests_get_clear_errors_and_the_connection_goes_on() {
         len,
     };
     let e = conn
-        .call(&attach(arena.len() as u64 * 2, &arena.name), &[])
+        .ask(attach(arena.len() as u64 * 2, &arena.name), &[])
         .unwrap_err();
     assert!(e.message.contains("fewer than"), "{e}");
-    let e = conn.call(&attach(4096, "pdcx-x"), &[]).unwrap_err();
+    let e = conn.ask(attach(4096, "pdcx-x"), &[]).unwrap_err();
     assert!(e.message.contains("not a shared-memory arena"), "{e}");
-    assert_eq!(
-        conn.call(&attach(arena.len() as u64, &arena.name), &[])
-            .unwrap()
-            .0,
-        Response::Ok
-    );
+    conn.ask(attach(arena.len() as u64, &arena.name), &[])
+        .unwrap();
     // Past the end, straddling the end, overflowing: clear errors, nothing staged.
     let len = arena.len() as u64;
     for off in [len, len - 63, u64::MAX - 10] {
-        let e = conn.call(&stage(off, arena.id), &[]).unwrap_err();
+        let e = conn.ask(stage(off, arena.id), &[]).unwrap_err();
         assert_eq!(e.kind, ErrorKind::InvalidArgument);
         assert!(e.message.contains("outside shared-memory arena"), "{e}");
     }
     // A mismatched item/location count is a protocol error, but the framing is intact.
     let e = conn
-        .call(
-            &Request::StageShm {
+        .ask(
+            write::Stage {
                 items: vec![],
-                locs: vec![block.loc()],
+                shm: Some(vec![block.loc()]),
+                commit: None,
             },
             &[],
         )
         .unwrap_err();
     assert!(e.message.contains("0 items but 1 locations"), "{e}");
     // The connection still works: a good StageShm and its commit.
-    let (r, _) = conn
-        .call(&stage(block.loc().offset, arena.id), &[])
-        .unwrap();
-    assert_eq!(r, Response::Staged { count: 1 });
-    conn.call(
-        &Request::Commit {
+    let staged = conn.ask(stage(block.loc().offset, arena.id), &[]).unwrap();
+    assert_eq!(staged, 1);
+    conn.ask(
+        write::Commit {
             txns: vec![1],
-            durability: Durability::Memory,
+            opts: CommitOpts::at(Durability::Memory),
         },
         &[],
     )

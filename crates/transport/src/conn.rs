@@ -6,7 +6,8 @@
 
 use crate::stream::{self, Stream};
 use pdcx_core::protocol::{
-    self, FrameKind, Hello, PeerRequest, PeerResponse, Reply, Request, Response, Role, ServerInfo,
+    self, Call, FrameKind, Hello, PeerRequest, PeerResponse, Reply, Request, Response, Role,
+    ServerInfo,
 };
 use pdcx_core::{Error, ErrorKind, Result};
 use serde::de::DeserializeOwned;
@@ -200,6 +201,18 @@ impl Conn {
                 .map_err(|e| Error::io("reading reply payload", &e))
         })?;
         Ok((resp, data))
+    }
+
+    /// Sends one operation and returns its typed reply: a reply of another operation is one
+    /// protocol error (`Call::reply`). A reply payload, if any, is dropped (see `ask_data`).
+    pub fn ask<C: Call>(&mut self, req: C, payload: &[&[u8]]) -> Result<C::Reply> {
+        self.ask_data(req, payload).map(|(r, _)| r)
+    }
+
+    /// Like `ask`, with the reply's payload.
+    pub fn ask_data<C: Call>(&mut self, req: C, payload: &[&[u8]]) -> Result<(C::Reply, Vec<u8>)> {
+        let (resp, data) = self.call(&req.into(), payload)?;
+        Ok((C::reply(resp)?, data))
     }
 
     /// Sends a server-to-server request (on a peer connection) and returns the reply and its

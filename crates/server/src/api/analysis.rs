@@ -1,0 +1,41 @@
+//! The analysis family: value queries where the data lives, references into files outside
+//! pdcx.
+
+use crate::Server;
+use pdcx_core::model::owner_of_id;
+use pdcx_core::protocol::{AnalysisRequest as Q, AnalysisResponse as A, Moved};
+use pdcx_core::{Error, ObjectId, ObjectMeta, Result};
+
+pub(super) fn handle(server: &Server, req: Q) -> Result<(A, Vec<u8>)> {
+    let moved = |(extents, bytes)| A::Imported(Moved { extents, bytes });
+    Ok(match req {
+        Q::ValueQuery(r) => {
+            let (answer, payload) =
+                crate::analysis::value_query(server, &r.query, r.region, &r.want)?;
+            (A::Answer(answer), payload)
+        }
+        Q::ImportRefs(r) => {
+            let obj = owned(server, r.id, "import references")?;
+            let store = server.engine.store();
+            (moved(store.add_references(&obj, &r.items)?), Vec::new())
+        }
+        Q::PromoteRefs(r) => {
+            let obj = owned(server, r.id, "promote it")?;
+            (
+                moved(server.engine.store().promote_references(&obj)?),
+                Vec::new(),
+            )
+        }
+    })
+}
+
+/// The object, if this server owns it (`what` to do there otherwise).
+fn owned(server: &Server, id: ObjectId, what: &str) -> Result<ObjectMeta> {
+    let owner = owner_of_id(id);
+    if owner != server.config.rank {
+        return Err(Error::invalid(format!(
+            "object {id:#x} is owned by server {owner}: {what} there"
+        )));
+    }
+    server.meta.object(id)
+}

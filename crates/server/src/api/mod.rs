@@ -1,0 +1,58 @@
+//! Client requests, answered by family: one module per family of `pdcx_core::protocol`, one
+//! arm per family here. Whether a request writes (home copies wait while writes come:
+//! `HomeCopier::note_write`) is a property of its family (`Request::writes`).
+
+mod admin;
+mod analysis;
+mod catalog;
+mod handshake;
+pub(crate) mod peer;
+mod read;
+mod stream;
+mod write;
+
+pub(crate) use admin::stats;
+
+use crate::net::{no_payload, Reader, Session};
+use crate::Server;
+use pdcx_core::protocol::{Request, Response, WriteRequest};
+use pdcx_core::Result;
+
+/// Answers one client request: the reply and its payload.
+pub(crate) fn handle(
+    server: &Server,
+    req: Request,
+    payload_len: u64,
+    reader: &mut Reader,
+    sess: &mut Session,
+) -> Result<(Response, Vec<u8>)> {
+    if req.writes() {
+        server.homecopy.note_write();
+    }
+    // Only a stage carries a payload; it reads it itself.
+    if !matches!(req, Request::Write(WriteRequest::Stage(_))) {
+        no_payload(reader, payload_len)?;
+    }
+    let none = Vec::new;
+    Ok(match req {
+        Request::Handshake(r) => (
+            Response::Handshake(handshake::handle(server, r, sess)?),
+            none(),
+        ),
+        Request::Catalog(r) => (Response::Catalog(catalog::handle(server, r)?), none()),
+        Request::Write(r) => (
+            Response::Write(write::handle(server, r, payload_len, reader, sess)?),
+            none(),
+        ),
+        Request::Read(r) => {
+            let (resp, data) = read::handle(server, r, sess)?;
+            (Response::Read(resp), data)
+        }
+        Request::Analysis(r) => {
+            let (resp, data) = analysis::handle(server, r)?;
+            (Response::Analysis(resp), data)
+        }
+        Request::Stream(r) => (Response::Stream(stream::handle(server, r)?), none()),
+        Request::Admin(r) => (Response::Admin(admin::handle(server, r)?), none()),
+    })
+}

@@ -1,0 +1,205 @@
+//! The read family: reads (whole regions, strided, points; into the reply or shared memory),
+//! read plans for same-node clients, holders and extents.
+
+use crate::net::Session;
+use crate::Server;
+use pdcx_core::protocol::{
+    ReadItem, ReadPlans, ReadRequest as Q, ReadResponse as A, Selection, ShmLoc,
+};
+use pdcx_core::{Error, Result};
+use std::sync::atomic::Ordering;
+
+pub(super) fn handle(server: &Server, req: Q, sess: &mut Session) -> Result<(A, Vec<u8>)> {
+    let resp = match req {
+        Q::Read(r) => {
+            let data = match (r.opts.select, r.opts.shm) {
+                (Selection::Region, None) => read(server, r.items, &mut sess.scratch, r.opts.held)?,
+                (Selection::Region, Some(locs)) => {
+                    read_shm(server, r.items, r.opts.held, &locs, sess)?
+                }
+                (select, None) if !r.opts.held => {
+                    let [item] = <[ReadItem; 1]>::try_from(r.items).map_err(|items| {
+                        Error::invalid(format!(
+                            "a strided or point read names one region, not {}",
+                            items.len()
+                        ))
+                    })?;
+                    match select {
+                        Selection::Strided(step) => {
+                            crate::analysis::read_strided(server, item.id, &item.region, &step)?
+                        }
+                        Selection::Points(coords) => {
+                            crate::analysis::read_points(server, item.id, &coords)?
+                        }
+                        Selection::Region => unreachable!("matched above"),
+                    }
+                }
+                _ => {
+                    return Err(Error::invalid(
+                        "strided and point reads go to the owner and answer in the reply",
+                    ))
+                }
+            };
+            return Ok((A::Data, data));
+        }
+        Q::PlanRead(r) => A::Plans(read_plans(server, &r.items, r.held)?),
+        Q::PiecePlan(r) => {
+            let selected = crate::analysis::check_step(&r.region, &r.step)?;
+            let plan = server.engine.piece_plan(r.id, &r.region, r.held)?;
+            // Counted once, at the owner (a holder's part is counted there).
+            if let Some(p) = plan.as_ref().filter(|_| !r.held) {
+                server.metrics.piece_plans.fetch_add(1, Ordering::Relaxed);
+                server
+                    .read_bytes
+                    .fetch_add(selected.saturating_mul(p.elem), Ordering::Relaxed);
+            }
+            A::PiecePlans(plan)
+        }
+        Q::Locate(r) => A::Located(
+            r.items
+                .iter()
+                .map(|i| server.engine.locate(i.id, &i.region))
+                .collect::<Result<_>>()?,
+        ),
+        Q::Extents(r) => {
+            if pdcx_core::model::owner_of_id(r.id) == server.config.rank {
+                server.meta.object(r.id)?;
+            }
+            A::Extents(server.engine.extents(r.id))
+        }
+    };
+    Ok((resp, Vec::new()))
+}
+
+/// `Read` at the owner, which merges other holders' pieces, or with `held` at a data server
+/// the owner named as the regions' only holder.
+fn read(
+    server: &Server,
+    items: Vec<ReadItem>,
+    scratch: &mut Vec<u8>,
+    held: bool,
+) -> Result<Vec<u8>> {
+    let (sizes, total) = plan_read(server, &items, held)?;
+    let mut out = std::mem::take(scratch);
+    out.clear();
+    out.resize(total as usize, 0);
+    let mut at = 0;
+    for (item, n) in items.iter().zip(sizes) {
+        read_item(server, item, held, &mut out[at..at + n])?;
+        at += n;
+    }
+    server.read_bytes.fetch_add(total, Ordering::Relaxed);
+    Ok(out)
+}
+
+/// A `Read` with each item written straight into the client's arena at
+/// its location (checked, all of them, before the first byte is written).
+fn read_shm(
+    server: &Server,
+    items: Vec<ReadItem>,
+    held: bool,
+    locs: &[ShmLoc],
+    sess: &mut Session,
+) -> Result<Vec<u8>> {
+    if items.len() != locs.len() {
+        return Err(Error::protocol(format!(
+            "a shared-memory read has {} items but {} locations",
+            items.len(),
+            locs.len()
+        )));
+    }
+    let (sizes, total) = plan_read(server, &items, held)?;
+    for (loc, &n) in locs.iter().zip(&sizes) {
+        sess.shm.check(*loc, n as u64)?;
+    }
+    for ((item, loc), &n) in items.iter().zip(locs).zip(&sizes) {
+        read_item(server, item, held, sess.shm.slice_mut(*loc, n as u64)?)?;
+    }
+    server.read_bytes.fetch_add(total, Ordering::Relaxed);
+    server.shm_bytes.fetch_add(total, Ordering::Relaxed);
+    Ok(Vec::new())
+}
+
+/// `PlanRead`: where each item's bytes are in this server's log, for a
+/// client on this node that reads them itself. Counted as read bytes when planned.
+fn read_plans(server: &Server, items: &[ReadItem], held: bool) -> Result<ReadPlans> {
+    use crate::engine::PlanOutcome;
+    let mut plans = Vec::with_capacity(items.len());
+    let mut holders = Vec::new();
+    let mut segments: Vec<(u64, u64, u64)> = Vec::new();
+    let mut files: Vec<(u64, String, u64, u64)> = Vec::new();
+    let mut total = 0u64;
+    for (k, item) in items.iter().enumerate() {
+        match server.engine.read_plan(item.id, &item.region, held)? {
+            PlanOutcome::Plan(plan, segs, refs) => {
+                total += plan.len;
+                segments.extend(segs);
+                files.extend(refs);
+                plans.push(Some(plan));
+            }
+            PlanOutcome::Holders(h) => {
+                holders.resize(k, Vec::new());
+                holders.push(h);
+                plans.push(None);
+            }
+            PlanOutcome::None => plans.push(None),
+        }
+    }
+    if !holders.is_empty() {
+        holders.resize(items.len(), Vec::new());
+    }
+    segments.sort_unstable();
+    segments.dedup();
+    let dir = if segments.is_empty() {
+        String::new()
+    } else {
+        server.engine.plan_dir()?.to_owned()
+    };
+    server.read_bytes.fetch_add(total, Ordering::Relaxed);
+    Ok(ReadPlans {
+        dir,
+        segments,
+        plans,
+        holders,
+        files,
+    })
+}
+
+fn read_item(server: &Server, item: &ReadItem, held: bool, dst: &mut [u8]) -> Result<()> {
+    if held {
+        server.engine.read_held(item.id, &item.region, dst)
+    } else {
+        server.engine.read(item.id, &item.region, dst)
+    }
+}
+
+/// Checks a read's items and returns each one's byte size and their total.
+fn plan_read(server: &Server, items: &[ReadItem], held: bool) -> Result<(Vec<usize>, u64)> {
+    let mut sizes = Vec::with_capacity(items.len());
+    let mut total = 0u64;
+    for item in items {
+        let owner = pdcx_core::model::owner_of_id(item.id);
+        let obj = if held {
+            server.engine.checked_meta(item.id, &item.region)?
+        } else if owner != server.config.rank {
+            return Err(Error::invalid(format!(
+                "object {:#x} is owned by server {owner}, not {}: read it there",
+                item.id, server.config.rank
+            )));
+        } else {
+            let obj = server.meta.object(item.id)?;
+            item.region.check_within(&obj.dims)?;
+            obj
+        };
+        let n = item.region.byte_len(obj.dtype.size())?;
+        total = total.saturating_add(n);
+        sizes.push(n as usize);
+    }
+    if total > server.config.max_payload {
+        return Err(Error::invalid(format!(
+            "read of {total} bytes exceeds the server's limit of {}",
+            server.config.max_payload
+        )));
+    }
+    Ok((sizes, total))
+}

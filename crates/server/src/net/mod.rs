@@ -1,0 +1,248 @@
+//! The connection side of a server: one thread per connection authenticates the other side
+//! (`handshake`), then reads request frames and answers each one. A client is answered in the
+//! client families (`Request`, dispatched by `crate::api`), another server of the deployment,
+//! which proves its rank, in the peer family (`PeerRequest`). A request of the other kind is
+//! refused with an error reply. A malformed body gets an error reply and the connection goes
+//! on (the framing is intact); a malformed header, a wrong version or a failed handshake
+//! closes the connection. Listening (TCP and Unix sockets) is in the crate root.
+
+mod handshake;
+
+use crate::engine::Staged;
+use crate::shm::Attached;
+use crate::Server;
+use pdcx_core::protocol::{
+    self, AdminResponse, FrameKind, PeerRequest, PeerResponse, Request, Response, Role,
+};
+use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_transport::Stream;
+use std::collections::HashMap;
+use std::io::{BufReader, BufWriter, Read};
+use std::sync::atomic::Ordering;
+
+pub(crate) type Reader = BufReader<Stream>;
+pub(crate) type Writer = BufWriter<Stream>;
+
+/// Largest read buffer a connection keeps for its next reply.
+const SCRATCH_KEEP: usize = 64 << 20;
+
+pub(crate) fn serve_connection(server: &Server, stream: Stream) {
+    crate::limits::on_connect(&stream, &server.config.limits);
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
+    let mut reader = BufReader::with_capacity(1 << 20, read_half);
+    let mut writer = BufWriter::with_capacity(256 << 10, stream);
+    let role = match handshake::handshake(server, &mut reader, &mut writer) {
+        Ok(role) => role,
+        Err(e) => {
+            let _ = handshake::welcome(&mut writer, Err(e));
+            return;
+        }
+    };
+    server.connections.fetch_add(1, Ordering::Relaxed);
+    match role {
+        Role::Client => serve_client(server, &mut reader, &mut writer),
+        Role::Peer { rank } => serve_peer(server, rank, &mut reader, &mut writer),
+    }
+    server.connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// The request loop of a client connection.
+fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
+    let mut sess = Session::default();
+    loop {
+        if !crate::limits::await_request(reader, &server.config.limits, sess.pending.is_empty()) {
+            break;
+        }
+        let (head, body) = match protocol::read_frame_head(reader, server.config.max_payload) {
+            Ok(x) => x,
+            Err(e) if e.kind == ErrorKind::Unavailable => break,
+            Err(e) => {
+                let _ = reply(writer, 0, &Response::Error(e), &[]);
+                break;
+            }
+        };
+        if server.stopping() {
+            // Stopping: its last sync has run or is running, so nothing more is accepted (a
+            // write acknowledged now might never reach the disk). The client sees the server
+            // as gone, as it will be.
+            let _ = drain(reader, head.payload_len);
+            let e = Error::new(
+                ErrorKind::Unavailable,
+                format!("pdcx server {} is shutting down", server.config.rank),
+            );
+            let _ = reply(writer, head.request_id, &Response::Error(e), &[]);
+            break;
+        }
+        // Request kind and timing for `crate::metrics`.
+        let (started, mut kind) = (std::time::Instant::now(), crate::metrics::Kind::default());
+        let outcome = match head.kind {
+            FrameKind::Request => match protocol::decode_body::<Request>(&body) {
+                Ok(req) => {
+                    kind = crate::metrics::Kind::named(req.metric_name());
+                    crate::api::handle(server, req, head.payload_len, reader, &mut sess)
+                }
+                Err(e) => drain(reader, head.payload_len).and(Err(e)),
+            },
+            // The framing is intact: refuse this one and go on.
+            FrameKind::PeerRequest => {
+                drain(reader, head.payload_len).and(Err(peer_request_refused(&body)))
+            }
+            kind => {
+                let e = Error::protocol(format!("expected a request frame, got {kind:?}"));
+                let _ = reply(writer, head.request_id, &Response::Error(e), &[]);
+                break;
+            }
+        };
+        let (resp, payload, shutdown) = match outcome {
+            Ok((resp, payload)) => {
+                let shut = matches!(resp, Response::Admin(AdminResponse::Done))
+                    && server.shutdown_requested.load(Ordering::SeqCst);
+                (resp, payload, shut)
+            }
+            // The client vanished mid-frame: nothing to answer. (Other servers being unavailable
+            // is an ordinary error, reported to the client.)
+            Err(e) if client_gone(&e) => break,
+            Err(e) => (Response::Error(e), Vec::new(), false),
+        };
+        let sent = reply(writer, head.request_id, &resp, &payload);
+        let failed = matches!(resp, Response::Error(_)) || sent.is_err();
+        let out = payload.len() as u64;
+        let took = started.elapsed();
+        server
+            .metrics
+            .request(&kind, head.payload_len, out, took, failed);
+        if sent.is_err() {
+            break;
+        }
+        if payload.capacity() <= crate::limits::keep_limit(server, SCRATCH_KEEP)
+            && payload.capacity() > sess.scratch.capacity()
+        {
+            sess.scratch = payload;
+        }
+        if shutdown {
+            server.wake_acceptor();
+            break;
+        }
+    }
+    // `sess` drops here: uncommitted writes are forgotten and shared-memory arenas unmapped.
+}
+
+/// The error for a server-to-server request sent on a client connection.
+fn peer_request_refused(body: &[u8]) -> Error {
+    let what = protocol::decode_body::<PeerRequest>(body)
+        .map(|r| format!("`{}`", r.name()))
+        .unwrap_or_else(|_| "this request".into());
+    Error::new(
+        ErrorKind::Auth,
+        format!(
+            "{what} is a server-to-server request, refused on a client connection \
+             (only a server of the deployment, proving its rank in the handshake, may send it)"
+        ),
+    )
+}
+
+/// The request loop of a connection from server `from` of the deployment.
+fn serve_peer(server: &Server, from: u32, reader: &mut Reader, writer: &mut Writer) {
+    loop {
+        if reader.buffer().is_empty() {
+            // A holder's registrations come one per small commit, i.e. one per round trip of
+            // its client (holder and owner included): wait as long as a caller waits for a
+            // reply (`reply_spin_budget`), or a stream of them settles into sleeping here.
+            pdcx_transport::stream::spin_until_readable(
+                reader.get_ref(),
+                pdcx_transport::stream::reply_spin_budget(),
+            );
+        }
+        let (head, body) = match protocol::read_frame_head(reader, server.config.max_payload) {
+            Ok(x) => x,
+            Err(e) if e.kind == ErrorKind::Unavailable => break,
+            Err(e) => {
+                let _ = peer_reply(writer, 0, &PeerResponse::Error(e), &[]);
+                break;
+            }
+        };
+        let outcome = match head.kind {
+            FrameKind::PeerRequest => match protocol::decode_body::<PeerRequest>(&body) {
+                Ok(req) => no_payload(reader, head.payload_len)
+                    .and_then(|()| crate::api::peer::handle(server, from, req)),
+                Err(e) => drain(reader, head.payload_len).and(Err(e)),
+            },
+            FrameKind::Request => drain(reader, head.payload_len).and(Err(Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "client requests are not served on a server-to-server connection \
+                     (this one authenticated as server {from})"
+                ),
+            ))),
+            kind => {
+                let e = Error::protocol(format!("expected a request frame, got {kind:?}"));
+                let _ = peer_reply(writer, head.request_id, &PeerResponse::Error(e), &[]);
+                break;
+            }
+        };
+        let (resp, payload) = match outcome {
+            Ok(x) => x,
+            Err(e) if client_gone(&e) => break,
+            Err(e) => (PeerResponse::Error(e), Vec::new()),
+        };
+        if peer_reply(writer, head.request_id, &resp, &payload).is_err() {
+            break;
+        }
+    }
+}
+
+/// What one connection keeps between requests.
+#[derive(Default)]
+pub(crate) struct Session {
+    /// Writes staged by this connection and not committed yet; dropped if it disconnects.
+    pub(crate) pending: HashMap<u64, Staged>,
+    /// Stage payloads are received (or copied out of shared memory) into this buffer, reused
+    /// from one request to the next.
+    pub(crate) recv: Vec<u8>,
+    /// Read replies are assembled in this buffer, kept from one request to the next so a
+    /// steady stream of reads does not page-fault fresh memory for every reply.
+    pub(crate) scratch: Vec<u8>,
+    /// Shared-memory arenas the client attached (same-node clients only).
+    pub(crate) shm: Attached,
+}
+
+fn reply(w: &mut Writer, id: u64, resp: &Response, payload: &[u8]) -> std::io::Result<()> {
+    let body = protocol::encode_body(resp).map_err(|e| std::io::Error::other(e.message))?;
+    protocol::write_frame(w, FrameKind::Response, id, &body, &[payload])
+}
+
+fn peer_reply(w: &mut Writer, id: u64, resp: &PeerResponse, payload: &[u8]) -> std::io::Result<()> {
+    let body = protocol::encode_body(resp).map_err(|e| std::io::Error::other(e.message))?;
+    protocol::write_frame(w, FrameKind::PeerResponse, id, &body, &[payload])
+}
+
+const GONE_MID_PAYLOAD: &str = "connection closed mid-payload";
+pub(crate) const GONE_MID_TRANSFER: &str = "client disconnected mid-transfer";
+
+/// The error says this connection's client went away (so no reply can reach it).
+fn client_gone(e: &Error) -> bool {
+    e.kind == ErrorKind::Unavailable
+        && (e.message == GONE_MID_PAYLOAD || e.message == GONE_MID_TRANSFER)
+}
+
+pub(crate) fn drain(r: &mut Reader, n: u64) -> Result<()> {
+    let copied = std::io::copy(&mut r.take(n), &mut std::io::sink())
+        .map_err(|e| Error::io("reading payload", &e))?;
+    if copied < n {
+        return Err(Error::new(ErrorKind::Unavailable, GONE_MID_PAYLOAD));
+    }
+    Ok(())
+}
+
+/// Largest receive buffer a connection keeps between stage requests.
+pub(crate) const RECV_KEEP: usize = 256 << 20;
+
+pub(crate) fn no_payload(r: &mut Reader, n: u64) -> Result<()> {
+    if n > 0 {
+        drain(r, n)?;
+        return Err(Error::protocol("this request takes no payload"));
+    }
+    Ok(())
+}
