@@ -144,7 +144,7 @@ impl Client {
         Ok(Some(parts))
     }
 
-    /// Issue 14: bytes `[off, off + len)` of byte stream `id`, for a file's read-ahead
+    /// Bytes `[off, off + len)` of byte stream `id`, for a file's read-ahead
     /// window, from the mapped logs of the servers holding them, all on this node: a slice
     /// of the mapping when they are one committed extent (no copy, no fresh memory), else
     /// gathered from the mappings (one copy). None when that cannot be done (another node, a
