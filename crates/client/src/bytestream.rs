@@ -15,7 +15,7 @@
 //! - a write of at least [`DIRECT_MIN`] bytes to the owner, on this node, is a one-copy
 //!   write into the owner's log (its writeback started as it is copied) left uncommitted
 //!   until anything that must see it (as the queue below) or the seal, which commits it in
-//!   its own round trip (`CommitSyncSeal`); any other write of that size is committed at once
+//!   its own round trip (`Commit` with a `seal`); any other write of that size is committed at once
 //!   (`memory` durability), one-copy when its server is on this node;
 //! - smaller writes are queued in program order (a write that continues the previous one
 //!   extends it) and committed together when the queue passes [`QUEUE_MAX`], and before
@@ -26,7 +26,7 @@
 //! and the stream's create before them (writes do not wait for it). [`ByteStream::seal`]
 //! then records the stream's content as a version at its owner. The process that seals
 //! runs [`ByteStream::prepare_seal`] instead of `commit`: what must become durable on the
-//! owner's node is then done by the seal's round trip (`SyncSeal`), so a one-process file
+//! owner's node is then done by the seal's round trip (`Seal` with `sync_log`), so a one-process file
 //! on the owner's node costs, from create to version: create, write, seal (the owner grows
 //! a stream as it takes a write past the end; writers elsewhere send `ExtendDims` first).
 
@@ -63,7 +63,7 @@ pub struct ByteStream {
 struct State {
     /// Large one-copy writes to the owner, in the owner's log but not committed yet, in
     /// program order (all before the queued small writes). Committed before anything that
-    /// must see them, like the queue, or by the seal itself (`CommitSyncSeal`), which saves
+    /// must see them, like the queue, or by the seal itself (`Commit` with a `seal`), which saves
     /// the commit's round trip for a file written and sealed by one process.
     uncommitted: Vec<Uncommitted>,
     /// Queued small writes, in program order: (offset, bytes).
@@ -478,7 +478,7 @@ impl ByteStream {
 
     /// The consistency point of the process that will [`seal`](Self::seal) right after
     /// (every other writer has run [`commit`](Self::commit)): like `commit`, except that
-    /// what must become durable on the owner's node is left to the seal (`SyncSeal`: one
+    /// what must become durable on the owner's node is left to the seal (`Seal` with `sync_log`: one
     /// round trip and one WAL fsync fewer per version).
     pub fn prepare_seal(&self) -> Result<()> {
         let mut st = self.lock();

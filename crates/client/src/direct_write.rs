@@ -1,7 +1,7 @@
 //! One-copy writes for a client on its server's node.
 //!
 //! A large write to a server on this node does not hand its bytes to the server at all. The
-//! client checksums the payload and sends `Request::ReserveWrite`; the server checks the write
+//! client checksums the payload and sends a `write::Reserve`; the server checks the write
 //! as it checks a stage, writes the record's header into its segment log and reserves room
 //! for the payload (`SegmentLog::reserve`). The client then `pwrite`s the payload into the
 //! segment file, straight from its buffer: user buffer → page cache, the only copy of the
@@ -131,8 +131,8 @@ impl DirectWrites {
     /// `late_crcs` the payloads' checksums are computed as they are written, piece by piece
     /// (while the device writes the pieces before: with [`WriteBehind::Pipelined`] a large
     /// payload's checksum then costs no time of its own), and the items are reserved with
-    /// `ReserveWriteLate`: the caller must commit them with those checksums
-    /// (`Outcome::Written`), with `CommitLate` or `CommitSyncSeal`.
+    /// `Reserve` with `crcs: None`: the caller must commit them with those checksums
+    /// (`Outcome::Written`), with a `Commit` carrying `checksums` (and possibly a `seal`).
     pub(crate) fn write(
         &self,
         c: &mut Conn,

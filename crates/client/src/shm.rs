@@ -303,7 +303,7 @@ impl ShmBuf {
 
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: [offset, offset + len) lies inside the live mapping and belongs to this
-        // block alone; the server only writes into it while a ReadShm naming it is in flight,
+        // block alone; the server only writes into it while a shared-memory `Read` naming it is in flight,
         // during which the owner does not look at it.
         unsafe { std::slice::from_raw_parts(self.arena.base.add(self.offset), self.len) }
     }

@@ -7,7 +7,7 @@
 //!
 //! Small transfers (at most `ONE_MESSAGE_MAX` bytes) skip the worker: `start` only checks and
 //! keeps them (a write's bytes are already the transfer's own copy, loaded before `start`),
-//! and `wait`/`wait_all` sends each destination's small writes as one `StageCommit` (stage and
+//! and `wait`/`wait_all` sends each destination's small writes as one `Stage` carrying its commit (stage and
 //! commit in one message, one round trip) and its small reads as one `Read`, on the calling
 //! thread's pooled connection: no hand-off to another thread, whose two context switches would
 //! cost more than the message itself. Their overlap with the caller's work is lost, which for
@@ -101,7 +101,7 @@ enum Job {
         /// Where each item may be read straight into (see `Transfer::set_read_target`).
         targets: Vec<Option<ReadTarget>>,
         states: Vec<Arc<State>>,
-        /// Sent to the regions' only holder (`ReadHeld`) rather than the owner (`Read`).
+        /// Sent to the regions' only holder (`Read` with `held`) rather than the owner (`Read`).
         held: bool,
     },
 }
@@ -724,7 +724,7 @@ type ReadBatch = (
 );
 
 /// Transfers of at most this many bytes are sent by `wait` on the calling thread, a write as
-/// one `StageCommit` (see the module comment); larger ones go through the worker at `start`.
+/// one `Stage` carrying its commit (see the module comment); larger ones go through the worker at `start`.
 pub const ONE_MESSAGE_MAX: usize = 64 << 10;
 
 /// Reads at least this large ask the owner where their region lives (one small round trip per
@@ -790,7 +790,7 @@ fn durability_of_code(c: u8) -> Durability {
 
 /// The consistency point for a batch: one `Commit` per server for the started writes, then
 /// blocks until every transfer is done. Small transfers `start` kept are sent here on this
-/// thread: a server's small writes as one `StageCommit`, its small reads as one `Read`;
+/// thread: a server's small writes as one committing `Stage`, its small reads as one `Read`;
 /// small writes that share a commit with large ones in the worker join the worker's queue
 /// instead, so one commit still covers them all. Returns the first failure (all are still
 /// waited for).

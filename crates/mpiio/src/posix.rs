@@ -186,7 +186,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
 /// Makes this process's queued writes of `t`'s file visible (the last act on an fd).
 /// Inside `MPI_File_sync`/`MPI_File_close` it does nothing: the consistency point that
 /// follows the library's call commits them, the sealing rank's large writes in the same
-/// round trip as its seal (`CommitSyncSeal`).
+/// round trip as its seal (a `Commit` with a `seal`).
 fn flush(t: &Tracked) -> Result<(), c_int> {
     if crate::guard::in_sync_or_close() {
         return Ok(());

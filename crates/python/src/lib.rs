@@ -895,7 +895,7 @@ fn requests_sent() -> u64 {
     pdcx_client::transport_requests_sent()
 }
 
-/// Encodes a request given as serde JSON (externally tagged, e.g. `{"StageShm": {...}}`) into
+/// Encodes a request given as serde JSON (externally tagged, e.g. `{"Write": {"Stage": {...}}}`) into
 /// a frame body, for tests that speak the wire protocol by hand: variant numbers then come
 /// from protocol.rs instead of being copied into the tests.
 #[pyfunction]

@@ -505,7 +505,7 @@ impl Server {
         self.unix_connections.load(Ordering::Relaxed)
     }
 
-    /// Requests of `kind` (a protocol request name, e.g. `"SyncSeal"`) answered since start.
+    /// Requests of `kind` (a protocol request name, e.g. `"SyncSeal"`, see `Request::metric_name`) answered since start.
     pub fn requests_of(&self, kind: &str) -> u64 {
         self.metrics.requests_of(kind)
     }

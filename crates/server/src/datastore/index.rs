@@ -39,7 +39,7 @@ pub struct Staged {
     pub id: ObjectId,
     pub region: Region,
     pub loc: Location,
-    /// Reserved without its payload checksum (`ReserveWriteLate`): it cannot be committed
+    /// Reserved without its payload checksum (`Reserve` with `crcs: None`): it cannot be committed
     /// until [`DataStore::set_reserved_crc`](super::DataStore::set_reserved_crc) gave it one.
     pub crc_late: bool,
     /// Keeps the segment from being retired until the write is committed or dropped.

@@ -399,7 +399,7 @@ impl DataStore {
 
     /// The log half of [`sync_committed`](Self::sync_committed): every record committed so
     /// far is on stable storage (the metadata WAL is the caller's to sync).
-    /// `Request::SyncSeal`.
+    /// a `Seal` with `sync_log`.
     pub fn sync_log_only(&self) -> Result<()> {
         let c = self.lock_commit();
         self.sync_log(&c)
