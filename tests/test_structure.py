@@ -18,7 +18,6 @@ OVERSIZE = {
     "bench/eqsim/run.py": 1013,
     "bench/reliability/harness.py": 812,
     "bench/soak/main.rs": 835,
-    "crates/cli/src/commands.rs": 842,
     "crates/cli/src/daemon.rs": 815,
     "crates/cli/src/main.rs": 921,
     "crates/client/src/client.rs": 1762,
@@ -44,10 +43,6 @@ OVERSIZE = {
 KNOWN_CIRCLES: list[frozenset[str]] = [
     frozenset({"analysis", "datastore", "engine", "metrics", "rpc", "tiering"}),  # server
     frozenset({"client", "transfer"}),  # client
-    frozenset({"obj", "region"}),  # capi
-    frozenset({"commands", "daemon", "mpiio_cmd"}),  # cli
-    frozenset({"posix", "stats"}),  # fits
-    frozenset({"site", "tls"}),  # xsite
 ]
 
 
