@@ -18,7 +18,6 @@ OVERSIZE = {
     "bench/eqsim/run.py": 1013,
     "bench/reliability/harness.py": 858,
     "bench/soak/main.rs": 844,
-    "crates/cli/src/commands.rs": 842,
     "crates/cli/src/daemon.rs": 819,
     "crates/cli/src/main.rs": 1005,
     "crates/client/src/file.rs": 968,
@@ -40,10 +39,6 @@ OVERSIZE = {
 KNOWN_CIRCLES: list[frozenset[str]] = [
     frozenset({"analysis", "api", "datastore", "engine", "metrics", "net", "tiering"}),  # server
     frozenset({"client", "transfer"}),  # client
-    frozenset({"obj", "region"}),  # capi
-    frozenset({"commands", "config_cmd", "daemon", "mpiio_cmd"}),  # cli
-    frozenset({"posix", "stats"}),  # fits
-    frozenset({"site", "tls"}),  # xsite
 ]
 
 

@@ -366,7 +366,7 @@ mod tests {
             assert_eq!(region::PDCregion_transfer_start(t2), SUCCEED);
             assert_eq!(region::PDCregion_transfer_wait(t2), SUCCEED);
             assert_eq!(r, [5, 6, 9, 10]);
-            assert_eq!(obj::PDCobj_close(obj), SUCCEED);
+            assert_eq!(region::PDCobj_close(obj), SUCCEED);
             assert_eq!(PDCclose(pdc), SUCCEED);
         }
         h.shutdown().unwrap();

@@ -372,40 +372,6 @@ pub unsafe extern "C" fn PDCobj_open_col(name: *const c_char, pdc: PdcId) -> Pdc
     })
 }
 
-fn wait_pending(id: PdcId) -> R<()> {
-    let pending: Vec<PdcId> = obj_mut(&mut state(), id)?.pending.drain().collect();
-    crate::region::wait_ids(&pending)
-}
-
-/// Waits for the object's started transfers and makes this process's relaxed writes of it
-/// visible (the consistency point; nothing to do for strong objects), then frees the handle.
-#[no_mangle]
-pub extern "C" fn PDCobj_close(id: PdcId) -> Perr {
-    ffi_err("PDCobj_close", || {
-        // PDC's close calls drop a reference to whatever the id is (`PDC_dec_ref`), and its
-        // own vpicio.c closes its regions with PDCobj_close: a region closes here too.
-        if matches!(state().handles.get(&id), Some(Handle::Region(_))) {
-            state().handles.remove(&id);
-            return Ok(());
-        }
-        let oid = obj_meta(&mut state(), id)?.id;
-        let r = wait_pending(id).and_then(|()| client()?.sync(&[oid]).map_err(err));
-        state().handles.remove(&id);
-        r
-    })
-}
-
-/// Deletes the object (metadata, tags, memberships, extents; its log bytes become garbage on
-/// the server). The handle stays valid for PDCobj_close.
-#[no_mangle]
-pub extern "C" fn PDCobj_del(id: PdcId) -> Perr {
-    ffi_err("PDCobj_del", || {
-        let oid = obj_meta(&mut state(), id)?.id;
-        wait_pending(id)?;
-        client()?.delete_object(oid).map_err(err)
-    })
-}
-
 /// Data is durable at each transfer's wait. For relaxed objects this is the consistency
 /// point: this process's waited writes of the object are visible when it returns.
 #[no_mangle]

@@ -1,4 +1,5 @@
-//! PDCregion_* and PDCregion_transfer_*.
+//! PDCregion_* and PDCregion_transfer_*, and PDCobj_close / PDCobj_del, which wait for an
+//! object's transfers.
 //!
 //! A transfer moves the elements of the *local* region of the user buffer to or from the
 //! *remote* region of the object. The buffer is a dense C-order array of shape
@@ -9,7 +10,7 @@
 
 use crate::obj::{obj_meta, obj_mut};
 use crate::types::*;
-use crate::{client, ffi, ffi_err, state, Handle, PdcId, Perr, R};
+use crate::{client, err, ffi, ffi_err, state, Handle, PdcId, Perr, R};
 use libc::{c_int, c_void};
 use pdcx_client::{Status, Transfer};
 use pdcx_core::region::{copy_region, Layout};
@@ -411,6 +412,43 @@ pub fn wait_everything() {
     if let Err(e) = wait_arcs(&ids, &arcs) {
         eprintln!("pdcx: PDCclose: a pending transfer failed: {e}");
     }
+}
+
+// PDCobj_close and PDCobj_del live here rather than in obj.rs: both first wait for the
+// object's started transfers, and objects must not know about transfers.
+
+fn wait_pending(id: PdcId) -> R<()> {
+    let pending: Vec<PdcId> = obj_mut(&mut state(), id)?.pending.drain().collect();
+    wait_ids(&pending)
+}
+
+/// Waits for the object's started transfers and makes this process's relaxed writes of it
+/// visible (the consistency point; nothing to do for strong objects), then frees the handle.
+#[no_mangle]
+pub extern "C" fn PDCobj_close(id: PdcId) -> Perr {
+    ffi_err("PDCobj_close", || {
+        // PDC's close calls drop a reference to whatever the id is (`PDC_dec_ref`), and its
+        // own vpicio.c closes its regions with PDCobj_close: a region closes here too.
+        if matches!(state().handles.get(&id), Some(Handle::Region(_))) {
+            state().handles.remove(&id);
+            return Ok(());
+        }
+        let oid = obj_meta(&mut state(), id)?.id;
+        let r = wait_pending(id).and_then(|()| client()?.sync(&[oid]).map_err(err));
+        state().handles.remove(&id);
+        r
+    })
+}
+
+/// Deletes the object (metadata, tags, memberships, extents; its log bytes become garbage on
+/// the server). The handle stays valid for PDCobj_close.
+#[no_mangle]
+pub extern "C" fn PDCobj_del(id: PdcId) -> Perr {
+    ffi_err("PDCobj_del", || {
+        let oid = obj_meta(&mut state(), id)?.id;
+        wait_pending(id)?;
+        client()?.delete_object(oid).map_err(err)
+    })
 }
 
 unsafe fn id_list<'a>(ids: *mut PdcId, n: c_int) -> R<&'a [PdcId]> {

@@ -130,7 +130,7 @@ pub fn show(root: Option<&Path>, flags: &[(&Setting, String)], json: bool) -> Re
                 ]
             })
             .collect();
-        crate::commands::print_table(&["SETTING", "VALUE", "SOURCE"], &table);
+        crate::common::print_table(&["SETTING", "VALUE", "SOURCE"], &table);
         for e in &errors {
             eprintln!("error: {e}");
         }

@@ -1,7 +1,7 @@
 //! Running servers: one in the foreground (what mpirun/srun launch), or a local deployment of
 //! N background servers managed with `start`, `stop` and `status`.
 
-use crate::commands::{human_bytes, human_duration, msg, print_table};
+use crate::common::{human_bytes, human_duration, msg, print_table};
 use anyhow::{anyhow, bail, Context, Result};
 use pdcx_client::cluster::{load_or_create_secret, ClusterFile, ServerEntry, SECRET_FILE};
 use pdcx_client::conn::Conn;
@@ -499,7 +499,7 @@ fn spawn_server(
     let _ = writeln!(
         log,
         "==== {} pdcx server start: rank {rank}/{n}",
-        crate::commands::iso8601(now_secs())
+        crate::common::iso8601(now_secs())
     );
     let mut cmd = std::process::Command::new(exe);
     cmd.arg("server")

@@ -1,7 +1,7 @@
 //! `pdcx cp` and `pdcx ls pdcx://PREFIX/`: files as byte-stream objects, named
 //! `pdcx://NAME`, copied to and from local files and listed like directories.
 
-use crate::commands::{connect, iso8601, msg};
+use crate::common::{connect, iso8601, msg};
 use crate::interrupt;
 use crate::local_dest::{self, LocalWriter};
 use anyhow::{bail, Context, Result};

@@ -1,6 +1,7 @@
 //! `pdcx`: run a deployment's servers and move arrays and tags in and out of it.
 
 mod commands;
+mod common;
 mod config_cmd;
 mod daemon;
 mod files_cmd;
@@ -974,13 +975,12 @@ fn run(mut cli: Cli) -> Result<u8> {
             },
         ),
         Command::Flush { stall, quiet } => {
-            let client = commands::connect(&root)?;
-            // Without tiers only the home copies of `pdcx run` files are left to wait for.
+            let client = common::connect(&root)?;
             let tiers = (0..client.size())
                 .map(|r| client.stats(r).map(|s| !s.tiers.is_empty()))
                 .collect::<std::result::Result<Vec<bool>, _>>()
-                .map_err(commands::msg)?;
-            let versions = client.all_versions().map_err(commands::msg)?;
+                .map_err(common::msg)?;
+            let versions = client.all_versions().map_err(common::msg)?;
             // Without tiers there is only the home copies of `pdcx run` files to wait for;
             // with neither, the tier flush says how to configure tiers.
             if tiers.contains(&true) || versions.is_empty() {

@@ -1,7 +1,7 @@
 //! `pdcx run` (start an unmodified MPI-IO program with its output logged by pdcx) and the
 //! home-copy side of `pdcx flush` and `pdcx show`.
 
-use crate::commands::{connect, human_bytes, iso8601, msg, print_table};
+use crate::common::{connect, human_bytes, iso8601, msg, print_table};
 use anyhow::{anyhow, bail, Result};
 use pdcx_client::Client;
 use pdcx_core::protocol::VersionInfo;

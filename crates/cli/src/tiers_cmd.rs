@@ -1,6 +1,6 @@
 //! Commands for the storage hierarchy: flush, migrate, top.
 
-use crate::commands::{connect, human_bytes, msg, print_table, resolve};
+use crate::common::{connect, human_bytes, msg, print_table, resolve};
 use anyhow::{bail, Result};
 use pdcx_core::protocol::ServerStats;
 use std::io::Write;

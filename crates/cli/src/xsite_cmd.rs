@@ -99,7 +99,7 @@ pub fn rm(root: &Path, name: &str) -> Result<u8> {
 }
 
 pub fn gateway(root: &Path, site_name: &str, listen: &str) -> Result<u8> {
-    let client = crate::commands::connect(root)?;
+    let client = crate::common::connect(root)?;
     let gw = gateway::Gateway::new(root, site_name, client).map_err(|e| anyhow!("{e}"))?;
     let listener = gateway::bind(listen).map_err(|e| anyhow!("{e}"))?;
     let addr = listener.local_addr().context("gateway address")?;
@@ -159,7 +159,7 @@ pub fn pull(
         if where_.is_some() || region.is_some() || as_name.is_some() || opts.step.is_some() {
             bail!("a pull from s3:// takes the bundle as it was pushed (no --region, --step, --where or --as)");
         }
-        let client = crate::commands::connect(root)?;
+        let client = crate::common::connect(root)?;
         let (items, bytes) =
             pdcx_xsite::meeting::pull(&client, from).map_err(|e| anyhow!("{e}"))?;
         eprintln!(
@@ -168,7 +168,7 @@ pub fn pull(
         );
         return Ok(0);
     }
-    let client = crate::commands::connect(root)?;
+    let client = crate::common::connect(root)?;
     if let Some(cond) = where_ {
         let r = transfer::pull_where(&client, root, site_name, object, cond, region, as_name)
             .map_err(|e| anyhow!("{e}"))?;
@@ -189,7 +189,7 @@ pub fn push(
     where_: Option<&str>,
     opts: &transfer::Options,
 ) -> Result<u8> {
-    let client = crate::commands::connect(root)?;
+    let client = crate::common::connect(root)?;
     if let Some(cond) = where_ {
         if to.starts_with("s3://") {
             bail!("a push to s3:// moves a region (no --where)");
@@ -257,7 +257,7 @@ pub fn bundle(import: bool, root: Option<&Path>, args: &[String]) -> Result<Opti
             bail!("pdcx import of a bundle takes only bundle files (no options)");
         }
         let root = crate::require_root(root.map(Path::to_path_buf))?;
-        let client = crate::commands::connect(&root)?;
+        let client = crate::common::connect(&root)?;
         for f in files {
             let (items, bytes) =
                 bundle::import(&client, Path::new(f.as_str())).map_err(|e| anyhow!("{f}: {e}"))?;
@@ -303,7 +303,7 @@ pub fn bundle(import: bool, root: Option<&Path>, args: &[String]) -> Result<Opti
     }
     let file = file.ok_or_else(|| anyhow!("--bundle needs a file name"))?;
     let root = crate::require_root(root.map(Path::to_path_buf))?;
-    let client = crate::commands::connect(&root)?;
+    let client = crate::common::connect(&root)?;
     let (items, bytes) =
         bundle::export(&client, &names, region.as_deref(), &site, Path::new(&file))
             .map_err(|e| anyhow!("{e}"))?;

@@ -51,6 +51,20 @@ fn ctx() -> Result<&'static Ctx, &'static str> {
     }
 }
 
+#[cfg_attr(test, allow(dead_code))]
+extern "C" fn at_exit() {
+    posix::write_back_all();
+    stats::write_out();
+}
+
+/// Runs when the program exits (after `main` returns or `exit`): files still open for
+/// writing through `open(2)` are written back, then the counts are written. It lives here
+/// rather than in stats.rs so that the counters need not know the POSIX wrappers.
+#[cfg(not(test))]
+#[used]
+#[link_section = ".fini_array"]
+static AT_EXIT: extern "C" fn() = at_exit;
+
 /// Sets the calling thread's `errno`.
 pub(crate) fn set_errno(e: libc::c_int) {
     // SAFETY: `__errno_location` returns this thread's errno slot.

@@ -42,9 +42,8 @@ pub fn json() -> String {
     )
 }
 
-#[cfg_attr(test, allow(dead_code))]
-extern "C" fn at_exit() {
-    crate::posix::write_back_all();
+/// Appends the counts to the file `PDCX_FITS_STATS` names, at exit (see `at_exit` in lib.rs).
+pub(crate) fn write_out() {
     let Some(path) = pdcx_core::config::FITS_STATS.path() else {
         return;
     };
@@ -61,10 +60,3 @@ extern "C" fn at_exit() {
         let _ = f.write_all(line.as_bytes());
     }
 }
-
-/// Runs when the program exits (after `main` returns or `exit`): files still open for
-/// writing through `open(2)` are written back, then the counts are written.
-#[cfg(not(test))]
-#[used]
-#[link_section = ".fini_array"]
-static AT_EXIT: extern "C" fn() = at_exit;

@@ -3,7 +3,9 @@
 //! tokens this site's gateway accepts, by peer site, stored as SHA-256 digests) and
 //! `remotes.json` (per remote site: URL, token, certificate fingerprint; mode 0600).
 
-use crate::{invalid, io, Result};
+use crate::{invalid, io, Result, XsiteError};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::CertificateDer;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -59,8 +61,13 @@ pub struct Identity {
 impl Identity {
     /// The fingerprint remote sites pin: hex SHA-256 of the certificate (DER).
     pub fn fingerprint(&self) -> Result<String> {
-        Ok(sha256_hex(&crate::tls::cert_der(&self.cert_pem)?))
+        Ok(sha256_hex(&cert_der(&self.cert_pem)?))
     }
+}
+
+/// The DER of the first certificate in `pem`.
+pub fn cert_der(pem: &str) -> Result<CertificateDer<'static>> {
+    CertificateDer::from_pem_slice(pem.as_bytes()).map_err(|e| XsiteError::Tls(e.to_string()))
 }
 
 /// Makes this site's identity unless it has one; returns it and whether it was made now.
@@ -70,7 +77,7 @@ pub fn init(root: &Path) -> Result<(Identity, bool)> {
     }
     let d = ensure_dir(root)?;
     let ck = rcgen::generate_simple_self_signed(vec![CERT_NAME.to_string()])
-        .map_err(|e| crate::XsiteError::Tls(format!("making a certificate: {e}")))?;
+        .map_err(|e| XsiteError::Tls(format!("making a certificate: {e}")))?;
     let id = Identity {
         cert_pem: ck.cert.pem(),
         key_pem: ck.key_pair.serialize_pem(),

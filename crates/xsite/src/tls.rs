@@ -4,7 +4,7 @@
 //! signatures with it, so no certificate authority is involved. Who the client is, is
 //! established after the handshake by its token (`wire::Msg::Hello`).
 
-use crate::site::{sha256_hex, Identity, CERT_NAME};
+use crate::site::{cert_der, sha256_hex, Identity, CERT_NAME};
 use crate::{Result, XsiteError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::{verify_tls12_signature, verify_tls13_signature, CryptoProvider};
@@ -19,11 +19,6 @@ fn tls_err(e: impl std::fmt::Display) -> XsiteError {
 
 fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
-}
-
-/// The DER of the first certificate in `pem`.
-pub fn cert_der(pem: &str) -> Result<CertificateDer<'static>> {
-    CertificateDer::from_pem_slice(pem.as_bytes()).map_err(tls_err)
 }
 
 /// The gateway's TLS configuration.
