@@ -116,3 +116,59 @@ def test_before_after_ratios_within_rounds(tmp_path, capsys):
     assert "2.500x (2.000x–3.000x)" in rows[2] and rows[2].rstrip().endswith("| higher |")
     mem = [line for line in out.splitlines() if line.startswith("| 4 KiB write+wait p50 us, memory")][-1]
     assert "0.500x" in mem and mem.rstrip().endswith("| lower |")
+
+
+def _e2e_log(tmp: Path, flush_s: dict) -> Path:
+    """Two rounds of k = 1 and k = 20, direct 100 s and pdcx 60 s (program only: 40 % less);
+    `flush_s[(round, k)]` is that pdcx run's `pdcx flush` time (absent: no flush line)."""
+    lines = []
+    for rnd in ("1", "2"):
+        for k in (1, 20):
+            common = f"RESULT round={rnd} home=file bench=e2e ranks=2 steps=40 every={k} mib=8 compute=1 outputs=2"
+            lines.append(f"{common} label=direct seconds=100 io_seconds=50 compute_seconds=50")
+            lines.append(f"{common} label=pdcx seconds=60 io_seconds=10 compute_seconds=50")
+            if (rnd, k) in flush_s:
+                lines.append(
+                    f"RESULT round={rnd} home=file bench=flush label=pdcx of=e2e every={k} seconds={flush_s[(rnd, k)]}"
+                )
+    log = tmp / "e2e.log"
+    log.write_text("\n".join(lines) + "\n")
+    return log
+
+
+def _e2e_rows(out: str) -> dict[str, str]:
+    return {r.split("|")[1].strip(): r for r in out.splitlines() if r.startswith(("| 1 |", "| 20 |"))}
+
+
+def test_mpiio_e2e_verdict_includes_the_flush(tmp_path, monkeypatch, capsys):
+    """The end-to-end targets compare data at its home on both sides: pdcx's program time plus
+    its `pdcx flush` against the direct program (whose checkpoints are home when it ends). A
+    40 % cut of program time alone must not meet the 25 % target when the flush eats it."""
+    summ = load("bench/mpiio/summarize.py", "bench_mpiio_summarize")
+    # k = 1: 60 s + 30 s flush = 90 s against 100 s: 10 %, below 25 % although the program
+    # alone is 40 % shorter. k = 20: 60 + 50 = 110 s: -10 %, below -5 %.
+    log = _e2e_log(tmp_path, {("1", 1): 30, ("2", 1): 30, ("1", 20): 50, ("2", 20): 50})
+    monkeypatch.setattr(sys, "argv", ["summarize.py", "--e2e", str(log), "--have-pdcx", "1"])
+    assert summ.main() == 0
+    out = capsys.readouterr().out
+    rows = _e2e_rows(out)
+    assert "+40.0%" in rows["1"] and "+10.0%" in rows["1"], rows["1"]
+    assert rows["1"].rstrip().endswith("| ≥ 25%: MISSED |"), rows["1"]
+    assert rows["20"].rstrip().endswith("| ≥ -5%: MISSED |"), rows["20"]
+    assert "target (incl. flush)" in out and "pdcx = program time + `pdcx flush`" in out
+
+    # A short flush: met on the time to the home, not the program's.
+    log = _e2e_log(tmp_path, {("1", 1): 5, ("2", 1): 5, ("1", 20): 5, ("2", 20): 5})
+    monkeypatch.setattr(sys, "argv", ["summarize.py", "--e2e", str(log), "--have-pdcx", "1"])
+    summ.main()
+    rows = _e2e_rows(capsys.readouterr().out)
+    assert rows["1"].rstrip().endswith("| ≥ 25%: met |"), rows["1"]
+    assert rows["20"].rstrip().endswith("| ≥ -5%: met |"), rows["20"]
+
+    # No flush time: not judged (the program time alone says nothing about the home).
+    log = _e2e_log(tmp_path, {})
+    monkeypatch.setattr(sys, "argv", ["summarize.py", "--e2e", str(log), "--have-pdcx", "1"])
+    summ.main()
+    rows = _e2e_rows(capsys.readouterr().out)
+    assert rows["1"].rstrip().endswith("| ≥ 25%: n/a (no flush time) |"), rows["1"]
+    assert "met" not in rows["1"] and "met" not in rows["20"]
