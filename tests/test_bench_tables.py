@@ -224,3 +224,21 @@ def test_montage_unlike_configurations_are_not_judged():
     # Every target the benchmark declares pairs configurations in the same state.
     for label, num, den, *_ in v.TARGETS:
         assert v.unlike(st[num], st[den]) == [], label
+
+
+def test_ratios_the_design_decides_are_labelled(tmp_path, capsys):
+    """Async against sync over N steps, one wait against one per operation: the table calls
+    them 'by design', not speeds found."""
+    summ = load("bench/c/summarize.py", "bench_c_summarize4")
+    pdc, h5 = _round(tmp_path, 1, 100, 200, 40, 1000)
+    with open(pdc, "a") as f:
+        f.write("RESULT kernel=vpic backend=pdc ranks=4 bytes=1 seconds=0.5 mbps=1 steps=5 compute_s=1\n")
+        f.write("RESULT kernel=consist backend=pdc ranks=4 bytes=1 seconds=1 mbps=1 ratio=3.0\n")
+    with open(h5, "a") as f:
+        f.write("RESULT kernel=vpic backend=hdf5 ranks=4 bytes=1 seconds=5 mbps=1 steps=5 compute_s=1\n")
+    assert summ.main(["--pdc", pdc, "--hdf5", h5]) == 0
+    out = capsys.readouterr().out
+    vm = next(line for line in out.splitlines() if "app-visible I/O" in line)
+    assert vm.startswith("| by design, async vs sync over 5 steps: VPIC app-visible I/O s"), vm
+    co = next(line for line in out.splitlines() if "strong s / session s" in line)
+    assert co.startswith("| by design, one wait vs one per op: consistency"), co
