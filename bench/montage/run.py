@@ -268,7 +268,7 @@ def main() -> None:
 
     # Plain files and the pdcx configurations interleaved, one repetition of each in turn, so
     # a drift of the machine (page cache, the VM's disk) touches them alike; the shared
-    # directory last, since it drops the page cache before each of its components.
+    # directory and cold last, since they drop the page cache before each component.
     root = work / "pdcx-root"
     run_bin("server", "start", "-n", "1", "--root", root)
     lib = fits_lib()
