@@ -81,7 +81,7 @@ def judge(label: str, x: float, goal: str, met: bool, a: str, b: str, st: dict, 
     if diff:
         return f"  NOT JUDGED  {label}: {x:.2f}x; unlike sides: {'; '.join(diff)}"
     status = "MET" if met else "NOT MET"
-    alike = f"both sides on {st[a]['storage']}, {st[a]['cache']}, outputs {st[a]['durability']}"
+    alike = f"both sides: on {st[a]['storage']}; {st[a]['cache']}; outputs: {st[a]['durability']}"
     return (
         f"  {status:<10}  {label}: {x:.2f}x (target {goal}) [{design}{alike}; "
         f"{state_text(a, st[a])}; {state_text(b, st[b])}]"
