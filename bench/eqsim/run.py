@@ -738,7 +738,7 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
     lines.append(f"EQSIM patterns on {VAR}{list(b.shape)}: ms, median of {b.a.reps} reps (min-max){cold_note}")
     cols = ["h5 cold", "h5 cache", "pdcx warm", "pdcx cold"] + modes_extra
     head = f"{'pattern':16}" + "".join(f"{c:>24}" for c in cols)
-    head += f"{'warm/h5cold*':>12}{'warm/h5cache':>13}{'cold/h5cold':>12}"
+    head += f"{'warm/h5cold*':>13}{'warm/h5cache':>13}{'cold/h5cold':>12}"
     lines.append(head)
     speed = {"warm_vs_cold": {}, "warm_vs_cache": {}, "cold_vs_cold": {}}
     for k in range(1, 7):
@@ -750,11 +750,11 @@ def report(b: Bench, rtt: float, modes_extra: list, drop_enabled: bool) -> tuple
         speed["warm_vs_cold"][k] = med["h5 cold"][k] / med["pdcx warm"][k]
         speed["warm_vs_cache"][k] = med["h5 cache"][k] / med["pdcx warm"][k]
         speed["cold_vs_cold"][k] = med["h5 cold"][k] / med["pdcx cold"][k]
-        row += f"{speed['warm_vs_cold'][k]:11.1f}x{speed['warm_vs_cache'][k]:12.2f}x{speed['cold_vs_cold'][k]:11.1f}x"
+        row += f"{speed['warm_vs_cold'][k]:12.1f}x{speed['warm_vs_cache'][k]:12.2f}x{speed['cold_vs_cold'][k]:11.1f}x"
         lines.append(row)
     med_speed = {s: statistics.median(v.values()) for s, v in speed.items()}
     lines.append(
-        f"{'median speedup':16}{'':>{24 * len(cols)}}{med_speed['warm_vs_cold']:11.1f}x"
+        f"{'median speedup':16}{'':>{24 * len(cols)}}{med_speed['warm_vs_cold']:12.1f}x"
         f"{med_speed['warm_vs_cache']:12.2f}x{med_speed['cold_vs_cold']:11.1f}x"
     )
     lines.append(
