@@ -422,7 +422,9 @@ def main() -> None:
             f"(none {med(bg['none']):.3f} s, both {med(bg['both']):.3f} s, plain {med(bg['plain']):.3f} s)"
         )
         print(verdict.judge(label, x, ">= 6x", x >= 6, "none", "both", st, verdict.TARGETS[0][6]))
-    if "both" in rt:
+    if "both" in rt and rt["both"] != rt["both"]:  # nan: readfits.c did not build
+        print("  NOT RUN     round trips per file read whole: readfits.c did not build (gcc + libcfitsio-dev)")
+    elif "both" in rt:
         print(
             f"  {'MET' if rt['both'] <= 3 else 'NOT MET':<10}  round trips per file read whole (prefetch on): "
             f"{rt['both']:.2f} (target <= 3; a count, CFITSIO reader on the local deployment)"
