@@ -12,7 +12,9 @@ exists, starts 2 servers on a fresh root, and times:
             through pdcx (the owner reads and decodes the chunks from the file) vs h5py reading
             it from the same file; page cache dropped before each (root), unless
             --no-drop-caches.
-Targets: reference >= 20x faster than copy; the first read no slower than h5py.
+Targets: reference >= 20x faster than copy (by design: a reference import moves no data, a
+copy moves all of it); the first read no slower than h5py (both from the same file, page cache
+dropped before each).
 """
 
 from __future__ import annotations
@@ -117,7 +119,10 @@ def main() -> int:
             f"  import by reference  {t_ref:8.3f} s  ({len(r.objects)} object, {raw / 2**20:,.0f} MiB left in the file)"
         )
         speed = t_copy / t_ref
-        print(f"  reference / copy speed-up: {speed:.1f}x  (target >= 20x: {'MET' if speed >= 20 else 'NOT MET'})")
+        print(
+            f"  by design (reference moves no data, copy all of it): copy time / reference time {speed:.1f}x"
+            f"  (target >= 20x: {'MET' if speed >= 20 else 'NOT MET'})"
+        )
         print(f"  first read of 8 MiB (median of {a.reps}): pdcx {mp * 1e3:.1f} ms, h5py {mh * 1e3:.1f} ms")
         print(f"  pdcx / h5py time: {mp / mh:.2f}  (target <= 1: {'MET' if mp <= mh else 'NOT MET'})")
         c.close()

@@ -13,7 +13,8 @@ of values lives in a few extents. Prints:
   flush      seconds to flush each object (stats computed vs not): the cost statistics add
   query      a selective query (<= 1% hits): bytes the servers read and time, stats on/off
   full       a query every element may match: both read everything (the skip is not free)
-The target: the selective query reads <= 10% of the bytes of a full scan.
+The target: the selective query reads <= 10% of the bytes of a full scan (by design: the data is
+laid out so that a window of values lives in a few extents; it checks the skipping works).
 """
 
 from __future__ import annotations
@@ -137,7 +138,10 @@ def main() -> int:
             print(f"{kind:<8} {label:<9} {hits:>10} {scanned / 2**20:>10.1f} {first:>9.3f} {t:>9.3f}")
         hit_frac = rows[("stats", "query")][2] / n
         print(f"selective query: {hit_frac * 100:.2f} % hits; reads {ratio * 100:.2f} % of the bytes of a full scan")
-        print(f"target <= 10 % of a full scan: {'MET' if ratio <= 0.10 and hit_frac <= 0.01 else 'NOT MET'}")
+        print(
+            "by design (the values rise along the object: a 1 % window lives in a few extents): "
+            f"target <= 10 % of a full scan's bytes: {'MET' if ratio <= 0.10 and hit_frac <= 0.01 else 'NOT MET'}"
+        )
         print(
             f"query time: {rows[('stats', 'query')][0]:.3f} s with statistics vs "
             f"{rows[('nostats', 'query')][0]:.3f} s without "

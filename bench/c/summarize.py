@@ -171,7 +171,7 @@ def figures(pdc, h5, fio_w, fio_r, servers):
             "info",
         ),
         Fig(
-            f"VPIC {steps}-step app-visible I/O s (hdf5 s / pdc s; compute {cmp_s} s)",
+            f"by design, async vs sync over {steps} steps: VPIC app-visible I/O s (hdf5 s / pdc s; compute {cmp_s} s)",
             vmp,
             vmh,
             ratio(vmh, vmp),
@@ -225,7 +225,7 @@ def figures(pdc, h5, fio_w, fio_r, servers):
             on="pdc",
         ),
         Fig(
-            "consistency: strong s / session s (hdf5: per-op flush / one flush)",
+            "by design, one wait vs one per op: consistency strong s / session s (hdf5: per-op flush / one flush)",
             num(p_co, "ratio"),
             num(h_co, "ratio"),
             None,

@@ -7,16 +7,18 @@ files, in one run.
 Configurations (each run --reps times, plain and pdcx interleaved; medians reported):
   plain     input, intermediates and mosaic on the local disk (page cache warm, as one node)
   shared    the same on a bandwidth-limited shared directory: an ext4 image on a loop device
-            whose reads are throttled to --shared-mbps (cgroup v1 blkio), page cache dropped
-            before each component and each component's outputs synced at its end (what a step
+            whose reads and writes are throttled to --shared-mbps (cgroup v1 blkio), page cache
+            dropped before each component and os.sync() after each (timed in it: what a step
             running on another node of a shared file system sees); needs root, else skipped
   none      pdcx, aggregation and prefetching off (every CFITSIO write is a committed
             transfer, every read a round trip: PDC without the paper's optimisations)
   agg       pdcx, write aggregation only
   prefetch  pdcx, adaptive read-ahead only (with the client's close-to-open file cache)
   both      pdcx, both (the default)
-  cold      pdcx, both, with the page cache dropped before each component (--modes ...,cold;
-            root): the servers' in-memory copy of the intermediates switched off
+  cold      the shared directory's pdcx side, run with it (interleaved): pdcx, both, one server
+            whose root is on the same throttled loop device, its data cache off (--cache-mb 0),
+            the page cache dropped before each component and os.sync() after each, timed, as for
+            shared: no in-memory copy of the intermediates survives a component on either side
 The pdcx runs use one server (one node) and `libpdcx_fits.so` preloaded; every pdcx mosaic
 is checked byte-identical to the plain one, and the intermediates are removed after each run.
 Round trips and bytes per component come from the driver's per-process counts
@@ -28,9 +30,13 @@ alternated on the same intermediates (outputs removed before each run, untimed):
 target compares one component under two configurations, which back to back see the machine
 alike; both figures are printed.
 
-Targets: mBgExec with both >= 6x faster than with none; the whole pipeline with both within
-1.0x of plain files (and faster than the shared directory); <= 3 round trips per FITS file
-opened and read whole with prefetching on.
+Targets (verdict.py): mBgExec with both >= 6x faster than with none (by design: none makes
+every CFITSIO write a committed transfer and every read a round trip); the whole pipeline with
+both within 1.0x of plain files (both warm, on the local disk, nothing synced); cold faster
+than the shared directory (both cold, on the same throttled device, synced after every
+component); <= 3 round trips per FITS file opened and read whole with prefetching on. A target
+is judged only when its two sides are in the same state (storage, cache, durability), and its
+line prints that state; otherwise NOT JUDGED.
 
 Needs Montage, astropy, gcc + libcfitsio-dev (readfits.c), the pdcx binary (PDCX_BIN) and
 libpdcx_fits.so next to it (or PDCX_LIB_DIR), and the pdcx Python package (PYTHONPATH).
@@ -55,6 +61,7 @@ sys.path.insert(0, str(HERE))
 
 import pipeline
 import sky
+import verdict
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: pdcxbin
 from pdcxbin import pdcx_bin, run_bin
@@ -64,11 +71,11 @@ MODES = {
     "agg": {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "off"},
     "prefetch": {"PDCX_FILE_AGGREGATE": "0", "PDCX_FILE_PREFETCH": "adaptive"},
     "both": {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "adaptive"},
-    # Both, with the servers' in-memory copy of the intermediates switched off: the page
-    # cache (which holds the log the servers wrote) is dropped before every component, so
-    # each step reads the previous step's files from the disk (root only).
-    "cold": {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "adaptive"},
 }
+# Both, run against the shared directory on its device (see `cold` above): the servers' data
+# cache is off at their start and the page cache (which holds the log they wrote) is dropped
+# before every component, so each step reads the previous step's files from that device.
+COLD = {"PDCX_FILE_AGGREGATE": "1", "PDCX_FILE_PREFETCH": "adaptive"}
 
 
 def bgexec_pairs(n: int, work: Path, lib: str, root: Path) -> dict[str, list[float]]:
@@ -203,6 +210,14 @@ def rt_per_file(env: dict, names: list[str], work: Path) -> tuple[float, int]:
     return (k - one) / (len(names) - 1), k
 
 
+def same_mosaic(mode: str, url: str, work: Path, reference: Path, env: dict) -> None:
+    """Exits unless the mosaic at `url` is byte-identical to the plain-file one."""
+    out = work / f"out-{mode}"
+    run_bin("cp", "-q", url, f"{out}/", env=env)
+    if (out / "mosaic.fits").read_bytes() != reference.read_bytes():
+        sys.exit(f"{mode}: the mosaic differs from the plain-file mosaic")
+
+
 def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -217,8 +232,8 @@ def main() -> None:
     ap.add_argument(
         "--modes",
         default="none,agg,prefetch,both",
-        help="pdcx configurations to run: none, agg, prefetch, both, and cold (both with the page cache "
-        "dropped before each component: the servers' in-memory intermediates switched off; root only)",
+        help="pdcx configurations to run on the local disk: none, agg, prefetch, both (cold runs with the "
+        "shared directory, as its pdcx side)",
     )
     ap.add_argument("--dir", type=Path, help="work directory (default: a new one in /tmp, removed at the end)")
     ap.add_argument("--json", type=Path, help="also write the results here")
@@ -231,11 +246,11 @@ def main() -> None:
     )
     a = ap.parse_args()
     modes = [m for m in a.modes.split(",") if m]
+    if "cold" in modes:
+        sys.exit("cold runs with the shared directory (its like-for-like pdcx side): drop it from --modes")
     for m in modes:
         if m not in MODES:
             sys.exit(f"unknown mode {m!r} (known: {', '.join(MODES)})")
-    if "cold" in modes and os.geteuid() != 0:
-        sys.exit("mode cold drops the page cache: run as root")
     for tool in ("mProjExec", "mAdd"):
         if shutil.which(tool) is None:
             sys.exit(f"{tool} not found: install Debian's montage (scripts/setup.sh --bench)")
@@ -253,7 +268,7 @@ def main() -> None:
 
     # Plain files and the pdcx configurations interleaved, one repetition of each in turn, so
     # a drift of the machine (page cache, the VM's disk) touches them alike; the shared
-    # directory last, since it drops the page cache before each of its components.
+    # directory and cold last, since they drop the page cache before each component.
     root = work / "pdcx-root"
     run_bin("server", "start", "-n", "1", "--root", root)
     lib = fits_lib()
@@ -277,18 +292,10 @@ def main() -> None:
                 st = work / f"stats-{m}-{r}.jsonl"
                 env = {"LD_PRELOAD": lib, "PDCX_ROOT": str(root), "PDCX_FITS_STATS": str(st), **MODES[m]}
                 prefix = f"{m}{r}"
-                before = SharedDir.drop_caches if m == "cold" else None
-                times[m].append(
-                    pipeline.run(
-                        "pdcx://raw", f"pdcx://{prefix}", str(work / f"tbl-{m}{r}"), env=env, before_step=before
-                    )
-                )
+                times[m].append(pipeline.run("pdcx://raw", f"pdcx://{prefix}", str(work / f"tbl-{m}{r}"), env=env))
                 if r == 0:
                     stats[m] = stats_by_component(st, components)
-                    out = work / f"out-{m}"
-                    run_bin("cp", "-q", f"pdcx://{prefix}/mosaic.fits", f"{out}/", env=env_base)
-                    if (out / "mosaic.fits").read_bytes() != reference.read_bytes():
-                        sys.exit(f"{m}: the mosaic differs from the plain-file mosaic")
+                    same_mosaic(m, f"pdcx://{prefix}/mosaic.fits", work, reference, env_base)
                     projected = sorted(
                         f"pdcx://{n}"
                         for n, _ in client.files(f"{prefix}/proj/")
@@ -307,17 +314,26 @@ def main() -> None:
     finally:
         run_bin("server", "stop", "--root", root)
 
-    # a bandwidth-limited shared directory
+    # A bandwidth-limited shared directory, and pdcx cold on the same device: both cold (page
+    # cache dropped before each component, no server data cache) and both synced after each
+    # component, interleaved per repetition.
     shared = None
     if not a.no_shared:
         if os.geteuid() != 0:
-            print("shared: skipped (needs root for the loop device and the blkio cgroup)", flush=True)
+            print("shared and cold: skipped (need root for the loop device and the blkio cgroup)", flush=True)
         else:
+            croot = None
             try:
                 shared = SharedDir(work, a.shared_mbps)
                 sraw = shared.mnt / "raw"
                 shutil.copytree(raw, sraw)
-                times["shared"] = []
+                # Started after SharedDir joined its cgroup: the server's reads of its log are
+                # throttled as the shared directory's are.
+                croot = shared.mnt / "pdcx-root"
+                run_bin("server", "start", "-n", "1", "--cache-mb", "0", "--root", croot)
+                cenv_base = dict(os.environ, PDCX_ROOT=str(croot))
+                run_bin("cp", "-q", "-r", raw, "pdcx://raw", env=cenv_base)
+                times["shared"], times["cold"] = [], []
                 for r in range(a.reps):
                     times["shared"].append(
                         pipeline.run(
@@ -329,12 +345,36 @@ def main() -> None:
                         )
                     )
                     shutil.rmtree(shared.mnt / f"w{r}")
-                print(f"shared ({a.shared_mbps} MB/s): {sum(times['shared'][0].values()):.2f} s", flush=True)
+                    st = work / f"stats-cold-{r}.jsonl"
+                    env = {"LD_PRELOAD": lib, "PDCX_ROOT": str(croot), "PDCX_FITS_STATS": str(st), **COLD}
+                    times["cold"].append(
+                        pipeline.run(
+                            "pdcx://raw",
+                            f"pdcx://cold{r}",
+                            str(work / f"tbl-cold{r}"),
+                            env=env,
+                            before_step=shared.drop_caches,
+                            after_step=shared.sync,
+                        )
+                    )
+                    if r == 0:
+                        stats["cold"] = stats_by_component(st, components)
+                        same_mosaic("cold", f"pdcx://cold{r}/mosaic.fits", work, reference, cenv_base)
+                    run_bin("rm", "-q", "-r", f"pdcx://cold{r}", env=cenv_base)
+                    print(
+                        f"shared ({a.shared_mbps} MB/s) {sum(times['shared'][r].values()):.2f} s, "
+                        f"cold {sum(times['cold'][r].values()):.2f} s (cold mosaic identical to plain)",
+                        flush=True,
+                    )
             finally:
+                if croot is not None and (croot / "cluster.json").exists():
+                    subprocess.run(
+                        [pdcx_bin(), "server", "stop", "--root", str(croot)], check=False, capture_output=True
+                    )
                 shared.close() if shared else None
 
     # table
-    confs = [c for c in ("plain", "shared", *modes) if c in times]
+    confs = [c for c in ("plain", "shared", *modes, "cold") if c in times]
     medians = {c: {k: med([t[k] for t in times[c]]) for k in components} for c in confs}
     for c in confs:
         medians[c]["total"] = med([sum(t.values()) for t in times[c]])
@@ -355,7 +395,7 @@ def main() -> None:
         print(f"{r:<{w}}{line}   {ratio}")
     print()
     print("round trips / bytes moved per component (first run of each pdcx configuration):")
-    for m in modes:
+    for m in [*modes, *(["cold"] if "cold" in stats else [])]:
         parts = []
         for c in components:
             s = stats.get(m, {}).get(c, {})
@@ -371,26 +411,23 @@ def main() -> None:
         + ", ".join(f"{m} {v:.2f}" for m, v in rt.items())
     )
     print()
-    print("targets:")
-    if {"both", "none"} <= set(confs):
-        x = medians["none"]["mBgExec"] / medians["both"]["mBgExec"]
-        print(f"  mBgExec both vs none, pipeline medians: {x:.2f}x (target >= 6x) {'MET' if x >= 6 else 'NOT MET'}")
+    print("targets (judged only between configurations in the same state, which each line prints):")
+    st = verdict.states(a.shared_mbps)
+    for line in verdict.target_lines(medians, st):
+        print(line)
     if bg:
         x = med(bg["none"]) / med(bg["both"])
-        print(
-            f"  mBgExec both vs none, {len(bg['both'])} alternated runs on the same intermediates: "
-            f"none {med(bg['none']):.3f} s, both {med(bg['both']):.3f} s, plain {med(bg['plain']):.3f} s: "
-            f"{x:.2f}x (target >= 6x) {'MET' if x >= 6 else 'NOT MET'}"
+        label = (
+            f"mBgExec both vs none, {len(bg['both'])} alternated runs on the same intermediates "
+            f"(none {med(bg['none']):.3f} s, both {med(bg['both']):.3f} s, plain {med(bg['plain']):.3f} s)"
         )
-    if "both" in confs:
-        x = medians["both"]["total"] / medians["plain"]["total"]
-        print(f"  pipeline both / plain files: {x:.2f}x (target <= 1.0x) {'MET' if x <= 1.0 else 'NOT MET'}")
-        if "shared" in confs:
-            x = medians["both"]["total"] / medians["shared"]["total"]
-            print(f"  pipeline both / shared directory: {x:.2f}x (target < 1.0x) {'MET' if x < 1.0 else 'NOT MET'}")
-    if "both" in rt:
+        print(verdict.judge(label, x, ">= 6x", x >= 6, "none", "both", st, verdict.TARGETS[0][6]))
+    if "both" in rt and rt["both"] != rt["both"]:  # nan: readfits.c did not build
+        print("  NOT RUN     round trips per file read whole: readfits.c did not build (gcc + libcfitsio-dev)")
+    elif "both" in rt:
         print(
-            f"  round trips per file read whole (prefetch on): {rt['both']:.2f} (target <= 3) {'MET' if rt['both'] <= 3 else 'NOT MET'}"
+            f"  {'MET' if rt['both'] <= 3 else 'NOT MET':<10}  round trips per file read whole (prefetch on): "
+            f"{rt['both']:.2f} (target <= 3; a count, CFITSIO reader on the local deployment)"
         )
     if a.json:
         a.json.write_text(

@@ -95,7 +95,7 @@ def micro_tables(results: list[dict], have_pdcx: bool) -> list[str]:
             "",
             (
                 "| sync | size | direct MB/s | pdcx MB/s | pdcx overhead (time) | then `pdcx flush` s "
-                "| target (≤ +10% at ≥ 4 MiB, sync=1) |"
+                "| target (≤ +10% at ≥ 4 MiB, sync=1: both durable on the same disk at close) |"
             ),
             "|---|---|---|---|---|---|---|",
         ]
@@ -160,6 +160,32 @@ def idle_note(rows: list[dict]) -> str | None:
     )
 
 
+# How the end-to-end targets are judged, printed under each table. The direct program's
+# checkpoints are at their home when it ends; pdcx's are in its log then, and at the home only
+# once `pdcx flush` returns, so the verdict takes the program time plus that flush.
+E2E_VERDICT_FILE = (
+    "target judged on the reduction incl. flush: direct = program time, every checkpoint at the home "
+    "(MPI_File_sync, close) when it ends; pdcx = program time + `pdcx flush` (every checkpoint at the "
+    "home). Both sides: data at the home, durable. A round without its flush time is not judged."
+)
+E2E_VERDICT_S3 = (
+    "target judged on the reduction incl. flush: direct = program time, every checkpoint uploaded "
+    "(object complete on S3) before the next compute phase; pdcx = program time + `pdcx flush` "
+    "(every object complete on S3). A round without its flush time is not judged."
+)
+
+
+def e2e_verdict(k: int, everies: list[int], red_fl: list[float | None]) -> str:
+    """The target cell of row k: >= 25 % at the smallest k, >= -5 % at the largest, judged on
+    the reduction including `pdcx flush` (the data at its home on both sides); n/a without it."""
+    if len(everies) < 2 or k not in (everies[0], everies[-1]):
+        return ""
+    goal = 25 if k == everies[0] else -5
+    m = median(red_fl)
+    sign = "≥ 25%" if goal == 25 else "≥ -5%"
+    return f"{sign}: " + ("n/a (no flush time)" if m is None else ("met" if m >= goal else "MISSED"))
+
+
 def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = "file") -> list[str]:
     mine = [r for r in results if home_of(r) == home]
     runs = by_round(mine, "e2e", ("every",))
@@ -192,7 +218,8 @@ def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = 
             "",
             (
                 "| k | outputs | direct s | direct I/O s (write + upload) | direct upload s | direct compute s "
-                "| pdcx s | pdcx I/O s | pdcx + flush s | reduction | reduction incl. flush | target |"
+                "| pdcx s | pdcx I/O s | pdcx + flush s | reduction (program only) | reduction incl. flush "
+                "| target (incl. flush) |"
             ),
             "|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
@@ -200,7 +227,7 @@ def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = 
         out += [
             (
                 "| k | outputs | direct s | direct I/O s | direct compute s | pdcx s | pdcx I/O s | pdcx + flush s "
-                "| reduction | reduction incl. flush | target |"
+                "| reduction (program only) | reduction incl. flush | target (incl. flush) |"
             ),
             "|---|---|---|---|---|---|---|---|---|---|---|",
         ]
@@ -217,12 +244,7 @@ def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = 
                 tot.append(t)
                 if "direct" in v:
                     red_fl.append((1 - t / float(v["direct"]["seconds"])) * 100)
-        m = median(red)
-        target = ""
-        if k == everies[0] and len(everies) > 1:
-            target = "≥ 25%: " + ("n/a" if m is None else ("met" if m >= 25 else "MISSED"))
-        elif k == everies[-1] and len(everies) > 1:
-            target = "≥ -5%: " + ("n/a" if m is None else ("met" if m >= -5 else "MISSED"))
+        target = e2e_verdict(k, everies, red_fl)
         v0 = next(iter(rounds.values()))
         outputs = (v0.get("direct") or v0.get("pdcx"))["outputs"]
         upload = f"{median_cell(col(rounds, 'direct', 'upload_seconds'), '{:.2f}'.format)} | " if s3 else ""
@@ -239,6 +261,7 @@ def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = 
         "reduction = 1 - pdcx/direct end-to-end time of the program; incl. flush adds the time "
         "`pdcx flush` then waits for the last home copy."
     )
+    out.append(E2E_VERDICT_S3 if s3 else E2E_VERDICT_FILE)
     for note in (verify_note(results, "e2e", home), idle_note([r for r in mine if r.get("bench") == "e2e"])):
         if note:
             out.append(note)

@@ -16,7 +16,8 @@ data as an HDF5 file; its gateway listens on the link. Site "hpc" (namespace a) 
             a box, a value query's hits, downsampled x20 and x3, lat/lon of a box)
   resume    a whole-object pull killed at ~50% of its progress, then run again
 Bytes on the link are the veth's counters (TLS, TCP and IP included). Prints a table and the
-targets: a 1% pull >= 50x faster than the whole file; >= 80% link utilisation for
+targets: a 1% pull >= 50x faster than the whole file (by design: it moves 1% of the bytes over
+the same link); >= 80% link utilisation for
 whole-object pushes; a resumed pull moves <= 5% more bytes than an uninterrupted one.
 Needs root, `ip netns`, tc, h5py, and the pdcx Python package (PYTHONPATH) and binary
 (PDCX_BIN).
@@ -37,6 +38,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: pdcxbin
 from pdcxbin import pdcx_bin
+
+# A selection pulled across moves only its own bytes: its time against the whole file's over
+# the same link follows from the sizes, so it is labelled as such rather than shown as a speed.
+PULL_TARGET = "by design (1% of the bytes over the same link): 1% pull >= 50x faster than the whole file"
+BY_DESIGN_NOTE = "('vs whole file' = whole-file time / this time: by design, a selection moves only its own bytes)"
 
 REPO = Path(__file__).resolve().parents[2]
 LINK = REPO / "scripts/xsite-link.sh"
@@ -302,6 +308,7 @@ def main() -> None:
     print(f"\ncross-site moves, {size / 2**20:.0f} MiB object, link {a.rate} each way ({rate_bps / 1e6:.0f} MB/s); "
           f"{results['link']}")  # fmt: skip
     print(f"{'what':<28}{'payload':>12}{'link bytes':>14}{'seconds':>10}{'vs whole file':>15}{'link use':>10}")
+    print(BY_DESIGN_NOTE)
     f = results["file"]
     print(f"{'whole HDF5 file (TCP)':<28}{f['bytes'] / 2**20:>9.1f} MiB{'':>14}{f['seconds']:>10.3f}{'1.0x':>15}"
           f"{f['bytes'] / f['seconds'] / rate_bps:>9.0%}")  # fmt: skip
@@ -316,7 +323,7 @@ def main() -> None:
             print(f"{r['pattern']:<30}{r['link_bytes'] / 2**20:>10.2f} MiB{r['seconds']:>10.3f}"
                   f"{f['seconds'] / r['seconds']:>14.1f}x")  # fmt: skip
         ratio = f["seconds"] / one["seconds"]
-        print(f"  {'MET' if ratio >= 50 else 'NOT MET':<8} 1% pull >= 50x faster than the whole file: {ratio:.1f}x")
+        print(f"  {'MET' if ratio >= 50 else 'NOT MET':<8} {PULL_TARGET}: {ratio:.1f}x")
         print("  (push, utilisation of a push and resume: not run, --pulls-only)")
         if a.json:
             Path(a.json).write_text(json.dumps(results, indent=1))
@@ -332,12 +339,13 @@ def main() -> None:
           f"{rs['second']['chunks']} chunks")  # fmt: skip
     print("\nEQSIM patterns (PDC-XF §V-E) pulled across the link: only the selection moves")
     print(f"{'pattern':<30}{'link bytes':>14}{'seconds':>10}{'vs whole file':>15}")
+    print(BY_DESIGN_NOTE)
     for r in results["eqsim"]:
         print(f"{r['pattern']:<30}{r['link_bytes'] / 2**20:>10.2f} MiB{r['seconds']:>10.3f}"
               f"{f['seconds'] / r['seconds']:>14.1f}x")  # fmt: skip
     one = next(r for r in results["pulls"] if r["percent"] == 1)
     checks = [
-        ("1% pull >= 50x faster than the whole file", f["seconds"] / one["seconds"], 50, "x"),
+        (PULL_TARGET, f["seconds"] / one["seconds"], 50, "x"),
         ("whole-object push link utilisation >= 80% (end to end)", size / ps["seconds"] / rate_bps, 0.8, "%"),
         ("whole-object push link utilisation >= 80% (while moving)", ps["move_rate"] / rate_bps, 0.8, "%"),
         ("resumed pull moves <= 5% more link bytes", -extra, -0.05, "+%"),
