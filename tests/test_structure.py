@@ -15,7 +15,7 @@ MAX_LINES = 800
 # shrink, and an entry fails the test once its file fits (so the list can only get shorter).
 # The target is an empty list; until then the test prints what is left.
 OVERSIZE = {
-    "bench/eqsim/run.py": 1013,
+    "bench/eqsim/run.py": 947,
     "bench/reliability/harness.py": 858,
     "bench/soak/main.rs": 844,
     "crates/cli/src/daemon.rs": 819,
