@@ -9,7 +9,7 @@ use crate::direct::Outcome;
 use crate::direct_write::WriteBehind;
 use crate::filecache::Window;
 use crate::shm::{self, Payload, ShmPool};
-use crate::transfer::Worker;
+use crate::worker::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
 use pdcx_core::placement::{data_server, PlacementInput};
 use pdcx_core::protocol::{
@@ -36,6 +36,11 @@ mod write_calls;
 
 pub(crate) use read_calls::read_plans;
 pub(crate) use write_calls::{commit_opts, Uncommitted};
+
+/// Reads at least this large ask the owner where their region lives (one small round trip per
+/// owner per batch) so that a region held by one other server is read there directly; smaller
+/// ones go through the owner, which merges for them.
+pub(crate) const LOCATE_MIN_BYTES: usize = 256 << 10;
 
 pub(crate) struct Inner {
     pub cluster: ClusterFile,

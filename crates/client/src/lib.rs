@@ -11,6 +11,7 @@ mod filecache;
 mod segfile;
 pub mod shm;
 pub mod transfer;
+mod worker;
 
 /// The cluster file and secret live in the transport layer the servers share.
 pub use pdcx_transport::cluster;

@@ -21,16 +21,16 @@
 //! (a write as a plain stage, committed at `wait` as before), so a loop polling `status` until
 //! `Complete` still ends.
 
-use crate::client::Client;
 use crate::client::{commit_opts, read_plans};
+use crate::client::{Client, LOCATE_MIN_BYTES};
 use crate::conn::Conn;
 use crate::shm::{Payload, UserBuf};
+use crate::worker::{Task, Worker};
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{write, Consistency, Durability, ReadItem, StageItem};
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 
 #[derive(Debug, Clone, PartialEq)]
@@ -106,37 +106,25 @@ enum Job {
     },
 }
 
-/// Owns one connection to one server and executes jobs in submission order.
-pub(crate) struct Worker {
-    tx: Mutex<mpsc::Sender<Job>>,
+/// A job queued on a server's worker. It holds only a weak handle to the client, so a
+/// worker never keeps a dropped client alive.
+struct Queued {
+    client: std::sync::Weak<crate::client::Inner>,
+    rank: u32,
+    job: Job,
 }
 
-impl Worker {
-    fn spawn(client: &Client, rank: u32) -> Worker {
-        let (tx, rx) = mpsc::channel::<Job>();
-        // The thread holds only a weak handle so dropping the last Client ends it.
-        let weak = Arc::downgrade(&client.inner);
-        std::thread::Builder::new()
-            .name(format!("pdcx-xfer-{rank}"))
-            .spawn(move || {
-                let mut conn: Option<Conn> = None;
-                for job in rx {
-                    let Some(inner) = weak.upgrade() else { break };
-                    let client = Client { inner };
-                    run_job(&client, rank, &mut conn, job);
-                }
-            })
-            .expect("spawning a transfer worker thread");
-        Worker { tx: Mutex::new(tx) }
+impl Task for Queued {
+    fn run(self: Box<Self>, conn: &mut Option<Conn>) {
+        if let Some(inner) = self.client.upgrade() {
+            run_job(&Client { inner }, self.rank, conn, self.job);
+        }
     }
 
-    fn submit(&self, job: Job) {
-        let tx = self.tx.lock().unwrap_or_else(|p| p.into_inner());
-        if let Err(mpsc::SendError(job)) = tx.send(job) {
-            let err = Error::internal("transfer worker has stopped");
-            for s in job_states(&job) {
-                s.set(Phase::Failed(err.clone()), None);
-            }
+    fn abandon(self: Box<Self>) {
+        let err = Error::internal("transfer worker has stopped");
+        for s in job_states(&self.job) {
+            s.set(Phase::Failed(err.clone()), None);
         }
     }
 }
@@ -588,7 +576,7 @@ impl Transfer {
                 targets: vec![self.target],
             }
         };
-        self.worker().submit(job);
+        self.submit(job);
     }
 
     fn stage_item(&self) -> StageItem {
@@ -607,9 +595,16 @@ impl Transfer {
         }
     }
 
-    fn worker(&self) -> &Worker {
-        self.client.inner.workers[self.dest as usize]
-            .get_or_init(|| Worker::spawn(&self.client, self.dest))
+    /// Queues `job` on the worker of this transfer's server (started on first use).
+    fn submit(&self, job: Job) {
+        let rank = self.dest;
+        let worker = self.client.inner.workers[rank as usize]
+            .get_or_init(|| Worker::spawn(format!("pdcx-xfer-{rank}")));
+        worker.submit(Box::new(Queued {
+            client: Arc::downgrade(&self.client.inner),
+            rank,
+            job,
+        }));
     }
 }
 
@@ -680,9 +675,8 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             .iter()
             .find(|t| t.dest == dest)
             .expect("destination from a transfer");
-        let w = t.worker();
         if !batch.stage_items.is_empty() {
-            w.submit(Job::Stage {
+            t.submit(Job::Stage {
                 items: batch.stage_items,
                 data: batch.stage_data,
                 states: batch.stage_states,
@@ -691,7 +685,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
         }
         for (held, (items, lens, states, targets)) in batch.reads.into_iter().enumerate() {
             if !items.is_empty() {
-                w.submit(Job::Read {
+                t.submit(Job::Read {
                     items,
                     lens,
                     targets,
@@ -726,11 +720,6 @@ type ReadBatch = (
 /// Transfers of at most this many bytes are sent by `wait` on the calling thread, a write as
 /// one `Stage` carrying its commit (see the module comment); larger ones go through the worker at `start`.
 pub const ONE_MESSAGE_MAX: usize = 64 << 10;
-
-/// Reads at least this large ask the owner where their region lives (one small round trip per
-/// owner per batch) so that a region held by one other server is read there directly; smaller
-/// ones go through the owner, which merges for them.
-pub(crate) const LOCATE_MIN_BYTES: usize = 256 << 10;
 
 /// Routes each read: to the only server holding its region when the owner says there is one,
 /// else to the owner.
@@ -854,7 +843,7 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             transfers[i].ship_deferred();
         }
         let request = write::Commit { txns, opts };
-        t.worker().submit(Job::Commit { request, states });
+        t.submit(Job::Commit { request, states });
     }
     for (dest, opts, small) in one_message {
         let items: Vec<StageItem> = small.iter().map(|&i| transfers[i].stage_item()).collect();

@@ -216,7 +216,7 @@ impl Client {
             region: region.clone(),
         }];
         let mut dest = owner;
-        if out.len() >= crate::transfer::LOCATE_MIN_BYTES && self.size() > 1 {
+        if out.len() >= crate::client::LOCATE_MIN_BYTES && self.size() > 1 {
             if let [only] = self.locate(owner, items.clone())?[0][..] {
                 dest = only;
             }
