@@ -443,6 +443,29 @@ def crash_points(spec: str) -> list[str]:
 NOT_IN_WORKLOAD = ("seal.", "home.", "s3.after_create_upload", "shard.")
 
 
+def workload_failures(kind: str, rc: int, log_name: str) -> list[str]:
+    """The workload's exit status as failures. Its ranks exit 0 once the stop file appears,
+    whatever servers died meanwhile (they retry through restarts); a rank that gives up, hits
+    an exception or hangs past the stop exits otherwise. Only a `client` cycle kills a rank,
+    and then mpirun's status is that kill's."""
+    if kind == "client" or rc == 0:
+        return []
+    if rc == STOP_TIMEOUT_RC:
+        return [f"workload did not stop when told and was killed; see {log_name}"]
+    return [f"workload exited with {rc}; see {log_name}"]
+
+
+def crash_evidence(returncode: int | None, log_text: str, point: str) -> str | None:
+    """None when a server's exit shows it died at crash point `point` (SIGKILL, after the
+    line crates/fsio/src/crash.rs prints there); else what it did instead."""
+    said = f"crash point {point} reached" in log_text
+    if returncode == -signal.SIGKILL and said:
+        return None
+    if returncode != -signal.SIGKILL:
+        return f"exited with {returncode}, not killed at the point" + ("" if said else " (its log never reached it)")
+    return "was killed but its log never reached the point (killed by something else)"
+
+
 class Run:
     def __init__(self, out: Path, run_id: int, args, rng: random.Random):
         self.id, self.args, self.rng = run_id, args, rng
@@ -589,29 +612,6 @@ class Run:
         self.servers.event({"k": "kill", "servers": [victim], "t": time.monotonic_ns(), "point": point})
         self.servers.start([victim])
         res["recover_s"].append(self.servers.wait_ready())
-
-
-def workload_failures(kind: str, rc: int, log_name: str) -> list[str]:
-    """The workload's exit status as failures. Its ranks exit 0 once the stop file appears,
-    whatever servers died meanwhile (they retry through restarts); a rank that gives up, hits
-    an exception or hangs past the stop exits otherwise. Only a `client` cycle kills a rank,
-    and then mpirun's status is that kill's."""
-    if kind == "client" or rc == 0:
-        return []
-    if rc == STOP_TIMEOUT_RC:
-        return [f"workload did not stop when told and was killed; see {log_name}"]
-    return [f"workload exited with {rc}; see {log_name}"]
-
-
-def crash_evidence(returncode: int | None, log_text: str, point: str) -> str | None:
-    """None when a server's exit shows it died at crash point `point` (SIGKILL, after the
-    line crates/fsio/src/crash.rs prints there); else what it did instead."""
-    said = f"crash point {point} reached" in log_text
-    if returncode == -signal.SIGKILL and said:
-        return None
-    if returncode != -signal.SIGKILL:
-        return f"exited with {returncode}, not killed at the point" + ("" if said else " (its log never reached it)")
-    return "was killed but its log never reached the point (killed by something else)"
 
     def check(self, res: dict) -> None:
         """The oracle after this recovery, then a second recovery that must change nothing."""
