@@ -31,18 +31,14 @@ OVERSIZE = {
     "crates/python/python/pdcx/hdf5.py": 1304,
     "crates/python/src/lib.rs": 995,
     "crates/server/src/engine.rs": 1425,
-    "crates/server/src/lib.rs": 804,
+    "crates/server/src/flusher/group.rs": 875,
     "crates/server/src/meta/catalog.rs": 861,
-    "crates/server/src/metrics.rs": 872,
-    "crates/server/src/rpc.rs": 1276,
-    "crates/server/src/tiering/group.rs": 924,
     "crates/store/src/log.rs": 1006,
 }
 
 # Import circles between top-level modules that exist today, each as the sorted set of its
 # modules. Same rule: an entry fails once its circle is gone.
 KNOWN_CIRCLES: list[frozenset[str]] = [
-    frozenset({"analysis", "datastore", "engine", "metrics", "rpc", "tiering"}),  # server
     frozenset({"client", "transfer"}),  # client
     frozenset({"obj", "region"}),  # capi
     frozenset({"commands", "daemon", "mpiio_cmd"}),  # cli

@@ -29,12 +29,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
-pub use crate::datastore::Staged;
+pub use crate::datastore::{ExtentRanges, Staged};
 
 /// What the engine needs from the other servers of the deployment.
-/// Parts of a region covered by a server's extents, each with the extent's (min, max).
-pub type ExtentRanges = Vec<(Region, Option<(f64, f64)>)>;
-
 pub trait Peers: Send + Sync {
     /// Metadata of an object another server owns; `fresh` bypasses any cached copy (its
     /// dims may have grown).

@@ -28,11 +28,11 @@
 //! and then `records`; `ShardRefs` takes only `records`, and no handler sends a request while
 //! holding a lock, so two servers' passes asking each other never wait on each other.
 
-use super::flush::{form_jobs, run_puts, Encoded, PutJob, ShardGroups};
-use super::placement::{candidates, Hints, TierHint, TierView};
-use super::{codec, Home, Tiering};
+use super::{form_jobs, run_puts, Encoded, PutJob, ShardGroups};
 use crate::datastore::crash_point;
 use crate::engine::Engine;
+use crate::tiering::placement::{candidates, Hints, TierHint};
+use crate::tiering::{codec, Home, Tiering};
 use pdcx_core::protocol::{
     FlushReport, PeerRequest, PeerResponse, ShardCandidate, ShardHome, ShardPart,
 };
@@ -46,60 +46,6 @@ use std::sync::{Arc, Mutex};
 /// the group; `flush_all` runs passes until nothing waits.
 const GROUP_PASS_BYTES: u64 = 256 << 20;
 const MIN_MEMBER_BYTES: u64 = 1 << 20;
-
-impl Tiering {
-    /// True when shards are formed by groups of several servers.
-    pub fn group_on(&self) -> bool {
-        self.group > 1
-    }
-
-    /// The leader (lowest rank) of this server's shard group.
-    pub fn group_leader(&self) -> u32 {
-        self.rank - self.rank % self.group.max(1)
-    }
-
-    /// The ranks of this server's shard group.
-    pub fn group_members(&self) -> std::ops::Range<u32> {
-        let l = self.group_leader();
-        l..l.saturating_add(self.group).min(self.size)
-    }
-
-    fn group_prefix_of(&self, leader: u32) -> String {
-        format!("{}/g{leader:04}", self.deployment)
-    }
-
-    /// The key of a group shard this server (a leader) puts, named after its first extent.
-    pub fn group_shard_key(&self, id: u64, seq: u64) -> String {
-        format!(
-            "{}/shard/{id:016x}-{seq:016x}",
-            self.group_prefix_of(self.group_leader())
-        )
-    }
-
-    /// The leader that put group shard `key`, or None for any other key.
-    pub fn group_leader_of(&self, key: &str) -> Option<u32> {
-        let rest = key.strip_prefix(&self.deployment)?.strip_prefix("/g")?;
-        let (leader, tail) = rest.split_once('/')?;
-        tail.starts_with("shard/")
-            .then(|| leader.parse().ok())
-            .flatten()
-    }
-
-    /// Whether an extent of `raw_len` bytes with this placement waits for its group's leader:
-    /// group shards are on and its first choice is a tier every member reaches.
-    pub(crate) fn waits_for_group(
-        &self,
-        hint: &TierHint,
-        raw_len: u64,
-        per: &[u64],
-        views: &[TierView],
-    ) -> bool {
-        self.group_on()
-            && candidates(hint, raw_len, per, views)
-                .first()
-                .is_some_and(|&i| self.off_node(i))
-    }
-}
 
 impl Engine {
     /// Answers a group-shard request from server `from` (`rpc.rs`).
@@ -339,6 +285,7 @@ impl Engine {
             // Unreachable leader: the blob stays until that leader's next startup sweep.
             if let Err(e) = self.shard_ask(t, leader, req) {
                 tracing::info!(
+                    target: super::LOG_TARGET,
                     "group shard {key} is no longer used here, but its leader (server {leader}) did not answer ({}); it stays until that leader's next start",
                     e.message
                 );
@@ -381,6 +328,7 @@ impl Engine {
                 Err(e) => {
                     // Keep everything: a blob is deleted only when no server can use it.
                     tracing::info!(
+                        target: super::LOG_TARGET,
                         "server {r} did not say which group shards it uses ({}); none is deleted now",
                         e.message
                     );
@@ -411,6 +359,7 @@ impl Engine {
                         .collect();
                     if !stale.is_empty() {
                         tracing::info!(
+                            target: super::LOG_TARGET,
                             "removing {} unreferenced group shard(s) from tier {:?} (left by an interrupted flush)",
                             stale.len(),
                             t.name(i)
@@ -777,6 +726,7 @@ impl Engine {
         if let Err(e) = result {
             if let Err(a) = s3.abort_upload(&job.key, &upload_id) {
                 tracing::warn!(
+                    target: super::LOG_TARGET,
                     "aborting upload {upload_id} of group shard {}: {}",
                     job.key,
                     a.message
@@ -917,6 +867,7 @@ fn abort_marked_upload(t: &Tiering, tier: usize, marker: &str) {
             let _ = t.tiers[tier].delete(marker);
         }
         Err(e) => tracing::warn!(
+            target: super::LOG_TARGET,
             "aborting the interrupted upload of group shard {shard}: {}; retried at the next start",
             e.message
         ),

@@ -3,16 +3,22 @@
 //! (`pdcx migrate`, demotion, promotion). Everything about the log, the index, homes and
 //! retirement is done through the data store's methods (`crate::datastore`).
 
-use super::placement::{candidates, Hints, TierHint, TierView};
-use super::{codec, Home, Tiering};
+mod group;
+
 use crate::datastore::{crash_point, Extent};
 use crate::engine::Engine;
+use crate::tiering::placement::{candidates, Hints, TierHint, TierView};
+use crate::tiering::{codec, Home, Tiering};
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::TierStat;
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
+
+/// The flusher's events keep the target of the tiers' own (`pdcx_server::tiering`), which the
+/// log filters in docs/OPERATIONS.md name.
+const LOG_TARGET: &str = "pdcx_server::tiering";
 
 /// Reads from a slower tier between two passes that make an extent hot enough to promote.
 pub const PROMOTE_READS: u32 = 3;
