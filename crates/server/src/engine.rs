@@ -348,7 +348,7 @@ impl Engine {
     /// Durability is at least what each object's `pdcx.durability` tag asks for. `remote`
     /// commits as `local`, then puts exactly these extents on their home tier (the first tier
     /// of their placement that survives node loss) and records their homes durably before
-    /// returning ([`make_remote`](Self::make_remote)). Its writes are registered with their
+    /// returning ([`Flusher::make_remote`](crate::flusher::Flusher::make_remote)). Its writes are registered with their
     /// owners at once (strong), whatever the consistency: a home is recorded under the
     /// owner's number. Refused, before anything is committed, when no tier survives node loss.
     pub fn commit_with(
@@ -370,7 +370,7 @@ impl Engine {
             .store
             .commit(staged, durability, relaxed, &PeerRegistrar(self))?;
         if remote {
-            self.make_remote(&committed.visible)?;
+            self.flusher().make_remote(&committed.visible)?;
         }
         if let Consistency::Relaxed { expected_writes } = consistency {
             let mine: HashSet<ObjectId> = staged.iter().map(|s| s.id).collect();

@@ -427,7 +427,7 @@ impl Server {
                                 }
                                 // Errors are recorded in the flush state (and printed once
                                 // per change); the next pass retries.
-                                if let Err(e) = s.engine.flush_pass(1 << 30) {
+                                if let Err(e) = s.engine.flusher().flush_pass(1 << 30) {
                                     tracing::warn!(rank = s.config.rank, "flush pass failed: {e}");
                                 }
                             }
@@ -662,7 +662,7 @@ impl ServerHandle {
         let rank = self.server.config.rank;
         let start = Instant::now();
         let mut last = Instant::now();
-        let report = engine.flush_all(&mut |r, done| {
+        let report = engine.flusher().flush_all(&mut |r, done| {
             if last.elapsed().as_secs_f64() >= 1.0 || r.pending_extents == 0 {
                 tracing::info!(
                     rank,

@@ -42,6 +42,6 @@ pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
         home_parts_uploaded: server.homecopy.parts_uploaded.load(Ordering::Relaxed),
         ..ServerStats::default()
     };
-    server.engine.fill_tier_stats(&mut st);
+    server.engine.flusher().fill_tier_stats(&mut st);
     Ok(st)
 }

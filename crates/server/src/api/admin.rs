@@ -15,7 +15,7 @@ pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
         }
         Q::Flush(r) => A::Flushed(flush(server, r.wait)?),
         Q::Migrate(r) => {
-            let (extents, bytes) = server.engine.migrate(r.id, &r.tier)?;
+            let (extents, bytes) = server.engine.flusher().migrate(r.id, &r.tier)?;
             A::Migrated(Moved { extents, bytes })
         }
     })
@@ -28,7 +28,7 @@ fn flush(server: &Server, wait: bool) -> Result<FlushReport> {
         ));
     };
     if wait {
-        server.engine.flush_all(&mut |_, _| {})
+        server.engine.flusher().flush_all(&mut |_, _| {})
     } else {
         t.kick();
         let st = stats(server)?;
