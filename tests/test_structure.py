@@ -30,7 +30,6 @@ OVERSIZE = {
     "crates/python/python/pdcx/__init__.py": 1280,
     "crates/python/python/pdcx/hdf5.py": 1304,
     "crates/python/src/lib.rs": 995,
-    "crates/server/src/engine.rs": 1425,
     "crates/server/src/flusher/group.rs": 860,
     "crates/server/src/meta/catalog.rs": 861,
     "crates/store/src/log.rs": 1006,
