@@ -24,10 +24,9 @@ PATTERNS = [
 WORDS = ("issue", "session", "paper", "../" + "shared")
 
 
-# Files still allowed to hold such references: the engine is being split by job in a parallel
-# change, which rewrites these comments. Empty this list once it has landed (the test fails
-# while an entry has nothing left to excuse, so a stale entry cannot linger).
-ALLOWLIST = ["crates/server/src/engine.rs"]
+# Files allowed to hold such references (none). An entry fails the test once it has nothing
+# left to excuse, so a stale entry cannot linger.
+ALLOWLIST: list[str] = []
 
 
 def offences(text: str) -> list[tuple[int, str, str]]:

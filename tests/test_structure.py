@@ -27,18 +27,14 @@ OVERSIZE = {
     "crates/python/python/pdcx/__init__.py": 1280,
     "crates/python/python/pdcx/hdf5.py": 1304,
     "crates/python/src/lib.rs": 995,
-    "crates/server/src/engine.rs": 1425,
+    "crates/server/src/flusher/group.rs": 860,
     "crates/server/src/meta/catalog.rs": 861,
-    "crates/server/src/metrics.rs": 882,
-    "crates/server/src/tiering/group.rs": 924,
     "crates/store/src/log.rs": 1006,
 }
 
 # Import circles between top-level modules that exist today, each as the sorted set of its
 # modules. Same rule: an entry fails once its circle is gone.
-KNOWN_CIRCLES: list[frozenset[str]] = [
-    frozenset({"analysis", "api", "datastore", "engine", "metrics", "net", "tiering"}),  # server
-]
+KNOWN_CIRCLES: list[frozenset[str]] = []
 
 
 def tracked(suffixes: tuple[str, ...]) -> list[str]:

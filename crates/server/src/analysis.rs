@@ -2,7 +2,7 @@
 //! an object's owner, which reads the data through `Engine::read` (its cache and log, other
 //! holders' pieces, tier homes) in bounded slabs and sends back only what was selected.
 
-use crate::engine::ExtentRanges;
+use crate::datastore::ExtentRanges;
 use crate::Server;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::region::{gather_strided, Region};

@@ -13,8 +13,10 @@
 
 pub mod analysis;
 mod api;
+pub mod counters;
 pub mod datastore;
 pub mod engine;
+pub mod flusher;
 mod groupsync;
 pub mod homecopy;
 pub mod launch;
@@ -28,6 +30,7 @@ mod parallel;
 pub mod peers;
 mod relay;
 mod shm;
+mod stats;
 pub mod streambase;
 pub mod streams;
 pub mod tiering;
@@ -152,7 +155,7 @@ pub struct Server {
     /// Wakes the `pdcx-home` thread that copies sealed byte-stream versions to their homes.
     pub(crate) homecopy: homecopy::HomeCopier,
     /// Counters for the Prometheus exporter that nothing else keeps.
-    pub(crate) metrics: metrics::Metrics,
+    pub(crate) metrics: counters::Metrics,
     _lock: std::fs::File,
 }
 
@@ -303,7 +306,7 @@ impl Server {
                 dropped
             );
         }
-        let recovery_stats = metrics::RecoveryStats {
+        let recovery_stats = counters::RecoveryStats {
             segments: recovery.segments as u64,
             committed_bytes: recovery.committed_bytes,
             discarded_bytes: recovery.discarded_bytes,
@@ -357,7 +360,7 @@ impl Server {
             shm_bytes: AtomicU64::new(0),
             shutdown_requested: AtomicBool::new(false),
             homecopy: homecopy::HomeCopier::default(),
-            metrics: metrics::Metrics::default(),
+            metrics: counters::Metrics::default(),
             _lock: lock,
         });
         server.metrics.set_recovery(recovery_stats);
@@ -424,7 +427,7 @@ impl Server {
                                 }
                                 // Errors are recorded in the flush state (and printed once
                                 // per change); the next pass retries.
-                                if let Err(e) = s.engine.flush_pass(1 << 30) {
+                                if let Err(e) = s.engine.flusher().flush_pass(1 << 30) {
                                     tracing::warn!(rank = s.config.rank, "flush pass failed: {e}");
                                 }
                             }
@@ -659,7 +662,7 @@ impl ServerHandle {
         let rank = self.server.config.rank;
         let start = Instant::now();
         let mut last = Instant::now();
-        let report = engine.flush_all(&mut |r, done| {
+        let report = engine.flusher().flush_all(&mut |r, done| {
             if last.elapsed().as_secs_f64() >= 1.0 || r.pending_extents == 0 {
                 tracing::info!(
                     rank,

@@ -375,7 +375,7 @@ fn run(seed: u64, t: &mut Totals) {
             70..=79 => {
                 // The flusher: copies to the tier, records homes, retires segments. Errors on
                 // a failing or full device are reported and retried later, never fatal here.
-                let _ = engine.flush_pass(u64::MAX);
+                let _ = engine.flusher().flush_pass(u64::MAX);
             }
             80..=84 => {
                 // The checkpoint timer: metadata WAL fsync, then the log's MANIFEST.

@@ -138,15 +138,15 @@ fn workload(base: &Path) {
     }
     // A pass that homes only part of the log first: retirement must leave every segment that
     // still holds an unhomed extent.
-    p.owner.flush_pass(2 * CHUNK * 8).unwrap();
-    p.owner.flush_pass(u64::MAX).unwrap();
-    p.holder.flush_pass(u64::MAX).unwrap();
+    p.owner.flusher().flush_pass(2 * CHUNK * 8).unwrap();
+    p.owner.flusher().flush_pass(u64::MAX).unwrap();
+    p.holder.flusher().flush_pass(u64::MAX).unwrap();
     for k in 10..STEPS {
         write(&p.owner, k, Durability::Remote);
         ack(k);
     }
     // Another pass: the segments of the remote writes can now be retired too.
-    p.owner.flush_pass(u64::MAX).unwrap();
+    p.owner.flusher().flush_pass(u64::MAX).unwrap();
 }
 
 /// The state after recovery: per region, Some(true) exactly the write, Some(false) fill only.

@@ -60,7 +60,7 @@ impl Peers for Loopback {
         }
         // Requests come from server 0 (the leader) or, for releases, from server 1.
         let from = if to == 0 { 1 } else { 0 };
-        self.engine(to).shard_request(from, req.clone())
+        self.engine(to).flusher().shard_request(from, req.clone())
     }
 }
 
@@ -165,13 +165,13 @@ fn a_member_that_does_not_answer_is_skipped_and_flushed_later() {
         }
     }
     // A member's own pass leaves its extents for the leader.
-    let r = p.member.flush_pass(u64::MAX).unwrap();
+    let r = p.member.flusher().flush_pass(u64::MAX).unwrap();
     assert_eq!(r.extents, 0, "{r:?}");
     assert_eq!(homed(&p.member, ids[0], 1), (0, 4));
 
     // Member down: the leader homes its own extents only and says why.
     p.peers.member.store(DOWN, Ordering::SeqCst);
-    let r = p.leader.flush_all(&mut |_, _| {}).unwrap();
+    let r = p.leader.flusher().flush_all(&mut |_, _| {}).unwrap();
     assert_eq!(r.extents, 8, "{r:?}");
     assert!(
         r.error.as_deref().is_some_and(|e| e.contains("server 1")),
@@ -184,14 +184,14 @@ fn a_member_that_does_not_answer_is_skipped_and_flushed_later() {
     // Member answers but does not record: its extents are put, then not homed; the shards
     // holding only its extents go at the next pass (no server references them).
     p.peers.member.store(NO_RECORD, Ordering::SeqCst);
-    let r = p.leader.flush_all(&mut |_, _| {}).unwrap();
+    let r = p.leader.flusher().flush_all(&mut |_, _| {}).unwrap();
     assert!(r.error.is_some(), "{r:?}");
     assert_eq!(homed(&p.member, ids[0], 1), (0, 4));
     assert_eq!(shards(base).len(), 4, "{:?}", shards(base));
 
     // Back up: its extents are homed exactly once, the unrecorded shards replaced.
     p.peers.member.store(UP, Ordering::SeqCst);
-    let r = p.leader.flush_all(&mut |_, _| {}).unwrap();
+    let r = p.leader.flusher().flush_all(&mut |_, _| {}).unwrap();
     assert_eq!(r.extents, 8, "{r:?}");
     for id in &ids {
         assert_eq!(homed(&p.member, *id, 1), (4, 4));
@@ -214,16 +214,51 @@ fn a_member_that_does_not_answer_is_skipped_and_flushed_later() {
         assert!(out == want, "object {j}");
     }
     // Nothing waits any more on either server.
-    assert_eq!(p.member.flush_pass(u64::MAX).unwrap().pending_extents, 0);
-    assert_eq!(p.leader.flush_pass(u64::MAX).unwrap().pending_extents, 0);
+    assert_eq!(
+        p.member
+            .flusher()
+            .flush_pass(u64::MAX)
+            .unwrap()
+            .pending_extents,
+        0
+    );
+    assert_eq!(
+        p.leader
+            .flusher()
+            .flush_pass(u64::MAX)
+            .unwrap()
+            .pending_extents,
+        0
+    );
 
     // That pass found the member idle: the next background pass skips it (backoff), an
     // explicit flush (`pdcx flush` kicks, `flush_all`) asks it at once.
     let region = Region::new(vec![0], vec![CHUNK]).unwrap();
     let s = p.member.stage(99, ids[1], &region, &payload(7, 0)).unwrap();
     p.member.commit(&[s], Durability::Local).unwrap();
-    assert_eq!(p.member.flush_pass(u64::MAX).unwrap().pending_extents, 1);
-    assert_eq!(p.leader.flush_pass(u64::MAX).unwrap().extents, 0);
-    assert_eq!(p.leader.flush_all(&mut |_, _| {}).unwrap().extents, 1);
-    assert_eq!(p.member.flush_pass(u64::MAX).unwrap().pending_extents, 0);
+    assert_eq!(
+        p.member
+            .flusher()
+            .flush_pass(u64::MAX)
+            .unwrap()
+            .pending_extents,
+        1
+    );
+    assert_eq!(p.leader.flusher().flush_pass(u64::MAX).unwrap().extents, 0);
+    assert_eq!(
+        p.leader
+            .flusher()
+            .flush_all(&mut |_, _| {})
+            .unwrap()
+            .extents,
+        1
+    );
+    assert_eq!(
+        p.member
+            .flusher()
+            .flush_pass(u64::MAX)
+            .unwrap()
+            .pending_extents,
+        0
+    );
 }

@@ -155,7 +155,7 @@ fn blobs(root: &Path, t: &dyn Tier) -> (BTreeMap<String, Vec<String>>, Vec<Strin
 /// Flushes every server (members first: the leader's pass is what moves their extents).
 fn flush_all(hs: &[ServerHandle]) {
     for h in hs.iter().rev() {
-        h.server.engine.flush_all(&mut |_, _| {}).unwrap();
+        h.server.engine.flusher().flush_all(&mut |_, _| {}).unwrap();
     }
 }
 
@@ -302,15 +302,15 @@ fn group_child() {
                 // Shards of two parts or more: each server uploaded its own parts.
                 for (r, h) in hs.iter().enumerate() {
                     assert!(
-                        h.server.engine.group_parts_uploaded() >= 2,
+                        h.server.engine.flusher().group_parts_uploaded() >= 2,
                         "server {r} uploaded {} parts",
-                        h.server.engine.group_parts_uploaded()
+                        h.server.engine.flusher().group_parts_uploaded()
                     );
                 }
             } else {
                 let parts: u64 = hs
                     .iter()
-                    .map(|h| h.server.engine.group_parts_uploaded())
+                    .map(|h| h.server.engine.flusher().group_parts_uploaded())
                     .sum();
                 assert_eq!(parts, 0, "small shards are put whole by the leader");
             }
@@ -319,8 +319,8 @@ fn group_child() {
             let ids = object_ids(&root, spec.objects);
             if std::env::var("PDCX_GROUP_EXPECT_ABORT").as_deref() == Ok("1") {
                 // The sweep runs at the leader's first pass, before anything is put.
-                hs[0].server.engine.flush_pass(0).unwrap();
-                assert_eq!(hs[0].server.engine.group_uploads_aborted(), 1);
+                hs[0].server.engine.flusher().flush_pass(0).unwrap();
+                assert_eq!(hs[0].server.engine.flusher().group_uploads_aborted(), 1);
             }
             let before = blobs(&root, &*t);
             check_bytes(&root, n, &ids, spec.part);

@@ -110,7 +110,7 @@ fn flushed_segments_are_retired_and_reads_come_from_tiers_after_restart() {
         id = object(&meta, "x", n, vec![]);
         expect = write_all(&engine, id);
         let log_before = engine.log_bytes();
-        let report = engine.flush_pass(u64::MAX).unwrap();
+        let report = engine.flusher().flush_pass(u64::MAX).unwrap();
         assert_eq!(report.extents, 16);
         assert_eq!(report.bytes, n * 8);
         assert_eq!(report.pending_extents, 0);
@@ -159,7 +159,7 @@ fn full_fast_tier_spills_and_quota_splits_vertically() {
     let spill = object(&meta, "spill", n, vec![]);
     let quota = object(&meta, "quota", n, tier_tag("fast:25%,slow"));
     let a = write_all(&engine, spill);
-    engine.flush_pass(u64::MAX).unwrap();
+    engine.flusher().flush_pass(u64::MAX).unwrap();
     let on = |id: u64, tier: &str| {
         engine
             .extents(id)
@@ -169,10 +169,10 @@ fn full_fast_tier_spills_and_quota_splits_vertically() {
     };
     assert_eq!((on(spill, "fast"), on(spill, "slow")), (3, 13));
     // Empty the fast tier for the quota object.
-    engine.migrate(spill, "slow").unwrap();
+    engine.flusher().migrate(spill, "slow").unwrap();
     assert_eq!(on(spill, "slow"), 16);
     let b = write_all(&engine, quota);
-    engine.flush_pass(u64::MAX).unwrap();
+    engine.flusher().flush_pass(u64::MAX).unwrap();
     // The quota asks for 4 of 16 on the fast tier; it has room for 3, the 4th spills.
     assert_eq!((on(quota, "fast"), on(quota, "slow")), (3, 13));
     assert_eq!(read_all(&engine, spill, n), a);
@@ -196,7 +196,7 @@ fn full_tiers_demote_cold_extents_and_hot_ones_come_back_up() {
             .map(|e| e.seq)
             .collect::<Vec<_>>()
     };
-    engine.flush_pass(u64::MAX).unwrap();
+    engine.flusher().flush_pass(u64::MAX).unwrap();
     // Filled to 100% (> 90%), then demoted below 60%: 4 extents (2 MiB) stay.
     let fast = on_fast(&engine);
     assert_eq!(fast.len(), 4, "{fast:?}");
@@ -212,7 +212,7 @@ fn full_tiers_demote_cold_extents_and_hot_ones_come_back_up() {
     for _ in 0..3 {
         engine.read(id, &slow.region, &mut buf).unwrap();
     }
-    engine.flush_pass(u64::MAX).unwrap();
+    engine.flusher().flush_pass(u64::MAX).unwrap();
     let fast_after = on_fast(&engine);
     assert_eq!(fast_after.len(), 5, "{fast_after:?}");
     assert!(fast_after.contains(&slow.seq));
@@ -230,7 +230,7 @@ fn codecs_are_applied_per_extent_at_flush_and_reads_decode() {
     let zfp = object(&meta, "f", n, tag("zfp-accuracy:1e-3"));
     let a = write_all(&engine, zstd);
     let b = write_all(&engine, zfp);
-    engine.flush_pass(u64::MAX).unwrap();
+    engine.flusher().flush_pass(u64::MAX).unwrap();
     for e in engine.extents(zstd) {
         assert!(e.codec.starts_with("zstd"), "{e:?}");
         assert!(e.stored_len < e.len, "{e:?}");
@@ -325,7 +325,7 @@ fn shard_strategy_groups_objects_into_blobs_that_outlive_restart_migration_and_d
             .map(|j| object(&meta, &format!("v{j}"), n, vec![]))
             .collect::<Vec<_>>();
         expect = write_interleaved(&engine, &ids);
-        let report = engine.flush_pass(u64::MAX).unwrap();
+        let report = engine.flusher().flush_pass(u64::MAX).unwrap();
         assert_eq!(report.extents, 16, "{report:?}");
         // 4 objects, 2 per shard: 2 shards of 8 extents (4 MiB) each, no own blobs.
         let blobs = shard_blobs(&fast);
@@ -360,13 +360,13 @@ fn shard_strategy_groups_objects_into_blobs_that_outlive_restart_migration_and_d
     }
     // Moving one object out leaves the shard its neighbour still uses; moving the
     // neighbour out deletes it.
-    engine.migrate(ids[0], "slow").unwrap();
+    engine.flusher().migrate(ids[0], "slow").unwrap();
     assert_eq!(shard_blobs(&fast).len(), 2);
     assert!(engine
         .extents(ids[0])
         .iter()
         .all(|e| e.shard.is_empty() && e.tier == "slow"));
-    engine.migrate(ids[1], "slow").unwrap();
+    engine.flusher().migrate(ids[1], "slow").unwrap();
     assert_eq!(shard_blobs(&fast).len(), 1);
     assert_eq!(read_all(&engine, ids[0], n), expect[0]);
     assert_eq!(read_all(&engine, ids[1], n), expect[1]);
@@ -395,7 +395,7 @@ fn shards_are_cut_at_max_bytes_and_blobs_of_an_interrupted_flush_are_swept() {
             .map(|j| object(&meta, &format!("v{j}"), n, vec![]))
             .collect();
         let expect = write_interleaved(&engine, &ids);
-        engine.flush_pass(u64::MAX).unwrap();
+        engine.flusher().flush_pass(u64::MAX).unwrap();
         let blobs = shard_blobs(&fast);
         assert_eq!(blobs.len(), 4, "{blobs:?}");
         assert!(blobs.iter().all(|(_, len)| *len == 1 << 20), "{blobs:?}");
@@ -407,7 +407,7 @@ fn shards_are_cut_at_max_bytes_and_blobs_of_an_interrupted_flush_are_swept() {
     let stray = fast.join("test-deployment/s0000/shard/00000000000000ff-0000000000000001");
     std::fs::write(&stray, b"left over").unwrap();
     let (_meta, engine) = open(dir.path(), &cfg);
-    engine.flush_pass(u64::MAX).unwrap();
+    engine.flusher().flush_pass(u64::MAX).unwrap();
     assert!(!stray.exists(), "unreferenced blob not swept");
     assert_eq!(shard_blobs(&fast).len(), 4, "referenced shards must stay");
 }
@@ -432,7 +432,7 @@ fn region_rules_place_extents_and_override_the_object_tag() {
         ],
     );
     let data = write_all(&engine, id);
-    engine.flush_pass(u64::MAX).unwrap();
+    engine.flusher().flush_pass(u64::MAX).unwrap();
     for e in engine.extents(id) {
         let k = e.region.offset[0] / per;
         let want = if k < 4 || (8..12).contains(&k) {
@@ -459,7 +459,7 @@ fn demotion_moves_whole_shards_and_frees_their_blobs() {
     let n = 16 * 65_536;
     let id = object(&meta, "x", n, tier_tag("fast"));
     let data = write_all(&engine, id);
-    engine.flush_pass(u64::MAX).unwrap();
+    engine.flusher().flush_pass(u64::MAX).unwrap();
     // Filled to 100%, then whole shards demoted until below 60%: 2 shards (4 extents) stay,
     // and the demoted shards' blobs are gone from the fast tier.
     let fast: Vec<_> = engine

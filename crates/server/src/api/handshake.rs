@@ -1,6 +1,6 @@
 //! The handshake family: requests about the connection itself.
 
-use crate::net::Session;
+use super::Session;
 use crate::Server;
 use pdcx_core::protocol::{HandshakeRequest, HandshakeResponse, ServerInfo};
 use pdcx_core::Result;

@@ -8,15 +8,16 @@ mod catalog;
 mod handshake;
 pub(crate) mod peer;
 mod read;
+mod session;
 mod stream;
 mod write;
 
-pub(crate) use admin::stats;
-
-use crate::net::{no_payload, Reader, Session};
 use crate::Server;
 use pdcx_core::protocol::{Request, Response, WriteRequest};
 use pdcx_core::Result;
+pub(crate) use session::{
+    client_gone, drain, no_payload, Reader, Session, GONE_MID_TRANSFER, RECV_KEEP,
+};
 
 /// Answers one client request: the reply and its payload.
 pub(crate) fn handle(

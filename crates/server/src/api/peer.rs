@@ -40,7 +40,7 @@ pub(crate) fn handle(
         | PeerRequest::ShardRelease { .. }
         | PeerRequest::ShardBytes { .. }
         | PeerRequest::UploadShardPart(_)) => {
-            let (resp, bytes) = server.engine.shard_request(from, req)?;
+            let (resp, bytes) = server.engine.flusher().shard_request(from, req)?;
             if bytes.len() as u64 > server.config.max_payload {
                 return Err(Error::invalid(format!(
                     "shard candidates of {} bytes exceed the server's limit of {}",

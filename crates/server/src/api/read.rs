@@ -1,7 +1,7 @@
 //! The read family: reads (whole regions, strided, points; into the reply or shared memory),
 //! read plans for same-node clients, holders and extents.
 
-use crate::net::Session;
+use super::Session;
 use crate::Server;
 use pdcx_core::protocol::{
     ReadItem, ReadPlans, ReadRequest as Q, ReadResponse as A, Selection, ShmLoc,

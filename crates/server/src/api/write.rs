@@ -1,8 +1,8 @@
 //! The write family: stages (payload or shared memory), reservations for one-copy writes,
 //! commits (and a stage's commit in the same message), consistency points.
 
+use super::{drain, no_payload, Reader, Session, GONE_MID_TRANSFER, RECV_KEEP};
 use crate::engine::Staged;
-use crate::net::{drain, no_payload, Reader, Session, GONE_MID_TRANSFER, RECV_KEEP};
 use crate::Server;
 use pdcx_core::protocol::{
     self, CommitOpts, Committed, Reservations, ShmLoc, StageItem, WriteRequest as Q,

@@ -41,6 +41,7 @@ pub use refs::{ExternalRef, REF_SEGMENT};
 
 pub use commit::{CommitGuard, Committed, OwnerGuard, OwnerLock, Registrar};
 pub use index::{Extent, Staged};
+pub use stats::ExtentRanges;
 
 use crate::meta::{ExtentRow, Metadata, Registration};
 use crate::tiering::Tiering;
@@ -84,7 +85,7 @@ pub struct DataStore {
     tiering: Option<Arc<Tiering>>,
     rank: u32,
     /// Cache and log counters for the metrics exporter.
-    io: crate::metrics::EngineCounters,
+    io: crate::counters::EngineCounters,
     /// The log's incarnation (see `Metadata::log_incarnation`), part of deferred writes' tokens.
     incarnation: u64,
     /// Commits since the last checkpoint (see [`DataStore::checkpoint`]).
@@ -306,7 +307,7 @@ impl DataStore {
     }
 
     /// Cache and log counters (for `metrics`).
-    pub fn io(&self) -> &crate::metrics::EngineCounters {
+    pub fn io(&self) -> &crate::counters::EngineCounters {
         &self.io
     }
 

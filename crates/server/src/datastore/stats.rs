@@ -11,6 +11,9 @@ use pdcx_core::valuequery::min_max;
 use pdcx_core::{ObjectId, ObjectMeta, Region, Result, TagValue};
 use std::sync::Arc;
 
+/// Parts of a region covered by a server's extents, each with the extent's (min, max).
+pub type ExtentRanges = Vec<(Region, Option<(f64, f64)>)>;
+
 /// The tag that turns statistics off for an object (`"off"`; anything else or absent: on).
 pub const STATS_TAG: &str = "pdcx.stats";
 
@@ -70,11 +73,7 @@ impl DataStore {
 
     /// The parts of `region` covered by extents of `id` held here, each with its extent's
     /// statistics (None: not computed). Overlapping extents each appear.
-    pub fn extent_ranges(
-        &self,
-        id: ObjectId,
-        region: &Region,
-    ) -> Vec<(Region, Option<(f64, f64)>)> {
+    pub fn extent_ranges(&self, id: ObjectId, region: &Region) -> ExtentRanges {
         self.index()
             .get(&id)
             .map(|v| {

@@ -8,19 +8,16 @@
 
 mod handshake;
 
-use crate::engine::Staged;
-use crate::shm::Attached;
+use crate::api::{client_gone, drain, no_payload, Reader, Session};
 use crate::Server;
 use pdcx_core::protocol::{
     self, AdminResponse, FrameKind, PeerRequest, PeerResponse, Request, Response, Role,
 };
-use pdcx_core::{Error, ErrorKind, Result};
+use pdcx_core::{Error, ErrorKind};
 use pdcx_transport::Stream;
-use std::collections::HashMap;
-use std::io::{BufReader, BufWriter, Read};
+use std::io::{BufReader, BufWriter};
 use std::sync::atomic::Ordering;
 
-pub(crate) type Reader = BufReader<Stream>;
 pub(crate) type Writer = BufWriter<Stream>;
 
 /// Largest read buffer a connection keeps for its next reply.
@@ -75,12 +72,12 @@ fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
             let _ = reply(writer, head.request_id, &Response::Error(e), &[]);
             break;
         }
-        // Request kind and timing for `crate::metrics`.
-        let (started, mut kind) = (std::time::Instant::now(), crate::metrics::Kind::default());
+        // Request kind and timing for `crate::counters`.
+        let (started, mut kind) = (std::time::Instant::now(), crate::counters::Kind::default());
         let outcome = match head.kind {
             FrameKind::Request => match protocol::decode_body::<Request>(&body) {
                 Ok(req) => {
-                    kind = crate::metrics::Kind::named(req.metric_name());
+                    kind = crate::counters::Kind::named(req.metric_name());
                     crate::api::handle(server, req, head.payload_len, reader, &mut sess)
                 }
                 Err(e) => drain(reader, head.payload_len).and(Err(e)),
@@ -193,21 +190,6 @@ fn serve_peer(server: &Server, from: u32, reader: &mut Reader, writer: &mut Writ
     }
 }
 
-/// What one connection keeps between requests.
-#[derive(Default)]
-pub(crate) struct Session {
-    /// Writes staged by this connection and not committed yet; dropped if it disconnects.
-    pub(crate) pending: HashMap<u64, Staged>,
-    /// Stage payloads are received (or copied out of shared memory) into this buffer, reused
-    /// from one request to the next.
-    pub(crate) recv: Vec<u8>,
-    /// Read replies are assembled in this buffer, kept from one request to the next so a
-    /// steady stream of reads does not page-fault fresh memory for every reply.
-    pub(crate) scratch: Vec<u8>,
-    /// Shared-memory arenas the client attached (same-node clients only).
-    pub(crate) shm: Attached,
-}
-
 fn reply(w: &mut Writer, id: u64, resp: &Response, payload: &[u8]) -> std::io::Result<()> {
     let body = protocol::encode_body(resp).map_err(|e| std::io::Error::other(e.message))?;
     protocol::write_frame(w, FrameKind::Response, id, &body, &[payload])
@@ -216,33 +198,4 @@ fn reply(w: &mut Writer, id: u64, resp: &Response, payload: &[u8]) -> std::io::R
 fn peer_reply(w: &mut Writer, id: u64, resp: &PeerResponse, payload: &[u8]) -> std::io::Result<()> {
     let body = protocol::encode_body(resp).map_err(|e| std::io::Error::other(e.message))?;
     protocol::write_frame(w, FrameKind::PeerResponse, id, &body, &[payload])
-}
-
-const GONE_MID_PAYLOAD: &str = "connection closed mid-payload";
-pub(crate) const GONE_MID_TRANSFER: &str = "client disconnected mid-transfer";
-
-/// The error says this connection's client went away (so no reply can reach it).
-fn client_gone(e: &Error) -> bool {
-    e.kind == ErrorKind::Unavailable
-        && (e.message == GONE_MID_PAYLOAD || e.message == GONE_MID_TRANSFER)
-}
-
-pub(crate) fn drain(r: &mut Reader, n: u64) -> Result<()> {
-    let copied = std::io::copy(&mut r.take(n), &mut std::io::sink())
-        .map_err(|e| Error::io("reading payload", &e))?;
-    if copied < n {
-        return Err(Error::new(ErrorKind::Unavailable, GONE_MID_PAYLOAD));
-    }
-    Ok(())
-}
-
-/// Largest receive buffer a connection keeps between stage requests.
-pub(crate) const RECV_KEEP: usize = 256 << 20;
-
-pub(crate) fn no_payload(r: &mut Reader, n: u64) -> Result<()> {
-    if n > 0 {
-        drain(r, n)?;
-        return Err(Error::protocol("this request takes no payload"));
-    }
-    Ok(())
 }

@@ -10,8 +10,7 @@
 //! in the log and nothing is acknowledged differently.
 
 pub mod codec;
-mod flush;
-mod group;
+mod groupkeys;
 pub mod placement;
 
 use pdcx_core::model::{TagValue, Tags};
@@ -23,8 +22,6 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
-
-pub use flush::{tier_stats, FlushReport};
 
 /// Where an extent's bytes live besides (or instead of) the log.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,56 +107,56 @@ pub struct Tiering {
     pub counters: Vec<TierCounters>,
     /// Blob keys start with this: the deployment id and this server's rank, so deployments
     /// (and ranks) sharing a bucket or a directory never collide.
-    prefix: String,
+    pub(crate) prefix: String,
     pub interval: Duration,
     pub state: Mutex<FlushState>,
     /// Wakes the flusher early (`pdcx flush`, shutdown).
     pub(crate) kick: (Mutex<u64>, Condvar),
     /// Reads served from tiers per extent since the last rebalance (promotion heat).
-    hits: Mutex<HashMap<(u64, u64), u32>>,
+    pub(crate) hits: Mutex<HashMap<(u64, u64), u32>>,
     /// Objects grouped per shard blob by a flush pass (0: every extent its own blob).
     pub objects_per_shard: u32,
     pub max_shard_bytes: u64,
     /// Extents referring to each (tier, shard blob): the blob is deleted with the last one.
-    shard_refs: Mutex<HashMap<(usize, String), u32>>,
+    pub(crate) shard_refs: Mutex<HashMap<(usize, String), u32>>,
     /// Serialises whatever puts blobs and then records homes (flush passes, migrations,
     /// rebalancing) with the startup sweep of unreferenced blobs, which must never see a blob
     /// whose home is not recorded yet.
     pub(crate) moves: Mutex<()>,
     /// Whether the sweep of blobs left by a crash between put and home record ran.
-    swept: std::sync::atomic::AtomicBool,
+    pub(crate) swept: std::sync::atomic::AtomicBool,
     /// Group shards (`[shard] servers`, `group.rs`): this server's rank, the deployment's
     /// size, the group size (1: off) and the deployment id (group keys carry the leader).
-    rank: u32,
-    size: u32,
-    group: u32,
-    deployment: String,
+    pub(crate) rank: u32,
+    pub(crate) size: u32,
+    pub(crate) group: u32,
+    pub(crate) deployment: String,
     /// Group shards whose last reference on this server went, to be reported to their leader
     /// at the next flush pass (the leader deletes the blob once no server references it).
-    released: Mutex<Vec<(usize, String)>>,
+    pub(crate) released: Mutex<Vec<(usize, String)>>,
     /// Group shards this server (their leader) checks at its next pass: deleted if no server
     /// of the deployment references them.
-    to_check: Mutex<HashSet<(usize, String)>>,
+    pub(crate) to_check: Mutex<HashSet<(usize, String)>>,
     /// Held while a member applies `RecordShardHomes` and while it answers `ShardRefs`, so an
     /// answer never misses homes being recorded (`group.rs`).
-    records: Mutex<()>,
+    pub(crate) records: Mutex<()>,
     /// Whether the leader's sweep of its group prefix ran (needs every server to answer).
-    group_swept: std::sync::atomic::AtomicBool,
+    pub(crate) group_swept: std::sync::atomic::AtomicBool,
     /// Per tier, for S3 tiers: a handle for multipart uploads whose parts several servers
     /// put (group shards whose members upload their own bytes).
-    s3: Vec<Option<Arc<pdcx_tiers::s3::S3Tier>>>,
+    pub(crate) s3: Vec<Option<Arc<pdcx_tiers::s3::S3Tier>>>,
     /// This server's extents offered to its group's leader by the last `ShardCandidates`
     /// without bytes, encoded, until the leader fetches or uploads them.
-    offered: Mutex<Offered>,
+    pub(crate) offered: Mutex<Offered>,
     /// Parts of group shards this server uploaded (for its leader or as leader), since start.
     pub group_parts_uploaded: AtomicU64,
     /// Multipart uploads of group shards a crashed leader left, aborted by this one's sweep.
     pub group_uploads_aborted: AtomicU64,
     /// A leader's backoff per member: (passes in a row it had nothing or did not answer,
     /// passes still to skip it), so idle members of a large group are not asked every pass.
-    idle: Mutex<HashMap<u32, (u32, u32)>>,
+    pub(crate) idle: Mutex<HashMap<u32, (u32, u32)>>,
     /// Set by [`kick`](Self::kick) (`pdcx flush`) and explicit flushes: ask every member now.
-    kicked: std::sync::atomic::AtomicBool,
+    pub(crate) kicked: std::sync::atomic::AtomicBool,
 }
 
 impl Tiering {
@@ -369,7 +366,7 @@ impl Tiering {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn note_error(&self, tier: usize, e: &Error) {
+    pub(crate) fn note_error(&self, tier: usize, e: &Error) {
         let msg = format!(
             "tier {:?} ({}): {}; unflushed data stays in the log and the flush is retried",
             self.name(tier),
@@ -384,7 +381,7 @@ impl Tiering {
         st.last_error = Some(msg);
     }
 
-    fn clear_error(&self, tier: usize) {
+    pub(crate) fn clear_error(&self, tier: usize) {
         let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
         let prefix = format!("tier {:?}", self.name(tier));
         if st

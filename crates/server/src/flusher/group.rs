@@ -28,11 +28,11 @@
 //! and then `records`; `ShardRefs` takes only `records`, and no handler sends a request while
 //! holding a lock, so two servers' passes asking each other never wait on each other.
 
-use super::flush::{form_jobs, run_puts, Encoded, PutJob, ShardGroups};
-use super::placement::{candidates, Hints, TierHint, TierView};
-use super::{codec, Home, Tiering};
+use super::Flusher;
+use super::{form_jobs, run_puts, Encoded, PutJob, ShardGroups};
 use crate::datastore::crash_point;
-use crate::engine::Engine;
+use crate::tiering::placement::{candidates, Hints, TierHint};
+use crate::tiering::{codec, Home, Tiering};
 use pdcx_core::protocol::{
     FlushReport, PeerRequest, PeerResponse, ShardCandidate, ShardHome, ShardPart,
 };
@@ -47,64 +47,11 @@ use std::sync::{Arc, Mutex};
 const GROUP_PASS_BYTES: u64 = 256 << 20;
 const MIN_MEMBER_BYTES: u64 = 1 << 20;
 
-impl Tiering {
-    /// True when shards are formed by groups of several servers.
-    pub fn group_on(&self) -> bool {
-        self.group > 1
-    }
-
-    /// The leader (lowest rank) of this server's shard group.
-    pub fn group_leader(&self) -> u32 {
-        self.rank - self.rank % self.group.max(1)
-    }
-
-    /// The ranks of this server's shard group.
-    pub fn group_members(&self) -> std::ops::Range<u32> {
-        let l = self.group_leader();
-        l..l.saturating_add(self.group).min(self.size)
-    }
-
-    fn group_prefix_of(&self, leader: u32) -> String {
-        format!("{}/g{leader:04}", self.deployment)
-    }
-
-    /// The key of a group shard this server (a leader) puts, named after its first extent.
-    pub fn group_shard_key(&self, id: u64, seq: u64) -> String {
-        format!(
-            "{}/shard/{id:016x}-{seq:016x}",
-            self.group_prefix_of(self.group_leader())
-        )
-    }
-
-    /// The leader that put group shard `key`, or None for any other key.
-    pub fn group_leader_of(&self, key: &str) -> Option<u32> {
-        let rest = key.strip_prefix(&self.deployment)?.strip_prefix("/g")?;
-        let (leader, tail) = rest.split_once('/')?;
-        tail.starts_with("shard/")
-            .then(|| leader.parse().ok())
-            .flatten()
-    }
-
-    /// Whether an extent of `raw_len` bytes with this placement waits for its group's leader:
-    /// group shards are on and its first choice is a tier every member reaches.
-    pub(crate) fn waits_for_group(
-        &self,
-        hint: &TierHint,
-        raw_len: u64,
-        per: &[u64],
-        views: &[TierView],
-    ) -> bool {
-        self.group_on()
-            && candidates(hint, raw_len, per, views)
-                .first()
-                .is_some_and(|&i| self.off_node(i))
-    }
-}
-
-impl Engine {
-    /// Answers a group-shard request from server `from` (`rpc.rs`).
+impl Flusher<'_> {
+    /// Answers a group-shard request from server `from` (`api/peer.rs`).
     pub fn shard_request(&self, from: u32, req: PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
         let t = self
+            .engine
             .tiering
             .clone()
             .ok_or_else(|| Error::invalid("this server has no tiers (pdcx.toml)"))?;
@@ -134,7 +81,7 @@ impl Engine {
                     self.record_shard_homes(&t, homes)?
                 };
                 // Their log copies can go now (as after a flush pass).
-                self.store().retire_flushed()?;
+                self.engine.store().retire_flushed()?;
                 (PeerResponse::ShardRecorded { count }, Vec::new())
             }
             PeerRequest::ShardRefs { prefix } => (
@@ -172,11 +119,11 @@ impl Engine {
     ) -> Result<(Vec<ShardCandidate>, Vec<u8>, u64)> {
         let mut offered = HashMap::new();
         let mut total = 0u64;
-        let (todo, _) = self.store().extents_to_flush(t);
+        let (todo, _) = self.engine.store().extents_to_flush(t);
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
         let mut hints = Hints::new(&names);
         let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
-        let mut placed = self.store().placed(t.tiers.len(), &ids);
+        let mut placed = self.engine.store().placed(t.tiers.len(), &ids);
         let mut metas: HashMap<ObjectId, Option<ObjectMeta>> = HashMap::new();
         let (mut list, mut bytes, mut more) = (Vec::new(), Vec::new(), 0u64);
         for (id, e) in &todo {
@@ -199,8 +146,8 @@ impl Engine {
                 continue;
             }
             let chosen = codec::codec_for(&meta).unwrap_or(None);
-            let raw = self.store().extent_bytes(&meta, e)?;
-            self.store().note_stats(&meta, e.seq, &raw);
+            let raw = self.engine.store().extent_bytes(&meta, e)?;
+            self.engine.store().note_stats(&meta, e.seq, &raw);
             let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
             let order = candidates(&hint, stored.len() as u64, per, &views);
             per[order[0]] += e.loc.len;
@@ -251,7 +198,7 @@ impl Engine {
                 })?;
                 present.insert((tier, h.key.clone()));
             }
-            let Some(e) = self.store().extent(h.id, h.seq) else {
+            let Some(e) = self.engine.store().extent(h.id, h.seq) else {
                 continue;
             };
             if e.home.as_ref().is_some_and(|x| t.is_durable(x.tier)) {
@@ -266,9 +213,9 @@ impl Engine {
             };
             done.push((h.id, h.seq, home));
         }
-        self.store().record_homes(t, &done)?;
+        self.engine.store().record_homes(t, &done)?;
         let n = done.len() as u64;
-        self.store().set_homes(done);
+        self.engine.store().set_homes(done);
         t.offered.lock().unwrap_or_else(|p| p.into_inner()).clear();
         Ok(n)
     }
@@ -277,7 +224,7 @@ impl Engine {
     fn shard_refs(&self, t: &Tiering, prefix: &str) -> Vec<(String, String)> {
         // Waits for a `RecordShardHomes` being applied, so its keys are in the answer.
         let _records = t.records.lock().unwrap_or_else(|p| p.into_inner());
-        let (_, referenced) = self.store().extents_to_flush(t);
+        let (_, referenced) = self.engine.store().extents_to_flush(t);
         referenced
             .into_iter()
             .filter(|(_, k)| k.starts_with(prefix))
@@ -288,7 +235,7 @@ impl Engine {
     /// Sends a group-shard request to server `to` (answered here when it is this server,
     /// except `RecordShardHomes`, which the group pass applies itself under its lock).
     fn shard_ask(&self, t: &Tiering, to: u32, req: PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
-        if to == self.rank {
+        if to == self.engine.rank {
             return match req {
                 PeerRequest::ShardRefs { prefix } => Ok((
                     PeerResponse::ShardRefs(self.shard_refs(t, &prefix)),
@@ -313,7 +260,7 @@ impl Engine {
                 ))),
             };
         }
-        self.peers()?.shard_call(to, &req)
+        self.engine.peers()?.shard_call(to, &req)
     }
 
     /// Every server's group shards bookkeeping at the start of a flush pass (under `moves`):
@@ -325,7 +272,7 @@ impl Engine {
             let Some(leader) = t.group_leader_of(&key) else {
                 continue;
             };
-            if leader == self.rank {
+            if leader == self.engine.rank {
                 t.to_check
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -339,13 +286,15 @@ impl Engine {
             // Unreachable leader: the blob stays until that leader's next startup sweep.
             if let Err(e) = self.shard_ask(t, leader, req) {
                 tracing::info!(
+                    target: super::LOG_TARGET,
                     "group shard {key} is no longer used here, but its leader (server {leader}) did not answer ({}); it stays until that leader's next start",
                     e.message
                 );
             }
         }
-        let sweep =
-            t.group_on() && t.group_leader() == self.rank && !t.group_swept.load(Ordering::Relaxed);
+        let sweep = t.group_on()
+            && t.group_leader() == self.engine.rank
+            && !t.group_swept.load(Ordering::Relaxed);
         let checks: Vec<(usize, String)> = t
             .to_check
             .lock()
@@ -381,6 +330,7 @@ impl Engine {
                 Err(e) => {
                     // Keep everything: a blob is deleted only when no server can use it.
                     tracing::info!(
+                        target: super::LOG_TARGET,
                         "server {r} did not say which group shards it uses ({}); none is deleted now",
                         e.message
                     );
@@ -397,7 +347,7 @@ impl Engine {
             return;
         }
         let mut all_listed = true;
-        let mine = format!("{}/", t.group_prefix_of(self.rank));
+        let mine = format!("{}/", t.group_prefix_of(self.engine.rank));
         for i in 0..t.tiers.len() {
             if !t.off_node(i) {
                 continue;
@@ -411,6 +361,7 @@ impl Engine {
                         .collect();
                     if !stale.is_empty() {
                         tracing::info!(
+                            target: super::LOG_TARGET,
                             "removing {} unreferenced group shard(s) from tier {:?} (left by an interrupted flush)",
                             stale.len(),
                             t.name(i)
@@ -442,12 +393,12 @@ impl Engine {
     /// (`ShardBytes`) and the shard put by the leader.
     pub(super) fn group_pass(&self, t: &Arc<Tiering>, report: &mut FlushReport) {
         if !t.group_on()
-            || t.group_leader() != self.rank
+            || t.group_leader() != self.engine.rank
             || !(0..t.tiers.len()).any(|i| t.off_node(i))
         {
             return;
         }
-        let leader = self.rank;
+        let leader = self.engine.rank;
         let members = t.group_members();
         let per_member = (GROUP_PASS_BYTES / members.len().max(1) as u64).max(MIN_MEMBER_BYTES);
         let keep_bytes = (0..t.tiers.len()).any(|i| t.off_node(i) && t.s3[i].is_some());
@@ -493,7 +444,7 @@ impl Engine {
                     continue;
                 }
             };
-            if m != self.rank {
+            if m != self.engine.rank {
                 // This server's own waiting extents are already in its pending count.
                 report.pending_extents += more;
             }
@@ -592,7 +543,7 @@ impl Engine {
                 .iter()
                 .map(|h| (h.tier.clone(), h.key.clone()))
                 .collect();
-            let r = if m == self.rank {
+            let r = if m == self.engine.rank {
                 self.record_shard_homes(t, homes)
             } else {
                 match self.shard_ask(t, m, PeerRequest::RecordShardHomes { homes }) {
@@ -608,7 +559,7 @@ impl Engine {
                     report.extents += n;
                     report.bytes += raw;
                     report.stored_bytes += stored;
-                    if m == self.rank {
+                    if m == self.engine.rank {
                         report.pending_extents = report.pending_extents.saturating_sub(n);
                         report.pending_bytes = report.pending_bytes.saturating_sub(raw);
                     }
@@ -777,6 +728,7 @@ impl Engine {
         if let Err(e) = result {
             if let Err(a) = s3.abort_upload(&job.key, &upload_id) {
                 tracing::warn!(
+                    target: super::LOG_TARGET,
                     "aborting upload {upload_id} of group shard {}: {}",
                     job.key,
                     a.message
@@ -874,23 +826,6 @@ fn upload_shard_part(t: &Tiering, p: &ShardPart) -> Result<String> {
     Ok(etag)
 }
 
-impl Engine {
-    /// Parts of group shards this server uploaded since start (for its leader or as leader).
-    pub fn group_parts_uploaded(&self) -> u64 {
-        self.tiering
-            .as_ref()
-            .map_or(0, |t| t.group_parts_uploaded.load(Ordering::Relaxed))
-    }
-
-    /// Multipart uploads of group shards left by a crashed leader that this server (their
-    /// leader) aborted since start.
-    pub fn group_uploads_aborted(&self) -> u64 {
-        self.tiering
-            .as_ref()
-            .map_or(0, |t| t.group_uploads_aborted.load(Ordering::Relaxed))
-    }
-}
-
 /// The key of the marker naming the multipart upload of group shard `shard_key`.
 fn upload_marker(shard_key: &str) -> String {
     shard_key.replacen("/shard/", "/uploads/", 1)
@@ -917,6 +852,7 @@ fn abort_marked_upload(t: &Tiering, tier: usize, marker: &str) {
             let _ = t.tiers[tier].delete(marker);
         }
         Err(e) => tracing::warn!(
+            target: super::LOG_TARGET,
             "aborting the interrupted upload of group shard {shard}: {}; retried at the next start",
             e.message
         ),

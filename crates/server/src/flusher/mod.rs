@@ -3,10 +3,12 @@
 //! (`pdcx migrate`, demotion, promotion). Everything about the log, the index, homes and
 //! retirement is done through the data store's methods (`crate::datastore`).
 
-use super::placement::{candidates, Hints, TierHint, TierView};
-use super::{codec, Home, Tiering};
+mod group;
+
 use crate::datastore::{crash_point, Extent};
 use crate::engine::Engine;
+use crate::tiering::placement::{candidates, Hints, TierHint, TierView};
+use crate::tiering::{codec, Home, Tiering};
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::TierStat;
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
@@ -14,14 +16,35 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
+/// The flusher: homes committed extents on their tiers (flush passes, group shards), moves
+/// them between tiers (migration, demotion, promotion) and reports the tiers' state. It
+/// borrows the engine for the data store, the metadata and the peers; its state (queues,
+/// errors, locks) is the `Tiering`'s.
+#[derive(Clone, Copy)]
+pub struct Flusher<'a> {
+    engine: &'a Engine,
+}
+
+impl Engine {
+    /// This engine's flusher.
+    pub fn flusher(&self) -> Flusher<'_> {
+        Flusher { engine: self }
+    }
+}
+
+/// The flusher's events keep the target of the tiers' own (`pdcx_server::tiering`), which the
+/// log filters in docs/OPERATIONS.md name.
+const LOG_TARGET: &str = "pdcx_server::tiering";
+
 /// Reads from a slower tier between two passes that make an extent hot enough to promote.
 pub const PROMOTE_READS: u32 = 3;
 
 pub use pdcx_core::protocol::FlushReport;
 
-impl Engine {
+impl Flusher<'_> {
     fn tiers(&self) -> Result<&Arc<Tiering>> {
-        self.tiering
+        self.engine
+            .tiering
             .as_ref()
             .ok_or_else(|| Error::invalid("this deployment has no tiers configured (pdcx.toml)"))
     }
@@ -30,10 +53,13 @@ impl Engine {
     /// fresh (once per pass): the cached copy predates placement tags set since; the cached
     /// one serves while the owner is unreachable. None: the object is gone.
     pub(super) fn placement_meta(&self, id: ObjectId) -> Option<ObjectMeta> {
-        match self.object_meta(id, owner_of_id(id) != self.rank) {
+        match self
+            .engine
+            .object_meta(id, owner_of_id(id) != self.engine.rank)
+        {
             Ok(m) => Some(m),
             Err(e) if e.kind == ErrorKind::NotFound => None,
-            Err(_) => self.object_meta(id, false).ok(),
+            Err(_) => self.engine.object_meta(id, false).ok(),
         }
     }
 
@@ -53,18 +79,18 @@ impl Engine {
     /// log segments that no longer hold anything unflushed.
     pub fn flush_pass(&self, max_bytes: u64) -> Result<FlushReport> {
         let mut report = FlushReport::default();
-        let Some(t) = self.tiering.clone() else {
+        let Some(t) = self.engine.tiering.clone() else {
             return Ok(report);
         };
         let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
-        let (todo, referenced) = self.store().extents_to_flush(&t);
+        let (todo, referenced) = self.engine.store().extents_to_flush(&t);
         t.sweep_unreferenced(&referenced);
         // Group shards' bookkeeping (releases, the leader's sweep) before any put.
         self.group_checks(&t, &mut report);
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
         let mut hints = Hints::new(&names);
         let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
-        let mut placed = self.store().placed(t.tiers.len(), &ids);
+        let mut placed = self.engine.store().placed(t.tiers.len(), &ids);
         let mut metas: HashMap<ObjectId, Option<ObjectMeta>> = HashMap::new();
         let failed: Mutex<HashSet<usize>> = Mutex::new(HashSet::new());
         let put_error: Mutex<Option<String>> = Mutex::new(None);
@@ -105,8 +131,8 @@ impl Engine {
                     // An extent whose first choice is a tier the whole shard group reaches
                     // waits for the group's leader to pull it into a group shard (`group.rs`).
                     if !t.waits_for_group(&hint, e.loc.len, per, &self.views(&t)) {
-                        let raw = self.store().extent_bytes(&meta, e)?;
-                        self.store().note_stats(&meta, e.seq, &raw);
+                        let raw = self.engine.store().extent_bytes(&meta, e)?;
+                        self.engine.store().note_stats(&meta, e.seq, &raw);
                         let (stored, codec_used) =
                             codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
                         let order = candidates(&hint, stored.len() as u64, per, &self.views(&t));
@@ -118,7 +144,7 @@ impl Engine {
                         batch.push(Encoded {
                             id: *id,
                             seq: e.seq,
-                            from: self.rank,
+                            from: self.engine.rank,
                             raw_len: e.loc.len,
                             group: shard_groups.group_of(*id),
                             len: stored.len() as u64,
@@ -162,15 +188,15 @@ impl Engine {
         if let Some(e) = put_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             report.error = Some(e);
         }
-        self.store().record_homes(&t, &done)?;
-        self.store().set_homes(done);
-        (report.pending_extents, report.pending_bytes) = self.store().pending();
+        self.engine.store().record_homes(&t, &done)?;
+        self.engine.store().set_homes(done);
+        (report.pending_extents, report.pending_bytes) = self.engine.store().pending();
         // The leader of a shard group pulls its members' waiting extents into group shards.
         self.group_pass(&t, &mut report);
         if let Err(e) = self.rebalance(&t) {
             report.error = Some(format!("moving extents between tiers: {}", e.message));
         }
-        report.retired_segments = self.store().retire_flushed()?;
+        report.retired_segments = self.engine.store().retire_flushed()?;
         let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
         st.passes += 1;
         st.flushed_bytes += report.bytes;
@@ -197,13 +223,13 @@ impl Engine {
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
         let mut hints = Hints::new(&names);
         let ids: HashSet<ObjectId> = keys.iter().map(|(id, _)| *id).collect();
-        let mut placed = self.store().placed(t.tiers.len(), &ids);
+        let mut placed = self.engine.store().placed(t.tiers.len(), &ids);
         let mut metas: HashMap<ObjectId, ObjectMeta> = HashMap::new();
         let mut shard_groups = ShardGroups::new(t.objects_per_shard);
         let mut batch: Vec<Encoded> = Vec::new();
         for &(id, seq) in keys {
             // Gone meanwhile (object deleted): nothing left to make durable.
-            let Some(e) = self.store().extent(id, seq) else {
+            let Some(e) = self.engine.store().extent(id, seq) else {
                 continue;
             };
             if e.home.as_ref().is_some_and(|h| t.off_node(h.tier)) {
@@ -212,7 +238,7 @@ impl Engine {
             let meta = match metas.get(&id) {
                 Some(m) => m.clone(),
                 None => {
-                    let m = self.object_meta(id, false)?;
+                    let m = self.engine.object_meta(id, false)?;
                     metas.insert(id, m.clone());
                     m
                 }
@@ -232,14 +258,14 @@ impl Engine {
                 continue;
             }
             let chosen = codec::codec_for(&meta).unwrap_or(None);
-            let raw = self.store().extent_bytes(&meta, &e)?;
-            self.store().note_stats(&meta, e.seq, &raw);
+            let raw = self.engine.store().extent_bytes(&meta, &e)?;
+            self.engine.store().note_stats(&meta, e.seq, &raw);
             let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
             per[first] += e.loc.len;
             batch.push(Encoded {
                 id,
                 seq,
-                from: self.rank,
+                from: self.engine.rank,
                 raw_len: e.loc.len,
                 group: shard_groups.group_of(id),
                 len: stored.len() as u64,
@@ -277,8 +303,8 @@ impl Engine {
                 done.push((m.id, m.seq, home));
             }
         }
-        self.store().record_homes(&t, &done)?;
-        self.store().set_homes(done);
+        self.engine.store().record_homes(&t, &done)?;
+        self.engine.store().set_homes(done);
         {
             let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
             st.flushed_bytes += bytes;
@@ -319,11 +345,11 @@ impl Engine {
                 "tier {tier_name:?} is not durable; migrate to a durable tier (memory tiers fill from flushes and act as a cache)"
             )));
         }
-        let extents: Vec<Extent> = self.store().extents_of(id);
+        let extents: Vec<Extent> = self.engine.store().extents_of(id);
         if extents.is_empty() {
             return Ok((0, 0));
         }
-        let meta = self.object_meta(id, false)?;
+        let meta = self.engine.object_meta(id, false)?;
         let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
         let (mut n, mut bytes) = (0, 0);
         for e in extents {
@@ -342,7 +368,7 @@ impl Engine {
     /// Callers hold `t.moves`.
     fn move_extent(&self, t: &Tiering, meta: &ObjectMeta, e: &Extent, tier: usize) -> Result<()> {
         let key = t.key(meta.id, e.seq);
-        let old = self.store().current_home(meta.id, e).ok();
+        let old = self.engine.store().current_home(meta.id, e).ok();
         // A homed extent moves as stored (a lossy codec is never applied twice); one still
         // only in the log is encoded with the object's codec.
         let (stored, codec_used) = match &old {
@@ -352,8 +378,8 @@ impl Engine {
                 (blob, h.codec.clone())
             }
             None => {
-                let raw = self.store().extent_bytes(meta, e)?;
-                self.store().note_stats(meta, e.seq, &raw);
+                let raw = self.engine.store().extent_bytes(meta, e)?;
+                self.engine.store().note_stats(meta, e.seq, &raw);
                 let chosen = codec::codec_for(meta).unwrap_or(None);
                 codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?
             }
@@ -365,8 +391,8 @@ impl Engine {
             e.seq,
             Home::own(tier, codec_used, stored.len() as u64),
         )];
-        self.store().record_homes(t, &home)?;
-        self.store().set_homes(home);
+        self.engine.store().record_homes(t, &home)?;
+        self.engine.store().set_homes(home);
         Ok(())
     }
 
@@ -393,7 +419,7 @@ impl Engine {
             // leaves, so moving single extents of many shards would free nothing. A blob's
             // heat is its extents' reads; coldest (then oldest) first.
             let mut blobs: HashMap<String, ColdBlob> = HashMap::new();
-            for (id, e) in self.store().homed_on(tier) {
+            for (id, e) in self.engine.store().homed_on(tier) {
                 let Some(h) = e.home.as_ref() else { continue };
                 let b = blobs
                     .entry(t.blob_key(id, e.seq, h))
@@ -409,7 +435,7 @@ impl Engine {
                     break;
                 }
                 for (id, e) in members {
-                    let Ok(meta) = self.object_meta(id, false) else {
+                    let Ok(meta) = self.engine.object_meta(id, false) else {
                         continue;
                     };
                     self.move_extent(t, &meta, &e, target)?;
@@ -421,7 +447,7 @@ impl Engine {
             if count < PROMOTE_READS {
                 continue;
             }
-            let Some(e) = self.store().extent(id, seq) else {
+            let Some(e) = self.engine.store().extent(id, seq) else {
                 continue;
             };
             let Some(h) = e.home.clone() else { continue };
@@ -432,7 +458,7 @@ impl Engine {
                     })
             });
             let Some(up) = up else { continue };
-            let Ok(meta) = self.object_meta(id, false) else {
+            let Ok(meta) = self.engine.object_meta(id, false) else {
                 continue;
             };
             self.move_extent(t, &meta, &e, up)?;
@@ -449,9 +475,11 @@ impl Engine {
 
     /// Tier usage, the flush queue and the flusher's health, for `pdcx top` and tests.
     pub fn fill_tier_stats(&self, st: &mut pdcx_core::protocol::ServerStats) {
-        let Some(t) = &self.tiering else { return };
+        let Some(t) = &self.engine.tiering else {
+            return;
+        };
         st.tiers = tier_stats(t);
-        (st.flush_pending_extents, st.flush_pending_bytes) = self.store().pending();
+        (st.flush_pending_extents, st.flush_pending_bytes) = self.engine.store().pending();
         let fs = t.state();
         st.flushed_bytes = fs.flushed_bytes;
         st.retired_bytes = fs.retired_bytes;
@@ -461,7 +489,7 @@ impl Engine {
     /// Flushes until nothing is pending or a pass makes no progress (a tier is failing).
     /// Progress goes to `progress` after each pass.
     pub fn flush_all(&self, progress: &mut dyn FnMut(&FlushReport, u64)) -> Result<FlushReport> {
-        if let Some(t) = &self.tiering {
+        if let Some(t) = &self.engine.tiering {
             // A leader asks every member of its shard group again (no idle backoff).
             t.kicked.store(true, Ordering::Relaxed);
         }
@@ -692,4 +720,23 @@ pub(super) fn run_puts(
         .into_iter()
         .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
         .collect()
+}
+
+impl Flusher<'_> {
+    /// Parts of group shards this server uploaded since start (for its leader or as leader).
+    pub fn group_parts_uploaded(&self) -> u64 {
+        self.engine
+            .tiering
+            .as_ref()
+            .map_or(0, |t| t.group_parts_uploaded.load(Ordering::Relaxed))
+    }
+
+    /// Multipart uploads of group shards left by a crashed leader that this server (their
+    /// leader) aborted since start.
+    pub fn group_uploads_aborted(&self) -> u64 {
+        self.engine
+            .tiering
+            .as_ref()
+            .map_or(0, |t| t.group_uploads_aborted.load(Ordering::Relaxed))
+    }
 }
