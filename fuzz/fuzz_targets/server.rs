@@ -12,7 +12,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use pdcx_core::protocol::{self, FrameKind, Request, Response};
+use pdcx_core::protocol::{
+    self, AdminRequest, FrameKind, HandshakeRequest, ReadRequest, Request, Response, WriteRequest,
+};
 use pdcx_server::{Server, ServerConfig, ServerHandle};
 use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
@@ -106,14 +108,14 @@ fuzz_target!(|data: &[u8]| {
     let n = (u16::from_le_bytes([*a, *b]) as usize).min(rest.len());
     let (body, payload) = rest.split_at(n);
     if let Ok(req) = protocol::decode_body::<Request>(body) {
-        if matches!(
-            req,
-            Request::Shutdown
-                | Request::AttachShm { .. }
-                | Request::StageShm { .. }
-                | Request::StageShmCommit { .. }
-                | Request::ReadShm { .. }
-        ) {
+        let skip = match &req {
+            Request::Admin(AdminRequest::Shutdown(_))
+            | Request::Handshake(HandshakeRequest::AttachShm(_)) => true,
+            Request::Write(WriteRequest::Stage(s)) => s.shm.is_some(),
+            Request::Read(ReadRequest::Read(r)) => r.opts.shm.is_some(),
+            _ => false,
+        };
+        if skip {
             return;
         }
     }
