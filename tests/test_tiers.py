@@ -135,7 +135,7 @@ def test_sigkill_mid_flush_loses_nothing(deployment, tmp_path):
     "toml, why",
     [
         ("[[tier]]\nname='x'\nkind='local'\n", "needs `path`"),
-        ("[[tier]]\nname='x'\nkind='memory'\ncapacity='lots'\n", "bad size"),
+        ("[[tier]]\nname='x'\nkind='memory'\ncapacity='lots'\n", 'tier.capacity="lots": expected a size'),
         ("[log]\nsegment_bytes='1KiB'\n", "at least 1MiB"),
         ("[shard]\nservers=3\n", "power of two"),
         ("[shard]\ncomposite=true\n", "set shard.strategy"),

@@ -545,6 +545,8 @@ settings! {
     T_CAPI_PREFIX { name: "test.capi_prefix", env: Some("PDCX_CAPI_PREFIX"), ty: Ty::Path, scope: Scope::Test, doc: "Install prefix of the C API tests." }
     T_XSITE_PREFIX { name: "test.xsite_prefix", env: Some("PDCX_XSITE_PREFIX"), scope: Scope::Test, doc: "Prefix of the cross-site link script." }
     T_FUZZ_DIR { name: "test.fuzz_dir", env: Some("PDCX_FUZZ_DIR"), ty: Ty::Path, scope: Scope::Test, doc: "Scratch directory of the server fuzz target." }
+    T_NO_SKIPS { name: "test.no_skips", env: Some("PDCX_NO_SKIPS"), ty: Ty::Flag, scope: Scope::Test, doc: "Every skipped test fails instead (CI installs what every test needs)." }
+    T_CRASH_LEDGER { name: "test.crash_ledger", env: Some("PDCX_CRASH_LEDGER"), ty: Ty::Path, scope: Scope::Test, doc: "A process killed at a crash point appends the point's name here first (crash coverage)." }
     T_WRITE_DOCS { name: "test.write_docs", env: Some("PDCX_WRITE_DOCS"), ty: Ty::Flag, scope: Scope::Test,
         doc: "The settings-table test rewrites docs/OPERATIONS.md instead of failing." }
 }

@@ -139,7 +139,7 @@ mod armed {
     /// in the page cache before the SIGKILL, which loses no written data.
     fn record(name: &str) {
         use std::io::Write;
-        let Some(path) = std::env::var_os("PDCX_CRASH_LEDGER") else {
+        let Some(path) = pdcx_core::config::T_CRASH_LEDGER.path() else {
             return;
         };
         let line = format!("{name}\n");
@@ -151,7 +151,7 @@ mod armed {
         if let Err(e) = written {
             eprintln!(
                 "pdcx: PDCX_CRASH_LEDGER={}: {e}: this kill is not recorded",
-                std::path::Path::new(&path).display()
+                path.display()
             );
         }
     }
