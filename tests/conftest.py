@@ -271,16 +271,21 @@ def run_mpi(env: dict, ranks: int, script: str, *args, timeout: float = 180) -> 
 
 
 def client_on(dep, local: int, placement: str = "region-local") -> pdcx.Client:
-    """A client whose node-local server is `local` (all servers share this host)."""
-    saved = os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK")
-    os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = str(local)
+    """A client whose node-local server is `local` (all servers share this host), as if each
+    server were a node of its own: a small write to an object another server owns is not
+    sent to that owner (which a client does when the owner is on its node), so it is held
+    by `local` and registered with the owner, as between nodes."""
+    emulated = {"OMPI_COMM_WORLD_LOCAL_RANK": str(local), "PDCX_SMALL_WRITE_TO_OWNER": "0"}
+    saved = {k: os.environ.get(k) for k in emulated}
+    os.environ.update(emulated)
     try:
         c = dep.client()
     finally:
-        if saved is None:
-            del os.environ["OMPI_COMM_WORLD_LOCAL_RANK"]
-        else:
-            os.environ["OMPI_COMM_WORLD_LOCAL_RANK"] = saved
+        for k, v in saved.items():
+            if v is None:
+                del os.environ[k]
+            else:
+                os.environ[k] = v
     assert c.local_server == local
     c.placement = placement
     return c

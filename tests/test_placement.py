@@ -41,6 +41,33 @@ def test_region_local_writes_land_on_the_writers_server_and_read_back_anywhere(d
     assert "server 1 log seg-" in shown, shown
 
 
+def test_small_writes_go_to_a_same_node_owner_and_large_ones_stay_with_the_writer(deployment, monkeypatch):
+    """Servers of one node: a small write is sent to the object's owner (it commits in one round
+    trip there, with no registration from another holder); a large one stays with the writer's
+    own server. `PDCX_SMALL_WRITE_TO_OWNER` sets the size (0: never)."""
+    dep = deployment(n=2)
+    name = name_owned_by(0, 2, "own")
+    monkeypatch.setenv("OMPI_COMM_WORLD_LOCAL_RANK", "1")
+    c = dep.client()
+    assert c.local_server == 1
+    obj = c.create_container("c").create_object(name, (100_000,), "float64")
+    big = np.arange(100_000, dtype=np.float64)
+    obj[:10] = big[:10]
+    assert holders(obj) == [0], obj.extents()
+    obj[...] = big  # 800 KB: over the 256 KiB default
+    assert holders(obj)[-1] == 1, obj.extents()
+    monkeypatch.setenv("PDCX_SMALL_WRITE_TO_OWNER", "0")
+    never = dep.client()
+    never.open_object(name)[20:30] = big[20:30] * 2
+    assert holders(obj)[-1] == 1, obj.extents()
+    want = big.copy()
+    want[20:30] *= 2
+    np.testing.assert_array_equal(dep.client().open_object(name)[...], want)
+    monkeypatch.setenv("PDCX_SMALL_WRITE_TO_OWNER", "lots")
+    with pytest.raises(pdcx.PdcxError, match="small_write_to_owner|PDCX_SMALL_WRITE_TO_OWNER"):
+        dep.client().open_object(name)[0:1] = big[:1]
+
+
 def test_overlapping_writes_from_several_holders_resolve_to_the_last_waited(deployment):
     dep = deployment(n=3)
     name = name_owned_by(1, 3, "ovl")

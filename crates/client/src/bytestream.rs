@@ -289,7 +289,9 @@ impl ByteStream {
     /// one last grew it: then the server refuses the write as out of bounds, and it is
     /// retried once after growing the stream again.
     fn write_one(&self, st: &mut State, region: &Region, data: &[u8]) -> Result<u32> {
-        let dest = self.client.data_server(self.meta.id, region)?;
+        let dest = self
+            .client
+            .data_server(self.meta.id, region, data.len() as u64)?;
         match self.write_now_or_later(st, region, data) {
             Err(e) if e.kind == ErrorKind::OutOfBounds => {
                 st.known_size = 0;
@@ -353,7 +355,8 @@ impl ByteStream {
     /// write goes to the owner itself, which grows the stream as it takes the write (one
     /// round trip less).
     fn grow_for(&self, st: &mut State, region: &Region) -> Result<()> {
-        if self.client.data_server(self.meta.id, region)? == self.meta.owner {
+        let len = region.count.first().copied().unwrap_or(0);
+        if self.client.data_server(self.meta.id, region, len)? == self.meta.owner {
             return Ok(());
         }
         self.grow(st, region.end(0))
@@ -388,10 +391,11 @@ impl ByteStream {
             .map(|(o, b)| o + b.len() as u64)
             .max()
             .unwrap_or(0);
-        // The batch goes where its first write goes (`write_batch`).
+        // The batch goes where its first write goes, placed by the batch's size (`write_batch`).
         let (o, b) = &st.queue[0];
         let first = range(*o, b.len() as u64)?;
-        if self.client.data_server(self.meta.id, &first)? != self.meta.owner {
+        let total: u64 = st.queue.iter().map(|(_, b)| b.len() as u64).sum();
+        if self.client.data_server(self.meta.id, &first, total)? != self.meta.owner {
             self.grow(st, end)?;
         }
         // One round trip for the whole queue, numbered in program order. Refused as out of

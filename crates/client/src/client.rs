@@ -63,6 +63,8 @@ pub(crate) struct Inner {
     /// synced yet (where `sync` must go).
     relaxed_at: Mutex<HashMap<ObjectId, BTreeSet<u32>>>,
     placement: AtomicU8,
+    /// Region-local: writes smaller than this go to a same-node owner (`PDCX_SMALL_WRITE_TO_OWNER`).
+    small_to_owner: AtomicU64,
     /// Write bytes started but not yet delivered, per server (region-dynamic placement).
     pub(crate) in_flight: Vec<AtomicU64>,
     /// Shared-memory arenas for bulk data, when some server is on this node and `PDCX_SHM`
@@ -136,6 +138,9 @@ impl Client {
                 .map_err(|e| Error::invalid(format!("PDCX_PLACEMENT: {}", e.message)))?,
             None => Placement::default(),
         };
+        let small_to_owner = pdcx_core::config::SMALL_WRITE_TO_OWNER
+            .size()
+            .map_err(|e| Error::invalid(e.to_string()))?;
         let node = this_node();
         let same_node: Vec<bool> = cluster.servers.iter().map(|s| s.node() == node).collect();
         let shm = if !same_node.contains(&true) {
@@ -175,6 +180,7 @@ impl Client {
             consistency: Mutex::new(HashMap::new()),
             relaxed_at: Mutex::new(HashMap::new()),
             placement: AtomicU8::new(placement_code(placement)),
+            small_to_owner: AtomicU64::new(small_to_owner),
             in_flight: (0..n).map(|_| AtomicU64::new(0)).collect(),
             pool,
             workers: (0..n).map(|_| OnceLock::new()).collect(),
@@ -331,8 +337,15 @@ impl Client {
             .store(placement_code(p), Ordering::Relaxed);
     }
 
-    /// The server that stores the bytes of a write of `region` of object `id`.
-    pub fn data_server(&self, id: ObjectId, region: &Region) -> Result<u32> {
+    /// Region-local writes smaller than `bytes` go to the object's owner when it is on this
+    /// node (0: never; the default is `PDCX_SMALL_WRITE_TO_OWNER`).
+    pub fn set_small_write_to_owner(&self, bytes: u64) {
+        self.inner.small_to_owner.store(bytes, Ordering::Relaxed);
+    }
+
+    /// The server that stores the bytes of a write of `region` of object `id`, `len` bytes
+    /// (a batch: all of its bytes).
+    pub fn data_server(&self, id: ObjectId, region: &Region, len: u64) -> Result<u32> {
         let owner = self.id_owner(id)?;
         let in_flight: Vec<u64> = self
             .inner
@@ -348,6 +361,9 @@ impl Client {
                 size: self.size(),
                 region,
                 in_flight: &in_flight,
+                len,
+                owner_on_node: self.inner.same_node.get(owner as usize) == Some(&true),
+                small_to_owner: self.inner.small_to_owner.load(Ordering::Relaxed),
             },
         ))
     }

@@ -167,6 +167,19 @@ impl Conn {
         data: &[&Payload],
         commit: Option<CommitOpts>,
     ) -> Result<u64> {
+        let (req, parts) = self.stage_request(items, data, commit)?;
+        self.ask(req, &parts)
+    }
+
+    /// The `Stage` request for `items` and the frame payload it travels with: empty when the
+    /// bytes sit in arenas the server has mapped (attached here on first use), else `data`.
+    /// The caller sends it (`ask`), so a write's call path does not pass through this layer.
+    pub fn stage_request<'d>(
+        &mut self,
+        items: &[StageItem],
+        data: &[&'d Payload],
+        commit: Option<CommitOpts>,
+    ) -> Result<(write::Stage, Vec<&'d [u8]>)> {
         let shm = self.shm_locs(data)?;
         let parts: Vec<&[u8]> = match shm {
             Some(_) => Vec::new(),
@@ -177,7 +190,7 @@ impl Conn {
             shm,
             commit,
         };
-        self.ask(req, &parts)
+        Ok((req, parts))
     }
 
     /// Reads `items` (at a holder with `held`), `lens[i]` bytes each: one arena

@@ -625,7 +625,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
     }
     for t in transfers.iter_mut() {
         if t.is_write {
-            t.dest = t.client.data_server(t.id, &t.region)?;
+            t.dest = t.client.data_server(t.id, &t.region, t.byte_len as u64)?;
             // The caller's own buffer goes straight into the log of a server on this node;
             // for any other destination it is copied now, as `load_from` would have.
             if t.data.as_ref().is_some_and(|d| d.is_user())

@@ -276,6 +276,20 @@ impl Setting {
             .unwrap_or_else(|e| self.warn_default(e, self.default_count()))
     }
 
+    /// The size (the syntax of [`Ty::Size`]) from the environment, else the default.
+    pub fn size(&self) -> Result<u64, ConfigError> {
+        self.parse_size_bounded(self.raw().as_deref().unwrap_or(self.default))
+    }
+
+    /// Parses `value` as a size within the setting's bounds.
+    pub fn parse_size_bounded(&self, value: &str) -> Result<u64, ConfigError> {
+        let n = parse_size(value).ok_or_else(|| self.malformed(value))?;
+        match self.max {
+            Some(hi) if n > hi => Err(self.malformed(value)),
+            _ => Ok(n),
+        }
+    }
+
     /// [`Setting::switch`], or the default after saying once on stderr what is wrong.
     pub fn switch_or_default(&self) -> bool {
         self.switch()
@@ -444,8 +458,11 @@ settings! {
         scope: Scope::Client, doc: "Write into a same-node server's log segments directly." }
     AGGREGATE { name: "aggregate", env: Some("PDCX_AGGREGATE"), ty: Ty::Switch, default: "on",
         scope: Scope::Client, doc: "Send metadata lookups through the node's server, which shares identical ones." }
-    PLACEMENT { name: "placement", env: Some("PDCX_PLACEMENT"), default: "object-static", scope: Scope::Client,
+    PLACEMENT { name: "placement", env: Some("PDCX_PLACEMENT"), default: "region-local", scope: Scope::Client,
         doc: "Where new objects' regions go: object-static, region-static, region-dynamic or region-local." }
+    SMALL_WRITE_TO_OWNER { name: "small_write_to_owner", env: Some("PDCX_SMALL_WRITE_TO_OWNER"), ty: Ty::Size,
+        default: "256KiB", unit: "bytes", max: Some(1 << 30), scope: Scope::Client,
+        doc: "Region-local: a write smaller than this goes to its object's owner when the owner is on this node (0: never)." }
     DEBUG { name: "debug", env: Some("PDCX_DEBUG"), ty: Ty::Flag, default: "0", scope: Scope::Client,
         doc: "Print why fast paths (shared memory, direct I/O) are not used." }
     SITE { name: "site", env: Some("PDCX_SITE"), scope: Scope::Client,
@@ -720,6 +737,11 @@ mod tests {
         assert!(e.starts_with("flush.interval_ms=\"soon\""), "{e}");
         assert!(LOG_SEGMENT_BYTES.check("12 parsecs").is_err());
         assert_eq!(LOG_SEGMENT_BYTES.check("64MiB"), Ok(()));
+        let small = &SMALL_WRITE_TO_OWNER;
+        assert_eq!(small.parse_size_bounded(small.default), Ok(256 << 10));
+        assert_eq!(small.parse_size_bounded("0"), Ok(0));
+        let e = small.parse_size_bounded("2GiB").unwrap_err().to_string();
+        assert!(e.starts_with("PDCX_SMALL_WRITE_TO_OWNER=\"2GiB\""), "{e}");
     }
 
     #[test]

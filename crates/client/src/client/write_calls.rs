@@ -42,7 +42,7 @@ impl Client {
             region: region.clone(),
             len: data.len() as u64,
         };
-        let dest = self.data_server(id, region)?;
+        let dest = self.data_server(id, region, data.len() as u64)?;
         let foreign = dest != owner_of_id(id);
         let opts = commit_opts(durability, self.consistency(id), foreign);
         let relaxed = opts.consistency != Consistency::Strong;
@@ -68,7 +68,11 @@ impl Client {
         let r = self.with_conn(dest, &mut |c| {
             let commit = Some(opts.clone());
             match &block {
-                Some(p) => c.stage(std::slice::from_ref(&item), &[p], commit)?,
+                Some(p) => {
+                    let (req, parts) =
+                        c.stage_request(std::slice::from_ref(&item), &[p], commit)?;
+                    c.ask(req, &parts)?
+                }
                 None => {
                     let items = vec![item.clone()];
                     let req = write::Stage {
@@ -101,7 +105,7 @@ impl Client {
         data: &[u8],
         write_behind: WriteBehind,
     ) -> Result<Option<Uncommitted>> {
-        let dest = self.data_server(id, region)?;
+        let dest = self.data_server(id, region, data.len() as u64)?;
         if dest != owner_of_id(id)
             || !self.direct_writes(dest, data.len())
             || !matches!(self.consistency(id), Consistency::Strong)
@@ -186,9 +190,10 @@ impl Client {
         let Some((first, _)) = items.first() else {
             return Err(Error::invalid("write_batch: no writes"));
         };
-        let dest = self.data_server(id, first)?;
+        let total: u64 = items.iter().map(|(_, d)| d.len() as u64).sum();
+        let dest = self.data_server(id, first, total)?;
         for (r, _) in &items[1..] {
-            if self.data_server(id, r)? != dest {
+            if self.data_server(id, r, total)? != dest {
                 return Err(Error::invalid(
                     "write_batch: the regions go to different servers (placement)",
                 ));
