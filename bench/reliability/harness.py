@@ -100,6 +100,13 @@ def supports_remote(root: Path) -> bool:
         raise
 
 
+def journal_create(journal, spec: dict) -> None:
+    """The oracle's record of an object the harness created (acknowledged at the next sync:
+    setup fsyncs the journal after it)."""
+    journal.write(json.dumps({"k": "create", "obj": spec["name"], "shape": spec["shape"], "tags": spec["tags"]}) + "\n")
+    journal.write(json.dumps({"k": "created", "obj": spec["name"]}) + "\n")
+
+
 class Run:
     def __init__(self, out: Path, run_id: int, args, rng: random.Random):
         self.id, self.args, self.rng = run_id, args, rng
@@ -128,7 +135,7 @@ class Run:
             "big_write": 768 * 1024,  # 6 MiB: one extent above part_size, an S3 multipart upload
             "big_share": args.big_share,
             "relaxed_share": 0.3,
-            "object_static_share": 0.3,
+            "object_static_share": args.object_static_share,
             "give_up_s": 60,
         }
 
@@ -141,11 +148,8 @@ class Run:
             c.create_container("steps")
             for spec in L.base_objects(self.cfg):
                 base.create_object(spec["name"], spec["shape"], "int64", fill=L.FILL, tags=spec["tags"])
-                j.write(
-                    json.dumps({"k": "create", "obj": spec["name"], "shape": spec["shape"], "tags": spec["tags"]})
-                    + "\n"
-                )
-                j.write(json.dumps({"k": "created", "obj": spec["name"]}) + "\n")
+                journal_create(j, spec)
+            self.cfg["prime"] = self.create_prime_objects(base, j)
             c.sync()  # the creates' consistency point (durable from here on)
             j.flush()
             os.fsync(j.fileno())
@@ -154,6 +158,24 @@ class Run:
         log(
             f"run {self.id}: {self.args.servers} servers, {self.args.ranks} ranks, durabilities {self.cfg['durabilities']}"
         )
+
+    def create_prime_objects(self, base, journal) -> dict[str, str]:
+        """One object owned by each server (owner -> name), for the crash-point priming: the
+        owner of an object is fixed at its create, so objects are created (and journaled)
+        until every server owns one. Without them a point such as register.after_region_map
+        (an owner recording a region another server holds) is reached only if the random
+        mix happens to write an object of the armed server with the data elsewhere."""
+        prime: dict[str, str] = {}
+        i = 0
+        while len(prime) < self.args.servers:
+            if i == 64 * self.args.servers:
+                raise HarnessError(f"after {i} creates some server still owns no priming object: {prime}")
+            spec = L.prime_object(self.cfg, i)
+            o = base.create_object(spec["name"], spec["shape"], "int64", fill=L.FILL, tags=spec["tags"])
+            journal_create(journal, spec)
+            prime.setdefault(str(o.metadata["owner"]), spec["name"])
+            i += 1
+        return prime
 
     def close(self) -> None:
         try:
@@ -187,7 +209,7 @@ class Run:
                 if self.servers.alive(victim):
                     raise
                 self.crashed(res, victim, point, at_start=True)
-        sess = Session(self.dir, self.session, seed, self.args.ranks, self.client_env)
+        sess = Session(self.dir, self.session, seed, self.args.ranks, self.client_env, armed=res.get("armed"))
         try:
             sess.wait_progress(acks=0 if kind == "crash" else 2)
             delay = self.rng.uniform(0.2, self.args.max_delay)
@@ -292,6 +314,12 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--particles", type=int, default=16384, help="VPIC particles per rank per variable")
     ap.add_argument("--big-share", type=float, default=0.03, help="weight of 6 MiB (S3 multipart) writes")
+    ap.add_argument(
+        "--object-static-share",
+        type=float,
+        default=0.3,
+        help="share of ranks (per session) writing with object-static placement, the rest region-local",
+    )
     ap.add_argument("--max-delay", type=float, default=3.0, help="longest wait before a kill (s)")
     ap.add_argument("--kinds", default="server,all,client", help="kill kinds to draw from")
     ap.add_argument("--crash-points", default="auto", help="'auto' (pdcx debug crash-points), FILE, or 'none'")

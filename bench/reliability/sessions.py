@@ -29,7 +29,9 @@ def launch_env() -> dict:
 class Session:
     """One mpirun of workload.py, ended by the stop file (or killed)."""
 
-    def __init__(self, run_dir: Path, session: int, seed: int, ranks: int, env: dict):
+    def __init__(self, run_dir: Path, session: int, seed: int, ranks: int, env: dict, armed: str | None = None):
+        """`armed`: the crash point (NAME or NAME:N) a server runs with in this session; the
+        workload then first does what reaches it (workload.py, prime_round)."""
         self.run_dir, self.session, self.ranks = run_dir, session, ranks
         (run_dir / "stop").unlink(missing_ok=True)
         self.out = open(run_dir / "logs" / f"session-{session}.log", "w")  # noqa: SIM115 - closed in stop()
@@ -45,6 +47,7 @@ class Session:
                 str(run_dir),
                 str(session),
                 str(seed),
+                *([armed] if armed else []),
             ],
             env=env,
             stdout=self.out,
