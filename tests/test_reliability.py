@@ -217,7 +217,9 @@ def test_workload_errors_and_missed_crash_points_are_failures():
         assert harness.failure_kind(why) == "servers that died elsewhere than their crash point", why
 
 
-def crash_point_cycles(tmp_path, points: str, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+def crash_point_cycles(
+    tmp_path, points: str, *args: str, seed: int = 5
+) -> tuple[subprocess.CompletedProcess, list[dict]]:
     """The harness with crash-point cycles only, one per line of `points`: its run and results."""
     if shutil.which("mpirun") is None or not Path(os.environ.get("VERSITYGW", "/usr/local/bin/versitygw")).exists():
         pytest.skip("mpirun or versitygw not installed")
@@ -225,7 +227,7 @@ def crash_point_cycles(tmp_path, points: str, *args: str) -> tuple[subprocess.Co
     (tmp_path / "points").write_text(points)
     out = tmp_path / "rel"
     cmd = [sys.executable, str(HARNESS), "--kills", "0", "--servers", "2", *args]
-    cmd += ["--crash-points", str(tmp_path / "points"), "--seed", "5", "--out", str(out)]
+    cmd += ["--crash-points", str(tmp_path / "points"), "--seed", str(seed), "--out", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
     return p, [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
@@ -281,7 +283,14 @@ def test_the_oracle_catches_damage_on_a_real_deployment(tmp_path):
     import pdcx
 
     args = argparse.Namespace(
-        servers=2, ranks=2, particles=2048, big_share=0.0, max_delay=0.5, crash_wait=10, keep=False
+        servers=2,
+        ranks=2,
+        particles=2048,
+        big_share=0.0,
+        object_static_share=0.3,
+        max_delay=0.5,
+        crash_wait=10,
+        keep=False,
     )
     run = harness.Run(tmp_path, 0, args, random.Random(3))
     try:
@@ -416,3 +425,34 @@ def test_harness_crash_points_lose_nothing(tmp_path):
     assert all(r.get("hit") for r in results), [(r["point"], r.get("armed"), r.get("hit")) for r in results]
     failures = [f for r in results for f in r["failures"]]
     assert p.returncode == 0 and not failures, p.stdout[-5000:]
+
+
+@pytest.mark.skipif(not os.environ.get("PDCX_CRASH_BIN"), reason="needs PDCX_CRASH_BIN: a pdcx built with crash points")
+def test_an_armed_registration_point_is_reached_whatever_the_placement(tmp_path):
+    """register.after_region_map fires on an object's owner when another server registers a
+    region of it that it holds. With every rank writing object-static (data on the owner) the
+    random mix never makes such a registration, so only the workload's priming rounds reach
+    the point: armed on either server (two seeds, two victims), at its Nth hit, it fires."""
+    victims = set()
+    for seed in (5, 7):  # victims 1 and 0
+        (tmp_path / str(seed)).mkdir()
+        p, results = crash_point_cycles(
+            tmp_path / str(seed),
+            "register.after_region_map\n",
+            "--ranks",
+            "3",
+            "--particles",
+            "2048",
+            "--crash-wait",
+            "20",
+            "--object-static-share",
+            "1",
+            seed=seed,
+        )
+        assert [(r.get("point"), r.get("hit")) for r in results] == [("register.after_region_map", True)], (
+            p.stdout[-5000:] + p.stderr[-5000:]
+        )
+        failures = [f for r in results for f in r["failures"]]
+        assert p.returncode == 0 and not failures, p.stdout[-5000:]
+        victims.add(results[0]["victim"])
+    assert victims == {0, 1}, victims

@@ -8,7 +8,7 @@ import statistics
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from run import Bench
+    from eqsim_bench import Bench
 
 VAR = "vx"  # the variable the patterns read (the paper uses one of its three)
 PATTERNS = ["1 point", "2 box 32x32", "3 threshold", "4 down x20", "5 down x3", "6 lat/lon box"]

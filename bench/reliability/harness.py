@@ -28,340 +28,31 @@ import random
 import shlex
 import shutil
 import signal
-import socket
-import statistics
-import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[1]
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: pdcxbin
 
+# The harness by job, in sibling modules: deploy (servers, S3, recovery waits), sessions (the
+# workload under mpirun), crashpoints, results_table, and the oracle; this file runs cycles.
 import layout as L
 import numpy as np
 import oracle
 import pdcx
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: pdcxbin
-from pdcxbin import pdcx_bin
-
-KINDS = ("server", "all", "client")
-# Session.stop's status for a workload that did not end when told (and was killed).
-STOP_TIMEOUT_RC = -1000
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def server_bin() -> str:
-    """The servers' binary: PDCX_CRASH_BIN (a build with the crash-points feature, inert
-    unless PDCX_CRASH_AT is set) if given, else the pdcx binary."""
-    return os.environ.get("PDCX_CRASH_BIN") or pdcx_bin()
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return not stat.rsplit(")", 1)[1].strip().startswith("Z")
-    except OSError:
-        return False
-
-
-class HarnessError(Exception):
-    """A recovery that did not complete (servers not answering, deferred writes stuck)."""
-
-
-# -- S3 ----------------------------------------------------------------------------------------
-
-
-class S3:
-    """A real versitygw on 127.0.0.1 (scripts/s3server.sh), stopped by its PID."""
-
-    def __init__(self, workdir: Path):
-        p = subprocess.run(
-            ["bash", str(REPO / "scripts/s3server.sh"), "start", str(workdir)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if p.returncode != 0:
-            raise SystemExit(f"s3server.sh start failed:\n{p.stdout}\n{p.stderr}")
-        out = dict(line.split("=", 1) for line in p.stdout.splitlines() if "=" in line)
-        self.pid = int(Path(out["PDCX_TEST_S3_PIDFILE"]).read_text().strip())
-        self.endpoint = out["PDCX_TEST_S3_ENDPOINT"]
-        self.bucket = out["PDCX_TEST_S3_BUCKET"]
-        self.env = {
-            "AWS_ACCESS_KEY_ID": out["PDCX_TEST_S3_ACCESS_KEY_ID"],
-            "AWS_SECRET_ACCESS_KEY": out["PDCX_TEST_S3_SECRET_ACCESS_KEY"],
-            "AWS_ENDPOINT_URL": self.endpoint,
-            "AWS_REGION": "us-east-1",
-        }
-
-    def stop(self) -> None:
-        if not pid_alive(self.pid):
-            return
-        os.kill(self.pid, signal.SIGTERM)
-        end = time.monotonic() + 5
-        while pid_alive(self.pid) and time.monotonic() < end:
-            time.sleep(0.05)
-        if pid_alive(self.pid):
-            os.kill(self.pid, signal.SIGKILL)
-
-
-# -- servers -----------------------------------------------------------------------------------
-
-
-class Servers:
-    """One `pdcx server --rank R` process per rank, each on a fixed port, stopped by PID."""
-
-    def __init__(self, root: Path, n: int, env: dict, journal: Path, cache_mb: int = 64):
-        self.root, self.n, self.env, self.cache_mb = root, n, env, cache_mb
-        self.journal = journal
-        self.ports = free_ports(n)
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.logs = root.parent / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.bin = server_bin()
-
-    def start(self, ranks=None, crash_at: str | None = None) -> None:
-        for r in range(self.n) if ranks is None else ranks:
-            env = dict(self.env)
-            env.pop("PDCX_CRASH_AT", None)
-            if crash_at:
-                env["PDCX_CRASH_AT"] = crash_at
-            logf = open(self.logs / f"server-{r}.log", "a")  # noqa: SIM115 - handed to the child
-            logf.write(f"\n=== harness: start rank {r} at {time.time():.3f} crash_at={crash_at}\n")
-            logf.flush()
-            self.procs[r] = subprocess.Popen(
-                [
-                    self.bin,
-                    "server",
-                    "--root",
-                    str(self.root),
-                    "--rank",
-                    str(r),
-                    "--size",
-                    str(self.n),
-                    "--bind",
-                    f"127.0.0.1:{self.ports[r]}",
-                    "--cache-mb",
-                    str(self.cache_mb),
-                ],
-                env=env,
-                stdout=logf,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            logf.close()
-
-    def wait_ready(self, timeout: float = 120) -> float:
-        """Seconds until every server answers through the cluster file (a fresh client)."""
-        t0 = time.monotonic()
-        last = None
-        while time.monotonic() - t0 < timeout:
-            for r, p in self.procs.items():
-                if p.poll() is not None:
-                    raise HarnessError(f"server {r} exited with {p.returncode} while starting (see {self.logs})")
-            try:
-                c = pdcx.connect(self.root)
-                c.stats()
-                return time.monotonic() - t0
-            except pdcx.PdcxError as e:
-                last = e
-            time.sleep(0.05)
-        raise HarnessError(f"servers did not answer within {timeout}s: {last}")
-
-    def event(self, rec: dict) -> None:
-        """The oracle's record of kills and clean stops (what memory-durability writes may lose)."""
-        with open(self.journal, "a") as j:
-            j.write(json.dumps(rec) + "\n")
-            j.flush()
-            os.fsync(j.fileno())
-
-    def kill9(self, ranks=None) -> None:
-        ranks = list(self.procs) if ranks is None else ranks
-        self.event({"k": "kill", "servers": ranks, "t": time.monotonic_ns()})
-        for r in ranks:
-            p = self.procs.get(r)
-            if p is not None and p.poll() is None:
-                os.kill(p.pid, signal.SIGKILL)
-        for r in ranks:
-            if r in self.procs:
-                self.procs[r].wait(timeout=30)
-
-    def stop(self, ranks=None, timeout: float = 120) -> None:
-        """Clean stop (SIGTERM: the server syncs and exits); SIGKILL after `timeout`."""
-        ranks = list(self.procs) if ranks is None else ranks
-        t0 = time.monotonic_ns()
-        for r in ranks:
-            p = self.procs.get(r)
-            if p is not None and p.poll() is None:
-                os.kill(p.pid, signal.SIGTERM)
-        for r in ranks:
-            p = self.procs.get(r)
-            if p is None:
-                continue
-            try:
-                p.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait(timeout=30)
-                raise HarnessError(f"server {r} did not stop within {timeout}s of SIGTERM") from None
-        self.event({"k": "stop", "servers": ranks, "t0": t0, "t": time.monotonic_ns()})
-
-    def last_log(self, r: int) -> str:
-        """Server `r`'s log since its latest start."""
-        text = (self.logs / f"server-{r}.log").read_text(errors="replace")
-        return text[text.rfind("=== harness: start rank") :]
-
-    def alive(self, r: int) -> bool:
-        return r in self.procs and self.procs[r].poll() is None
-
-
-def wait_registered(root: Path, timeout: float = 60) -> None:
-    """Relaxed writes a crashed holder kept are registered again at start; wait for them."""
-    end = time.monotonic() + timeout
-    while True:
-        c = pdcx.connect(root)
-        left = sum(s.get("unregistered", 0) for s in c.stats())
-        if left == 0:
-            return
-        if time.monotonic() > end:
-            raise HarnessError(f"{left} deferred (relaxed) writes still unregistered after {timeout}s")
-        time.sleep(0.1)
-
-
-def flush_all(root: Path, timeout: float = 120) -> bool:
-    """Starts every server's flush and polls until nothing is pending (short calls only: a
-    client call that takes more than 10 s fails, see README "Found so far")."""
-    c = pdcx.connect(root)
-    c.flush(wait=False)
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if sum(s.get("flush_pending_extents", 0) for s in c.stats()) == 0:
-            return True
-        time.sleep(0.1)
-    return False
-
-
-# -- the workload ------------------------------------------------------------------------------
-
-
-def launch_env() -> dict:
-    """This process's environment without the variables of an MPI job: a caller that imported
-    mpi4py (a pytest process, say) is an MPI singleton, and an mpirun (or a server reading its
-    rank from them) started with its OMPI_/PMIX_ variables fails at once without a word."""
-    return {
-        k: v for k, v in os.environ.items() if not k.startswith(("OMPI_COMM_WORLD", "OMPI_MCA_", "PMIX_", "PMI_"))
-    } | {k: v for k, v in os.environ.items() if k.startswith("OMPI_ALLOW_RUN_AS_ROOT")}
-
-
-class Session:
-    """One mpirun of workload.py, ended by the stop file (or killed)."""
-
-    def __init__(self, run_dir: Path, session: int, seed: int, ranks: int, env: dict):
-        self.run_dir, self.session, self.ranks = run_dir, session, ranks
-        (run_dir / "stop").unlink(missing_ok=True)
-        self.out = open(run_dir / "logs" / f"session-{session}.log", "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [
-                "mpirun",
-                "--allow-run-as-root",
-                "--oversubscribe",
-                "-n",
-                str(ranks),
-                sys.executable,
-                str(HERE / "workload.py"),
-                str(run_dir),
-                str(session),
-                str(seed),
-            ],
-            env=env,
-            stdout=self.out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-
-    def records(self) -> dict[int, list[dict]]:
-        out = {}
-        for r in range(self.ranks):
-            p = self.run_dir / "journal" / f"rank-{r}.jsonl"
-            recs = oracle.read_jsonl(p) if p.exists() else []
-            # This session's records: from the last "begin" of this session on.
-            start = max(
-                (i for i, x in enumerate(recs) if x["k"] == "begin" and x["session"] == self.session), default=None
-            )
-            out[r] = [] if start is None else recs[start:]
-        return out
-
-    def wait_progress(self, acks: int, timeout: float = 120) -> None:
-        """Until every rank has `acks` acknowledged batches in this session."""
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if self.proc.poll() is not None:
-                raise HarnessError(f"workload exited early ({self.proc.returncode}); see {self.out.name}")
-            recs = self.records()
-            if all(sum(1 for x in rs if x["k"] == "ack") >= acks for rs in recs.values()):
-                return
-            time.sleep(0.1)
-        raise HarnessError(f"workload made no progress in {timeout}s; see {self.out.name}")
-
-    def rank_pid(self, r: int) -> int | None:
-        for x in self.records()[r]:
-            if x["k"] == "begin":
-                return x["pid"]
-        return None
-
-    def stop(self, timeout: float = 60) -> int:
-        (self.run_dir / "stop").touch()
-        try:
-            rc = self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.kill()
-            rc = STOP_TIMEOUT_RC
-        self.out.close()
-        return rc
-
-    def kill(self) -> None:
-        pids = [self.rank_pid(r) for r in range(self.ranks)]
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # mpirun's own group (start_new_session)
-        except ProcessLookupError:
-            pass
-        for pid in pids:
-            if pid and pid_alive(pid):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-        self.proc.wait(timeout=30)
-
-
-# -- a run -------------------------------------------------------------------------------------
+from crashpoints import crash_evidence, crash_points
+from deploy import HERE, S3, HarnessError, Servers, flush_all, log, pid_alive, wait_registered
+from results_table import (
+    failure_kind,  # noqa: F401 - tests use harness.failure_kind
+    table,
+)
+from sessions import (
+    STOP_TIMEOUT_RC,  # noqa: F401 - tests use harness.STOP_TIMEOUT_RC
+    Session,
+    launch_env,
+    workload_failures,
+)
 
 
 def tier_config(run_dir: Path, s3: S3, shard: bool) -> str:
@@ -409,61 +100,11 @@ def supports_remote(root: Path) -> bool:
         raise
 
 
-def crash_points(spec: str) -> list[str]:
-    """Crash point names: from a file (one per line), from `pdcx debug crash-points`, or none."""
-    if spec == "none":
-        return []
-    if spec != "auto":
-        return [ln.strip() for ln in Path(spec).read_text().splitlines() if ln.strip() and not ln.startswith("#")]
-    binary = server_bin()
-    try:
-        p = subprocess.run([binary, "debug", "crash-points"], capture_output=True, text=True, timeout=30, check=False)
-        if p.returncode == 0:
-            names = [ln.split()[0] for ln in p.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
-            return [n for n in names if not n.startswith(NOT_IN_WORKLOAD)]
-    except OSError:
-        pass
-    if not os.environ.get("PDCX_CRASH_BIN"):
-        log("no crash points: this pdcx has no `debug crash-points` and PDCX_CRASH_BIN is not set")
-        return []
-    # PDCX_CRASH_BIN names a build with the feature: take the names from the source's list.
-    path = REPO / "crates/fsio/src/crash.rs"
-    if not path.exists():
-        log(f"no crash points: PDCX_CRASH_BIN is set but {path} (their list) is missing; pass --crash-points FILE")
-        return []
-    src = path.read_text()
-    body = src.split("pub const POINTS", 1)[1].split("];", 1)[0]
-    names = [ln.split('"')[1] for ln in body.splitlines() if ln.strip().startswith('"')]
-    return [n for n in names if not n.startswith(NOT_IN_WORKLOAD)]
-
-
-# Crash points this harness's workload never passes (it seals no byte-stream versions and
-# forms no group shards): crates/server/tests/homecrash.rs and groupshard.rs kill servers at
-# each of them instead.
-NOT_IN_WORKLOAD = ("seal.", "home.", "s3.after_create_upload", "shard.")
-
-
-def workload_failures(kind: str, rc: int, log_name: str) -> list[str]:
-    """The workload's exit status as failures. Its ranks exit 0 once the stop file appears,
-    whatever servers died meanwhile (they retry through restarts); a rank that gives up, hits
-    an exception or hangs past the stop exits otherwise. Only a `client` cycle kills a rank,
-    and then mpirun's status is that kill's."""
-    if kind == "client" or rc == 0:
-        return []
-    if rc == STOP_TIMEOUT_RC:
-        return [f"workload did not stop when told and was killed; see {log_name}"]
-    return [f"workload exited with {rc}; see {log_name}"]
-
-
-def crash_evidence(returncode: int | None, log_text: str, point: str) -> str | None:
-    """None when a server's exit shows it died at crash point `point` (SIGKILL, after the
-    line crates/fsio/src/crash.rs prints there); else what it did instead."""
-    said = f"crash point {point} reached" in log_text
-    if returncode == -signal.SIGKILL and said:
-        return None
-    if returncode != -signal.SIGKILL:
-        return f"exited with {returncode}, not killed at the point" + ("" if said else " (its log never reached it)")
-    return "was killed but its log never reached the point (killed by something else)"
+def journal_create(journal, spec: dict) -> None:
+    """The oracle's record of an object the harness created (acknowledged at the next sync:
+    setup fsyncs the journal after it)."""
+    journal.write(json.dumps({"k": "create", "obj": spec["name"], "shape": spec["shape"], "tags": spec["tags"]}) + "\n")
+    journal.write(json.dumps({"k": "created", "obj": spec["name"]}) + "\n")
 
 
 class Run:
@@ -494,7 +135,7 @@ class Run:
             "big_write": 768 * 1024,  # 6 MiB: one extent above part_size, an S3 multipart upload
             "big_share": args.big_share,
             "relaxed_share": 0.3,
-            "object_static_share": 0.3,
+            "object_static_share": args.object_static_share,
             "give_up_s": 60,
         }
 
@@ -507,11 +148,8 @@ class Run:
             c.create_container("steps")
             for spec in L.base_objects(self.cfg):
                 base.create_object(spec["name"], spec["shape"], "int64", fill=L.FILL, tags=spec["tags"])
-                j.write(
-                    json.dumps({"k": "create", "obj": spec["name"], "shape": spec["shape"], "tags": spec["tags"]})
-                    + "\n"
-                )
-                j.write(json.dumps({"k": "created", "obj": spec["name"]}) + "\n")
+                journal_create(j, spec)
+            self.cfg["prime"] = self.create_prime_objects(base, j)
             c.sync()  # the creates' consistency point (durable from here on)
             j.flush()
             os.fsync(j.fileno())
@@ -520,6 +158,24 @@ class Run:
         log(
             f"run {self.id}: {self.args.servers} servers, {self.args.ranks} ranks, durabilities {self.cfg['durabilities']}"
         )
+
+    def create_prime_objects(self, base, journal) -> dict[str, str]:
+        """One object owned by each server (owner -> name), for the crash-point priming: the
+        owner of an object is fixed at its create, so objects are created (and journaled)
+        until every server owns one. Without them a point such as register.after_region_map
+        (an owner recording a region another server holds) is reached only if the random
+        mix happens to write an object of the armed server with the data elsewhere."""
+        prime: dict[str, str] = {}
+        i = 0
+        while len(prime) < self.args.servers:
+            if i == 64 * self.args.servers:
+                raise HarnessError(f"after {i} creates some server still owns no priming object: {prime}")
+            spec = L.prime_object(self.cfg, i)
+            o = base.create_object(spec["name"], spec["shape"], "int64", fill=L.FILL, tags=spec["tags"])
+            journal_create(journal, spec)
+            prime.setdefault(str(o.metadata["owner"]), spec["name"])
+            i += 1
+        return prime
 
     def close(self) -> None:
         try:
@@ -553,7 +209,7 @@ class Run:
                 if self.servers.alive(victim):
                     raise
                 self.crashed(res, victim, point, at_start=True)
-        sess = Session(self.dir, self.session, seed, self.args.ranks, self.client_env)
+        sess = Session(self.dir, self.session, seed, self.args.ranks, self.client_env, armed=res.get("armed"))
         try:
             sess.wait_progress(acks=0 if kind == "crash" else 2)
             delay = self.rng.uniform(0.2, self.args.max_delay)
@@ -650,99 +306,6 @@ class Run:
             res["failures"].append(f"a second recovery changed {diff}")
 
 
-# -- the table ---------------------------------------------------------------------------------
-
-
-def failure_kind(f: str) -> str:
-    """A short name for a failure line, for the table's summary."""
-    for needle, kind in (
-        ("is not part of the log", "reads racing segment retirement"),
-        ("os error 11", "client calls timed out after 10 s"),
-        ("no blob", "reads racing demotion"),
-        ("workload exited", "workload crashes (see its session log)"),
-        ("workload did not stop", "workloads that hung"),
-        ("was never reached", "crash points never reached"),
-        ("not killed at the point", "servers that died elsewhere than their crash point"),
-        ("log never reached the point", "servers that died elsewhere than their crash point"),
-        ("malformed journal", "malformed journals"),
-        ("recovery failed", "recoveries that failed"),
-        ("torn", "torn writes"),
-        ("never written", "data never written"),
-        ("second recovery", "second recoveries that changed data"),
-        ("lost", "lost writes"),
-        ("tag ", "tag problems"),
-        ("object ", "create problems"),
-    ):
-        if needle in f:
-            return kind
-    return "other"
-
-
-def table(results: list[dict], power: str, mpiio: str = "n/a") -> str:
-    runs = sorted({r["run"] for r in results})
-    kinds = {k: sum(1 for r in results if r["kind"] == k) for k in (*KINDS, "crash")}
-    hit = sum(1 for r in results if r["kind"] == "crash" and r.get("hit"))
-    missed = sorted({r["point"] for r in results if r["kind"] == "crash" and not r.get("hit")})
-    acked: dict[str, int] = {}
-    lost: dict[str, int] = {}
-    at_risk = 0
-    torn = 0
-    for run in runs:
-        rs = [r for r in results if r["run"] == run]
-        for d, n in rs[-1].get("acked", {}).items():  # cumulative within a run
-            acked[d] = acked.get(d, 0) + n
-        at_risk += max((r.get("mem_at_risk_bytes", 0) for r in rs), default=0)
-        per: dict[tuple, int] = {}
-        for r in rs:
-            for d, w, n in r.get("lost", []):
-                per[(d, w)] = max(per.get((d, w), 0), n)
-            torn += len(r.get("torn", []))
-        for (d, _), n in per.items():
-            lost[d] = lost.get(d, 0) + n * L.ITEM
-    rec = [t for r in results for t in r.get("recover_s", [])]
-    failures = [f for r in results for f in r.get("failures", [])]
-    durs = [d for d in ("memory", "local", "remote") if d in acked or d in lost]
-
-    def mib(n: int) -> str:
-        return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n} B"
-
-    rows = [
-        ("runs (fresh deployments)", str(len(runs))),
-        ("cycles (kills and crash points)", str(len(results))),
-        ("  kill -9 one server", str(kinds["server"])),
-        ("  kill -9 all servers", str(kinds["all"])),
-        ("  kill -9 one client rank", str(kinds["client"])),
-        (
-            "crash points hit / tried",
-            f"{hit} / {kinds['crash']}" + (f" (not hit: {', '.join(missed)})" if missed else ""),
-        ),
-        ("power cuts (Rust crash tests)", power),
-        ("MPI-IO programs under pdcx run (tests/test_mpiio_crash.py)", mpiio),
-    ]
-    for d in durs:
-        rows.append((f"bytes acknowledged at {d}", mib(acked.get(d, 0))))
-    for d in durs:
-        note = f" of {mib(at_risk)} that may be lost (see README)" if d == "memory" else ""
-        rows.append((f"bytes lost at {d}", mib(lost.get(d, 0)) + note))
-    rows.append(("torn regions found", str(torn)))
-    rows.append(("second recoveries that changed data", str(sum(1 for r in results if r.get("second_recovery_diff")))))
-    if rec:
-        rows.append(("time to recover (median / max)", f"{statistics.median(rec):.2f} s / {max(rec):.2f} s"))
-    kinds_of = Counter(failure_kind(f) for f in failures)
-    rows.append(
-        (
-            "failures",
-            f"{len(failures)}" + (f" ({', '.join(f'{n} {k}' for k, n in kinds_of.most_common())})" if failures else ""),
-        )
-    )
-    w = max(len(k) for k, _ in rows)
-    out = ["| what | value |", "|---|---|"] + [f"| {k.ljust(w)} | {v} |" for k, v in rows]
-    if failures:
-        out.append("")
-        out += [f"FAILURE: {f}" for f in failures[:50]]
-    return "\n".join(out)
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--kills", type=int, default=200, help="kill cycles in total (default 200)")
@@ -751,6 +314,12 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=4)
     ap.add_argument("--particles", type=int, default=16384, help="VPIC particles per rank per variable")
     ap.add_argument("--big-share", type=float, default=0.03, help="weight of 6 MiB (S3 multipart) writes")
+    ap.add_argument(
+        "--object-static-share",
+        type=float,
+        default=0.3,
+        help="share of ranks (per session) writing with object-static placement, the rest region-local",
+    )
     ap.add_argument("--max-delay", type=float, default=3.0, help="longest wait before a kill (s)")
     ap.add_argument("--kinds", default="server,all,client", help="kill kinds to draw from")
     ap.add_argument("--crash-points", default="auto", help="'auto' (pdcx debug crash-points), FILE, or 'none'")

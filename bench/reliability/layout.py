@@ -72,6 +72,17 @@ def base_objects(cfg: dict) -> list[dict]:
     return out
 
 
+def prime_object(cfg: dict, i: int) -> dict:
+    """The i-th priming object: the harness creates them until every server owns one, and the
+    workload writes them only when a crash point is armed (workload.py, prime_round), each rank
+    its own slot of one multipart-sized write (so an S3 upload of it has parts)."""
+    return {
+        "name": f"prime/{i}",
+        "shape": [cfg["ranks"] * cfg["big_write"]],
+        "tags": {"pdcx.tier": "s3", "kind": "prime"},
+    }
+
+
 def shared_objects(cfg: dict) -> list[str]:
     """Objects every rank writes (candidates for relaxed consistency)."""
     return [f"vpic/{v}" for v in VARS] + ["grid", "hot", "big"]

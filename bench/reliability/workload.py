@@ -1,6 +1,9 @@
 """One MPI rank of the crash harness's workload (run by harness.py under mpirun).
 
-Usage: mpirun -n R python3 workload.py RUN_DIR SESSION SEED   (PDCX_ROOT set)
+Usage: mpirun -n R python3 workload.py RUN_DIR SESSION SEED [ARMED]   (PDCX_ROOT set)
+
+ARMED (NAME or NAME:N) is the crash point a server runs with in this session: every rank then
+starts with N priming rounds that reach it (prime_round), not left to the random mix.
 
 Every rank writes VPIC-like output (8 particle variables, each rank its block plus a halo that
 overlaps the next rank's block), random rectangles of a shared 2-D grid, small overlapping
@@ -52,6 +55,7 @@ def now() -> int:
 
 def main() -> int:
     run_dir, session, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    armed = sys.argv[4] if len(sys.argv) > 4 else None
     with open(os.path.join(run_dir, "config.json")) as f:
         cfg = json.load(f)
     comm = MPI.COMM_WORLD
@@ -110,11 +114,13 @@ def main() -> int:
         counter[0] += 1
         return L.wid(session, rank, counter[0])
 
-    def server_of(o: pdcx.Object) -> int:
-        return o.metadata["owner"] if placement == "object-static" else client.local_server
+    def server_of(o: pdcx.Object, place: str) -> int:
+        return o.metadata["owner"] if place == "object-static" else client.local_server
 
-    def write_batch(items: list[tuple[str, list[int], list[int]]], dur: str) -> None:
-        """items: (object, offset, count). Journals the issues, starts all, waits all."""
+    def write_batch(items: list[tuple[str, list[int], list[int]]], dur: str, place: str | None = None) -> None:
+        """items: (object, offset, count). Journals the issues, starts all, waits all.
+        `place` overrides the session's placement for this batch."""
+        place = place or placement
         recs, ts = [], []
         for name, off, cnt in items:
             o = obj(name)
@@ -128,7 +134,7 @@ def main() -> int:
                     "cnt": cnt,
                     "dur": dur,
                     "cons": "relaxed" if name in relaxed else "strong",
-                    "srv": server_of(o),
+                    "srv": server_of(o, place),
                     "t": 0,
                 }
             )
@@ -136,11 +142,15 @@ def main() -> int:
         for r in recs:
             r["t"] = t0
         jr.put(*recs)
-        for r in recs:
-            o = obj(r["obj"])
-            data = L.pattern(r["wid"], r["off"], r["cnt"], o.shape)
-            ts.append(o.write_async(data, offset=r["off"], durability=dur))
-        pdcx.wait_all(ts)
+        client.placement = place
+        try:
+            for r in recs:
+                o = obj(r["obj"])
+                data = L.pattern(r["wid"], r["off"], r["cnt"], o.shape)
+                ts.append(o.write_async(data, offset=r["off"], durability=dur))
+            pdcx.wait_all(ts)
+        finally:
+            client.placement = placement
         jr.put({"k": "ack", "wids": [r["wid"] for r in recs], "t": now()})
 
     def vpic_step() -> None:
@@ -184,8 +194,34 @@ def main() -> int:
     def step_output() -> None:
         write_batch([(step_name, [rank * n], [n])], str(rng.choice(durs)))
 
-    # This session's step output first, then the mix until told to stop.
+    def prime_round(place: str) -> None:
+        """One write of every priming object (one owned by each server, harness.py) with
+        placement `place`, strong and `local`, so that a crash point armed on any server is
+        reached whatever the random mix draws: "region-local" puts the data on this rank's
+        node-local server, and each other owner records a registration
+        (register.after_region_map); "object-static" puts it on the owner, a commit there
+        (commit.*, log.*). For an armed s3.* point rank 0's object-static rounds write whole
+        slots: on every owner one extent above the S3 part size per round, a multipart upload
+        when flushed to the objects' S3 tier (one rank only: every round's extent stays, and
+        the oracle reads them all back)."""
+        slot = cfg["big_write"]
+        whole = armed.startswith("s3.") and place == "object-static" and rank == 0
+        cnt = slot if whole else 1024
+        write_batch([(name, [rank * slot], [cnt]) for name in sorted(cfg["prime"].values())], "local", place)
+
+    def prime_region_local() -> None:
+        prime_round("region-local")
+
+    def prime_object_static() -> None:
+        prime_round("object-static")
+
+    # With a crash point armed, the priming rounds first (one pair per hit the point waits
+    # for, each round waited, so the hits are separate requests), then this session's step
+    # output, then the mix until told to stop.
     first = [step_output]
+    if armed and cfg.get("prime"):
+        nth = int(armed.partition(":")[2] or 1)
+        first += [prime_object_static, prime_region_local] * nth
     ops = [(vpic_step, 0.35), (grid_rect, 0.2), (hot, 0.2), (tag, 0.1), (sync, 0.1), (big, cfg["big_share"])]
     fns, weights = zip(*ops)
     weights = np.array(weights) / sum(weights)
