@@ -12,21 +12,24 @@ from deploy import REPO, log, server_bin
 
 
 def crash_points(spec: str) -> list[str]:
-    """Crash point names: from a file (one per line), from `pdcx debug crash-points`, or none."""
+    """Crash point names: from a file (one per line), from `pdcx server crash-points`, or none."""
     if spec == "none":
         return []
     if spec != "auto":
         return [ln.strip() for ln in Path(spec).read_text().splitlines() if ln.strip() and not ln.startswith("#")]
     binary = server_bin()
     try:
-        p = subprocess.run([binary, "debug", "crash-points"], capture_output=True, text=True, timeout=30, check=False)
+        p = subprocess.run([binary, "server", "crash-points"], capture_output=True, text=True, timeout=30, check=False)
+        if p.returncode == 0 and "no crash points compiled in" in p.stderr:
+            log(f"no crash points: {binary} was built without them (set PDCX_CRASH_BIN to a build with them)")
+            return []
         if p.returncode == 0:
             names = [ln.split()[0] for ln in p.stdout.splitlines() if ln.strip() and not ln.startswith("#")]
             return [n for n in names if not n.startswith(NOT_IN_WORKLOAD)]
     except OSError:
         pass
     if not os.environ.get("PDCX_CRASH_BIN"):
-        log("no crash points: this pdcx has no `debug crash-points` and PDCX_CRASH_BIN is not set")
+        log("no crash points: this pdcx has no `server crash-points` and PDCX_CRASH_BIN is not set")
         return []
     # PDCX_CRASH_BIN names a build with the feature: take the names from the source's list.
     path = REPO / "crates/fsio/src/crash.rs"

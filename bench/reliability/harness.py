@@ -322,7 +322,7 @@ def main() -> int:
     )
     ap.add_argument("--max-delay", type=float, default=3.0, help="longest wait before a kill (s)")
     ap.add_argument("--kinds", default="server,all,client", help="kill kinds to draw from")
-    ap.add_argument("--crash-points", default="auto", help="'auto' (pdcx debug crash-points), FILE, or 'none'")
+    ap.add_argument("--crash-points", default="auto", help="'auto' (pdcx server crash-points), FILE, or 'none'")
     ap.add_argument("--crash-wait", type=float, default=30, help="how long to wait for an armed point (s)")
     ap.add_argument("--crash-nth", type=int, default=3, help="arm NAME:N, N random in 1..this (the Nth hit)")
     ap.add_argument("--cycle-kinds-in-order", action="store_true", help="kinds in turn instead of at random")

@@ -10,7 +10,7 @@
 #   bench/reliability/run.sh --no-mpiio             # skip the MPI-IO crash runs
 #
 # Environment: PDCX_BIN (server binary, default `pdcx` on PATH), PDCX_CRASH_BIN (a pdcx built
-# with the crash-points feature, for `pdcx debug crash-points` and crash-point runs),
+# with the crash-points feature, for `pdcx server crash-points` and crash-point runs),
 # PDCX_POWER_CUT_CMD (the power-cut test command; default: every crates/*/tests target that
 # prints a *_SUMMARY line with power_cuts), PDCX_POWER_CUTS / PDCX_CRASH_RUNS (their sizes).
 # Exits 1 if anything was lost, torn or failed to recover.

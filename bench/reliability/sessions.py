@@ -49,7 +49,10 @@ class Session:
                 str(seed),
                 *([armed] if armed else []),
             ],
-            env=env,
+            # The servers share this host but stand for nodes of their own (each rank writes
+            # through server rank % servers), so a small write is held by the rank's server and
+            # registered with another owner, as between nodes, instead of being sent to the owner.
+            env=env | {"PDCX_SMALL_WRITE_TO_OWNER": "0"},
             stdout=self.out,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
