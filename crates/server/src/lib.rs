@@ -11,7 +11,6 @@
 //! ROOT/server-NNNN/      one rank's state: LOCK, meta.sqlite (+WAL), log/ (segments + MANIFEST)
 //! ```
 
-pub mod analysis;
 mod api;
 pub mod counters;
 pub mod datastore;

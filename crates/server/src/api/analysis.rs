@@ -1,17 +1,25 @@
 //! The analysis family: value queries where the data lives, references into files outside
 //! pdcx.
 
+use crate::engine::analysis;
 use crate::Server;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{AnalysisRequest as Q, AnalysisResponse as A, Moved};
 use pdcx_core::{Error, ObjectId, ObjectMeta, Result};
+use std::sync::atomic::Ordering;
 
 pub(super) fn handle(server: &Server, req: Q) -> Result<(A, Vec<u8>)> {
     let moved = |(extents, bytes)| A::Imported(Moved { extents, bytes });
     Ok(match req {
         Q::ValueQuery(r) => {
+            let max = server.config.max_payload;
             let (answer, payload) =
-                crate::analysis::value_query(server, &r.query, r.region, &r.want)?;
+                analysis::value_query(&server.engine, &r.query, r.region, &r.want, max)?;
+            let m = &server.metrics;
+            m.query_scanned
+                .fetch_add(answer.scanned_bytes, Ordering::Relaxed);
+            m.query_skipped
+                .fetch_add(answer.skipped_bytes, Ordering::Relaxed);
             (A::Answer(answer), payload)
         }
         Q::ImportRefs(r) => {

@@ -57,7 +57,12 @@ pub(crate) fn handle(
             PeerResponse::ExtentRanges(server.engine.store().extent_ranges(id, &region))
         }
         PeerRequest::ReadOwned { id, region } => {
-            let bytes = crate::analysis::read_owned(server, id, &region)?;
+            let bytes = crate::engine::analysis::read_owned(
+                &server.engine,
+                id,
+                &region,
+                server.config.max_payload,
+            )?;
             return Ok((PeerResponse::Pieces(vec![(0, region)]), bytes));
         }
         PeerRequest::ReadPieces { id, region } => {

@@ -2,6 +2,7 @@
 //! read plans for same-node clients, holders and extents.
 
 use super::Session;
+use crate::engine::analysis;
 use crate::Server;
 use pdcx_core::protocol::{
     ReadItem, ReadPlans, ReadRequest as Q, ReadResponse as A, Selection, ShmLoc,
@@ -24,15 +25,20 @@ pub(super) fn handle(server: &Server, req: Q, sess: &mut Session) -> Result<(A, 
                             items.len()
                         ))
                     })?;
-                    match select {
+                    let (engine, max) = (&server.engine, server.config.max_payload);
+                    let data = match select {
                         Selection::Strided(step) => {
-                            crate::analysis::read_strided(server, item.id, &item.region, &step)?
+                            analysis::read_strided(engine, item.id, &item.region, &step, max)?
                         }
                         Selection::Points(coords) => {
-                            crate::analysis::read_points(server, item.id, &coords)?
+                            analysis::read_points(engine, item.id, &coords, max)?
                         }
                         Selection::Region => unreachable!("matched above"),
-                    }
+                    };
+                    server
+                        .read_bytes
+                        .fetch_add(data.len() as u64, Ordering::Relaxed);
+                    data
                 }
                 _ => {
                     return Err(Error::invalid(
@@ -44,7 +50,7 @@ pub(super) fn handle(server: &Server, req: Q, sess: &mut Session) -> Result<(A, 
         }
         Q::PlanRead(r) => A::Plans(read_plans(server, &r.items, r.held)?),
         Q::PiecePlan(r) => {
-            let selected = crate::analysis::check_step(&r.region, &r.step)?;
+            let selected = analysis::check_step(&r.region, &r.step)?;
             let plan = server.engine.piece_plan(r.id, &r.region, r.held)?;
             // Counted once, at the owner (a holder's part is counted there).
             if let Some(p) = plan.as_ref().filter(|_| !r.held) {

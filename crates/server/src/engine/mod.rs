@@ -29,6 +29,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
+pub mod analysis;
 mod owner;
 mod plan;
 mod read;

@@ -1,14 +1,15 @@
-//! Analysis where the data lives: value queries and strided reads, both answered by
-//! an object's owner, which reads the data through `Engine::read` (its cache and log, other
-//! holders' pieces, tier homes) in bounded slabs and sends back only what was selected.
+//! The engine's analysis job: value queries, strided and point reads, answered by an
+//! object's owner, which reads the data through `Engine::read` (its cache and log, other
+//! holders' pieces, tier homes) in bounded slabs and returns only what was selected, in the
+//! protocol's analysis types. It knows nothing of connections or counters: the api layer
+//! sends the answer and counts the bytes. `max_payload` bounds every answer.
 
+use super::Engine;
 use crate::datastore::ExtentRanges;
-use crate::Server;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::region::{gather_strided, Region};
 use pdcx_core::valuequery::{element_f64, QueryAnswer, QueryWant, ValueExpr, MAX_CONDITIONS};
 use pdcx_core::{Dtype, Error, ObjectId, ObjectMeta, Result};
-use std::sync::atomic::Ordering;
 
 /// Elements read per slab: bounds the server's memory per query or strided read whatever the
 /// object's size (a few MiB of each object at a time).
@@ -29,22 +30,22 @@ fn slab_shape(count: &[u64], max: u64) -> (usize, u64) {
 }
 
 /// The object's metadata wherever it is owned.
-fn meta_of(server: &Server, id: ObjectId) -> Result<ObjectMeta> {
-    if owner_of_id(id) == server.config.rank {
-        server.meta.object(id)
+fn meta_of(engine: &Engine, id: ObjectId) -> Result<ObjectMeta> {
+    if owner_of_id(id) == engine.rank {
+        engine.meta.object(id)
     } else {
-        server.engine.peers()?.object(id, true)
+        engine.peers()?.object(id, true)
     }
 }
 
 /// `region` of `id` as a client's read would see it: through this server's engine when it
 /// owns the object, else from its owner.
-fn read_any(server: &Server, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
+fn read_any(engine: &Engine, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
     let owner = owner_of_id(id);
-    if owner == server.config.rank {
-        return server.engine.read(id, region, out);
+    if owner == engine.rank {
+        return engine.read(id, region, out);
     }
-    let bytes = server.engine.peers()?.read_owned(owner, id, region)?;
+    let bytes = engine.peers()?.read_owned(owner, id, region)?;
     if bytes.len() != out.len() {
         return Err(Error::protocol(format!(
             "server {owner} answered {} bytes for region {region} of object {id:#x}, expected {}",
@@ -57,26 +58,32 @@ fn read_any(server: &Server, id: ObjectId, region: &Region, out: &mut [u8]) -> R
 }
 
 /// `PeerRequest::ReadOwned`: the owner's read of its object for another server's query.
-pub fn read_owned(server: &Server, id: ObjectId, region: &Region) -> Result<Vec<u8>> {
-    let obj = server.meta.object(id)?;
+pub fn read_owned(
+    engine: &Engine,
+    id: ObjectId,
+    region: &Region,
+    max_payload: u64,
+) -> Result<Vec<u8>> {
+    let obj = engine.meta.object(id)?;
     let n = region.byte_len(obj.dtype.size())?;
-    if n > server.config.max_payload {
+    if n > max_payload {
         return Err(Error::invalid(format!(
             "region {region} is {n} bytes, over the server's limit of {}",
-            server.config.max_payload
+            max_payload
         )));
     }
     let mut out = vec![0u8; n as usize];
-    server.engine.read(id, region, &mut out)?;
+    engine.read(id, region, &mut out)?;
     Ok(out)
 }
 
 /// `ValueQuery` at the owner of the query's first object.
 pub fn value_query(
-    server: &Server,
+    engine: &Engine,
     query: &ValueExpr,
     region: Option<Region>,
     want: &QueryWant,
+    max_payload: u64,
 ) -> Result<(QueryAnswer, Vec<u8>)> {
     if query.len() > MAX_CONDITIONS {
         return Err(Error::invalid(format!(
@@ -97,16 +104,16 @@ pub fn value_query(
         )));
     }
     let first = ids[0];
-    if owner_of_id(first) != server.config.rank {
+    if owner_of_id(first) != engine.rank {
         return Err(Error::invalid(format!(
             "a value query goes to the owner of its first object {first:#x}, server {}, not {}",
             owner_of_id(first),
-            server.config.rank
+            engine.rank
         )));
     }
     let metas: Vec<ObjectMeta> = ids
         .iter()
-        .map(|&id| meta_of(server, id))
+        .map(|&id| meta_of(engine, id))
         .collect::<Result<_>>()?;
     let dims = metas[0].dims.clone();
     for m in &metas {
@@ -188,7 +195,7 @@ pub fn value_query(
         slab_coords.clear();
         slab_vals.clear();
         let pieces: Vec<Option<ExtentRanges>> =
-            metas.iter().map(|m| pieces_of(server, m, &slab)).collect();
+            metas.iter().map(|m| pieces_of(engine, m, &slab)).collect();
         for unit in units(&slab, &pieces) {
             let n = unit.num_elements() as usize;
             // Skip the unit when the extents' statistics show no element can match.
@@ -207,7 +214,7 @@ pub fn value_query(
             }
             for (k, m) in metas.iter().enumerate() {
                 bufs[k].resize(n * m.dtype.size(), 0);
-                read_any(server, ids[k], &unit, &mut bufs[k])?;
+                read_any(engine, ids[k], &unit, &mut bufs[k])?;
                 answer.scanned_bytes += bufs[k].len() as u64;
             }
             let data = |id: ObjectId| {
@@ -223,12 +230,12 @@ pub fn value_query(
             answer.nhits += hits;
             if hit_bytes > 0 {
                 let total = answer.nhits.saturating_mul(hit_bytes);
-                if answer.nhits > max_hits || total > server.config.max_payload {
+                if answer.nhits > max_hits || total > max_payload {
                     return Err(Error::invalid(format!(
                         "the query has more than {} hits, too many to return their coordinates or values \
                          (limit {}); ask for the count only or restrict the region",
                         answer.nhits - hits,
-                        if max_hits == u64::MAX { server.config.max_payload / hit_bytes } else { max_hits }
+                        if max_hits == u64::MAX { max_payload / hit_bytes } else { max_hits }
                     )));
                 }
             }
@@ -282,14 +289,6 @@ pub fn value_query(
     if hist_bins > 0 {
         answer.histogram = histogram(&hist_values, lo, hi, hist_bins);
     }
-    server
-        .metrics
-        .query_scanned
-        .fetch_add(answer.scanned_bytes, Ordering::Relaxed);
-    server
-        .metrics
-        .query_skipped
-        .fetch_add(answer.skipped_bytes, Ordering::Relaxed);
     let mut payload = coords;
     for v in values {
         payload.extend_from_slice(&v);
@@ -300,14 +299,14 @@ pub fn value_query(
 /// The parts of `slab` covered by `obj`'s extents (on every holder) with their statistics, or
 /// None when they cannot be known here: an object another server owns, a holder that did not
 /// answer.
-fn pieces_of(server: &Server, obj: &ObjectMeta, slab: &Region) -> Option<ExtentRanges> {
-    if owner_of_id(obj.id) != server.config.rank || obj.dtype == Dtype::Bytes {
+fn pieces_of(engine: &Engine, obj: &ObjectMeta, slab: &Region) -> Option<ExtentRanges> {
+    if owner_of_id(obj.id) != engine.rank || obj.dtype == Dtype::Bytes {
         return None;
     }
-    let mut pieces = server.engine.store().extent_ranges(obj.id, slab);
-    let holders = server.engine.remote_holders(obj.id, slab);
+    let mut pieces = engine.store().extent_ranges(obj.id, slab);
+    let holders = engine.remote_holders(obj.id, slab);
     if !holders.is_empty() {
-        let peers = server.engine.peers().ok()?;
+        let peers = engine.peers().ok()?;
         for h in holders {
             pieces.extend(peers.extent_ranges(h, obj.id, slab).ok()?);
         }
@@ -376,12 +375,13 @@ fn histogram(values: &[f64], lo: f64, hi: f64, bins: usize) -> Vec<u64> {
 
 /// A strided `Read` at the owner: the elements at `region.offset + k * step` (C order).
 pub fn read_strided(
-    server: &Server,
+    engine: &Engine,
     id: ObjectId,
     region: &Region,
     step: &[u64],
+    max_payload: u64,
 ) -> Result<Vec<u8>> {
-    let obj = server.meta.object(id)?;
+    let obj = engine.meta.object(id)?;
     region.check_within(&obj.dims)?;
     check_step(region, step)?;
     let n = region.ndim();
@@ -393,20 +393,19 @@ pub fn read_strided(
         count: picked.clone(),
     };
     let out_len = out_box.byte_len(elem)?;
-    if out_len > server.config.max_payload {
+    if out_len > max_payload {
         return Err(Error::invalid(format!(
             "the selection is {out_len} bytes, over the server's limit of {}; read it in parts",
-            server.config.max_payload
+            max_payload
         )));
     }
     let mut out = vec![0u8; out_len as usize];
-    server.read_bytes.fetch_add(out_len, Ordering::Relaxed);
     // Copied by extent from the mapped log when it all is there (only the selected bytes
     // are touched), else read in slabs.
-    if server.engine.read_gathered(id, region, step, &mut out)? {
+    if engine.read_gathered(id, region, step, &mut out)? {
         return Ok(out);
     }
-    if read_by_extent(server, &obj, region, step, &mut out)? {
+    if read_by_extent(engine, &obj, region, step, &mut out)? {
         return Ok(out);
     }
     // Slabs of the output sized so the source box each one reads stays bounded.
@@ -421,7 +420,7 @@ pub fn read_strided(
         let count: Vec<u64> = (0..n).map(|d| (part.count[d] - 1) * step[d] + 1).collect();
         let sbox = Region { offset, count };
         src.resize(sbox.byte_len(elem)? as usize, 0);
-        server.engine.read(id, &sbox, &mut src)?;
+        engine.read(id, &sbox, &mut src)?;
         gather_strided(&src, &sbox, region, step, elem, &mut out);
     }
     Ok(out)
@@ -438,16 +437,16 @@ const MAX_UNITS: usize = 1 << 14;
 /// resolves the overlap, so the same right value is gathered twice. False (nothing read)
 /// when other servers hold parts or there are very many extents.
 fn read_by_extent(
-    server: &Server,
+    engine: &Engine,
     obj: &ObjectMeta,
     region: &Region,
     step: &[u64],
     out: &mut [u8],
 ) -> Result<bool> {
-    if !server.engine.remote_holders(obj.id, region).is_empty() {
+    if !engine.remote_holders(obj.id, region).is_empty() {
         return Ok(false);
     }
-    let ranges = server.engine.store().extent_ranges(obj.id, region);
+    let ranges = engine.store().extent_ranges(obj.id, region);
     if ranges.len() > MAX_UNITS {
         return Ok(false);
     }
@@ -473,7 +472,7 @@ fn read_by_extent(
         let (offset, count) = dims.into_iter().unzip();
         let sub = Region { offset, count };
         buf.resize(sub.byte_len(elem)? as usize, 0);
-        server.engine.read(obj.id, &sub, &mut buf)?;
+        engine.read(obj.id, &sub, &mut buf)?;
         gather_strided(&buf, &sub, region, step, elem, out);
     }
     Ok(true)
@@ -496,8 +495,13 @@ pub fn check_step(region: &Region, step: &[u64]) -> Result<u64> {
 /// A point `Read` at the owner: the elements at `coords` (ndim per point), in order.
 /// Points are grouped by the slab of the object they fall in, and each group's bounding box
 /// is read once, so scattered points cost one small read each and clustered ones share one.
-pub fn read_points(server: &Server, id: ObjectId, coords: &[u64]) -> Result<Vec<u8>> {
-    let obj = server.meta.object(id)?;
+pub fn read_points(
+    engine: &Engine,
+    id: ObjectId,
+    coords: &[u64],
+    max_payload: u64,
+) -> Result<Vec<u8>> {
+    let obj = engine.meta.object(id)?;
     let n = obj.dims.len();
     if n == 0 || !coords.len().is_multiple_of(n) {
         return Err(Error::invalid(format!(
@@ -519,10 +523,10 @@ pub fn read_points(server: &Server, id: ObjectId, coords: &[u64]) -> Result<Vec<
     }
     let elem = obj.dtype.size();
     let out_len = (points as u64).saturating_mul(elem as u64);
-    if out_len > server.config.max_payload {
+    if out_len > max_payload {
         return Err(Error::invalid(format!(
             "{points} points are {out_len} bytes, over the server's limit of {}",
-            server.config.max_payload
+            max_payload
         )));
     }
     let (cut, rows) = slab_shape(&obj.dims, SLAB_ELEMS);
@@ -555,7 +559,7 @@ pub fn read_points(server: &Server, id: ObjectId, coords: &[u64]) -> Result<Vec<
         let count: Vec<u64> = (0..n).map(|d| hi[d] - lo[d] + 1).collect();
         let bbox = Region { offset: lo, count };
         buf.resize(bbox.byte_len(elem)? as usize, 0);
-        server.engine.read(id, &bbox, &mut buf)?;
+        engine.read(id, &bbox, &mut buf)?;
         for &p in group {
             let mut at = 0u64;
             for d in 0..n {
@@ -566,7 +570,6 @@ pub fn read_points(server: &Server, id: ObjectId, coords: &[u64]) -> Result<Vec<
         }
         start = end;
     }
-    server.read_bytes.fetch_add(out_len, Ordering::Relaxed);
     Ok(out)
 }
 
