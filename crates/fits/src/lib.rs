@@ -6,9 +6,9 @@
 //! - `names.rs`: what a `pdcx://` path names (a file, a directory prefix, nothing), pure;
 //! - `driver.rs`: the CFITSIO I/O driver ("Montage on PDC" §IV-A) over `pdcx_client::File`,
 //!   and the constructor that registers it in CFITSIO's driver table;
-//! - `posix.rs`: the libc calls the workflow makes on those paths itself (`stat`, `access`,
-//!   `unlink`, `mkdir`, `opendir`/`readdir`, `fopen`), answered from pdcx; every other path
-//!   goes to libc untouched;
+//! - `posix/`: the libc calls the workflow makes on those paths itself (`stat`, `access`,
+//!   `unlink`, `mkdir`, `opendir`/`readdir`, `fopen`, `open`), answered from pdcx; every other
+//!   path goes to libc untouched (one child module per family of calls, see `posix/mod.rs`);
 //! - `stats.rs`: per-process counts (opens, round trips, bytes), appended as one JSON line to
 //!   `PDCX_FITS_STATS` at exit, for the benchmark.
 //!

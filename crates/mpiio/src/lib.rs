@@ -4,8 +4,8 @@
 //! a version that the servers copy to the file's home in the background). See README.md.
 //!
 //! One job per file: `real.rs` (the real functions), `guard.rs` (recursion guard), `fdtab.rs`
-//! (which fds are ours), `config.rs` (environment, paths, decisions), `posix.rs` (the libc
-//! wrappers), `aio.rs` (POSIX AIO on our fds), `mpi.rs` (the MPI wrappers). The bytes go
+//! (which fds are ours), `config.rs` (environment, paths, decisions), `posix/` (the libc
+//! wrappers, one child per family of calls), `aio.rs` (POSIX AIO on our fds), `mpi.rs` (the MPI wrappers). The bytes go
 //! through `pdcx_client::ByteStream`.
 //!
 //! Exported wrappers carry `#[no_mangle]` only outside `cfg(test)`: the crate's unit tests
