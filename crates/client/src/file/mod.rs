@@ -26,6 +26,10 @@
 //!
 //! Names are object names; [`normalize`] is the one place a path-like name (`a//b/./c`) is
 //! made canonical and refused when it tries to leave its prefix (`..`).
+//!
+//! This module is the handle (open, position, close); by job: `options` (modes and switches),
+//! `namespace` (names, stat, directories), `runs` (the aggregation buffer), `read` (the
+//! read-ahead window), `write` (aggregation, flush, `flush_all`).
 
 mod namespace;
 mod options;

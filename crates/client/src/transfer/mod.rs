@@ -20,6 +20,10 @@
 //! started and not waited is `Pending`; asking its `status` sends it through the worker then
 //! (a write as a plain stage, committed at `wait` as before), so a loop polling `status` until
 //! `Complete` still ends.
+//!
+//! This module is the `Transfer` itself; by job: `state` (what it shares with its worker),
+//! `job` (what the worker runs), `start` (`start_all`), `wait` (`wait_all`, the consistency
+//! point).
 
 mod job;
 mod start;
