@@ -2,7 +2,9 @@
 //! [`File`] in `io.BufferedReader`/`BufferedWriter` (python/pdcx/files.py). Every call
 //! releases the GIL.
 
-use crate::{to_py, with_out, Client, InvalidArgumentError, R};
+use crate::client::Client;
+use crate::convert::with_out;
+use crate::errors::{to_py, InvalidArgumentError, R};
 use pdcx_client::file::{FileOptions, FileStat, Prefetch};
 use pyo3::buffer::PyBuffer;
 use pyo3::prelude::*;
