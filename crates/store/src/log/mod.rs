@@ -11,9 +11,9 @@
 //! once the sync returns, and recovery finds them in the tail. Checkpoints only bound how much
 //! recovery scans (and are what the server's metadata replay starts from).
 //!
-//! By job: [`recover`] opens the log (recovery), [`append`] writes records, [`commit`] makes
-//! them durable and checkpoints them, [`publish`] writes MANIFESTs, [`retire`] removes
-//! segments whose records live elsewhere, [`read`] reads appended bytes back.
+//! By job: `recover` opens the log (recovery), `append` writes records, `commit` makes
+//! them durable and checkpoints them, `publish` writes MANIFESTs, `retire` removes
+//! segments whose records live elsewhere, `read` reads appended bytes back.
 
 mod append;
 mod commit;

@@ -28,9 +28,9 @@
 //! and then `records`; `ShardRefs` takes only `records`, and no handler sends a request while
 //! holding a lock, so two servers' passes asking each other never wait on each other.
 //!
-//! By job: [`member`] answers the leader (candidates, bytes, parts, homes, references),
-//! [`leader`] runs the leader's pass, [`upload`] has a shard uploaded to S3 by its members,
-//! [`sweep`] deletes the group shards no server references; this module dispatches the
+//! By job: `member` answers the leader (candidates, bytes, parts, homes, references),
+//! `leader` runs the leader's pass, `upload` has a shard uploaded to S3 by its members,
+//! `sweep` deletes the group shards no server references; this module dispatches the
 //! requests.
 
 mod leader;

@@ -2,9 +2,9 @@
 //! cached in memory (`Metadata::object`): every data request checks bounds and dtype against
 //! them.
 //!
-//! By job: [`rows`] reads and writes the catalog's rows, [`create`] creates objects (and hands
-//! out their ids), [`objects`] changes and deletes them, [`containers`] keeps containers and
-//! memberships, [`tags`] sets tags and answers tag queries; this module keeps the in-memory
+//! By job: `rows` reads and writes the catalog's rows, `create` creates objects (and hands
+//! out their ids), `objects` changes and deletes them, `containers` keeps containers and
+//! memberships, `tags` sets tags and answers tag queries; this module keeps the in-memory
 //! copy of the objects and answers lookups from it.
 
 mod containers;
