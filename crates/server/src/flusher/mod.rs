@@ -129,7 +129,7 @@ impl Flusher<'_> {
                     };
                     let per = placed.entry(*id).or_insert_with(|| vec![0; t.tiers.len()]);
                     // An extent whose first choice is a tier the whole shard group reaches
-                    // waits for the group's leader to pull it into a group shard (`group.rs`).
+                    // waits for the group's leader to pull it into a group shard (`group/`).
                     if !t.waits_for_group(&hint, e.loc.len, per, &self.views(&t)) {
                         let raw = self.engine.store().extent_bytes(&meta, e)?;
                         self.engine.store().note_stats(&meta, e.seq, &raw);
@@ -172,14 +172,7 @@ impl Flusher<'_> {
                     report.extents += 1;
                     report.bytes += m.raw_len;
                     report.stored_bytes += m.stored_len;
-                    let home = Home {
-                        tier,
-                        codec: m.codec.clone(),
-                        stored_len: m.stored_len,
-                        shard: job.shard.then(|| job.key.clone()),
-                        offset: m.offset,
-                    };
-                    done.push((m.id, m.seq, home));
+                    done.push((m.id, m.seq, job.home_of(m, tier)));
                 }
             }
             batch_bytes = 0;
@@ -293,14 +286,7 @@ impl Flusher<'_> {
             for m in &job.members {
                 bytes += m.raw_len;
                 extents += 1;
-                let home = Home {
-                    tier,
-                    codec: m.codec.clone(),
-                    stored_len: m.stored_len,
-                    shard: job.shard.then(|| job.key.clone()),
-                    offset: m.offset,
-                };
-                done.push((m.id, m.seq, home));
+                done.push((m.id, m.seq, job.home_of(m, tier)));
             }
         }
         self.engine.store().record_homes(&t, &done)?;
@@ -548,7 +534,7 @@ pub(super) struct Encoded {
     /// Extents of the same group placed on the same tiers share a shard blob.
     pub(super) group: Option<usize>,
     /// The encoded bytes, or nothing when they stay with `from` (S3 group shards: see
-    /// `group.rs`); `len` is their length either way.
+    /// `group/`); `len` is their length either way.
     pub(super) stored: Vec<u8>,
     pub(super) len: u64,
     pub(super) codec: String,
@@ -603,6 +589,20 @@ pub(super) struct PutJob {
     pub(super) members: Vec<Member>,
     /// Tiers to try: the placement's choice, then spill targets.
     pub(super) order: Vec<usize>,
+}
+
+impl PutJob {
+    /// The home of `m`, one of this job's members, once the job's blob is on `tier`: at the
+    /// member's offset in the shard, or its own blob.
+    fn home_of(&self, m: &Member, tier: usize) -> Home {
+        Home {
+            tier,
+            codec: m.codec.clone(),
+            stored_len: m.stored_len,
+            shard: self.shard.then(|| self.key.clone()),
+            offset: m.offset,
+        }
+    }
 }
 
 /// Groups a batch into blobs: extents of one shard group with the same placement go into one

@@ -1,0 +1,195 @@
+//! A member's side of group shards: its waiting extents offered to the leader (encoded, with
+//! their placement order), their bytes sent or uploaded as parts, its homes in a shard the
+//! leader put recorded, and the shards its homes reference.
+
+use crate::flusher::Flusher;
+use crate::tiering::placement::{candidates, Hints, TierHint};
+use crate::tiering::{codec, Home, Tiering};
+use pdcx_core::protocol::{ShardCandidate, ShardHome, ShardPart};
+use pdcx_core::{Error, ObjectId, ObjectMeta, Result};
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+
+impl Flusher<'_> {
+    /// This server's extents waiting for a group shard, in log order, up to about
+    /// `max_bytes` stored bytes (at least one): each encoded as a flush pass would store it,
+    /// with its placement order; the stored bytes back to back (`with_bytes`; else kept in
+    /// `t.offered` for the leader to fetch or have uploaded); and how many more wait.
+    pub(super) fn shard_candidates(
+        &self,
+        t: &Tiering,
+        max_bytes: u64,
+        with_bytes: bool,
+    ) -> Result<(Vec<ShardCandidate>, Vec<u8>, u64)> {
+        let mut offered = HashMap::new();
+        let mut total = 0u64;
+        let (todo, _) = self.engine.store().extents_to_flush(t);
+        let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
+        let mut hints = Hints::new(&names);
+        let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
+        let mut placed = self.engine.store().placed(t.tiers.len(), &ids);
+        let mut metas: HashMap<ObjectId, Option<ObjectMeta>> = HashMap::new();
+        let (mut list, mut bytes, mut more) = (Vec::new(), Vec::new(), 0u64);
+        for (id, e) in &todo {
+            let Some(meta) = metas
+                .entry(*id)
+                .or_insert_with(|| self.placement_meta(*id))
+                .clone()
+            else {
+                continue; // deleted: nothing to store
+            };
+            // The same choices as the flush pass (which left exactly these extents waiting).
+            let hint = hints.hint_for(&meta, &e.region).unwrap_or(TierHint::Auto);
+            let per = placed.entry(*id).or_insert_with(|| vec![0; t.tiers.len()]);
+            let views = self.views(t);
+            if !t.waits_for_group(&hint, e.loc.len, per, &views) {
+                continue;
+            }
+            if !list.is_empty() && total >= max_bytes {
+                more += 1;
+                continue;
+            }
+            let chosen = codec::codec_for(&meta).unwrap_or(None);
+            let raw = self.engine.store().extent_bytes(&meta, e)?;
+            self.engine.store().note_stats(&meta, e.seq, &raw);
+            let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
+            let order = candidates(&hint, stored.len() as u64, per, &views);
+            per[order[0]] += e.loc.len;
+            list.push(ShardCandidate {
+                id: *id,
+                seq: e.seq,
+                raw_len: e.loc.len,
+                stored_len: stored.len() as u64,
+                codec: codec_used,
+                order: order.iter().map(|&i| t.name(i).to_string()).collect(),
+            });
+            total += stored.len() as u64;
+            if with_bytes {
+                bytes.extend_from_slice(&stored);
+            } else {
+                offered.insert((*id, e.seq), stored);
+            }
+        }
+        // The previous offer is over: a leader asks again each pass.
+        *t.offered.lock().unwrap_or_else(|p| p.into_inner()) = offered;
+        Ok((list, bytes, more))
+    }
+
+    /// Records this server's homes in a group shard the leader put, durably, then publishes
+    /// them. Skips extents gone or homed on a durable tier meanwhile (their bytes in the shard
+    /// are then unused). Refuses a blob that is not on its tier: the leader may have deleted it
+    /// after giving up on this request. Callers hold `t.moves`.
+    pub(super) fn record_shard_homes(&self, t: &Tiering, homes: Vec<ShardHome>) -> Result<u64> {
+        let _records = t.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut present: HashSet<(usize, String)> = HashSet::new();
+        let mut done = Vec::new();
+        for h in homes {
+            let tier = t.tier_index(&h.tier).ok_or_else(|| {
+                Error::invalid(format!(
+                    "group shard on tier {:?}, which this server does not declare",
+                    h.tier
+                ))
+            })?;
+            if !present.contains(&(tier, h.key.clone())) {
+                t.tiers[tier].len(&h.key).map_err(|e| {
+                    Error::new(
+                        e.kind,
+                        format!(
+                            "group shard {} is not on tier {:?}: {}",
+                            h.key, h.tier, e.message
+                        ),
+                    )
+                })?;
+                present.insert((tier, h.key.clone()));
+            }
+            let Some(e) = self.engine.store().extent(h.id, h.seq) else {
+                continue;
+            };
+            if e.home.as_ref().is_some_and(|x| t.is_durable(x.tier)) {
+                continue;
+            }
+            let home = Home {
+                tier,
+                codec: h.codec,
+                stored_len: h.stored_len,
+                shard: Some(h.key),
+                offset: h.offset,
+            };
+            done.push((h.id, h.seq, home));
+        }
+        self.engine.store().record_homes(t, &done)?;
+        let n = done.len() as u64;
+        self.engine.store().set_homes(done);
+        t.offered.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        Ok(n)
+    }
+
+    /// (tier, key) of every group shard under `prefix` this server's homes reference.
+    pub(super) fn shard_refs(&self, t: &Tiering, prefix: &str) -> Vec<(String, String)> {
+        // Waits for a `RecordShardHomes` being applied, so its keys are in the answer.
+        let _records = t.records.lock().unwrap_or_else(|p| p.into_inner());
+        let (_, referenced) = self.engine.store().extents_to_flush(t);
+        referenced
+            .into_iter()
+            .filter(|(_, k)| k.starts_with(prefix))
+            .map(|(i, k)| (t.name(i).to_string(), k))
+            .collect()
+    }
+}
+
+/// The encoded bytes of `extents` from this server's last offer, back to back.
+pub(super) fn offered_bytes(t: &Tiering, extents: &[(ObjectId, u64)]) -> Result<Vec<u8>> {
+    let offered = t.offered.lock().unwrap_or_else(|p| p.into_inner());
+    let mut out = Vec::new();
+    for k in extents {
+        let b = offered.get(k).ok_or_else(|| {
+            Error::not_found(format!(
+                "extent {} of object {:#x} is not offered for a group shard here (restarted, or a newer offer replaced it)",
+                k.1, k.0
+            ))
+        })?;
+        out.extend_from_slice(b);
+    }
+    Ok(out)
+}
+
+/// Uploads one part of a group shard from this server's offered extents (`UploadShardPart`):
+/// bytes [`skip`, `skip + len`) of their encoded bytes back to back, zeros past the end.
+pub(super) fn upload_shard_part(t: &Tiering, p: &ShardPart) -> Result<String> {
+    let tier = t
+        .tier_index(&p.tier)
+        .ok_or_else(|| Error::invalid(format!("no tier named {:?}", p.tier)))?;
+    let s3 = t.s3[tier]
+        .clone()
+        .ok_or_else(|| Error::invalid(format!("tier {:?} is not an S3 tier", p.tier)))?;
+    if p.len > 5 << 30 {
+        return Err(Error::invalid(format!(
+            "part of {} bytes is too large",
+            p.len
+        )));
+    }
+    let mut buf = vec![0u8; p.len as usize];
+    {
+        let offered = t.offered.lock().unwrap_or_else(|p| p.into_inner());
+        let (mut at, end) = (0u64, p.skip + p.len);
+        for k in &p.extents {
+            let b = offered.get(k).ok_or_else(|| {
+                Error::not_found(format!(
+                    "extent {} of object {:#x} is not offered for a group shard here",
+                    k.1, k.0
+                ))
+            })?;
+            let (lo, hi) = (at, at + b.len() as u64);
+            // The overlap of [lo, hi) with [skip, end), copied to its place in the part.
+            let (from, to) = (lo.max(p.skip), hi.min(end));
+            if from < to {
+                buf[(from - p.skip) as usize..(to - p.skip) as usize]
+                    .copy_from_slice(&b[(from - lo) as usize..(to - lo) as usize]);
+            }
+            at = hi;
+        }
+    }
+    let etag = s3.put_part(&p.key, &p.upload_id, p.part as usize, buf)?;
+    t.group_parts_uploaded.fetch_add(1, Ordering::Relaxed);
+    Ok(etag)
+}
