@@ -152,6 +152,39 @@ pub struct Engine {
     mapped: crate::mapped::MappedSegments,
 }
 
+impl crate::flusher::FlushHost for Engine {
+    fn store(&self) -> &DataStore {
+        &self.store
+    }
+
+    fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    fn tiering(&self) -> Option<&Arc<Tiering>> {
+        self.tiering.as_ref()
+    }
+
+    fn object_meta(&self, id: ObjectId, fresh: bool) -> Result<ObjectMeta> {
+        Engine::object_meta(self, id, fresh)
+    }
+
+    fn shard_call(
+        &self,
+        to: u32,
+        req: &pdcx_core::protocol::PeerRequest,
+    ) -> Result<(pdcx_core::protocol::PeerResponse, Vec<u8>)> {
+        self.peers()?.shard_call(to, req)
+    }
+}
+
+impl Engine {
+    /// This engine's flusher (flush passes, migration, `remote` commits, tier statistics).
+    pub fn flusher(&self) -> crate::flusher::Flusher<'_> {
+        crate::flusher::Flusher::new(self)
+    }
+}
+
 /// The engine's side of registration: sends a holder's items to their owner.
 struct PeerRegistrar<'a>(&'a Engine);
 

@@ -5,12 +5,12 @@
 
 mod group;
 
+use crate::datastore::DataStore;
 use crate::datastore::{crash_point, Extent};
-use crate::engine::Engine;
 use crate::tiering::placement::{candidates, Hints, TierHint, TierView};
 use crate::tiering::{codec, Home, Tiering};
 use pdcx_core::model::owner_of_id;
-use pdcx_core::protocol::TierStat;
+use pdcx_core::protocol::{PeerRequest, PeerResponse, TierStat};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -18,17 +18,33 @@ use std::sync::{Arc, Mutex};
 
 /// The flusher: homes committed extents on their tiers (flush passes, group shards), moves
 /// them between tiers (migration, demotion, promotion) and reports the tiers' state. It
-/// borrows the engine for the data store, the metadata and the peers; its state (queues,
-/// errors, locks) is the `Tiering`'s.
+/// borrows its host (the engine) for the data store, the metadata and the peers; its state
+/// (queues, errors, locks) is the `Tiering`'s.
 #[derive(Clone, Copy)]
 pub struct Flusher<'a> {
-    engine: &'a Engine,
+    host: &'a dyn FlushHost,
 }
 
-impl Engine {
-    /// This engine's flusher.
-    pub fn flusher(&self) -> Flusher<'_> {
-        Flusher { engine: self }
+/// What the flusher borrows of the engine it runs in. The engine implements it and hands out
+/// its flusher (`Engine::flusher`); the flusher never names the engine, so the arrows point
+/// one way: engine ─▶ flusher ─▶ data store, tiering.
+pub trait FlushHost: Sync {
+    /// The durable data path: log, index, homes.
+    fn store(&self) -> &DataStore;
+    /// This server's rank.
+    fn rank(&self) -> u32;
+    /// The storage hierarchy; None when the config declares no tiers.
+    fn tiering(&self) -> Option<&Arc<Tiering>>;
+    /// An object's metadata wherever it is owned (`fresh`: ask a foreign owner again).
+    fn object_meta(&self, id: ObjectId, fresh: bool) -> Result<ObjectMeta>;
+    /// Sends a group-shard request to another server.
+    fn shard_call(&self, to: u32, req: &PeerRequest) -> Result<(PeerResponse, Vec<u8>)>;
+}
+
+impl<'a> Flusher<'a> {
+    /// The flusher of `host`.
+    pub fn new(host: &'a dyn FlushHost) -> Flusher<'a> {
+        Flusher { host }
     }
 }
 
@@ -43,9 +59,8 @@ pub use pdcx_core::protocol::FlushReport;
 
 impl Flusher<'_> {
     fn tiers(&self) -> Result<&Arc<Tiering>> {
-        self.engine
-            .tiering
-            .as_ref()
+        self.host
+            .tiering()
             .ok_or_else(|| Error::invalid("this deployment has no tiers configured (pdcx.toml)"))
     }
 
@@ -54,12 +69,12 @@ impl Flusher<'_> {
     /// one serves while the owner is unreachable. None: the object is gone.
     pub(super) fn placement_meta(&self, id: ObjectId) -> Option<ObjectMeta> {
         match self
-            .engine
-            .object_meta(id, owner_of_id(id) != self.engine.rank)
+            .host
+            .object_meta(id, owner_of_id(id) != self.host.rank())
         {
             Ok(m) => Some(m),
             Err(e) if e.kind == ErrorKind::NotFound => None,
-            Err(_) => self.engine.object_meta(id, false).ok(),
+            Err(_) => self.host.object_meta(id, false).ok(),
         }
     }
 
@@ -79,18 +94,18 @@ impl Flusher<'_> {
     /// log segments that no longer hold anything unflushed.
     pub fn flush_pass(&self, max_bytes: u64) -> Result<FlushReport> {
         let mut report = FlushReport::default();
-        let Some(t) = self.engine.tiering.clone() else {
+        let Some(t) = self.host.tiering().cloned() else {
             return Ok(report);
         };
         let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
-        let (todo, referenced) = self.engine.store().extents_to_flush(&t);
+        let (todo, referenced) = self.host.store().extents_to_flush(&t);
         t.sweep_unreferenced(&referenced);
         // Group shards' bookkeeping (releases, the leader's sweep) before any put.
         self.group_checks(&t, &mut report);
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
         let mut hints = Hints::new(&names);
         let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
-        let mut placed = self.engine.store().placed(t.tiers.len(), &ids);
+        let mut placed = self.host.store().placed(t.tiers.len(), &ids);
         let mut metas: HashMap<ObjectId, Option<ObjectMeta>> = HashMap::new();
         let failed: Mutex<HashSet<usize>> = Mutex::new(HashSet::new());
         let put_error: Mutex<Option<String>> = Mutex::new(None);
@@ -131,8 +146,8 @@ impl Flusher<'_> {
                     // An extent whose first choice is a tier the whole shard group reaches
                     // waits for the group's leader to pull it into a group shard (`group/`).
                     if !t.waits_for_group(&hint, e.loc.len, per, &self.views(&t)) {
-                        let raw = self.engine.store().extent_bytes(&meta, e)?;
-                        self.engine.store().note_stats(&meta, e.seq, &raw);
+                        let raw = self.host.store().extent_bytes(&meta, e)?;
+                        self.host.store().note_stats(&meta, e.seq, &raw);
                         let (stored, codec_used) =
                             codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
                         let order = candidates(&hint, stored.len() as u64, per, &self.views(&t));
@@ -144,7 +159,7 @@ impl Flusher<'_> {
                         batch.push(Encoded {
                             id: *id,
                             seq: e.seq,
-                            from: self.engine.rank,
+                            from: self.host.rank(),
                             raw_len: e.loc.len,
                             group: shard_groups.group_of(*id),
                             len: stored.len() as u64,
@@ -181,15 +196,15 @@ impl Flusher<'_> {
         if let Some(e) = put_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             report.error = Some(e);
         }
-        self.engine.store().record_homes(&t, &done)?;
-        self.engine.store().set_homes(done);
-        (report.pending_extents, report.pending_bytes) = self.engine.store().pending();
+        self.host.store().record_homes(&t, &done)?;
+        self.host.store().set_homes(done);
+        (report.pending_extents, report.pending_bytes) = self.host.store().pending();
         // The leader of a shard group pulls its members' waiting extents into group shards.
         self.group_pass(&t, &mut report);
         if let Err(e) = self.rebalance(&t) {
             report.error = Some(format!("moving extents between tiers: {}", e.message));
         }
-        report.retired_segments = self.engine.store().retire_flushed()?;
+        report.retired_segments = self.host.store().retire_flushed()?;
         let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
         st.passes += 1;
         st.flushed_bytes += report.bytes;
@@ -216,13 +231,13 @@ impl Flusher<'_> {
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
         let mut hints = Hints::new(&names);
         let ids: HashSet<ObjectId> = keys.iter().map(|(id, _)| *id).collect();
-        let mut placed = self.engine.store().placed(t.tiers.len(), &ids);
+        let mut placed = self.host.store().placed(t.tiers.len(), &ids);
         let mut metas: HashMap<ObjectId, ObjectMeta> = HashMap::new();
         let mut shard_groups = ShardGroups::new(t.objects_per_shard);
         let mut batch: Vec<Encoded> = Vec::new();
         for &(id, seq) in keys {
             // Gone meanwhile (object deleted): nothing left to make durable.
-            let Some(e) = self.engine.store().extent(id, seq) else {
+            let Some(e) = self.host.store().extent(id, seq) else {
                 continue;
             };
             if e.home.as_ref().is_some_and(|h| t.off_node(h.tier)) {
@@ -231,7 +246,7 @@ impl Flusher<'_> {
             let meta = match metas.get(&id) {
                 Some(m) => m.clone(),
                 None => {
-                    let m = self.engine.object_meta(id, false)?;
+                    let m = self.host.object_meta(id, false)?;
                     metas.insert(id, m.clone());
                     m
                 }
@@ -251,14 +266,14 @@ impl Flusher<'_> {
                 continue;
             }
             let chosen = codec::codec_for(&meta).unwrap_or(None);
-            let raw = self.engine.store().extent_bytes(&meta, &e)?;
-            self.engine.store().note_stats(&meta, e.seq, &raw);
+            let raw = self.host.store().extent_bytes(&meta, &e)?;
+            self.host.store().note_stats(&meta, e.seq, &raw);
             let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
             per[first] += e.loc.len;
             batch.push(Encoded {
                 id,
                 seq,
-                from: self.engine.rank,
+                from: self.host.rank(),
                 raw_len: e.loc.len,
                 group: shard_groups.group_of(id),
                 len: stored.len() as u64,
@@ -289,8 +304,8 @@ impl Flusher<'_> {
                 done.push((m.id, m.seq, job.home_of(m, tier)));
             }
         }
-        self.engine.store().record_homes(&t, &done)?;
-        self.engine.store().set_homes(done);
+        self.host.store().record_homes(&t, &done)?;
+        self.host.store().set_homes(done);
         {
             let mut st = t.state.lock().unwrap_or_else(|p| p.into_inner());
             st.flushed_bytes += bytes;
@@ -331,11 +346,11 @@ impl Flusher<'_> {
                 "tier {tier_name:?} is not durable; migrate to a durable tier (memory tiers fill from flushes and act as a cache)"
             )));
         }
-        let extents: Vec<Extent> = self.engine.store().extents_of(id);
+        let extents: Vec<Extent> = self.host.store().extents_of(id);
         if extents.is_empty() {
             return Ok((0, 0));
         }
-        let meta = self.engine.object_meta(id, false)?;
+        let meta = self.host.object_meta(id, false)?;
         let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
         let (mut n, mut bytes) = (0, 0);
         for e in extents {
@@ -354,7 +369,7 @@ impl Flusher<'_> {
     /// Callers hold `t.moves`.
     fn move_extent(&self, t: &Tiering, meta: &ObjectMeta, e: &Extent, tier: usize) -> Result<()> {
         let key = t.key(meta.id, e.seq);
-        let old = self.engine.store().current_home(meta.id, e).ok();
+        let old = self.host.store().current_home(meta.id, e).ok();
         // A homed extent moves as stored (a lossy codec is never applied twice); one still
         // only in the log is encoded with the object's codec.
         let (stored, codec_used) = match &old {
@@ -364,8 +379,8 @@ impl Flusher<'_> {
                 (blob, h.codec.clone())
             }
             None => {
-                let raw = self.engine.store().extent_bytes(meta, e)?;
-                self.engine.store().note_stats(meta, e.seq, &raw);
+                let raw = self.host.store().extent_bytes(meta, e)?;
+                self.host.store().note_stats(meta, e.seq, &raw);
                 let chosen = codec::codec_for(meta).unwrap_or(None);
                 codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?
             }
@@ -377,8 +392,8 @@ impl Flusher<'_> {
             e.seq,
             Home::own(tier, codec_used, stored.len() as u64),
         )];
-        self.engine.store().record_homes(t, &home)?;
-        self.engine.store().set_homes(home);
+        self.host.store().record_homes(t, &home)?;
+        self.host.store().set_homes(home);
         Ok(())
     }
 
@@ -405,7 +420,7 @@ impl Flusher<'_> {
             // leaves, so moving single extents of many shards would free nothing. A blob's
             // heat is its extents' reads; coldest (then oldest) first.
             let mut blobs: HashMap<String, ColdBlob> = HashMap::new();
-            for (id, e) in self.engine.store().homed_on(tier) {
+            for (id, e) in self.host.store().homed_on(tier) {
                 let Some(h) = e.home.as_ref() else { continue };
                 let b = blobs
                     .entry(t.blob_key(id, e.seq, h))
@@ -421,7 +436,7 @@ impl Flusher<'_> {
                     break;
                 }
                 for (id, e) in members {
-                    let Ok(meta) = self.engine.object_meta(id, false) else {
+                    let Ok(meta) = self.host.object_meta(id, false) else {
                         continue;
                     };
                     self.move_extent(t, &meta, &e, target)?;
@@ -433,7 +448,7 @@ impl Flusher<'_> {
             if count < PROMOTE_READS {
                 continue;
             }
-            let Some(e) = self.engine.store().extent(id, seq) else {
+            let Some(e) = self.host.store().extent(id, seq) else {
                 continue;
             };
             let Some(h) = e.home.clone() else { continue };
@@ -444,7 +459,7 @@ impl Flusher<'_> {
                     })
             });
             let Some(up) = up else { continue };
-            let Ok(meta) = self.engine.object_meta(id, false) else {
+            let Ok(meta) = self.host.object_meta(id, false) else {
                 continue;
             };
             self.move_extent(t, &meta, &e, up)?;
@@ -461,11 +476,11 @@ impl Flusher<'_> {
 
     /// Tier usage, the flush queue and the flusher's health, for `pdcx top` and tests.
     pub fn fill_tier_stats(&self, st: &mut pdcx_core::protocol::ServerStats) {
-        let Some(t) = &self.engine.tiering else {
+        let Some(t) = self.host.tiering() else {
             return;
         };
         st.tiers = tier_stats(t);
-        (st.flush_pending_extents, st.flush_pending_bytes) = self.engine.store().pending();
+        (st.flush_pending_extents, st.flush_pending_bytes) = self.host.store().pending();
         let fs = t.state();
         st.flushed_bytes = fs.flushed_bytes;
         st.retired_bytes = fs.retired_bytes;
@@ -475,7 +490,7 @@ impl Flusher<'_> {
     /// Flushes until nothing is pending or a pass makes no progress (a tier is failing).
     /// Progress goes to `progress` after each pass.
     pub fn flush_all(&self, progress: &mut dyn FnMut(&FlushReport, u64)) -> Result<FlushReport> {
-        if let Some(t) = &self.engine.tiering {
+        if let Some(t) = self.host.tiering() {
             // A leader asks every member of its shard group again (no idle backoff).
             t.kicked.store(true, Ordering::Relaxed);
         }
@@ -725,18 +740,16 @@ pub(super) fn run_puts(
 impl Flusher<'_> {
     /// Parts of group shards this server uploaded since start (for its leader or as leader).
     pub fn group_parts_uploaded(&self) -> u64 {
-        self.engine
-            .tiering
-            .as_ref()
+        self.host
+            .tiering()
             .map_or(0, |t| t.group_parts_uploaded.load(Ordering::Relaxed))
     }
 
     /// Multipart uploads of group shards left by a crashed leader that this server (their
     /// leader) aborted since start.
     pub fn group_uploads_aborted(&self) -> u64 {
-        self.engine
-            .tiering
-            .as_ref()
+        self.host
+            .tiering()
             .map_or(0, |t| t.group_uploads_aborted.load(Ordering::Relaxed))
     }
 }

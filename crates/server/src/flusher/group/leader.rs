@@ -24,16 +24,16 @@ impl Flusher<'_> {
     ///
     /// With an S3 tier the members keep their encoded bytes: a shard of at least two parts
     /// going to S3 is a multipart upload whose parts the members holding the bytes upload
-    /// ([`Engine::upload_by_members`]); the bytes of every other shard are fetched
+    /// ([`Flusher::upload_by_members`]); the bytes of every other shard are fetched
     /// (`ShardBytes`) and the shard put by the leader.
     pub(in crate::flusher) fn group_pass(&self, t: &Arc<Tiering>, report: &mut FlushReport) {
         if !t.group_on()
-            || t.group_leader() != self.engine.rank
+            || t.group_leader() != self.host.rank()
             || !(0..t.tiers.len()).any(|i| t.off_node(i))
         {
             return;
         }
-        let leader = self.engine.rank;
+        let leader = self.host.rank();
         let members = t.group_members();
         let per_member = (GROUP_PASS_BYTES / members.len().max(1) as u64).max(MIN_MEMBER_BYTES);
         let keep_bytes = (0..t.tiers.len()).any(|i| t.off_node(i) && t.s3[i].is_some());
@@ -79,7 +79,7 @@ impl Flusher<'_> {
                     continue;
                 }
             };
-            if m != self.engine.rank {
+            if m != self.host.rank() {
                 // This server's own waiting extents are already in its pending count.
                 report.pending_extents += more;
             }
@@ -178,7 +178,7 @@ impl Flusher<'_> {
                 .iter()
                 .map(|h| (h.tier.clone(), h.key.clone()))
                 .collect();
-            let r = if m == self.engine.rank {
+            let r = if m == self.host.rank() {
                 self.record_shard_homes(t, homes)
             } else {
                 match self.shard_ask(t, m, PeerRequest::RecordShardHomes { homes }) {
@@ -194,7 +194,7 @@ impl Flusher<'_> {
                     report.extents += n;
                     report.bytes += raw;
                     report.stored_bytes += stored;
-                    if m == self.engine.rank {
+                    if m == self.host.rank() {
                         report.pending_extents = report.pending_extents.saturating_sub(n);
                         report.pending_bytes = report.pending_bytes.saturating_sub(raw);
                     }

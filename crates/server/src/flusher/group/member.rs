@@ -23,11 +23,11 @@ impl Flusher<'_> {
     ) -> Result<(Vec<ShardCandidate>, Vec<u8>, u64)> {
         let mut offered = HashMap::new();
         let mut total = 0u64;
-        let (todo, _) = self.engine.store().extents_to_flush(t);
+        let (todo, _) = self.host.store().extents_to_flush(t);
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
         let mut hints = Hints::new(&names);
         let ids: HashSet<ObjectId> = todo.iter().map(|(id, _)| *id).collect();
-        let mut placed = self.engine.store().placed(t.tiers.len(), &ids);
+        let mut placed = self.host.store().placed(t.tiers.len(), &ids);
         let mut metas: HashMap<ObjectId, Option<ObjectMeta>> = HashMap::new();
         let (mut list, mut bytes, mut more) = (Vec::new(), Vec::new(), 0u64);
         for (id, e) in &todo {
@@ -50,8 +50,8 @@ impl Flusher<'_> {
                 continue;
             }
             let chosen = codec::codec_for(&meta).unwrap_or(None);
-            let raw = self.engine.store().extent_bytes(&meta, e)?;
-            self.engine.store().note_stats(&meta, e.seq, &raw);
+            let raw = self.host.store().extent_bytes(&meta, e)?;
+            self.host.store().note_stats(&meta, e.seq, &raw);
             let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
             let order = candidates(&hint, stored.len() as u64, per, &views);
             per[order[0]] += e.loc.len;
@@ -102,7 +102,7 @@ impl Flusher<'_> {
                 })?;
                 present.insert((tier, h.key.clone()));
             }
-            let Some(e) = self.engine.store().extent(h.id, h.seq) else {
+            let Some(e) = self.host.store().extent(h.id, h.seq) else {
                 continue;
             };
             if e.home.as_ref().is_some_and(|x| t.is_durable(x.tier)) {
@@ -117,9 +117,9 @@ impl Flusher<'_> {
             };
             done.push((h.id, h.seq, home));
         }
-        self.engine.store().record_homes(t, &done)?;
+        self.host.store().record_homes(t, &done)?;
         let n = done.len() as u64;
-        self.engine.store().set_homes(done);
+        self.host.store().set_homes(done);
         t.offered.lock().unwrap_or_else(|p| p.into_inner()).clear();
         Ok(n)
     }
@@ -128,7 +128,7 @@ impl Flusher<'_> {
     pub(super) fn shard_refs(&self, t: &Tiering, prefix: &str) -> Vec<(String, String)> {
         // Waits for a `RecordShardHomes` being applied, so its keys are in the answer.
         let _records = t.records.lock().unwrap_or_else(|p| p.into_inner());
-        let (_, referenced) = self.engine.store().extents_to_flush(t);
+        let (_, referenced) = self.host.store().extents_to_flush(t);
         referenced
             .into_iter()
             .filter(|(_, k)| k.starts_with(prefix))

@@ -48,9 +48,9 @@ impl Flusher<'_> {
     /// Answers a group-shard request from server `from` (`api/peer.rs`).
     pub fn shard_request(&self, from: u32, req: PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
         let t = self
-            .engine
-            .tiering
-            .clone()
+            .host
+            .tiering()
+            .cloned()
             .ok_or_else(|| Error::invalid("this server has no tiers (pdcx.toml)"))?;
         Ok(match req {
             PeerRequest::ShardCandidates { max_bytes, bytes } => {
@@ -78,7 +78,7 @@ impl Flusher<'_> {
                     self.record_shard_homes(&t, homes)?
                 };
                 // Their log copies can go now (as after a flush pass).
-                self.engine.store().retire_flushed()?;
+                self.host.store().retire_flushed()?;
                 (PeerResponse::ShardRecorded { count }, Vec::new())
             }
             PeerRequest::ShardRefs { prefix } => (
@@ -107,7 +107,7 @@ impl Flusher<'_> {
     /// Sends a group-shard request to server `to` (answered here when it is this server,
     /// except `RecordShardHomes`, which the group pass applies itself under its lock).
     fn shard_ask(&self, t: &Tiering, to: u32, req: PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
-        if to == self.engine.rank {
+        if to == self.host.rank() {
             return match req {
                 PeerRequest::ShardRefs { prefix } => Ok((
                     PeerResponse::ShardRefs(self.shard_refs(t, &prefix)),
@@ -132,6 +132,6 @@ impl Flusher<'_> {
                 ))),
             };
         }
-        self.engine.peers()?.shard_call(to, &req)
+        self.host.shard_call(to, &req)
     }
 }

@@ -20,7 +20,7 @@ impl Flusher<'_> {
             let Some(leader) = t.group_leader_of(&key) else {
                 continue;
             };
-            if leader == self.engine.rank {
+            if leader == self.host.rank() {
                 t.to_check
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -41,7 +41,7 @@ impl Flusher<'_> {
             }
         }
         let sweep = t.group_on()
-            && t.group_leader() == self.engine.rank
+            && t.group_leader() == self.host.rank()
             && !t.group_swept.load(Ordering::Relaxed);
         let checks: Vec<(usize, String)> = t
             .to_check
@@ -95,7 +95,7 @@ impl Flusher<'_> {
             return;
         }
         let mut all_listed = true;
-        let mine = format!("{}/", t.group_prefix_of(self.engine.rank));
+        let mine = format!("{}/", t.group_prefix_of(self.host.rank()));
         for i in 0..t.tiers.len() {
             if !t.off_node(i) {
                 continue;
