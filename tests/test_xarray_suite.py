@@ -19,6 +19,7 @@ import os
 import types
 import uuid
 
+import pdcx
 import pytest
 from conftest import Deployment
 
@@ -112,3 +113,107 @@ def test_declined_tests_exist():
     """A declined name that is not a test of the suite (renamed upstream) would hide nothing."""
     for name in DECLINED:
         assert callable(getattr(suite.CFEncodedBase, name, None)), name
+
+
+# -- pdcx's side of the mapping, beyond what the suite checks -----------------------------------
+np = _need("numpy")
+pd = _need("pandas")
+
+
+def test_strings_are_padded_bytes_objects_read_as_vlen_str(suite_client):
+    c = suite_client
+    ds = xr.Dataset(
+        {
+            "name": ("x", np.array(["héllo ✓", "", "a\x00b"], dtype=object)),
+            "fixed": ("x", np.array(["ab", "c", "def"])),  # numpy U3
+            "one": ((), "scalar ✓"),
+            "none": ("e", np.array([], dtype="U1")),
+        }
+    )
+    backend.to_pdcx(ds, c, "strings")
+    obj = c.open_object("strings/name")
+    # UTF-8 of the longest element ("héllo ✓" is 10 bytes), one more dim, the kind in a tag.
+    assert obj.dtype == np.dtype("S1") and obj.shape == (3, 10)
+    assert obj.tags["pdcx.xarray.strings"] == "str" and obj.tags["dims"] == "x"
+    for decode in (True, False):  # strings even undecoded, as netCDF4's NC_STRING
+        back = xr.open_dataset("strings", engine="pdcx", client=c, decode_cf=decode).load()
+        xr.testing.assert_identical(back, ds)
+        assert back["name"].dtype == object and xr.coding.strings.check_vlen_dtype(back["name"].dtype) is str
+        assert "pdcx.xarray.strings" not in back["name"].attrs
+    # a selection reads only the selected elements' bytes
+    lazy = xr.open_dataset("strings", engine="pdcx", client=c)
+    assert lazy["name"][1:].values.tolist() == ["", "a\x00b"]
+
+
+def test_attributes_keep_their_numpy_types(suite_client):
+    c = suite_client
+    attrs = {"f4": np.float32(0.1), "range": np.array([0, 10], dtype="i2"), "inf": np.inf, "flag": True, "s": "x"}
+    ds = xr.Dataset({"v": ("x", np.arange(3.0), attrs)}, attrs={"names": ["a", "bc"], "b": np.bytes_(b"\xff")})
+    backend.to_pdcx(ds, c, "typed")
+    back = xr.open_dataset("typed", engine="pdcx", client=c)
+    got = back["v"].attrs
+    assert type(got["f4"]) is np.float32 and got["f4"] == np.float32(0.1)
+    assert got["range"].dtype == np.dtype("i2") and got["range"].tolist() == [0, 10]
+    assert got["inf"] == np.inf and got["flag"] is np.True_ and got["s"] == "x"
+    assert back.attrs["names"].tolist() == ["a", "bc"] and back.attrs["b"] == b"\xff"
+    assert "pdcx.xarray.attrs" not in got and "pdcx.xarray.attrs" not in back.attrs
+
+
+def test_bookkeeping_tags_never_reach_attrs(suite_client):
+    c = suite_client
+    cont = c.create_container("imported", tags={"hdf5_file": "/data/a.h5", "hdf5_import": "complete", "title": "t"})
+    obj = cont.create_object(
+        "imported/v",
+        (3,),
+        "float64",
+        tags={"dims": "x", "hdf5_path": "/v", "hdf5_chunks": "[3]", "pdcx.durability": "local", "hdf5_attr.dims": "d"},
+    )
+    obj[:] = np.arange(3.0)
+    back = xr.open_dataset("imported", engine="pdcx", client=c)
+    assert back.attrs == {"title": "t"}
+    # hdf5_attr.X is the file's attribute X, renamed on import because X is a pdcx tag name
+    assert back["v"].attrs == {"dims": "d"}
+
+
+def test_mode_w_replaces_the_container_and_keeps_it_on_bad_input(suite_client):
+    c = suite_client
+    backend.to_pdcx(xr.Dataset({"a": ("x", [1, 2]), "b": ("y", [3.0])}), c, "replace")
+    with pytest.raises(pdcx.InvalidArgumentError, match="complex128"):
+        backend.to_pdcx(xr.Dataset({"z": ("x", np.ones(2, dtype=complex))}), c, "replace", mode="w")
+    assert sorted(o.name for o in c.objects("replace")) == ["replace/a", "replace/b"]  # untouched
+    new = xr.Dataset({"c": ("t", np.arange(4, dtype="i2"))}, attrs={"v": 2})
+    backend.to_pdcx(new, c, "replace", mode="w", encoding={"c": {"dtype": "f4"}})
+    assert sorted(o.name for o in c.objects("replace")) == ["replace/c"]
+    assert [o.name for o in c.objects() if o.name in ("replace/a", "replace/b")] == []  # deleted
+    back = xr.open_dataset("replace", engine="pdcx", client=c)
+    assert back["c"].encoding["dtype"] == np.dtype("f4") and back.attrs == {"v": 2}
+
+
+def test_append_dim_grows_variables_with_the_stored_encoding(suite_client):
+    c = suite_client
+
+    def part(start, n):
+        t = pd.date_range("2026-01-01", periods=start + n, freq="h")[start:]
+        return xr.Dataset(
+            {
+                "temp": (("time", "x"), np.arange(start * 2, (start + n) * 2, dtype="f4").reshape(n, 2)),
+                "label": ("time", [f"step {i}" + "!" * i for i in range(start, start + n)]),
+                "grid": ("x", [10.0, 20.0]),
+            },
+            coords={"time": t},
+        )
+
+    first, second = part(0, 3), part(3, 4)
+    backend.to_pdcx(first, c, "grow", unlimited_dims=["time"])
+    backend.to_pdcx(second, c, "grow", mode="a", append_dim="time")
+    back = xr.open_dataset("grow", engine="pdcx", client=c)
+    expected = xr.concat([first, second], dim="time", data_vars="minimal")
+    xr.testing.assert_identical(back.load(), expected)
+    # the appended times are encoded with the first write's units: hours since the first
+    raw = xr.open_dataset("grow", engine="pdcx", client=c, decode_cf=False)
+    assert raw["time"].attrs["units"] == back["time"].encoding["units"] == "hours since 2026-01-01"
+    assert raw["time"].values.tolist() == list(range(7))
+    assert back.encoding["unlimited_dims"] == {"time"}
+    assert c.open_object("grow/temp").shape == (7, 2)
+    with pytest.raises(ValueError, match="Unable to update size for existing dimension'x'"):
+        backend.to_pdcx(part(7, 1).isel(x=[0]), c, "grow", mode="a", append_dim="time")

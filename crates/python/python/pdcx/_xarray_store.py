@@ -257,7 +257,7 @@ class PdcxDataStore(WritableCFDataStore):
                     dims, scalar = _dims_from_tag(tags[DIMS_TAG], where, len(arr.shape), int(np.prod(arr.shape)))
                 if scalar:
                     arr = PdcxBackendArray(obj, field, scalar=True, strings=strings)
-                attrs = {k: v for k, v in tags_to_attrs(tags).items() if k not in _STRUCTURE_TAGS}
+                attrs = tags_to_attrs({k: v for k, v in tags.items() if k not in _STRUCTURE_TAGS})
                 entries.append((name, arr, attrs, dims, where, _is_true(tags.get(COORDINATE_TAG, 0))))
                 seen.add(name)
 
