@@ -14,25 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
-import os
 import types
 import uuid
 
 import pdcx
 import pytest
 from conftest import Deployment
-
-
-def _need(module: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        msg = f"{module} is not installed (scripts/setup.sh --test installs it): {e}"
-        if os.environ.get("PDCX_REQUIRE_XARRAY") == "1":
-            pytest.fail(f"PDCX_REQUIRE_XARRAY=1 but {msg}", pytrace=False)
-        pytest.skip(msg, allow_module_level=True)
-
+from test_xarray import _need  # a missing xarray fails under CI, skips elsewhere
 
 xr = _need("xarray")
 suite = _need("xarray.tests.test_backends")
@@ -47,6 +35,14 @@ DECLINED = {
         "asynchronous loading (BackendArray.async_getitem): pdcx's Python client is synchronous; "
         "xarray's netCDF backends decline it too"
     ),
+}
+
+# test name -> why it is not collected here: xarray itself skips it on this machine for every
+# backend (netCDF4's too), and a skip fails CI (PDCX_NO_SKIPS). test_not_run_still_skipped_upstream
+# checks that xarray still skips each; when it no longer does, the test must come back.
+NOT_RUN = {
+    "test_roundtrip_example_1_netcdf": "needs xarray's `requires_netcdf` (a module named `netcdf`, which no package here provides)",
+    "test_coordinate_variables_after_iris_roundtrip": "needs iris and xarray's `requires_netcdf` (see above)",
 }
 
 
@@ -107,11 +103,21 @@ def _declined(name: str, reason: str):
 
 for _name, _reason in DECLINED.items():
     setattr(TestPdcxCFEncoded, _name, _declined(_name, _reason))
+for _name in NOT_RUN:
+    setattr(TestPdcxCFEncoded, _name, None)  # pytest collects only callables
+
+
+def test_not_run_still_skipped_upstream():
+    for name in NOT_RUN:
+        marks = getattr(getattr(suite.CFEncodedBase, name), "pytestmark", [])
+        assert any(m.name == "skipif" and m.args and m.args[0] for m in marks), (
+            f"xarray no longer skips {name} here: remove it from NOT_RUN"
+        )
 
 
 def test_declined_tests_exist():
     """A declined name that is not a test of the suite (renamed upstream) would hide nothing."""
-    for name in DECLINED:
+    for name in [*DECLINED, *NOT_RUN]:
         assert callable(getattr(suite.CFEncodedBase, name, None)), name
 
 
