@@ -4,7 +4,7 @@
 #   scripts/setup.sh           what the demo (scripts/demo.sh) needs: libzfp, numpy, maturin;
 #                              builds and installs the Python package and the `pdcx` command
 #   scripts/setup.sh --test    also what only the tests need (scripts/test.sh): OpenMPI +
-#                              mpi4py, pytest, ruff, xarray, dask, boto3, iproute2, h5py +
+#                              mpi4py, pytest, ruff, xarray, dask, netCDF4, boto3, iproute2, h5py +
 #                              hdf5plugin (ZFP) and h5dump with Debian's H5Z-ZFP plugin, the
 #                              C API (libpdcx) and versitygw, the S3 server the S3 tier's
 #                              tests start (a Go build, 1-7 minutes on 2 cores), Montage,
@@ -51,7 +51,9 @@ py_mods=(numpy maturin)
 ((want_mpi)) && py_mods+=(mpi4py)
 # xarray and dask: tests/test_xarray.py (pdcx's xarray backend; dask's array extra is numpy).
 # boto3: tests/test_mpiio.py reads the objects an S3 home received with it.
-((want_test)) && py_mods+=(pytest ruff xarray dask boto3)
+# netCDF4: the reference backend xarray's own round-trip suite (tests/test_xarray_suite.py) is
+# compared with; xarray's suite also reads netCDF files with it.
+((want_test)) && py_mods+=(pytest ruff xarray dask boto3 netCDF4)
 # astropy: the synthetic sky images of tests/test_montage.py and bench/montage.
 ((want_test || want_bench)) && py_mods+=(astropy)
 py_need=()
