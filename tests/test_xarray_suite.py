@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import types
 import uuid
 
@@ -23,7 +24,14 @@ from conftest import Deployment
 from test_xarray import _need  # a missing xarray fails under CI, skips elsewhere
 
 xr = _need("xarray")
+_plugin_path = os.environ.get("HDF5_PLUGIN_PATH")
 suite = _need("xarray.tests.test_backends")
+# Importing the suite imports netCDF4, which points HDF5_PLUGIN_PATH at its own plugins for the
+# whole test session; other modules' subprocesses (h5dump with Debian's ZFP filter) need theirs.
+if _plugin_path is None:
+    os.environ.pop("HDF5_PLUGIN_PATH", None)
+else:
+    os.environ["HDF5_PLUGIN_PATH"] = _plugin_path
 backend = _need("pdcx.xarray_backend")
 # The suite's parametrized fixtures live in xarray's own conftest, which pytest does not load
 # for this directory: bring in the two CFEncodedBase uses.
