@@ -107,7 +107,7 @@ EXAMPLES:
 pub(crate) const QUERY_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx query step=3                 # tag equals a number (or a string: species=electron)
-  pdcx query energy>=1.5 step<10    # numeric comparisons: < <= > >=; all conditions must hold
+  pdcx query 'energy>=1.5' 'step<10'  # numeric comparisons: < <= > >= (quoted: the shell's > redirects)
   pdcx query 'species~elec*'        # glob on string tags: * ? [abc]
   pdcx query 'name~run1/*'          # glob on object names
   pdcx query units?                 # objects that have the tag at all
