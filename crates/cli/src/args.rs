@@ -2,10 +2,10 @@
 //! definitions (parsed in `main.rs`, carried out by the command modules).
 
 use crate::examples::{
-    CP_EXAMPLES, FITS_EXAMPLES, FLUSH_EXAMPLES, GET_EXAMPLES, LS_EXAMPLES, MIGRATE_EXAMPLES,
-    PUT_EXAMPLES, QUERY_EXAMPLES, QUICK_START, RECOVER_EXAMPLES, RM_EXAMPLES, RUN_EXAMPLES,
-    SERVER_EXAMPLES, SHOW_EXAMPLES, START_EXAMPLES, STATUS_EXAMPLES, STOP_EXAMPLES, TAG_EXAMPLES,
-    TOP_EXAMPLES,
+    COMPLETION_EXAMPLES, CP_EXAMPLES, FITS_EXAMPLES, FLUSH_EXAMPLES, GET_EXAMPLES, LS_EXAMPLES,
+    MIGRATE_EXAMPLES, PUT_EXAMPLES, QUERY_EXAMPLES, QUICK_START, RECOVER_EXAMPLES, RM_EXAMPLES,
+    RUN_EXAMPLES, SERVER_EXAMPLES, SHOW_EXAMPLES, START_EXAMPLES, STATUS_EXAMPLES, STOP_EXAMPLES,
+    TAG_EXAMPLES, TOP_EXAMPLES,
 };
 use crate::xsite_cmd;
 use clap::{Args, Parser, Subcommand};
@@ -99,14 +99,15 @@ pub(crate) enum Command {
         json: bool,
     },
 
-    /// Remove pdcx:// files, or (-r) everything under a name prefix: a workflow's
-    /// intermediates at its end.
+    /// Remove objects (arrays), or (-r) a container and its objects; or pdcx:// files, or
+    /// (-r) everything under a name prefix: a workflow's intermediates at its end.
     #[command(after_help = RM_EXAMPLES)]
     Rm {
-        /// pdcx://NAME of a file, or of a directory with -r.
-        #[arg(required = true)]
+        /// An object's name; a container's name with -r; pdcx://NAME of a file, or of a
+        /// directory with -r.
+        #[arg(required = true, value_name = "NAME")]
         paths: Vec<String>,
-        /// Remove directories and every file under them.
+        /// Remove containers and their objects, and pdcx:// directories and every file under them.
         #[arg(short, long)]
         recursive: bool,
         /// No summary line.
@@ -199,9 +200,10 @@ pub(crate) enum Command {
         /// (--values) Print the number of hits only (no limit on how many).
         #[arg(long)]
         count: bool,
-        /// (--values) Print at most this many hits (all are counted).
-        #[arg(long, default_value_t = 20, value_name = "N")]
-        limit: u64,
+        /// (--values) Print at most this many hits (all are counted) [default: 20; with
+        /// --json: every hit].
+        #[arg(long, value_name = "N")]
+        limit: Option<u64>,
         /// (--values) Also print a histogram of the first object's hit values with N bins.
         #[arg(long, default_value_t = 0, value_name = "N")]
         bins: u32,
@@ -371,6 +373,14 @@ pub(crate) enum Command {
         /// No progress line.
         #[arg(long, short)]
         quiet: bool,
+    },
+
+    /// Print a shell completion script: `source <(pdcx completion bash)`.
+    #[command(after_help = COMPLETION_EXAMPLES)]
+    Completion {
+        /// The shell: bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
 
     /// Set or delete an object's tags.

@@ -571,7 +571,8 @@ pub struct ValueQueryOpts<'a> {
     pub region: Option<&'a str>,
     pub container: Option<&'a str>,
     pub count_only: bool,
-    pub limit: u64,
+    /// Hits to print; `None`: 20 as text, every hit as JSON (a program reads all of it).
+    pub limit: Option<u64>,
     pub bins: u32,
     pub json: bool,
 }
@@ -637,7 +638,13 @@ pub fn value_query(root: &Path, text: &str, opts: &ValueQueryOpts) -> Result<()>
     let shown = if opts.count_only {
         0
     } else {
-        n.min(opts.limit as usize)
+        let default = if opts.json { u64::MAX } else { 20 };
+        n.min(
+            opts.limit
+                .unwrap_or(default)
+                .try_into()
+                .unwrap_or(usize::MAX),
+        )
     };
     let coord = |i: usize, d: usize| {
         let at = (i * nd + d) * 8;

@@ -54,10 +54,19 @@ appends each process's counts (opens, round trips, bytes) to FILE.";
 
 pub(crate) const RM_EXAMPLES: &str = "\
 EXAMPLES:
+  pdcx rm run1/x                       # one object (an array, or a file by its bare name)
+  pdcx rm -r run1                      # container run1 and its objects
   pdcx rm pdcx://proj/a.fits           # one file
   pdcx rm -r pdcx://work               # the files under work/ and its directories
 
-Only byte-stream objects (files) are removed; `pdcx rm` never touches arrays.";
+A container is removed only with -r. Its objects that another container holds too are only
+taken out of it (listed on stderr); the others are deleted with their data.";
+
+pub(crate) const COMPLETION_EXAMPLES: &str = "\
+EXAMPLES:
+  source <(pdcx completion bash)      # this shell (or add the line to ~/.bashrc)
+  pdcx completion zsh > _pdcx         # zsh: put _pdcx in a directory of $fpath
+  pdcx completion fish > pdcx.fish    # fish: put it in ~/.config/fish/completions/";
 
 pub(crate) const CP_EXAMPLES: &str = "\
 EXAMPLES:
@@ -98,7 +107,7 @@ EXAMPLES:
 pub(crate) const QUERY_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx query step=3                 # tag equals a number (or a string: species=electron)
-  pdcx query energy>=1.5 step<10    # numeric comparisons: < <= > >=; all conditions must hold
+  pdcx query 'energy>=1.5' 'step<10'  # numeric comparisons: < <= > >= (quoted: the shell's > redirects)
   pdcx query 'species~elec*'        # glob on string tags: * ? [abc]
   pdcx query 'name~run1/*'          # glob on object names
   pdcx query units?                 # objects that have the tag at all

@@ -34,8 +34,43 @@ pub fn run(what: &str, root: Option<&Path>, args: &[String]) -> Result<u8> {
         cmd.arg("--root").arg(absolute(r)?);
     }
     cmd.args(args);
-    let status = cmd
-        .status()
+    let mut child = cmd
+        .spawn()
         .map_err(|e| anyhow!("running {python} -m pdcx.hdf5: {e}"))?;
-    Ok(status.code().map_or(1, |c| c.clamp(0, 255) as u8))
+    forward_signals(child.id());
+    let status = child
+        .wait()
+        .map_err(|e| anyhow!("waiting for {python} -m pdcx.hdf5: {e}"))?;
+    Ok(exit_code(status))
+}
+
+/// While the Python child runs, this process only waits for it (as system(3) does): Ctrl-C
+/// reaches the child from the terminal and the child says what it left, in one line; SIGTERM
+/// and SIGHUP sent to `pdcx` alone are passed on, so a killed job stops the import cleanly.
+fn forward_signals(child: u32) {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let Ok(mut signals) = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP]) else {
+        return; // the default actions remain: the child is still stopped by the terminal's Ctrl-C
+    };
+    let Ok(pid) = libc::pid_t::try_from(child) else {
+        return;
+    };
+    std::thread::spawn(move || {
+        for sig in signals.forever() {
+            if sig != SIGINT {
+                // SAFETY: kill(2) with a pid we spawned and a valid signal number.
+                unsafe { libc::kill(pid, sig) };
+            }
+        }
+    });
+}
+
+/// The child's exit status as this process's: its code, or 128+N when signal N ended it.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
+        (None, None) => 1,
+    }
 }

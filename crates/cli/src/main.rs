@@ -11,6 +11,7 @@ mod hdf5_cmd;
 mod interrupt;
 mod local_dest;
 mod mpiio_cmd;
+mod remove_cmd;
 mod tiers_cmd;
 mod xsite_cmd;
 
@@ -111,6 +112,15 @@ fn run(mut cli: Cli) -> Result<u8> {
     {
         return Ok(crash_points(*json));
     }
+    if let Command::Completion { shell } = &cli.command {
+        clap_complete::generate(
+            *shell,
+            &mut <Cli as clap::CommandFactory>::command(),
+            "pdcx",
+            &mut std::io::stdout(),
+        );
+        return Ok(0);
+    }
     if let Command::Fits { program } = &cli.command {
         return files_cmd::fits_run(cli.root.as_deref(), program);
     }
@@ -134,6 +144,7 @@ fn run(mut cli: Cli) -> Result<u8> {
     let root = require_root(cli.root)?;
     match cli.command {
         Command::Run { .. }
+        | Command::Completion { .. }
         | Command::Fits { .. }
         | Command::Import { .. }
         | Command::Export { .. } => {
@@ -184,7 +195,20 @@ fn run(mut cli: Cli) -> Result<u8> {
             paths,
             recursive,
             quiet,
-        } => files_cmd::rm(&root, &paths, recursive, quiet).map(|()| 0),
+        } => {
+            // pdcx://NAME is a file (a byte stream under a name prefix); a bare name is an
+            // object or a container.
+            let (files, named): (Vec<String>, Vec<String>) = paths
+                .into_iter()
+                .partition(|p| p.starts_with(files_cmd::SCHEME));
+            if !files.is_empty() {
+                files_cmd::rm(&root, &files, recursive, quiet)?;
+            }
+            if !named.is_empty() {
+                remove_cmd::rm(&root, &named, recursive, quiet)?;
+            }
+            Ok(0)
+        }
         Command::Cp {
             mut paths,
             recursive,

@@ -3,7 +3,7 @@
 Quick start::
 
     import numpy as np, pdcx
-    client = pdcx.connect()                      # private server unless PDCX_ROOT is set
+    client = pdcx.connect(embedded=True)         # a private scratch server; root=DIR to keep data
     cont = client.create_container("run1", tags={"app": "vpic"})
     obj = cont.create_object("run1/energy", shape=(1000, 3), dtype="float64", tags={"step": 0})
     obj[:500] = np.random.rand(500, 3)           # synchronous write (a consistency point)
@@ -47,6 +47,19 @@ from ._tags import TIER_TAG as TIER_TAG
 from ._tags import TagView as TagView
 from ._tags import _decode_tags as _decode_tags
 from ._transfer import Transfer, requests_sent, start_all, wait_all
+
+
+def _version() -> str:
+    """The installed distribution's version (maturin takes it from the Cargo workspace)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("pdcx")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH, never installed
+        return "0+unknown"
+
+
+__version__ = _version()
 
 __all__ = [
     "AlreadyExistsError",

@@ -8,6 +8,7 @@ import atexit
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import Any, Self
@@ -39,22 +40,33 @@ class _Embedded:
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def connect(root: str | os.PathLike | None = None) -> Client:
+def connect(root: str | os.PathLike | None = None, *, embedded: bool = False) -> Client:
     """Connects to a pdcx deployment.
 
     - ``connect(root="/path")`` joins the deployment whose servers were started with that root
       (``pdcx server start -n 2 --root /path`` or ``mpirun -n 2 pdcx server --root /path``).
     - ``connect()`` with ``PDCX_ROOT`` set joins that one.
-    - ``connect()`` with neither starts a private server in this process, in a temporary
-      directory that is removed at exit (the embedded default: nothing to set up).
+    - ``connect(embedded=True)`` starts a private server in this process, in a temporary
+      directory that is removed at exit: a scratch store, nothing to set up.
+    - ``connect()`` with neither a root nor ``PDCX_ROOT`` does the same, but says so on stderr
+      (where, and that it is deleted at exit), so data meant to be kept is never lost silently.
     """
-    if root is None and not os.environ.get("PDCX_ROOT"):
+    if embedded and root is not None:
+        raise InvalidArgumentError("connect(): give a root or embedded=True, not both")
+    if embedded or (root is None and not os.environ.get("PDCX_ROOT")):
         if int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1"))) > 1:
             raise UnavailableError(
                 "running under MPI with no deployment: start servers first "
                 "(pdcx server start -n 2 --root DIR) and set PDCX_ROOT=DIR, so all ranks share them"
             )
         emb = _Embedded()
+        if not embedded:
+            print(
+                f"pdcx: no root given and PDCX_ROOT unset: using a private store in {emb.dir}, "
+                "deleted at exit (connect(root=DIR) keeps data; connect(embedded=True) says nothing)",
+                file=sys.stderr,
+                flush=True,
+            )
         client = Client(_native.Client(emb.dir))
         client._embedded = emb
         return client

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
+import signal
 import sys
 
-from .. import Client, InvalidArgumentError, PdcxError, connect
+from .. import Client, InvalidArgumentError, NotFoundError, PdcxError, connect
 from ._export import export_objects
-from ._import import _mpi_comm, _open_h5, import_file
+from ._import import _mpi_comm, _open_h5, import_file, undo_import
 from ._mapping import DEFAULT_MEMORY, MiB, _need_h5py, _plan_dataset, _Unsupported, _walk
 
 IMPORT_HELP = """\
@@ -36,12 +38,19 @@ length strings, float16, references, ...; --skip-unsupported skips them with a w
 container exists (--into-existing adds to it). Under `mpirun -n N` (with mpi4py) rank 0 creates
 the objects and all ranks copy a round-robin share of the chunks.
 
+An import stopped part-way (Ctrl-C, a killed job) leaves its container tagged
+hdf5_import=incomplete, and a plain rerun is refused: --resume finishes it (the objects already
+made are kept, their data copied again), --undo removes what it made (as does
+`pdcx rm -r CONTAINER` for a container of its own). Ctrl-C prints one line and exits 130.
+
 examples:
   pdcx import run.h5                               # container "run"
   pdcx import run.h5 --container run7 --quiet
   pdcx import a.h5 b.h5 c.h5 --skip-unsupported    # containers a, b, c
   mpirun -n 8 pdcx import big.h5                   # 8 ranks copy in parallel
   pdcx import run.h5 --dry-run                     # print the mapping, create nothing
+  pdcx import run.h5 --resume                      # finish an interrupted import
+  pdcx import run.h5 --undo                        # remove what importing run.h5 made
 """
 
 EXPORT_HELP = """\
@@ -112,6 +121,17 @@ def _parser() -> argparse.ArgumentParser:
         "Datasets with filters other than shuffle/deflate are copied",
     )
     imp.add_argument("--dry-run", action="store_true", help="print what would be created and exit")
+    again = imp.add_mutually_exclusive_group()
+    again.add_argument(
+        "--resume",
+        action="store_true",
+        help="finish an import that was interrupted (its container is tagged hdf5_import=incomplete)",
+    )
+    again.add_argument(
+        "--undo",
+        action="store_true",
+        help="remove the objects importing FILE made (finished or not), and its container if left empty",
+    )
     exp = sub.add_parser(
         "export",
         parents=[common],
@@ -166,11 +186,14 @@ def _cmd_import(a) -> int:
     # Every file opens and names its own container before the first one is imported.
     stems: dict[str, str] = {}
     for path in a.files:
-        _open_h5(path).close()
+        if not a.undo:  # undoing needs no file: it may be gone already
+            _open_h5(path).close()
         name = a.container or os.path.splitext(os.path.basename(path))[0]
         if name in stems:
             raise InvalidArgumentError(f"{stems[name]} and {path} would both become container {name!r}")
         stems[name] = path
+    if a.undo:
+        return _undo(a, stems)
     comm = _mpi_comm(None)
     rank = 0 if comm is None else comm.Get_rank()
     env_size = int(os.environ.get("OMPI_COMM_WORLD_SIZE", os.environ.get("PMI_SIZE", "1")))
@@ -182,19 +205,23 @@ def _cmd_import(a) -> int:
         _say(a.quiet, "pdcx import: mpi4py is not installed: rank 0 imports alone (pip install mpi4py)")
     client = _connect(a.root)
     quiet = a.quiet or rank != 0
-    for path in a.files:
-        r = import_file(
-            client,
-            path,
-            a.container,
-            into_existing=a.into_existing,
-            skip_unsupported=a.skip_unsupported,
-            memory=a.memory * MiB,
-            durability=a.durability,
-            progress=not a.quiet,
-            comm=comm,
-            by_reference=a.by_reference,
-        )
+    for name, path in stems.items():
+        try:
+            r = import_file(
+                client,
+                path,
+                a.container,
+                into_existing=a.into_existing,
+                skip_unsupported=a.skip_unsupported,
+                memory=a.memory * MiB,
+                durability=a.durability,
+                progress=not a.quiet,
+                comm=comm,
+                by_reference=a.by_reference,
+                resume=a.resume,
+            )
+        except KeyboardInterrupt:
+            raise _Interrupted(_left_behind(client, name, path)) from None
         for w in r.warnings:
             _say(quiet, f"warning: {w}")
         for s in r.skipped:
@@ -211,6 +238,41 @@ def _cmd_import(a) -> int:
             quiet,
             f"imported {len(r.objects)} dataset(s) of {path} into container {r.container!r}: "
             f"{r.bytes / MiB:,.1f} MiB in {r.seconds:.2f} s ({r.rate:,.0f} MB/s){ranks}",
+        )
+    client.close()
+    return 0
+
+
+class _Interrupted(Exception):
+    """Ctrl-C during an import, with what it left (one line for the user)."""
+
+
+def _left_behind(client: Client, name: str, path: str) -> str:
+    """What an interrupted import of ``path`` into container ``name`` left, and what to do."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    try:
+        state = client.open_container(name).tags.get("hdf5_import")
+    except NotFoundError:
+        return f"interrupted while importing {path}: nothing was created"
+    except PdcxError as e:
+        return f"interrupted while importing {path}; container {name!r} may hold part of it ({e})"
+    if state == "complete":
+        return f"interrupted after importing {path} into container {name!r} (complete)"
+    again = shlex.quote(path)
+    return (
+        f"interrupted: container {name!r} holds part of {path} (tagged hdf5_import=incomplete): "
+        f"`pdcx import --resume {again}` finishes it, `pdcx import --undo {again}` removes it"
+    )
+
+
+def _undo(a, stems: dict[str, str]) -> int:
+    client = _connect(a.root)
+    for name, path in stems.items():
+        removed, gone = undo_import(client, path, name)
+        _say(
+            a.quiet,
+            f"removed {removed} object(s) imported from {path}"
+            + (f" and container {name!r}" if gone else f"; container {name!r} holds other objects and stays"),
         )
     client.close()
     return 0
@@ -247,8 +309,16 @@ def main(argv: list[str] | None = None) -> int:
     if a.memory < 1:
         print("pdcx: --memory must be at least 1 MiB", file=sys.stderr)
         return 2
+    # A job scheduler's SIGTERM ends the import as Ctrl-C does: one line on what is left.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return _cmd_import(a) if a.command == "import" else _cmd_export(a)
+    except _Interrupted as e:
+        print(f"pdcx {a.command}: {e}", file=sys.stderr)
+        return 130
+    except KeyboardInterrupt:
+        print(f"pdcx {a.command}: interrupted", file=sys.stderr)
+        return 130
     except (PdcxError, OSError) as e:
         if not getattr(e, "shared", False):  # under mpirun, an error all ranks share is said once
             print(f"pdcx {a.command}: error: {e}", file=sys.stderr)

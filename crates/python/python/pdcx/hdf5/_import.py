@@ -85,9 +85,11 @@ def _open_h5(path: str):
         raise InvalidArgumentError(f"{path}: HDF5 cannot open it: {e}") from None
 
 
-def _scan(client: Client, path: str, container: str, into_existing: bool, skip_unsupported: bool):
+def _scan(client: Client, path: str, container: str, into_existing: bool, skip_unsupported: bool, resume: bool = False):
     """Everything checked before anything is created: the file opens, every dataset maps to an
-    object (or is skipped on request), the container and object names are free."""
+    object (or is skipped on request), the container and object names are free. With
+    ``resume``, the container must hold an unfinished import of this file instead, and the
+    objects it already made are kept (their plans get ``obj``)."""
     file_abs = os.path.abspath(path)
     with _open_h5(path) as f:
         dsets, groups = _walk(f)
@@ -115,12 +117,22 @@ def _scan(client: Client, path: str, container: str, into_existing: bool, skip_u
     if ctypes:
         ctags["hdf5_attr_types"] = json.dumps(ctypes)
     ctags["hdf5_file"] = file_abs
-    exists = True
     try:
-        client.open_container(container)
+        state = _import_state(client.open_container(container), file_abs)
+        exists = True
     except NotFoundError:
-        exists = False
-    if exists and not into_existing:
+        state, exists = None, False
+    if resume and state is None:
+        raise NotFoundError(
+            f"container {container!r} holds no unfinished import of {file_abs} (nothing to resume)"
+            + ("" if exists else "; import it without --resume")
+        )
+    if state is not None and not resume:
+        raise AlreadyExistsError(
+            f"container {container!r} holds an unfinished import of {path} ({state}; nothing was "
+            "imported): finish it with --resume, or remove what it left with --undo"
+        )
+    if exists and not into_existing and not resume:
         raise AlreadyExistsError(
             f"container {container!r} exists (nothing was imported): pick another name with "
             "--container NAME, or add the datasets to it with --into-existing"
@@ -128,15 +140,50 @@ def _scan(client: Client, path: str, container: str, into_existing: bool, skip_u
     taken = []
     for p in plans:
         try:
-            client.open_object(p.name)
-            taken.append(p.name)
+            o = client.open_object(p.name)
         except NotFoundError:
-            pass
+            continue
+        if resume and o.tags.get("hdf5_file") == file_abs and o.tags.get("hdf5_path") == p.path:
+            p.obj = o  # made by the interrupted import: its data is copied again
+        else:
+            taken.append(p.name)
     if taken:
         raise AlreadyExistsError(
             f"{len(taken)} object name(s) already exist (nothing was imported): " + ", ".join(taken[:10])
         )
     return plans, ctags, exists, skipped, warns
+
+
+def _import_state(cont, file_abs: str) -> str | None:
+    """Why container ``cont`` holds an unfinished import of ``file_abs`` (its hdf5_import
+    tag), or None when it does not."""
+    tags = cont.tags
+    state = str(tags.get("hdf5_import", ""))
+    if tags.get("hdf5_file") == file_abs and (state == "incomplete" or state.startswith("failed")):
+        return f"hdf5_import={state[:60]}"
+    return None
+
+
+def undo_import(client: Client, path: str | os.PathLike, container: str | None = None) -> tuple[int, bool]:
+    """Removes what importing ``path`` into ``container`` (default: the file's stem) made,
+    finished or not: the container's objects whose ``hdf5_file`` tag is the file, then the
+    container if it was made for the file and is left empty. Returns (objects removed,
+    whether the container was removed)."""
+    file_abs = os.path.abspath(os.fspath(path))
+    container = container or os.path.splitext(os.path.basename(file_abs))[0]
+    cont = client.open_container(container)  # NotFoundError names it
+    removed = 0
+    for o in client.objects(container):
+        if o.tags.get("hdf5_file") == file_abs:
+            client.delete_object(o)
+            removed += 1
+    gone = False
+    if cont.tags.get("hdf5_file") == file_abs and not client.objects(container):
+        client.delete_container(container)
+        gone = True
+    if removed == 0 and not gone:
+        raise NotFoundError(f"container {container!r} holds nothing imported from {file_abs} (nothing to undo)")
+    return removed, gone
 
 
 def _discard(client: Client, container: str, created_container: bool, plans: list, reason: str) -> str:
@@ -254,6 +301,7 @@ def import_file(
     progress: bool = False,
     comm: Any = None,
     by_reference: bool = False,
+    resume: bool = False,
 ) -> ImportReport:
     """Copies every dataset of an HDF5 file into pdcx (see the module's doc for the mapping).
 
@@ -267,7 +315,10 @@ def import_file(
     Creates container ``container`` (default: the file's stem; with ``into_existing`` an
     existing one is fine) and one object per dataset. ``memory`` bounds the bytes of data in
     flight (per rank). Raises before creating anything when the file cannot be read, a dataset
-    cannot be held (unless ``skip_unsupported``) or a name is taken. ``comm`` (an mpi4py
+    cannot be held (unless ``skip_unsupported``) or a name is taken. An import interrupted
+    part-way leaves the container tagged ``hdf5_import=incomplete``; ``resume=True`` finishes
+    it (the objects it made are kept, the data is copied again) and :func:`undo_import`
+    removes what it left. ``comm`` (an mpi4py
     communicator; default COMM_WORLD under mpirun) splits the copy over ranks: every rank
     calls this with the same arguments; rank 0 creates, all copy, all get the same report.
     """
@@ -286,7 +337,7 @@ def import_file(
     if rank == 0:
         try:
             plans, ctags, exists, report.skipped, report.warnings = _scan(
-                client, path, container, into_existing, skip_unsupported
+                client, path, container, into_existing, skip_unsupported, resume
             )
             ctags["hdf5_import"] = "incomplete"
             if exists:
@@ -295,9 +346,10 @@ def import_file(
             else:
                 cont = client.create_container(container, tags=ctags)
                 created_container = True
-            made = cont.create_objects([p.spec() for p in plans])
+            todo = [p for p in plans if p.obj is None]  # on resume, the objects still missing
+            made = cont.create_objects([p.spec() for p in todo])
             failed = []
-            for p, o in zip(plans, made):
+            for p, o in zip(todo, made):
                 if isinstance(o, Exception):
                     failed.append(f"{p.path}: {o}")
                 else:
