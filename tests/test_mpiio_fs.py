@@ -64,17 +64,21 @@ def ordered_round(n: int = RANKS) -> bytes:
     return np.concatenate(blocks).astype("<i4").tobytes()
 
 
+def run_logged(io: str, dep, out: Path, home: Path, argv: list, banner: str) -> None:
+    """One run under `pdcx run`: it must succeed with no pdcx line on stderr."""
+    p = pdcx_run(io, out, home, dep.root, argv, env=mpi_env({"PDCX_ROOT": str(dep.root)}))
+    ok(p, banner)
+    assert not pdcx_lines(p.stderr), f"pdcx complained:\n{p.stderr}"
+
+
 @pytest.mark.parametrize("io", IOS)
 def test_shared_file_pointers_as_on_a_file_system(progs, deployment, dirs, io):
     out, home, direct = dirs
     ok(mpirun(io, [progs["shared"], direct / "s.dat"]), "shared ok")
     need_pdcx_run()
     dep = deployment(n=2)
-    env = mpi_env({"PDCX_ROOT": str(dep.root)})
-    for i in range(REPEAT):
-        p = pdcx_run(io, out, home, dep.root, [progs["shared"], out / "s.dat"], env=env)
-        ok(p, "shared ok")
-        assert not pdcx_lines(p.stderr), f"run {i}: pdcx complained:\n{p.stderr}"
+    for _ in range(REPEAT):
+        run_logged(io, dep, out, home, [progs["shared"], out / "s.dat"], "shared ok")
     run_pdcx("flush", "--root", dep.root, timeout=120)
     got, want = (home / "s.dat").read_bytes(), (direct / "s.dat").read_bytes()
     assert len(got) == len(want) == 2 * RANKS * SHARED_BLOCK * 4
@@ -90,17 +94,12 @@ def test_excl_open_and_delete_remove_the_home_copy(progs, deployment, dirs, io):
     assert not (direct / "gone.dat").exists()
     need_pdcx_run()
     dep = deployment(n=2)
-    env = mpi_env({"PDCX_ROOT": str(dep.root)})
     # Twice: the second run deletes the first run's file (stream, placeholder and home copy).
     for _ in range(2):
-        p = pdcx_run(io, out, home, dep.root, [progs["excl"], out / "e.dat"], env=env)
-        ok(p, "excl ok")
-        assert not pdcx_lines(p.stderr), f"pdcx complained:\n{p.stderr}"
+        run_logged(io, dep, out, home, [progs["excl"], out / "e.dat"], "excl ok")
         run_pdcx("flush", "--root", dep.root, timeout=120)
         assert (home / "e.dat").read_bytes() == (direct / "e.dat").read_bytes()
-    p = pdcx_run(io, out, home, dep.root, [progs["excl"], out / "gone.dat", "delete"], env=env)
-    ok(p, "excl ok")
-    assert not pdcx_lines(p.stderr), f"pdcx complained:\n{p.stderr}"
+    run_logged(io, dep, out, home, [progs["excl"], out / "gone.dat", "delete"], "excl ok")
     run_pdcx("flush", "--root", dep.root, timeout=120)
     assert not (home / "gone.dat").exists(), "MPI_File_delete left the home copy"
     assert not (out / "gone.dat").exists()
@@ -114,10 +113,7 @@ def test_profiling_names_are_logged(progs, deployment, dirs, io):
     ok(mpirun(io, [progs["pmpi"], direct / "p.dat"]), "pmpi ok")
     need_pdcx_run()
     dep = deployment(n=2)
-    env = mpi_env({"PDCX_ROOT": str(dep.root)})
-    p = pdcx_run(io, out, home, dep.root, [progs["pmpi"], out / "p.dat"], env=env)
-    ok(p, "pmpi ok")
-    assert not pdcx_lines(p.stderr), f"pdcx complained:\n{p.stderr}"
+    run_logged(io, dep, out, home, [progs["pmpi"], out / "p.dat"], "pmpi ok")
     assert "mpiio/p.dat" in streams(dep.root), "PMPI_File_open was not logged"
     assert (out / "p.dat").stat().st_size == 0, "the bytes went to the placeholder"
     run_pdcx("flush", "--root", dep.root, timeout=120)
@@ -138,8 +134,7 @@ def test_flush_names_the_files_it_waited_for(progs, deployment, dirs):
     need_pdcx_run()
     out, home, _ = dirs
     dep = deployment(n=2)
-    env = mpi_env({"PDCX_ROOT": str(dep.root)})
-    ok(pdcx_run("ompio", out, home, dep.root, [progs["pmpi"], out / "p.dat"], env=env), "pmpi ok")
+    run_logged("ompio", dep, out, home, [progs["pmpi"], out / "p.dat"], "pmpi ok")
     p = run_pdcx("flush", "--root", dep.root, check=False, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     if "no file was waiting" not in p.stdout:
