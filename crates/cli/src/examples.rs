@@ -129,7 +129,13 @@ EXAMPLES:
   pdcx flush                 # everything committed goes to its home tier; progress on stderr
   pdcx flush --stall 120 -q  # in a job script: wait up to 2 min without progress
 
-It also waits until every version of a file written under `pdcx run` is copied to its home.
+It also waits until every version of a file written under `pdcx run` is copied to its home,
+and names the files it waited for. Without tiers, or with nothing to flush, it succeeds.
+
+EXIT STATUS:
+  0  every committed extent is on its tier and every file written under `pdcx run` is home
+  1  a home copy failed, no progress for --stall seconds, or the servers cannot be reached
+     (the data stays safe in the servers' logs; they keep retrying)
 
 Tiers are declared in ROOT/pdcx.toml (or $PDCX_CONFIG); see docs/TIERS.md.";
 

@@ -180,26 +180,35 @@ fn pending(v: &VersionInfo) -> bool {
 }
 
 /// The home-copy part of `pdcx flush`: waits until no byte-stream version is waiting for
-/// its home copy, with a progress line; fails after `stall` seconds without progress,
-/// naming each pending version and its last error.
+/// its home copy, with a progress line, then names the files it waited for; fails after
+/// `stall` seconds without progress, naming each pending version and its last error.
 pub fn wait_homes(client: &Client, stall: u64, quiet: bool) -> Result<()> {
     let start = Instant::now();
     let mut last_progress = Instant::now();
     let mut last_left = usize::MAX;
     let mut shown = false;
+    // Each file (its home) that had a version still to copy while we looked.
+    let mut waited: std::collections::BTreeSet<String> = Default::default();
     loop {
         let all = client.all_versions().map_err(msg)?;
         let left: Vec<&VersionInfo> = all.iter().filter(|v| pending(v)).collect();
+        waited.extend(left.iter().map(|v| v.home.clone()));
         if left.is_empty() {
             if shown {
                 eprintln!();
             }
             let done = all.iter().filter(|v| v.state == "done").count();
-            if !all.is_empty() {
+            let secs = start.elapsed().as_secs_f64();
+            if waited.is_empty() {
+                println!("homes: no file was waiting for its home copy ({done} versions home)");
+            } else {
                 println!(
-                    "homes: every sealed version is copied ({done} versions done, {:.1} s)",
-                    start.elapsed().as_secs_f64()
+                    "homes: waited {secs:.1} s for {} files ({done} versions home):",
+                    waited.len()
                 );
+                for home in &waited {
+                    println!("  {home}");
+                }
             }
             let failed: Vec<String> = all
                 .iter()

@@ -5,7 +5,8 @@
 //!
 //! One job per file: `real.rs` (the real functions), `guard.rs` (recursion guard), `fdtab.rs`
 //! (which fds are ours), `config.rs` (environment, paths, decisions), `posix/` (the libc
-//! wrappers, one child per family of calls), `aio.rs` (POSIX AIO on our fds), `mpi.rs` (the MPI wrappers). The bytes go
+//! wrappers, one child per family of calls), `aio.rs` (POSIX AIO on our fds), `mpi.rs` (the MPI wrappers), `shared_fp.rs` (flushes
+//! at barriers and shared-file-pointer calls). The bytes go
 //! through `pdcx_client::ByteStream`.
 //!
 //! Exported wrappers carry `#[no_mangle]` only outside `cfg(test)`: the crate's unit tests
@@ -32,6 +33,7 @@ pub mod guard;
 pub mod mpi;
 pub mod posix;
 pub mod real;
+pub mod shared_fp;
 
 use libc::c_int;
 use std::panic::AssertUnwindSafe;

@@ -141,7 +141,7 @@ fn check(rc: c_int) -> Result<(), c_int> {
 }
 
 /// Runs one MPI wrapper: a panic prints one line and returns `MPI_ERR_IO`.
-fn mpi_ffi(name: &str, body: impl FnOnce() -> Result<c_int, c_int>) -> c_int {
+pub(crate) fn mpi_ffi(name: &str, body: impl FnOnce() -> Result<c_int, c_int>) -> c_int {
     match std::panic::catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(rc)) | Ok(Err(rc)) => rc,
         Err(_) => {
@@ -219,16 +219,61 @@ fn files_with<T>(fh: Handle, f: impl FnOnce(&OpenFile) -> T) -> Option<T> {
     fdtab::lock(&FILES).as_ref()?.get(&(fh as usize)).map(f)
 }
 
+/// Sends this process's queued writes of `file` to the servers, where every rank's reads
+/// see them (a write on a local file system is visible at once). Inside `MPI_File_sync` or
+/// `MPI_File_close` it does nothing: the consistency point that follows commits them.
+fn flush_one(file: &FileState) -> Result<(), String> {
+    if guard::in_sync_or_close() {
+        return Ok(());
+    }
+    let _g = Passthrough::enter();
+    file.bs
+        .flush()
+        .map_err(|e| format!("flush of {} failed: {e}", file.name))
+}
+
+/// [`flush_one`] of the file behind `fh`, when this process logs it for writing; an error
+/// is printed (one line) and returned as `MPI_ERR_IO`.
+pub(crate) fn flush_handle(fh: Handle, what: &str) -> Result<(), c_int> {
+    let Some(file) = files_with(fh, |o| (!o.readonly).then(|| o.file.clone())).flatten() else {
+        return Ok(());
+    };
+    flush_one(&file).map_err(|e| {
+        say(&format!("{what}: {e}"));
+        MPI_ERR_IO
+    })
+}
+
+/// [`flush_one`] of every file this process logs for writing (before a barrier: what a
+/// rank wrote before it is visible to every rank after it). Errors are printed; the writes
+/// stay queued for the next consistency point, which reports the failure to the program.
+pub(crate) fn flush_all(what: &str) {
+    let files: Vec<Arc<FileState>> = match fdtab::lock(&FILES).as_ref() {
+        Some(m) => m
+            .values()
+            .filter(|o| !o.readonly)
+            .map(|o| o.file.clone())
+            .collect(),
+        None => return,
+    };
+    for f in files {
+        if let Err(e) = flush_one(&f) {
+            say(&format!("{what}: {e}"));
+        }
+    }
+}
+
 fn debug_line(rank: c_int, what: &str) {
     if config::get().debug {
         say(&format!("[rank {rank} pid {}] {what}", std::process::id()));
     }
 }
 
+/// `MPI_File_open` and `PMPI_File_open`.
+///
 /// # Safety
 /// C `MPI_File_open(comm, filename, amode, info, fh)` of Open MPI.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_File_open(
+unsafe fn file_open(
     comm: Handle,
     filename: *const c_char,
     amode: c_int,
@@ -446,6 +491,14 @@ fn log_open(
     let rc = unsafe { (m.file_open)(comm, filename, amode, info, fh) };
     if rc != MPI_SUCCESS {
         fdtab::end_opening(&file);
+        if rank == 0 && file.bs.created() {
+            // The open failed (an MPI_MODE_EXCL open of an existing file, a missing
+            // directory): the stream this call created must not outlive it, as no file does.
+            let _g = Passthrough::enter();
+            if let Err(e) = file.bs.client().delete_object(file.bs.id()) {
+                debug_line(rank, &format!("removing unused {}: {e}", file.name));
+            }
+        }
         if !dup.is_null() {
             // SAFETY: our own duplicate.
             unsafe { (coll.comm_free)(&mut dup) };
@@ -550,10 +603,11 @@ fn consistency_point(
     Ok(if sealed != 0 { MPI_ERR_IO } else { MPI_SUCCESS })
 }
 
+/// `MPI_File_sync` and `PMPI_File_sync`.
+///
 /// # Safety
 /// C `MPI_File_sync(fh)` of Open MPI.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_File_sync(fh: Handle) -> c_int {
+unsafe fn file_sync(fh: Handle) -> c_int {
     let Some(m) = mpi() else { return MPI_ERR_OTHER };
     // SAFETY: the caller's handle.
     let pass = || unsafe { (m.file_sync)(fh) };
@@ -577,10 +631,11 @@ pub unsafe extern "C" fn MPI_File_sync(fh: Handle) -> c_int {
     })
 }
 
+/// `MPI_File_close` and `PMPI_File_close`.
+///
 /// # Safety
 /// C `MPI_File_close(fh)` of Open MPI.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_File_close(fh: *mut Handle) -> c_int {
+unsafe fn file_close(fh: *mut Handle) -> c_int {
     let Some(m) = mpi() else { return MPI_ERR_OTHER };
     // SAFETY: the caller's handle.
     let pass = || unsafe { (m.file_close)(fh) };
@@ -654,10 +709,25 @@ fn remove_stream(c: &Client, name: &str) -> Result<(), String> {
     }
 }
 
+/// `MPI_File_delete` and `PMPI_File_delete`.
+///
+/// Removes the home copy `home` of a deleted stream; one that is not there is fine (the file
+/// was never sealed, or was deleted before). An S3 home is left alone: the servers write it,
+/// and this library holds no credentials for it.
+fn remove_home(home: &str) -> Result<(), String> {
+    if home.starts_with("s3://") {
+        return Ok(());
+    }
+    match std::fs::remove_file(home) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(format!("removing its home copy {home}: {e}")),
+    }
+}
+
 /// # Safety
 /// C `MPI_File_delete(filename, info)` of Open MPI.
-#[cfg_attr(not(test), no_mangle)]
-pub unsafe extern "C" fn MPI_File_delete(filename: *const c_char, info: Handle) -> c_int {
+unsafe fn file_delete(filename: *const c_char, info: Handle) -> c_int {
     let Some(m) = mpi() else { return MPI_ERR_OTHER };
     // SAFETY: the caller's arguments.
     let pass = |f: *const c_char| unsafe { (m.file_delete)(f, info) };
@@ -678,12 +748,14 @@ pub unsafe extern "C" fn MPI_File_delete(filename: *const c_char, info: Handle) 
                 let c = CString::new(target.as_os_str().as_bytes()).map_err(|_| MPI_ERR_OTHER)?;
                 Ok(pass(c.as_ptr()))
             }
-            Decision::Log { name, .. } => {
-                // The stream goes with the placeholder; the home keeps its last complete
-                // version until a newer one replaces it.
+            Decision::Log { name, home, .. } => {
+                // The stream goes with the placeholder, and then its home copy (once no
+                // version is still being copied there): a checkpointing code that deletes
+                // its old checkpoints must not fill the home.
                 let removed = client().and_then(|c| {
                     let _g = Passthrough::enter();
-                    remove_stream(&c, &name)
+                    remove_stream(&c, &name)?;
+                    remove_home(&home)
                 });
                 let rc = pass(filename);
                 match removed {
@@ -698,6 +770,42 @@ pub unsafe extern "C" fn MPI_File_delete(filename: *const c_char, info: Handle) 
             }
         }
     })
+}
+
+// ---------------------------------------------------------------------------------------------
+// the exported names: each MPI function under both of its names, as tools like Darshan wrap
+// them, so a program or library calling the profiling interface (`PMPI_File_open`; Open
+// MPI's Fortran bindings do) is logged exactly as one calling `MPI_File_open`
+
+/// Defines `$mpi` and `$pmpi` as the same wrapper `$imp`.
+macro_rules! both_names {
+    ($($mpi:ident, $pmpi:ident => $imp:ident($($a:ident: $t:ty),*);)*) => {
+        $(
+            /// # Safety
+            /// The C function of the same name of Open MPI 4.1.
+            #[cfg_attr(not(test), no_mangle)]
+            pub unsafe extern "C" fn $mpi($($a: $t),*) -> c_int {
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { $imp($($a),*) }
+            }
+
+            /// # Safety
+            /// The C function of the same name of Open MPI 4.1.
+            #[cfg_attr(not(test), no_mangle)]
+            pub unsafe extern "C" fn $pmpi($($a: $t),*) -> c_int {
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { $imp($($a),*) }
+            }
+        )*
+    };
+}
+
+both_names! {
+    MPI_File_open, PMPI_File_open =>
+        file_open(comm: Handle, filename: *const c_char, amode: c_int, info: Handle, fh: *mut Handle);
+    MPI_File_sync, PMPI_File_sync => file_sync(fh: Handle);
+    MPI_File_close, PMPI_File_close => file_close(fh: *mut Handle);
+    MPI_File_delete, PMPI_File_delete => file_delete(filename: *const c_char, info: Handle);
 }
 
 #[cfg(test)]

@@ -2,10 +2,11 @@
 //! an atomic (no lazy statics, no allocation: wrappers run before `main` and in foreign threads).
 //!
 //! libc functions come from `RTLD_NEXT` (the next definition after this library, i.e. glibc's).
-//! MPI functions and data come from `RTLD_DEFAULT` and are only looked up once an MPI program
-//! has called an intercepted `MPI_File_open`, so the library loads into programs without MPI
-//! (`ls`, `python3`) with no undefined symbols. This library never defines `PMPI_*`, so the
-//! `PMPI_*` names always resolve to the MPI library's own functions (never back to us).
+//! MPI functions and data are only looked up once an MPI program has called an intercepted
+//! MPI function, so the library loads into programs without MPI (`ls`, `python3`) with no
+//! undefined symbols. The four `PMPI_File_*` names this library defines too (open, sync,
+//! close, delete) come from `RTLD_NEXT`, never back to us; the other `PMPI_*` names, which it
+//! never defines, from `RTLD_DEFAULT`.
 
 use libc::{c_char, c_int, c_void, iovec, off64_t, off_t, size_t, ssize_t};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -104,11 +105,23 @@ real! { libc::RTLD_NEXT;
 /// pointers to structs.
 pub type Handle = *mut c_void;
 
-real! { libc::RTLD_DEFAULT;
+// The functions this library defines under both names: the next definition after ours (the
+// MPI library's, or that of a tool preloaded after us), never our own.
+real! { libc::RTLD_NEXT;
     PMPI_File_open: unsafe extern "C" fn(Handle, *const c_char, c_int, Handle, *mut Handle) -> c_int;
     PMPI_File_sync: unsafe extern "C" fn(Handle) -> c_int;
     PMPI_File_close: unsafe extern "C" fn(*mut Handle) -> c_int;
     PMPI_File_delete: unsafe extern "C" fn(*const c_char, Handle) -> c_int;
+}
+
+// Functions this library only defines under their `MPI_` name (or not at all).
+real! { libc::RTLD_DEFAULT;
+    PMPI_Barrier: unsafe extern "C" fn(Handle) -> c_int;
+    PMPI_File_write_shared: unsafe extern "C" fn(Handle, *const c_void, c_int, Handle, Handle) -> c_int;
+    PMPI_File_write_ordered: unsafe extern "C" fn(Handle, *const c_void, c_int, Handle, Handle) -> c_int;
+    PMPI_File_read_shared: unsafe extern "C" fn(Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
+    PMPI_File_read_ordered: unsafe extern "C" fn(Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
+    PMPI_File_seek_shared: unsafe extern "C" fn(Handle, i64, c_int) -> c_int;
     PMPI_Comm_rank: unsafe extern "C" fn(Handle, *mut c_int) -> c_int;
     PMPI_Comm_dup: unsafe extern "C" fn(Handle, *mut Handle) -> c_int;
     PMPI_Comm_free: unsafe extern "C" fn(*mut Handle) -> c_int;

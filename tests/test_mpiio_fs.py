@@ -1,0 +1,145 @@
+"""MPI-IO programs see under `pdcx run` what they see on a file system (c/mpiio/).
+
+Each program checks its own results and prints "NAME ok"; it runs directly (the reference:
+it must pass there first) and under `pdcx run --prefix OUT --home HOME`, under both of Open
+MPI's MPI-IO components, and the home file is compared with the direct run's where the
+program's output is deterministic:
+
+- `shared.c`: shared file pointers (`write_shared`, `write_ordered`, `seek_shared`,
+  `read_shared`); a rank reading after a barrier sees the others' data, run after run;
+- `excl.c`: `MPI_MODE_EXCL` creation and `MPI_File_delete`, which removes the home copy too;
+- `pmpi.c`: a program calling only the profiling names (`PMPI_File_open`, ...) is logged;
+- `pdcx flush` succeeds with nothing to flush and without tiers, and names what it waited for.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, run_pdcx
+from test_mpiio import IOS, RANKS, mpi_env, mpirun, need_pdcx_run, ok, pdcx_lines, pdcx_run
+
+PROGS = REPO / "c" / "mpiio"
+SHARED_BLOCK = 1024  # ints, shared.c's BLOCK
+REPEAT = 5  # runs under pdcx of shared.c: a visibility race shows within a few
+
+
+@pytest.fixture(scope="module")
+def progs(tmp_path_factory) -> dict[str, Path]:
+    for tool in ("mpicc", "mpirun"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} not installed (scripts/setup.sh --test: openmpi-bin libopenmpi-dev)")
+    out = tmp_path_factory.mktemp("mpiio-fs-progs")
+    for name in ("shared", "excl", "pmpi"):
+        subprocess.run(
+            ["mpicc", "-O2", "-Wall", "-Wextra", "-o", out / name, PROGS / f"{name}.c"], check=True, timeout=120
+        )
+    return {name: out / name for name in ("shared", "excl", "pmpi")}
+
+
+@pytest.fixture
+def dirs(tmp_path):
+    out, home, direct = tmp_path / "out", tmp_path / "home", tmp_path / "direct"
+    for d in (out, home, direct):
+        d.mkdir()
+    return out, home, direct
+
+
+def streams(root: Path) -> list[str]:
+    return [o["name"] for o in json.loads(run_pdcx("ls", "--json", "--root", root).stdout)["objects"]]
+
+
+def ordered_round(n: int = RANKS) -> bytes:
+    """The second half of shared.c's file: each rank's block in rank order."""
+    blocks = []
+    for r in range(n):
+        b = r * 1000000 + np.arange(SHARED_BLOCK, dtype=np.int32)
+        b[0] = r
+        blocks.append(b)
+    return np.concatenate(blocks).astype("<i4").tobytes()
+
+
+def run_logged(io: str, dep, out: Path, home: Path, argv: list, banner: str) -> None:
+    """One run under `pdcx run`: it must succeed with no pdcx line on stderr."""
+    p = pdcx_run(io, out, home, dep.root, argv, env=mpi_env({"PDCX_ROOT": str(dep.root)}))
+    ok(p, banner)
+    assert not pdcx_lines(p.stderr), f"pdcx complained:\n{p.stderr}"
+
+
+@pytest.mark.parametrize("io", IOS)
+def test_shared_file_pointers_as_on_a_file_system(progs, deployment, dirs, io):
+    out, home, direct = dirs
+    ok(mpirun(io, [progs["shared"], direct / "s.dat"]), "shared ok")
+    need_pdcx_run()
+    dep = deployment(n=2)
+    for _ in range(REPEAT):
+        run_logged(io, dep, out, home, [progs["shared"], out / "s.dat"], "shared ok")
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    got, want = (home / "s.dat").read_bytes(), (direct / "s.dat").read_bytes()
+    assert len(got) == len(want) == 2 * RANKS * SHARED_BLOCK * 4
+    # The first round's order depends on who got the pointer first; the second does not.
+    assert got[len(got) // 2 :] == want[len(want) // 2 :] == ordered_round()
+
+
+@pytest.mark.parametrize("io", IOS)
+def test_excl_open_and_delete_remove_the_home_copy(progs, deployment, dirs, io):
+    out, home, direct = dirs
+    ok(mpirun(io, [progs["excl"], direct / "e.dat"]), "excl ok")
+    ok(mpirun(io, [progs["excl"], direct / "gone.dat", "delete"]), "excl ok")
+    assert not (direct / "gone.dat").exists()
+    need_pdcx_run()
+    dep = deployment(n=2)
+    # Twice: the second run deletes the first run's file (stream, placeholder and home copy).
+    for _ in range(2):
+        run_logged(io, dep, out, home, [progs["excl"], out / "e.dat"], "excl ok")
+        run_pdcx("flush", "--root", dep.root, timeout=120)
+        assert (home / "e.dat").read_bytes() == (direct / "e.dat").read_bytes()
+    run_logged(io, dep, out, home, [progs["excl"], out / "gone.dat", "delete"], "excl ok")
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    assert not (home / "gone.dat").exists(), "MPI_File_delete left the home copy"
+    assert not (out / "gone.dat").exists()
+    assert "mpiio/gone.dat" not in streams(dep.root)
+    assert "mpiio/e.dat" in streams(dep.root)
+
+
+@pytest.mark.parametrize("io", IOS)
+def test_profiling_names_are_logged(progs, deployment, dirs, io):
+    out, home, direct = dirs
+    ok(mpirun(io, [progs["pmpi"], direct / "p.dat"]), "pmpi ok")
+    need_pdcx_run()
+    dep = deployment(n=2)
+    run_logged(io, dep, out, home, [progs["pmpi"], out / "p.dat"], "pmpi ok")
+    assert "mpiio/p.dat" in streams(dep.root), "PMPI_File_open was not logged"
+    assert (out / "p.dat").stat().st_size == 0, "the bytes went to the placeholder"
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    assert (home / "p.dat").read_bytes() == (direct / "p.dat").read_bytes()
+
+
+def test_flush_with_nothing_to_flush_succeeds(deployment):
+    """No tiers, no files: exit 0 and a line for each part saying there was nothing."""
+    dep = deployment(n=1)
+    p = run_pdcx("flush", "--root", dep.root, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "no tiers configured" in p.stdout and "no file was waiting" in p.stdout, p.stdout
+
+
+def test_flush_names_the_files_it_waited_for(progs, deployment, dirs):
+    """Right after a job, flush waits for the home copies it finds pending and names each
+    file; a file already home by then is reported as nothing to wait for."""
+    need_pdcx_run()
+    out, home, _ = dirs
+    dep = deployment(n=2)
+    run_logged("ompio", dep, out, home, [progs["pmpi"], out / "p.dat"], "pmpi ok")
+    p = run_pdcx("flush", "--root", dep.root, check=False, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    if "no file was waiting" not in p.stdout:
+        assert "waited" in p.stdout and str(home / "p.dat") in p.stdout, p.stdout
+    assert (home / "p.dat").is_file()
+    # Once everything is home, a second flush has nothing to wait for, and says so.
+    p = run_pdcx("flush", "--root", dep.root, check=False, timeout=120)
+    assert p.returncode == 0 and "no file was waiting" in p.stdout, p.stdout
