@@ -62,12 +62,7 @@ NOT_RUN = {
 }
 
 # Examples that fail today for a known reason; they must keep failing until fixed.
-_NO_TIERS = "pdcx flush exits 1 on a deployment without tiers; the MPI-IO work makes it succeed"
-KNOWN_BROKEN: dict[str, str] = {
-    "pdcx flush": _NO_TIERS,
-    "pdcx flush --stall 120 -q": _NO_TIERS,
-    "pdcx flush --root /local/pdcx": _NO_TIERS,
-}
+KNOWN_BROKEN: dict[str, str] = {}
 
 # Made once (locally), copied into every section's directory.
 FILES = r"""
