@@ -44,10 +44,12 @@ fn spec(name: &str, len: u64) -> ObjectSpec {
     }
 }
 
-/// A client whose node-local server is `local`.
+/// A client whose node-local server is `local`, as if each server were a node of its own (a
+/// small write stays with `local`, not sent to a same-node owner).
 fn client_on(root: &std::path::Path, local: u32) -> Client {
     let c = Client::connect(Some(root)).unwrap();
     c.set_local_server(local).unwrap();
+    c.set_small_write_to_owner(0);
     c
 }
 

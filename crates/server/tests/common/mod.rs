@@ -51,10 +51,14 @@ pub fn two_servers(root: &Path) -> Vec<ServerHandle> {
     hs
 }
 
-/// A client of the deployment at `root` whose node-local server is `local`.
+/// A client of the deployment at `root` whose node-local server is `local`, as if each server
+/// were a node of its own.
 pub fn client_at(root: &Path, local: u32) -> Client {
     let c = Client::connect(Some(root)).unwrap();
     c.set_local_server(local).unwrap();
+    // The servers share this host but stand for nodes of their own: a small write stays with
+    // `local` instead of going to a same-node owner (tests/conftest.py's client_on does the same).
+    c.set_small_write_to_owner(0);
     c
 }
 
