@@ -66,3 +66,55 @@ impl Metadata {
         Ok(m.clone())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pdcx_core::protocol::ObjectSpec;
+    use pdcx_core::TagValue;
+
+    fn untyped(name: &str, dims: Vec<u64>) -> ObjectSpec {
+        ObjectSpec {
+            name: name.into(),
+            dims,
+            dtype: Dtype::Bytes,
+            fill: None,
+            containers: vec![],
+            tags: vec![(KIND_TAG.into(), TagValue::Str("untyped".into()))],
+            creator: "t".into(),
+        }
+    }
+
+    #[test]
+    fn the_type_is_set_once_and_survives_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.db");
+        let id = {
+            let md = Metadata::open(&path, 0, 1).unwrap();
+            let o = md.create_object(&untyped("u/a", vec![0])).unwrap();
+            assert!(o.is_untyped());
+            // No dims given: it keeps its own; the tag goes, the fill fits the type.
+            let t = md.set_type(o.id, Dtype::Int32, &[]).unwrap();
+            assert!(!t.is_untyped() && t.dims == vec![0] && t.fill == vec![0; 4]);
+            assert_eq!(md.object(o.id).unwrap(), t);
+            // The same type again is a no-op; another is refused, naming the object.
+            assert_eq!(md.set_type(o.id, Dtype::Int32, &[9]).unwrap().dims, vec![0]);
+            let e = md.set_type(o.id, Dtype::Float64, &[]).unwrap_err();
+            assert!(e.message.contains("\"u/a\" already has type int32"), "{e}");
+            // With dims: they replace the ones it had (any rank: it holds no data).
+            let b = md.create_object(&untyped("u/b", vec![10, 20])).unwrap();
+            let b = md.set_type(b.id, Dtype::Float64, &[3, 4, 5]).unwrap();
+            assert_eq!((b.dims, b.dtype), (vec![3, 4, 5], Dtype::Float64));
+            assert!(md.set_type(o.id, Dtype::Int32, &[0; 9]).is_ok()); // typed: no-op
+            let c = md.create_object(&untyped("u/c", vec![1])).unwrap();
+            assert!(md.set_type(c.id, Dtype::Int8, &[0; 9]).is_err()); // too many dims
+            o.id
+        };
+        let md = Metadata::open(&path, 0, 1).unwrap();
+        let o = md.object(id).unwrap();
+        assert!(!o.is_untyped() && o.dtype == Dtype::Int32);
+        let b = md.object_by_name("u/b").unwrap();
+        assert_eq!((b.dims, b.dtype), (vec![3, 4, 5], Dtype::Float64));
+        assert!(md.object_by_name("u/c").unwrap().is_untyped());
+    }
+}
