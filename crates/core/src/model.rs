@@ -203,7 +203,7 @@ impl ObjectMeta {
     pub fn untyped_error(&self) -> crate::Error {
         crate::Error::invalid(format!(
             "object {:?} has no element type yet, so it holds no data: give it one first \
-             (C: PDCprop_set_obj_type on its property, then transfer; pdcx: set_type)",
+             (C API: PDCprop_set_obj_type on its property, then a transfer; Rust client: set_type)",
             self.name
         ))
     }
