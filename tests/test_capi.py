@@ -280,3 +280,75 @@ def test_sites_pull_and_push_from_c(build, sites):
     part = a.client().open_object("xs/a-part")
     assert np.array_equal(part[2:5], data[2:5]) and not part[0:2].any()
     assert b.client().open_object("xs/local")[...].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_objects_created_without_a_type(build, dep):
+    """PDC's default object property has no type and no dims: such an object exists with its
+    metadata only (open, tags, info, buffer, dims, delete), data is refused with a message
+    naming it until a type is set on its property, then it takes data; the type is the
+    owner's, durably. Region locks fail with a message (pdcx has none)."""
+    import json
+
+    import numpy as np
+    import pdcx
+    from conftest import run_pdcx
+
+    p = run([str(build("obj_untyped"))], dep.env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "obj_untyped: ok" in p.stdout, p.stdout
+    err = p.stderr
+    for expected in [
+        'pdcx: PDCregion_transfer_create: object "untyped/a" has no type yet',
+        'pdcx: PDCobj_get_data: object "untyped/a" has no type yet',
+        "call PDCprop_set_obj_type on its property",
+        "pdcx: PDCreg_obtain_lock: pdcx has no region locks",
+        "pdcx: PDCreg_release_lock: pdcx has no region locks",
+    ]:
+        assert expected in err, f"missing {expected!r} in:\n{err}"
+    assert "panic" not in err.lower()
+
+    # The object left without a type: the CLI says so, Python opens it and refuses data.
+    show = run_pdcx("show", "untyped/left", "--root", dep.root).stdout
+    assert re.search(r"dtype\s+untyped", show), show
+    doc = json.loads(run_pdcx("show", "untyped/left", "--json", "--root", dep.root).stdout)
+    assert doc["dtype"] == "untyped" and doc["numpy_dtype"] is None, doc
+    assert "untyped" in run_pdcx("ls", "untyped", "--root", dep.root).stdout
+    client = dep.client()
+    left = client.open_object("untyped/left")
+    assert left.shape == (0,) and "untyped" in repr(left)
+    with pytest.raises(pdcx.InvalidArgumentError, match="'untyped/left' has no element type"):
+        left[...]
+    # The servers refuse data themselves, whatever the client believes the type is.
+    a = client.open_object("untyped/a")
+    assert dict(a.tags)["step"] == (7).to_bytes(4, "little", signed=True)
+    with pytest.raises(pdcx.InvalidArgumentError, match='object "untyped/a" has no element type yet'):
+        client._c.write(a.id, [0], [1], b"\0", "local")
+    with pytest.raises(pdcx.InvalidArgumentError, match='object "untyped/a" has no element type yet'):
+        client._c.read_into(a.id, [0], [1], bytearray(1))
+    # The type set through the property is the owner's, and survives kill -9 of every server.
+    dep.kill9()
+    dep.start()
+    client = dep.client()
+    typed = client.open_object("untyped/typed-later")
+    assert typed.dtype == np.dtype("int32") and typed[...].tolist() == list(range(100, 108))
+    dims = client.open_object("untyped/dims")
+    np.testing.assert_array_equal(dims[...], np.add.outer(np.arange(4) * 10.0, np.arange(5)) + 0.5)
+    assert client.open_object("untyped/left").metadata["dtype"] == "untyped"
+
+
+def test_untyped_object_created_collectively(build, dep):
+    """PDCobj_create_mpi with the default property: every rank holds the same untyped object,
+    tags it, then each sets the type and dims on its own property and writes its slice."""
+    if shutil.which("mpirun") is None:
+        pytest.skip("mpirun not installed")
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(RANKS), str(build("obj_untyped_mpi"))]
+    p = run(cmd, dep.env(), timeout=180)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(re.findall(r"rank \d+/\d+: ok", p.stdout)) == [f"rank {r}/{RANKS}: ok" for r in range(RANKS)]
+    import numpy as np
+
+    o = dep.client().open_object("untyped_mpi/shared")
+    assert o.dtype == np.dtype("float32") and o.shape == (RANKS * 16,)
+    want = (np.arange(RANKS)[:, None] * 1000.0 + np.arange(16)[None, :]).ravel()
+    np.testing.assert_array_equal(o[...], want)
+    assert {k for k in dict(o.tags) if k.startswith("rank")} == {f"rank{r}" for r in range(RANKS)}

@@ -9,8 +9,13 @@ use crate::{
     State, R,
 };
 use libc::{c_char, c_int, c_void};
+use pdcx_core::model::{KIND_TAG, KIND_UNTYPED};
 use pdcx_core::protocol::{self, Consistency, Durability, ObjectSpec, TagTarget};
 use pdcx_core::{Condition, Dtype, ObjectMeta, Region, TagValue};
+
+/// The stored element type of an object created without one; never used for data (the
+/// servers refuse data until the real type is set).
+const UNTYPED_PLACEHOLDER: Dtype = Dtype::Bytes;
 use std::collections::HashSet;
 
 pub struct Obj {
@@ -25,6 +30,11 @@ pub struct Obj {
     pub consistency: Consistency,
     /// What a wait on this handle's transfers guarantees (`PDCXprop_set_obj_durability`).
     pub durability: Durability,
+    /// The property the object was created with (0 when opened): an object created without a
+    /// type takes the one a program sets on it later (see [`typed_meta`]).
+    pub prop: PdcId,
+    /// That property's dims at creation: dims set on it later go to the object with its type.
+    pub prop_dims: Vec<u64>,
 }
 
 /// pdcx's consistency for a PDC `pdc_consistency_t`: SESSION (visible at the end of the
@@ -59,6 +69,7 @@ struct Settings {
     expected_writes: u64,
     durability: Durability,
     buf: usize,
+    prop_dims: Vec<u64>,
 }
 
 impl Settings {
@@ -72,6 +83,7 @@ impl Settings {
             expected_writes: 0,
             durability: Durability::Local,
             buf: 0,
+            prop_dims: Vec::new(),
         }
     }
 
@@ -83,6 +95,7 @@ impl Settings {
             expected_writes: p.expected_writes,
             durability: p.durability,
             buf: p.buf,
+            prop_dims: p.dims.clone(),
         }
     }
 }
@@ -101,6 +114,8 @@ fn register(meta: ObjectMeta, prop: PdcId, s: Settings) -> PdcId {
             buf: s.buf,
             consistency: consistency_of(s.consistency, s.expected_writes),
             durability: s.durability,
+            prop,
+            prop_dims: s.prop_dims,
         })),
     );
     id
@@ -112,9 +127,67 @@ pub fn refresh(id: PdcId) -> R<ObjectMeta> {
     let meta = client()?.get_object(oid).map_err(err)?;
     let mut st = state();
     let o = obj_mut(&mut st, id)?;
-    o.meta = meta.clone();
     o.info.prop.set_dims(&meta.dims);
+    o.info.prop.prop.type_ = c_type_of(&meta);
+    o.meta = meta.clone();
     Ok(meta)
+}
+
+/// The object's metadata for a data request (transfers, put/get, queries). An object created
+/// without a type gets one here, once, from the property it was created with: PDC programs
+/// set it there after the create (`PDCprop_set_obj_type` on `PDCobj_get_info(obj)->obj_pt->
+/// obj_prop_id`, which is that property), with dims too if they changed on it. The owner
+/// makes the change durable; every other process sees it from then on. With no type to
+/// give it, the request fails naming the object and the call that gives one.
+pub fn typed_meta(id: PdcId) -> R<ObjectMeta> {
+    let meta = obj_meta(&mut state(), id)?;
+    if !meta.is_untyped() {
+        return Ok(meta);
+    }
+    let meta = refresh(id)?; // another process may have typed it since
+    if !meta.is_untyped() {
+        return Ok(meta);
+    }
+    let wanted = {
+        let mut st = state();
+        let o = obj_mut(&mut st, id)?;
+        let (prop, created) = (o.prop, o.prop_dims.clone());
+        match obj_prop_mut(&mut st, prop) {
+            Ok(p) => p.dtype.map(|t| {
+                let dims = if p.dims == created {
+                    Vec::new()
+                } else {
+                    p.dims.clone()
+                };
+                (t, dims)
+            }),
+            Err(_) => None,
+        }
+    };
+    let Some((t, dims)) = wanted else {
+        return Err(format!(
+            "object {:?} has no type yet, so it holds no data: call PDCprop_set_obj_type on \
+             its property (PDCobj_get_info(obj)->obj_pt->obj_prop_id) first",
+            meta.name
+        ));
+    };
+    let unlimited: Vec<bool> = dims.iter().map(|&d| d == PDC_SIZE_UNLIMITED).collect();
+    let dims: Vec<u64> = dims
+        .iter()
+        .map(|&d| if d == PDC_SIZE_UNLIMITED { 0 } else { d })
+        .collect();
+    let new = client()?
+        .set_type(meta.id, dtype_of(t)?, dims)
+        .map_err(err)?;
+    let mut st = state();
+    let o = obj_mut(&mut st, id)?;
+    if !unlimited.is_empty() {
+        o.unlimited = unlimited;
+    }
+    o.info.prop.set_dims(&new.dims);
+    o.info.prop.prop.type_ = c_type_of(&new);
+    o.meta = new.clone();
+    Ok(new)
 }
 
 struct Plan {
@@ -129,10 +202,19 @@ fn plan(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<Plan> {
     // No dims: the size is unknown at creation, as PDC allows. The object starts 1-d with no
     // elements; its first write or PDCobj_set_dims gives it its rank and size.
     let shapeless = p.dims.is_empty();
-    let t = p.dtype.ok_or_else(|| {
-        format!("object property {prop_id:#x} has no type; call PDCprop_set_obj_type first")
-    })?;
     let mut tags = Vec::new();
+    // No type: PDC's default object property has none. The object exists with its metadata
+    // only (the servers refuse data for it) until a type is set (`typed_meta`).
+    let dtype = match p.dtype {
+        Some(t) => dtype_of(t)?,
+        None => {
+            tags.push((
+                KIND_TAG.to_string(),
+                TagValue::Str(KIND_UNTYPED.to_string()),
+            ));
+            UNTYPED_PLACEHOLDER
+        }
+    };
     if let Some(v) = p.time_step {
         tags.push(("time_step".to_string(), TagValue::Int(v as i64)));
     }
@@ -162,7 +244,7 @@ fn plan(cont_id: PdcId, name: &str, prop_id: PdcId) -> R<Plan> {
         spec: ObjectSpec {
             name: name.to_string(),
             dims,
-            dtype: dtype_of(t)?,
+            dtype,
             fill: None,
             containers: vec![cont],
             tags,
@@ -454,7 +536,7 @@ pub extern "C" fn PDCobj_get_info(id: PdcId) -> *mut PdcObjInfo {
 #[no_mangle]
 pub extern "C" fn PDCobj_get_dtype(id: PdcId) -> c_int {
     ffi("PDCobj_get_dtype", PDC_UNKNOWN, || {
-        Ok(var_type_of(obj_meta(&mut state(), id)?.dtype))
+        Ok(c_type_of(&obj_meta(&mut state(), id)?))
     })
 }
 
@@ -522,7 +604,7 @@ pub unsafe extern "C" fn PDCobj_get_data(id: PdcId, data: *mut c_void, size: u64
         if data.is_null() {
             return Err("data is NULL".into());
         }
-        let meta = refresh(id)?;
+        let meta = typed_meta(id)?;
         if meta.dims.contains(&0) {
             return Ok(());
         }

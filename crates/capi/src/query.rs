@@ -393,6 +393,9 @@ fn sel_data(obj: ObjectId, sel: *mut PdcSelection, data: *mut c_void) -> Result<
     }
     let c = client()?;
     let meta = c.get_object(obj).map_err(|e| e.message)?;
+    if meta.is_untyped() {
+        return Err(meta.untyped_error().message);
+    }
     if meta.dims.len() != s.ndim {
         return Err(format!(
             "the selection has {} dims, {} has {}",

@@ -153,7 +153,8 @@ pub unsafe extern "C" fn PDCregion_transfer_create(
         };
         let local = region_of(local_reg)?;
         let remote = region_of(remote_reg)?;
-        let mut meta = obj_meta(&mut state(), obj_id)?;
+        // An object created without a type gets it now, or the transfer is refused.
+        let mut meta = crate::obj::typed_meta(obj_id)?;
         if local.num_elements() != remote.num_elements() {
             return Err(format!(
                 "local region {local} has {} elements but remote region {remote} has {}",
@@ -601,13 +602,20 @@ pub extern "C" fn PDCbuf_obj_unmap(_o: PdcId, _r: PdcId) -> Perr {
     })
 }
 
-/// Region locks are unnecessary: commits are ordered by the servers.
+/// Why region locks fail: pdcx has no region lock, and reporting one that excludes nothing
+/// would let a program believe its ranks are serialized when they are not.
+const NO_REGION_LOCKS: &str = "pdcx has no region locks (nothing would be excluded): \
+     overlapping transfers are ordered by the servers, the last one waited wins; order \
+     ranks with MPI (e.g. MPI_Barrier) where a program needs exclusion";
+
+/// Fails with a message: see [`NO_REGION_LOCKS`].
 #[no_mangle]
 pub extern "C" fn PDCreg_obtain_lock(_o: PdcId, _r: PdcId, _a: c_int, _m: c_int) -> Perr {
-    crate::SUCCEED
+    ffi_err("PDCreg_obtain_lock", || Err(NO_REGION_LOCKS.into()))
 }
 
+/// Fails with a message, as [`PDCreg_obtain_lock`] does (no lock was ever held).
 #[no_mangle]
 pub extern "C" fn PDCreg_release_lock(_o: PdcId, _r: PdcId, _a: c_int) -> Perr {
-    crate::SUCCEED
+    ffi_err("PDCreg_release_lock", || Err(NO_REGION_LOCKS.into()))
 }

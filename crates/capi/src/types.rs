@@ -180,6 +180,15 @@ unsafe impl Send for ObjInfoBlock {}
 unsafe impl Send for ObjPropBlock {}
 unsafe impl Send for ContInfoBlock {}
 
+/// PDC's type of an object: `PDC_UNKNOWN` while it has none.
+pub fn c_type_of(meta: &pdcx_core::ObjectMeta) -> c_int {
+    if meta.is_untyped() {
+        PDC_UNKNOWN
+    } else {
+        var_type_of(meta.dtype)
+    }
+}
+
 impl ObjInfoBlock {
     pub fn new(
         meta: &pdcx_core::ObjectMeta,
@@ -199,13 +208,7 @@ impl ObjInfoBlock {
                 obj_pt: std::ptr::null_mut(),
             },
             name,
-            prop: ObjPropBlock::new(
-                prop_id,
-                &meta.dims,
-                var_type_of(meta.dtype),
-                partition,
-                consistency,
-            ),
+            prop: ObjPropBlock::new(prop_id, &meta.dims, c_type_of(meta), partition, consistency),
         });
         b.info.name = b.name.as_ptr() as *mut c_char;
         b.info.obj_pt = &mut b.prop.prop;

@@ -86,7 +86,9 @@ fn object_json(o: &ObjectMeta) -> Value {
         "id": id_str(o.id), "name": o.name, "owner": o.owner, "creator": o.creator,
         "ctime": o.ctime, "ctime_iso": iso8601(o.ctime),
         "mtime": o.mtime, "mtime_iso": iso8601(o.mtime),
-        "dims": o.dims, "dtype": o.dtype.name(), "numpy_dtype": o.dtype.numpy_str(),
+        "dims": o.dims, "dtype": o.dtype_name(),
+        // An object without an element type has no numpy type either.
+        "numpy_dtype": (!o.is_untyped()).then(|| o.dtype.numpy_str()),
         "size_bytes": o.size_bytes(), "fill": hex(&o.fill),
         "containers": o.containers, "tags": tags_json(&o.tags),
     })
@@ -139,7 +141,7 @@ pub fn ls(root: &Path, container: Option<&str>, json_out: bool) -> Result<()> {
             vec![
                 o.name.clone(),
                 dims_str(&o.dims),
-                o.dtype.name().to_string(),
+                o.dtype_name().to_string(),
                 human_bytes(o.size_bytes()),
                 o.containers.join(","),
                 tags_str(&o.tags),
@@ -211,12 +213,16 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
         ("dims", format!("{} ({total} elements)", dims_str(&o.dims))),
         (
             "dtype",
-            format!(
-                "{} ({} bytes/element, {} in all)",
-                o.dtype,
-                o.dtype.size(),
-                human_bytes(o.size_bytes())
-            ),
+            if o.is_untyped() {
+                "untyped (created without an element type; no data until one is set)".into()
+            } else {
+                format!(
+                    "{} ({} bytes/element, {} in all)",
+                    o.dtype,
+                    o.dtype.size(),
+                    human_bytes(o.size_bytes())
+                )
+            },
         ),
         ("fill", fill),
         ("containers", o.containers.join(", ")),

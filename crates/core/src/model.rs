@@ -179,12 +179,43 @@ impl ObjectMeta {
                 k == KIND_TAG && matches!(v, TagValue::Str(s) if s == KIND_BYTE_STREAM)
             })
     }
+
+    /// Whether the object was created without an element type (PDC's default object
+    /// property has none): it exists with its name, tags, containers and dims, its `dtype`
+    /// is a placeholder, and every data request is refused until `SetType` gives it one.
+    pub fn is_untyped(&self) -> bool {
+        self.tags
+            .iter()
+            .any(|(k, v)| k == KIND_TAG && matches!(v, TagValue::Str(s) if s == KIND_UNTYPED))
+    }
+
+    /// The element type's name, or `untyped` for an object that has none yet.
+    pub fn dtype_name(&self) -> &'static str {
+        if self.is_untyped() {
+            KIND_UNTYPED
+        } else {
+            self.dtype.name()
+        }
+    }
+
+    /// The error a data request on an untyped object gets: names the object and what gives
+    /// it a type.
+    pub fn untyped_error(&self) -> crate::Error {
+        crate::Error::invalid(format!(
+            "object {:?} has no element type yet, so it holds no data: give it one first \
+             (C API: PDCprop_set_obj_type on its property, then a transfer; Rust client: set_type)",
+            self.name
+        ))
+    }
 }
 
-/// The tag naming an object's kind; only byte streams carry it today.
+/// The tag naming an object's kind: byte streams, and objects created without a type.
 pub const KIND_TAG: &str = "pdcx.kind";
 /// [`KIND_TAG`]'s value for a byte stream.
 pub const KIND_BYTE_STREAM: &str = "bytestream";
+/// [`KIND_TAG`]'s value for an object created without an element type (metadata only until
+/// its type is set; the tag goes when it is).
+pub const KIND_UNTYPED: &str = "untyped";
 
 #[cfg(test)]
 mod tests {

@@ -27,7 +27,7 @@ fn tags_json(tags: &Tags) -> Value {
 pub(crate) fn object_json(o: &ObjectMeta) -> String {
     json!({
         "id": o.id, "name": o.name, "owner": o.owner, "creator": o.creator, "ctime": o.ctime,
-        "mtime": o.mtime, "dims": o.dims, "dtype": o.dtype.name(), "fill": o.fill,
+        "mtime": o.mtime, "dims": o.dims, "dtype": o.dtype_name(), "fill": o.fill,
         "containers": o.containers, "tags": tags_json(&o.tags),
     })
     .to_string()

@@ -308,6 +308,17 @@ impl Client {
         self.call(self.id_owner(id)?, catalog::SetDims { id, dims })
     }
 
+    /// Gives an object created without an element type its type and, unless `dims` is
+    /// empty, its dims (one durable change at the owner; the same type again is a no-op).
+    pub fn set_type(
+        &self,
+        id: ObjectId,
+        dtype: pdcx_core::Dtype,
+        dims: Vec<u64>,
+    ) -> Result<ObjectMeta> {
+        self.call(self.id_owner(id)?, catalog::SetType { id, dtype, dims })
+    }
+
     pub fn add_to_container(&self, id: ObjectId, container: &str) -> Result<()> {
         self.get_container(container)?;
         let req = catalog::AddToContainer {

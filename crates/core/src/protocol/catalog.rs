@@ -71,6 +71,11 @@ family! {
     LookupObject { key: ObjectKey } => Object(ObjectMeta);
     ListObjects { container: Option<String> } => Objects(Vec<ObjectMeta>);
     SetDims { id: ObjectId, dims: Vec<u64> } => Object(ObjectMeta);
+    /// At the owner: gives an object created without an element type (`ObjectMeta::
+    /// is_untyped`) its type and, when `dims` is not empty, its dims, in one durable change.
+    /// Setting the type it already has is a no-op (every rank of a collective create may
+    /// send it); another type is refused.
+    SetType { id: ObjectId, dtype: Dtype, dims: Vec<u64> } => Object(ObjectMeta);
     AddToContainer { id: ObjectId, container: String } => Done;
     /// Removes one object from one container (the object itself stays).
     RemoveFromContainer { id: ObjectId, container: String } => Done;

@@ -49,6 +49,14 @@ class Object:
 
     @property
     def dtype(self) -> np.dtype:
+        """The element type. An object created without one (PDC programs may create such
+        objects; their metadata says ``"untyped"``) has none and holds no data: this raises
+        :class:`InvalidArgumentError` naming it, as indexing it does."""
+        if self._meta["dtype"] == "untyped":
+            raise InvalidArgumentError(
+                f"object {self.name!r} has no element type yet, so it holds no data (it was "
+                "created without one; a PDC program sets it with PDCprop_set_obj_type)"
+            )
         return _np_dtype(self._meta["dtype"])
 
     @property

@@ -36,6 +36,7 @@ pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
             }
             A::Object(md.set_dims(r.id, &r.dims)?)
         }
+        Q::SetType(r) => A::Object(md.set_type(r.id, r.dtype, &r.dims)?),
         Q::AddToContainer(r) => {
             md.add_to_container(r.id, &r.container)?;
             A::Done

@@ -29,13 +29,22 @@ fn slab_shape(count: &[u64], max: u64) -> (usize, u64) {
     pdcx_core::region::slab_cut(count, 1, max)
 }
 
-/// The object's metadata wherever it is owned.
+/// The object's metadata wherever it is owned; an object without a type has no values.
 fn meta_of(engine: &Engine, id: ObjectId) -> Result<ObjectMeta> {
-    if owner_of_id(id) == engine.rank {
-        engine.meta.object(id)
+    let obj = if owner_of_id(id) == engine.rank {
+        engine.meta.object(id)?
     } else {
-        engine.peers()?.object(id, true)
+        engine.peers()?.object(id, true)?
+    };
+    typed(obj)
+}
+
+/// `obj` if it has an element type (values to compute with), else the error naming it.
+fn typed(obj: ObjectMeta) -> Result<ObjectMeta> {
+    if obj.is_untyped() {
+        return Err(obj.untyped_error());
     }
+    Ok(obj)
 }
 
 /// `region` of `id` as a client's read would see it: through this server's engine when it
@@ -64,7 +73,7 @@ pub fn read_owned(
     region: &Region,
     max_payload: u64,
 ) -> Result<Vec<u8>> {
-    let obj = engine.meta.object(id)?;
+    let obj = typed(engine.meta.object(id)?)?;
     let n = region.byte_len(obj.dtype.size())?;
     if n > max_payload {
         return Err(Error::invalid(format!(
@@ -381,7 +390,7 @@ pub fn read_strided(
     step: &[u64],
     max_payload: u64,
 ) -> Result<Vec<u8>> {
-    let obj = engine.meta.object(id)?;
+    let obj = typed(engine.meta.object(id)?)?;
     region.check_within(&obj.dims)?;
     check_step(region, step)?;
     let n = region.ndim();
@@ -501,7 +510,7 @@ pub fn read_points(
     coords: &[u64],
     max_payload: u64,
 ) -> Result<Vec<u8>> {
-    let obj = engine.meta.object(id)?;
+    let obj = typed(engine.meta.object(id)?)?;
     let n = obj.dims.len();
     if n == 0 || !coords.len().is_multiple_of(n) {
         return Err(Error::invalid(format!(

@@ -291,7 +291,15 @@ impl Engine {
     /// `ExtendDims` first; a write that then fails leaves the stream longer, as a failed
     /// POSIX write past the end may).
     pub fn checked_meta(&self, id: ObjectId, region: &Region) -> Result<ObjectMeta> {
-        let obj = self.object_meta(id, false)?;
+        let mut obj = self.object_meta(id, false)?;
+        // An object created without a type holds no data until its owner gives it one; a
+        // foreign object's cached copy may predate that, so it is asked once more.
+        if obj.is_untyped() && owner_of_id(id) != self.rank {
+            obj = self.object_meta(id, true)?;
+        }
+        if obj.is_untyped() {
+            return Err(obj.untyped_error());
+        }
         match region.check_within(&obj.dims) {
             Ok(()) => Ok(obj),
             Err(_) if owner_of_id(id) != self.rank => {

@@ -23,6 +23,9 @@ impl Engine {
             return Ok(());
         }
         let obj = self.meta.object(id)?;
+        if obj.is_untyped() {
+            return Err(obj.untyped_error());
+        }
         region.check_within(&obj.dims)?;
         let holders = self.remote_holders(id, region);
         self.read_here(&obj, region, out, &holders, None)
@@ -164,6 +167,9 @@ impl Engine {
             )));
         }
         let obj = self.meta.object(id)?;
+        if obj.is_untyped() {
+            return Err(obj.untyped_error());
+        }
         region.check_within(&obj.dims)?;
         Ok(obj)
     }

@@ -23,6 +23,7 @@ pub mod rename;
 pub mod schema;
 #[cfg(test)]
 mod tests;
+pub mod untyped;
 pub mod versions;
 
 use crate::groupsync::GroupSync;
