@@ -217,7 +217,9 @@ def test_relaxed_consistency_through_the_c_api(build, deployment, server_bin, mo
     monkeypatch.setenv("PDCX_LAZY_FLUSH_MS", "60000")  # only the program's own consistency points
     dep = deployment(n=2)
     names = [n for n in (f"capi_lazy/{i}" for i in range(100)) if owner_of_name(n, 2) == 0][:2]
-    env = dict(dep.env(), OMPI_COMM_WORLD_LOCAL_RANK="1")  # data server 1, owner 0
+    # Data server 1, owner 0: the two servers stand for two nodes (a small write is not sent to
+    # a same-node owner).
+    env = dict(dep.env(), OMPI_COMM_WORLD_LOCAL_RANK="1", PDCX_SMALL_WRITE_TO_OWNER="0")
     client = dep.client()
     regs = client.stats()[0]["registers"]
     p = run([str(build("obj_lazy")), *names], env)

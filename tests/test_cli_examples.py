@@ -110,9 +110,11 @@ ABS_PATH = re.compile(r"(?<![\w.])/(?:tmp|scratch|lustre|local)(?:/[\w.-]+)*")
 
 def _examples(text: str) -> list[str]:
     """The example command lines of a help text's EXAMPLES-like sections (indented lines right
-    after an all-capitals heading, or argparse's `examples:`), without their comments."""
+    after an all-capitals heading, or argparse's `examples:`), without their comments. EXIT
+    STATUS is a table of codes, not commands."""
     out = []
-    for sec in re.finditer(r"^(?:[A-Z][A-Z ]+[^\n]*|examples):\n((?:  .*\n?)+)", text, re.MULTILINE):
+    heading = r"^(?!EXIT STATUS)(?:[A-Z][A-Z ]+[^\n]*|examples):\n((?:  .*\n?)+)"
+    for sec in re.finditer(heading, text, re.MULTILINE):
         for line in sec.group(1).splitlines():
             out.append(re.sub(r"\s+#\s.*$", "", line.strip()))
     return out

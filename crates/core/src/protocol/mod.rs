@@ -245,7 +245,8 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// 2: client and peer request families, role in the handshake, `Register` removed.
 /// 3: client requests and replies grouped by family; write and read variants merged into
 /// one request each with options (`CommitOpts`, `ReadOpts`).
-pub const VERSION: u16 = 3;
+/// 4: `SetType` in the catalog family (objects created without an element type).
+pub const VERSION: u16 = 4;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;
 pub const NONCE_LEN: usize = 32;
