@@ -309,6 +309,8 @@ def test_run_home_file_identical(progs, golden, deployment, dirs, case, io):
     want = golden(case, io)
     for suffix in model(case):
         assert_same_file(case, io, home / f"f.dat{suffix}", want / f"f.dat{suffix}")
+        # Write-through: the file at its path holds the same bytes, for any process to read.
+        assert_same_file(case, io, out / f"f.dat{suffix}", want / f"f.dat{suffix}")
 
 
 @pytest.mark.parametrize("io", IOS)

@@ -8,7 +8,11 @@ program's output is deterministic:
 - `shared.c`: shared file pointers (`write_shared`, `write_ordered`, `seek_shared`,
   `read_shared`); a rank reading after a barrier sees the others' data, run after run;
 - `excl.c`: `MPI_MODE_EXCL` creation and `MPI_File_delete`, which removes the home copy too;
-- `pmpi.c`: a program calling only the profiling names (`PMPI_File_open`, ...) is logged;
+- `pmpi.c` (and `shared.c pmpi`): a program calling only the profiling names
+  (`PMPI_File_open`, `PMPI_File_write_shared`, ...) is logged;
+- `posixview.c`: after `MPI_File_sync` and after `MPI_File_close`, `stat`/`fopen`/`open` of
+  the path see the bytes, in the job and from any other process (write-through; with
+  `PDCX_MPIIO_WRITE_THROUGH=off` only the home gets them);
 - `pdcx flush` succeeds with nothing to flush and without tiers, and names what it waited for.
 """
 
@@ -35,11 +39,12 @@ def progs(tmp_path_factory) -> dict[str, Path]:
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} not installed (scripts/setup.sh --test: openmpi-bin libopenmpi-dev)")
     out = tmp_path_factory.mktemp("mpiio-fs-progs")
-    for name in ("shared", "excl", "pmpi"):
+    names = ("shared", "excl", "pmpi", "posixview")
+    for name in names:
         subprocess.run(
             ["mpicc", "-O2", "-Wall", "-Wextra", "-o", out / name, PROGS / f"{name}.c"], check=True, timeout=120
         )
-    return {name: out / name for name in ("shared", "excl", "pmpi")}
+    return {name: out / name for name in names}
 
 
 @pytest.fixture
@@ -115,7 +120,63 @@ def test_profiling_names_are_logged(progs, deployment, dirs, io):
     dep = deployment(n=2)
     run_logged(io, dep, out, home, [progs["pmpi"], out / "p.dat"], "pmpi ok")
     assert "mpiio/p.dat" in streams(dep.root), "PMPI_File_open was not logged"
-    assert (out / "p.dat").stat().st_size == 0, "the bytes went to the placeholder"
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    assert (home / "p.dat").read_bytes() == (direct / "p.dat").read_bytes()
+    # The shared-pointer calls under their profiling names flush as the MPI_ names do (a
+    # rank reading after a barrier sees the others' blocks).
+    ok(mpirun(io, [progs["shared"], direct / "s.dat", "pmpi"]), "shared ok")
+    for _ in range(3):
+        run_logged(io, dep, out, home, [progs["shared"], out / "s.dat", "pmpi"], "shared ok")
+
+
+@pytest.mark.parametrize("io", IOS)
+def test_the_path_shows_the_bytes_after_sync_and_close(progs, deployment, dirs, io):
+    """The program itself reads its file with stat/fopen/open after MPI_File_sync and after
+    MPI_File_close (posixview.c checks every byte); then this process, outside the job and
+    without the preload, reads the same bytes at the path, and the home gets them too."""
+    out, home, direct = dirs
+    ok(mpirun(io, [progs["posixview"], direct / "v.dat"]), "posixview ok")
+    need_pdcx_run()
+    dep = deployment(n=2)
+    run_logged(io, dep, out, home, [progs["posixview"], out / "v.dat"], "posixview ok")
+    assert "mpiio/v.dat" in streams(dep.root), "the file was not logged"
+    want = (direct / "v.dat").read_bytes()
+    assert (out / "v.dat").read_bytes() == want
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    assert (home / "v.dat").read_bytes() == want
+
+
+def test_a_plain_file_under_the_prefix_is_named_once(progs, deployment, dirs):
+    """Files the program writes under the prefix with fopen/open (not MPI-IO) are plain files:
+    each is named once on stderr, written as asked, and not logged."""
+    need_pdcx_run()
+    out, home, _ = dirs
+    dep = deployment(n=2)
+    env = mpi_env({"PDCX_ROOT": str(dep.root)})
+    p = pdcx_run("ompio", out, home, dep.root, [progs["posixview"], out / "v.dat", "plain"], env=env)
+    ok(p, "posixview ok")
+    lines = pdcx_lines(p.stderr)
+    for suffix in ("notes", "raw"):
+        named = [ln for ln in lines if f"v.dat.{suffix} is written outside MPI-IO" in ln]
+        assert len(named) == 1, p.stderr
+        assert str(home / f"v.dat.{suffix}") in named[0], named[0]
+    assert len(lines) == 2, p.stderr
+    assert (out / "v.dat.notes").read_text() == "notes\n" and (out / "v.dat.raw").read_text() == "raw\n"
+    assert streams(dep.root) == ["mpiio/v.dat"]
+
+
+def test_write_through_off_leaves_only_the_home(progs, deployment, dirs):
+    """PDCX_MPIIO_WRITE_THROUGH=off: the file at the path stays empty (what a user with a slow
+    prefix asks for), the stream and the home hold the bytes."""
+    need_pdcx_run()
+    out, home, direct = dirs
+    ok(mpirun("ompio", [progs["pmpi"], direct / "p.dat"]), "pmpi ok")
+    dep = deployment(n=2)
+    env = mpi_env({"PDCX_ROOT": str(dep.root), "PDCX_MPIIO_WRITE_THROUGH": "off"})
+    p = pdcx_run("ompio", out, home, dep.root, [progs["pmpi"], out / "p.dat"], env=env)
+    ok(p, "pmpi ok")
+    assert not pdcx_lines(p.stderr), p.stderr
+    assert (out / "p.dat").stat().st_size == 0
     run_pdcx("flush", "--root", dep.root, timeout=120)
     assert (home / "p.dat").read_bytes() == (direct / "p.dat").read_bytes()
 

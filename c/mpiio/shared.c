@@ -1,4 +1,4 @@
-/* shared PATH: shared file pointers as a file system gives them.
+/* shared PATH [pmpi]: shared file pointers as a file system gives them.
  *
  * Every rank writes a block of BLOCK ints (its rank, then a running index) with
  * MPI_File_write_shared; after a barrier every rank reads the whole file with
@@ -7,7 +7,9 @@
  * checks it with MPI_File_read_at_all. Last, MPI_File_seek_shared(0) and MPI_File_read_shared:
  * the blocks read by all ranks together are the first-round blocks, each once. Every check
  * runs on every rank; any mismatch (e.g. zeros where another rank wrote) fails the program.
- * Prints "shared ok". The file's first round is in a run-dependent order, the second is not. */
+ * Prints "shared ok". The file's first round is in a run-dependent order, the second is not.
+ * With `pmpi`, the shared-pointer calls go through their profiling names (PMPI_File_write_shared,
+ * ...), as a tool or library layered on MPI calls them. */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +48,12 @@ static void check_blocks(const int *buf, int blocks, int n, int rank, const char
     free(seen);
 }
 
+typedef int (*data_call)(MPI_File, void *, int, MPI_Datatype, MPI_Status *);
+typedef int (*const_data_call)(MPI_File, const void *, int, MPI_Datatype, MPI_Status *);
+static const_data_call write_shared = MPI_File_write_shared, write_ordered = MPI_File_write_ordered;
+static data_call read_shared = MPI_File_read_shared;
+static int (*seek_shared)(MPI_File, MPI_Offset, int) = MPI_File_seek_shared;
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank, n;
@@ -63,18 +71,24 @@ int main(int argc, char **argv) {
     int *all = malloc(2 * round * sizeof(int));
     MPI_File fh;
     MPI_Status st;
+    if (argc > 2 && strcmp(argv[2], "pmpi") == 0) {
+        write_shared = PMPI_File_write_shared;
+        write_ordered = PMPI_File_write_ordered;
+        read_shared = PMPI_File_read_shared;
+        seek_shared = PMPI_File_seek_shared;
+    }
     die(MPI_File_open(MPI_COMM_WORLD, argv[1], MPI_MODE_CREATE | MPI_MODE_RDWR, MPI_INFO_NULL, &fh),
         "MPI_File_open");
     die(MPI_File_set_size(fh, 0), "MPI_File_set_size");
 
-    die(MPI_File_write_shared(fh, mine, BLOCK, MPI_INT, &st), "MPI_File_write_shared");
+    die(write_shared(fh, mine, BLOCK, MPI_INT, &st), "MPI_File_write_shared");
     MPI_Barrier(MPI_COMM_WORLD);
     memset(all, 0, 2 * round * sizeof(int));
     die(MPI_File_read_at(fh, 0, all, (int)round, MPI_INT, &st), "MPI_File_read_at");
     check_blocks(all, n, n, rank, "after write_shared and a barrier");
 
     /* The shared pointer is now at the end of the first round. */
-    die(MPI_File_write_ordered(fh, mine, BLOCK, MPI_INT, &st), "MPI_File_write_ordered");
+    die(write_ordered(fh, mine, BLOCK, MPI_INT, &st), "MPI_File_write_ordered");
     MPI_Barrier(MPI_COMM_WORLD);
     memset(all, 0, 2 * round * sizeof(int));
     die(MPI_File_read_at_all(fh, 0, all, (int)(2 * round), MPI_INT, &st), "MPI_File_read_at_all");
@@ -86,9 +100,9 @@ int main(int argc, char **argv) {
                 fail(rank, "after write_ordered and a barrier", at, all[at], want);
         }
 
-    die(MPI_File_seek_shared(fh, 0, MPI_SEEK_SET), "MPI_File_seek_shared");
+    die(seek_shared(fh, 0, MPI_SEEK_SET), "MPI_File_seek_shared");
     int *got = calloc(BLOCK, sizeof(int));
-    die(MPI_File_read_shared(fh, got, BLOCK, MPI_INT, &st), "MPI_File_read_shared");
+    die(read_shared(fh, got, BLOCK, MPI_INT, &st), "MPI_File_read_shared");
     int *gathered = malloc(round * sizeof(int));
     MPI_Allgather(got, BLOCK, MPI_INT, gathered, BLOCK, MPI_INT, MPI_COMM_WORLD);
     check_blocks(gathered, n, n, rank, "read_shared after seek_shared");

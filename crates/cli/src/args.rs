@@ -338,7 +338,9 @@ pub(crate) enum Command {
     #[command(after_help = RUN_EXAMPLES)]
     Run {
         /// Directory the program writes its files in (created if missing). Files under it
-        /// opened with MPI_File_open for writing are logged by the node's pdcx server.
+        /// opened with MPI_File_open for writing are logged by the node's pdcx server, and
+        /// their bytes are also written there, for any process to read after the file's
+        /// close (PDCX_MPIIO_WRITE_THROUGH=off: only the home gets them).
         #[arg(long, value_name = "DIR")]
         prefix: PathBuf,
         /// Where the files end up: a directory (a shared file system), or s3://BUCKET/PREFIX.

@@ -480,6 +480,9 @@ settings! {
         doc: "Where finished MPI-IO files are copied: an absolute directory or s3://BUCKET/PREFIX." }
     MPIIO_MODE { name: "mpiio_mode", env: Some("PDCX_MPIIO_MODE"), ty: Ty::Words(MPIIO_MODES), default: "log",
         scope: Scope::Library, doc: "log: through pdcx; redirect: straight to the home; off: untouched." }
+    MPIIO_WRITE_THROUGH { name: "mpiio_write_through", env: Some("PDCX_MPIIO_WRITE_THROUGH"), ty: Ty::Switch,
+        default: "on", scope: Scope::Library,
+        doc: "Also write a logged file's bytes at its path under the prefix (not synced), so every process sees them after close; off: only the home gets them." }
     MPIIO_DEBUG { name: "mpiio_debug", env: Some("PDCX_MPIIO_DEBUG"), ty: Ty::Flag, default: "0",
         scope: Scope::Library, doc: "Print what the MPI-IO library decides for each file." }
     FITS { name: "fits", env: Some("PDCX_FITS"), ty: Ty::Switch, default: "on", scope: Scope::Library,

@@ -72,7 +72,7 @@ unsafe fn submit(cb: *mut aiocb, write: bool) -> Option<c_int> {
             } else if write {
                 // SAFETY: the request's buffer of n bytes.
                 let b = unsafe { std::slice::from_raw_parts(c.aio_buf as *const u8, n) };
-                write_at(&t, &[b], off)
+                write_at(&t, c.aio_fildes, &[b], off)
             } else {
                 // SAFETY: as above, writable.
                 let b = unsafe { std::slice::from_raw_parts_mut(c.aio_buf as *mut u8, n) };

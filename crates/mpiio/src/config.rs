@@ -74,20 +74,28 @@ pub struct Config {
     pub prefix_real: Option<PathBuf>,
     pub home: Option<Home>,
     pub debug: bool,
+    /// Whether a logged file's bytes are also written at its path under the prefix, so that
+    /// processes outside the job see them after close (`PDCX_MPIIO_WRITE_THROUGH`).
+    pub write_through: bool,
     /// A configuration problem to report once (the library then does nothing, or falls back).
     pub problem: Option<String>,
 }
 
 impl Config {
-    /// Reads `PDCX_MPIIO_{PREFIX,HOME,MODE,DEBUG}`.
+    /// Reads `PDCX_MPIIO_{PREFIX,HOME,MODE,DEBUG,WRITE_THROUGH}`.
     pub fn from_env() -> Config {
-        use pdcx_core::config::{MPIIO_DEBUG, MPIIO_HOME, MPIIO_MODE, MPIIO_PREFIX};
-        Config::from_values(
+        use pdcx_core::config::{
+            MPIIO_DEBUG, MPIIO_HOME, MPIIO_MODE, MPIIO_PREFIX, MPIIO_WRITE_THROUGH,
+        };
+        let mut cfg = Config::from_values(
             MPIIO_PREFIX.os().as_deref(),
             MPIIO_HOME.os().as_deref(),
             MPIIO_MODE.os().as_deref(),
             MPIIO_DEBUG.flag_on(),
-        )
+        );
+        // A malformed value is named on stderr once and the default (on) applies.
+        cfg.write_through = MPIIO_WRITE_THROUGH.switch_or_default();
+        cfg
     }
 
     pub fn from_values(
@@ -102,6 +110,7 @@ impl Config {
             prefix_real: None,
             home: None,
             debug,
+            write_through: true,
             problem: None,
         };
         match mode.map(|m| m.to_string_lossy()) {
@@ -157,10 +166,17 @@ impl Config {
     }
 }
 
+static CFG: OnceLock<Config> = OnceLock::new();
+
 /// The process's configuration, read at first use.
 pub fn get() -> &'static Config {
-    static CFG: OnceLock<Config> = OnceLock::new();
     CFG.get_or_init(Config::from_env)
+}
+
+/// The configuration if a first `MPI_File_open` has read it (never reads it: `open` may run
+/// before `main`).
+pub fn loaded() -> Option<&'static Config> {
+    CFG.get()
 }
 
 /// ROMIO's file-system prefixes (`ufs:/path`), which the MPI library strips before `open`.

@@ -17,6 +17,8 @@ pub struct FileState {
     pub name: String,
     /// Where the sealed versions go: `HOME/REL` (a directory path or `s3://bucket/prefix/REL`).
     pub home: String,
+    /// Whether writes also go to the file at its path (`config::Config::write_through`).
+    pub write_through: bool,
 }
 
 /// One open file description: fds made by `dup` share it (and so its offset), as in POSIX.

@@ -35,34 +35,52 @@ impl Drop for Passthrough {
     }
 }
 
-thread_local! {
-    static IN_SYNC_OR_CLOSE: Cell<bool> = const { Cell::new(false) };
+/// A thread-local flag set while a guard value lives (restoring the outer value on drop, so
+/// guards nest): `$query()` reads it, `$guard::enter()` sets it.
+macro_rules! scoped_flag {
+    ($(#[$doc:meta])* $query:ident, $guard:ident, $cell:ident) => {
+        thread_local! {
+            static $cell: Cell<bool> = const { Cell::new(false) };
+        }
+
+        $(#[$doc])*
+        #[inline]
+        pub fn $query() -> bool {
+            $cell.with(|d| d.get())
+        }
+
+        #[doc = concat!("While alive, [`", stringify!($query), "`] is true on this thread.")]
+        pub struct $guard(bool);
+
+        impl $guard {
+            #[inline]
+            pub fn enter() -> $guard {
+                $guard($cell.with(|d| d.replace(true)))
+            }
+        }
+
+        impl Drop for $guard {
+            #[inline]
+            fn drop(&mut self) {
+                $cell.with(|d| d.set(self.0));
+            }
+        }
+    };
 }
 
-/// True while this thread runs the MPI library's own `MPI_File_sync`/`MPI_File_close` of a
-/// logged file, which a consistency point follows: an `fsync` or `close` the library makes
-/// there needs to do nothing (the consistency point commits this process's writes and makes
-/// them durable, the sealing rank's in the same round trip as its seal).
-#[inline]
-pub fn in_sync_or_close() -> bool {
-    IN_SYNC_OR_CLOSE.with(|d| d.get())
+scoped_flag! {
+    /// True while this thread runs the MPI library's own `MPI_File_sync`/`MPI_File_close` of a
+    /// logged file, which a consistency point follows: an `fsync` or `close` the library makes
+    /// there needs to do nothing (the consistency point commits this process's writes and makes
+    /// them durable, the sealing rank's in the same round trip as its seal).
+    in_sync_or_close, SyncOrClose, IN_SYNC_OR_CLOSE
 }
 
-/// While alive, [`in_sync_or_close`] is true on this thread.
-pub struct SyncOrClose(bool);
-
-impl SyncOrClose {
-    #[inline]
-    pub fn enter() -> SyncOrClose {
-        SyncOrClose(IN_SYNC_OR_CLOSE.with(|d| d.replace(true)))
-    }
-}
-
-impl Drop for SyncOrClose {
-    #[inline]
-    fn drop(&mut self) {
-        IN_SYNC_OR_CLOSE.with(|d| d.set(self.0));
-    }
+scoped_flag! {
+    /// True while this thread is inside one of the MPI functions this library wraps: the files
+    /// the MPI library creates there next to the program's (ROMIO's `.shfp.` and lock-test
+    /// files, OMPIO's shared-pointer files) are its own business, not the program's plain files.
+    in_mpi, InMpi, IN_MPI
 }
 
 #[cfg(test)]

@@ -482,7 +482,12 @@ fn log_open(
         // SAFETY: the caller's communicator; `dup` receives the new one.
         check(unsafe { (coll.comm_dup)(comm, &mut dup) })?;
     }
-    let file = Arc::new(FileState { bs, name, home });
+    let file = Arc::new(FileState {
+        bs,
+        name,
+        home,
+        write_through: config::get().write_through,
+    });
     let norm_display = norm.display().to_string();
     fdtab::begin_opening(Opening {
         norm,
@@ -695,6 +700,7 @@ macro_rules! both_names {
             /// The C function of the same name of Open MPI 4.1.
             #[cfg_attr(not(test), no_mangle)]
             pub unsafe extern "C" fn $mpi($($a: $t),*) -> c_int {
+                let _m = guard::InMpi::enter();
                 // SAFETY: the caller's arguments, passed on.
                 unsafe { $imp($($a),*) }
             }
@@ -703,6 +709,7 @@ macro_rules! both_names {
             /// The C function of the same name of Open MPI 4.1.
             #[cfg_attr(not(test), no_mangle)]
             pub unsafe extern "C" fn $pmpi($($a: $t),*) -> c_int {
+                let _m = guard::InMpi::enter();
                 // SAFETY: the caller's arguments, passed on.
                 unsafe { $imp($($a),*) }
             }

@@ -4,8 +4,8 @@
 //! libc functions come from `RTLD_NEXT` (the next definition after this library, i.e. glibc's).
 //! MPI functions and data are only looked up once an MPI program has called an intercepted
 //! MPI function, so the library loads into programs without MPI (`ls`, `python3`) with no
-//! undefined symbols. The four `PMPI_File_*` names this library defines too (open, sync,
-//! close, delete) come from `RTLD_NEXT`, never back to us; the other `PMPI_*` names, which it
+//! undefined symbols. The `PMPI_File_*` names this library defines too (open, sync,
+//! close, delete and the shared-pointer calls) come from `RTLD_NEXT`, never back to us; the other `PMPI_*` names, which it
 //! never defines, from `RTLD_DEFAULT`.
 
 use libc::{c_char, c_int, c_void, iovec, off64_t, off_t, size_t, ssize_t};
@@ -56,6 +56,8 @@ real! { libc::RTLD_NEXT;
     __openat_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int;
     __openat64_2: unsafe extern "C" fn(c_int, *const c_char, c_int) -> c_int;
     close: unsafe extern "C" fn(c_int) -> c_int;
+    fopen: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE;
+    fopen64: unsafe extern "C" fn(*const c_char, *const c_char) -> *mut libc::FILE;
     write: unsafe extern "C" fn(c_int, *const c_void, size_t) -> ssize_t;
     writev: unsafe extern "C" fn(c_int, *const iovec, c_int) -> ssize_t;
     pwrite: unsafe extern "C" fn(c_int, *const c_void, size_t, off_t) -> ssize_t;
@@ -112,16 +114,16 @@ real! { libc::RTLD_NEXT;
     PMPI_File_sync: unsafe extern "C" fn(Handle) -> c_int;
     PMPI_File_close: unsafe extern "C" fn(*mut Handle) -> c_int;
     PMPI_File_delete: unsafe extern "C" fn(*const c_char, Handle) -> c_int;
-}
-
-// Functions this library only defines under their `MPI_` name (or not at all).
-real! { libc::RTLD_DEFAULT;
-    PMPI_Barrier: unsafe extern "C" fn(Handle) -> c_int;
     PMPI_File_write_shared: unsafe extern "C" fn(Handle, *const c_void, c_int, Handle, Handle) -> c_int;
     PMPI_File_write_ordered: unsafe extern "C" fn(Handle, *const c_void, c_int, Handle, Handle) -> c_int;
     PMPI_File_read_shared: unsafe extern "C" fn(Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
     PMPI_File_read_ordered: unsafe extern "C" fn(Handle, *mut c_void, c_int, Handle, Handle) -> c_int;
     PMPI_File_seek_shared: unsafe extern "C" fn(Handle, i64, c_int) -> c_int;
+}
+
+// Functions this library only defines under their `MPI_` name (or not at all).
+real! { libc::RTLD_DEFAULT;
+    PMPI_Barrier: unsafe extern "C" fn(Handle) -> c_int;
     PMPI_Comm_rank: unsafe extern "C" fn(Handle, *mut c_int) -> c_int;
     PMPI_Comm_dup: unsafe extern "C" fn(Handle, *mut Handle) -> c_int;
     PMPI_Comm_free: unsafe extern "C" fn(*mut Handle) -> c_int;

@@ -24,6 +24,10 @@ fn active() -> bool {
     !guard::inside() && !fdtab::forked()
 }
 
+/// Only the `MPI_` name: `PMPI_Barrier` is what MPI-IO components call inside their own
+/// collective operations (ROMIO's), and a flush there would only add round trips to every
+/// collective write; a program calling the profiling name for its own barrier is rare.
+///
 /// # Safety
 /// C `MPI_Barrier(comm)` of Open MPI.
 #[cfg_attr(not(test), no_mangle)]
@@ -31,6 +35,7 @@ pub unsafe extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
     let Some(real) = real::PMPI_Barrier() else {
         return MPI_ERR_OTHER;
     };
+    let _m = guard::InMpi::enter();
     if active() {
         flush_all("MPI_Barrier");
     }
@@ -38,11 +43,26 @@ pub unsafe extern "C" fn MPI_Barrier(comm: Handle) -> c_int {
     unsafe { real(comm) }
 }
 
-/// Defines the shared-pointer data calls: `flush_before` flushes the file before the real
-/// call, else after it (when it succeeded).
+/// Defines the shared-pointer data calls under both of their names (`MPI_` and `PMPI_`, as
+/// for open and close): `flush_before` flushes the file before the real call, else after it
+/// (when it succeeded). The real call is always the MPI library's `PMPI_` one.
 macro_rules! shared_data_call {
     ($($name:ident, $real:ident, $buf:ty, $flush_before:expr;)*) => {
         $(
+            /// # Safety
+            /// The C function of the same name of Open MPI 4.1.
+            #[cfg_attr(not(test), no_mangle)]
+            pub unsafe extern "C" fn $real(
+                fh: Handle,
+                buf: $buf,
+                count: c_int,
+                datatype: Handle,
+                status: Handle,
+            ) -> c_int {
+                // SAFETY: the caller's arguments, passed on.
+                unsafe { $name(fh, buf, count, datatype, status) }
+            }
+
             /// # Safety
             /// The C function of the same name of Open MPI 4.1.
             #[cfg_attr(not(test), no_mangle)]
@@ -56,6 +76,7 @@ macro_rules! shared_data_call {
                 let Some(real) = real::$real() else {
                     return MPI_ERR_OTHER;
                 };
+                let _m = guard::InMpi::enter();
                 // SAFETY: the caller's arguments, passed on unchanged.
                 let call = || unsafe { real(fh, buf, count, datatype, status) };
                 if !active() {
@@ -85,12 +106,21 @@ shared_data_call! {
 }
 
 /// # Safety
+/// C `PMPI_File_seek_shared(fh, offset, whence)` of Open MPI.
+#[cfg_attr(not(test), no_mangle)]
+pub unsafe extern "C" fn PMPI_File_seek_shared(fh: Handle, offset: i64, whence: c_int) -> c_int {
+    // SAFETY: the caller's arguments, passed on.
+    unsafe { MPI_File_seek_shared(fh, offset, whence) }
+}
+
+/// # Safety
 /// C `MPI_File_seek_shared(fh, offset, whence)` of Open MPI.
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn MPI_File_seek_shared(fh: Handle, offset: i64, whence: c_int) -> c_int {
     let Some(real) = real::PMPI_File_seek_shared() else {
         return MPI_ERR_OTHER;
     };
+    let _m = guard::InMpi::enter();
     // SAFETY: the caller's arguments, passed on unchanged.
     let call = || unsafe { real(fh, offset, whence) };
     if !active() {

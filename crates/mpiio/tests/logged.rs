@@ -1,6 +1,6 @@
 //! An unmodified MPI-IO program under the preload, against two real servers: every byte it
-//! writes under the prefix lands in the byte stream `mpiio/NAME` (the placeholder file stays
-//! empty), the sealed version reaches `HOME/NAME` byte-identical to a direct run, and every
+//! writes under the prefix lands in the byte stream `mpiio/NAME` (and, written through, in the
+//! file at its path), the sealed version reaches `HOME/NAME` byte-identical to a direct run, and every
 //! setup that cannot log falls back with exactly one line and writes the file to its home.
 
 mod common;
@@ -107,10 +107,13 @@ fn writes_under_the_prefix_go_to_the_stream_and_reach_the_home() {
         let (want, want_out) = s.direct(io);
         let f = s.prefix.join(format!("sub/f.{io}"));
         let o = mpirun(2, io, &s.env(&s.root, "log"), &s.prog, &[f.as_os_str()]);
-        // The program read back what it wrote (from the stream: the placeholder is empty).
+        // The program read back what it wrote (from the stream).
         assert_eq!(sorted_lines(&o), want_out, "{io}");
         assert_eq!(our_lines(&o), Vec::<String>::new(), "{io}");
-        assert_eq!(std::fs::metadata(&f).unwrap().len(), 0, "{io}: placeholder");
+        assert!(
+            std::fs::read(&f).unwrap() == want,
+            "{io}: the file at its path"
+        );
         let name = format!("mpiio/sub/f.{io}");
         assert!(stream_bytes(&c, &name) == want, "{io}: stream differs");
         // Sealed at each sync and at close; the last version is the whole file.
@@ -180,7 +183,10 @@ fn posix_calls_on_the_mpi_fd_match_the_kernel() {
             "{io}"
         );
         assert_eq!(our_lines(&o), Vec::<String>::new(), "{io}");
-        assert_eq!(std::fs::metadata(&f).unwrap().len(), 0, "{io}: placeholder");
+        assert!(
+            std::fs::read(&f).unwrap() == want,
+            "{io}: the file at its path"
+        );
         assert!(
             stream_bytes(&c, &format!("mpiio/posix.{io}")) == want,
             "{io}"
@@ -218,7 +224,11 @@ fn shared_file_pointers() {
         let got = stream_bytes(&c, &format!("mpiio/ordered.{io}"));
         assert_eq!(got.len(), want.len(), "{io}");
         assert_eq!(lines(&got), lines(&want), "{io}");
-        assert_eq!(std::fs::metadata(&f).unwrap().len(), 0, "{io}: placeholder");
+        // Written through: the same bytes as the stream (both in this run's order).
+        assert!(
+            std::fs::read(&f).unwrap() == got,
+            "{io}: the file at its path"
+        );
     }
 }
 
@@ -303,7 +313,7 @@ fn parallel_hdf5_files_come_out_byte_identical() {
 
 /// Non-blocking MPI-IO: OMPIO does `MPI_File_iwrite_at`/`iread_at` with POSIX AIO, which
 /// glibc runs in its own threads with calls no preload sees; the aio wrappers must catch them
-/// (else the bytes land in the placeholder and the home file is empty).
+/// (else the bytes land only in the file at its path and the stream and home are empty).
 #[test]
 fn non_blocking_writes_and_reads_are_logged() {
     if !have_mpi("non_blocking_writes_and_reads_are_logged") {
@@ -321,7 +331,10 @@ fn non_blocking_writes_and_reads_are_logged() {
         let o = mpirun(2, io, &s.env(&s.root, "log"), &prog, &[f.as_os_str()]);
         assert_eq!(sorted_lines(&o), sorted_lines(&plain), "{io}");
         assert_eq!(our_lines(&o), Vec::<String>::new(), "{io}");
-        assert_eq!(std::fs::metadata(&f).unwrap().len(), 0, "{io}: placeholder");
+        assert!(
+            std::fs::read(&f).unwrap() == want,
+            "{io}: the file at its path"
+        );
         assert!(
             stream_bytes(&c, &format!("mpiio/i.{io}")) == want,
             "{io}: stream differs"

@@ -44,6 +44,9 @@ fn open_common(
     flags: c_int,
     real: impl Fn(c_int) -> c_int,
 ) -> c_int {
+    if super::plain::writes(flags) {
+        super::plain::check(dirfd, path);
+    }
     if !fdtab::opening_active() || guard::inside() {
         let fd = real(flags);
         fdtab::fresh_foreign(fd);

@@ -61,10 +61,20 @@ pub unsafe extern "C" fn lseek64(fd: c_int, off: off64_t, whence: c_int) -> off6
 
 /// `MPI_File_set_size` truncates on rank 0 (ROMIO) or on every rank at once (OMPIO); the
 /// owner zeroes what a shrink cuts, so a later growth reads zeros as after a POSIX truncate.
-fn truncate(t: &Tracked, len: i64) -> Result<c_int, c_int> {
+/// With write-through on, the file at its path is truncated too (first: its failure is the
+/// call's).
+fn truncate(t: &Tracked, fd: c_int, len: i64) -> Result<c_int, c_int> {
     let len = offset(len)?;
     let _g = Passthrough::enter();
     stats::add(Op::Truncate, 0);
+    if t.file.write_through {
+        let real_len = libc::off_t::try_from(len).map_err(|_| libc::EFBIG)?;
+        if call!(ftruncate(fd, real_len)) != 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO));
+        }
+    }
     let mut r = t.file.bs.set_size(len);
     // Workaround: two shrinks of one stream at once race at the owner (one's zeroing finds the
     // stream already cut by the other and is refused as out of bounds). They set the same
@@ -84,7 +94,7 @@ fn truncate(t: &Tracked, len: i64) -> Result<c_int, c_int> {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
     let t = tracked_or_real!(fd, call!(ftruncate(fd, len)));
-    ffi("ftruncate", -1, || truncate(&t, len))
+    ffi("ftruncate", -1, || truncate(&t, fd, len))
 }
 
 /// # Safety
@@ -92,7 +102,7 @@ pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
 #[cfg_attr(not(test), no_mangle)]
 pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
     let t = tracked_or_real!(fd, call!(ftruncate64(fd, len)));
-    ffi("ftruncate64", -1, || truncate(&t, len))
+    ffi("ftruncate64", -1, || truncate(&t, fd, len))
 }
 
 /// The placeholder's real `stat` with the stream's size: the file looks as it would have.
