@@ -30,14 +30,7 @@ impl Metadata {
                 cur.name
             )));
         }
-        let text = serde_json::to_string(dims).map_err(|e| Error::internal(e.to_string()))?;
-        self.write(|tx| {
-            tx.prepare_cached("UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3")
-                .map_err(db_err)?
-                .execute(params![text, now(), lid_of(id)])
-                .map_err(db_err)
-        })?;
-        self.refresh(id)
+        self.store_dims(id, dims)
     }
 
     /// Grows dims to at least `want` (elementwise maximum) and never fails for being smaller:
@@ -88,7 +81,13 @@ impl Metadata {
                 cur.name
             )));
         }
-        let text = serde_json::to_string(&[len]).map_err(|e| Error::internal(e.to_string()))?;
+        self.store_dims(id, &[len])
+    }
+
+    /// Writes `dims` as the object's stored dims in a transaction of its own (durable when it
+    /// returns) and returns the refreshed metadata.
+    fn store_dims(&self, id: ObjectId, dims: &[u64]) -> Result<ObjectMeta> {
+        let text = serde_json::to_string(dims).map_err(|e| Error::internal(e.to_string()))?;
         self.write(|tx| {
             tx.prepare_cached("UPDATE objects SET dims=?1, mtime=?2 WHERE lid=?3")
                 .map_err(db_err)?
