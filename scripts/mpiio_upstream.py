@@ -226,6 +226,10 @@ def main() -> int:
         print(f"mpiio_upstream: {a.rev} has no src/mpi/romio/test: {archive.stderr.decode()}", file=sys.stderr)
         return 2
     subprocess.run(["tar", "-x", "-C", str(src)], input=archive.stdout, check=True)
+    commit = subprocess.run(
+        ["git", "--git-dir", a.mirror, "rev-parse", a.rev], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    print(f"== ROMIO tests of pmodels/mpich {commit or a.rev}; pdcx {a.pdcx}")
     tdir = src / "src/mpi/romio/test"
     harness = parse_harness((tdir / "parallel_run.sh.in").read_text(), a.ranks)
     registered = programs_in((tdir / "Makefile.am").read_text())

@@ -113,6 +113,22 @@ def test_excl_open_and_delete_remove_the_home_copy(progs, deployment, dirs, io):
 
 
 @pytest.mark.parametrize("io", IOS)
+def test_every_rank_deleting_then_creating_exclusively(progs, deployment, dirs, io):
+    """Every rank deletes the file with no barrier after it, then an EXCL create (ROMIO's
+    creat_excl test): a rank still deleting must not remove the stream the create makes,
+    and concurrent deletes of one stream are not errors."""
+    out, home, direct = dirs
+    ok(mpirun(io, [progs["excl"], direct / "r.dat", "racing-delete"]), "excl ok")
+    need_pdcx_run()
+    dep = deployment(n=2)
+    for _ in range(4):
+        run_logged(io, dep, out, home, [progs["excl"], out / "r.dat", "racing-delete"], "excl ok")
+        assert (out / "r.dat").read_bytes() == (direct / "r.dat").read_bytes()
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    assert (home / "r.dat").read_bytes() == (direct / "r.dat").read_bytes()
+
+
+@pytest.mark.parametrize("io", IOS)
 def test_profiling_names_are_logged(progs, deployment, dirs, io):
     out, home, direct = dirs
     ok(mpirun(io, [progs["pmpi"], direct / "p.dat"]), "pmpi ok")

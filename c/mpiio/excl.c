@@ -1,6 +1,7 @@
-/* excl PATH [delete]: exclusive creation and deletion as a file system gives them.
+/* excl PATH [delete|racing-delete]: exclusive creation and deletion as a file system gives them.
  *
- * Rank 0 deletes PATH (a missing file is fine), then every rank opens it with
+ * Rank 0 deletes PATH (a missing file is fine; with `racing-delete` every rank deletes it at
+ * once and goes straight on, as ROMIO's creat_excl test does), then every rank opens it with
  * MPI_MODE_CREATE|MPI_MODE_EXCL (must succeed), writes its block (BLOCK bytes of value
  * rank+1 at rank*BLOCK) collectively and closes it; a second EXCL open must fail. With
  * `delete`, rank 0 then deletes PATH (must succeed) and checks with access() that it is gone.
@@ -33,7 +34,8 @@ int main(int argc, char **argv) {
     }
     const char *path = argv[1];
     int del = argc > 2 && strcmp(argv[2], "delete") == 0;
-    if (rank == 0) {
+    int racing = argc > 2 && strcmp(argv[2], "racing-delete") == 0;
+    if (rank == 0 || racing) {
         int rc = MPI_File_delete(path, MPI_INFO_NULL);
         int cls = MPI_SUCCESS;
         if (rc != MPI_SUCCESS)
@@ -41,7 +43,8 @@ int main(int argc, char **argv) {
         if (cls != MPI_SUCCESS && cls != MPI_ERR_NO_SUCH_FILE)
             die(rc, "MPI_File_delete of a missing file");
     }
-    MPI_Barrier(MPI_COMM_WORLD);
+    if (!racing)
+        MPI_Barrier(MPI_COMM_WORLD);
     MPI_File fh;
     MPI_Status st;
     int amode = MPI_MODE_CREATE | MPI_MODE_EXCL | MPI_MODE_RDWR;

@@ -398,6 +398,13 @@ fn log_open(
     let mut head: [u64; 2] = [0, 0]; // [failed, id]
     let mut why = String::new();
     let mut mine = None;
+    if !readonly {
+        // A barrier first: a rank still inside an earlier `MPI_File_delete` of this name
+        // (every rank may call it, without a barrier after it) must not remove the stream
+        // rank 0 is about to create. On a file system that window is an unlink's
+        // microseconds; a stream's delete takes round trips.
+        coll.max_of(0, comm)?;
+    }
     if rank == 0 {
         let r = open_stream(&name, !readonly).and_then(|bs| {
             // A stream this open created is empty and has no versions: nothing to reset.

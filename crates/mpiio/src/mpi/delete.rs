@@ -23,14 +23,23 @@ fn remove_stream(c: &Client, name: &str) -> Result<(), String> {
         Err(e) if e.kind == pdcx_core::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e.message),
     };
+    // Every rank may delete the same file at once (ROMIO's `creat_excl` does): a stream
+    // another process removed meanwhile is removed, not an error.
+    let gone_is_done = |e: pdcx_core::Error| match e.kind {
+        pdcx_core::ErrorKind::NotFound => Ok(()),
+        _ => Err(e.message),
+    };
     let t0 = Instant::now();
     loop {
-        let v = bs.versions().map_err(|e| e.message)?;
+        let v = match bs.versions() {
+            Ok(v) => v,
+            Err(e) => return gone_is_done(e),
+        };
         if !v
             .iter()
             .any(|v| v.state == "sealed" || v.state == "writing")
         {
-            return c.delete_object(bs.id()).map_err(|e| e.message);
+            return c.delete_object(bs.id()).or_else(gone_is_done);
         }
         if t0.elapsed() > DELETE_WAIT {
             return Err(format!(
