@@ -33,6 +33,10 @@ fn main() -> ExitCode {
         // SAFETY: restoring the default disposition of a signal before any thread starts.
         unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     }
+    if matches!(cli.command, Command::Server(_)) {
+        // Everything a server (or `pdcx server start`) creates is its user's alone.
+        pdcx_server::privacy::private_umask();
+    }
     match run(cli) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {

@@ -27,6 +27,7 @@ pub mod metrics;
 mod net;
 mod parallel;
 pub mod peers;
+pub mod privacy;
 mod relay;
 mod shm;
 mod stats;
@@ -259,6 +260,7 @@ impl Server {
                 config.rank, config.size
             )));
         }
+        privacy::prepare_root(&config.root)?;
         let dir = rank_dir(&config.root, config.rank);
         std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
         std::fs::create_dir_all(config.root.join("run")).map_err(io("creating", &config.root))?;

@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use pdcx_client::cluster::ClusterFile;
 use pdcx_core::protocol::handshake;
 use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
@@ -25,6 +26,7 @@ pub fn start(
     }
     // Here, not only in each server's log, so the one who typed the command sees it.
     crate::config_cmd::check_server_env(|w| eprintln!("warning: {w}"))?;
+    pdcx_server::privacy::prepare_root(root)?;
     let logs = root.join("logs");
     std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
     refuse_if_running(root)?;
@@ -203,9 +205,11 @@ fn spawn_server(
     logs: &Path,
 ) -> Result<(Child, PathBuf)> {
     let log_path = logs.join(format!("server-{rank}.log"));
+    // Not through a symlink (someone else's file) and owner-only (umask 077, see main).
     let mut log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(&log_path)
         .with_context(|| format!("opening {}", log_path.display()))?;
     let _ = writeln!(

@@ -1,0 +1,112 @@
+//! A deployment's files are private to the user who runs it: its root must be a directory
+//! that user owns and nobody else can write (as OpenSSH's `StrictModes` refuses a home others
+//! can write), a missing root is created 0700, and the server processes create every file
+//! 0600 and directory 0700 ([`private_umask`]). A root planted by another user (the
+//! documented `/tmp/pdcx` example, created first by someone else) or opened to group or
+//! others is refused before anything is read from it or written into it.
+
+use pdcx_core::{Error, Result};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::path::Path;
+
+/// Creates `root` (and missing parents) 0700 if it does not exist; refuses an existing root
+/// that is not a directory, is owned by another user, or that group or others can write.
+pub fn prepare_root(root: &Path) -> Result<()> {
+    match std::fs::metadata(root) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(root)
+            .map_err(|e| {
+                Error::io(
+                    &format!("creating the deployment root {}", root.display()),
+                    &e,
+                )
+            }),
+        Err(e) => Err(Error::io(
+            &format!("the deployment root {}", root.display()),
+            &e,
+        )),
+        Ok(m) => check_root(root, &m),
+    }
+}
+
+fn check_root(root: &Path, m: &std::fs::Metadata) -> Result<()> {
+    let shown = root.display();
+    if !m.is_dir() {
+        return Err(Error::invalid(format!(
+            "the deployment root {shown} is not a directory"
+        )));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if m.uid() != me {
+        return Err(Error::invalid(format!(
+            "the deployment root {shown} is owned by uid {}, not by you (uid {me}): another user \
+             could read or plant files in it; use a directory of your own, e.g. \
+             `mkdir -m 700 ~/pdcx-root`",
+            m.uid()
+        )));
+    }
+    let mode = m.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(Error::invalid(format!(
+            "the deployment root {shown} can be written by {} (mode {mode:o}): another user \
+             could plant files in it; `chmod 700 {shown}` makes it yours alone",
+            if mode & 0o002 != 0 {
+                "anyone"
+            } else {
+                "its group"
+            }
+        )));
+    }
+    Ok(())
+}
+
+/// Makes this process create files 0600 and directories 0700 (umask 077). For the server
+/// processes only (`pdcx server`): an embedded server runs inside the user's program, whose
+/// umask is the user's; its root is a fresh 0700 directory instead.
+pub fn private_umask() {
+    // SAFETY: umask only sets the process's file-mode creation mask.
+    unsafe { libc::umask(0o077) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_missing_root_is_created_private() {
+        let d = tempfile::tempdir().unwrap();
+        let root = d.path().join("a/b");
+        prepare_root(&root).unwrap();
+        let mode = std::fs::metadata(&root).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        // Again: an existing private root is accepted.
+        prepare_root(&root).unwrap();
+    }
+
+    #[test]
+    fn a_root_others_can_write_is_refused_with_the_fix() {
+        let d = tempfile::tempdir().unwrap();
+        for (mode, who) in [(0o777, "anyone"), (0o770, "its group")] {
+            std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+            let e = prepare_root(d.path()).unwrap_err().to_string();
+            assert!(e.contains(who) && e.contains("chmod 700"), "{e}");
+        }
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        prepare_root(d.path()).unwrap();
+    }
+
+    #[test]
+    fn a_file_is_not_a_root() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("f");
+        std::fs::write(&f, b"x").unwrap();
+        assert!(prepare_root(&f)
+            .unwrap_err()
+            .to_string()
+            .contains("not a directory"));
+    }
+}
