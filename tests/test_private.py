@@ -104,3 +104,23 @@ def test_the_logs_are_private_and_not_followed_through_a_symlink(deployment, tmp
     assert p.returncode != 0 and "server-0.log" in p.stderr, p.stdout + p.stderr
     assert target.read_text() == "untouched\n"
     Path(log).unlink()
+
+
+@pytest.mark.parametrize("how", ["owned by another user", "writable by others"])
+def test_a_config_someone_else_could_change_is_refused(deployment, how):
+    """pdcx.toml decides where the data goes (tiers, buckets): a server refuses one another
+    user owns or can change, naming it and the fix."""
+    need_second_user()
+    dep = deployment(n=1, start=False)
+    cfg = dep.root / "pdcx.toml"
+    cfg.write_text("")
+    if how == "owned by another user":
+        os.chown(cfg, 65534, 65534)
+        word = "owned by uid 65534"
+    else:
+        cfg.chmod(0o666)
+        word = f"chmod 600 {cfg}"
+    p = run_pdcx("server", "start", "-n", 1, "--root", dep.root, check=False, timeout=60)
+    assert p.returncode != 0, p.stdout + p.stderr
+    log = (dep.root / "logs" / "server-0.log").read_text()
+    assert word in p.stderr + log, p.stderr + log

@@ -275,6 +275,7 @@ impl Server {
             .config_file
             .clone()
             .unwrap_or_else(|| config.root.join("pdcx.toml"));
+        privacy::check_config(&config_path)?;
         let deployment = pdcx_tiers::DeploymentConfig::load(&config_path)?;
         let tiering = tiering::Tiering::open(
             &deployment,

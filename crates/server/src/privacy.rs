@@ -63,6 +63,40 @@ fn check_root(root: &Path, m: &std::fs::Metadata) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a configuration file that another user owns or that group or others can write:
+/// whoever can change it chooses where this server's data goes (a tier directory, a bucket).
+/// A missing file is fine (the defaults apply).
+pub fn check_config(path: &Path) -> Result<()> {
+    let m = match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(Error::io(
+                &format!("the configuration {}", path.display()),
+                &e,
+            ))
+        }
+        Ok(m) => m,
+    };
+    let shown = path.display();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if m.uid() != me {
+        return Err(Error::invalid(format!(
+            "the configuration {shown} is owned by uid {}, not by you (uid {me}): whoever \
+             owns it decides where this deployment's data goes; use a file of your own",
+            m.uid()
+        )));
+    }
+    let mode = m.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(Error::invalid(format!(
+            "the configuration {shown} can be changed by other users (mode {mode:o}); \
+             `chmod 600 {shown}` makes it yours alone"
+        )));
+    }
+    Ok(())
+}
+
 /// Makes this process create files 0600 and directories 0700 (umask 077). For the server
 /// processes only (`pdcx server`): an embedded server runs inside the user's program, whose
 /// umask is the user's; its root is a fresh 0700 directory instead.
@@ -97,6 +131,19 @@ mod tests {
         }
         std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
         prepare_root(d.path()).unwrap();
+    }
+
+    #[test]
+    fn a_config_others_can_change_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("pdcx.toml");
+        check_config(&f).unwrap(); // missing: the defaults
+        std::fs::write(&f, b"").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        check_config(&f).unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let e = check_config(&f).unwrap_err().to_string();
+        assert!(e.contains("chmod 600"), "{e}");
     }
 
     #[test]
