@@ -318,7 +318,7 @@ def owner_of_name(name: str, n: int) -> int:
 # -- raw wire protocol helpers (tests that speak to a server without the client library) -----
 
 MAGIC = b"PDCX"
-VERSION = 4
+VERSION = 5
 # Frame kinds (protocol::FrameKind).
 CHALLENGE, HELLO, WELCOME, REQUEST, RESPONSE, PEER_REQUEST, PEER_RESPONSE = 1, 2, 3, 4, 5, 6, 7
 ERROR_KINDS = [
@@ -441,11 +441,16 @@ class RawConn:
         except TimeoutError:
             return False
 
+    def binding(self) -> str:
+        """This connection's channel binding as a client states it: `tcp CLIENT SERVER`."""
+        (lh, lp), (ph, pp) = self.sock.getsockname()[:2], self.sock.getpeername()[:2]
+        return f"tcp {lh}:{lp} {ph}:{pp}"
+
     def handshake(self, secret: bytes) -> tuple[int, int]:
         """Answers the server's challenge as a client; returns (rank, size) from its Welcome."""
         kind, _, nonce, _ = self.recv_frame()
         assert kind == CHALLENGE and len(nonce) == 32
-        self.send_frame(HELLO, enc_hello(secret, nonce), request_id=0)
+        self.send_frame(HELLO, enc_hello(secret, nonce, self.binding()), request_id=0)
         kind, _, body, _ = self.recv_frame()
         assert kind == WELCOME and body[0] == 0, decode_error(body)
         rank, i = read_varint(body, 1)
@@ -459,20 +464,53 @@ class RawConn:
         return rbody, rpayload
 
 
-def hello_tag(secret: bytes, nonce: bytes, peer_rank: int | None = None) -> bytes:
-    """protocol::hello_tag: HMAC-SHA256 of a label, the role (and a peer's rank) and the nonce."""
+# Raw connections use a fixed client nonce: nothing here depends on its freshness.
+CLIENT_NONCE = bytes(range(32))
+
+
+def hello_tag(
+    secret: bytes,
+    nonce: bytes,
+    binding: str,
+    peer_rank: int | None = None,
+    client_nonce: bytes = CLIENT_NONCE,
+    wire: int = 0,
+) -> bytes:
+    """protocol::Hello's tag: HMAC-SHA256 of a label, the role (and a peer's rank), both nonces
+    and the channel binding (each length-prefixed), and the protection asked for."""
     import hashlib
     import hmac
 
     role = b"\x00" + bytes(4) if peer_rank is None else b"\x01" + struct.pack("<I", peer_rank)
-    return hmac.new(secret, b"pdcx hello\x00" + role + nonce, hashlib.sha256).digest()
+    msg = b"pdcx hello 2\x00" + role
+    for part in (nonce, client_nonce, binding.encode()):
+        msg += struct.pack("<I", len(part)) + part
+    return hmac.new(secret, msg + bytes([wire]), hashlib.sha256).digest()
 
 
-def enc_hello(secret: bytes, nonce: bytes, peer_rank: int | None = None, tag: bytes | None = None) -> bytes:
-    """A Hello body: Role (Client, or Peer{rank}) then the tag."""
+def enc_hello(
+    secret: bytes,
+    nonce: bytes,
+    binding: str,
+    peer_rank: int | None = None,
+    tag: bytes | None = None,
+    client_nonce: bytes = CLIENT_NONCE,
+) -> bytes:
+    """A Hello body: Role (Client, or Peer{rank}), the client nonce, the binding, the wire
+    (plain) and the tag."""
     role = varint(0) if peer_rank is None else varint(1) + varint(peer_rank)
-    tag = hello_tag(secret, nonce, peer_rank) if tag is None else tag
-    return role + varint(len(tag)) + tag
+    tag = hello_tag(secret, nonce, binding, peer_rank, client_nonce) if tag is None else tag
+    b = binding.encode()
+    return (
+        role
+        + varint(len(client_nonce))
+        + client_nonce
+        + varint(len(b))
+        + b
+        + varint(0)
+        + varint(len(tag))
+        + tag
+    )
 
 
 def decode_error(body: bytes, kind: int = RESPONSE) -> tuple[str, str] | None:

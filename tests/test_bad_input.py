@@ -33,6 +33,7 @@ from conftest import (
     enc_region,
     enc_stage,
     header,
+    hello_tag,
     varint,
 )
 
@@ -249,7 +250,7 @@ def test_server_to_server_requests_are_refused_on_a_client_connection(dep):
     # A server's handshake (peer role) for a rank the deployment does not have is refused.
     raw = RawConn(dep.addr(0))
     _, _, nonce, _ = raw.recv_frame()
-    raw.send_frame(HELLO, enc_hello(dep.secret(), nonce, peer_rank=dep.n), request_id=0)
+    raw.send_frame(HELLO, enc_hello(dep.secret(), nonce, raw.binding(), peer_rank=dep.n), request_id=0)
     assert expect_error_and_close(raw, "not part of this deployment")[0] == "Auth"
     assert_serving(dep)
 
@@ -272,17 +273,18 @@ def test_authentication_is_required(dep, tmp_path):
     # wrong secret
     raw = RawConn(dep.addr(0))
     _, _, nonce, _ = raw.recv_frame()
-    raw.send_frame(HELLO, enc_hello(b"not the secret", nonce), request_id=0)
+    raw.send_frame(HELLO, enc_hello(b"not the secret", nonce, raw.binding()), request_id=0)
     assert expect_error_and_close(raw, "authentication")[0] == "Auth"
     # right secret, wrong nonce (a replayed answer)
     raw = RawConn(dep.addr(0))
     raw.recv_frame()
-    raw.send_frame(HELLO, enc_hello(dep.secret(), b"\x00" * 32), request_id=0)
+    raw.send_frame(HELLO, enc_hello(dep.secret(), b"\x00" * 32, raw.binding()), request_id=0)
     assert expect_error_and_close(raw, "authentication")[0] == "Auth"
     # truncated tag
     raw = RawConn(dep.addr(0))
     _, _, nonce, _ = raw.recv_frame()
-    raw.send_frame(HELLO, enc_hello(dep.secret(), nonce, tag=enc_hello(dep.secret(), nonce)[2:33]), request_id=0)
+    full = hello_tag(dep.secret(), nonce, raw.binding())
+    raw.send_frame(HELLO, enc_hello(dep.secret(), nonce, raw.binding(), tag=full[:31]), request_id=0)
     assert expect_error_and_close(raw)[0] == "Auth"
     # the old answer (a bare HMAC of the nonce) is not a Hello
     raw = RawConn(dep.addr(0))
@@ -292,8 +294,8 @@ def test_authentication_is_required(dep, tmp_path):
     # a client's proof relabelled as a server's (peer) proof
     raw = RawConn(dep.addr(0))
     _, _, nonce, _ = raw.recv_frame()
-    client_tag = enc_hello(dep.secret(), nonce)[2:]
-    raw.send_frame(HELLO, enc_hello(dep.secret(), nonce, peer_rank=0, tag=client_tag), request_id=0)
+    client_tag = hello_tag(dep.secret(), nonce, raw.binding())
+    raw.send_frame(HELLO, enc_hello(dep.secret(), nonce, raw.binding(), peer_rank=0, tag=client_tag), request_id=0)
     assert expect_error_and_close(raw, "authentication")[0] == "Auth"
     # no auth at all: straight to a request
     raw = RawConn(dep.addr(0))

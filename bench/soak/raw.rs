@@ -44,17 +44,26 @@ impl Raw {
                 h.kind
             )));
         }
-        let hello = protocol::Hello {
-            role: protocol::Role::Client,
-            tag: protocol::hello_tag(secret, &nonce, protocol::Role::Client),
-        };
+        let tcp = c.r.get_ref();
+        let binding = protocol::tcp_binding(
+            tcp.local_addr().map_err(io("address"))?,
+            tcp.peer_addr().map_err(io("address"))?,
+        );
+        // Loopback: plain frames (the soak measures the server, not the protection).
+        let hello = protocol::Hello::new(
+            secret,
+            &nonce,
+            protocol::Role::Client,
+            binding,
+            protocol::Wire::Plain,
+        );
         let body = protocol::encode_body(&hello)?;
         protocol::write_frame(&mut c.w, FrameKind::Hello, 0, &body, &[]).map_err(io("hello"))?;
         let (h, body) = protocol::read_frame_head(&mut c.r, 0)?;
         if h.kind != FrameKind::Welcome {
             return Err(Error::protocol(format!("handshake reply {:?}", h.kind)));
         }
-        protocol::decode_body::<std::result::Result<protocol::ServerInfo, Error>>(&body)??;
+        protocol::decode_body::<std::result::Result<protocol::Welcome, Error>>(&body)??;
         // Replies under load can take long; the run's own deadline bounds the wait.
         c.r.get_ref()
             .set_read_timeout(Some(Duration::from_secs(120)))

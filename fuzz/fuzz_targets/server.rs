@@ -87,15 +87,19 @@ fn connect(f: &Fixture) -> TcpStream {
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let (h, nonce) = protocol::read_frame_head(&mut s, 0).expect("challenge");
     assert_eq!(h.kind, FrameKind::Challenge);
-    let hello = protocol::Hello {
-        role: protocol::Role::Client,
-        tag: protocol::hello_tag(&f.secret, &nonce, protocol::Role::Client),
-    };
+    let binding = protocol::tcp_binding(s.local_addr().unwrap(), s.peer_addr().unwrap());
+    let hello = protocol::Hello::new(
+        &f.secret,
+        &nonce,
+        protocol::Role::Client,
+        binding,
+        protocol::Wire::Plain,
+    );
     let body = protocol::encode_body(&hello).unwrap();
     protocol::write_frame(&mut s, FrameKind::Hello, 0, &body, &[]).unwrap();
     let (h, body) = protocol::read_frame_head(&mut s, 0).expect("welcome");
     assert_eq!(h.kind, FrameKind::Welcome);
-    match protocol::decode_body::<Result<protocol::ServerInfo, pdcx_core::Error>>(&body) {
+    match protocol::decode_body::<Result<protocol::Welcome, pdcx_core::Error>>(&body) {
         Ok(Ok(_)) => s,
         other => panic!("handshake answered with {other:?}"),
     }

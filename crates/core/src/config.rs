@@ -290,6 +290,21 @@ impl Setting {
         }
     }
 
+    /// The word (of [`Ty::Words`]) from the environment, else the default.
+    pub fn word(&self) -> Result<&'static str, ConfigError> {
+        let Ty::Words(words) = self.ty else {
+            return Ok(self.default);
+        };
+        match self.raw() {
+            None => Ok(self.default),
+            Some(v) => words
+                .iter()
+                .find(|w| **w == v.trim())
+                .copied()
+                .ok_or_else(|| self.malformed(&v)),
+        }
+    }
+
     /// [`Setting::switch`], or the default after saying once on stderr what is wrong.
     pub fn switch_or_default(&self) -> bool {
         self.switch()
@@ -390,6 +405,7 @@ macro_rules! settings {
 
 const TIER_KINDS: &[&str] = &["memory", "local", "shared", "s3"];
 const MPIIO_MODES: &[&str] = &["log", "redirect", "off"];
+const WIRE_MODES: &[&str] = &["auto", "integrity", "encrypt"];
 
 settings! {
     // ---- where the deployment is
@@ -420,6 +436,10 @@ settings! {
         unit: "seconds", doc: "Longest a reply may take to write to a client that does not read (0: no limit)." }
     FRAME_TIMEOUT_S { name: "frame_timeout_s", env: Some("PDCX_FRAME_TIMEOUT_S"), ty: Ty::Count, default: "60",
         unit: "seconds", doc: "Longest a request may take to arrive once its first byte came (0: no limit)." }
+    HANDSHAKE_TIMEOUT_S { name: "handshake_timeout_s", env: Some("PDCX_HANDSHAKE_TIMEOUT_S"), ty: Ty::Count, default: "10",
+        unit: "seconds", min: Some(1), max: Some(600), doc: "Longest a connection may take to authenticate in all, however slowly its bytes come." }
+    MAX_HANDSHAKES { name: "max_handshakes", env: Some("PDCX_MAX_HANDSHAKES"), ty: Ty::Count, default: "256",
+        unit: "connections", min: Some(1), max: Some(65536), doc: "Connections authenticating at once; a new one past it closes the oldest unauthenticated one." }
     IDLE_TIMEOUT_S { name: "idle_timeout_s", env: Some("PDCX_IDLE_TIMEOUT_S"), ty: Ty::Count, default: "0",
         unit: "seconds", doc: "Idle connections are closed after this long (0: never)." }
     MAX_PAYLOAD_MB { name: "max_payload_mb", env: Some("PDCX_MAX_PAYLOAD_MB"), ty: Ty::Count, default: "4096",
@@ -449,6 +469,8 @@ settings! {
         scope: Scope::Both, doc: "How long a thread polls a Unix socket before sleeping on it (0: no polling)." }
     REPLY_SPIN_US { name: "reply_spin_us", env: Some("PDCX_REPLY_SPIN_US"), ty: Ty::Count, default: "200",
         unit: "microseconds", scope: Scope::Both, doc: "How long a caller polls for its reply before sleeping (0: no polling)." }
+    WIRE { name: "wire", env: Some("PDCX_WIRE"), ty: Ty::Words(WIRE_MODES), default: "auto", scope: Scope::Both,
+        doc: "Protection of TCP frames after the handshake: auto (authenticated between nodes, plain over loopback), integrity (always authenticated) or encrypt (always encrypted and authenticated); the stronger of the two sides' settings applies." }
     // ---- clients
     SHM { name: "shm", env: Some("PDCX_SHM"), ty: Ty::Switch, default: "on", scope: Scope::Client,
         doc: "Move bulk data through shared memory with a same-node server." }

@@ -135,6 +135,8 @@ pub struct Server {
     secret: Vec<u8>,
     started: Instant,
     connections: AtomicU64,
+    /// Connections still authenticating (bounded, oldest evicted).
+    handshakes: net::Pending,
     /// Connections (clients, other servers on this node) accepted on the Unix-domain listener
     /// since start.
     unix_connections: AtomicU64,
@@ -341,6 +343,7 @@ impl Server {
             None => (None, None),
         };
         let relay = relay::Relay::new(config.agg_window);
+        let handshakes = net::Pending::new(config.limits.max_handshakes);
         let server = Arc::new(Server {
             config,
             meta,
@@ -351,6 +354,7 @@ impl Server {
             secret,
             started: Instant::now(),
             connections: AtomicU64::new(0),
+            handshakes,
             unix_connections: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
             lookups: AtomicU64::new(0),

@@ -15,6 +15,11 @@
 //! - `keep_buffers_bytes`: between requests a connection keeps its receive and read buffers
 //!   (so a steady stream of transfers does not page-fault fresh memory), but all connections
 //!   together keep about this much: each keeps at most its share;
+//! - `handshake_timeout`: a connection must authenticate within this long in all, however
+//!   slowly its bytes come (a total deadline, not one per read);
+//! - `max_handshakes`: connections authenticating at once; a new one past it closes the
+//!   oldest unauthenticated one (`net::Pending`), so stalling connections cannot crowd out
+//!   honest ones;
 //! - the frame size limits live in the protocol (`MAX_BODY`) and in `ServerConfig::max_payload`.
 
 use pdcx_core::config;
@@ -39,6 +44,10 @@ pub struct Limits {
     /// Buffers all connections together keep between requests (each keeps at most
     /// this / open connections of each kind of buffer).
     pub keep_buffers_bytes: u64,
+    /// Longest a connection may take to authenticate, however its bytes trickle in.
+    pub handshake_timeout: Duration,
+    /// Connections in their handshake at once; past it the oldest is closed (`net::Pending`).
+    pub max_handshakes: usize,
 }
 
 /// Defaults: far above what one node's clients open, and long enough for a loaded machine.
@@ -46,6 +55,8 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 pub const DEFAULT_WRITE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_FRAME_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DEFAULT_KEEP_BUFFERS: u64 = 1 << 30;
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_MAX_HANDSHAKES: usize = 256;
 
 impl Default for Limits {
     fn default() -> Limits {
@@ -55,6 +66,8 @@ impl Default for Limits {
             frame_timeout: Some(DEFAULT_FRAME_TIMEOUT),
             idle_timeout: None,
             keep_buffers_bytes: DEFAULT_KEEP_BUFFERS,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
         }
     }
 }
@@ -104,6 +117,11 @@ impl Limits {
                     Error::invalid(format!("{ENV_KEEP_BUFFERS}={mb} is out of range"))
                 })?,
             },
+            // The declared bounds refuse 0 for both: a handshake always has a deadline.
+            handshake_timeout: env_u64(&config::HANDSHAKE_TIMEOUT_S)?
+                .map_or(d.handshake_timeout, Duration::from_secs),
+            max_handshakes: env_u64(&config::MAX_HANDSHAKES)?
+                .map_or(d.max_handshakes, |n| n as usize),
         })
     }
 }
@@ -112,6 +130,10 @@ impl Limits {
 /// `PDCX_MAX_PAYLOAD_MB`, the largest bulk payload of one frame.
 pub fn apply_env(config: &mut crate::ServerConfig) -> Result<()> {
     config.limits = Limits::from_env()?;
+    // Read again at each handshake; a malformed value stops the start instead.
+    config::WIRE
+        .word()
+        .map_err(|e| Error::invalid(e.to_string()))?;
     if let Some(mb) = env_u64(&config::MAX_PAYLOAD_MB)? {
         config.max_payload = mb
             .checked_mul(1 << 20)

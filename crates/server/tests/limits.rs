@@ -30,15 +30,19 @@ fn raw(root: &std::path::Path) -> (BufReader<TcpStream>, TcpStream) {
     let mut w = s.try_clone().unwrap();
     let (h, nonce) = protocol::read_frame_head(&mut r, 0).unwrap();
     assert_eq!(h.kind, FrameKind::Challenge);
-    let hello = protocol::Hello {
-        role: protocol::Role::Client,
-        tag: protocol::hello_tag(&secret, &nonce, protocol::Role::Client),
-    };
+    let binding = protocol::tcp_binding(s.local_addr().unwrap(), s.peer_addr().unwrap());
+    let hello = protocol::Hello::new(
+        &secret,
+        &nonce,
+        protocol::Role::Client,
+        binding,
+        protocol::Wire::Plain,
+    );
     let body = protocol::encode_body(&hello).unwrap();
     protocol::write_frame(&mut w, FrameKind::Hello, 0, &body, &[]).unwrap();
     let (h, body) = protocol::read_frame_head(&mut r, 0).unwrap();
     assert_eq!(h.kind, FrameKind::Welcome);
-    protocol::decode_body::<Result<protocol::ServerInfo, pdcx_core::Error>>(&body)
+    protocol::decode_body::<Result<protocol::Welcome, pdcx_core::Error>>(&body)
         .unwrap()
         .unwrap();
     (r, w)

@@ -5,8 +5,8 @@
 use pdcx_client::Client;
 use pdcx_core::protocol::{
     self, handshake::Ping, write, CommitOpts, FrameKind, HandshakeResponse, Hello, ObjectSpec,
-    PeerRequest, PeerResponse, RegisterItem, Request, Response, Role, ServerInfo, HEADER_LEN,
-    NONCE_LEN, VERSION,
+    PeerRequest, PeerResponse, RegisterItem, Request, Response, Role, ServerInfo, Welcome, Wire,
+    HEADER_LEN, NONCE_LEN, VERSION,
 };
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectMeta, Region};
 use pdcx_server::{Server, ServerConfig, ServerHandle};
@@ -45,13 +45,20 @@ fn challenged(addr: &str) -> (TcpStream, Vec<u8>) {
     (s, nonce)
 }
 
-/// Sends a `Hello` and returns the server's `Welcome` (its info, or why it refused).
+/// This raw connection's channel binding, as a client computes it.
+fn binding(s: &TcpStream) -> String {
+    protocol::tcp_binding(s.local_addr().unwrap(), s.peer_addr().unwrap())
+}
+
+/// Sends a `Hello` and returns the server's `Welcome` (its info, or why it refused), after
+/// checking the server's proof.
 fn hello(s: &mut TcpStream, hello: &Hello) -> Result<ServerInfo, Error> {
     let body = protocol::encode_body(hello).unwrap();
     protocol::write_frame(s, FrameKind::Hello, 0, &body, &[]).unwrap();
     let (h, body) = protocol::read_frame_head(s, 0).unwrap();
     assert_eq!(h.kind, FrameKind::Welcome);
-    protocol::decode_body(&body).unwrap()
+    let w: Result<Welcome, Error> = protocol::decode_body(&body).unwrap();
+    w.map(|w| w.info)
 }
 
 fn send<T: serde::Serialize>(s: &mut TcpStream, kind: FrameKind, id: u64, req: &T) {
@@ -75,15 +82,8 @@ fn a_peer_request_on_a_client_connection_is_refused_and_the_connection_goes_on()
     let obj = object(&c, "o");
 
     let (mut s, nonce) = challenged(&cf.servers[0].addr);
-    let tag = protocol::hello_tag(&secret, &nonce, Role::Client);
-    let info = hello(
-        &mut s,
-        &Hello {
-            role: Role::Client,
-            tag,
-        },
-    )
-    .unwrap();
+    let h = Hello::new(&secret, &nonce, Role::Client, binding(&s), Wire::Plain);
+    let info = hello(&mut s, &h).unwrap();
     assert_eq!((info.rank, info.size), (0, 1));
     // What a holder sends an owner: would put a region of `obj` in the region map.
     let register = PeerRequest::Register {
@@ -158,15 +158,9 @@ fn a_peer_must_prove_its_role_and_rank() {
 
     // A client's proof relabelled as a peer's: refused.
     let (mut s, nonce) = challenged(addr);
-    let tag = protocol::hello_tag(&secret, &nonce, Role::Client);
-    let e = hello(
-        &mut s,
-        &Hello {
-            role: Role::Peer { rank: 0 },
-            tag,
-        },
-    )
-    .unwrap_err();
+    let mut h = Hello::new(&secret, &nonce, Role::Client, binding(&s), Wire::Plain);
+    h.role = Role::Peer { rank: 0 };
+    let e = hello(&mut s, &h).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Auth);
     assert!(
         e.message.contains("does not hold the deployment secret"),
@@ -175,11 +169,8 @@ fn a_peer_must_prove_its_role_and_rank() {
     // The wrong secret: refused.
     let (mut s, nonce) = challenged(addr);
     let role = Role::Peer { rank: 0 };
-    let tag = protocol::hello_tag(b"not the secret", &nonce, role);
-    assert_eq!(
-        hello(&mut s, &Hello { role, tag }).unwrap_err().kind,
-        ErrorKind::Auth
-    );
+    let h = Hello::new(b"not the secret", &nonce, role, binding(&s), Wire::Plain);
+    assert_eq!(hello(&mut s, &h).unwrap_err().kind, ErrorKind::Auth);
     // A rank outside the deployment, with the right secret: refused.
     let e = Conn::connect_as(addr, &secret, Role::Peer { rank: 5 })
         .err()
@@ -331,4 +322,154 @@ fn a_late_reservation_is_committed_only_with_its_checksum() {
     drop(conn);
     drop(c);
     h.shutdown().unwrap();
+}
+
+/// A process in the middle: accepts connections on a port of its own and copies bytes both
+/// ways to and from `to`, as whoever holds a dead server's port could.
+fn relay(to: String) -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { break };
+            let s = TcpStream::connect(&to).unwrap();
+            let pipe = |mut a: TcpStream, mut b: TcpStream| {
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut a, &mut b);
+                    let _ = b.shutdown(std::net::Shutdown::Both);
+                });
+            };
+            pipe(c.try_clone().unwrap(), s.try_clone().unwrap());
+            pipe(s, c);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_relayed_handshake_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let _server = deployment(dir.path());
+    let cf = ClusterFile::load(dir.path()).unwrap();
+    let secret = cf.secret_bytes().unwrap();
+    let addr = cf.servers[0].addr.clone();
+    // Directly: accepted, and the server proved itself.
+    assert_eq!(Conn::connect(&addr, &secret).unwrap().rank, 0);
+    // Through a relay that forwards every byte of both sides: the client's proof names its
+    // connection to the relay, which is not the one the server sees.
+    let e = Conn::connect(&relay(addr.clone()), &secret).err().unwrap();
+    assert_eq!(e.kind, ErrorKind::Auth, "{e}");
+    assert!(e.message.contains("relayed"), "{e}");
+    // A client that claims the relay's channel as its own cannot: the server compares the
+    // binding with the connection it has, whatever the proof says.
+    let (mut s, nonce) = challenged(&addr);
+    let lie = protocol::tcp_binding("127.0.0.1:1".parse().unwrap(), s.peer_addr().unwrap());
+    let e = hello(
+        &mut s,
+        &Hello::new(&secret, &nonce, Role::Client, lie, Wire::Plain),
+    )
+    .unwrap_err();
+    assert!(e.message.contains("another channel"), "{e}");
+}
+
+#[test]
+fn a_server_that_cannot_prove_the_secret_is_refused_by_the_client() {
+    // Whatever holds the address (a planted socket, a dead server's port) answers the
+    // handshake without the secret: it cannot produce the Welcome's proof.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let impostor = std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        protocol::write_frame(&mut s, FrameKind::Challenge, 0, &[9u8; NONCE_LEN], &[]).unwrap();
+        let (_, body) = protocol::read_frame_head(&mut s, 0).unwrap();
+        let hello: Hello = protocol::decode_body(&body).unwrap();
+        let info = ServerInfo { rank: 0, size: 1 };
+        let forged = Welcome::new(b"a guess", &hello, info, hello.wire);
+        let body = protocol::encode_body(&Ok::<_, Error>(forged)).unwrap();
+        protocol::write_frame(&mut s, FrameKind::Welcome, 0, &body, &[]).unwrap();
+        // Anything the client sent after this would be a request meant for the real server.
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        rest
+    });
+    let e = Conn::connect(&addr, b"the real secret").err().unwrap();
+    assert_eq!(e.kind, ErrorKind::Auth, "{e}");
+    assert!(e.message.contains("did not prove"), "{e}");
+    assert!(
+        impostor.join().unwrap().is_empty(),
+        "the client sent nothing more"
+    );
+}
+
+#[test]
+fn a_handshake_that_trickles_is_closed_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ServerConfig::new(dir.path(), 0, 1);
+    cfg.limits.handshake_timeout = Duration::from_secs(2);
+    let h = Server::start(cfg).unwrap();
+    let addr = h.addr().to_string();
+    let (mut s, _) = challenged(&addr);
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    // One byte every 300 ms: each read alone is quick, the whole never finishes.
+    let t0 = std::time::Instant::now();
+    let mut closed = false;
+    for _ in 0..60 {
+        if s.write_all(b"P").is_err() {
+            closed = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        if t0.elapsed() > Duration::from_secs(3) {
+            let mut buf = [0u8; 4096];
+            // The server's refusal (a Welcome carrying the error), then end of stream.
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => {
+                    closed = true;
+                    break;
+                }
+                Ok(_) => continue,
+            }
+        }
+    }
+    let took = t0.elapsed();
+    assert!(closed, "still open after {took:?}");
+    assert!(took < Duration::from_secs(8), "{took:?}");
+}
+
+#[test]
+fn unauthenticated_connections_cannot_crowd_out_a_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = ServerConfig::new(dir.path(), 0, 1);
+    cfg.limits.max_handshakes = 4;
+    let h = Server::start(cfg).unwrap();
+    h.server.publish_rank_file().unwrap();
+    pdcx_server::launch::assemble_cluster(dir.path(), 1, Duration::from_secs(30)).unwrap();
+    let cf = ClusterFile::load(dir.path()).unwrap();
+    let secret = cf.secret_bytes().unwrap();
+    let addr = h.addr().to_string();
+    // 40 connections that read their challenge and then say nothing.
+    let silent: Vec<TcpStream> = (0..40).map(|_| challenged(&addr).0).collect();
+    let t0 = std::time::Instant::now();
+    let c = Conn::connect(&addr, &secret).unwrap();
+    assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+    drop(c);
+    // All but the newest few were closed to make room, long before their deadline.
+    let closed = silent
+        .into_iter()
+        .filter(|s| {
+            s.set_read_timeout(Some(Duration::from_millis(500)))
+                .unwrap();
+            let mut b = [0u8; 1024];
+            // End of stream (or a reset): closed. A timeout: still open.
+            match (&*s).read(&mut b) {
+                Ok(0) => true,
+                Ok(_) => panic!("a silent connection was sent something"),
+                Err(e) => !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+            }
+        })
+        .count();
+    assert!(closed >= 36, "{closed} of 40 closed");
 }

@@ -7,7 +7,7 @@
 use crate::stream::{self, Stream};
 use pdcx_core::protocol::{
     self, Call, FrameKind, Hello, PeerRequest, PeerResponse, Reply, Request, Response, Role,
-    ServerInfo,
+    SessionKeys, Welcome, Wire,
 };
 use pdcx_core::{Error, ErrorKind, Result};
 use serde::de::DeserializeOwned;
@@ -38,6 +38,8 @@ pub struct Conn {
     pub addr: String,
     /// The role this side proved in its `Hello`: which request family it may send.
     pub role: Role,
+    /// How the frames after the handshake are protected, as both sides agreed.
+    pub wire: Wire,
 }
 
 pub fn net_err(addr: &str, e: &std::io::Error) -> Error {
@@ -121,6 +123,7 @@ impl Conn {
             size: 0,
             addr: addr.to_string(),
             role,
+            wire: Wire::Plain,
         };
         conn.handshake(secret)?;
         // A call may legitimately take longer than a handshake (a flush that waits, a large read
@@ -160,10 +163,12 @@ impl Conn {
                 "{addr} did not send a pdcx challenge"
             )));
         }
-        let hello = Hello {
-            role: self.role,
-            tag: protocol::hello_tag(secret, &nonce, self.role),
-        };
+        let wanted = self.wire_wanted()?;
+        let stream = self.writer.get_ref();
+        let binding = stream
+            .channel_binding(true)
+            .map_err(|e| net_err(&addr, &e))?;
+        let hello = Hello::new(secret, &nonce, self.role, binding, wanted);
         let body = protocol::encode_body(&hello)?;
         protocol::write_frame(&mut self.writer, FrameKind::Hello, 0, &body, &[])
             .map_err(|e| net_err(&addr, &e))?;
@@ -174,11 +179,59 @@ impl Conn {
                 h.kind
             )));
         }
-        let info: std::result::Result<ServerInfo, Error> = protocol::decode_body(&body)?;
-        let info = info?;
-        self.rank = info.rank;
-        self.size = info.size;
+        let welcome: std::result::Result<Welcome, Error> = protocol::decode_body(&body)?;
+        let welcome = welcome?;
+        // The server proves it holds the secret too, for this Hello: whatever accepted this
+        // connection without it (a process on a dead server's port, a planted socket) stops
+        // here, before the client sends a single request.
+        if !welcome.verify(secret, &hello) {
+            return Err(Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "{addr} did not prove it holds this deployment's secret: it is not a server \
+                     of this deployment (a stale address in the cluster file, or an impostor)"
+                ),
+            ));
+        }
+        if welcome.wire < wanted {
+            return Err(Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "{addr} offered {:?} frames where this side requires {wanted:?}",
+                    welcome.wire
+                ),
+            ));
+        }
+        if welcome.wire != Wire::Plain {
+            let keys = SessionKeys::derive(secret, &hello, &welcome);
+            let encrypt = welcome.wire == Wire::Encrypted;
+            let protect = |r: std::io::Result<()>| r.map_err(|e| net_err(&addr, &e));
+            protect(
+                self.reader
+                    .get_mut()
+                    .protect_reads(&keys.server_to_client, encrypt),
+            )?;
+            protect(
+                self.writer
+                    .get_mut()
+                    .protect_writes(&keys.client_to_server, encrypt),
+            )?;
+        }
+        self.rank = welcome.info.rank;
+        self.size = welcome.info.size;
+        self.wire = welcome.wire;
         Ok(())
+    }
+
+    /// The protection this side wants under `PDCX_WIRE` on this connection.
+    fn wire_wanted(&self) -> Result<Wire> {
+        let setting = pdcx_core::config::WIRE
+            .word()
+            .map_err(|e| Error::invalid(e.to_string()))?;
+        self.writer
+            .get_ref()
+            .wire_wanted(setting)
+            .map_err(|e| net_err(&self.addr, &e))
     }
 
     fn check_role(&self, peer: bool) -> Result<()> {

@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod conn;
 pub mod peer;
 pub mod pool;
+pub mod seal;
 pub mod stream;
 
 pub use cluster::ClusterFile;

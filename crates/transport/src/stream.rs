@@ -1,7 +1,10 @@
 //! The byte stream under a connection: TCP, or a Unix-domain socket to a server on this node
 //! (the cheaper channel: no TCP/IP stack, no loopback device, fewer wake-ups per message).
-//! Both carry the same frames and the same handshake; only the socket differs.
+//! Both carry the same frames and the same handshake; only the socket differs. After the
+//! handshake a TCP connection between nodes is protected ([`Stream::Sealed`], `crate::seal`).
 
+use crate::seal::{Opener, Sealer};
+use pdcx_core::protocol::{self, Wire};
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
@@ -13,10 +16,115 @@ use std::time::Duration;
 /// root's path is too long for `sun_path`.
 pub const ABSTRACT_PREFIX: char = '@';
 
-#[derive(Debug)]
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// A TCP connection whose frames are protected after the handshake; the read half and
+    /// the write half of a connection each protect their own direction.
+    Sealed(Box<Sealed>),
+}
+
+pub struct Sealed {
+    tcp: TcpStream,
+    opener: Option<Opener>,
+    sealer: Option<Sealer>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stream::Tcp(s) => f.debug_tuple("Tcp").field(s).finish(),
+            Stream::Unix(s) => f.debug_tuple("Unix").field(s).finish(),
+            Stream::Sealed(s) => f.debug_tuple("Sealed").field(&s.tcp).finish(),
+        }
+    }
+}
+
+/// The credentials of the process at the other end of a Unix socket, as the kernel recorded
+/// them when it connected (`SO_PEERCRED`): nothing the process can claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerCred {
+    pub pid: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// `SO_PEERCRED` of a Unix socket.
+pub fn peer_cred(s: &UnixStream) -> io::Result<PeerCred> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: a valid socket fd, and `cred`/`len` describe a writable ucred.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(PeerCred {
+        pid: cred.pid as u32,
+        uid: cred.uid,
+        gid: cred.gid,
+    })
+}
+
+/// The uid owning the TCP socket bound to `local` and connected to `remote` in this network
+/// namespace, from `/proc/net/tcp` (IPv4) or `/proc/net/tcp6`.
+fn loopback_owner(local: std::net::SocketAddr, remote: std::net::SocketAddr) -> io::Result<u32> {
+    use std::net::SocketAddr;
+    fn hex(a: SocketAddr) -> String {
+        match a {
+            SocketAddr::V4(v) => format!(
+                "{:08X}:{:04X}",
+                u32::from_ne_bytes(v.ip().octets()),
+                v.port()
+            ),
+            SocketAddr::V6(v) => {
+                let o = v.ip().octets();
+                let words: String = o
+                    .chunks(4)
+                    .map(|w| format!("{:08X}", u32::from_ne_bytes([w[0], w[1], w[2], w[3]])))
+                    .collect();
+                format!("{words}:{:04X}", v.port())
+            }
+        }
+    }
+    let table = if local.is_ipv4() {
+        "/proc/net/tcp"
+    } else {
+        "/proc/net/tcp6"
+    };
+    let (want_local, want_remote) = (hex(local), hex(remote));
+    let text = std::fs::read_to_string(table)?;
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() > 7 && f[1] == want_local && f[2] == want_remote {
+            return f[7]
+                .parse()
+                .map_err(|_| io::Error::other(format!("{table}: unreadable uid {:?}", f[7])));
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("no socket {local} -> {remote} in {table}"),
+    ))
+}
+
+fn not_sealed_op(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("{what} on a protected connection"),
+    )
 }
 
 impl Stream {
@@ -24,27 +132,37 @@ impl Stream {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            // Each half owns its direction's sequence numbers: protect after cloning.
+            Stream::Sealed(_) => return Err(not_sealed_op("cloning")),
         })
+    }
+
+    fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            Stream::Tcp(s) => Some(s),
+            Stream::Sealed(s) => Some(&s.tcp),
+            Stream::Unix(_) => None,
+        }
     }
 
     pub fn set_read_timeout(&self, d: Option<Duration>) -> io::Result<()> {
         match self {
-            Stream::Tcp(s) => s.set_read_timeout(d),
             Stream::Unix(s) => s.set_read_timeout(d),
+            s => s.tcp().expect("a TCP stream").set_read_timeout(d),
         }
     }
 
     pub fn set_write_timeout(&self, d: Option<Duration>) -> io::Result<()> {
         match self {
-            Stream::Tcp(s) => s.set_write_timeout(d),
             Stream::Unix(s) => s.set_write_timeout(d),
+            s => s.tcp().expect("a TCP stream").set_write_timeout(d),
         }
     }
 
     pub fn shutdown(&self, how: Shutdown) -> io::Result<()> {
         match self {
-            Stream::Tcp(s) => s.shutdown(how),
             Stream::Unix(s) => s.shutdown(how),
+            s => s.tcp().expect("a TCP stream").shutdown(how),
         }
     }
 
@@ -55,8 +173,102 @@ impl Stream {
     /// Who is on the other end, for messages: the TCP peer address, or "a local process".
     pub fn peer_desc(&self) -> String {
         match self {
-            Stream::Tcp(s) => s.peer_addr().map_or_else(|_| "?".into(), |a| a.to_string()),
             Stream::Unix(_) => "a process on this node (Unix socket)".into(),
+            s => s
+                .tcp()
+                .and_then(|t| t.peer_addr().ok())
+                .map_or_else(|| "?".into(), |a| a.to_string()),
+        }
+    }
+
+    /// The credentials of the process at the other end of a Unix socket (None over TCP).
+    pub fn peer_cred(&self) -> io::Result<Option<PeerCred>> {
+        match self {
+            Stream::Unix(s) => peer_cred(s).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    /// The uid of the process at the other end, when the kernel of this node knows it: a Unix
+    /// socket's `SO_PEERCRED`, or for TCP over loopback the owner of the other end's socket
+    /// (`/proc/net/tcp`, as `ss -e` shows it). None for TCP from another node.
+    pub fn peer_uid(&self) -> io::Result<Option<u32>> {
+        if let Stream::Unix(s) = self {
+            return peer_cred(s).map(|c| Some(c.uid));
+        }
+        let t = self.tcp().expect("a TCP stream");
+        let (me, other) = (t.local_addr()?, t.peer_addr()?);
+        if !other.ip().is_loopback() {
+            return Ok(None);
+        }
+        loopback_owner(other, me).map(Some)
+    }
+
+    /// This connection's channel binding (`pdcx_core::protocol::Hello::binding`) as this side
+    /// sees it; `client` says which side this is. Both sides compute the same string unless
+    /// something between them (a relay, an address translation) joined two connections.
+    pub fn channel_binding(&self, client: bool) -> io::Result<String> {
+        if let Stream::Unix(s) = self {
+            let other = peer_cred(s)?.pid;
+            let me = std::process::id();
+            let (c, srv) = if client { (me, other) } else { (other, me) };
+            return Ok(protocol::unix_binding(c, srv));
+        }
+        let t = self.tcp().expect("a TCP stream");
+        let (me, other) = (t.local_addr()?, t.peer_addr()?);
+        let (c, srv) = if client { (me, other) } else { (other, me) };
+        Ok(protocol::tcp_binding(c, srv))
+    }
+
+    /// The protection this side wants on this connection under `PDCX_WIRE` (`setting`: auto,
+    /// integrity or encrypt): none on a Unix socket (the kernel names the peer and nothing
+    /// crosses a network), authenticated frames over TCP between nodes, and over loopback
+    /// only when asked.
+    pub fn wire_wanted(&self, setting: &str) -> io::Result<Wire> {
+        let Some(t) = self.tcp() else {
+            return Ok(Wire::Plain);
+        };
+        Ok(match setting {
+            "encrypt" => Wire::Encrypted,
+            "integrity" => Wire::Integrity,
+            _ if t.peer_addr()?.ip().is_loopback() => Wire::Plain,
+            _ => Wire::Integrity,
+        })
+    }
+
+    /// Protects what this half reads from now on (the other side's `protect_writes`).
+    pub fn protect_reads(&mut self, key: &[u8; 32], encrypt: bool) -> io::Result<()> {
+        self.sealed()?.opener = Some(Opener::new(key, encrypt));
+        Ok(())
+    }
+
+    /// Protects what this half writes from now on.
+    pub fn protect_writes(&mut self, key: &[u8; 32], encrypt: bool) -> io::Result<()> {
+        self.sealed()?.sealer = Some(Sealer::new(key, encrypt));
+        Ok(())
+    }
+
+    fn sealed(&mut self) -> io::Result<&mut Sealed> {
+        if let Stream::Tcp(t) = self {
+            let tcp = t.try_clone()?;
+            *self = Stream::Sealed(Box::new(Sealed {
+                tcp,
+                opener: None,
+                sealer: None,
+            }));
+        }
+        match self {
+            Stream::Sealed(s) => Ok(s),
+            _ => Err(not_sealed_op("protecting a Unix socket")),
+        }
+    }
+
+    /// Verified bytes read from the socket but not yet returned (a protected stream's staged
+    /// record): a caller that polls the socket before reading must not wait while these wait.
+    pub fn buffered(&self) -> usize {
+        match self {
+            Stream::Sealed(s) => s.opener.as_ref().map_or(0, Opener::buffered),
+            _ => 0,
         }
     }
 }
@@ -66,6 +278,10 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Sealed(s) => match &mut s.opener {
+                Some(o) => o.read(&mut s.tcp, buf),
+                None => s.tcp.read(buf),
+            },
         }
     }
 
@@ -73,6 +289,10 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read_vectored(bufs),
             Stream::Unix(s) => s.read_vectored(bufs),
+            s => {
+                let first = bufs.iter_mut().find(|b| !b.is_empty());
+                first.map_or(Ok(0), |b| s.read(b))
+            }
         }
     }
 }
@@ -82,6 +302,10 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Sealed(s) => match &mut s.sealer {
+                Some(w) => w.write(&mut s.tcp, buf),
+                None => s.tcp.write(buf),
+            },
         }
     }
 
@@ -89,6 +313,10 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write_vectored(bufs),
             Stream::Unix(s) => s.write_vectored(bufs),
+            s => {
+                let first = bufs.iter().find(|b| !b.is_empty());
+                first.map_or(Ok(0), |b| s.write(b))
+            }
         }
     }
 
@@ -97,11 +325,14 @@ impl Write for Stream {
     }
 }
 
+/// Unprotected writes through a shared reference: used before a handshake (refusing a
+/// connection), never on a protected stream.
 impl Write for &Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => (&*s).write(buf),
             Stream::Unix(s) => (&*s).write(buf),
+            Stream::Sealed(_) => Err(not_sealed_op("a shared write")),
         }
     }
 
@@ -109,6 +340,7 @@ impl Write for &Stream {
         match self {
             Stream::Tcp(s) => (&*s).write_vectored(bufs),
             Stream::Unix(s) => (&*s).write_vectored(bufs),
+            Stream::Sealed(_) => Err(not_sealed_op("a shared write")),
         }
     }
 

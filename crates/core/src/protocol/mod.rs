@@ -109,8 +109,8 @@ pub use admin::{AdminRequest, AdminResponse, FlushReport, Moved, ServerStats, Ti
 pub use analysis::{AnalysisRequest, AnalysisResponse, RefFilter, RefItem};
 pub use catalog::{CatalogRequest, CatalogResponse, ObjectKey, ObjectSpec, TagTarget};
 pub use handshake::{
-    arena_prefix, auth_tag, hello_tag, hello_verify, HandshakeRequest, HandshakeResponse, Hello,
-    Role, ServerInfo, ShmLoc,
+    arena_prefix, auth_tag, tcp_binding, unix_binding, HandshakeRequest, HandshakeResponse, Hello,
+    Role, ServerInfo, SessionKeys, ShmLoc, Welcome, Wire,
 };
 pub use peer::{
     PeerRequest, PeerResponse, Pieces, RegisterItem, ShardCandidate, ShardHome, ShardPart,
@@ -246,7 +246,9 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// 3: client requests and replies grouped by family; write and read variants merged into
 /// one request each with options (`CommitOpts`, `ReadOpts`).
 /// 4: `SetType` in the catalog family (objects created without an element type).
-pub const VERSION: u16 = 4;
+/// 5: mutual handshake (client nonce, channel binding, the server's proof in `Welcome`) and
+/// protected frames between nodes.
+pub const VERSION: u16 = 5;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;
 pub const NONCE_LEN: usize = 32;

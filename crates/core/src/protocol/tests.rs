@@ -183,23 +183,79 @@ mod frames {
     }
 
     #[test]
-    fn hello_accepts_only_the_right_secret_role_and_rank() {
+    fn hello_accepts_only_the_right_secret_role_rank_channel_and_nonce() {
         let peer = Role::Peer { rank: 1 };
-        let tag = hello_tag(b"secret", b"nonce", peer);
-        assert!(hello_verify(b"secret", b"nonce", peer, &tag));
-        assert!(!hello_verify(b"other", b"nonce", peer, &tag));
-        assert!(!hello_verify(b"secret", b"nonce2", peer, &tag));
-        assert!(!hello_verify(b"secret", b"nonce", peer, &tag[..31]));
-        // A client's proof does not make it a peer, nor one peer's proof another rank.
-        let client = hello_tag(b"secret", b"nonce", Role::Client);
-        assert!(hello_verify(b"secret", b"nonce", Role::Client, &client));
-        assert!(!hello_verify(b"secret", b"nonce", peer, &client));
-        assert!(!hello_verify(
+        let bind = tcp_binding(
+            "10.0.0.1:5000".parse().unwrap(),
+            "10.0.0.2:7000".parse().unwrap(),
+        );
+        let hello = Hello::new(b"secret", b"nonce", peer, bind.clone(), Wire::Integrity);
+        assert!(hello.verify(b"secret", b"nonce"));
+        assert!(!hello.verify(b"other", b"nonce"));
+        assert!(!hello.verify(b"secret", b"nonce2"));
+        let changed = |f: &dyn Fn(&mut Hello)| {
+            let mut h = hello.clone();
+            f(&mut h);
+            h.verify(b"secret", b"nonce")
+        };
+        assert!(!changed(&|h| h.tag.truncate(31)));
+        // A proof names one role, rank, channel, client nonce and protection.
+        assert!(!changed(&|h| h.role = Role::Client));
+        assert!(!changed(&|h| h.role = Role::Peer { rank: 2 }));
+        assert!(!changed(&|h| h.binding = unix_binding(1, 2)));
+        assert!(!changed(&|h| h.nonce[0] ^= 1));
+        assert!(!changed(&|h| h.nonce.truncate(16)));
+        assert!(!changed(&|h| h.wire = Wire::Plain));
+        // Two Hellos for the same challenge differ (fresh client nonces).
+        let again = Hello::new(b"secret", b"nonce", peer, bind, Wire::Integrity);
+        assert_ne!(again.nonce, hello.nonce);
+    }
+
+    #[test]
+    fn welcome_proves_the_server_and_keys_are_per_connection_and_direction() {
+        let hello = Hello::new(
             b"secret",
-            b"nonce",
-            Role::Peer { rank: 2 },
-            &tag
-        ));
+            b"n",
+            Role::Client,
+            unix_binding(1, 2),
+            Wire::Plain,
+        );
+        let info = ServerInfo { rank: 3, size: 4 };
+        let w = Welcome::new(b"secret", &hello, info, Wire::Integrity);
+        assert!(w.verify(b"secret", &hello));
+        assert!(!w.verify(b"other", &hello));
+        // A server without the secret cannot forge one, nor change rank, size or wire.
+        assert!(!Welcome::new(b"other", &hello, info, Wire::Integrity).verify(b"secret", &hello));
+        for bad in [
+            Welcome {
+                info: ServerInfo { rank: 2, size: 4 },
+                ..w.clone()
+            },
+            Welcome {
+                info: ServerInfo { rank: 3, size: 5 },
+                ..w.clone()
+            },
+            Welcome {
+                wire: Wire::Plain,
+                ..w.clone()
+            },
+        ] {
+            assert!(!bad.verify(b"secret", &hello));
+        }
+        // The Welcome answers one Hello only.
+        let other = Hello::new(
+            b"secret",
+            b"n",
+            Role::Client,
+            unix_binding(1, 2),
+            Wire::Plain,
+        );
+        assert!(!w.verify(b"secret", &other));
+        let k = SessionKeys::derive(b"secret", &hello, &w);
+        assert_ne!(k.client_to_server, k.server_to_client);
+        let w2 = Welcome::new(b"secret", &other, info, Wire::Integrity);
+        let k2 = SessionKeys::derive(b"secret", &other, &w2);
+        assert_ne!(k.client_to_server, k2.client_to_server);
     }
 
     #[test]

@@ -1,26 +1,72 @@
-//! Challenge, `Hello`, `Welcome`: who connects, and the proof that it holds the deployment
-//! secret.
+//! Challenge, `Hello`, `Welcome`: who connects, the proof that it holds the deployment secret,
+//! this server's proof back, and the protection of the frames that follow
+//! (`pdcx_core::protocol::handshake` has the transcript and the proofs).
+//!
+//! The whole handshake must finish within `Limits::handshake_timeout`, however the bytes
+//! trickle in, and reads at most a header and a small body: a connection that has not proved
+//! anything costs one thread for a bounded time and a few hundred bytes.
 
 use super::{Reader, Writer};
 use crate::Server;
-use pdcx_core::protocol::{self, FrameKind, Hello, Role, ServerInfo};
+use pdcx_core::protocol::{self, FrameKind, Hello, Role, ServerInfo, SessionKeys, Welcome, Wire};
 use pdcx_core::{Error, ErrorKind, Result};
-use std::time::Duration;
+use std::io::{BufRead, Read};
+use std::time::{Duration, Instant};
 
-/// Challenge, `Hello`, `Welcome`: returns the role the other side proved.
-pub(super) fn handshake(server: &Server, reader: &mut Reader, writer: &mut Writer) -> Result<Role> {
+/// Who the other side proved to be.
+pub(super) struct Authenticated {
+    pub role: Role,
+}
+
+/// Reads through the connection's buffer, each read waiting at most until `deadline`.
+struct ByDeadline<'a> {
+    reader: &'a mut Reader,
+    deadline: Instant,
+}
+
+impl Read for ByDeadline<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.reader.buffer().is_empty() {
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(std::io::ErrorKind::TimedOut.into());
+            }
+            // A zero timeout would mean "wait forever".
+            let left = left.max(Duration::from_millis(1));
+            self.reader.get_ref().set_read_timeout(Some(left))?;
+        }
+        let n = {
+            let avail = self.reader.fill_buf()?;
+            let n = avail.len().min(buf.len());
+            buf[..n].copy_from_slice(&avail[..n]);
+            n
+        };
+        self.reader.consume(n);
+        Ok(n)
+    }
+}
+
+fn refused(why: &str) -> Error {
+    Error::new(ErrorKind::Auth, format!("authentication failed: {why}"))
+}
+
+/// Challenge, `Hello`, `Welcome`; then protects the connection as agreed.
+pub(super) fn handshake(
+    server: &Server,
+    reader: &mut Reader,
+    writer: &mut Writer,
+) -> Result<Authenticated> {
+    let limits = &server.config.limits;
+    let deadline = Instant::now() + limits.handshake_timeout;
     let nonce: [u8; protocol::NONCE_LEN] = rand::random();
     protocol::write_frame(writer, FrameKind::Challenge, 0, &nonce, &[])
         .map_err(|e| Error::io("sending challenge", &e))?;
-    reader
-        .get_ref()
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| Error::io("socket", &e))?;
-    let hb = protocol::read_header_bytes(reader)?;
+    let mut r = ByDeadline { reader, deadline };
+    let hb = protocol::read_header_bytes(&mut r).map_err(|e| late(e, deadline, limits))?;
     let theirs = protocol::header_version(&hb);
     if protocol::has_magic(&hb) && theirs != protocol::VERSION {
         let ours = protocol::VERSION;
-        let who = reader.get_ref().peer_desc();
+        let who = r.reader.get_ref().peer_desc();
         eprintln!(
             "pdcx server {}: refused a connection from {who}: it speaks pdcx protocol {theirs}, this server {ours}",
             server.config.rank
@@ -31,16 +77,47 @@ pub(super) fn handshake(server: &Server, reader: &mut Reader, writer: &mut Write
             server.config.rank
         )));
     }
-    // A Hello is a role and a 32-byte tag; allow a little slack, never megabytes.
-    let (head, body) = protocol::finish_frame_head(reader, &hb, 256, 0)?;
-    let refused = |why: &str| Error::new(ErrorKind::Auth, format!("authentication failed: {why}"));
+    // A Hello is a role, a nonce, a binding of two addresses and a tag: a few hundred bytes.
+    let (head, body) =
+        protocol::finish_frame_head(&mut r, &hb, 512, 0).map_err(|e| late(e, deadline, limits))?;
     if head.kind != FrameKind::Hello {
         return Err(refused("the connection did not answer the challenge"));
     }
     let hello: Hello =
         protocol::decode_body(&body).map_err(|_| refused("malformed answer to the challenge"))?;
-    if !protocol::hello_verify(&server.secret, &nonce, hello.role, &hello.tag) {
+    if !hello.verify(&server.secret, &nonce) {
         return Err(refused("this client does not hold the deployment secret"));
+    }
+    let stream = reader.get_ref();
+    let mine = stream
+        .channel_binding(false)
+        .map_err(|e| Error::io("socket", &e))?;
+    if hello.binding != mine {
+        let who = stream.peer_desc();
+        eprintln!(
+            "pdcx server {}: refused a relayed handshake from {who}: its proof names the channel {:?}, this one is {mine:?}",
+            server.config.rank, hello.binding
+        );
+        return Err(refused(&format!(
+            "the proof names another channel ({:?}, this connection is {mine:?}): it was relayed, \
+             or an address translation sits between client and server (connect to the \
+             server's own address)",
+            hello.binding
+        )));
+    }
+    // On this node the kernel says who connects; the secret alone does not make another
+    // user this deployment's user.
+    let uid = stream
+        .peer_uid()
+        .map_err(|e| refused(&format!("cannot tell who is connecting: {e}")))?;
+    if let Some(uid) = uid {
+        let me = nix_euid();
+        if uid != me && uid != 0 {
+            return Err(refused(&format!(
+                "the connecting process runs as uid {uid}, this server as uid {me}: a \
+                 deployment serves its own user"
+            )));
+        }
     }
     if let Role::Peer { rank } = hello.role {
         if rank >= server.config.size {
@@ -50,20 +127,54 @@ pub(super) fn handshake(server: &Server, reader: &mut Reader, writer: &mut Write
             )));
         }
     }
-    crate::limits::after_handshake(reader.get_ref(), &server.config.limits)?;
-    welcome(
-        writer,
-        Ok(ServerInfo {
-            rank: server.config.rank,
-            size: server.config.size,
-        }),
-    )
-    .map_err(|e| Error::io("sending welcome", &e))?;
-    Ok(hello.role)
+    let setting = pdcx_core::config::WIRE
+        .word()
+        .map_err(|e| Error::invalid(e.to_string()))?;
+    let ours = stream
+        .wire_wanted(setting)
+        .map_err(|e| Error::io("socket", &e))?;
+    let wire = ours.max(hello.wire);
+    let info = ServerInfo {
+        rank: server.config.rank,
+        size: server.config.size,
+    };
+    let welcome = Welcome::new(&server.secret, &hello, info, wire);
+    crate::limits::after_handshake(reader.get_ref(), limits)?;
+    send_welcome(writer, Ok(welcome.clone())).map_err(|e| Error::io("sending welcome", &e))?;
+    if wire != Wire::Plain {
+        let keys = SessionKeys::derive(&server.secret, &hello, &welcome);
+        let encrypt = wire == Wire::Encrypted;
+        reader
+            .get_mut()
+            .protect_reads(&keys.client_to_server, encrypt)
+            .map_err(|e| Error::io("socket", &e))?;
+        writer
+            .get_mut()
+            .protect_writes(&keys.server_to_client, encrypt)
+            .map_err(|e| Error::io("socket", &e))?;
+    }
+    Ok(Authenticated { role: hello.role })
 }
 
-/// The handshake's answer: this server's rank and size, or why it refused.
-pub(super) fn welcome(w: &mut Writer, r: Result<ServerInfo>) -> std::io::Result<()> {
+fn nix_euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// A read that ran out of the handshake's time says so.
+fn late(e: Error, deadline: Instant, limits: &crate::limits::Limits) -> Error {
+    if Instant::now() + Duration::from_millis(5) >= deadline {
+        refused(&format!(
+            "the handshake did not finish within {} s",
+            limits.handshake_timeout.as_secs_f64()
+        ))
+    } else {
+        e
+    }
+}
+
+/// The handshake's answer: this server's `Welcome`, or why it refused.
+pub(super) fn send_welcome(w: &mut Writer, r: Result<Welcome>) -> std::io::Result<()> {
     let body = protocol::encode_body(&r).map_err(|e| std::io::Error::other(e.message))?;
     protocol::write_frame(w, FrameKind::Welcome, 0, &body, &[])
 }

@@ -7,6 +7,9 @@
 //! closes the connection. Listening (TCP and Unix sockets) is in the crate root.
 
 mod handshake;
+mod pending;
+
+pub(crate) use pending::Pending;
 
 use crate::api::{client_gone, drain, no_payload, Reader, Session};
 use crate::Server;
@@ -29,14 +32,18 @@ pub(crate) fn serve_connection(server: &Server, stream: Stream) {
         return;
     };
     let mut reader = BufReader::with_capacity(1 << 20, read_half);
+    let Some(pending) = server.handshakes.enter(reader.get_ref()) else {
+        return;
+    };
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let role = match handshake::handshake(server, &mut reader, &mut writer) {
-        Ok(role) => role,
+        Ok(auth) => auth.role,
         Err(e) => {
-            let _ = handshake::welcome(&mut writer, Err(e));
+            let _ = handshake::send_welcome(&mut writer, Err(e));
             return;
         }
     };
+    drop(pending);
     server.connections.fetch_add(1, Ordering::Relaxed);
     match role {
         Role::Client => serve_client(server, &mut reader, &mut writer),
