@@ -1,0 +1,430 @@
+//! Memory and time a misbehaving client can make a server spend grow only with what it sends:
+//! the metrics endpoint serves scrapes while slow clients hold connections, drops a head that
+//! never ends and refuses an oversized one; a stage that announces far more payload than it
+//! sends costs no memory up front and is dropped after the frame timeout.
+
+use pdcx_client::conn::Conn;
+use pdcx_client::{Client, ClusterFile};
+use pdcx_core::protocol::{self, write, Durability, FrameKind, Request, Response, StageItem};
+use pdcx_core::Region;
+use pdcx_server::metrics;
+use std::io::{BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+mod common;
+use common::{byte_object as object, deployment_with};
+
+/// The tests that measure this process's resident memory run one at a time (the others here
+/// allocate little).
+static RSS: Mutex<()> = Mutex::new(());
+
+/// This process's resident memory (the servers under test run in it), in bytes.
+fn rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS in /proc/self/status");
+    let kb: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS in kB");
+    kb << 10
+}
+
+/// What a test may let resident memory grow by while a peer claims gigabytes.
+const RSS_SLACK: u64 = 64 << 20;
+
+/// A server with its metrics endpoint on a free loopback port.
+fn with_metrics(root: &std::path::Path) -> (pdcx_server::ServerHandle, SocketAddr) {
+    let h = deployment_with(root, |c| c.metrics = Some("127.0.0.1:0".into()));
+    let addr = h.metrics_addr().expect("metrics enabled");
+    (h, addr)
+}
+
+/// Sends `request`, reads the response to its end; the status line and how long it took.
+fn http(addr: SocketAddr, request: &[u8]) -> (String, String, Duration) {
+    let t0 = Instant::now();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // The server may answer (and close) before taking all of an oversized request.
+    let _ = s.write_all(request);
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out).to_string();
+    let status = text.lines().next().unwrap_or("").to_string();
+    (status, text, t0.elapsed())
+}
+
+/// Reads until the peer closes; how long that took (a response in between is read and dropped).
+fn time_to_close(s: &mut TcpStream, limit: Duration) -> (Duration, Vec<u8>) {
+    let t0 = Instant::now();
+    s.set_read_timeout(Some(limit)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (t0.elapsed(), got),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                ) =>
+            {
+                return (t0.elapsed(), got)
+            }
+            Err(e) => panic!("still open after {:?}: {e}", t0.elapsed()),
+        }
+    }
+}
+
+#[test]
+fn a_slow_metrics_client_does_not_block_scrapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, addr) = with_metrics(dir.path());
+    // A client that drips its head one byte every 300 ms, for longer than a scrape takes.
+    let mut slow = TcpStream::connect(addr).unwrap();
+    let drip = std::thread::spawn(move || {
+        for b in b"GET /metrics HTTP/1.1\r\n" {
+            if slow.write_all(&[*b]).is_err() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        slow
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    for _ in 0..3 {
+        let (status, body, took) = http(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+        assert!(body.contains("pdcx_metrics_scrapes_total"), "{body}");
+        assert!(took < Duration::from_secs(1), "a scrape took {took:?}");
+    }
+    // The dripping client is still being read from (it has not been served or dropped yet):
+    // the scrapes above ran beside it.
+    assert!(!drip.is_finished());
+    drop(drip.join().unwrap());
+    h.shutdown().unwrap();
+}
+
+#[test]
+fn metrics_heads_that_never_end_are_dropped_and_extra_connections_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, addr) = with_metrics(dir.path());
+    // Fill every slot with a connection that starts a head and never finishes it.
+    let t0 = Instant::now();
+    let mut held: Vec<TcpStream> = (0..metrics::MAX_CONNECTIONS)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.write_all(b"GET /metr").unwrap();
+            s
+        })
+        .collect();
+    // The accepting thread admits them in order; give it a moment to take all of them.
+    std::thread::sleep(Duration::from_millis(300));
+    // One more is refused at once, not queued behind them.
+    let (status, body, took) = http(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+    assert_eq!(status, "HTTP/1.1 503 Service Unavailable", "{body}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    // Each held connection is answered 408 and closed by the head deadline.
+    for s in &mut held {
+        let (_, got) = time_to_close(s, Duration::from_secs(15));
+        let got = String::from_utf8_lossy(&got).to_string();
+        assert!(got.starts_with("HTTP/1.1 408"), "{got}");
+    }
+    let closed = t0.elapsed();
+    assert!(
+        closed >= metrics::HEAD_DEADLINE - Duration::from_millis(200)
+            && closed < metrics::HEAD_DEADLINE + Duration::from_secs(3),
+        "closed after {closed:?}"
+    );
+    // The slots are free again.
+    let (status, body, _) = http(addr, b"GET /metrics HTTP/1.1\r\n\r\n");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    h.shutdown().unwrap();
+}
+
+#[test]
+fn oversized_and_malformed_metrics_heads_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (h, addr) = with_metrics(dir.path());
+    // A head over the limit that never ends: refused as soon as the limit is passed.
+    let mut big = b"GET /metrics HTTP/1.1\r\n".to_vec();
+    while big.len() <= metrics::MAX_HEAD {
+        big.extend_from_slice(b"X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    let (status, body, took) = http(addr, &big);
+    assert_eq!(
+        status, "HTTP/1.1 431 Request Header Fields Too Large",
+        "{body}"
+    );
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    // Just under the limit, ended: served.
+    let mut ok = b"GET /metrics HTTP/1.1\r\n".to_vec();
+    while ok.len() + 60 < metrics::MAX_HEAD {
+        ok.extend_from_slice(b"X-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n");
+    }
+    ok.extend_from_slice(b"\r\n");
+    let (status, body, _) = http(addr, &ok);
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    // Not HTTP at all.
+    let (status, body, _) = http(addr, b"\x16\x03\x01 hello\r\n\r\n");
+    assert_eq!(status, "HTTP/1.1 400 Bad Request", "{body}");
+    h.shutdown().unwrap();
+}
+
+#[test]
+fn the_metrics_head_parser() {
+    use metrics::{parse_head, Head};
+    let req = |m: &str, p: &str| Head::Request {
+        method: m.into(),
+        path: p.into(),
+    };
+    assert_eq!(parse_head(b"GET /metrics HTTP/1.1\r\n"), Head::Incomplete);
+    assert_eq!(
+        parse_head(b"GET /metrics?x=1 HTTP/1.0\r\nHost: a\r\n\r\n"),
+        req("GET", "/metrics")
+    );
+    assert_eq!(parse_head(b"HEAD / HTTP/1.1\n\n"), req("HEAD", "/"));
+    assert_eq!(parse_head(b"GET /metrics\r\n\r\n"), Head::Malformed);
+    assert_eq!(parse_head(b"GET / HTTP/2\r\n\r\n"), Head::Malformed);
+    assert_eq!(parse_head(b"\xff\xfe / HTTP/1.1\r\n\r\n"), Head::Malformed);
+    assert_eq!(
+        parse_head(&vec![b'a'; metrics::MAX_HEAD + 1]),
+        Head::TooLarge
+    );
+    let mut late = vec![b'a'; metrics::MAX_HEAD];
+    late.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(parse_head(&late), Head::TooLarge);
+}
+
+fn cluster(root: &std::path::Path) -> (String, Vec<u8>) {
+    let cf = ClusterFile::load(root).unwrap();
+    (cf.servers[0].addr.clone(), cf.secret_bytes().unwrap())
+}
+
+/// An authenticated connection spoken raw (as in limits.rs), so a test can lie in its frames.
+fn raw(root: &std::path::Path) -> (BufReader<TcpStream>, TcpStream) {
+    let (addr, secret) = cluster(root);
+    let s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut w = s.try_clone().unwrap();
+    let (h, nonce) = protocol::read_frame_head(&mut r, 0).unwrap();
+    assert_eq!(h.kind, FrameKind::Challenge);
+    let hello = protocol::Hello {
+        role: protocol::Role::Client,
+        tag: protocol::hello_tag(&secret, &nonce, protocol::Role::Client),
+    };
+    let body = protocol::encode_body(&hello).unwrap();
+    protocol::write_frame(&mut w, FrameKind::Hello, 0, &body, &[]).unwrap();
+    let (h, body) = protocol::read_frame_head(&mut r, 0).unwrap();
+    assert_eq!(h.kind, FrameKind::Welcome);
+    protocol::decode_body::<Result<protocol::ServerInfo, pdcx_core::Error>>(&body)
+        .unwrap()
+        .unwrap();
+    (r, w)
+}
+
+#[test]
+fn a_stage_announcing_4_gib_and_sending_ten_bytes_costs_nothing_and_is_dropped() {
+    let _one = RSS.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let h = deployment_with(dir.path(), |c| {
+        c.limits.frame_timeout = Some(Duration::from_secs(1))
+    });
+    let client = Client::connect(Some(dir.path())).unwrap();
+    let n: u64 = 4 << 30; // the default payload limit, so the header itself is accepted
+    let obj = object(&client, "huge", n);
+    let small = object(&client, "small", 4096);
+    let before = rss();
+    let (mut r, mut w) = raw(dir.path());
+    // A well-formed stage whose item accounts for the whole announced payload.
+    let body = protocol::encode_body(&Request::from(write::Stage {
+        items: vec![StageItem {
+            txn: 1,
+            id: obj.id,
+            region: Region::whole(&[n]),
+            len: n,
+        }],
+        shm: None,
+        commit: None,
+    }))
+    .unwrap();
+    let head = protocol::Header {
+        kind: FrameKind::Request,
+        flags: 0,
+        body_len: body.len() as u32,
+        request_id: 1,
+        payload_len: n,
+    };
+    let t0 = Instant::now();
+    w.write_all(&head.encode()).unwrap();
+    w.write_all(&body).unwrap();
+    w.write_all(&[5u8; 10]).unwrap();
+    // Dropped by the frame timeout, not kept waiting for the rest; resident memory is
+    // watched all the while.
+    let closed = std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        loop {
+            match r.read(&mut buf) {
+                Ok(0) => return Ok(t0.elapsed()),
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
+                    ) =>
+                {
+                    return Ok(t0.elapsed())
+                }
+                Err(e) => return Err(format!("still open after {:?}: {e}", t0.elapsed())),
+            }
+        }
+    });
+    let mut peak = 0u64;
+    while !closed.is_finished() {
+        peak = peak.max(rss().saturating_sub(before));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        peak < RSS_SLACK,
+        "resident memory grew by {} MiB for 10 bytes received",
+        peak >> 20
+    );
+    let took = closed.join().unwrap().unwrap();
+    assert!(
+        took >= Duration::from_millis(800) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    // The server goes on serving.
+    client
+        .write(
+            small.id,
+            &Region::whole(&[4096]),
+            &[1u8; 4096],
+            Durability::Local,
+        )
+        .unwrap();
+    drop(w);
+    h.shutdown().unwrap();
+}
+
+#[test]
+fn an_honest_large_stage_still_arrives_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = deployment_with(dir.path(), |_| {});
+    let client = Client::connect(Some(dir.path())).unwrap();
+    // Several doublings past the first step of the payload buffer.
+    let n: u64 = 9 * protocol::PAYLOAD_STEP as u64 + 17;
+    let obj = object(&client, "big", n);
+    let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
+    let (mut r, mut w) = raw(dir.path());
+    let body = protocol::encode_body(&Request::from(write::Stage {
+        items: vec![StageItem {
+            txn: 3,
+            id: obj.id,
+            region: Region::whole(&[n]),
+            len: n,
+        }],
+        shm: None,
+        commit: Some(protocol::CommitOpts::at(Durability::Local)),
+    }))
+    .unwrap();
+    protocol::write_frame(&mut w, FrameKind::Request, 1, &body, &[&data]).unwrap();
+    let (_, reply) = protocol::read_frame_head(&mut r, 0).unwrap();
+    let reply = protocol::decode_body::<Response>(&reply).unwrap();
+    assert!(
+        matches!(reply, Response::Write(protocol::WriteResponse::Staged(1))),
+        "{reply:?}"
+    );
+    let mut got = vec![0u8; n as usize];
+    client
+        .read_into(obj.id, &Region::whole(&[n]), &mut got)
+        .unwrap();
+    assert!(got == data, "the staged bytes read back differently");
+    h.shutdown().unwrap();
+}
+
+/// A client's connection through a relay that passes the handshake on to the real server and
+/// then answers the first request itself with a reply that announces `announced` payload
+/// bytes, sends ten and closes.
+fn lying_reply(root: &std::path::Path, announced: u64) -> pdcx_core::Result<(Response, Vec<u8>)> {
+    let (server, secret) = cluster(root);
+    let relay = TcpListener::bind("127.0.0.1:0").unwrap();
+    let relay_addr = relay.local_addr().unwrap().to_string();
+    let lie = Arc::new(AtomicBool::new(false));
+    let lie2 = lie.clone();
+    let t = std::thread::spawn(move || {
+        let (mut client, _) = relay.accept().unwrap();
+        let mut up = TcpStream::connect(&server).unwrap();
+        let (mut up_r, mut client_w) = (up.try_clone().unwrap(), client.try_clone().unwrap());
+        // Server to client: the challenge and welcome, until the server side closes.
+        let down = std::thread::spawn(move || {
+            let _ = std::io::copy(&mut up_r, &mut client_w);
+        });
+        // Client to server: forwarded while the handshake runs; the first bytes after it
+        // (the request) are answered here.
+        let mut buf = [0u8; 4096];
+        while let Ok(k) = client.read(&mut buf) {
+            if k == 0 {
+                break;
+            }
+            if lie2.load(Ordering::SeqCst) {
+                let body =
+                    protocol::encode_body(&Response::Write(protocol::WriteResponse::Done)).unwrap();
+                let head = protocol::Header {
+                    kind: FrameKind::Response,
+                    flags: 0,
+                    body_len: body.len() as u32,
+                    request_id: 1,
+                    payload_len: announced,
+                };
+                let _ = client.write_all(&head.encode());
+                let _ = client.write_all(&body);
+                let _ = client.write_all(&[9u8; 10]);
+                std::thread::sleep(Duration::from_millis(300));
+                break;
+            }
+            if up.write_all(&buf[..k]).is_err() {
+                break;
+            }
+        }
+        let _ = client.shutdown(std::net::Shutdown::Both);
+        let _ = up.shutdown(std::net::Shutdown::Both);
+        let _ = down.join();
+    });
+    let mut conn = Conn::connect(&relay_addr, &secret).unwrap();
+    lie.store(true, Ordering::SeqCst);
+    let req = Request::from(write::SyncLog {});
+    let got = conn.call(&req, &[]);
+    t.join().unwrap();
+    got
+}
+
+#[test]
+fn a_reply_announcing_more_than_it_sends_costs_the_client_nothing() {
+    let _one = RSS.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let h = deployment_with(dir.path(), |_| {});
+    for announced in [4u64 << 30, u64::MAX] {
+        let before = rss();
+        let err = lying_reply(dir.path(), announced).expect_err("a short reply is an error");
+        let grown = rss().saturating_sub(before);
+        assert!(
+            err.message.contains("reading reply payload"),
+            "{}",
+            err.message
+        );
+        assert!(
+            grown < RSS_SLACK,
+            "resident memory grew by {} MiB for a reply of 10 bytes announcing {announced}",
+            grown >> 20
+        );
+    }
+    h.shutdown().unwrap();
+}
