@@ -428,3 +428,100 @@ fn a_reply_announcing_more_than_it_sends_costs_the_client_nothing() {
     }
     h.shutdown().unwrap();
 }
+
+/// A file holding `raw` deflated (as HDF5's deflate filter stores a chunk); its path and size.
+fn deflated(dir: &std::path::Path, name: &str, raw: &[u8]) -> (String, u64) {
+    use flate2::write::ZlibEncoder;
+    let mut z = ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(raw).unwrap();
+    let stored = z.finish().unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, &stored).unwrap();
+    (path.to_str().unwrap().to_string(), stored.len() as u64)
+}
+
+fn ref_item(path: &str, size: u64, n: u64, chunk: u64) -> protocol::RefItem {
+    protocol::RefItem {
+        region: Region::whole(&[n]),
+        path: path.to_string(),
+        offset: 0,
+        size,
+        chunk: vec![chunk],
+        filters: vec![protocol::RefFilter::Deflate],
+    }
+}
+
+#[test]
+fn an_import_by_reference_cannot_make_a_read_allocate_what_its_chunk_claims() {
+    let _one = RSS.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let h = deployment_with(dir.path(), |_| {});
+    let client = Client::connect(Some(dir.path())).unwrap();
+    let n = 4096u64;
+    let before = rss();
+    // A chunk of 2^40 one-byte elements behind a few bytes of deflate: refused at import,
+    // before anything is recorded or allocated.
+    let (small, small_len) = deflated(dir.path(), "small.z", &[3u8; 4096]);
+    let obj = object(&client, "bomb", n);
+    let err = client
+        .import_refs(obj.id, vec![ref_item(&small, small_len, n, 1 << 40)])
+        .expect_err("a terabyte chunk is refused");
+    assert_eq!(err.kind, pdcx_core::ErrorKind::InvalidArgument, "{err}");
+    assert!(
+        err.message.contains("1099511627776 bytes decoded")
+            && err
+                .message
+                .contains(&pdcx_server::datastore::MAX_REF_CHUNK_BYTES.to_string()),
+        "{}",
+        err.message
+    );
+    // Just past the limit is refused too, and so is the largest shape there is.
+    let past = pdcx_server::datastore::MAX_REF_CHUNK_BYTES + 1;
+    assert!(client
+        .import_refs(obj.id, vec![ref_item(&small, small_len, n, past)])
+        .is_err());
+    let err = client
+        .import_refs(
+            obj.id,
+            vec![protocol::RefItem {
+                region: Region::whole(&[n]),
+                chunk: vec![u64::MAX],
+                ..ref_item(&small, small_len, n, 0)
+            }],
+        )
+        .expect_err("the largest chunk is refused");
+    assert!(err.message.contains("at most"), "{}", err.message);
+    // Nothing was recorded: the object reads as its fill.
+    let mut got = vec![7u8; n as usize];
+    client
+        .read_into(obj.id, &Region::whole(&[n]), &mut got)
+        .unwrap();
+    assert!(got.iter().all(|&b| b == 0));
+    // A chunk within the limit whose stream inflates to far more than its shape (64 MiB of
+    // zeros for a 4 KiB chunk): the read stops one byte past the shape and fails clearly.
+    let (bomb, bomb_len) = deflated(dir.path(), "bomb.z", &vec![0u8; 64 << 20]);
+    let obj2 = object(&client, "bomb2", n);
+    client
+        .import_refs(obj2.id, vec![ref_item(&bomb, bomb_len, n, n)])
+        .unwrap();
+    let err = client
+        .read_into(obj2.id, &Region::whole(&[n]), &mut got)
+        .expect_err("an over-long chunk is an error, not data");
+    assert!(err.message.contains("decoded to"), "{}", err.message);
+    // An honest chunk reads back.
+    let obj3 = object(&client, "honest", n);
+    client
+        .import_refs(obj3.id, vec![ref_item(&small, small_len, n, n)])
+        .unwrap();
+    client
+        .read_into(obj3.id, &Region::whole(&[n]), &mut got)
+        .unwrap();
+    assert!(got.iter().all(|&b| b == 3));
+    let grown = rss().saturating_sub(before);
+    assert!(
+        grown < RSS_SLACK,
+        "resident memory grew by {} MiB",
+        grown >> 20
+    );
+    h.shutdown().unwrap();
+}
