@@ -4,17 +4,17 @@
 //! sends costs no memory up front and is dropped after the frame timeout.
 
 use pdcx_client::conn::Conn;
-use pdcx_client::{Client, ClusterFile};
+use pdcx_client::Client;
 use pdcx_core::protocol::{self, write, Durability, FrameKind, Request, Response, StageItem};
 use pdcx_core::Region;
 use pdcx_server::metrics;
-use std::io::{BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 mod common;
-use common::{byte_object as object, deployment_with};
+use common::{byte_object as object, deployment_with, raw};
 
 /// The tests that measure this process's resident memory run one at a time (the others here
 /// allocate little).
@@ -202,32 +202,19 @@ fn the_metrics_head_parser() {
     assert_eq!(parse_head(&late), Head::TooLarge);
 }
 
-fn cluster(root: &std::path::Path) -> (String, Vec<u8>) {
-    let cf = ClusterFile::load(root).unwrap();
-    (cf.servers[0].addr.clone(), cf.secret_bytes().unwrap())
-}
-
-/// An authenticated connection spoken raw (as in limits.rs), so a test can lie in its frames.
-fn raw(root: &std::path::Path) -> (BufReader<TcpStream>, TcpStream) {
-    let (addr, secret) = cluster(root);
-    let s = TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut w = s.try_clone().unwrap();
-    let (h, nonce) = protocol::read_frame_head(&mut r, 0).unwrap();
-    assert_eq!(h.kind, FrameKind::Challenge);
-    let hello = protocol::Hello {
-        role: protocol::Role::Client,
-        tag: protocol::hello_tag(&secret, &nonce, protocol::Role::Client),
-    };
-    let body = protocol::encode_body(&hello).unwrap();
-    protocol::write_frame(&mut w, FrameKind::Hello, 0, &body, &[]).unwrap();
-    let (h, body) = protocol::read_frame_head(&mut r, 0).unwrap();
-    assert_eq!(h.kind, FrameKind::Welcome);
-    protocol::decode_body::<Result<protocol::ServerInfo, pdcx_core::Error>>(&body)
-        .unwrap()
-        .unwrap();
-    (r, w)
+/// A stage of one item of `n` bytes covering all of 1-D byte object `id`.
+fn stage_body(id: pdcx_core::ObjectId, n: u64, commit: Option<protocol::CommitOpts>) -> Vec<u8> {
+    protocol::encode_body(&Request::from(write::Stage {
+        items: vec![StageItem {
+            txn: 1,
+            id,
+            region: Region::whole(&[n]),
+            len: n,
+        }],
+        shm: None,
+        commit,
+    }))
+    .unwrap()
 }
 
 #[test]
@@ -242,19 +229,9 @@ fn a_stage_announcing_4_gib_and_sending_ten_bytes_costs_nothing_and_is_dropped()
     let obj = object(&client, "huge", n);
     let small = object(&client, "small", 4096);
     let before = rss();
-    let (mut r, mut w) = raw(dir.path());
+    let (r, mut w) = raw(dir.path());
     // A well-formed stage whose item accounts for the whole announced payload.
-    let body = protocol::encode_body(&Request::from(write::Stage {
-        items: vec![StageItem {
-            txn: 1,
-            id: obj.id,
-            region: Region::whole(&[n]),
-            len: n,
-        }],
-        shm: None,
-        commit: None,
-    }))
-    .unwrap();
+    let body = stage_body(obj.id, n, None);
     let head = protocol::Header {
         kind: FrameKind::Request,
         flags: 0,
@@ -262,30 +239,13 @@ fn a_stage_announcing_4_gib_and_sending_ten_bytes_costs_nothing_and_is_dropped()
         request_id: 1,
         payload_len: n,
     };
-    let t0 = Instant::now();
     w.write_all(&head.encode()).unwrap();
     w.write_all(&body).unwrap();
     w.write_all(&[5u8; 10]).unwrap();
     // Dropped by the frame timeout, not kept waiting for the rest; resident memory is
     // watched all the while.
-    let closed = std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        loop {
-            match r.read(&mut buf) {
-                Ok(0) => return Ok(t0.elapsed()),
-                Ok(_) => {}
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::ConnectionReset | std::io::ErrorKind::BrokenPipe
-                    ) =>
-                {
-                    return Ok(t0.elapsed())
-                }
-                Err(e) => return Err(format!("still open after {:?}: {e}", t0.elapsed())),
-            }
-        }
-    });
+    let mut stream = r.into_inner();
+    let closed = std::thread::spawn(move || time_to_close(&mut stream, Duration::from_secs(20)).0);
     let mut peak = 0u64;
     while !closed.is_finished() {
         peak = peak.max(rss().saturating_sub(before));
@@ -296,7 +256,7 @@ fn a_stage_announcing_4_gib_and_sending_ten_bytes_costs_nothing_and_is_dropped()
         "resident memory grew by {} MiB for 10 bytes received",
         peak >> 20
     );
-    let took = closed.join().unwrap().unwrap();
+    let took = closed.join().expect("the connection closes");
     assert!(
         took >= Duration::from_millis(800) && took < Duration::from_secs(10),
         "{took:?}"
@@ -324,17 +284,7 @@ fn an_honest_large_stage_still_arrives_whole() {
     let obj = object(&client, "big", n);
     let data: Vec<u8> = (0..n).map(|i| (i % 253) as u8).collect();
     let (mut r, mut w) = raw(dir.path());
-    let body = protocol::encode_body(&Request::from(write::Stage {
-        items: vec![StageItem {
-            txn: 3,
-            id: obj.id,
-            region: Region::whole(&[n]),
-            len: n,
-        }],
-        shm: None,
-        commit: Some(protocol::CommitOpts::at(Durability::Local)),
-    }))
-    .unwrap();
+    let body = stage_body(obj.id, n, Some(protocol::CommitOpts::at(Durability::Local)));
     protocol::write_frame(&mut w, FrameKind::Request, 1, &body, &[&data]).unwrap();
     let (_, reply) = protocol::read_frame_head(&mut r, 0).unwrap();
     let reply = protocol::decode_body::<Response>(&reply).unwrap();
@@ -354,7 +304,7 @@ fn an_honest_large_stage_still_arrives_whole() {
 /// then answers the first request itself with a reply that announces `announced` payload
 /// bytes, sends ten and closes.
 fn lying_reply(root: &std::path::Path, announced: u64) -> pdcx_core::Result<(Response, Vec<u8>)> {
-    let (server, secret) = cluster(root);
+    let (server, secret) = common::cluster(root);
     let relay = TcpListener::bind("127.0.0.1:0").unwrap();
     let relay_addr = relay.local_addr().unwrap().to_string();
     let lie = Arc::new(AtomicBool::new(false));
