@@ -1,6 +1,6 @@
 //! Prometheus metrics: a server's counters in the text exposition format (version 0.0.4),
 //! served on an opt-in address (`pdcx server --metrics ADDR`, `PDCX_METRICS_ADDR`, or
-//! `[metrics] bind` in `pdcx.toml`) by a small blocking HTTP listener (`GET /metrics`).
+//! `[metrics] bind` in `pdcx.toml`) by a small blocking HTTP listener (`GET /metrics`, `http.rs`).
 //!
 //! Most numbers are read at scrape time from what the server already keeps for `pdcx top`
 //! (`ServerStats`, the flusher's state, the tiers' traffic counters, the metadata shard's group
@@ -13,11 +13,9 @@
 use crate::counters::{RequestStats, LATENCY_BUCKETS};
 use crate::Server;
 use std::fmt::Write as _;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Weak};
-use std::time::Duration;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Environment variable naming the metrics address (see [`rank_addr`]).
 pub const ENV: &str = "PDCX_METRICS_ADDR";
@@ -46,128 +44,10 @@ pub fn rank_addr(spec: &str, rank: u32) -> Result<SocketAddr, String> {
     Ok(SocketAddr::new(addr.ip(), port))
 }
 
-/// The `/metrics` listener: one thread, one connection at a time (scrapes are rare and small).
-pub struct Exporter {
-    addr: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl Exporter {
-    pub fn start(addr: SocketAddr, server: Weak<Server>) -> std::io::Result<Exporter> {
-        let listener = TcpListener::bind(addr)?;
-        let addr = listener.local_addr()?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let stop2 = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("pdcx-metrics".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if stop2.load(Ordering::SeqCst) {
-                        break;
-                    }
-                    let Ok(conn) = conn else { continue };
-                    let Some(s) = server.upgrade() else { break };
-                    if let Err(e) = serve(&s, conn) {
-                        tracing::debug!(rank = s.config.rank, error = %e, "metrics request failed");
-                    }
-                }
-            })?;
-        Ok(Exporter {
-            addr,
-            stop,
-            thread: Some(thread),
-        })
-    }
-
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
-    }
-
-    pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        // Wake the blocking accept; it sees the flag and returns.
-        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for Exporter {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// Answers one HTTP/1.x request and closes the connection.
-fn serve(server: &Server, mut conn: TcpStream) -> std::io::Result<()> {
-    // A stalled client may hold the listener only this long.
-    conn.set_read_timeout(Some(Duration::from_secs(5)))?;
-    conn.set_write_timeout(Some(Duration::from_secs(5)))?;
-    let mut head = Vec::with_capacity(512);
-    let mut buf = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") && !head.windows(2).any(|w| w == b"\n\n") {
-        let n = conn.read(&mut buf)?;
-        if n == 0 {
-            break;
-        }
-        head.extend_from_slice(&buf[..n]);
-        if head.len() > 16 << 10 {
-            let status = "431 Request Header Fields Too Large";
-            return respond(&mut conn, status, "text/plain", b"", false);
-        }
-    }
-    let line = head.split(|&b| b == b'\n').next().unwrap_or(&[]);
-    let line = String::from_utf8_lossy(line);
-    let mut parts = line.split_whitespace();
-    let (method, target) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
-    let path = target.split('?').next().unwrap_or("");
-    let text = "text/plain; charset=utf-8";
-    let (status, ctype, body): (&str, &str, std::borrow::Cow<'static, [u8]>) = match (method, path)
-    {
-        ("GET" | "HEAD", "/metrics") => {
-            server.metrics.scrapes.fetch_add(1, Ordering::Relaxed);
-            let body = render(server).into_bytes();
-            (
-                "200 OK",
-                "text/plain; version=0.0.4; charset=utf-8",
-                body.into(),
-            )
-        }
-        ("GET" | "HEAD", "/") => (
-            "200 OK",
-            text,
-            b"pdcx server metrics: GET /metrics\n"[..].into(),
-        ),
-        ("GET" | "HEAD", _) => ("404 Not Found", text, b"not found\n"[..].into()),
-        _ => (
-            "405 Method Not Allowed",
-            text,
-            b"only GET /metrics\n"[..].into(),
-        ),
-    };
-    respond(&mut conn, status, ctype, &body, method == "HEAD")
-}
-
-/// Writes a whole response; `head_only` (a HEAD request) sends the headers GET would get.
-fn respond(
-    conn: &mut TcpStream,
-    status: &str,
-    ctype: &str,
-    body: &[u8],
-    head_only: bool,
-) -> std::io::Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    conn.write_all(head.as_bytes())?;
-    if !head_only {
-        conn.write_all(body)?;
-    }
-    conn.flush()
-}
+mod http;
+pub use http::{
+    parse_head, Exporter, Head, HEAD_DEADLINE, MAX_CONNECTIONS, MAX_HEAD, WRITE_TIMEOUT,
+};
 
 /// Builds the exposition text. Families are written whole (HELP, TYPE, then every sample).
 struct Text(String);

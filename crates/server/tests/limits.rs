@@ -3,7 +3,7 @@
 //! a stall of the other clients.
 
 use pdcx_client::conn::Conn;
-use pdcx_client::{Client, ClusterFile};
+use pdcx_client::Client;
 use pdcx_core::protocol::{
     self, read, write, CommitOpts, Committed, Durability, FrameKind, ReadItem, ReadOpts, Request,
     Response, StageItem, WriteResponse,
@@ -14,39 +14,7 @@ use std::io::{BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 mod common;
-use common::{byte_object as object, deployment_with};
-
-fn secret(root: &std::path::Path) -> (String, Vec<u8>) {
-    let cf = ClusterFile::load(root).unwrap();
-    (cf.servers[0].addr.clone(), cf.secret_bytes().unwrap())
-}
-
-/// An authenticated connection spoken raw, so a test can misbehave on purpose.
-fn raw(root: &std::path::Path) -> (BufReader<TcpStream>, TcpStream) {
-    let (addr, secret) = secret(root);
-    let s = TcpStream::connect(&addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut w = s.try_clone().unwrap();
-    let (h, nonce) = protocol::read_frame_head(&mut r, 0).unwrap();
-    assert_eq!(h.kind, FrameKind::Challenge);
-    let binding = protocol::tcp_binding(s.local_addr().unwrap(), s.peer_addr().unwrap());
-    let hello = protocol::Hello::new(
-        &secret,
-        &nonce,
-        protocol::Role::Client,
-        binding,
-        protocol::Wire::Plain,
-    );
-    let body = protocol::encode_body(&hello).unwrap();
-    protocol::write_frame(&mut w, FrameKind::Hello, 0, &body, &[]).unwrap();
-    let (h, body) = protocol::read_frame_head(&mut r, 0).unwrap();
-    assert_eq!(h.kind, FrameKind::Welcome);
-    protocol::decode_body::<Result<protocol::Welcome, pdcx_core::Error>>(&body)
-        .unwrap()
-        .unwrap();
-    (r, w)
-}
+use common::{byte_object as object, cluster as secret, deployment_with, raw};
 
 /// Reads until the server closes the connection; how long that took. Replies in between are
 /// skipped (a closed stream is what the test waits for).

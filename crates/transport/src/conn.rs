@@ -249,8 +249,8 @@ impl Conn {
         self.send(req, payload)?;
         let mut data = Vec::new();
         let resp = self.read_response(&mut |r, len| {
-            data = vec![0u8; len as usize];
-            r.read_exact(&mut data)
+            // Grown as the bytes arrive: the announced length is the server's claim.
+            protocol::read_payload(r, &mut data, len as usize)
                 .map_err(|e| Error::io("reading reply payload", &e))
         })?;
         Ok((resp, data))
@@ -277,8 +277,7 @@ impl Conn {
         let mut data = Vec::new();
         let resp: PeerResponse =
             self.read_frame_reply(FrameKind::PeerResponse, &mut |r, len| {
-                data = vec![0u8; len as usize];
-                r.read_exact(&mut data)
+                protocol::read_payload(r, &mut data, len as usize)
                     .map_err(|e| Error::io("reading reply payload", &e))
             })?;
         Ok((resp.into_result()?, data))

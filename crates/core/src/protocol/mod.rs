@@ -431,6 +431,37 @@ pub fn finish_frame_head<R: Read>(
     Ok((h, body))
 }
 
+/// The first allocation [`read_payload`] makes for a buffer that is not yet large enough.
+pub const PAYLOAD_STEP: usize = 1 << 20;
+
+/// Reads a payload of `n` bytes into `buf[..n]` (`buf` ends at least `n` long), growing `buf`
+/// only as the bytes arrive: the length a frame announces is a claim, and a peer that
+/// announces 4 GiB and sends ten bytes must cost ten bytes, not 4 GiB. A buffer already long
+/// enough (one reused between requests) is read into in one go. A shorter one starts at
+/// [`PAYLOAD_STEP`] and doubles as it fills (`read_to_end`), so an honest large payload costs
+/// a few reallocations (large blocks move by remapping pages, not by copying), and its bytes
+/// are written once, never zeroed first.
+pub fn read_payload<R: Read + ?Sized>(
+    r: &mut R,
+    buf: &mut Vec<u8>,
+    n: usize,
+) -> std::io::Result<()> {
+    if buf.len() >= n {
+        return r.read_exact(&mut buf[..n]);
+    }
+    // The old contents are of no use; the capacity is.
+    buf.clear();
+    buf.reserve(n.min(PAYLOAD_STEP));
+    let got = r.take(n as u64).read_to_end(buf)?;
+    if got < n {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!("payload ended after {got} of {n} bytes"),
+        ));
+    }
+    Ok(())
+}
+
 fn read_error(what: &str, e: &std::io::Error) -> Error {
     use std::io::ErrorKind as K;
     if matches!(

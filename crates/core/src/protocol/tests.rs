@@ -16,6 +16,26 @@ mod frames {
     }
 
     #[test]
+    fn a_payload_buffer_grows_only_with_the_bytes_that_arrive() {
+        // 4 GiB announced, 10 bytes sent: the buffer stays at the first step.
+        let mut buf = Vec::new();
+        let mut short: &[u8] = &[7u8; 10];
+        let e = read_payload(&mut short, &mut buf, 4 << 30).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+        assert!(buf.capacity() <= PAYLOAD_STEP, "{}", buf.capacity());
+        // An honest payload arrives whole, from an empty buffer and into a larger reused one.
+        let data: Vec<u8> = (0..5 * PAYLOAD_STEP + 3).map(|i| (i % 251) as u8).collect();
+        let mut buf = Vec::new();
+        read_payload(&mut &data[..], &mut buf, data.len()).unwrap();
+        assert_eq!(buf, data);
+        let mut big = vec![1u8; 8 * PAYLOAD_STEP];
+        read_payload(&mut &data[..], &mut big, data.len()).unwrap();
+        assert_eq!(big.len(), 8 * PAYLOAD_STEP);
+        assert_eq!(&big[..data.len()], &data[..]);
+        read_payload(&mut &data[..0], &mut Vec::new(), 0).unwrap();
+    }
+
+    #[test]
     fn header_round_trips() {
         let h = head(FrameKind::Request, 17, 1 << 33);
         assert_eq!(Header::decode(&h.encode(), u64::MAX).unwrap(), h);

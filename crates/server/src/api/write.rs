@@ -10,7 +10,6 @@ use pdcx_core::protocol::{
 };
 use pdcx_core::{Error, ErrorKind, Result};
 use std::collections::HashMap;
-use std::io::Read;
 use std::sync::atomic::Ordering;
 
 pub(super) fn handle(
@@ -101,12 +100,11 @@ fn stage_payload(
         )));
     }
     // Read every item first so the stream stays framed even if one item is rejected. The
-    // buffer is reused, so a steady stream of writes does not page-fault fresh memory.
+    // buffer is reused, so a steady stream of writes does not page-fault fresh memory; it
+    // grows only as bytes arrive, so a client that announces far more than it sends costs
+    // what it sent until the frame timeout drops it.
     let n = payload_len as usize;
-    if recv.len() < n {
-        recv.resize(n, 0);
-    }
-    reader.read_exact(&mut recv[..n]).map_err(|e| {
+    protocol::read_payload(reader, recv, n).map_err(|e| {
         if crate::limits::stalled_or_gone(&e) {
             Error::new(ErrorKind::Unavailable, GONE_MID_TRANSFER)
         } else {

@@ -37,7 +37,7 @@ mod refs;
 mod retire;
 mod stats;
 
-pub use refs::{ExternalRef, REF_SEGMENT};
+pub use refs::{ExternalRef, MAX_REF_CHUNK_BYTES, REF_SEGMENT};
 
 pub use commit::{CommitGuard, Committed, OwnerGuard, OwnerLock, Registrar};
 pub use index::{Extent, Staged};

@@ -48,6 +48,28 @@ pub fn promote_after_reads() -> u32 {
 /// Largest stored chunk read by reference (a bad item cannot make the server allocate more).
 const MAX_REF_BYTES: u64 = 1 << 30;
 
+/// Largest chunk read by reference once decoded (its shape × element size). A filtered chunk's
+/// decoded size is the item's claim, not the file's: without this bound a chunk of 2^40
+/// elements behind a few bytes of deflate would make a read ask for a terabyte. HDF5 itself
+/// keeps chunks under 4 GiB; real ones are far smaller.
+pub const MAX_REF_CHUNK_BYTES: u64 = 1 << 30;
+
+/// The decoded size of a chunk of shape `chunk` of `elem`-byte elements, refused (before any
+/// allocation) when it overflows or is over [`MAX_REF_CHUNK_BYTES`].
+pub fn ref_chunk_bytes(chunk: &[u64], elem: usize) -> Result<u64> {
+    let n = Region::whole(chunk).byte_len(elem).map_err(|_| {
+        Error::invalid(format!(
+            "a chunk of shape {chunk:?} read by reference has more bytes than fit in 64 bits"
+        ))
+    })?;
+    if n > MAX_REF_CHUNK_BYTES {
+        return Err(Error::invalid(format!(
+            "a chunk of shape {chunk:?} of {elem}-byte elements is {n} bytes decoded; chunks read by reference are at most {MAX_REF_CHUNK_BYTES} bytes (import this dataset by copy)"
+        )));
+    }
+    Ok(n)
+}
+
 /// Where a reference extent's bytes are, as the index keeps it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExternalRef {
@@ -85,8 +107,8 @@ impl ExternalRef {
 }
 
 /// Checks an item against its object before anything is recorded: the region within the
-/// dims, the chunk at least the region in every dim, the file readable and long enough, and an
-/// unfiltered chunk exactly its raw size.
+/// dims, the chunk at least the region in every dim and at most [`MAX_REF_CHUNK_BYTES`]
+/// decoded, the file readable and long enough, and an unfiltered chunk exactly its raw size.
 fn check_item(obj: &ObjectMeta, item: &RefItem) -> Result<()> {
     item.region.check_within(&obj.dims)?;
     let n = item.region.ndim();
@@ -96,7 +118,7 @@ fn check_item(obj: &ObjectMeta, item: &RefItem) -> Result<()> {
             item.chunk, item.region, obj.name
         )));
     }
-    let chunk_bytes = Region::whole(&item.chunk).byte_len(obj.dtype.size())?;
+    let chunk_bytes = ref_chunk_bytes(&item.chunk, obj.dtype.size())?;
     if item.size == 0 || item.size > MAX_REF_BYTES {
         return Err(Error::invalid(format!(
             "a chunk read by reference is 1 byte to {MAX_REF_BYTES} bytes, not {}",
@@ -147,6 +169,11 @@ fn check_item(obj: &ObjectMeta, item: &RefItem) -> Result<()> {
 /// Undoes `filters` (applied in order when the chunk was written) on `stored`, expecting
 /// `raw_len` bytes out.
 pub fn decode_chunk(filters: &[RefFilter], stored: Vec<u8>, raw_len: usize) -> Result<Vec<u8>> {
+    if raw_len as u64 > MAX_REF_CHUNK_BYTES {
+        return Err(Error::invalid(format!(
+            "a chunk read by reference of {raw_len} bytes decoded is over the limit of {MAX_REF_CHUNK_BYTES}"
+        )));
+    }
     let mut data = stored;
     for f in filters.iter().rev() {
         data = match *f {
@@ -380,7 +407,8 @@ impl DataStore {
         if r.filters.is_empty() && exact {
             return Ok(Arc::new(read_at(r.offset + lo, hi - lo)?));
         }
-        let chunk_len = Region::whole(&r.chunk).byte_len(elem)? as usize;
+        // Checked again here: a reference recorded before the bound existed may claim more.
+        let chunk_len = ref_chunk_bytes(&r.chunk, elem)? as usize;
         let full = decode_chunk(&r.filters, read_at(r.offset, r.size)?, chunk_len)?;
         let raw = if exact {
             full
@@ -435,6 +463,22 @@ mod tests {
         }
         out[n * elem..].copy_from_slice(&data[n * elem..]);
         out
+    }
+
+    #[test]
+    fn chunk_sizes_are_bounded_before_anything_is_allocated() {
+        assert_eq!(ref_chunk_bytes(&[64, 64], 8).unwrap(), 32768);
+        assert_eq!(
+            ref_chunk_bytes(&[MAX_REF_CHUNK_BYTES / 4], 4).unwrap(),
+            MAX_REF_CHUNK_BYTES
+        );
+        let e = ref_chunk_bytes(&[1 << 40], 1).unwrap_err();
+        assert!(e.message.contains("at most"), "{}", e.message);
+        let e = ref_chunk_bytes(&[u64::MAX, 2], 1).unwrap_err();
+        assert!(e.message.contains("64 bits"), "{}", e.message);
+        // decode_chunk refuses a size over the limit whatever its caller checked.
+        let e = decode_chunk(&[RefFilter::Deflate], vec![0u8; 8], 1 << 40).unwrap_err();
+        assert!(e.message.contains("over the limit"), "{}", e.message);
     }
 
     #[test]

@@ -323,6 +323,13 @@ impl Engine {
         for (h, (list, bytes)) in holders.iter().zip(&remote) {
             let mut at = 0usize;
             for (seq, piece) in list {
+                // A peer's region is a claim: one whose offset and count disagree in length,
+                // or whose end overflows, must not reach `intersect` (it indexes and adds).
+                if piece.validate().is_err() {
+                    return Err(Error::protocol(format!(
+                        "server {h} sent a malformed piece {piece:?} for the read of {region}"
+                    )));
+                }
                 let n = piece.byte_len(elem)? as usize;
                 let inside = piece.intersect(region).as_ref() == Some(piece);
                 if !inside || at + n > bytes.len() {

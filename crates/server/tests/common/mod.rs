@@ -1,10 +1,13 @@
 //! Setup shared by the server's integration tests that run in-process servers.
 #![allow(dead_code)] // each test file uses its own subset
 
-use pdcx_client::Client;
+use pdcx_client::{Client, ClusterFile};
 use pdcx_core::protocol::ObjectSpec;
+use pdcx_core::protocol::{self, FrameKind};
 use pdcx_core::{Dtype, ObjectMeta};
 use pdcx_server::{Server, ServerConfig, ServerHandle};
+use std::io::BufReader;
+use std::net::TcpStream;
 use std::path::Path;
 use std::time::Duration;
 
@@ -172,4 +175,37 @@ pub fn open_engine(
     )
     .unwrap();
     (meta, std::sync::Arc::new(engine))
+}
+
+/// Rank 0's address and the deployment secret at `root`.
+pub fn cluster(root: &std::path::Path) -> (String, Vec<u8>) {
+    let cf = ClusterFile::load(root).unwrap();
+    (cf.servers[0].addr.clone(), cf.secret_bytes().unwrap())
+}
+
+/// An authenticated client connection spoken raw, so a test can misbehave on purpose.
+pub fn raw(root: &std::path::Path) -> (BufReader<TcpStream>, TcpStream) {
+    let (addr, secret) = cluster(root);
+    let s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut w = s.try_clone().unwrap();
+    let (h, nonce) = protocol::read_frame_head(&mut r, 0).unwrap();
+    assert_eq!(h.kind, FrameKind::Challenge);
+    let binding = protocol::tcp_binding(s.local_addr().unwrap(), s.peer_addr().unwrap());
+    let hello = protocol::Hello::new(
+        &secret,
+        &nonce,
+        protocol::Role::Client,
+        binding,
+        protocol::Wire::Plain,
+    );
+    let body = protocol::encode_body(&hello).unwrap();
+    protocol::write_frame(&mut w, FrameKind::Hello, 0, &body, &[]).unwrap();
+    let (h, body) = protocol::read_frame_head(&mut r, 0).unwrap();
+    assert_eq!(h.kind, FrameKind::Welcome);
+    protocol::decode_body::<Result<protocol::Welcome, pdcx_core::Error>>(&body)
+        .unwrap()
+        .unwrap();
+    (r, w)
 }
