@@ -38,8 +38,9 @@ pub enum OpenMode {
     CreateNew,
     /// Read and write; created if missing, emptied if present (`O_CREAT|O_TRUNC`).
     Truncate,
-    /// [`Truncate`](Self::Truncate), and a file it creates is readable by its owner only
-    /// (mode 0600: files holding the deployment's secret).
+    /// A fresh file readable by its owner only (mode 0600: files holding the deployment's
+    /// secret): whatever is at the path is removed first, and the file is created exclusively,
+    /// never through a symlink.
     TruncatePrivate,
 }
 

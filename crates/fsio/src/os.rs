@@ -66,11 +66,28 @@ impl Fs for OsFs {
                 o.write(true).create_new(true);
             }
             OpenMode::Truncate => {
-                o.write(true).create(true).truncate(true);
+                use std::os::unix::fs::OpenOptionsExt;
+                // A temp name is never a link: one planted there must not redirect the write.
+                o.write(true)
+                    .create(true)
+                    .truncate(true)
+                    .custom_flags(libc::O_NOFOLLOW);
             }
             OpenMode::TruncatePrivate => {
                 use std::os::unix::fs::OpenOptionsExt;
-                o.write(true).create(true).truncate(true).mode(0o600);
+                // Whatever is at the name (a crashed process's leftover, a planted link or
+                // file someone else may hold open) is removed, never followed or truncated,
+                // and the file is created afresh, exclusively: no other descriptor can be
+                // open on what the secret is written into.
+                match fs::remove_file(path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(e),
+                }
+                o.write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(libc::O_NOFOLLOW);
             }
         }
         Ok(Arc::new(OsFile(o.open(path)?)))

@@ -218,4 +218,30 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), b"{\"a\":1}");
         assert!(!temp_path(&p).exists());
     }
+
+    #[test]
+    fn a_link_planted_at_a_temp_name_is_never_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("someone-elses-file");
+        std::fs::write(&victim, b"theirs").unwrap();
+        // The per-process temp name of a private publish and of a create-once: the link is
+        // removed, the secret lands in a fresh 0600 file, the link's target is untouched.
+        let p = dir.path().join("cluster.json");
+        let mut tmp = temp_path(&p).into_os_string();
+        tmp.push(format!(".{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        publish_private(&crate::OsFs, &p, b"secret").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"secret");
+        let s = dir.path().join("secret");
+        let mut tmp = temp_path(&s).into_os_string();
+        tmp.push(format!(".{}", std::process::id()));
+        std::os::unix::fs::symlink(&victim, &tmp).unwrap();
+        assert!(create_once(&crate::OsFs, &s, b"key").unwrap());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"theirs");
+        // The shared temp name of an ordinary publish: refused rather than followed.
+        let q = dir.path().join("manifest");
+        std::os::unix::fs::symlink(&victim, temp_path(&q)).unwrap();
+        assert!(publish_atomic(&crate::OsFs, &q, b"data").is_err());
+        assert_eq!(std::fs::read(&victim).unwrap(), b"theirs");
+    }
 }

@@ -221,9 +221,10 @@ impl Stream {
     }
 
     /// The protection this side wants on this connection under `PDCX_WIRE` (`setting`: auto,
-    /// integrity or encrypt): none on a Unix socket (the kernel names the peer and nothing
-    /// crosses a network), authenticated frames over TCP between nodes, and over loopback
-    /// only when asked.
+    /// integrity, encrypt or plain): none on a Unix socket (the kernel names the peer and
+    /// nothing crosses a network), authenticated frames over TCP between nodes, and over
+    /// loopback only when asked. `plain` wants none anywhere; since the stronger side wins,
+    /// frames stay plain only when both sides say so.
     pub fn wire_wanted(&self, setting: &str) -> io::Result<Wire> {
         let Some(t) = self.tcp() else {
             return Ok(Wire::Plain);
@@ -231,6 +232,7 @@ impl Stream {
         Ok(match setting {
             "encrypt" => Wire::Encrypted,
             "integrity" => Wire::Integrity,
+            "plain" => Wire::Plain,
             _ if t.peer_addr()?.ip().is_loopback() => Wire::Plain,
             _ => Wire::Integrity,
         })
