@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -124,3 +125,52 @@ def test_a_config_someone_else_could_change_is_refused(deployment, how):
     assert p.returncode != 0, p.stdout + p.stderr
     log = (dep.root / "logs" / "server-0.log").read_text()
     assert word in p.stderr + log, p.stderr + log
+
+
+def test_an_entry_of_the_root_another_user_owns_is_refused(deployment):
+    """A directory planted in the root before it was made private (here the log directory,
+    owned by nobody): the server refuses the root instead of writing its logs where another
+    user can read or redirect them."""
+    need_second_user()
+    dep = deployment(n=1, start=False)
+    dep.root.chmod(0o700)
+    planted = dep.root / "logs"
+    planted.mkdir()
+    os.chown(planted, 65534, 65534)
+    p = run_pdcx("server", "start", "-n", 1, "--root", dep.root, check=False, timeout=60)
+    assert p.returncode != 0, p.stdout + p.stderr
+    assert f"{planted} in the deployment root is owned by uid 65534" in p.stderr, p.stderr
+    assert list(planted.iterdir()) == []
+
+
+def test_group_access_is_an_explicit_setting(deployment, monkeypatch, request):
+    """PDCX_GROUP_ACCESS=read: the deployment's group may read its files (0640/0750), a user
+    outside the group still may not, and nobody but the owner may write."""
+    need_second_user()
+    monkeypatch.setenv("PDCX_GROUP_ACCESS", "read")
+    # Outside pytest's private temporary tree, so the group can reach it.
+    shared = Path(tempfile.mkdtemp(prefix="pdcx-group-"))
+    shared.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    dep = deployment(n=1, root=shared / "root", start=False)
+    dep.root.rmdir()
+    dep.start()
+    c = dep.client()
+    obj = c.create_container("g").create_object("g", (1024,), "float64")
+    obj[:] = np.arange(1024, dtype=np.float64)
+    c.sync()
+    assert stat.S_IMODE(dep.root.stat().st_mode) == 0o750
+    segment = next(p for p in dep.root.rglob("*") if p.is_file() and "log" in p.parts)
+    assert stat.S_IMODE(segment.stat().st_mode) == 0o640
+    writable = [p for p in dep.root.rglob("*") if not p.is_symlink() and p.stat().st_mode & 0o022]
+    assert not writable, writable
+    gid = dep.root.stat().st_gid
+    in_group = subprocess.run(
+        ["setpriv", "--reuid=nobody", f"--regid={gid}", "--clear-groups", "cat", str(segment)],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert in_group.returncode == 0 and len(in_group.stdout) > 0, in_group.stderr
+    outside = as_nobody("cat", segment)
+    assert outside.returncode != 0 and "Permission denied" in outside.stderr

@@ -405,6 +405,7 @@ macro_rules! settings {
 
 const TIER_KINDS: &[&str] = &["memory", "local", "shared", "s3"];
 const MPIIO_MODES: &[&str] = &["log", "redirect", "off"];
+const GROUP_ACCESS_MODES: &[&str] = &["none", "read"];
 const WIRE_MODES: &[&str] = &["auto", "integrity", "encrypt", "plain"];
 
 settings! {
@@ -440,6 +441,8 @@ settings! {
         unit: "seconds", min: Some(1), max: Some(600), doc: "Longest a connection may take to authenticate in all, however slowly its bytes come." }
     MAX_HANDSHAKES { name: "max_handshakes", env: Some("PDCX_MAX_HANDSHAKES"), ty: Ty::Count, default: "256",
         unit: "connections", min: Some(1), max: Some(65536), doc: "Connections authenticating at once; a new one past it closes the oldest unauthenticated one." }
+    GROUP_ACCESS { name: "group_access", env: Some("PDCX_GROUP_ACCESS"), ty: Ty::Words(GROUP_ACCESS_MODES), default: "none",
+        doc: "Who besides the deployment's user may read its files: none (0600/0700) or read (its group too: 0640/0750); nobody else may ever write them." }
     IDLE_TIMEOUT_S { name: "idle_timeout_s", env: Some("PDCX_IDLE_TIMEOUT_S"), ty: Ty::Count, default: "0",
         unit: "seconds", doc: "Idle connections are closed after this long (0: never)." }
     MAX_PAYLOAD_MB { name: "max_payload_mb", env: Some("PDCX_MAX_PAYLOAD_MB"), ty: Ty::Count, default: "4096",

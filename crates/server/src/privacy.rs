@@ -3,19 +3,32 @@
 //! can write), a missing root is created 0700, and the server processes create every file
 //! 0600 and directory 0700 ([`private_umask`]). A root planted by another user (the
 //! documented `/tmp/pdcx` example, created first by someone else) or opened to group or
-//! others is refused before anything is read from it or written into it.
+//! others is refused before anything is read from it or written into it, and so is a root
+//! holding an entry (the log or socket directory, a segment directory) that another user owns
+//! or others can write. Group access is an explicit setting (`PDCX_GROUP_ACCESS=read`: the
+//! group may read, 0640/0750); nobody but the user may ever write.
 
 use pdcx_core::{Error, Result};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::Path;
 
-/// Creates `root` (and missing parents) 0700 if it does not exist; refuses an existing root
-/// that is not a directory, is owned by another user, or that group or others can write.
+/// Whether the deployment's group may read its files (`PDCX_GROUP_ACCESS`).
+fn group_reads() -> Result<bool> {
+    let word = pdcx_core::config::GROUP_ACCESS
+        .word()
+        .map_err(|e| Error::invalid(e.to_string()))?;
+    Ok(word == "read")
+}
+
+/// Creates `root` (and missing parents) 0700 (0750 with group access) if it does not exist;
+/// refuses an existing root that is not a directory, is owned by another user, or that group
+/// or others can write, and one holding an entry another user owns or others can write.
 pub fn prepare_root(root: &Path) -> Result<()> {
+    let dir_mode = if group_reads()? { 0o750 } else { 0o700 };
     match std::fs::metadata(root) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
             .recursive(true)
-            .mode(0o700)
+            .mode(dir_mode)
             .create(root)
             .map_err(|e| {
                 Error::io(
@@ -27,8 +40,54 @@ pub fn prepare_root(root: &Path) -> Result<()> {
             &format!("the deployment root {}", root.display()),
             &e,
         )),
-        Ok(m) => check_root(root, &m),
+        Ok(m) => {
+            check_root(root, &m)?;
+            check_entries(root)
+        }
     }
+}
+
+/// Every entry directly under the root (logs, sockets, segments, metadata, tiers) must be the
+/// user's and not writable by others: one planted there before the root was made private
+/// (or by a mistaken `chmod`) would redirect or expose what the server writes.
+fn check_entries(root: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(root)
+        .map_err(|e| Error::io(&format!("listing the deployment root {}", root.display()), &e))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("listing the deployment root", &e))?;
+        if entry.file_name() == "pdcx.toml" {
+            continue; // `check_config` says what is wrong with it, and how to fix it
+        }
+        let path = entry.path();
+        let m = std::fs::symlink_metadata(&path)
+            .map_err(|e| Error::io(&format!("{}", path.display()), &e))?;
+        let shown = path.display();
+        if m.uid() != me {
+            return Err(Error::invalid(format!(
+                "{shown} in the deployment root is owned by uid {}, not by you (uid {me}):                  another user could read or redirect what the server writes there; remove it                  (as its owner or root) or use a fresh root",
+                m.uid()
+            )));
+        }
+        // A link's own mode means nothing; what it points to is what is written.
+        let target_mode = if m.file_type().is_symlink() {
+            match std::fs::metadata(&path) {
+                Ok(t) => t.mode(),
+                Err(_) => continue, // dangling: the server recreates or refuses it
+            }
+        } else {
+            m.mode()
+        };
+        let mode = target_mode & 0o7777;
+        // A sticky shared directory such as /tmp is still not the user's own.
+        if mode & 0o022 != 0 {
+            return Err(Error::invalid(format!(
+                "{shown} in the deployment root can be written by other users (mode {mode:o});                  `chmod go-w {shown}` makes it yours alone"
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_root(root: &Path, m: &std::fs::Metadata) -> Result<()> {
@@ -97,12 +156,19 @@ pub fn check_config(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Makes this process create files 0600 and directories 0700 (umask 077). For the server
-/// processes only (`pdcx server`): an embedded server runs inside the user's program, whose
-/// umask is the user's; its root is a fresh 0700 directory instead.
+/// Makes this process create files 0600 and directories 0700 (umask 077), or with
+/// `PDCX_GROUP_ACCESS=read` 0640 and 0750 (umask 027). For the server processes only
+/// (`pdcx server`): an embedded server runs inside the user's program, whose umask is the
+/// user's; its root is a fresh 0700 directory instead. A malformed setting keeps 077 here
+/// and is reported by [`prepare_root`].
 pub fn private_umask() {
+    let mask = if group_reads().unwrap_or(false) {
+        0o027
+    } else {
+        0o077
+    };
     // SAFETY: umask only sets the process's file-mode creation mask.
-    unsafe { libc::umask(0o077) };
+    unsafe { libc::umask(mask) };
 }
 
 #[cfg(test)]
@@ -144,6 +210,26 @@ mod tests {
         std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o666)).unwrap();
         let e = check_config(&f).unwrap_err().to_string();
         assert!(e.contains("chmod 600"), "{e}");
+    }
+
+    #[test]
+    fn an_entry_others_own_or_can_write_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let logs = d.path().join("logs");
+        std::fs::create_dir(&logs).unwrap();
+        std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        prepare_root(d.path()).unwrap();
+        std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = prepare_root(d.path()).unwrap_err().to_string();
+        assert!(e.contains("logs") && e.contains("chmod go-w"), "{e}");
+        std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o700)).unwrap();
+        // A link of the user's to a directory others can write: what it points to counts.
+        let shared = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(shared.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::os::unix::fs::symlink(shared.path(), d.path().join("run")).unwrap();
+        let e = prepare_root(d.path()).unwrap_err().to_string();
+        assert!(e.contains("run"), "{e}");
     }
 
     #[test]
