@@ -15,6 +15,7 @@
 //! objects, starts the clients and times the run.
 
 mod client;
+mod hostile;
 mod memory;
 mod raw;
 mod report;
@@ -52,6 +53,10 @@ struct Args {
     /// Stalled clients that announce a write payload and stop sending half way.
     #[arg(long, default_value_t = 0)]
     stalled_writers: usize,
+    /// Hostile connections that never authenticate: each drips a byte every 500 ms and
+    /// reconnects when the server closes it, for the whole run.
+    #[arg(long, default_value_t = 0)]
+    hostile: usize,
     /// Bytes of a small write / read.
     #[arg(long, default_value_t = 4096)]
     small: u64,
@@ -257,6 +262,18 @@ fn run(args: Args) -> Result<u64> {
 
     let rss_before: Vec<Mem> = shared.targets.iter().map(|t| mem_of(t.pid)).collect();
 
+    // Hostile connections first: the honest clients connect while they hold the server's
+    // handshake slots.
+    let hostile_stop = Arc::new(AtomicBool::new(false));
+    let (hostile, hostile_threads) = hostile::start(
+        args.hostile,
+        shared.targets.iter().map(|t| t.addr).collect(),
+        hostile_stop.clone(),
+    );
+    if args.hostile > 0 {
+        std::thread::sleep(Duration::from_secs(1));
+    }
+
     // Stalled clients first, so that they are in place for the whole measurement.
     let mut stalled = Vec::new();
     for i in 0..args.stalled_readers + args.stalled_writers {
@@ -373,6 +390,17 @@ fn run(args: Args) -> Result<u64> {
     // The stalled clients were never answered completely: their replies are still queued.
     let stalled_ok = stalled.len();
     drop(stalled);
+    hostile_stop.store(true, Ordering::SeqCst);
+    for h in hostile_threads {
+        let _ = h.join();
+    }
+    if args.hostile > 0 {
+        println!(
+            "hostile: {} connections that never authenticate (a byte every 500 ms); the servers accepted and closed {} of them during the run",
+            args.hostile,
+            hostile.closed.load(Ordering::Relaxed)
+        );
+    }
 
     report(
         &shared,
