@@ -76,6 +76,16 @@ pub(crate) enum RemoteAction {
         #[arg(long = "as", value_name = "SITE")]
         as_site: String,
     },
+    /// Let site SITE push to NAMEs here (a name, or a prefix ending in '/'); without a grant
+    /// its pushes land under SITE/ and never write into an object it did not send.
+    Grant {
+        site: String,
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+        /// Take these grants back.
+        #[arg(long)]
+        revoke: bool,
+    },
     /// List the remote sites this deployment knows.
     Ls,
     /// Forget remote site NAME.
@@ -225,9 +235,11 @@ pub(crate) enum Command {
         /// This site's name, as connecting sites see it.
         #[arg(long)]
         site: String,
-        /// Address to listen on (port 0: any free port, printed on stdout).
-        #[arg(long, default_value = "0.0.0.0:7070", value_name = "HOST:PORT")]
-        listen: String,
+        /// Address to listen on (port 0: any free port, printed on stdout). Default
+        /// $PDCX_GATEWAY_LISTEN, else 127.0.0.1:7070: this host only. For other sites to reach
+        /// the gateway, give the address they connect to (or 0.0.0.0:7070 for every interface).
+        #[arg(long, value_name = "HOST:PORT")]
+        listen: Option<String>,
     },
 
     /// Copy a region of an object from a remote site into this deployment.
