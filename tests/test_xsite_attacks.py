@@ -336,8 +336,13 @@ def test_a_pull_lands_where_the_puller_says_not_where_the_gateway_says(sites):
                     s.sendall(frame({"t": "Welcome", "site": "cloud"}))
                     while True:
                         msg, _ = r.recv()
-                        if msg["t"] == "Meta":
+                        if msg["t"] == "Meta" and msg["name"] == "w/wanted":
                             s.sendall(frame({"t": "MetaIs", "meta": lie}))
+                        elif msg["t"] == "Meta":
+                            s.sendall(frame({"t": "MetaIs", "meta": dict(lie, name=msg["name"])}))
+                        elif msg["t"] == "Query":
+                            # A hit count whose byte size overflows 64 bits, and no bytes.
+                            s.sendall(frame({"t": "Hits", "nhits": 1 << 62, "ndim": 1, "crc": 0}))
                         else:
                             data = bytes([9, 9, 9, 9])
                             s.sendall(frame({"t": "Data", "crc": crc32c(data)}, data))
@@ -351,6 +356,9 @@ def test_a_pull_lands_where_the_puller_says_not_where_the_gateway_says(sites):
         p = run_pdcx("pull", "liar:w/wanted", "--root", a.root, check=False)
         assert p.returncode != 0 and "answered with the metadata of" in p.stderr, p.stderr
         assert a.client().open_object("victim/x")[...].tolist() == [1, 2, 3, 4]
+        # Counts in the remote's answers are checked, not trusted (no overflow, no panic).
+        p = run_pdcx("pull", "liar:w/other", "--where", "w/other>0", "--root", a.root, check=False)
+        assert p.returncode == 1 and "hits of 1 dims" in p.stderr, p.stderr
     finally:
         listener.close()
 

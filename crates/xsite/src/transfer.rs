@@ -392,7 +392,9 @@ pub fn pull_where(
         (m, _) => return Err(unexpected(&m)),
     };
     let elem = meta.dtype.size() as u64;
-    if ndim != meta.dims.len() as u64 || bytes.len() as u64 != nhits * (8 * ndim + elem) {
+    // `nhits` is the remote's word: checked, so a huge one cannot wrap into a match.
+    let want = nhits.checked_mul(8 * ndim + elem);
+    if ndim != meta.dims.len() as u64 || want != Some(bytes.len() as u64) {
         return Err(invalid(format!(
             "the answer holds {} bytes for {nhits} hits of {ndim} dims",
             bytes.len()
