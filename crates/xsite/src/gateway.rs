@@ -69,9 +69,11 @@ pub struct Gateway {
     tls: Arc<rustls::ServerConfig>,
     limits: Limits,
     slots: Mutex<Slots>,
-    /// When a refusal or an eviction was last reported (seconds since start), so a flood
-    /// does not flood the log too.
-    last_report: AtomicU64,
+    /// When a refusal or an eviction, and a failure of a connection that never
+    /// authenticated, were last reported (seconds since start): a flood must not flood the
+    /// log too.
+    last_full: AtomicU64,
+    last_stranger: AtomicU64,
     started: Instant,
 }
 
@@ -160,7 +162,8 @@ impl Gateway {
             tls: crate::tls::server_config(&id)?,
             limits,
             slots: Mutex::new(Slots::default()),
-            last_report: AtomicU64::new(u64::MAX),
+            last_full: AtomicU64::new(u64::MAX),
+            last_stranger: AtomicU64::new(u64::MAX),
             started: Instant::now(),
         })
     }
@@ -189,14 +192,20 @@ impl Gateway {
             let spawned = std::thread::Builder::new()
                 .name("pdcx-gateway".into())
                 .spawn(move || {
-                    let slot = Slot {
+                    let mut slot = Slot {
                         gw: &me,
                         id,
                         authed: false,
                     };
                     let peer = tcp.peer_addr().map(|a| a.to_string()).unwrap_or_default();
-                    if let Err(e) = me.connection(tcp, slot) {
-                        eprintln!("pdcx gateway: connection from {peer}: {e}");
+                    if let Err(e) = me.connection(tcp, &mut slot) {
+                        let line = format!("connection from {peer}: {e}");
+                        if slot.authed {
+                            eprintln!("pdcx gateway: {line}");
+                        } else {
+                            // Strangers' failures are many in a flood: a sample is enough.
+                            me.report(&me.last_stranger, 1, &line);
+                        }
                     }
                 });
             if let Err(e) = spawned {
@@ -220,10 +229,12 @@ impl Gateway {
             match slots.pending.pop_front() {
                 Some((_, oldest)) => {
                     let _ = oldest.shutdown(Shutdown::Both);
-                    self.report("closing the oldest unauthenticated connection for a new one");
+                    self.report_full("closing the oldest unauthenticated connection for a new one");
                 }
                 None => {
-                    self.report("refusing a connection: every slot is an authenticated site's");
+                    self.report_full(
+                        "refusing a connection: every slot is an authenticated site's",
+                    );
                     return None;
                 }
             }
@@ -234,16 +245,23 @@ impl Gateway {
         Some(id)
     }
 
-    /// Says `what` on stderr, at most once every 10 seconds.
-    fn report(&self, what: &str) {
+    fn report_full(&self, what: &str) {
+        let cap = self.limits.max_connections;
+        self.report(
+            &self.last_full,
+            10,
+            &format!("{what} (gateway.max_connections = {cap})"),
+        );
+    }
+
+    /// Says `what` on stderr unless `last` says something was said less than `every` seconds
+    /// ago.
+    fn report(&self, last: &AtomicU64, every: u64, what: &str) {
         let now = self.started.elapsed().as_secs();
-        let last = self.last_report.load(Ordering::Relaxed);
-        if last == u64::MAX || now >= last + 10 {
-            self.last_report.store(now, Ordering::Relaxed);
-            eprintln!(
-                "pdcx gateway: {what} (gateway.max_connections = {})",
-                self.limits.max_connections
-            );
+        let before = last.load(Ordering::Relaxed);
+        if before == u64::MAX || now >= before + every {
+            last.store(now, Ordering::Relaxed);
+            eprintln!("pdcx gateway: {what}");
         }
     }
 
@@ -260,7 +278,7 @@ impl Gateway {
         true
     }
 
-    fn connection(&self, tcp: TcpStream, mut slot: Slot) -> Result<()> {
+    fn connection(&self, tcp: TcpStream, slot: &mut Slot) -> Result<()> {
         tcp.set_nodelay(true).ok();
         let conn =
             ServerConnection::new(self.tls.clone()).map_err(|e| XsiteError::Tls(e.to_string()))?;
@@ -317,7 +335,7 @@ impl Gateway {
                     )?;
                     return Err(crate::invalid(format!("refused: {message}")));
                 }
-                if !self.authenticated(&mut slot) {
+                if !self.authenticated(slot) {
                     return Err(invalid(format!(
                         "site {site}: closed to make room for a newer connection"
                     )));
