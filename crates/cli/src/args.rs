@@ -265,7 +265,8 @@ pub(crate) enum Command {
     /// Copy a region of an object of this deployment to a remote site.
     #[command(after_help = xsite_cmd::MOVE_EXAMPLES)]
     Push {
-        /// Object name here (the remote site publishes it under the same name).
+        /// Object name here (the remote site publishes it as MYSITE/NAME, MYSITE being this
+        /// site's name there, or as NAME if it granted that: `pdcx remote grant`).
         object: String,
         /// Only this part: one item per dim, START:END, : or INDEX.
         #[arg(long, value_name = "SPEC", allow_hyphen_values = true)]
@@ -277,7 +278,8 @@ pub(crate) enum Command {
         /// the remote site receives NAME@where/coords and NAME@where/values.
         #[arg(long = "where", value_name = "COND", conflicts_with = "step")]
         where_: Option<String>,
-        /// The name the remote site publishes it under (default: the same name).
+        /// The name the remote site publishes it under (default: the same name; under MYSITE/
+        /// there unless granted).
         #[arg(long = "as", value_name = "NAME", conflicts_with = "where_")]
         as_name: Option<String>,
         #[command(flatten)]
