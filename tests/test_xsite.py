@@ -27,7 +27,9 @@ def test_push_and_pull_move_only_the_region_with_metadata_and_provenance(sites):
     o[...] = data
     p = run_pdcx("push", "run/vx", "--region", "8:24,:,0:20", "--to", "cloud", "--chunk-mib", "1", "--root", a.root)
     assert "published and verified" in p.stderr
-    got = cb.open_object("run/vx")
+    # A push from site hpc lands under its own names at cloud (hpc/...), in its own container.
+    assert "run/vx" not in names(cb)
+    got = cb.open_object("hpc/run/vx")
     assert got.shape == data.shape and got.dtype == np.float32
     assert np.array_equal(got[8:24, :, 0:20], data[8:24, :, 0:20])
     assert got[0, 0, 0] == 0 and got[30, 5, 30] == 0, "outside the region: the fill value"
@@ -36,19 +38,19 @@ def test_push_and_pull_move_only_the_region_with_metadata_and_provenance(sites):
     assert tags["xsite.regions"].startswith("[8:24, 0:64, 0:20]@")
     # A later push of another region adds to the same object and to its provenance.
     run_pdcx("push", "run/vx", "--region", "30:31,:,:", "--to", "cloud", "-q", "--root", a.root)
-    got = cb.open_object("run/vx")
+    got = cb.open_object("hpc/run/vx")
     assert np.array_equal(got[30], data[30]) and np.array_equal(got[8:24, :, 0:20], data[8:24, :, 0:20])
     assert dict(got.tags)["xsite.regions"].count("@") == 2
     assert not any(n.startswith("xsite.staging/") for n in names(cb)), "staging objects are deleted"
     # A push under another name: a new object there (published by renaming the staging
     # object), with the source's tags and container and no journal tags.
     run_pdcx("push", "run/vx", "--region", "0:4,:,:", "--as", "run/vx-copy", "--to", "cloud", "-q", "--root", a.root)
-    cp = cb.open_object("run/vx-copy")
+    cp = cb.open_object("hpc/run/vx-copy")
     assert np.array_equal(cp[0:4], data[0:4]) and not cp[4:].any()
     ctags = dict(cp.tags)
     assert ctags["units"] == "m/s" and ctags["xsite.source"] == "hpc:run/vx"
     assert not any(k.startswith("xsite.done.") or k == "xsite.spec" for k in ctags), ctags
-    assert "run/vx-copy" in [o.name for o in cb.open_container("run").objects()]
+    assert "hpc/run/vx-copy" in [o.name for o in cb.open_container("hpc/run").objects()]
     assert not any(n.startswith("xsite.staging/") for n in names(cb))
     p = run_pdcx("push", "run/vx", "--as", "bad\nname", "--to", "cloud", "--root", a.root, check=False)
     assert p.returncode != 0 and "control characters" in p.stderr
@@ -177,7 +179,7 @@ def test_a_step_moves_a_downsampled_copy_only(sites):
     # Printed to 0.1 MiB: the selection is 47 KiB of the 18 MiB region.
     assert moved * 2**20 <= want.nbytes + 0.05 * 2**20 < data.nbytes / 100, "only the selected elements moved"
     run_pdcx("push", "eq/vx@step1x20x20", "--step", "2,1,3", "-q", "--to", "cloud", "--root", a.root)
-    back = cb.open_object("eq/vx@step1x20x20@step2x1x3")
+    back = cb.open_object("hpc/eq/vx@step1x20x20@step2x1x3")
     assert np.array_equal(back[...], want[::2, :, ::3])
     bad = run_pdcx("pull", "cloud:eq/vx", "--step", "1,0,2", "--root", a.root, check=False)
     assert bad.returncode != 0
@@ -211,8 +213,8 @@ def test_a_value_query_moves_only_the_hits_with_their_coordinates(sites):
     ca.create_container("vq").create_object("vq/e", shape=e.shape, dtype="float64")[...] = e
     p = run_pdcx("push", "vq/e", "--where", "vq/e<0.05", "--to", "cloud", "--root", a.root)
     assert f"{(e < 0.05).sum()} hits" in p.stderr, p.stderr
-    assert np.array_equal(cb.open_object("vq/e@where/coords")[...], np.argwhere(e < 0.05))
-    assert np.array_equal(cb.open_object("vq/e@where/values")[...], e[e < 0.05])
+    assert np.array_equal(cb.open_object("hpc/vq/e@where/coords")[...], np.argwhere(e < 0.05))
+    assert np.array_equal(cb.open_object("hpc/vq/e@where/values")[...], e[e < 0.05])
 
 
 def test_s3_is_a_meeting_point_for_sites_without_a_link(deployment, s3_server):
@@ -248,10 +250,10 @@ def test_python_pulls_and_pushes_like_the_cli(sites):
     ca.create_container("up").create_object("up/b", shape=(8,), dtype="uint8")[...] = np.arange(8, dtype=np.uint8)
     ca.push("up/b", "cloud", "2:6")
     ca.push("up/b", "cloud", "0:2", as_name="up/b-first")
-    assert cb.open_object("up/b-first")[0:2].tolist() == [0, 1]
-    assert np.array_equal(cb.open_object("up/b")[2:6], np.arange(2, 6, dtype=np.uint8))
+    assert cb.open_object("hpc/up/b-first")[0:2].tolist() == [0, 1]
+    assert np.array_equal(cb.open_object("hpc/up/b")[2:6], np.arange(2, 6, dtype=np.uint8))
     assert ca.push("up/b", "cloud", where="up/b>5")["hits"] == 2
-    assert cb.open_object("up/b@where/values")[...].tolist() == [6, 7]
+    assert cb.open_object("hpc/up/b@where/values")[...].tolist() == [6, 7]
     with pytest.raises(pdcx.InvalidArgumentError, match="SITE:NAME"):
         ca.pull("no-separator")
     with pytest.raises(pdcx.InvalidArgumentError, match="step="):
@@ -274,13 +276,13 @@ def test_a_push_resumes_after_the_receiving_gateway_is_killed(sites, tmp_path):
     gw.wait()
     rest = p.stderr.read()
     assert p.wait() != 0 and "MiB" in line, line + rest
-    assert "kb/x" not in names(b.client()), "nothing half-received is visible under the name"
+    assert "hpc/kb/x" not in names(b.client()), "nothing half-received is visible under the name"
     gw2, _ = start_gateway(b.root, tmp_path / "gateway2.log", listen=addr)
     try:
         out = run_pdcx(*cmd[1:], timeout=300)
         moved, total = map(int, re.search(r"(\d+) of (\d+) chunks moved", out.stderr).groups())
         assert total == 256 and moved < total, out.stderr
-        assert np.array_equal(b.client().open_object("kb/x")[...], ref)
+        assert np.array_equal(b.client().open_object("hpc/kb/x")[...], ref)
     finally:
         gw2.kill()
         gw2.wait()
@@ -297,12 +299,12 @@ def test_streams_spread_over_several_gateways_of_a_site(sites, tmp_path):
         ref = np.random.default_rng(6).random(4 << 20)
         a.client().create_container("two").create_object("two/x", shape=ref.shape, dtype="float64")[...] = ref
         run_pdcx("push", "two/x", "--to", "both", "--chunk-mib", "1", "--streams", "4", "-q", "--root", a.root)
-        assert np.array_equal(b.client().open_object("two/x")[...], ref)
-        run_pdcx("pull", "both:two/x", "--as", "two/back", "--streams", "4", "-q", "--root", a.root)
+        assert np.array_equal(b.client().open_object("hpc/two/x")[...], ref)
+        run_pdcx("pull", "both:hpc/two/x", "--as", "two/back", "--streams", "4", "-q", "--root", a.root)
         assert np.array_equal(a.client().open_object("two/back")[...], ref)
         gw2.kill()
         gw2.wait()
-        p = run_pdcx("pull", "both:two/x", "--as", "two/again", "--streams", "2", "--root", a.root, check=False)
+        p = run_pdcx("pull", "both:hpc/two/x", "--as", "two/again", "--streams", "2", "--root", a.root, check=False)
         assert p.returncode != 0 and addr2 in p.stderr, "stream 1 went to the second gateway"
     finally:
         gw2.kill()

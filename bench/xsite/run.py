@@ -173,6 +173,8 @@ def main() -> None:
         in_site("b", bin_, "server", "start", "-n", "2", "--root", rb)
         fp = in_site("b", bin_, "remote", "init", "--root", rb).stdout.split()[-1]
         token = in_site("b", bin_, "remote", "token", "hpc", "--root", rb).stdout.strip()
+        # The pushes below write sim/big (not under hpc/): site b grants hpc those names.
+        in_site("b", bin_, "remote", "grant", "hpc", "sim/big", "sim/big-pushed", "--root", rb)
         gw_log = open(work / "gateway.log", "w")  # noqa: SIM115 (open until the run ends)
         gw = subprocess.Popen(
             ["bash", str(LINK), "exec", "b", bin_, "gateway", "--site", "cloud", "--listen", f"{ADDR['b']}:7070",

@@ -76,6 +76,16 @@ pub(crate) enum RemoteAction {
         #[arg(long = "as", value_name = "SITE")]
         as_site: String,
     },
+    /// Let site SITE push to NAMEs here (a name, or a prefix ending in '/'); without a grant
+    /// its pushes land under SITE/ and never write into an object it did not send.
+    Grant {
+        site: String,
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+        /// Take these grants back.
+        #[arg(long)]
+        revoke: bool,
+    },
     /// List the remote sites this deployment knows.
     Ls,
     /// Forget remote site NAME.
@@ -225,9 +235,11 @@ pub(crate) enum Command {
         /// This site's name, as connecting sites see it.
         #[arg(long)]
         site: String,
-        /// Address to listen on (port 0: any free port, printed on stdout).
-        #[arg(long, default_value = "0.0.0.0:7070", value_name = "HOST:PORT")]
-        listen: String,
+        /// Address to listen on (port 0: any free port, printed on stdout). Default
+        /// $PDCX_GATEWAY_LISTEN, else 127.0.0.1:7070: this host only. For other sites to reach
+        /// the gateway, give the address they connect to (or 0.0.0.0:7070 for every interface).
+        #[arg(long, value_name = "HOST:PORT")]
+        listen: Option<String>,
     },
 
     /// Copy a region of an object from a remote site into this deployment.
@@ -253,7 +265,8 @@ pub(crate) enum Command {
     /// Copy a region of an object of this deployment to a remote site.
     #[command(after_help = xsite_cmd::MOVE_EXAMPLES)]
     Push {
-        /// Object name here (the remote site publishes it under the same name).
+        /// Object name here (the remote site publishes it as MYSITE/NAME, MYSITE being this
+        /// site's name there, or as NAME if it granted that: `pdcx remote grant`).
         object: String,
         /// Only this part: one item per dim, START:END, : or INDEX.
         #[arg(long, value_name = "SPEC", allow_hyphen_values = true)]
@@ -265,7 +278,8 @@ pub(crate) enum Command {
         /// the remote site receives NAME@where/coords and NAME@where/values.
         #[arg(long = "where", value_name = "COND", conflicts_with = "step")]
         where_: Option<String>,
-        /// The name the remote site publishes it under (default: the same name).
+        /// The name the remote site publishes it under (default: the same name; under MYSITE/
+        /// there unless granted).
         #[arg(long = "as", value_name = "NAME", conflicts_with = "where_")]
         as_name: Option<String>,
         #[command(flatten)]

@@ -276,10 +276,15 @@ fn run(mut cli: Cli) -> Result<u8> {
                 fingerprint,
                 as_site,
             } => xsite_cmd::add(&root, &name, &url, &token, &fingerprint, &as_site),
+            RemoteAction::Grant {
+                site,
+                names,
+                revoke,
+            } => xsite_cmd::grant(&root, &site, &names, revoke),
             RemoteAction::Ls => xsite_cmd::ls(&root),
             RemoteAction::Rm { name } => xsite_cmd::rm(&root, &name),
         },
-        Command::Gateway { site, listen } => xsite_cmd::gateway(&root, &site, &listen),
+        Command::Gateway { site, listen } => xsite_cmd::gateway(&root, &site, listen.as_deref()),
         Command::Pull {
             from,
             region,

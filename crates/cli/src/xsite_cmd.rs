@@ -9,10 +9,12 @@ pub const REMOTE_EXAMPLES: &str = "\
 LINKING TWO SITES (hpc and cloud), once:
   cloud$ pdcx remote init                 # this site's TLS identity; prints its fingerprint
   cloud$ pdcx remote token hpc            # a token for site hpc; prints it once
-  cloud$ pdcx gateway --site cloud --listen 0.0.0.0:7070 &
+  cloud$ pdcx gateway --site cloud --listen 0.0.0.0:7070 &   # default: 127.0.0.1 only
   hpc$   pdcx remote add cloud tls://cloud.example.org:7070 --as hpc \\
              --token TOKEN --fingerprint FINGERPRINT
-  hpc$   pdcx pull cloud:run/vx --region 0:10,:,: && pdcx push run/vx --to cloud";
+  hpc$   pdcx pull cloud:run/vx --region 0:10,:,: && pdcx push run/vx --to cloud
+A push from hpc lands at cloud as hpc/run/vx (site hpc's own names there), unless cloud ran
+  cloud$ pdcx remote grant hpc run/           # names under run/ (or one name: run/vx)";
 
 pub const MOVE_EXAMPLES: &str = "\
 EXAMPLES:
@@ -98,13 +100,42 @@ pub fn rm(root: &Path, name: &str) -> Result<u8> {
     Ok(0)
 }
 
-pub fn gateway(root: &Path, site_name: &str, listen: &str) -> Result<u8> {
+pub fn grant(root: &Path, peer: &str, names: &[String], revoke: bool) -> Result<u8> {
+    let now = site::grant(root, peer, names, revoke).map_err(|e| anyhow!("{e}"))?;
+    if now.is_empty() {
+        eprintln!("site {peer} pushes only under {peer}/ here");
+    } else {
+        eprintln!(
+            "site {peer} may push under {peer}/ and to: {}",
+            now.join(" ")
+        );
+    }
+    Ok(0)
+}
+
+pub fn gateway(root: &Path, site_name: &str, listen: Option<&str>) -> Result<u8> {
+    use pdcx_core::config::GATEWAY_LISTEN;
+    // Loopback unless asked: a gateway is a door into the deployment.
+    let listen = listen
+        .map(str::to_string)
+        .or_else(|| GATEWAY_LISTEN.text())
+        .unwrap_or_else(|| GATEWAY_LISTEN.default.to_string());
     let client = crate::common::connect(root)?;
     let gw = gateway::Gateway::new(root, site_name, client).map_err(|e| anyhow!("{e}"))?;
-    let listener = gateway::bind(listen).map_err(|e| anyhow!("{e}"))?;
+    let listener = gateway::bind(&listen).map_err(|e| anyhow!("{e}"))?;
     let addr = listener.local_addr().context("gateway address")?;
     // The address on stdout (a port of 0 picks one): scripts read it.
     println!("gateway of site {site_name} listening on {addr}");
+    let l = gw.limits();
+    eprintln!(
+        "gateway: at most {} connections; {} s to authenticate, {} s read/write timeout after",
+        l.max_connections,
+        l.auth_timeout.as_secs(),
+        l.io_timeout.as_secs()
+    );
+    if addr.ip().is_loopback() {
+        eprintln!("gateway: on loopback only; other sites reach it with --listen ADDRESS:PORT");
+    }
     use std::io::Write;
     std::io::stdout().flush().ok();
     Arc::new(gw).serve(listener).map_err(|e| anyhow!("{e}"))?;

@@ -519,6 +519,19 @@ settings! {
         doc: "Interpreter `pdcx import`/`export` of HDF5 files run." }
     LIB_DIR { name: "lib_dir", env: Some("PDCX_LIB_DIR"), ty: Ty::Path, scope: Scope::Cli,
         doc: "Where `pdcx run`/`pdcx fits` look first for the preload libraries." }
+    // ---- the cross-site gateway (`pdcx gateway`)
+    GATEWAY_LISTEN { name: "gateway.listen", env: Some("PDCX_GATEWAY_LISTEN"), flag: Some("--listen"),
+        default: "127.0.0.1:7070", scope: Scope::Cli,
+        doc: "Address `pdcx gateway` listens on: loopback unless given (other sites need e.g. 0.0.0.0:7070 or the link's address)." }
+    GATEWAY_MAX_CONNECTIONS { name: "gateway.max_connections", env: Some("PDCX_GATEWAY_MAX_CONNECTIONS"),
+        ty: Ty::Count, default: "64", unit: "connections", min: Some(1), max: Some(4096), scope: Scope::Cli,
+        doc: "Connections a gateway serves at once; when full, a new one evicts the oldest not yet authenticated, else it is closed at once." }
+    GATEWAY_AUTH_TIMEOUT_S { name: "gateway.auth_timeout_s", env: Some("PDCX_GATEWAY_AUTH_TIMEOUT_S"),
+        ty: Ty::Count, default: "10", unit: "seconds", min: Some(1), max: Some(600), scope: Scope::Cli,
+        doc: "Longest a connection to a gateway may take for the TLS handshake and its site's Hello together." }
+    GATEWAY_IO_TIMEOUT_S { name: "gateway.io_timeout_s", env: Some("PDCX_GATEWAY_IO_TIMEOUT_S"),
+        ty: Ty::Count, default: "120", unit: "seconds", min: Some(1), max: Some(86_400), scope: Scope::Cli,
+        doc: "After authentication: longest a gateway waits for a site's next bytes, or for a write to it to progress." }
     // ---- pdcx.toml
     FLUSH_INTERVAL_MS { name: "flush.interval_ms", toml: Some("flush.interval_ms"), ty: Ty::Count, default: "200",
         unit: "milliseconds", min: Some(1), doc: "How often the background flusher looks for committed extents." }

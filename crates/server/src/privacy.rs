@@ -51,8 +51,12 @@ pub fn prepare_root(root: &Path) -> Result<()> {
 /// user's and not writable by others: one planted there before the root was made private
 /// (or by a mistaken `chmod`) would redirect or expose what the server writes.
 fn check_entries(root: &Path) -> Result<()> {
-    let entries = std::fs::read_dir(root)
-        .map_err(|e| Error::io(&format!("listing the deployment root {}", root.display()), &e))?;
+    let entries = std::fs::read_dir(root).map_err(|e| {
+        Error::io(
+            &format!("listing the deployment root {}", root.display()),
+            &e,
+        )
+    })?;
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     for entry in entries {

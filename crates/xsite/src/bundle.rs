@@ -10,7 +10,7 @@
 //! journal, CRC checked as read from the file and again after the write, published under the
 //! object's name with provenance; an import stopped midway resumes with the chunks missing.
 
-use crate::receive::{transfer_key, Receiver};
+use crate::receive::{transfer_key, Origin, Placement, Receiver};
 use crate::transfer::{chunks, region_of, CHUNK_BYTES};
 use crate::wire::{TransferSpec, MAX_PAYLOAD};
 use crate::{invalid, io, Result};
@@ -215,7 +215,7 @@ pub fn import(client: &Client, path: &Path) -> Result<Counts> {
     let mut bytes = 0u64;
     let mut file = f.try_clone().map_err(io("dup"))?;
     for (item, crcs) in header.items.iter().zip(&trailer.crcs) {
-        let missing = receiver.begin(&item.spec)?;
+        let missing = receiver.begin(&Origin::Local, &item.spec)?;
         let elem = item.spec.meta.dtype.size();
         let mut buf = Vec::new();
         for i in missing {
@@ -224,9 +224,10 @@ pub fn import(client: &Client, path: &Path) -> Result<Counts> {
             file.seek(SeekFrom::Start(data_start + item.offsets[i as usize]))
                 .and_then(|_| file.read_exact(&mut buf))
                 .map_err(io(format!("read {}", path.display())))?;
-            receiver.store(&item.spec.key, i, crcs[i as usize], &buf)?;
+            receiver.store(&Origin::Local, &item.spec.key, i, crcs[i as usize], &buf)?;
         }
-        bytes += receiver.publish(&item.spec.key, &item.spec.meta.name)?;
+        let place = Placement::local(&item.spec.meta.name, &item.spec.meta);
+        bytes += receiver.publish(&Origin::Local, &item.spec.key, &place)?;
     }
     Ok((header.items.len(), bytes))
 }

@@ -17,6 +17,7 @@
 pub mod bundle;
 pub mod gateway;
 pub mod meeting;
+mod progress;
 pub mod receive;
 pub mod site;
 pub mod tls;
@@ -43,6 +44,15 @@ pub enum XsiteError {
 }
 
 pub type Result<T> = std::result::Result<T, XsiteError>;
+
+/// Names of the hidden objects transfers are received into ([`receive`]).
+pub const STAGING_PREFIX: &str = "xsite.staging/";
+
+/// Whether `name` is a staging object's: never read, queried or pulled through a gateway,
+/// never granted.
+pub fn is_staging(name: &str) -> bool {
+    name.starts_with(STAGING_PREFIX)
+}
 
 pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> XsiteError {
     let context = context.into();

@@ -14,6 +14,15 @@
 //! the object's name; a crash during publishing leaves the journal, and the retry publishes
 //! again (the same bytes over the same region).
 //!
+//! **Whose transfer**: every transfer belongs to an [`Origin`], this site's own (a pull, an
+//! import) or the remote site that pushes it, as its gateway connection authenticated it (never
+//! a name the sender writes into its messages). Keys are looked up within their origin and
+//! a pushed transfer's staging object is `xsite.staging/@SITE/<key>`, so one site can neither
+//! send chunks into, nor finish, nor resume another's transfer, even knowing its key. Where a
+//! transfer is published is a [`Placement`]: a pull's is the puller's choice; a push from site
+//! S lands under `S/` (objects and containers) unless this site granted S the name (see
+//! [`push_placement`]), and never writes into an object there that S did not send.
+//!
 //! When no object has the name yet (a first pull, a push of a new object) the verified
 //! staging object itself becomes the object: its tags and containers are made the source's,
 //! the journal dropped, and it is **renamed** to the name last (`Client::rename_object`), so the
@@ -30,7 +39,96 @@ use pdcx_core::ErrorKind;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-pub const STAGING_PREFIX: &str = "xsite.staging/";
+pub use crate::{is_staging, STAGING_PREFIX};
+
+/// Who a transfer belongs to: transfers of different origins never share a key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Origin {
+    /// This site's own: a pull or an import.
+    Local,
+    /// A push from this remote site (the one its gateway connection authenticated).
+    Site(String),
+}
+
+impl Origin {
+    /// The staging object of transfer `key`: `@` cannot begin a site name, so a remote site's
+    /// staging names never meet this site's own.
+    fn staging_name(&self, key: &str) -> String {
+        match self {
+            Origin::Local => format!("{STAGING_PREFIX}{key}"),
+            Origin::Site(s) => format!("{STAGING_PREFIX}@{s}/{key}"),
+        }
+    }
+}
+
+/// Where a transfer is published: the object's name, the containers it joins, and whose
+/// received data an existing object of that name must hold to be written into.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    pub name: String,
+    pub containers: Vec<String>,
+    /// `Some(S)`: an existing object is written into only if its `xsite.source` says site S
+    /// sent it (a push never writes over what it did not send); `None`: any (this site's own
+    /// choice, or a grant).
+    pub owner: Option<String>,
+}
+
+impl Placement {
+    /// Under `name` with the source's containers: what this site chose itself.
+    pub fn local(name: &str, meta: &ObjectMeta) -> Placement {
+        Placement {
+            name: name.to_string(),
+            containers: meta.containers.clone(),
+            owner: None,
+        }
+    }
+}
+
+/// Whether grant `g` covers `name`: `g` names it exactly, or ends with `/` and prefixes it.
+fn granted(grants: &[String], name: &str) -> bool {
+    grants
+        .iter()
+        .any(|g| g == name || (g.ends_with('/') && name.starts_with(g.as_str())))
+}
+
+/// Where a push of `spec` from site `site` lands, `grants` being the names this site granted
+/// `site`: a granted name as it is (joining the source's containers that are granted too);
+/// any other under `SITE/` (its containers `SITE/C`), written into only if `site` sent it.
+pub fn push_placement(site: &str, spec: &TransferSpec, grants: &[String]) -> Result<Placement> {
+    let name = spec.as_name.as_deref().unwrap_or(&spec.meta.name);
+    let p = if granted(grants, name) {
+        Placement {
+            name: name.to_string(),
+            containers: spec
+                .meta
+                .containers
+                .iter()
+                .filter(|c| granted(grants, c) || granted(grants, &format!("{c}/")))
+                .cloned()
+                .collect(),
+            owner: None,
+        }
+    } else {
+        Placement {
+            name: format!("{site}/{name}"),
+            containers: spec
+                .meta
+                .containers
+                .iter()
+                .map(|c| format!("{site}/{c}"))
+                .collect(),
+            owner: Some(site.to_string()),
+        }
+    };
+    pdcx_core::model::validate_name("object", &p.name)?;
+    for c in &p.containers {
+        pdcx_core::model::validate_name("container", c)?;
+    }
+    if is_staging(&p.name) {
+        return Err(invalid(format!("{} is a staging name", p.name)));
+    }
+    Ok(p)
+}
 /// Journal entries on a staging object: `xsite.done.INDEX` = the chunk's CRC-32C (hex).
 const DONE_TAG: &str = "xsite.done.";
 /// Most chunks a transfer may have (bounds the journal).
@@ -39,11 +137,15 @@ pub const MAX_CHUNKS: usize = 1 << 16;
 /// The chunks of a transfer stored so far: index -> CRC-32C.
 type Journal = BTreeMap<u32, u32>;
 
+/// The transfers begun in this process, by origin and key.
+type Open = HashMap<(Origin, String), Arc<Mutex<Staged>>>;
+
 /// Receives transfers into one deployment; shared by the gateway's connections.
 pub struct Receiver {
     client: Client,
-    /// Per transfer key: the staging object and its journal (one writer of the tags at a time).
-    open: Mutex<HashMap<String, Arc<Mutex<Staged>>>>,
+    /// Per origin and transfer key: the staging object and its journal (one writer of the tags
+    /// at a time).
+    open: Mutex<Open>,
 }
 
 struct Staged {
@@ -64,19 +166,28 @@ impl Receiver {
         &self.client
     }
 
-    /// Starts or resumes transfer `spec`: the indices of the chunks still missing.
-    pub fn begin(&self, spec: &TransferSpec) -> Result<Vec<u32>> {
+    /// Starts or resumes transfer `spec` of `origin`: the indices of the chunks still missing.
+    pub fn begin(&self, origin: &Origin, spec: &TransferSpec) -> Result<Vec<u32>> {
         check_spec(spec)?;
-        let staged = self.staged(spec)?;
+        if let Origin::Site(site) = origin {
+            if spec.source_site != *site {
+                return Err(invalid(format!(
+                    "site {site} pushes as {:?}",
+                    spec.source_site
+                )));
+            }
+        }
+        let staged = self.staged(origin, spec)?;
         let s = staged.lock().unwrap_or_else(|p| p.into_inner());
         Ok((0..spec.chunks.len() as u32)
             .filter(|i| !s.done.contains_key(i))
             .collect())
     }
 
-    fn staged(&self, spec: &TransferSpec) -> Result<Arc<Mutex<Staged>>> {
+    fn staged(&self, origin: &Origin, spec: &TransferSpec) -> Result<Arc<Mutex<Staged>>> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = open.get(&spec.key) {
+        let slot = (origin.clone(), spec.key.clone());
+        if let Some(s) = open.get(&slot) {
             let same = s.lock().unwrap_or_else(|p| p.into_inner()).spec == *spec;
             if !same {
                 return Err(invalid(format!(
@@ -86,7 +197,7 @@ impl Receiver {
             }
             return Ok(s.clone());
         }
-        let name = format!("{STAGING_PREFIX}{}", spec.key);
+        let name = origin.staging_name(&spec.key);
         let (staging, done) = match self.client.open_object(&name) {
             Ok(m) => {
                 let done = journal_of(&m, spec);
@@ -121,23 +232,31 @@ impl Receiver {
             staging,
             done,
         }));
-        open.insert(spec.key.clone(), s.clone());
+        open.insert(slot, s.clone());
         Ok(s)
     }
 
-    /// Transfer `key`, begun in this process.
-    fn begun(&self, key: &str) -> Result<Arc<Mutex<Staged>>> {
+    /// Transfer `key` of `origin`, begun in this process (another origin's is not found).
+    fn begun(&self, origin: &Origin, key: &str) -> Result<Arc<Mutex<Staged>>> {
         self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(key)
+            .get(&(origin.clone(), key.to_string()))
             .cloned()
             .ok_or_else(|| invalid(format!("transfer {key} was not begun")))
     }
 
-    /// Stores chunk `index` of transfer `key` (begun), after checking its size and CRC.
-    pub fn store(&self, key: &str, index: u32, crc: u32, bytes: &[u8]) -> Result<()> {
-        let staged = self.begun(key)?;
+    /// Stores chunk `index` of transfer `key` of `origin` (begun), after checking its size and
+    /// CRC.
+    pub fn store(
+        &self,
+        origin: &Origin,
+        key: &str,
+        index: u32,
+        crc: u32,
+        bytes: &[u8],
+    ) -> Result<()> {
+        let staged = self.begun(origin, key)?;
         let (id, region) = {
             let s = staged.lock().unwrap_or_else(|p| p.into_inner());
             let region = s
@@ -179,25 +298,21 @@ impl Receiver {
         Ok(())
     }
 
-    /// The source object's name of transfer `key` (begun).
-    pub fn name_of(&self, key: &str) -> Result<String> {
-        let staged = self.begun(key)?;
+    /// The description transfer `key` of `origin` (begun) was begun with.
+    pub fn spec_of(&self, origin: &Origin, key: &str) -> Result<TransferSpec> {
+        let staged = self.begun(origin, key)?;
         let s = staged.lock().unwrap_or_else(|p| p.into_inner());
-        let name = s
-            .spec
-            .as_name
-            .clone()
-            .unwrap_or_else(|| s.spec.meta.name.clone());
-        pdcx_core::model::validate_name("object", &name)?;
-        Ok(name)
+        Ok(s.spec.clone())
     }
 
-    /// Publishes transfer `key` once every chunk is stored: verifies each against its CRC,
-    /// writes it under the object's name, adds provenance, deletes the staging object.
-    /// Returns the bytes published.
-    pub fn publish(&self, key: &str, local_name: &str) -> Result<u64> {
-        let staged = self.begun(key)?;
+    /// Publishes transfer `key` of `origin` once every chunk is stored: verifies each against
+    /// its CRC, writes it at `place`, adds provenance, deletes the staging object. Returns the
+    /// bytes published.
+    pub fn publish(&self, origin: &Origin, key: &str, place: &Placement) -> Result<u64> {
+        let staged = self.begun(origin, key)?;
         let mut s = staged.lock().unwrap_or_else(|p| p.into_inner());
+        let local_name = place.name.as_str();
+        pdcx_core::model::validate_name("object", local_name)?;
         // Chunks other gateways of this site stored are in the journal, not in this map.
         let fresh = self.client.open_object(&s.staging.name)?;
         let theirs = journal_of(&fresh, &s.spec);
@@ -216,14 +331,14 @@ impl Receiver {
         };
         if fresh_name {
             let bytes = self.verified_chunks(key, &s, |_, _| Ok(()))?;
-            if self.adopt(&s, local_name)? {
+            if self.adopt(&s, place)? {
                 drop(s);
-                self.forget(key);
+                self.forget(origin, key);
                 return Ok(bytes);
             }
             // The name was taken meanwhile: publish into that object like any other.
         }
-        let target = self.target(local_name, meta)?;
+        let target = self.target(place, meta)?;
         let bytes = self.verified_chunks(key, &s, |chunk, buf| {
             self.client
                 .write(target.id, chunk, buf, Durability::Local)
@@ -259,15 +374,15 @@ impl Receiver {
         self.client.sync_metadata()?;
         self.client.delete_object(s.staging.id)?;
         drop(s);
-        self.forget(key);
+        self.forget(origin, key);
         Ok(bytes)
     }
 
-    fn forget(&self, key: &str) {
+    fn forget(&self, origin: &Origin, key: &str) {
         self.open
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(key);
+            .remove(&(origin.clone(), key.to_string()));
     }
 
     /// Reads every chunk of the staging object back, checks it against the source's
@@ -291,12 +406,13 @@ impl Receiver {
         Ok(bytes)
     }
 
-    /// Makes the verified staging object the object `name` (see the module doc): false when
-    /// `name` was taken meanwhile (nothing is renamed then).
-    fn adopt(&self, s: &Staged, name: &str) -> Result<bool> {
+    /// Makes the verified staging object the object at `place` (see the module doc): false
+    /// when its name was taken meanwhile (nothing is renamed then).
+    fn adopt(&self, s: &Staged, place: &Placement) -> Result<bool> {
         let meta = &s.spec.meta;
         let id = s.staging.id;
-        for c in &meta.containers {
+        let name = place.name.as_str();
+        for c in &place.containers {
             match self.client.create_container(c, Tags::new()) {
                 Ok(_) => {}
                 Err(e) if e.kind == ErrorKind::AlreadyExists => {}
@@ -339,11 +455,20 @@ impl Receiver {
         }
     }
 
-    /// The object received data is published under: `name` as it is, or created like the
-    /// source (shape, dtype, fill, tags; its containers created if missing).
-    fn target(&self, name: &str, meta: &ObjectMeta) -> Result<ObjectMeta> {
+    /// The object received data is published under: `place`'s as it is (if the placement's
+    /// owner sent it), or created like the source (shape, dtype, fill, tags; the placement's
+    /// containers created if missing).
+    fn target(&self, place: &Placement, meta: &ObjectMeta) -> Result<ObjectMeta> {
+        let name = place.name.as_str();
         match self.client.open_object(name) {
             Ok(m) => {
+                if let Some(site) = &place.owner {
+                    if !sent_by(&m, site) {
+                        return Err(invalid(format!(
+                            "{name} exists here and was not received from site {site}: a push from {site} does not write into it (this site may grant it with `pdcx remote grant {site} {name}`)"
+                        )));
+                    }
+                }
                 if m.dims != meta.dims || m.dtype != meta.dtype {
                     return Err(invalid(format!(
                         "{name} exists here with dims {:?} and dtype {}, the source's are {:?} and {}: pull it under another name (--as)",
@@ -353,7 +478,7 @@ impl Receiver {
                 Ok(m)
             }
             Err(e) if e.kind == ErrorKind::NotFound => {
-                for c in &meta.containers {
+                for c in &place.containers {
                     match self.client.create_container(c, Tags::new()) {
                         Ok(_) => {}
                         Err(e) if e.kind == ErrorKind::AlreadyExists => {}
@@ -372,7 +497,7 @@ impl Receiver {
                     dims: meta.dims.clone(),
                     dtype: meta.dtype,
                     fill: Some(meta.fill.clone()),
-                    containers: meta.containers.clone(),
+                    containers: place.containers.clone(),
                     tags,
                     creator: String::new(),
                 })?;
@@ -382,6 +507,14 @@ impl Receiver {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Whether object `m` holds data received from site `site` (its provenance says so).
+fn sent_by(m: &ObjectMeta, site: &str) -> bool {
+    m.tags.iter().any(|(k, v)| {
+        k == "xsite.source"
+            && matches!(v, TagValue::Str(s) if s.split_once(':').is_some_and(|(from, _)| from == site))
+    })
 }
 
 /// Tags a transfer sets itself (the source's own are replaced).
@@ -471,4 +604,81 @@ pub fn check_spec(spec: &TransferSpec) -> Result<()> {
         return Err(invalid("the chunks do not cover the region exactly"));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pdcx_core::Dtype;
+
+    fn spec(name: &str, containers: &[&str], as_name: Option<&str>) -> TransferSpec {
+        let region = Region::new(vec![0], vec![8]).unwrap();
+        TransferSpec {
+            key: "ab".repeat(16),
+            source_site: "hpc".into(),
+            meta: ObjectMeta {
+                id: 1,
+                name: name.into(),
+                owner: 0,
+                creator: String::new(),
+                ctime: 0.0,
+                mtime: 0.0,
+                dims: vec![8],
+                dtype: Dtype::Int8,
+                fill: vec![0],
+                containers: containers.iter().map(|c| c.to_string()).collect(),
+                tags: Tags::new(),
+            },
+            region: region.clone(),
+            chunks: vec![region],
+            as_name: as_name.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn a_push_lands_under_its_sites_names_unless_granted() {
+        let p = push_placement("hpc", &spec("run/x", &["run"], None), &[]).unwrap();
+        assert_eq!(p.name, "hpc/run/x");
+        assert_eq!(p.containers, ["hpc/run"]);
+        assert_eq!(p.owner.as_deref(), Some("hpc"));
+        // `--as` names the object within the site's names, never outside them.
+        let p = push_placement("hpc", &spec("run/x", &[], Some("etc/x")), &[]).unwrap();
+        assert_eq!(p.name, "hpc/etc/x");
+        let p = push_placement("hpc", &spec("xsite.staging/k", &[], None), &[]).unwrap();
+        assert_eq!(p.name, "hpc/xsite.staging/k", "never a staging name itself");
+        // Granted: a prefix or an exact name; containers only where granted too.
+        let grants = vec!["run/".to_string(), "solo".to_string()];
+        let p = push_placement("hpc", &spec("run/x", &["run", "other"], None), &grants).unwrap();
+        assert_eq!((p.name.as_str(), p.owner), ("run/x", None));
+        assert_eq!(p.containers, ["run"]);
+        assert_eq!(
+            push_placement("hpc", &spec("solo", &[], None), &grants)
+                .unwrap()
+                .name,
+            "solo"
+        );
+        for not in ["solo2", "run", "runx/y"] {
+            let p = push_placement("hpc", &spec(not, &[], None), &grants).unwrap();
+            assert_eq!(p.name, format!("hpc/{not}"), "{not} is not granted");
+        }
+    }
+
+    #[test]
+    fn staging_names_are_per_origin() {
+        let local = Origin::Local.staging_name("k");
+        let hpc = Origin::Site("hpc".into()).staging_name("k");
+        let cloud = Origin::Site("cloud".into()).staging_name("k");
+        assert!(is_staging(&local) && is_staging(&hpc) && is_staging(&cloud));
+        assert!(local != hpc && hpc != cloud && local != cloud);
+        assert_eq!(hpc, "xsite.staging/@hpc/k");
+    }
+
+    #[test]
+    fn sent_by_reads_the_provenance_site() {
+        let mut m = spec("hpc/x", &[], None).meta;
+        assert!(!sent_by(&m, "hpc"));
+        m.tags
+            .push(("xsite.source".into(), TagValue::Str("hpc:run/x".into())));
+        assert!(sent_by(&m, "hpc") && !sent_by(&m, "hp") && !sent_by(&m, "cloud"));
+    }
 }

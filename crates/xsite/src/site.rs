@@ -1,6 +1,7 @@
 //! A site's identity and the remote sites it knows, under `ROOT/xsite/` (mode 0700):
 //! `cert.pem` and `key.pem` (self-signed, made by `pdcx remote init`), `accept.json` (the
-//! tokens this site's gateway accepts, by peer site, stored as SHA-256 digests) and
+//! tokens this site's gateway accepts, by peer site, stored as SHA-256 digests, and the names
+//! outside its own `SITE/` a peer site may push to) and
 //! `remotes.json` (per remote site: URL, token, certificate fingerprint; mode 0600).
 
 use crate::{invalid, io, Result, XsiteError};
@@ -103,10 +104,56 @@ pub fn load_identity(root: &Path) -> Result<Identity> {
     })
 }
 
-/// Tokens this site's gateway accepts: peer site name -> SHA-256 of the token.
+/// Tokens this site's gateway accepts: peer site name -> SHA-256 of the token; and per peer
+/// site the names it may push to besides its own `SITE/...` (a name, or a prefix ending in
+/// `/`).
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Accepted {
     pub tokens: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub grants: BTreeMap<String, Vec<String>>,
+}
+
+impl Accepted {
+    /// The names granted to peer site `site`.
+    pub fn grants_of(&self, site: &str) -> Vec<String> {
+        self.grants.get(site).cloned().unwrap_or_default()
+    }
+}
+
+fn save_accepted(root: &Path, acc: &Accepted) -> Result<()> {
+    let d = ensure_dir(root)?;
+    let json = serde_json::to_vec_pretty(acc).map_err(|e| invalid(e.to_string()))?;
+    write_private(&d.join("accept.json"), &json, 0o600)
+}
+
+/// Grants peer site `site` pushes to `names` (each a name, or a prefix ending in `/`), or with
+/// `revoke` takes them back; returns the site's grants after.
+pub fn grant(root: &Path, site: &str, names: &[String], revoke: bool) -> Result<Vec<String>> {
+    check_site_name(site)?;
+    for n in names {
+        pdcx_core::model::validate_name("granted", n)?;
+        if crate::is_staging(n) || n == "/" {
+            return Err(invalid(format!("{n:?} cannot be granted")));
+        }
+    }
+    let mut acc = load_accepted(root)?;
+    let mine = acc.grants.entry(site.to_string()).or_default();
+    if revoke {
+        mine.retain(|g| !names.contains(g));
+    } else {
+        for n in names {
+            if !mine.contains(n) {
+                mine.push(n.clone());
+            }
+        }
+    }
+    let after = mine.clone();
+    if after.is_empty() {
+        acc.grants.remove(site);
+    }
+    save_accepted(root, &acc)?;
+    Ok(after)
 }
 
 pub fn load_accepted(root: &Path) -> Result<Accepted> {
@@ -123,15 +170,13 @@ pub fn load_accepted(root: &Path) -> Result<Accepted> {
 /// digest is kept.
 pub fn issue_token(root: &Path, site: &str) -> Result<String> {
     check_site_name(site)?;
-    let d = ensure_dir(root)?;
     let mut acc = load_accepted(root)?;
     let mut raw = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut raw);
     let token = hex(&raw);
     acc.tokens
         .insert(site.to_string(), sha256_hex(token.as_bytes()));
-    let json = serde_json::to_vec_pretty(&acc).map_err(|e| invalid(e.to_string()))?;
-    write_private(&d.join("accept.json"), &json, 0o600)?;
+    save_accepted(root, &acc)?;
     Ok(token)
 }
 
@@ -279,6 +324,28 @@ mod tests {
             "replaced"
         );
         assert!(issue_token(d.path(), "bad/name").is_err());
+    }
+
+    #[test]
+    fn grants_are_kept_per_site_and_revoked() {
+        let d = tempfile::tempdir().unwrap();
+        let t = issue_token(d.path(), "cloud").unwrap();
+        let g = |names: &[&str], revoke| {
+            let names: Vec<String> = names.iter().map(|s| s.to_string()).collect();
+            grant(d.path(), "cloud", &names, revoke)
+        };
+        assert_eq!(
+            g(&["shared/", "run/x"], false).unwrap(),
+            ["shared/", "run/x"]
+        );
+        assert_eq!(g(&["shared/"], false).unwrap(), ["shared/", "run/x"]);
+        let acc = load_accepted(d.path()).unwrap();
+        assert_eq!(acc.grants_of("cloud"), ["shared/", "run/x"]);
+        assert!(acc.grants_of("other").is_empty());
+        assert!(accepts(&acc, "cloud", &t), "granting keeps the token");
+        assert_eq!(g(&["run/x"], true).unwrap(), ["shared/"]);
+        assert!(g(&["xsite.staging/x"], false).is_err());
+        assert!(grant(d.path(), "bad/site", &[], false).is_err());
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! parallel TLS connections, each chunk checksummed where it is read, received through a
 //! [`Receiver`](crate::receive::Receiver) (staging, journal, verified publish), with progress.
 
-use crate::receive::{transfer_key, Receiver};
+use crate::progress::Progress;
+use crate::receive::{is_staging, transfer_key, Origin, Placement, Receiver};
 use crate::site::Remote;
 use crate::wire::{self, Msg, TransferSpec};
 use crate::{invalid, io, Result, XsiteError};
@@ -12,9 +13,9 @@ use pdcx_core::region::Region;
 use rustls::{ClientConnection, StreamOwned};
 use std::net::TcpStream;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// Bytes per chunk (at most): big enough to fill a long link, small enough that a retry
 /// after a kill repeats little.
@@ -119,57 +120,6 @@ pub struct Report {
     pub moved_bytes: u64,
     pub published_bytes: u64,
     pub seconds: f64,
-}
-
-struct Progress {
-    label: String,
-    total: u64,
-    done: AtomicU64,
-    start: Instant,
-    last: Mutex<Instant>,
-    on: bool,
-}
-
-impl Progress {
-    fn new(label: String, total: u64, on: bool) -> Progress {
-        let now = Instant::now();
-        Progress {
-            label,
-            total,
-            done: AtomicU64::new(0),
-            start: now,
-            last: Mutex::new(now),
-            on,
-        }
-    }
-
-    fn add(&self, n: u64) {
-        let done = self.done.fetch_add(n, Ordering::Relaxed) + n;
-        if !self.on {
-            return;
-        }
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.elapsed() >= Duration::from_millis(500) || done == self.total {
-            *last = Instant::now();
-            self.print(done);
-        }
-    }
-
-    fn print(&self, done: u64) {
-        let secs = self.start.elapsed().as_secs_f64().max(1e-6);
-        eprintln!(
-            "{}: {:.1} / {:.1} MiB ({:.0}%), {:.1} MB/s",
-            self.label,
-            done as f64 / 1048576.0,
-            self.total as f64 / 1048576.0,
-            if self.total == 0 {
-                100.0
-            } else {
-                100.0 * done as f64 / self.total as f64
-            },
-            done as f64 / secs / 1e6
-        );
-    }
 }
 
 /// Runs `work(link, chunk index)` for every index in `todo` over `streams` connections.
@@ -343,6 +293,14 @@ fn open_remote(root: &Path, site: &str, name: &str) -> Result<(Remote, Link, Obj
         (Msg::MetaIs { meta }, _) => meta,
         (m, _) => return Err(unexpected(&m)),
     };
+    // The local name of a pull derives from the name asked for, never from the answer: a
+    // gateway answering with another name would choose where the data lands here.
+    if meta.name != name {
+        return Err(XsiteError::Remote(format!(
+            "asked for {name:?}, the gateway answered with the metadata of {:?}",
+            meta.name
+        )));
+    }
     Ok((remote, link, meta))
 }
 
@@ -363,7 +321,7 @@ pub fn pull(
     let plan = plan(meta, region, opts.step.as_deref(), opts.chunk_bytes)?;
     let spec = plan.spec(site);
     let receiver = Receiver::new(local.clone());
-    let todo = receiver.begin(&spec)?;
+    let todo = receiver.begin(&Origin::Local, &spec)?;
     let total = bytes_of(&spec, &todo);
     let progress = Progress::new(
         format!("pull {site}:{}", spec.meta.name),
@@ -381,11 +339,13 @@ pub fn pull(
             (Msg::Data { crc }, bytes) => (crc, bytes),
             (m, _) => return Err(unexpected(&m)),
         };
-        receiver.store(&spec.key, i, crc, &bytes)?;
+        receiver.store(&Origin::Local, &spec.key, i, crc, &bytes)?;
         progress.add(bytes.len() as u64);
         Ok(())
     })?;
-    let published = receiver.publish(&spec.key, local_name.unwrap_or(&spec.meta.name))?;
+    // The name is this side's choice: the remote's answer named the very object asked for.
+    let place = Placement::local(local_name.unwrap_or(&spec.meta.name), &spec.meta);
+    let published = receiver.publish(&Origin::Local, &spec.key, &place)?;
     Ok(Report {
         chunks: spec.chunks.len(),
         moved_chunks: todo.len(),
@@ -432,7 +392,9 @@ pub fn pull_where(
         (m, _) => return Err(unexpected(&m)),
     };
     let elem = meta.dtype.size() as u64;
-    if ndim != meta.dims.len() as u64 || bytes.len() as u64 != nhits * (8 * ndim + elem) {
+    // `nhits` is the remote's word: checked, so a huge one cannot wrap into a match.
+    let want = nhits.checked_mul(8 * ndim + elem);
+    if ndim != meta.dims.len() as u64 || want != Some(bytes.len() as u64) {
         return Err(invalid(format!(
             "the answer holds {} bytes for {nhits} hits of {ndim} dims",
             bytes.len()
@@ -462,13 +424,14 @@ pub fn pull_where(
         &bytes,
     )? {
         let elem = spec.meta.dtype.size() as u64;
-        for i in receiver.begin(&spec)? {
+        for i in receiver.begin(&Origin::Local, &spec)? {
             let c = &spec.chunks[i as usize];
             let start = linear(&spec.region, c) * elem;
             let part = &data[start as usize..(start + c.num_elements() * elem) as usize];
-            receiver.store(&spec.key, i, crc32c::crc32c(part), part)?;
+            receiver.store(&Origin::Local, &spec.key, i, crc32c::crc32c(part), part)?;
         }
-        receiver.publish(&spec.key, &spec.meta.name)?;
+        let place = Placement::local(&spec.meta.name, &spec.meta);
+        receiver.publish(&Origin::Local, &spec.key, &place)?;
         report.objects.push(spec.meta.name.clone());
     }
     report.seconds = t0.elapsed().as_secs_f64();
@@ -567,6 +530,14 @@ pub fn push(
     if let Some(n) = &opts.as_name {
         pdcx_core::model::validate_name("object", n)?;
         spec.as_name = Some(n.clone());
+        // Another name is another transfer: the same key would resume (or clash with) the
+        // push under the source's name.
+        spec.key = transfer_key(
+            &remote.as_site,
+            &format!("{}\n--as {n}", plan.meta.name),
+            &plan.source_region,
+            plan.chunks.len(),
+        );
     }
     send(&remote, site, &spec, opts, &|chunk| {
         let mut buf = vec![0u8; chunk.byte_len(elem)? as usize];
@@ -634,8 +605,7 @@ fn send(
     read: &(dyn Fn(&Region) -> Result<Vec<u8>> + Sync),
 ) -> Result<Report> {
     let t0 = Instant::now();
-    let mut link = Link::connect(remote)?;
-    let todo = match link.call(&Msg::Begin { spec: spec.clone() }, &[])? {
+    let todo = match Link::connect(remote)?.call(&Msg::Begin { spec: spec.clone() }, &[])? {
         (Msg::Missing { chunks }, _) => chunks,
         (m, _) => return Err(unexpected(&m)),
     };
@@ -669,6 +639,11 @@ fn send(
         progress.add(buf.len() as u64);
         Ok(())
     })?;
+    // A new link for the end: one idle for the whole transfer would outlive the gateway's
+    // read timeout. `Begin` again, for a gateway restarted meanwhile (it resumes from the
+    // journal, finding every chunk there).
+    let mut link = Link::connect(remote)?;
+    begin(&mut link)?;
     let published = match link.call(
         &Msg::Finish {
             key: spec.key.clone(),
@@ -698,16 +673,28 @@ pub fn where_query(
     region: Option<Region>,
 ) -> Result<(u64, u64, Vec<u8>)> {
     let parsed = pdcx_core::valuequery::ValueExpr::parse(expr)?;
+    // Staging objects hold transfers not yet verified (and other sites' pushes): a query
+    // never reads them, under any name it resolves to.
+    let not_staging = |m: ObjectMeta| -> pdcx_core::Result<u64> {
+        if is_staging(&m.name) {
+            return Err(pdcx_core::Error::invalid(format!(
+                "{} is a staging object, not one a query may read",
+                m.name
+            )));
+        }
+        Ok(m.id)
+    };
+    not_staging(meta.clone())?;
     let query = parsed.try_map(&mut |n: &String| -> pdcx_core::Result<u64> {
-        match client.open_object(n) {
-            Ok(m) => Ok(m.id),
+        let found = match client.open_object(n) {
+            Ok(m) => Ok(m),
             Err(e) => meta
                 .containers
                 .iter()
                 .find_map(|c| client.open_object(&format!("{c}/{n}")).ok())
-                .map(|m| m.id)
                 .ok_or(e),
-        }
+        };
+        not_staging(found?)
     })?;
     if let Some(r) = &region {
         r.check_within(&meta.dims)?;

@@ -1,6 +1,8 @@
 //! Frames on a link between sites, inside TLS: a 4-byte little-endian header length, the
 //! header (JSON, at most [`MAX_HEADER`] bytes), an 8-byte payload length, the payload (at most
-//! [`MAX_PAYLOAD`] bytes). Everything read is bounded before it is allocated.
+//! [`MAX_PAYLOAD`] bytes). Everything read is bounded before it is allocated; before the peer
+//! is known (its `Hello`) a gateway reads with the far smaller [`PRE_AUTH_MAX_HEADER`] and no
+//! payload at all ([`recv_limited`]), so a stranger cannot make it buffer megabytes.
 
 use crate::{invalid, io, Result};
 use pdcx_core::model::ObjectMeta;
@@ -10,6 +12,9 @@ use std::io::{Read, Write};
 
 pub const MAX_HEADER: usize = 4 << 20;
 pub const MAX_PAYLOAD: u64 = 64 << 20;
+/// Largest frame header a gateway reads before the peer has authenticated: a `Hello` (site
+/// name of at most 64 bytes, a 64-digit token) is a few hundred bytes.
+pub const PRE_AUTH_MAX_HEADER: usize = 4 << 10;
 /// Link protocol version, checked at `Hello`.
 pub const VERSION: u32 = 1;
 
@@ -114,6 +119,16 @@ pub fn send<W: Write>(w: &mut W, msg: &Msg, payload: &[u8]) -> Result<()> {
 
 /// Reads one frame; Ok(None) at a clean end of the stream.
 pub fn recv<R: Read>(r: &mut R) -> Result<Option<(Msg, Vec<u8>)>> {
+    recv_limited(r, MAX_HEADER, MAX_PAYLOAD)
+}
+
+/// Reads one frame whose header is at most `max_header` bytes and payload at most
+/// `max_payload`; each length is checked before anything is allocated for it.
+pub fn recv_limited<R: Read>(
+    r: &mut R,
+    max_header: usize,
+    max_payload: u64,
+) -> Result<Option<(Msg, Vec<u8>)>> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len) {
         Ok(()) => {}
@@ -121,9 +136,9 @@ pub fn recv<R: Read>(r: &mut R) -> Result<Option<(Msg, Vec<u8>)>> {
         Err(e) => return Err(io("receive on the link")(e)),
     }
     let hlen = u32::from_le_bytes(len) as usize;
-    if hlen > MAX_HEADER {
+    if hlen > max_header {
         return Err(invalid(format!(
-            "a frame header of {hlen} bytes (at most {MAX_HEADER})"
+            "a frame header of {hlen} bytes (at most {max_header})"
         )));
     }
     let mut header = vec![0u8; hlen];
@@ -134,9 +149,9 @@ pub fn recv<R: Read>(r: &mut R) -> Result<Option<(Msg, Vec<u8>)>> {
     let mut plen = [0u8; 8];
     r.read_exact(&mut plen).map_err(io("receive on the link"))?;
     let plen = u64::from_le_bytes(plen);
-    if plen > MAX_PAYLOAD {
+    if plen > max_payload {
         return Err(invalid(format!(
-            "a payload of {plen} bytes (at most {MAX_PAYLOAD})"
+            "a payload of {plen} bytes (at most {max_payload})"
         )));
     }
     let mut payload = vec![0u8; plen as usize];
@@ -180,5 +195,31 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("payload"));
+    }
+
+    #[test]
+    fn before_authentication_only_a_small_frame_is_read() {
+        // A header length just over the limit is refused from its 4 bytes alone: the reader
+        // has nothing more to give, so any attempt to read (or allocate) the header would fail
+        // with an end of stream instead of this message.
+        let over = (PRE_AUTH_MAX_HEADER as u32 + 1).to_le_bytes();
+        let e = recv_limited(&mut &over[..], PRE_AUTH_MAX_HEADER, 0).unwrap_err();
+        assert!(e.to_string().contains("at most 4096"), "{e}");
+        let mut hello = Vec::new();
+        let m = Msg::Hello {
+            site: "hpc".into(),
+            token: "ab".repeat(32),
+            version: VERSION,
+        };
+        send(&mut hello, &m, b"").unwrap();
+        assert_eq!(
+            recv_limited(&mut &hello[..], PRE_AUTH_MAX_HEADER, 0).unwrap(),
+            Some((m.clone(), vec![]))
+        );
+        // No payload at all before authentication.
+        let mut with = Vec::new();
+        send(&mut with, &m, b"x").unwrap();
+        let e = recv_limited(&mut &with[..], PRE_AUTH_MAX_HEADER, 0).unwrap_err();
+        assert!(e.to_string().contains("payload of 1 bytes"), "{e}");
     }
 }
