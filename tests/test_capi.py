@@ -281,7 +281,8 @@ def test_sites_pull_and_push_from_c(build, sites):
     assert "PDCXsite_pull" in p.stderr and "no remote site" in p.stderr
     part = a.client().open_object("xs/a-part")
     assert np.array_equal(part[2:5], data[2:5]) and not part[0:2].any()
-    assert b.client().open_object("xs/local")[...].tolist() == [0, 1, 2, 3, 4]
+    # The other site files a push under the pushing site's name.
+    assert b.client().open_object("hpc/xs/local")[...].tolist() == [0, 1, 2, 3, 4]
 
 
 def test_objects_created_without_a_type(build, dep):

@@ -1,6 +1,7 @@
 /* pdcx extension PDCXsite_pull / PDCXsite_push (pdcx_ext.h): pulls a region of
  * "xs/a" from the linked site "cloud" under the name "xs/a-part", pushes local object
- * "xs/local" there, and checks that bad calls fail (the test reads both sites afterwards). */
+ * "xs/local" there (filed as "hpc/xs/local"), and checks that bad calls fail (the test
+ * reads both sites afterwards). */
 #include "pdcx_ext.h"
 #include "check.h"
 #include <stdio.h>

@@ -26,7 +26,9 @@ perr_t PDCXobj_create_many(pdcid_t cont_id, size_t n, const char *const *names, 
  * (the whole object) or one item per dim, "START:END", ":" or "INDEX", comma-separated;
  * as_name is NULL (the same name) or the name the copy gets here. Moves only the region, in
  * checksummed chunks; an interrupted pull resumes; the object is visible once complete.
- * PDCXsite_push: to is a linked site (or "s3://BUCKET/PREFIX"); region as above.
+ * PDCXsite_push: to is a linked site (or "s3://BUCKET/PREFIX"); region as above. The other
+ * site files the copy under this site's name, "SITE/NAME", unless it granted the name
+ * (`pdcx remote grant SITE NAME` there).
  * Both return SUCCEED, or FAIL with the reason on stderr. */
 perr_t PDCXsite_pull(const char *source, const char *region, const char *as_name);
 perr_t PDCXsite_push(const char *name, const char *to, const char *region);

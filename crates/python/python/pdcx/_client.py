@@ -272,7 +272,9 @@ class Client:
         """Copies object ``name`` (or a region of it) to linked site ``to``, or as a bundle to
         ``s3://BUCKET/PREFIX`` (``site``: this site's name in its provenance there), as
         ``pdcx push`` does; ``step`` a downsampled copy, ``where`` a value query's hits only
-        (evaluated here), ``as_name`` the name there. Returns what moved."""
+        (evaluated here), ``as_name`` the name there. A linked site files what this site pushes
+        under this site's name (``SITE/NAME``) unless it granted the name (``pdcx remote
+        grant``). Returns what moved."""
         return self._c.xsite_push(
             name, to, _region_spec(region), list(step) if step else None, streams, site, where, as_name
         )
