@@ -473,7 +473,7 @@ settings! {
     REPLY_SPIN_US { name: "reply_spin_us", env: Some("PDCX_REPLY_SPIN_US"), ty: Ty::Count, default: "200",
         unit: "microseconds", scope: Scope::Both, doc: "How long a caller polls for its reply before sleeping (0: no polling)." }
     WIRE { name: "wire", env: Some("PDCX_WIRE"), ty: Ty::Words(WIRE_MODES), default: "auto", scope: Scope::Both,
-        doc: "Protection of TCP frames after the handshake: auto (authenticated between nodes, plain over loopback), integrity (always authenticated), encrypt (always encrypted and authenticated) or plain (never: only on a network you trust); the stronger of the two sides' settings applies." }
+        doc: "Protection of TCP frames after the handshake: auto (encrypted and authenticated between nodes, plain over loopback), integrity (always authenticated), encrypt (always encrypted and authenticated) or plain (never: only on a network you trust); the stronger of the two sides' settings applies." }
     // ---- clients
     SHM { name: "shm", env: Some("PDCX_SHM"), ty: Ty::Switch, default: "on", scope: Scope::Client,
         doc: "Move bulk data through shared memory with a same-node server." }

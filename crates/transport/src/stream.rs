@@ -222,8 +222,8 @@ impl Stream {
 
     /// The protection this side wants on this connection under `PDCX_WIRE` (`setting`: auto,
     /// integrity, encrypt or plain): none on a Unix socket (the kernel names the peer and
-    /// nothing crosses a network), authenticated frames over TCP between nodes, and over
-    /// loopback only when asked. `plain` wants none anywhere; since the stronger side wins,
+    /// nothing crosses a network), encrypted and authenticated frames over TCP between nodes,
+    /// and over loopback only when asked. `plain` wants none anywhere; since the stronger side wins,
     /// frames stay plain only when both sides say so.
     pub fn wire_wanted(&self, setting: &str) -> io::Result<Wire> {
         let Some(t) = self.tcp() else {
@@ -234,7 +234,10 @@ impl Stream {
             "integrity" => Wire::Integrity,
             "plain" => Wire::Plain,
             _ if t.peer_addr()?.ip().is_loopback() => Wire::Plain,
-            _ => Wire::Integrity,
+            // Between nodes, encrypted records: with AES-NI they cost less than integrity
+            // alone, whose tag runs over the bytes as associated data without the fused
+            // encrypt-and-hash path (bench/wire/run.py: 0.74-0.84x of plain against 0.89-0.92x).
+            _ => Wire::Encrypted,
         })
     }
 
