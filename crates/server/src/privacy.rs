@@ -65,8 +65,13 @@ fn check_entries(root: &Path) -> Result<()> {
             continue; // `check_config` says what is wrong with it, and how to fix it
         }
         let path = entry.path();
-        let m = std::fs::symlink_metadata(&path)
-            .map_err(|e| Error::io(&format!("{}", path.display()), &e))?;
+        let m = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            // Replaced or removed since the listing (another rank publishing the cluster
+            // file, a temp file renamed): nothing to judge.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&format!("{}", path.display()), &e)),
+        };
         let shown = path.display();
         if m.uid() != me {
             return Err(Error::invalid(format!(
