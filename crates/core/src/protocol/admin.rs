@@ -148,3 +148,12 @@ family! {
     /// Moves every extent of `id` this server holds to tier `tier`.
     Migrate { id: ObjectId, tier: String } => Migrated(Moved);
 }
+
+impl AdminRequest {
+    /// Whether only the admin role may send it: stopping a server and moving data between
+    /// tiers change the deployment for everyone. Status and a flush (which moves committed
+    /// data where the deployment's rules already send it) are for every client.
+    pub fn needs_admin(&self) -> bool {
+        matches!(self, AdminRequest::Shutdown(_) | AdminRequest::Migrate(_))
+    }
+}

@@ -16,7 +16,7 @@ use crate::Server;
 use pdcx_core::protocol::{Request, Response, WriteRequest};
 use pdcx_core::Result;
 pub(crate) use session::{
-    client_gone, drain, no_payload, Reader, Session, GONE_MID_TRANSFER, RECV_KEEP,
+    client_gone, drain, no_payload, Caller, Reader, Session, GONE_MID_TRANSFER, RECV_KEEP,
 };
 
 /// Answers one client request: the reply and its payload.
@@ -54,6 +54,11 @@ pub(crate) fn handle(
             (Response::Analysis(resp), data)
         }
         Request::Stream(r) => (Response::Stream(stream::handle(server, r)?), none()),
-        Request::Admin(r) => (Response::Admin(admin::handle(server, r)?), none()),
+        Request::Admin(r) => {
+            if r.needs_admin() {
+                sess.require_admin(r.name())?;
+            }
+            (Response::Admin(admin::handle(server, r)?), none())
+        }
     })
 }

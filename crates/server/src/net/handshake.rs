@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 /// Who the other side proved to be.
 pub(super) struct Authenticated {
     pub role: Role,
+    pub caller: crate::api::Caller,
 }
 
 /// Reads through the connection's buffer, each read waiting at most until `deadline`.
@@ -110,8 +111,8 @@ pub(super) fn handshake(
     let uid = stream
         .peer_uid()
         .map_err(|e| refused(&format!("cannot tell who is connecting: {e}")))?;
+    let me = nix_euid();
     if let Some(uid) = uid {
-        let me = nix_euid();
         if uid != me && uid != 0 {
             return Err(refused(&format!(
                 "the connecting process runs as uid {uid}, this server as uid {me}: a \
@@ -153,7 +154,16 @@ pub(super) fn handshake(
             .protect_writes(&keys.server_to_client, encrypt)
             .map_err(|e| Error::io("socket", &e))?;
     }
-    Ok(Authenticated { role: hello.role })
+    // Every holder of the deployment secret is the deployment's own user, with its rights.
+    let caller = crate::api::Caller {
+        uid: uid.unwrap_or(me),
+        deployment_user: true,
+        admin: true,
+    };
+    Ok(Authenticated {
+        role: hello.role,
+        caller,
+    })
 }
 
 fn nix_euid() -> u32 {

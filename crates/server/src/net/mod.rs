@@ -11,7 +11,7 @@ mod pending;
 
 pub(crate) use pending::Pending;
 
-use crate::api::{client_gone, drain, no_payload, Reader, Session};
+use crate::api::{client_gone, drain, no_payload, Caller, Reader, Session};
 use crate::Server;
 use pdcx_core::protocol::{
     self, AdminResponse, FrameKind, PeerRequest, PeerResponse, Request, Response, Role,
@@ -36,8 +36,8 @@ pub(crate) fn serve_connection(server: &Server, stream: Stream) {
         return;
     };
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
-    let role = match handshake::handshake(server, &mut reader, &mut writer) {
-        Ok(auth) => auth.role,
+    let (role, caller) = match handshake::handshake(server, &mut reader, &mut writer) {
+        Ok(auth) => (auth.role, auth.caller),
         Err(e) => {
             let _ = handshake::send_welcome(&mut writer, Err(e));
             return;
@@ -46,15 +46,18 @@ pub(crate) fn serve_connection(server: &Server, stream: Stream) {
     drop(pending);
     server.connections.fetch_add(1, Ordering::Relaxed);
     match role {
-        Role::Client => serve_client(server, &mut reader, &mut writer),
+        Role::Client => serve_client(server, caller, &mut reader, &mut writer),
         Role::Peer { rank } => serve_peer(server, rank, &mut reader, &mut writer),
     }
     server.connections.fetch_sub(1, Ordering::Relaxed);
 }
 
 /// The request loop of a client connection.
-fn serve_client(server: &Server, reader: &mut Reader, writer: &mut Writer) {
-    let mut sess = Session::default();
+fn serve_client(server: &Server, caller: Caller, reader: &mut Reader, writer: &mut Writer) {
+    let mut sess = Session {
+        caller: Some(caller),
+        ..Session::default()
+    };
     loop {
         if !crate::limits::await_request(reader, &server.config.limits, sess.pending.is_empty()) {
             break;
