@@ -42,6 +42,11 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// Whether the caller is the deployment's own user (see [`Caller::deployment_user`]).
+    pub(crate) fn deployment_user(&self) -> bool {
+        self.caller.is_some_and(|c| c.deployment_user)
+    }
+
     /// Refuses `what` unless the connection proved the admin role.
     pub(crate) fn require_admin(&self, what: &str) -> Result<()> {
         match self.caller {
