@@ -318,7 +318,7 @@ def owner_of_name(name: str, n: int) -> int:
 # -- raw wire protocol helpers (tests that speak to a server without the client library) -----
 
 MAGIC = b"PDCX"
-VERSION = 5
+VERSION = 6
 # Frame kinds (protocol::FrameKind).
 CHALLENGE, HELLO, WELCOME, REQUEST, RESPONSE, PEER_REQUEST, PEER_RESPONSE = 1, 2, 3, 4, 5, 6, 7
 ERROR_KINDS = [
@@ -502,7 +502,17 @@ def enc_hello(
     role = varint(0) if peer_rank is None else varint(1) + varint(peer_rank)
     tag = hello_tag(secret, nonce, binding, peer_rank, client_nonce) if tag is None else tag
     b = binding.encode()
-    return role + varint(0) + varint(len(client_nonce)) + client_nonce + varint(len(b)) + b + varint(0) + varint(len(tag)) + tag
+    return (
+        role
+        + varint(0)
+        + varint(len(client_nonce))
+        + client_nonce
+        + varint(len(b))
+        + b
+        + varint(0)
+        + varint(len(tag))
+        + tag
+    )
 
 
 def decode_error(body: bytes, kind: int = RESPONSE) -> tuple[str, str] | None:
