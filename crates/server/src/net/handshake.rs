@@ -86,6 +86,7 @@ pub(super) fn handshake(
     }
     let hello: Hello =
         protocol::decode_body(&body).map_err(|_| refused("malformed answer to the challenge"))?;
+    super::pending::hello_received();
     if !hello.verify(&server.secret, &nonce) {
         return Err(refused("this client does not hold the deployment secret"));
     }
