@@ -57,6 +57,10 @@ struct Args {
     /// reconnects when the server closes it, for the whole run.
     #[arg(long, default_value_t = 0)]
     hostile: usize,
+    /// Loopback addresses the hostile connections come from: 127.0.0.1 (the honest clients'
+    /// own) to 127.0.0.N, round robin (1: all from 127.0.0.1). Only against a loopback server.
+    #[arg(long, default_value_t = 4)]
+    hostile_sources: usize,
     /// Bytes of a small write / read.
     #[arg(long, default_value_t = 4096)]
     small: u64,
@@ -267,6 +271,7 @@ fn run(args: Args) -> Result<u64> {
     let hostile_stop = Arc::new(AtomicBool::new(false));
     let (hostile, hostile_threads) = hostile::start(
         args.hostile,
+        args.hostile_sources.clamp(1, 254),
         shared.targets.iter().map(|t| t.addr).collect(),
         hostile_stop.clone(),
     );
@@ -396,8 +401,12 @@ fn run(args: Args) -> Result<u64> {
     }
     if args.hostile > 0 {
         println!(
-            "hostile: {} connections that never authenticate (a byte every 500 ms); the servers accepted and closed {} of them during the run",
+            "hostile: {} connections that never authenticate (a byte every 500 ms) from {}; the servers accepted and closed {} of them during the run",
             args.hostile,
+            match hostile::source_of(1, args.hostile_sources.clamp(1, 254), shared.targets[0].addr) {
+                Some(_) => format!("127.0.0.1-{} (round robin; 127.0.0.1 is the honest clients' address too)", args.hostile_sources.clamp(1, 254)),
+                None => "the honest clients' address".to_string(),
+            },
             hostile.closed.load(Ordering::Relaxed)
         );
     }

@@ -18,8 +18,45 @@ pub(crate) fn io(what: &str) -> impl Fn(std::io::Error) -> Error + '_ {
     move |e| Error::io(what, &e)
 }
 
+/// Handshakes one connect tries (the first and the retries), and the time they all start in.
+const TRIES: u32 = 6;
+const RETRY_BUDGET: Duration = Duration::from_secs(30);
+
 impl Raw {
+    /// Connects and authenticates like the client library (`pdcx_transport::Conn`): a
+    /// handshake the server closed before it completed (room made for others, or no room) is
+    /// tried again after a jittered, doubling pause, a few times.
     pub(crate) fn connect(addr: SocketAddr, secret: &[u8]) -> Result<Raw> {
+        let t0 = std::time::Instant::now();
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            match Self::connect_once(addr, secret) {
+                Ok(c) => return Ok(c),
+                Err(e)
+                    if e.kind == pdcx_core::ErrorKind::Unavailable
+                        && tries < TRIES
+                        && t0.elapsed() < RETRY_BUDGET =>
+                {
+                    let full =
+                        Duration::from_millis(50 << tries.min(5)).min(Duration::from_secs(1));
+                    std::thread::sleep(full / 2 + full.mul_f64(rand::random::<f64>() / 2.0));
+                }
+                Err(e) if tries > 1 => {
+                    return Err(Error::new(
+                        e.kind,
+                        format!(
+                            "{tries} handshakes with {addr} failed; the last: {}",
+                            e.message
+                        ),
+                    ))
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    fn connect_once(addr: SocketAddr, secret: &[u8]) -> Result<Raw> {
         let s =
             TcpStream::connect_timeout(&addr, Duration::from_secs(30)).map_err(io("connect"))?;
         s.set_nodelay(true).map_err(io("nodelay"))?;

@@ -352,7 +352,10 @@ impl Server {
             None => (None, None),
         };
         let relay = relay::Relay::new(config.agg_window);
-        let handshakes = net::Pending::new(config.limits.max_handshakes);
+        let handshakes = net::Pending::new(
+            config.limits.max_handshakes,
+            config.limits.handshake_timeout,
+        );
         let server = Arc::new(Server {
             config,
             meta,
@@ -585,6 +588,32 @@ fn accept(server: &Arc<Server>, admission: &limits::Admission, stream: Stream) {
         );
         return;
     };
+    // A place among the handshakes before any thread or challenge is spent on it; this may
+    // wait (and the accept loop with it) while a flood holds every place (`net::Pending`).
+    let source = net::Source::of(&stream);
+    let pending = match server
+        .handshakes
+        .enter(&stream, source, &server.shutdown_requested)
+    {
+        Ok(p) => p,
+        Err(why) => {
+            let why = match why {
+                net::Refused::SourceFull { share } => format!(
+                    "pdcx server {rank} already has {share} connections from this source \
+                     authenticating ({}={}, a quarter per source); try again later",
+                    "PDCX_MAX_HANDSHAKES", server.config.limits.max_handshakes
+                ),
+                net::Refused::Busy => format!(
+                    "pdcx server {rank} has no room for another handshake ({} connections \
+                     authenticating, PDCX_MAX_HANDSHAKES); try again later",
+                    server.config.limits.max_handshakes
+                ),
+                net::Refused::Stopping => format!("pdcx server {rank} is shutting down"),
+            };
+            limits::refuse(stream, why);
+            return;
+        }
+    };
     let Ok(spare) = stream.try_clone() else {
         return;
     };
@@ -593,7 +622,7 @@ fn accept(server: &Arc<Server>, admission: &limits::Admission, stream: Stream) {
         .name("pdcx-conn".into())
         .spawn(move || {
             let _slot = slot;
-            net::serve_connection(&s, stream)
+            net::serve_connection(&s, stream, pending)
         });
     if let Err(e) = spawned {
         limits::refuse(

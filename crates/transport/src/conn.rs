@@ -70,6 +70,63 @@ fn version_mismatch(addr: &str, theirs: u16, role: Role) -> Error {
     ))
 }
 
+/// Handshakes tried on one connect: the first and up to this many retries.
+const HANDSHAKE_RETRIES: u32 = 5;
+/// The first pause before a retry; each later one doubles, up to `RETRY_PAUSE_MAX`.
+const RETRY_PAUSE: Duration = Duration::from_millis(50);
+const RETRY_PAUSE_MAX: Duration = Duration::from_secs(1);
+
+/// Whether a handshake that failed with `e` (the server was reached) is worth another try:
+/// the server closed the connection before it completed (it made room for others under a
+/// flood of unauthenticated connections) or refused it for capacity. An authentication
+/// refusal, a protocol mismatch or a server that stopped answering is not.
+fn retryable(e: &Error) -> bool {
+    e.kind == ErrorKind::Unavailable
+}
+
+/// The pause before retry number `retry` (from 0).
+fn retry_pause(retry: u32) -> Duration {
+    let full = RETRY_PAUSE
+        .saturating_mul(1u32 << retry.min(16))
+        .min(RETRY_PAUSE_MAX);
+    // Half fixed, half random: retries of clients closed together spread out.
+    full / 2 + full.mul_f64(rand::random::<f64>() / 2.0)
+}
+
+/// Runs `attempt` (connect, then handshake) until its handshake succeeds, fails for good, or
+/// the retries run out: a few, with jittered, doubling pauses, all started within
+/// `HANDSHAKE_TIMEOUT` of the first. `attempt`'s outer error is the connect's own (the
+/// server cannot be reached: not retried, so a stopped deployment is reported at once).
+fn with_retries(addr: &str, mut attempt: impl FnMut() -> Result<Result<Conn>>) -> Result<Conn> {
+    let t0 = std::time::Instant::now();
+    let mut tries = 0u32;
+    loop {
+        tries += 1;
+        let e = match attempt()? {
+            Ok(c) => return Ok(c),
+            Err(e) => e,
+        };
+        let pause = retry_pause(tries - 1);
+        if !retryable(&e) || tries > HANDSHAKE_RETRIES || t0.elapsed() + pause >= HANDSHAKE_TIMEOUT
+        {
+            if tries == 1 || !retryable(&e) {
+                return Err(e);
+            }
+            return Err(Error::new(
+                ErrorKind::Unavailable,
+                format!(
+                    "pdcx server at {addr} closed {tries} handshakes in {:.1} s before they \
+                     completed (it is at its limit of connections authenticating, or under a \
+                     flood of them); the last: {}",
+                    t0.elapsed().as_secs_f64(),
+                    e.message
+                ),
+            ));
+        }
+        std::thread::sleep(pause);
+    }
+}
+
 impl Conn {
     /// A client connection (sends `Request`s).
     pub fn connect(addr: &str, secret: &[u8]) -> Result<Conn> {
@@ -86,14 +143,17 @@ impl Conn {
         let sock: std::net::SocketAddr = addr
             .parse()
             .map_err(|_| Error::invalid(format!("bad server address {addr:?}")))?;
-        let stream = TcpStream::connect_timeout(&sock, Duration::from_secs(5)).map_err(|e| {
-            Error::new(
-                ErrorKind::Unavailable,
-                format!("cannot reach pdcx server at {addr}: {e} (is the deployment running? try `pdcx server status`)"),
-            )
-        })?;
-        stream.set_nodelay(true).map_err(|e| net_err(addr, &e))?;
-        Self::over(Stream::Tcp(stream), addr, cred, role)
+        with_retries(addr, || {
+            let stream =
+                TcpStream::connect_timeout(&sock, Duration::from_secs(5)).map_err(|e| {
+                    Error::new(
+                        ErrorKind::Unavailable,
+                        format!("cannot reach pdcx server at {addr}: {e} (is the deployment running? try `pdcx server status`)"),
+                    )
+                })?;
+            stream.set_nodelay(true).map_err(|e| net_err(addr, &e))?;
+            Ok(Self::over(Stream::Tcp(stream), addr, cred, role))
+        })
     }
 
     /// A connection in `role` over the Unix-domain listener a server on this node advertises
@@ -104,13 +164,16 @@ impl Conn {
 
     /// A connection in `role` over a Unix-domain listener, proved with `cred`.
     pub fn connect_unix_with(spec: &str, cred: &Credential, role: Role) -> Result<Conn> {
-        let s = stream::connect_unix(spec).map_err(|e| {
-            Error::new(
-                ErrorKind::Unavailable,
-                format!("cannot reach pdcx server at Unix socket {spec}: {e}"),
-            )
-        })?;
-        Self::over(Stream::Unix(s), &format!("unix:{spec}"), cred, role)
+        let addr = format!("unix:{spec}");
+        with_retries(&addr, || {
+            let s = stream::connect_unix(spec).map_err(|e| {
+                Error::new(
+                    ErrorKind::Unavailable,
+                    format!("cannot reach pdcx server at Unix socket {spec}: {e}"),
+                )
+            })?;
+            Ok(Self::over(Stream::Unix(s), &addr, cred, role))
+        })
     }
 
     /// Authenticates a freshly connected `stream` to the server at `addr` (for messages).
@@ -466,6 +529,73 @@ mod tests {
             back
         });
         (addr, t)
+    }
+
+    #[test]
+    fn a_handshake_closed_early_is_retried_a_few_times_and_the_error_names_the_server() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        // Closes every connection before its challenge, as a server making room does.
+        let t = std::thread::spawn(move || {
+            let mut n = 0;
+            l.set_nonblocking(true).unwrap();
+            let t0 = std::time::Instant::now();
+            while t0.elapsed() < Duration::from_secs(12) {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        n += 1;
+                        drop(s);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            n
+        });
+        let t0 = std::time::Instant::now();
+        let e = Conn::connect(&addr, b"s").err().expect("refused");
+        assert!(t0.elapsed() < HANDSHAKE_TIMEOUT, "{:?}", t0.elapsed());
+        assert_eq!(e.kind, ErrorKind::Unavailable);
+        assert!(
+            e.message
+                .contains(&format!("pdcx server at {addr} closed 6 handshakes")),
+            "{}",
+            e.message
+        );
+        assert_eq!(t.join().unwrap(), 1 + HANDSHAKE_RETRIES);
+    }
+
+    #[test]
+    fn an_authentication_refusal_is_not_retried() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let t = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            protocol::write_frame(
+                &mut s,
+                FrameKind::Challenge,
+                0,
+                &[7u8; protocol::NONCE_LEN],
+                &[],
+            )
+            .unwrap();
+            let _ = protocol::read_frame_head(&mut s, 0).unwrap();
+            let no: std::result::Result<Welcome, Error> = Err(Error::new(
+                ErrorKind::Auth,
+                "authentication failed: wrong secret",
+            ));
+            let body = protocol::encode_body(&no).unwrap();
+            protocol::write_frame(&mut s, FrameKind::Welcome, 0, &body, &[]).unwrap();
+            l.set_nonblocking(true).unwrap();
+            std::thread::sleep(Duration::from_millis(500));
+            // No second connection came.
+            l.accept().is_err()
+        });
+        let e = Conn::connect(&addr, b"s").err().expect("refused");
+        assert_eq!(e.kind, ErrorKind::Auth, "{}", e.message);
+        assert!(
+            t.join().unwrap(),
+            "the client retried an authentication refusal"
+        );
     }
 
     #[test]

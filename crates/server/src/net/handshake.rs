@@ -87,6 +87,7 @@ pub(super) fn handshake(
     }
     let hello: Hello =
         protocol::decode_body(&body).map_err(|_| refused("malformed answer to the challenge"))?;
+    super::pending::hello_received();
     let stream = reader.get_ref();
     let mine = stream
         .channel_binding(false)

@@ -9,7 +9,7 @@
 mod handshake;
 mod pending;
 
-pub(crate) use pending::Pending;
+pub(crate) use pending::{Entry, Pending, Refused, Source};
 
 use crate::api::{client_gone, drain, no_payload, Caller, Reader, Session};
 use crate::Server;
@@ -26,15 +26,16 @@ pub(crate) type Writer = BufWriter<Stream>;
 /// Largest read buffer a connection keeps for its next reply.
 const SCRATCH_KEEP: usize = 64 << 20;
 
-pub(crate) fn serve_connection(server: &Server, stream: Stream) {
+/// Serves `stream`, which holds a place among the handshakes (`pending`, from
+/// `Pending::enter` in the accept loop) until it authenticates.
+pub(crate) fn serve_connection(server: &Server, stream: Stream, pending: Entry) {
     crate::limits::on_connect(&stream, &server.config.limits);
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
     let mut reader = BufReader::with_capacity(1 << 20, read_half);
-    let Some(pending) = server.handshakes.enter(reader.get_ref()) else {
-        return;
-    };
+    // The handshake marks its progress (`pending::hello_received`) on this thread.
+    pending.bind_thread();
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let (role, caller) = match handshake::handshake(server, &mut reader, &mut writer) {
         Ok(auth) => (auth.role, auth.caller),
