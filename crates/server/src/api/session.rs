@@ -42,6 +42,11 @@ pub(crate) struct Session {
 }
 
 impl Session {
+    /// The connection's caller is the deployment's own user (false when no handshake said who).
+    pub(crate) fn deployment_user(&self) -> bool {
+        self.caller.is_some_and(|c| c.deployment_user)
+    }
+
     /// Refuses `what` unless the connection proved the admin role.
     pub(crate) fn require_admin(&self, what: &str) -> Result<()> {
         match self.caller {
