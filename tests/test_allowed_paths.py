@@ -18,6 +18,8 @@ from conftest import RESPONSE, RawConn, decode_error, run_pdcx, varint, wait_unt
 
 SEAL = b"\x05\x02"  # Request::Stream, StreamRequest::Seal
 SEALED = b"\x05\x01"  # Response::Stream, StreamResponse::Sealed
+COMMIT = b"\x02\x02"  # Request::Write, WriteRequest::Commit
+COMMITTED = b"\x02\x03"  # Response::Write, WriteResponse::Committed
 DATA = bytes(range(1, 65))
 
 
@@ -30,21 +32,35 @@ def byte_stream(c: pdcx.Client, name: str):
     return o
 
 
-def seal(dep, oid: int, home: str) -> tuple[str, str] | None:
-    """Seals object `oid` to `home` over a raw connection to rank 0; None when sealed, else the
-    error (kind, message)."""
+def call(dep, body: bytes, ok: bytes) -> tuple[str, str] | None:
+    """Sends one request over a raw connection to rank 0; None when answered with `ok`, else
+    the error (kind, message)."""
     raw = RawConn(dep.addr(0))
     try:
         raw.handshake(dep.secret())
-        h = home.encode()
-        body, _ = raw.call(SEAL + varint(oid) + varint(len(h)) + h + b"\x00")
+        reply, _ = raw.call(body)
     finally:
         raw.close()
-    if body.startswith(SEALED):
+    if reply.startswith(ok):
         return None
-    err = decode_error(body, RESPONSE)
-    assert err is not None, body
+    err = decode_error(reply, RESPONSE)
+    assert err is not None, reply
     return err
+
+
+def seal(dep, oid: int, home: str) -> tuple[str, str] | None:
+    """`Seal` of object `oid` to `home` (as the process sealing a `pdcx run` file sends it)."""
+    h = home.encode()
+    return call(dep, SEAL + varint(oid) + varint(len(h)) + h + b"\x00", SEALED)
+
+
+def commit_and_seal(dep, oid: int, home: str) -> tuple[str, str] | None:
+    """`Commit` (of no writes) with a seal of `oid` to `home` in the same round trip, as a
+    one-process `pdcx run` file is sealed."""
+    h = home.encode()
+    # CommitOpts: durability Local, consistency Strong, no checksums, seal: Some(SealAt).
+    opts = varint(1) + varint(0) + varint(0) + varint(1) + varint(oid) + varint(len(h)) + h
+    return call(dep, COMMIT + varint(0) + opts, COMMITTED)
 
 
 def ref_item(path: Path) -> str:
@@ -101,6 +117,10 @@ def test_seals_are_held_to_the_listed_homes(deployment, tmp_path, monkeypatch):
         assert "outside the places `access.homes` allows" in msg, msg
         assert "`access.homes` in ROOT/pdcx.toml (or PDCX_HOMES)" in msg, msg
         assert str(home) in msg, msg
+    # A commit that seals in the same round trip is held to them too.
+    for refused in [outside / "out.bin", home / "escape" / "out.bin"]:
+        kind, msg = commit_and_seal(dep, o.id, str(refused))
+        assert kind == "Auth" and "`access.homes`" in msg, (refused, msg)
     # The symlink's message says where it leads.
     _, msg = seal(dep, o.id, str(home / "escape" / "out.bin"))
     assert f"resolved: {json.dumps(str(outside / 'out.bin'))}" in msg, msg
@@ -108,6 +128,10 @@ def test_seals_are_held_to_the_listed_homes(deployment, tmp_path, monkeypatch):
     inside = home / "runs" / "out.bin"
     assert seal(dep, o.id, str(inside)) is None
     wait_until(lambda: inside.exists() and inside.read_bytes() == DATA, 30, "the sealed version at its home")
+    o[:4] = np.zeros(4, dtype=np.uint8)
+    assert commit_and_seal(dep, o.id, str(inside)) is None
+    want = bytes(4) + DATA[4:]
+    wait_until(lambda: inside.read_bytes() == want, 30, "the version a commit sealed at its home")
     # The copier ran a pass after the refusals: nothing of them reached outside.
     assert everything_under(outside) == []
     assert everything_under(sibling) == []
