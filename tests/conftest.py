@@ -476,13 +476,14 @@ def hello_tag(
     client_nonce: bytes = CLIENT_NONCE,
     wire: int = 0,
 ) -> bytes:
-    """protocol::Hello's tag: HMAC-SHA256 of a label, the role (and a peer's rank), both nonces
-    and the channel binding (each length-prefixed), and the protection asked for."""
+    """protocol::Hello's tag: HMAC-SHA256 of a label, the role (and a peer's rank), the user
+    (none: the deployment's own), both nonces and the channel binding (each length-prefixed),
+    and the protection asked for."""
     import hashlib
     import hmac
 
     role = b"\x00" + bytes(4) if peer_rank is None else b"\x01" + struct.pack("<I", peer_rank)
-    msg = b"pdcx hello 2\x00" + role
+    msg = b"pdcx hello 3\x00" + role + bytes(5)
     for part in (nonce, client_nonce, binding.encode()):
         msg += struct.pack("<I", len(part)) + part
     return hmac.new(secret, msg + bytes([wire]), hashlib.sha256).digest()
@@ -496,12 +497,12 @@ def enc_hello(
     tag: bytes | None = None,
     client_nonce: bytes = CLIENT_NONCE,
 ) -> bytes:
-    """A Hello body: Role (Client, or Peer{rank}), the client nonce, the binding, the wire
-    (plain) and the tag."""
+    """A Hello body: Role (Client, or Peer{rank}), the user (None: the deployment's own), the
+    client nonce, the binding, the wire (plain) and the tag."""
     role = varint(0) if peer_rank is None else varint(1) + varint(peer_rank)
     tag = hello_tag(secret, nonce, binding, peer_rank, client_nonce) if tag is None else tag
     b = binding.encode()
-    return role + varint(len(client_nonce)) + client_nonce + varint(len(b)) + b + varint(0) + varint(len(tag)) + tag
+    return role + varint(0) + varint(len(client_nonce)) + client_nonce + varint(len(b)) + b + varint(0) + varint(len(tag)) + tag
 
 
 def decode_error(body: bytes, kind: int = RESPONSE) -> tuple[str, str] | None:

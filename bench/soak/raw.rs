@@ -51,7 +51,7 @@ impl Raw {
         );
         // Loopback: plain frames (the soak measures the server, not the protection).
         let hello = protocol::Hello::new(
-            secret,
+            &protocol::Credential::deployment(secret),
             &nonce,
             protocol::Role::Client,
             binding,

@@ -4,8 +4,8 @@
 use crate::examples::{
     COMPLETION_EXAMPLES, CP_EXAMPLES, FITS_EXAMPLES, FLUSH_EXAMPLES, GET_EXAMPLES, LS_EXAMPLES,
     MIGRATE_EXAMPLES, PUT_EXAMPLES, QUERY_EXAMPLES, QUICK_START, RECOVER_EXAMPLES, RM_EXAMPLES,
-    RUN_EXAMPLES, SERVER_EXAMPLES, SHOW_EXAMPLES, START_EXAMPLES, STATUS_EXAMPLES, STOP_EXAMPLES,
-    TAG_EXAMPLES, TOP_EXAMPLES,
+    RUN_EXAMPLES, SERVER_EXAMPLES, SHARE_EXAMPLES, SHOW_EXAMPLES, START_EXAMPLES, STATUS_EXAMPLES,
+    STOP_EXAMPLES, TAG_EXAMPLES, TOP_EXAMPLES,
 };
 use crate::xsite_cmd;
 use clap::{Args, Parser, Subcommand};
@@ -399,6 +399,29 @@ pub(crate) enum Command {
         shell: clap_complete::Shell,
     },
 
+    /// Let other users of a shared deployment read (or write) an object or a container you
+    /// own, or take that back.
+    #[command(after_help = SHARE_EXAMPLES)]
+    Share {
+        /// Object name (or its id as 0x... hex); with --container, a container name.
+        name: String,
+        /// The user (name or uid) to grant to.
+        #[arg(long, value_name = "USER", required_unless_present = "everyone")]
+        user: Option<String>,
+        /// Grant to every user of the deployment instead of one.
+        #[arg(long, conflicts_with = "user")]
+        everyone: bool,
+        /// NAME is a container.
+        #[arg(long)]
+        container: bool,
+        /// Read and write (default: read only).
+        #[arg(long, conflicts_with = "revoke")]
+        write: bool,
+        /// Take the grant away.
+        #[arg(long)]
+        revoke: bool,
+    },
+
     /// Set or delete an object's tags.
     #[command(after_help = TAG_EXAMPLES)]
     Tag {
@@ -502,6 +525,13 @@ pub(crate) enum ServerAction {
         /// Print the settings table of docs/OPERATIONS.md (the declaration, not the values).
         #[arg(long, conflicts_with = "json")]
         markdown: bool,
+    },
+    /// Print the key of USER, another user this deployment serves (`users`), which it needs
+    /// to connect from other nodes (on this node the kernel vouches for it). Only the
+    /// deployment's user can make one.
+    UserKey {
+        /// User name or uid.
+        user: String,
     },
     /// List the named crash points of the durable path (for crash tests). A pdcx built with
     /// `--features crash-points` kills its server at point NAME when started with

@@ -118,6 +118,16 @@ VALUE QUERIES (--values: the servers holding the data evaluate it, only hits com
   pdcx query --values --in run1 '(x<10 | x>290) & energy>=2' --count
   pdcx query --values 'run1/temp > 300' --region 0:10,: --bins 10 --json";
 
+pub(crate) const SHARE_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx share run1/energy --user alice            # alice may read it
+  pdcx share run1/energy --user alice --write    # and write it
+  pdcx share run1 --container --everyone         # every user of the deployment may list it
+  pdcx share run1/energy --user alice --revoke   # take it back
+
+A deployment serves users other than its own only if its `users` setting lists them
+(PDCX_USERS or `users` in pdcx.toml). Each reaches what it created and what is shared with it.";
+
 pub(crate) const TAG_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx tag field step=4 species=electron   # numbers become numbers, anything else a string

@@ -1,5 +1,6 @@
 //! `pdcx`: run a deployment's servers and move arrays and tags in and out of it.
 
+mod access_cmd;
 mod args;
 mod commands;
 mod common;
@@ -187,6 +188,9 @@ fn run(mut cli: Cli) -> Result<u8> {
             Some(ServerAction::Stop { timeout }) => daemon::stop(&root, timeout).map(|()| 0),
             Some(ServerAction::Status { json }) => daemon::status(&root, json),
             Some(ServerAction::CrashPoints { json }) => Ok(crash_points(json)),
+            Some(ServerAction::UserKey { user }) => {
+                access_cmd::user_key_cmd(&root, &user).map(|()| 0)
+            }
             Some(ServerAction::Config { .. }) => unreachable!("handled above"),
         },
         Command::Ls { container, json } => match container.as_deref() {
@@ -266,6 +270,14 @@ fn run(mut cli: Cli) -> Result<u8> {
             tags,
             delete,
         } => commands::tag(&root, &object, &tags, &delete).map(|()| 0),
+        Command::Share {
+            name,
+            user,
+            everyone: _,
+            container,
+            write,
+            revoke,
+        } => access_cmd::share(&root, &name, user.as_deref(), container, write, revoke).map(|()| 0),
         Command::Remote { action } => match action {
             RemoteAction::Init => xsite_cmd::init(&root),
             RemoteAction::Token { site } => xsite_cmd::token(&root, &site),

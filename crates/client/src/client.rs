@@ -14,8 +14,8 @@ use pdcx_core::model::{owner_of_id, validate_name, Tags};
 use pdcx_core::placement::{data_server, PlacementInput};
 use pdcx_core::protocol::{
     admin, analysis, catalog, handshake, read, stream, write, Call, CommitOpts, Consistency,
-    Durability, ExtentInfo, FlushReport, Moved, ObjectKey, ObjectSpec, ReadItem, ReadOpts,
-    ReadPlans, Request, Selection, ServerStats, StageItem, TagTarget,
+    Credential, Durability, ExtentInfo, FlushReport, Moved, ObjectKey, ObjectSpec, ReadItem,
+    ReadOpts, ReadPlans, Request, Role, Selection, ServerStats, StageItem, TagTarget,
 };
 use pdcx_core::{
     owner_of_name, Condition, ContainerInfo, Error, ErrorKind, ObjectId, ObjectMeta, Placement,
@@ -119,18 +119,26 @@ impl Client {
                 "no deployment given: pass a root directory or set PDCX_ROOT",
             )
         })?;
-        let cluster = ClusterFile::load(&root)?;
-        Self::from_cluster_at(cluster, Some(root))
+        let (cluster, cred) = ClusterFile::join(&root)?;
+        Self::from_cluster_at(cluster, Some(root), cred)
     }
 
     pub fn from_cluster(cluster: ClusterFile) -> Result<Client> {
-        Self::from_cluster_at(cluster, None)
+        let cred = Credential::deployment(&cluster.secret_bytes()?);
+        Self::from_cluster_at(cluster, None, cred)
     }
 
-    /// A client of `cluster`; with `root`, it follows a restarted deployment to its new ports.
-    fn from_cluster_at(cluster: ClusterFile, root: Option<PathBuf>) -> Result<Client> {
-        let pool = Pool::new(&cluster, root)?;
-        let secret = pool.secret().to_vec();
+    /// A client of `cluster`, proving itself with `cred`; with `root`, it follows a restarted
+    /// deployment to its new ports.
+    fn from_cluster_at(
+        cluster: ClusterFile,
+        root: Option<PathBuf>,
+        cred: Credential,
+    ) -> Result<Client> {
+        // Shared memory and the one-copy paths reach the deployment's own files and memory:
+        // only its own user's processes use them (servers refuse them to anyone else).
+        let own_user = cred.user.is_none();
+        let pool = Pool::with_credential(&cluster, root, cred);
         let n = cluster.size as usize;
         let txn_base = (rand::random::<u32>() as u64) << 32;
         let placement = match pdcx_core::config::PLACEMENT.text() {
@@ -143,10 +151,10 @@ impl Client {
             .map_err(|e| Error::invalid(e.to_string()))?;
         let node = this_node();
         let same_node: Vec<bool> = cluster.servers.iter().map(|s| s.node() == node).collect();
-        let shm = if !same_node.contains(&true) {
+        let shm = if !same_node.contains(&true) || !own_user {
             None
         } else if shm::enabled_by_env() {
-            Some(Arc::new(ShmPool::new(&secret)))
+            Some(Arc::new(ShmPool::new(&pool.credential().key)))
         } else {
             shm::debug("shm: disabled by PDCX_SHM; bulk data goes over TCP");
             None
@@ -164,10 +172,11 @@ impl Client {
             .get(local as usize)
             .is_some_and(|s| s.node() == this_node());
         let aggregate = on_node && pdcx_core::config::AGGREGATE.switch_or_default();
-        let direct = (same_node.contains(&true) && crate::direct::enabled_by_env())
+        let direct = (own_user && same_node.contains(&true) && crate::direct::enabled_by_env())
             .then(crate::direct::DirectReads::default);
-        let direct_write = (same_node.contains(&true) && crate::direct_write::enabled_by_env())
-            .then(crate::direct_write::DirectWrites::default);
+        let direct_write =
+            (own_user && same_node.contains(&true) && crate::direct_write::enabled_by_env())
+                .then(crate::direct_write::DirectWrites::default);
         let inner = Inner {
             direct,
             direct_write,
@@ -377,13 +386,13 @@ impl Client {
     pub(crate) fn open_conn(&self, rank: u32) -> Result<Conn> {
         self.inner
             .pool
-            .open(rank, &|addr, secret| self.connect_at(rank, addr, secret))
+            .open(rank, &|addr, cred| self.connect_at(rank, addr, cred))
     }
 
-    fn connect_at(&self, rank: u32, addr: &str, secret: &[u8]) -> Result<Conn> {
-        let mut conn = match self.connect_unix(rank, secret) {
+    fn connect_at(&self, rank: u32, addr: &str, cred: &Credential) -> Result<Conn> {
+        let mut conn = match self.connect_unix(rank, cred) {
             Some(c) => c,
-            None => Conn::connect(addr, secret)?,
+            None => Conn::connect_with(addr, cred, Role::Client)?,
         };
         if let (Some(pool), Some(true)) = (&self.inner.shm, self.inner.same_node.get(rank as usize))
         {
@@ -395,9 +404,9 @@ impl Client {
     /// A connection to server `rank` over its Unix-domain listener, if it is on this node and
     /// has one that answers as that rank; None means use TCP (a listener that cannot be
     /// reached, e.g. from another network namespace, or a stale one, is no error).
-    fn connect_unix(&self, rank: u32, secret: &[u8]) -> Option<Conn> {
+    fn connect_unix(&self, rank: u32, cred: &Credential) -> Option<Conn> {
         let spec = self.inner.unix.get(rank as usize)?.as_deref()?;
-        match Conn::connect_unix(spec, secret) {
+        match Conn::connect_unix_with(spec, cred, Role::Client) {
             Ok(c) if c.rank == rank => Some(c),
             Ok(c) => {
                 shm::debug(&format!(
@@ -451,7 +460,7 @@ impl Client {
         rank: u32,
         f: &mut dyn FnMut(&mut Conn) -> Result<T>,
     ) -> Result<T> {
-        let open = |addr: &str, secret: &[u8]| self.connect_at(rank, addr, secret);
+        let open = |addr: &str, cred: &Credential| self.connect_at(rank, addr, cred);
         self.inner.pool.with_conn(rank, &open, f)
     }
 

@@ -7,8 +7,8 @@
 
 use crate::shm::{self, Arena, Payload, ShmBuf, ShmPool};
 use pdcx_core::protocol::{
-    handshake, read, write, Call, CommitOpts, ReadItem, ReadOpts, Request, Response, Role, ShmLoc,
-    StageItem,
+    handshake, read, write, Call, CommitOpts, Credential, ReadItem, ReadOpts, Request, Response,
+    Role, ShmLoc, StageItem,
 };
 use pdcx_core::{ErrorKind, Result};
 use pdcx_transport::pool::Pooled;
@@ -70,6 +70,24 @@ impl Conn {
     pub fn connect(addr: &str, secret: &[u8]) -> Result<Conn> {
         Ok(Conn {
             inner: pdcx_transport::Conn::connect(addr, secret)?,
+            serial: next_serial(),
+            shm: None,
+        })
+    }
+
+    /// A connection in `role` to the server at `addr`, proved with `cred`.
+    pub fn connect_with(addr: &str, cred: &Credential, role: Role) -> Result<Conn> {
+        Ok(Conn {
+            inner: pdcx_transport::Conn::connect_with(addr, cred, role)?,
+            serial: next_serial(),
+            shm: None,
+        })
+    }
+
+    /// A connection in `role` over the Unix-domain listener `spec`, proved with `cred`.
+    pub fn connect_unix_with(spec: &str, cred: &Credential, role: Role) -> Result<Conn> {
+        Ok(Conn {
+            inner: pdcx_transport::Conn::connect_unix_with(spec, cred, role)?,
             serial: next_serial(),
             shm: None,
         })

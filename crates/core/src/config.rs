@@ -505,6 +505,8 @@ settings! {
         unit: "connections", min: Some(1), max: Some(65536), doc: "Connections authenticating at once; a new one past it closes the oldest unauthenticated one." }
     GROUP_ACCESS { name: "group_access", env: Some("PDCX_GROUP_ACCESS"), ty: Ty::Words(GROUP_ACCESS_MODES), default: "none",
         doc: "Who besides the deployment's user may read its files: none (0600/0700) or read (its group too: 0640/0750); nobody else may ever write them." }
+    USERS { name: "users", env: Some("PDCX_USERS"),
+        doc: "Other users this deployment serves, comma-separated names or uids; each reaches only its own objects and what their owners share (`pdcx share`); unset: only the deployment's user." }
     IDLE_TIMEOUT_S { name: "idle_timeout_s", env: Some("PDCX_IDLE_TIMEOUT_S"), ty: Ty::Count, default: "0",
         unit: "seconds", doc: "Idle connections are closed after this long (0: never)." }
     MAX_PAYLOAD_MB { name: "max_payload_mb", env: Some("PDCX_MAX_PAYLOAD_MB"), ty: Ty::Count, default: "4096",
@@ -542,6 +544,8 @@ settings! {
     WIRE { name: "wire", env: Some("PDCX_WIRE"), ty: Ty::Words(WIRE_MODES), default: "auto", scope: Scope::Both,
         doc: "Protection of TCP frames after the handshake: auto (encrypted and authenticated between nodes, plain over loopback), integrity (always authenticated), encrypt (always encrypted and authenticated) or plain (never: only on a network you trust); the stronger of the two sides' settings applies." }
     // ---- clients
+    USER_KEY { name: "user_key", env: Some("PDCX_USER_KEY"), ty: Ty::Path, scope: Scope::Client,
+        doc: "File holding this user's key for a deployment of another user (`pdcx server user-key`); needed between nodes, where the kernel cannot say who connects." }
     SHM { name: "shm", env: Some("PDCX_SHM"), ty: Ty::Switch, default: "on", scope: Scope::Client,
         doc: "Move bulk data through shared memory with a same-node server." }
     DIRECT_READ { name: "direct_read", env: Some("PDCX_DIRECT_READ"), ty: Ty::Switch, default: "on",

@@ -13,7 +13,9 @@ pub mod valuequery;
 
 pub use dtype::Dtype;
 pub use error::{Error, ErrorKind, Result};
-pub use model::{owner_of_name, ContainerInfo, ObjectId, ObjectMeta, TagValue, MAX_DIMS};
+pub use model::{
+    owner_of_name, Access, ContainerInfo, Need, ObjectId, ObjectMeta, TagValue, MAX_DIMS,
+};
 pub use placement::Placement;
 pub use query::Condition;
 pub use region::Region;

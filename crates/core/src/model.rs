@@ -137,6 +137,76 @@ impl std::fmt::Display for TagValue {
 
 pub type Tags = Vec<(String, TagValue)>;
 
+/// Who may reach a container or an object besides the deployment's own user (who reaches
+/// everything: the servers act with its rights).
+///
+/// An object or container created by another user of the deployment is that user's: only it
+/// (and what it grants) may read, list, write, tag, rename or delete it. One created by the
+/// deployment's user (`user` None) is reached by other users only through grants.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Access {
+    /// The uid of the user that created it and owns it; None: the deployment's own user.
+    /// (Not `ObjectMeta::owner`, which is the server rank holding its metadata.)
+    #[serde(default)]
+    pub user: Option<u32>,
+    /// What the owner lets other users do.
+    #[serde(default)]
+    pub grants: Vec<Grant>,
+}
+
+/// One grant: `uid` (None: every user of the deployment) may read, or read and write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Grant {
+    pub uid: Option<u32>,
+    pub write: bool,
+}
+
+/// What a request needs of an object or container.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Read its bytes, metadata or tags; see it in a listing.
+    Read,
+    /// Change its bytes, shape, tags or memberships.
+    Write,
+    /// Delete, rename or change its grants: the owner's alone.
+    Own,
+}
+
+impl Access {
+    /// Owned by user `uid`, nothing granted.
+    pub fn owned_by(uid: u32) -> Access {
+        Access {
+            user: Some(uid),
+            grants: Vec::new(),
+        }
+    }
+
+    /// Whether user `uid` (not the deployment's own user) may do what `need` says.
+    pub fn allows(&self, uid: u32, need: Need) -> bool {
+        if self.user == Some(uid) {
+            return true;
+        }
+        let granted = |write: bool| {
+            self.grants
+                .iter()
+                .any(|g| (g.uid.is_none() || g.uid == Some(uid)) && (g.write || !write))
+        };
+        match need {
+            Need::Read => granted(false),
+            Need::Write => granted(true),
+            Need::Own => false,
+        }
+    }
+
+    /// Adds (or replaces) the grant to `uid`; `None` access removes it.
+    pub fn grant(&mut self, uid: Option<u32>, access: Option<bool>) {
+        self.grants.retain(|g| g.uid != uid);
+        if let Some(write) = access {
+            self.grants.push(Grant { uid, write });
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ContainerInfo {
     pub id: u64,
@@ -145,6 +215,9 @@ pub struct ContainerInfo {
     pub creator: String,
     pub ctime: f64,
     pub tags: Tags,
+    /// Which users reach it.
+    #[serde(default)]
+    pub access: Access,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -163,6 +236,9 @@ pub struct ObjectMeta {
     pub fill: Vec<u8>,
     pub containers: Vec<String>,
     pub tags: Tags,
+    /// Which users reach it.
+    #[serde(default)]
+    pub access: Access,
 }
 
 impl ObjectMeta {

@@ -80,5 +80,8 @@ pub fn assemble_cluster(root: &Path, size: u32, timeout: Duration) -> Result<Clu
             .collect(),
     };
     cf.store(root)?;
+    if !crate::users::Users::from_config()?.is_empty() {
+        cf.store_public(root)?;
+    }
     Ok(cf)
 }

@@ -35,6 +35,7 @@ mod stats;
 pub mod streambase;
 pub mod streams;
 pub mod tiering;
+pub(crate) mod users;
 
 use engine::Engine;
 use meta::Metadata;
@@ -138,6 +139,8 @@ pub struct Server {
     connections: AtomicU64,
     /// Connections still authenticating (bounded, oldest evicted).
     handshakes: net::Pending,
+    /// The users this deployment serves besides its own.
+    pub(crate) users: users::Users,
     /// Connections (clients, other servers on this node) accepted on the Unix-domain listener
     /// since start.
     unix_connections: AtomicU64,
@@ -189,11 +192,12 @@ pub fn unix_socket_path(root: &Path, rank: u32) -> PathBuf {
     root.join("run").join(format!("rank-{rank}.sock"))
 }
 
-/// Binds rank `rank`'s Unix-domain listener: `ROOT/run/rank-N.sock` (mode 0600), replacing a
-/// stale one (the caller holds the rank's lock, so no live server of this rank owns it); an
-/// abstract socket named from the root when that path does not fit in `sun_path`. Returns
-/// the listener and how clients name it.
-fn bind_unix(root: &Path, rank: u32) -> std::io::Result<(UnixListener, String)> {
+/// Binds rank `rank`'s Unix-domain listener: `ROOT/run/rank-N.sock` (mode 0600, or 0666 when
+/// the deployment serves other users, whom the handshake then tells apart by the kernel's
+/// word), replacing a stale one (the caller holds the rank's lock, so no live server of this
+/// rank owns it); an abstract socket named from the root when that path does not fit in
+/// `sun_path`. Returns the listener and how clients name it.
+fn bind_unix(root: &Path, rank: u32, for_users: bool) -> std::io::Result<(UnixListener, String)> {
     use std::os::unix::fs::PermissionsExt;
     let path = unix_socket_path(root, rank);
     // sun_path holds 108 bytes with the terminating NUL.
@@ -204,7 +208,8 @@ fn bind_unix(root: &Path, rank: u32) -> std::io::Result<(UnixListener, String)> 
             Err(e) => return Err(e),
         }
         let l = UnixListener::bind(&path)?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
+        let mode = if for_users { 0o666 } else { 0o600 };
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
         return Ok((l, path.to_string_lossy().into_owned()));
     }
     // Named after the canonical root so that two deployments never share a name; the kernel
@@ -328,8 +333,12 @@ impl Server {
             .local_addr()
             .map_err(|e| Error::io("local_addr", &e))?;
         // The Unix listener is an optimisation: without one, clients on this node use TCP.
+        let users = users::Users::from_config()?;
+        if !users.is_empty() {
+            users::open_root_to_users(&config.root)?;
+        }
         let unix = if config.unix {
-            match bind_unix(&config.root, config.rank) {
+            match bind_unix(&config.root, config.rank, !users.is_empty()) {
                 Ok(x) => Some(x),
                 Err(e) => {
                     tracing::warn!(
@@ -359,6 +368,7 @@ impl Server {
             started: Instant::now(),
             connections: AtomicU64::new(0),
             handshakes,
+            users,
             unix_connections: AtomicU64::new(0),
             read_bytes: AtomicU64::new(0),
             lookups: AtomicU64::new(0),

@@ -4,9 +4,9 @@
 
 use pdcx_client::Client;
 use pdcx_core::protocol::{
-    self, handshake::Ping, write, CommitOpts, FrameKind, HandshakeResponse, Hello, ObjectSpec,
-    PeerRequest, PeerResponse, RegisterItem, Request, Response, Role, ServerInfo, Welcome, Wire,
-    HEADER_LEN, NONCE_LEN, VERSION,
+    self, handshake::Ping, write, CommitOpts, Credential, FrameKind, HandshakeResponse, Hello,
+    ObjectSpec, PeerRequest, PeerResponse, RegisterItem, Request, Response, Role, ServerInfo,
+    Welcome, Wire, HEADER_LEN, NONCE_LEN, VERSION,
 };
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectMeta, Region};
 use pdcx_server::{Server, ServerConfig, ServerHandle};
@@ -82,7 +82,13 @@ fn a_peer_request_on_a_client_connection_is_refused_and_the_connection_goes_on()
     let obj = object(&c, "o");
 
     let (mut s, nonce) = challenged(&cf.servers[0].addr);
-    let h = Hello::new(&secret, &nonce, Role::Client, binding(&s), Wire::Plain);
+    let h = Hello::new(
+        &Credential::deployment(&secret),
+        &nonce,
+        Role::Client,
+        binding(&s),
+        Wire::Plain,
+    );
     let info = hello(&mut s, &h).unwrap();
     assert_eq!((info.rank, info.size), (0, 1));
     // What a holder sends an owner: would put a region of `obj` in the region map.
@@ -158,7 +164,13 @@ fn a_peer_must_prove_its_role_and_rank() {
 
     // A client's proof relabelled as a peer's: refused.
     let (mut s, nonce) = challenged(addr);
-    let mut h = Hello::new(&secret, &nonce, Role::Client, binding(&s), Wire::Plain);
+    let mut h = Hello::new(
+        &Credential::deployment(&secret),
+        &nonce,
+        Role::Client,
+        binding(&s),
+        Wire::Plain,
+    );
     h.role = Role::Peer { rank: 0 };
     let e = hello(&mut s, &h).unwrap_err();
     assert_eq!(e.kind, ErrorKind::Auth);
@@ -169,7 +181,13 @@ fn a_peer_must_prove_its_role_and_rank() {
     // The wrong secret: refused.
     let (mut s, nonce) = challenged(addr);
     let role = Role::Peer { rank: 0 };
-    let h = Hello::new(b"not the secret", &nonce, role, binding(&s), Wire::Plain);
+    let h = Hello::new(
+        &Credential::deployment(b"not the secret"),
+        &nonce,
+        role,
+        binding(&s),
+        Wire::Plain,
+    );
     assert_eq!(hello(&mut s, &h).unwrap_err().kind, ErrorKind::Auth);
     // A rank outside the deployment, with the right secret: refused.
     let e = Conn::connect_as(addr, &secret, Role::Peer { rank: 5 })
@@ -366,7 +384,13 @@ fn a_relayed_handshake_is_refused() {
     let lie = protocol::tcp_binding("127.0.0.1:1".parse().unwrap(), s.peer_addr().unwrap());
     let e = hello(
         &mut s,
-        &Hello::new(&secret, &nonce, Role::Client, lie, Wire::Plain),
+        &Hello::new(
+            &Credential::deployment(&secret),
+            &nonce,
+            Role::Client,
+            lie,
+            Wire::Plain,
+        ),
     )
     .unwrap_err();
     assert!(e.message.contains("another channel"), "{e}");

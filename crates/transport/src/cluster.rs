@@ -2,13 +2,17 @@
 //! deployment's servers listen and holds the deployment secret every connection must prove it
 //! knows.
 
+use pdcx_core::protocol::Credential;
 use pdcx_core::{Error, ErrorKind, Result};
 use serde::{Deserialize, Serialize};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 pub const CLUSTER_FILE: &str = "cluster.json";
 pub const SECRET_FILE: &str = "secret";
+/// The addresses alone, readable by everyone, for a deployment that serves other users too
+/// (`users`): they cannot read `cluster.json`, which holds the secret.
+pub const PUBLIC_FILE: &str = "cluster.pub.json";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ServerEntry {
@@ -100,6 +104,65 @@ impl ClusterFile {
 
     pub fn secret_bytes(&self) -> Result<Vec<u8>> {
         decode_hex(&self.secret)
+    }
+
+    /// Publishes the addresses without the secret, atomically, readable by everyone (for the
+    /// other users a deployment serves).
+    pub fn store_public(&self, root: &Path) -> Result<()> {
+        let public = ClusterFile {
+            secret: String::new(),
+            ..self.clone()
+        };
+        let text =
+            serde_json::to_string_pretty(&public).map_err(|e| Error::internal(e.to_string()))?;
+        let path = root.join(PUBLIC_FILE);
+        write_private_atomic(&path, text.as_bytes())?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+            .map_err(|e| Error::io(&format!("making {} readable", path.display()), &e))
+    }
+
+    /// The deployment at `root` as this process may join it, and what it proves itself with:
+    /// the cluster file and the deployment secret for the deployment's own user; for another
+    /// user (who cannot read the cluster file), the published addresses and its user key
+    /// (`PDCX_USER_KEY`) or, on the servers' node, the kernel's word.
+    pub fn join(root: &Path) -> Result<(ClusterFile, Credential)> {
+        let denied = matches!(
+            std::fs::File::open(Self::path(root)),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied
+        );
+        if !denied {
+            let cf = Self::load(root)?;
+            let cred = Credential::deployment(&cf.secret_bytes()?);
+            return Ok((cf, cred));
+        }
+        let path = root.join(PUBLIC_FILE);
+        let cannot = |e: std::io::Error| {
+            Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "{} belongs to another user and {} cannot be read ({e}): this deployment \
+                     does not serve other users (its operator lists them in `users`)",
+                    Self::path(root).display(),
+                    path.display()
+                ),
+            )
+        };
+        let text = std::fs::read_to_string(&path).map_err(cannot)?;
+        let owner = std::fs::metadata(&path).map_err(cannot)?.uid();
+        let cf: ClusterFile = serde_json::from_str(&text)
+            .map_err(|e| Error::invalid(format!("{}: {e}", path.display())))?;
+        // SAFETY: getuid has no preconditions and cannot fail.
+        let me = unsafe { libc::getuid() };
+        let cred = match pdcx_core::config::USER_KEY.text() {
+            Some(file) => {
+                let hex = std::fs::read_to_string(&file).map_err(|e| {
+                    Error::io(&format!("reading the user key PDCX_USER_KEY={file}"), &e)
+                })?;
+                Credential::user_key(me, decode_hex(hex.trim())?)
+            }
+            None => Credential::kernel(me, owner),
+        };
+        Ok((cf, cred))
     }
 
     /// Publishes atomically (temp file, fsync, rename) with mode 0600.

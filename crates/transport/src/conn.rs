@@ -6,8 +6,8 @@
 
 use crate::stream::{self, Stream};
 use pdcx_core::protocol::{
-    self, Call, FrameKind, Hello, PeerRequest, PeerResponse, Reply, Request, Response, Role,
-    SessionKeys, Welcome, Wire,
+    self, Call, Credential, FrameKind, Hello, PeerRequest, PeerResponse, Reply, Request, Response,
+    Role, SessionKeys, Welcome, Wire,
 };
 use pdcx_core::{Error, ErrorKind, Result};
 use serde::de::DeserializeOwned;
@@ -54,12 +54,12 @@ fn version_mismatch(addr: &str, theirs: u16, role: Role) -> Error {
             "this server",
             "every server of a deployment must run the same pdcx release".to_string(),
         ),
-        Role::Client if theirs < ours => (
+        Role::Client | Role::Admin if theirs < ours => (
             "this client",
             "upgrade the servers to this client's pdcx release, or use the client of theirs"
                 .to_string(),
         ),
-        Role::Client => (
+        Role::Client | Role::Admin => (
             "this client",
             "upgrade this client (its pdcx library or CLI) to the servers' pdcx release"
                 .to_string(),
@@ -78,6 +78,11 @@ impl Conn {
 
     /// A connection in `role`, authenticated with the deployment `secret`.
     pub fn connect_as(addr: &str, secret: &[u8], role: Role) -> Result<Conn> {
+        Self::connect_with(addr, &Credential::deployment(secret), role)
+    }
+
+    /// A connection in `role` over TCP, proved with `cred`.
+    pub fn connect_with(addr: &str, cred: &Credential, role: Role) -> Result<Conn> {
         let sock: std::net::SocketAddr = addr
             .parse()
             .map_err(|_| Error::invalid(format!("bad server address {addr:?}")))?;
@@ -88,23 +93,28 @@ impl Conn {
             )
         })?;
         stream.set_nodelay(true).map_err(|e| net_err(addr, &e))?;
-        Self::over(Stream::Tcp(stream), addr, secret, role)
+        Self::over(Stream::Tcp(stream), addr, cred, role)
     }
 
     /// A connection in `role` over the Unix-domain listener a server on this node advertises
     /// (`spec`: a path, or `@name` for an abstract socket). Same handshake as over TCP.
     pub fn connect_unix_as(spec: &str, secret: &[u8], role: Role) -> Result<Conn> {
+        Self::connect_unix_with(spec, &Credential::deployment(secret), role)
+    }
+
+    /// A connection in `role` over a Unix-domain listener, proved with `cred`.
+    pub fn connect_unix_with(spec: &str, cred: &Credential, role: Role) -> Result<Conn> {
         let s = stream::connect_unix(spec).map_err(|e| {
             Error::new(
                 ErrorKind::Unavailable,
                 format!("cannot reach pdcx server at Unix socket {spec}: {e}"),
             )
         })?;
-        Self::over(Stream::Unix(s), &format!("unix:{spec}"), secret, role)
+        Self::over(Stream::Unix(s), &format!("unix:{spec}"), cred, role)
     }
 
     /// Authenticates a freshly connected `stream` to the server at `addr` (for messages).
-    fn over(stream: Stream, addr: &str, secret: &[u8], role: Role) -> Result<Conn> {
+    fn over(stream: Stream, addr: &str, cred: &Credential, role: Role) -> Result<Conn> {
         // Something that accepts but never speaks (a frozen server, a reused port) must not
         // hang the client: bound the handshake, then lift the limit for long transfers.
         stream
@@ -125,7 +135,7 @@ impl Conn {
             role,
             wire: Wire::Plain,
         };
-        conn.handshake(secret)?;
+        conn.handshake(cred)?;
         // A call may legitimately take longer than a handshake (a flush that waits, a large read
         // from a slow tier): from here on a read waits as long as the server works.
         conn.writer
@@ -140,7 +150,7 @@ impl Conn {
         self.writer.get_ref().is_unix()
     }
 
-    fn handshake(&mut self, secret: &[u8]) -> Result<()> {
+    fn handshake(&mut self, cred: &Credential) -> Result<()> {
         let addr = self.addr.clone();
         let hb = protocol::read_header_bytes(&mut self.reader)?;
         let theirs = protocol::header_version(&hb);
@@ -168,7 +178,17 @@ impl Conn {
         let binding = stream
             .channel_binding(true)
             .map_err(|e| net_err(&addr, &e))?;
-        let hello = Hello::new(secret, &nonce, self.role, binding, wanted);
+        if cred.is_kernel() && wanted != Wire::Plain {
+            return Err(Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "{addr}: this side proves who it is by the kernel's word only, which cannot \
+                     protect frames ({wanted:?} wanted): use a user key (PDCX_USER_KEY) or \
+                     PDCX_WIRE=auto on the server's node"
+                ),
+            ));
+        }
+        let hello = Hello::new(cred, &nonce, self.role, binding, wanted);
         let body = protocol::encode_body(&hello)?;
         protocol::write_frame(&mut self.writer, FrameKind::Hello, 0, &body, &[])
             .map_err(|e| net_err(&addr, &e))?;
@@ -184,7 +204,25 @@ impl Conn {
         // The server proves it holds the secret too, for this Hello: whatever accepted this
         // connection without it (a process on a dead server's port, a planted socket) stops
         // here, before the client sends a single request.
-        if !welcome.verify(secret, &hello) {
+        if cred.is_kernel() {
+            // No key to check the server's proof with: the kernel says who runs the server.
+            let uid = self
+                .writer
+                .get_ref()
+                .peer_uid()
+                .map_err(|e| net_err(&addr, &e))?;
+            if uid.is_none() || uid != cred.server_uid {
+                return Err(Error::new(
+                    ErrorKind::Auth,
+                    format!(
+                        "{addr} runs as uid {uid:?}, not as the deployment's user (uid {:?}, \
+                         the owner of its published addresses): it is not a server of this \
+                         deployment",
+                        cred.server_uid
+                    ),
+                ));
+            }
+        } else if !welcome.verify(&cred.key, &hello) {
             return Err(Error::new(
                 ErrorKind::Auth,
                 format!(
@@ -203,7 +241,7 @@ impl Conn {
             ));
         }
         if welcome.wire != Wire::Plain {
-            let keys = SessionKeys::derive(secret, &hello, &welcome);
+            let keys = SessionKeys::derive(&cred.key, &hello, &welcome);
             let encrypt = welcome.wire == Wire::Encrypted;
             let protect = |r: std::io::Result<()>| r.map_err(|e| net_err(&addr, &e));
             protect(
@@ -236,7 +274,7 @@ impl Conn {
 
     fn check_role(&self, peer: bool) -> Result<()> {
         match (self.role, peer) {
-            (Role::Client, false) | (Role::Peer { .. }, true) => Ok(()),
+            (Role::Client | Role::Admin, false) | (Role::Peer { .. }, true) => Ok(()),
             (role, _) => Err(Error::internal(format!(
                 "a {} request on a connection opened as {role:?}",
                 if peer { "server-to-server" } else { "client" }

@@ -5,7 +5,7 @@ use crate::cluster::ClusterFile;
 use crate::conn::Conn;
 use crate::pool::Pool;
 use pdcx_core::protocol::{
-    ObjectKey, PeerRequest, PeerResponse, Pieces, RegisterItem, Role, UploadPart,
+    Credential, ObjectKey, PeerRequest, PeerResponse, Pieces, RegisterItem, Role, UploadPart,
 };
 use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
 use std::path::PathBuf;
@@ -78,14 +78,14 @@ impl PeerClient {
         let unix = peers.unix.get(to as usize).cloned().flatten();
         // A server on this node is reached over its Unix socket when that works and answers as
         // the rank asked for; else over TCP, as always.
-        let open = |addr: &str, secret: &[u8]| {
+        let open = |addr: &str, cred: &Credential| {
             if let Some(spec) = &unix {
-                match Conn::connect_unix_as(spec, secret, role) {
+                match Conn::connect_unix_with(spec, cred, role) {
                     Ok(c) if c.rank == to => return Ok(c),
                     _ => {}
                 }
             }
-            Conn::connect_as(addr, secret, role)
+            Conn::connect_with(addr, cred, role)
         };
         peers.pool.with_conn(to, &open, &mut |c| c.peer_call(req))
     }

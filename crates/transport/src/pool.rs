@@ -2,6 +2,7 @@
 //! restarted deployment to its new ports through the root's cluster file.
 
 use crate::cluster::ClusterFile;
+use pdcx_core::protocol::Credential;
 use pdcx_core::{Error, ErrorKind, Result};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -18,11 +19,11 @@ impl Pooled for crate::Conn {
 }
 
 /// How a pool opens a connection: `(address, deployment secret)` to a connected `C`.
-pub type Open<'a, C> = &'a dyn Fn(&str, &[u8]) -> Result<C>;
+pub type Open<'a, C> = &'a dyn Fn(&str, &Credential) -> Result<C>;
 
 pub struct Pool<C> {
     size: u32,
-    secret: Vec<u8>,
+    cred: Credential,
     /// Where the cluster file lives, to look up a restarted server's new address.
     root: Option<PathBuf>,
     /// Where each server listens now: the cluster file's address, refreshed from the root's
@@ -40,11 +41,22 @@ pub fn breaks_connection(e: &Error) -> bool {
 }
 
 impl<C: Pooled> Pool<C> {
+    /// A pool of the deployment's own user (the cluster file's secret).
     pub fn new(cluster: &ClusterFile, root: Option<PathBuf>) -> Result<Pool<C>> {
+        let cred = Credential::deployment(&cluster.secret_bytes()?);
+        Ok(Self::with_credential(cluster, root, cred))
+    }
+
+    /// A pool whose connections prove themselves with `cred`.
+    pub fn with_credential(
+        cluster: &ClusterFile,
+        root: Option<PathBuf>,
+        cred: Credential,
+    ) -> Pool<C> {
         let n = cluster.size as usize;
-        Ok(Pool {
+        Pool {
             size: cluster.size,
-            secret: cluster.secret_bytes()?,
+            cred,
             root,
             addrs: cluster
                 .servers
@@ -52,15 +64,16 @@ impl<C: Pooled> Pool<C> {
                 .map(|s| Mutex::new(s.addr.clone()))
                 .collect(),
             conns: (0..n).map(|_| Mutex::new(None)).collect(),
-        })
+        }
     }
 
     pub fn size(&self) -> u32 {
         self.size
     }
 
-    pub fn secret(&self) -> &[u8] {
-        &self.secret
+    /// What this pool's connections prove themselves with.
+    pub fn credential(&self) -> &Credential {
+        &self.cred
     }
 
     pub fn root(&self) -> Option<&Path> {
@@ -75,13 +88,13 @@ impl<C: Pooled> Pool<C> {
             .get(rank as usize)
             .ok_or_else(|| Error::invalid(format!("no server with rank {rank}")))?;
         let addr = slot.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        match open(&addr, &self.secret) {
+        match open(&addr, &self.cred) {
             Err(e) if e.kind == ErrorKind::Unavailable => {
                 // The deployment may have been restarted on new ports: look again, once.
                 let Some(fresh) = self.current_addr(rank).filter(|a| *a != addr) else {
                     return Err(e);
                 };
-                let conn = open(&fresh, &self.secret)?;
+                let conn = open(&fresh, &self.cred)?;
                 if conn.rank() != rank {
                     return Err(Error::new(
                         ErrorKind::Unavailable,
@@ -96,10 +109,10 @@ impl<C: Pooled> Pool<C> {
     }
 
     /// Server `rank`'s address in the root's cluster file as it is now, if that file still
-    /// describes this deployment (same size and secret).
+    /// describes this deployment (same size, and for the deployment's user the same secret).
     fn current_addr(&self, rank: u32) -> Option<String> {
-        let cf = ClusterFile::load(self.root.as_deref()?).ok()?;
-        if cf.size != self.size || cf.secret_bytes().ok()? != self.secret {
+        let (cf, cred) = ClusterFile::join(self.root.as_deref()?).ok()?;
+        if cf.size != self.size || (self.cred.user.is_none() && cred != self.cred) {
             return None;
         }
         cf.servers.get(rank as usize).map(|s| s.addr.clone())

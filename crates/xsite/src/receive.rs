@@ -628,6 +628,7 @@ mod tests {
                 fill: vec![0],
                 containers: containers.iter().map(|c| c.to_string()).collect(),
                 tags: Tags::new(),
+                access: Default::default(),
             },
             region: region.clone(),
             chunks: vec![region],

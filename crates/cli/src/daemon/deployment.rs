@@ -5,7 +5,7 @@ use crate::common::msg;
 use anyhow::{anyhow, bail, Result};
 use pdcx_client::cluster::{load_or_create_secret, ClusterFile, ServerEntry, SECRET_FILE};
 use pdcx_client::conn::Conn;
-use pdcx_core::protocol::Call;
+use pdcx_core::protocol::{Call, Credential, Role};
 use pdcx_server::rank_dir;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -83,7 +83,10 @@ pub(super) fn discover(root: &Path) -> Result<Option<Deployment>> {
 /// A connection to `entry` if a server answers there with the right rank.
 fn reach(entry: &ServerEntry, secret: Option<&[u8]>) -> Result<Conn> {
     let secret = secret.ok_or_else(|| anyhow!("no deployment secret to authenticate with"))?;
-    let conn = Conn::connect(&entry.addr, secret).map_err(msg)?;
+    // The operator's own commands (status, stop): the admin role, which only the holder of
+    // the deployment secret can take.
+    let cred = Credential::deployment(secret);
+    let conn = Conn::connect_with(&entry.addr, &cred, Role::Admin).map_err(msg)?;
     if conn.rank != entry.rank {
         bail!(
             "{} answers as rank {}, not {}",

@@ -53,7 +53,7 @@ impl Client {
                 id,
                 tier: tier.to_string(),
             };
-            let Moved { extents, bytes: b } = self.call(rank, req)?;
+            let Moved { extents, bytes: b } = self.call_admin(rank, req)?;
             n += extents;
             bytes += b;
         }
@@ -61,6 +61,25 @@ impl Client {
     }
 
     pub fn shutdown_server(&self, rank: u32) -> Result<()> {
-        self.call(rank, admin::Shutdown {})
+        self.call_admin(rank, admin::Shutdown {})
+    }
+
+    /// Sends `req` to server `rank` over a connection of its own in the admin role (pooled
+    /// connections are clients: an application cannot stop a server by mistake). Only the
+    /// deployment's own user may take the role.
+    fn call_admin<C: Call + Clone>(&self, rank: u32, req: C) -> Result<C::Reply> {
+        if self.inner.pool.credential().user.is_some() {
+            let name = req.clone().into().name();
+            return Err(Error::new(
+                ErrorKind::Auth,
+                format!(
+                    "`{name}` needs the admin role, which only the deployment's own user can take"
+                ),
+            ));
+        }
+        let mut conn = self.inner.pool.open(rank, &|addr, cred| {
+            crate::conn::Conn::connect_with(addr, cred, Role::Admin)
+        })?;
+        conn.ask(req, &[])
     }
 }

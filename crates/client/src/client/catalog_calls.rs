@@ -424,6 +424,21 @@ impl Client {
         self.call(owner, req)
     }
 
+    /// Grants user `uid` (every user of the deployment when None) read access (`Some(false)`),
+    /// read and write access (`Some(true)`), or takes its grant away (`None`) on an object or
+    /// a container. Only its owner, or the deployment's user, may.
+    pub fn share(&self, target: TagTarget, uid: Option<u32>, access: Option<bool>) -> Result<()> {
+        let owner = self.target_owner(&target)?;
+        self.call(
+            owner,
+            catalog::Share {
+                target,
+                uid,
+                access,
+            },
+        )
+    }
+
     pub fn delete_tag(&self, target: TagTarget, key: &str) -> Result<()> {
         let owner = self.target_owner(&target)?;
         let req = catalog::DeleteTag {

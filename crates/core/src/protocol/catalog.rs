@@ -101,6 +101,10 @@ family! {
     /// Answered once every metadata change this server committed before it is on stable
     /// storage (the consistency point of lazy creates and tags).
     SyncMeta {} => Done;
+    /// Grants user `uid` (every user of the deployment when None) read access (`write`
+    /// false), read and write access (`write` true), or takes its grant away (`access` None)
+    /// on an object or a container. Only its owner (or the deployment's user) may.
+    Share { target: TagTarget, uid: Option<u32>, access: Option<bool> } => Done;
 }
 
 impl CatalogRequest {

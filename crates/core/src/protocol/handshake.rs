@@ -32,6 +32,10 @@ pub enum Role {
     Client,
     /// Server `rank` of the same deployment: sends `PeerRequest`s.
     Peer { rank: u32 },
+    /// The deployment's operator (`pdcx server stop`, tier moves): a client that may also
+    /// send the requests that change the deployment for everyone. Only a holder of the
+    /// deployment secret may take it.
+    Admin,
 }
 
 /// How the frames of a connection are protected after the handshake (`PDCX_WIRE`).
@@ -55,6 +59,79 @@ impl Wire {
     }
 }
 
+/// What a connecting side proves itself with.
+///
+/// - The deployment's own user (its servers, its CLI, its programs) holds the deployment
+///   secret: `user` is None and `key` is the secret.
+/// - Another user the deployment serves (`users` in its configuration) proves who it is in one
+///   of two ways, so that its identity is never a mere claim:
+///   - with a *user key*, `user_key(secret, uid)`, which the deployment's operator hands to that
+///     user (`pdcx server user-key`): works between nodes;
+///   - on the server's node, with the kernel's word alone (`SO_PEERCRED` on a Unix socket, the
+///     socket's owner on loopback TCP): `key` is empty, and the client checks in turn that the
+///     server runs as `server_uid`, the owner of the deployment's published addresses.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credential {
+    pub user: Option<u32>,
+    pub key: Vec<u8>,
+    /// For a kernel credential: the uid the server must run as.
+    pub server_uid: Option<u32>,
+}
+
+impl Credential {
+    /// The deployment's own user, holding the deployment secret.
+    pub fn deployment(secret: &[u8]) -> Credential {
+        Credential {
+            user: None,
+            key: secret.to_vec(),
+            server_uid: None,
+        }
+    }
+
+    /// User `uid` with its user key.
+    pub fn user_key(uid: u32, key: Vec<u8>) -> Credential {
+        Credential {
+            user: Some(uid),
+            key,
+            server_uid: None,
+        }
+    }
+
+    /// User `uid` on the server's node, vouched for by the kernel; the server must run as
+    /// `server_uid`.
+    pub fn kernel(uid: u32, server_uid: u32) -> Credential {
+        Credential {
+            user: Some(uid),
+            key: Vec::new(),
+            server_uid: Some(server_uid),
+        }
+    }
+
+    /// Only the kernel vouches for this caller (no key to prove anything with).
+    pub fn is_kernel(&self) -> bool {
+        self.user.is_some() && self.key.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Credential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.user {
+            None => f.write_str("Credential(deployment secret)"),
+            Some(uid) if self.key.is_empty() => write!(f, "Credential(uid {uid}, kernel)"),
+            Some(uid) => write!(f, "Credential(uid {uid}, user key)"),
+        }
+    }
+}
+
+/// The key of user `uid`: HMAC-SHA256 of a label and the uid under the deployment secret.
+/// Only a holder of the secret can make one; a server makes it again from the uid a `Hello`
+/// names, so a key proves exactly that uid.
+pub fn user_key(secret: &[u8], uid: u32) -> Vec<u8> {
+    let mut msg = b"pdcx user key 1\0".to_vec();
+    msg.extend_from_slice(&uid.to_le_bytes());
+    auth_tag(secret, &msg)
+}
+
 /// Nonces are 32 random bytes, the server's in its `Challenge`, the client's in its `Hello`.
 pub const HELLO_NONCE_LEN: usize = 32;
 
@@ -62,6 +139,9 @@ pub const HELLO_NONCE_LEN: usize = 32;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hello {
     pub role: Role,
+    /// None: the connecting side holds the deployment secret. `Some(uid)`: it is user `uid`,
+    /// proving it with that user's key, or (empty `tag`) on this node by the kernel's word.
+    pub user: Option<u32>,
     /// The connecting side's nonce (`HELLO_NONCE_LEN` bytes): its half of the session keys.
     pub nonce: Vec<u8>,
     /// The channel as the connecting side sees it (`channel_binding`): for TCP its own address
@@ -103,9 +183,10 @@ pub fn unix_binding(client_pid: u32, server_pid: u32) -> String {
 }
 
 impl Hello {
-    /// The `Hello` answering `server_nonce`.
+    /// The `Hello` answering `server_nonce`, proved with `cred` (a kernel credential sends
+    /// no tag: the server asks the kernel instead).
     pub fn new(
-        secret: &[u8],
+        cred: &Credential,
         server_nonce: &[u8],
         role: Role,
         binding: String,
@@ -114,39 +195,65 @@ impl Hello {
         let nonce: [u8; HELLO_NONCE_LEN] = rand::random();
         let mut hello = Hello {
             role,
+            user: cred.user,
             nonce: nonce.to_vec(),
             binding,
             wire,
             tag: Vec::new(),
         };
-        hello.tag = hello_mac(secret, server_nonce, &hello)
-            .finalize()
-            .into_bytes()
-            .to_vec();
+        if !cred.is_kernel() {
+            hello.tag = hello_mac(&cred.key, server_nonce, &hello)
+                .finalize()
+                .into_bytes()
+                .to_vec();
+        }
         hello
     }
 
-    /// Constant-time check of this `Hello`'s tag against `server_nonce`.
-    pub fn verify(&self, secret: &[u8], server_nonce: &[u8]) -> bool {
+    /// The key this `Hello` must be proved with, made from the deployment secret: the secret
+    /// itself, or the key of the user it names.
+    pub fn key(&self, secret: &[u8]) -> Vec<u8> {
+        match self.user {
+            None => secret.to_vec(),
+            Some(uid) => user_key(secret, uid),
+        }
+    }
+
+    /// Whether only the kernel can vouch for this caller (a user's `Hello` without a tag).
+    pub fn by_kernel(&self) -> bool {
+        self.user.is_some() && self.tag.is_empty()
+    }
+
+    /// Constant-time check of this `Hello`'s tag against `server_nonce`, under `key`.
+    pub fn verify(&self, key: &[u8], server_nonce: &[u8]) -> bool {
         self.nonce.len() == HELLO_NONCE_LEN
-            && hello_mac(secret, server_nonce, self)
+            && !self.tag.is_empty()
+            && hello_mac(key, server_nonce, self)
                 .verify_slice(&self.tag)
                 .is_ok()
     }
 }
 
-/// The `Hello` proof: HMAC-SHA256 under the deployment secret of a label, the role (and a
-/// peer's rank), both nonces, the channel binding and the protection asked for; every
-/// variable-length part is length-prefixed so no two transcripts share bytes.
-fn hello_mac(secret: &[u8], server_nonce: &[u8], h: &Hello) -> HmacSha256 {
-    let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes any key length");
+/// The `Hello` proof: HMAC-SHA256 under the deployment secret (or the user's key) of a label,
+/// the role (and a peer's rank), the user, both nonces, the channel binding and the protection
+/// asked for; every variable-length part is length-prefixed so no two transcripts share bytes.
+fn hello_mac(key: &[u8], server_nonce: &[u8], h: &Hello) -> HmacSha256 {
+    let mut mac = HmacSha256::new_from_slice(key).expect("HMAC takes any key length");
     let (kind, rank) = match h.role {
         Role::Client => (0u8, 0u32),
         Role::Peer { rank } => (1u8, rank),
+        Role::Admin => (2u8, 0u32),
     };
-    mac.update(b"pdcx hello 2\0");
+    mac.update(b"pdcx hello 3\0");
     mac.update(&[kind]);
     mac.update(&rank.to_le_bytes());
+    match h.user {
+        None => mac.update(&[0u8; 5]),
+        Some(uid) => {
+            mac.update(&[1u8]);
+            mac.update(&uid.to_le_bytes());
+        }
+    }
     for part in [server_nonce, &h.nonce, h.binding.as_bytes()] {
         mac.update(&(part.len() as u32).to_le_bytes());
         mac.update(part);

@@ -109,8 +109,8 @@ pub use admin::{AdminRequest, AdminResponse, FlushReport, Moved, ServerStats, Ti
 pub use analysis::{AnalysisRequest, AnalysisResponse, RefFilter, RefItem};
 pub use catalog::{CatalogRequest, CatalogResponse, ObjectKey, ObjectSpec, TagTarget};
 pub use handshake::{
-    arena_prefix, auth_tag, tcp_binding, unix_binding, HandshakeRequest, HandshakeResponse, Hello,
-    Role, ServerInfo, SessionKeys, ShmLoc, Welcome, Wire,
+    arena_prefix, auth_tag, tcp_binding, unix_binding, user_key, Credential, HandshakeRequest,
+    HandshakeResponse, Hello, Role, ServerInfo, SessionKeys, ShmLoc, Welcome, Wire,
 };
 pub use peer::{
     PeerRequest, PeerResponse, Pieces, RegisterItem, ShardCandidate, ShardHome, ShardPart,
@@ -248,7 +248,9 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// 4: `SetType` in the catalog family (objects created without an element type).
 /// 5: mutual handshake (client nonce, channel binding, the server's proof in `Welcome`) and
 /// protected frames between nodes.
-pub const VERSION: u16 = 5;
+/// 6: users besides the deployment's own (`Hello::user`, user keys, kernel credentials), the
+/// admin role, objects' and containers' owners and grants.
+pub const VERSION: u16 = 6;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;
 pub const NONCE_LEN: usize = 32;

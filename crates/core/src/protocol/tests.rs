@@ -209,7 +209,8 @@ mod frames {
             "10.0.0.1:5000".parse().unwrap(),
             "10.0.0.2:7000".parse().unwrap(),
         );
-        let hello = Hello::new(b"secret", b"nonce", peer, bind.clone(), Wire::Integrity);
+        let cred = Credential::deployment(b"secret");
+        let hello = Hello::new(&cred, b"nonce", peer, bind.clone(), Wire::Integrity);
         assert!(hello.verify(b"secret", b"nonce"));
         assert!(!hello.verify(b"other", b"nonce"));
         assert!(!hello.verify(b"secret", b"nonce2"));
@@ -221,20 +222,58 @@ mod frames {
         assert!(!changed(&|h| h.tag.truncate(31)));
         // A proof names one role, rank, channel, client nonce and protection.
         assert!(!changed(&|h| h.role = Role::Client));
+        assert!(!changed(&|h| h.role = Role::Admin));
+        assert!(!changed(&|h| h.user = Some(0)));
         assert!(!changed(&|h| h.role = Role::Peer { rank: 2 }));
         assert!(!changed(&|h| h.binding = unix_binding(1, 2)));
         assert!(!changed(&|h| h.nonce[0] ^= 1));
         assert!(!changed(&|h| h.nonce.truncate(16)));
         assert!(!changed(&|h| h.wire = Wire::Plain));
         // Two Hellos for the same challenge differ (fresh client nonces).
-        let again = Hello::new(b"secret", b"nonce", peer, bind, Wire::Integrity);
+        let again = Hello::new(&cred, b"nonce", peer, bind, Wire::Integrity);
         assert_ne!(again.nonce, hello.nonce);
+    }
+
+    #[test]
+    fn a_user_key_proves_exactly_its_user() {
+        let bind = unix_binding(1, 2);
+        let key = user_key(b"secret", 1000);
+        let hello = Hello::new(
+            &Credential::user_key(1000, key.clone()),
+            b"n",
+            Role::Client,
+            bind.clone(),
+            Wire::Plain,
+        );
+        assert_eq!(hello.user, Some(1000));
+        // The server makes the key again from the uid the Hello names.
+        assert!(hello.verify(&hello.key(b"secret"), b"n"));
+        // Claiming another uid, or the deployment secret's place, fails.
+        for user in [Some(1001), Some(0), None] {
+            let mut h = hello.clone();
+            h.user = user;
+            assert!(!h.verify(&h.key(b"secret"), b"n"), "{user:?}");
+        }
+        // A key for one deployment is worth nothing in another.
+        assert!(!hello.verify(&user_key(b"other", 1000), b"n"));
+        assert_ne!(user_key(b"secret", 1000), user_key(b"secret", 1001));
+        // A kernel credential sends no tag, and a tagless Hello never verifies.
+        let k = Hello::new(
+            &Credential::kernel(1000, 0),
+            b"n",
+            Role::Client,
+            bind,
+            Wire::Plain,
+        );
+        assert!(k.by_kernel() && k.tag.is_empty());
+        assert!(!k.verify(&k.key(b"secret"), b"n"));
+        assert!(!hello.by_kernel());
     }
 
     #[test]
     fn welcome_proves_the_server_and_keys_are_per_connection_and_direction() {
         let hello = Hello::new(
-            b"secret",
+            &Credential::deployment(b"secret"),
             b"n",
             Role::Client,
             unix_binding(1, 2),
@@ -264,7 +303,7 @@ mod frames {
         }
         // The Welcome answers one Hello only.
         let other = Hello::new(
-            b"secret",
+            &Credential::deployment(b"secret"),
             b"n",
             Role::Client,
             unix_binding(1, 2),

@@ -1,33 +1,74 @@
 //! The catalog family: containers, objects, names and tags.
 
+use super::{access, Session};
 use crate::Server;
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{
     CatalogRequest as Q, CatalogResponse as A, ObjectKey, ObjectSpec, TagTarget,
 };
-use pdcx_core::{owner_of_name, Error, ErrorKind, ObjectMeta, Result};
+use pdcx_core::{owner_of_name, Error, ErrorKind, Need, ObjectId, ObjectMeta, Result};
 use std::sync::atomic::Ordering;
 
-pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
+pub(super) fn handle(server: &Server, req: Q, sess: &Session) -> Result<A> {
     let md = &server.meta;
+    let mine = sess.deployment_user();
+    // Checks `need` on object `id` held here (or anywhere, through a lookup).
+    let object = |id: ObjectId, need: Need| -> Result<()> {
+        if mine {
+            return Ok(());
+        }
+        access::check_object(server, sess, id, need)
+    };
+    let container = |name: &str, need: Need| -> Result<()> {
+        if mine {
+            return Ok(());
+        }
+        let c = md.get_container(name)?;
+        access::check(sess, &c.access, need, &format!("container {name:?}"))
+    };
+    let readable = |a: &pdcx_core::Access| access::allows(sess, a, Need::Read);
     Ok(match req {
-        Q::CreateContainer(r) => A::Container(md.create_container(&r.name, &r.tags, &r.creator)?),
-        Q::GetContainer(r) => A::Container(md.get_container(&r.name)?),
-        Q::ListContainers(_) => A::Containers(md.list_containers()?),
-        Q::CreateObject(r) => A::Object(create_object(server, r.spec, r.lazy)?),
-        Q::CreateObjects(r) => A::Created(create_objects(server, r.specs, r.lazy)),
+        Q::CreateContainer(r) => A::Container(md.create_container(
+            &r.name,
+            &r.tags,
+            &r.creator,
+            &access::for_new(sess),
+        )?),
+        Q::GetContainer(r) => {
+            container(&r.name, Need::Read)?;
+            A::Container(md.get_container(&r.name)?)
+        }
+        Q::ListContainers(_) => A::Containers(
+            md.list_containers()?
+                .into_iter()
+                .filter(|c| readable(&c.access))
+                .collect(),
+        ),
+        Q::CreateObject(r) => A::Object(create_object(server, r.spec, r.lazy, sess)?),
+        Q::CreateObjects(r) => A::Created(create_objects(server, r.specs, r.lazy, sess)),
         Q::OpenObject(r) => {
             server.lookups.fetch_add(1, Ordering::Relaxed);
-            A::Object(by_name(server, &r.name)?)
+            readable_meta(sess, by_name(server, &r.name)?)?
         }
         Q::GetObject(r) => {
             server.lookups.fetch_add(1, Ordering::Relaxed);
-            A::Object(md.object(r.id)?)
+            readable_meta(sess, md.object(r.id)?)?
         }
-        Q::LookupObject(r) => A::Object(lookup(server, r.key)?),
-        Q::ListObjects(r) => A::Objects(md.list_objects(r.container.as_deref())?),
+        Q::LookupObject(r) => readable_meta(sess, lookup(server, r.key)?)?,
+        Q::ListObjects(r) => A::Objects(
+            md.list_objects(r.container.as_deref())?
+                .into_iter()
+                .filter(|m| readable(&m.access))
+                .collect(),
+        ),
         Q::SetDims(r) => {
             let cur = md.object(r.id)?;
+            access::check(
+                sess,
+                &cur.access,
+                Need::Write,
+                &format!("object {:?}", cur.name),
+            )?;
             if r.dims.len() != cur.dims.len() && server.engine.has_data(r.id) {
                 return Err(Error::invalid(format!(
                     "{} holds data: its number of dims cannot change",
@@ -36,13 +77,28 @@ pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
             }
             A::Object(md.set_dims(r.id, &r.dims)?)
         }
-        Q::SetType(r) => A::Object(md.set_type(r.id, r.dtype, &r.dims)?),
+        Q::SetType(r) => {
+            object(r.id, Need::Write)?;
+            A::Object(md.set_type(r.id, r.dtype, &r.dims)?)
+        }
         Q::AddToContainer(r) => {
+            object(r.id, Need::Write)?;
             md.add_to_container(r.id, &r.container)?;
             A::Done
         }
         Q::RemoveFromContainer(r) => {
+            object(r.id, Need::Write)?;
             md.remove_from_container(r.id, &r.container)?;
+            A::Done
+        }
+        Q::DropMemberships(r) if !mine => {
+            // Another user drops only the memberships of objects it may change (as it could
+            // one by one), never those of others' objects in a container of the same name.
+            for m in md.list_objects(Some(&r.container))? {
+                if access::allows(sess, &m.access, Need::Write) {
+                    md.remove_from_container(m.id, &r.container)?;
+                }
+            }
             A::Done
         }
         Q::DropMemberships(r) => {
@@ -51,24 +107,49 @@ pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
         }
         Q::PutTags(r) => {
             match r.target {
-                TagTarget::Object(id) => crate::tiering::put_object_tags(
-                    md,
-                    server.engine.tiering.as_deref(),
-                    id,
-                    r.tags,
-                    r.lazy,
-                )?,
-                target => md.put_tags_with(&target, &r.tags, r.lazy)?,
+                TagTarget::Object(id) => {
+                    object(id, Need::Write)?;
+                    crate::tiering::put_object_tags(
+                        md,
+                        server.engine.tiering.as_deref(),
+                        id,
+                        r.tags,
+                        r.lazy,
+                    )?
+                }
+                target => {
+                    if let TagTarget::Container(name) = &target {
+                        container(name, Need::Write)?;
+                    }
+                    md.put_tags_with(&target, &r.tags, r.lazy)?
+                }
             }
             A::Done
         }
         Q::DeleteTag(r) => {
+            match &r.target {
+                TagTarget::Object(id) => object(*id, Need::Write)?,
+                TagTarget::Container(name) => container(name, Need::Write)?,
+            }
             let _serial = crate::tiering::rule_change_guard(&r.key);
             md.delete_tag(&r.target, &r.key)?;
             A::Done
         }
-        Q::Query(r) => A::Matches(md.query(&r.conditions)?),
+        Q::Query(r) => {
+            let found = md.query(&r.conditions)?;
+            if mine {
+                A::Matches(found)
+            } else {
+                A::Matches(
+                    found
+                        .into_iter()
+                        .filter(|(id, _)| md.object(*id).is_ok_and(|m| readable(&m.access)))
+                        .collect(),
+                )
+            }
+        }
         Q::DeleteObject(r) => {
+            object(r.id, Need::Own)?;
             let gone = md.delete_object(r.id)?;
             md.forget_versions(r.id)?;
             server.engine.forget(r.id);
@@ -76,16 +157,22 @@ pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
             A::Object(gone)
         }
         Q::DeleteContainer(r) => {
+            container(&r.name, Need::Own)?;
             md.delete_container(&r.name)?;
             A::Done
         }
-        Q::RenameObject(r) => A::Object(md.rename_object(r.id, &r.name)?),
+        Q::RenameObject(r) => {
+            object(r.id, Need::Own)?;
+            A::Object(md.rename_object(r.id, &r.name)?)
+        }
         Q::LinkName(r) => {
             server.check_owner(&r.name)?;
+            object(r.id, Need::Own)?;
             md.link_name(&r.name, r.id)?;
             A::Done
         }
         Q::UnlinkName(r) => {
+            object(r.id, Need::Own)?;
             md.unlink_name(&r.name, r.id)?;
             A::Done
         }
@@ -93,22 +180,54 @@ pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
             md.sync()?;
             A::Done
         }
+        Q::Share(r) => {
+            match &r.target {
+                TagTarget::Object(id) => {
+                    let cur = md.object(*id)?;
+                    access::check(
+                        sess,
+                        &cur.access,
+                        Need::Own,
+                        &format!("object {:?}", cur.name),
+                    )?;
+                    let mut a = cur.access;
+                    a.grant(r.uid, r.access);
+                    md.set_object_access(*id, &a)?;
+                }
+                TagTarget::Container(name) => {
+                    let cur = md.get_container(name)?;
+                    access::check(sess, &cur.access, Need::Own, &format!("container {name:?}"))?;
+                    let mut a = cur.access;
+                    a.grant(r.uid, r.access);
+                    md.set_container_access(name, &a)?;
+                }
+            }
+            A::Done
+        }
     })
 }
 
+/// An object's metadata, if the caller may read it.
+fn readable_meta(sess: &Session, m: ObjectMeta) -> Result<A> {
+    access::check(sess, &m.access, Need::Read, &format!("object {:?}", m.name))?;
+    Ok(A::Object(m))
+}
+
 /// `CreateObject`: durable when answered, or with `lazy` at the next metadata batch.
-fn create_object(server: &Server, mut spec: ObjectSpec, lazy: bool) -> Result<ObjectMeta> {
+fn create_object(
+    server: &Server,
+    mut spec: ObjectSpec,
+    lazy: bool,
+    sess: &Session,
+) -> Result<ObjectMeta> {
     server.check_owner(&spec.name)?;
     if !lazy {
         drop_dangling_link(server, &spec.name)?;
     }
     crate::tiering::check_new_object(server.engine.tiering.as_deref(), &mut spec)?;
-    if !lazy {
-        return server.meta.create_object(&spec);
-    }
     let created = server
         .meta
-        .create_objects_with(std::slice::from_ref(&spec), true)
+        .create_objects_with(std::slice::from_ref(&spec), lazy, &access::for_new(sess))
         .pop();
     created.unwrap_or_else(|| Err(Error::internal("create_objects returned no result")))
 }
@@ -198,6 +317,7 @@ fn create_objects(
     server: &Server,
     mut specs: Vec<ObjectSpec>,
     lazy: bool,
+    sess: &Session,
 ) -> Vec<Result<ObjectMeta>> {
     let tiering = server.engine.tiering.as_deref();
     let mut results: Vec<Option<Result<ObjectMeta>>> = specs
@@ -216,7 +336,10 @@ fn create_objects(
         .filter(|(_, r)| r.is_none())
         .map(|(s, _)| s)
         .collect();
-    let mut created = server.meta.create_objects_with(&ok, lazy).into_iter();
+    let mut created = server
+        .meta
+        .create_objects_with(&ok, lazy, &access::for_new(sess))
+        .into_iter();
     for r in results.iter_mut().filter(|r| r.is_none()) {
         *r = created.next();
     }

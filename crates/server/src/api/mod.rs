@@ -2,6 +2,7 @@
 //! arm per family here. Whether a request writes (home copies wait while writes come:
 //! `HomeCopier::note_write`) is a property of its family (`Request::writes`).
 
+pub(crate) mod access;
 mod admin;
 mod analysis;
 mod catalog;
@@ -34,13 +35,20 @@ pub(crate) fn handle(
     if !matches!(req, Request::Write(WriteRequest::Stage(_))) {
         no_payload(reader, payload_len)?;
     }
+    if let Err(e) = access::check_request(server, sess, &req) {
+        // The framing stays intact: a refused stage's payload is read and dropped.
+        if matches!(req, Request::Write(WriteRequest::Stage(_))) {
+            drain(reader, payload_len)?;
+        }
+        return Err(e);
+    }
     let none = Vec::new;
     Ok(match req {
         Request::Handshake(r) => (
             Response::Handshake(handshake::handle(server, r, sess)?),
             none(),
         ),
-        Request::Catalog(r) => (Response::Catalog(catalog::handle(server, r)?), none()),
+        Request::Catalog(r) => (Response::Catalog(catalog::handle(server, r, sess)?), none()),
         Request::Write(r) => (
             Response::Write(write::handle(server, r, payload_len, reader, sess)?),
             none(),

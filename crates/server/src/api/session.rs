@@ -42,7 +42,7 @@ pub(crate) struct Session {
 }
 
 impl Session {
-    /// The connection's caller is the deployment's own user (false when no handshake said who).
+    /// Whether the caller is the deployment's own user (see [`Caller::deployment_user`]).
     pub(crate) fn deployment_user(&self) -> bool {
         self.caller.is_some_and(|c| c.deployment_user)
     }

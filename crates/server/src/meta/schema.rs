@@ -14,6 +14,7 @@
 //! | 4 | + `extent_stats`: each extent's smallest and largest element (value queries skip extents) |
 //! | 5 | + `extent_refs`: extents whose bytes stay in a file outside pdcx (HDF5 import by reference) |
 //! | 6 | + `name_links`: names that hash to this server for objects another server owns (renames: `rename.rs`) |
+//! | 7 | + `objects.access`, `containers.access`: the owning user and its grants (`pdcx_core::Access`, JSON; empty: the deployment's user, no grants) |
 //!
 //! A database whose version is newer than this code knows is refused (it was written by a
 //! newer pdcx; this one might misread or corrupt it).
@@ -37,6 +38,7 @@ const MIGRATIONS: &[Step] = &[
     v4_extent_stats,
     v5_extent_refs,
     v6_name_links,
+    v7_access,
 ];
 
 /// Version 1: today's tables. Also adopts an unversioned shard written by earlier code, which
@@ -152,6 +154,26 @@ fn v6_name_links(tx: &rusqlite::Transaction) -> Result<()> {
         "CREATE TABLE IF NOT EXISTS name_links (name TEXT PRIMARY KEY, id INTEGER NOT NULL);",
     )
     .map_err(db_err)
+}
+
+/// Version 7: who owns each object and container, and what it grants other users. Rows
+/// written before have none: the deployment's own user's, as they always were.
+fn v7_access(tx: &rusqlite::Transaction) -> Result<()> {
+    for table in ["objects", "containers"] {
+        let has: bool = tx
+            .prepare(&format!(
+                "SELECT 1 FROM pragma_table_info('{table}') WHERE name='access'"
+            ))
+            .and_then(|mut st| st.exists([]))
+            .map_err(db_err)?;
+        if !has {
+            tx.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN access TEXT NOT NULL DEFAULT '';"
+            ))
+            .map_err(db_err)?;
+        }
+    }
+    Ok(())
 }
 
 const V1_SCHEMA: &str = "

@@ -3,7 +3,7 @@
 use super::*;
 use pdcx_core::model::Tags;
 use pdcx_core::protocol::{ObjectSpec, TagTarget};
-use pdcx_core::{Condition, Dtype, Region, TagValue};
+use pdcx_core::{Access, Condition, Dtype, Region, TagValue};
 use pdcx_store::Location;
 
 fn spec(name: &str, tags: Tags) -> ObjectSpec {
@@ -56,9 +56,15 @@ fn tag_queries_cover_equality_ranges_and_globs() {
 fn deletes_remove_objects_containers_and_memberships() {
     let dir = tempfile::tempdir().unwrap();
     let md = Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap();
-    md.create_container("c", &vec![("k".into(), TagValue::Int(1))], "t")
+    md.create_container(
+        "c",
+        &vec![("k".into(), TagValue::Int(1))],
+        "t",
+        &Access::default(),
+    )
+    .unwrap();
+    md.create_container("d", &vec![], "t", &Access::default())
         .unwrap();
-    md.create_container("d", &vec![], "t").unwrap();
     let a = md
         .create_object(&spec("a", vec![("x".into(), TagValue::Int(1))]))
         .unwrap();
@@ -110,7 +116,7 @@ fn deletes_remove_objects_containers_and_memberships() {
     assert_eq!(md.list_containers().unwrap().len(), 1);
     // The container name is free again, without the old tags.
     assert!(md
-        .create_container("c", &vec![], "t")
+        .create_container("c", &vec![], "t", &Access::default())
         .unwrap()
         .tags
         .is_empty());
@@ -358,22 +364,22 @@ fn lazy_creates_are_checked_at_once_and_durable_at_sync() {
     let md = Metadata::open_with_fs(&path, 0, 1, std::sync::Arc::new(disk.clone())).unwrap();
     let syncs = md.wal_syncs();
     let made = md
-        .create_objects_with(&[spec("lazy/a", vec![])], true)
+        .create_objects_with(&[spec("lazy/a", vec![])], true, &Access::default())
         .pop()
         .unwrap()
         .unwrap();
     assert_eq!(md.object_by_name("lazy/a").unwrap().id, made.id);
     // A duplicate fails in its own call and leaves no row behind; a bad spec likewise.
     let dup = md
-        .create_objects_with(&[spec("lazy/a", vec![])], true)
+        .create_objects_with(&[spec("lazy/a", vec![])], true, &Access::default())
         .pop()
         .unwrap();
     assert_eq!(dup.unwrap_err().kind, ErrorKind::AlreadyExists);
     let mut bad = spec("lazy/bad", vec![("".into(), TagValue::Int(1))]);
-    assert!(md.create_objects_with(&[bad.clone()], true)[0].is_err());
+    assert!(md.create_objects_with(&[bad.clone()], true, &Access::default())[0].is_err());
     bad.tags.clear();
     bad.fill = Some(vec![1]);
-    assert!(md.create_objects_with(&[bad], true)[0].is_err());
+    assert!(md.create_objects_with(&[bad], true, &Access::default())[0].is_err());
     assert!(md.object_by_name("lazy/bad").is_err());
     md.put_tags_with(
         &TagTarget::Object(made.id),
@@ -390,7 +396,7 @@ fn lazy_creates_are_checked_at_once_and_durable_at_sync() {
     }
     // A later lazy change is durable once `sync` returns: cut the power right after it.
     let late = md
-        .create_objects_with(&[spec("lazy/b", vec![])], true)
+        .create_objects_with(&[spec("lazy/b", vec![])], true, &Access::default())
         .pop()
         .unwrap()
         .unwrap();
@@ -417,14 +423,18 @@ fn ids_are_not_reused_after_a_crash_that_lost_unwritten_creates() {
     let kept = md.create_object(&spec("kept", vec![])).unwrap();
     md.hold_syncer();
     let lost: Vec<ObjectId> = md
-        .create_objects_with(&[spec("lost/a", vec![]), spec("lost/b", vec![])], true)
+        .create_objects_with(
+            &[spec("lost/a", vec![]), spec("lost/b", vec![])],
+            true,
+            &Access::default(),
+        )
         .into_iter()
         .map(|r| r.unwrap().id)
         .collect();
     assert_eq!(md.unwritten_creates(), 2);
     // Visible and checked before any row is written.
     assert_eq!(md.object_by_name("lost/b").unwrap().id, lost[1]);
-    let dup = md.create_objects_with(&[spec("lost/a", vec![])], true);
+    let dup = md.create_objects_with(&[spec("lost/a", vec![])], true, &Access::default());
     assert_eq!(dup[0].as_ref().unwrap_err().kind, ErrorKind::AlreadyExists);
     // The crash: the process goes away with the rows still queued.
     drop(md);
@@ -452,7 +462,11 @@ fn queued_creates_are_written_before_other_uses_of_the_database() {
     let md = Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap();
     md.hold_syncer();
     let a = md
-        .create_objects_with(&[spec("q/a", vec![("k".into(), TagValue::Int(1))])], true)
+        .create_objects_with(
+            &[spec("q/a", vec![("k".into(), TagValue::Int(1))])],
+            true,
+            &Access::default(),
+        )
         .pop()
         .unwrap()
         .unwrap();
@@ -463,7 +477,7 @@ fn queued_creates_are_written_before_other_uses_of_the_database() {
     assert_eq!(hits, vec![(a.id, "q/a".to_string())]);
     assert_eq!(md.unwritten_creates(), 0);
     let b = md
-        .create_objects_with(&[spec("q/b", vec![])], true)
+        .create_objects_with(&[spec("q/b", vec![])], true, &Access::default())
         .pop()
         .unwrap()
         .unwrap();
@@ -489,7 +503,11 @@ fn lazy_tags_on_a_queued_create_join_its_row() {
     let md = Metadata::open(&path, 0, 1).unwrap();
     md.hold_syncer();
     let o = md
-        .create_objects_with(&[spec("qt/a", vec![("k".into(), TagValue::Int(1))])], true)
+        .create_objects_with(
+            &[spec("qt/a", vec![("k".into(), TagValue::Int(1))])],
+            true,
+            &Access::default(),
+        )
         .pop()
         .unwrap()
         .unwrap();
@@ -583,7 +601,11 @@ fn growths_are_queued_and_written_before_other_uses_of_the_database() {
     let mut s = spec("g/a", vec![]);
     s.dims = vec![0];
     s.dtype = Dtype::Bytes;
-    let a = md.create_objects_with(&[s], true).pop().unwrap().unwrap();
+    let a = md
+        .create_objects_with(&[s], true, &Access::default())
+        .pop()
+        .unwrap()
+        .unwrap();
     // Grown while its row is queued: the row carries the size.
     assert_eq!(md.extend_dims(a.id, &[100]).unwrap().dims, vec![100]);
     assert_eq!(md.unwritten_creates(), 1);

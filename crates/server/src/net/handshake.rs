@@ -7,6 +7,7 @@
 //! anything costs one thread for a bounded time and a few hundred bytes.
 
 use super::{Reader, Writer};
+use crate::api::Caller;
 use crate::Server;
 use pdcx_core::protocol::{self, FrameKind, Hello, Role, ServerInfo, SessionKeys, Welcome, Wire};
 use pdcx_core::{Error, ErrorKind, Result};
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 /// Who the other side proved to be.
 pub(super) struct Authenticated {
     pub role: Role,
-    pub caller: crate::api::Caller,
+    pub caller: Caller,
 }
 
 /// Reads through the connection's buffer, each read waiting at most until `deadline`.
@@ -86,13 +87,16 @@ pub(super) fn handshake(
     }
     let hello: Hello =
         protocol::decode_body(&body).map_err(|_| refused("malformed answer to the challenge"))?;
-    if !hello.verify(&server.secret, &nonce) {
-        return Err(refused("this client does not hold the deployment secret"));
-    }
     let stream = reader.get_ref();
     let mine = stream
         .channel_binding(false)
         .map_err(|e| Error::io("socket", &e))?;
+    // On this node the kernel says who connects (None between nodes).
+    let uid = stream
+        .peer_uid()
+        .map_err(|e| refused(&format!("cannot tell who is connecting: {e}")))?;
+    let key = hello.key(&server.secret);
+    let caller = identify(server, &hello, &nonce, &key, uid)?;
     if hello.binding != mine {
         let who = stream.peer_desc();
         eprintln!(
@@ -105,20 +109,6 @@ pub(super) fn handshake(
              server's own address)",
             hello.binding
         )));
-    }
-    // On this node the kernel says who connects; the secret alone does not make another
-    // user this deployment's user.
-    let uid = stream
-        .peer_uid()
-        .map_err(|e| refused(&format!("cannot tell who is connecting: {e}")))?;
-    let me = nix_euid();
-    if let Some(uid) = uid {
-        if uid != me && uid != 0 {
-            return Err(refused(&format!(
-                "the connecting process runs as uid {uid}, this server as uid {me}: a \
-                 deployment serves its own user"
-            )));
-        }
     }
     if let Role::Peer { rank } = hello.role {
         if rank >= server.config.size {
@@ -135,15 +125,22 @@ pub(super) fn handshake(
         .wire_wanted(setting)
         .map_err(|e| Error::io("socket", &e))?;
     let wire = ours.max(hello.wire);
+    if hello.by_kernel() && wire != Wire::Plain {
+        // The kernel's word proves who connects but gives no key to protect frames with.
+        return Err(refused(&format!(
+            "this connection must be protected ({wire:?}), which needs a key: connect with \
+             your user key (PDCX_USER_KEY, from `pdcx server user-key`)"
+        )));
+    }
     let info = ServerInfo {
         rank: server.config.rank,
         size: server.config.size,
     };
-    let welcome = Welcome::new(&server.secret, &hello, info, wire);
+    let welcome = Welcome::new(&key, &hello, info, wire);
     crate::limits::after_handshake(reader.get_ref(), limits)?;
     send_welcome(writer, Ok(welcome.clone())).map_err(|e| Error::io("sending welcome", &e))?;
     if wire != Wire::Plain {
-        let keys = SessionKeys::derive(&server.secret, &hello, &welcome);
+        let keys = SessionKeys::derive(&key, &hello, &welcome);
         let encrypt = wire == Wire::Encrypted;
         reader
             .get_mut()
@@ -154,15 +151,83 @@ pub(super) fn handshake(
             .protect_writes(&keys.server_to_client, encrypt)
             .map_err(|e| Error::io("socket", &e))?;
     }
-    // Every holder of the deployment secret is the deployment's own user, with its rights.
-    let caller = crate::api::Caller {
-        uid: uid.unwrap_or(me),
-        deployment_user: true,
-        admin: true,
-    };
     Ok(Authenticated {
         role: hello.role,
         caller,
+    })
+}
+
+/// Who proved what: the deployment's own user (the secret), or another user of the
+/// deployment (its user key, or on this node the kernel's word). `uid` is the kernel's word
+/// on who connects, when the connection is on this node.
+fn identify(
+    server: &Server,
+    hello: &Hello,
+    nonce: &[u8],
+    key: &[u8],
+    uid: Option<u32>,
+) -> Result<Caller> {
+    let me = nix_euid();
+    let Some(user) = hello.user else {
+        if !hello.verify(key, nonce) {
+            return Err(refused("this client does not hold the deployment secret"));
+        }
+        // The secret alone does not make another user this deployment's user.
+        if let Some(uid) = uid {
+            if uid != me && uid != 0 {
+                return Err(refused(&format!(
+                    "the connecting process runs as uid {uid}, this server as uid {me}: it \
+                     holds the deployment secret but is not the deployment's user (another \
+                     user connects as itself, if the deployment's `users` setting lists it)"
+                )));
+            }
+        }
+        return Ok(Caller {
+            uid: uid.unwrap_or(me),
+            deployment_user: true,
+            admin: hello.role == Role::Admin,
+        });
+    };
+    if hello.role != Role::Client {
+        return Err(refused(&format!(
+            "uid {user} asked for the {:?} role: another user of a deployment connects as a \
+             client only",
+            hello.role
+        )));
+    }
+    if user != me && !server.users.allows(user) {
+        return Err(refused(&format!(
+            "uid {user} is not a user of this deployment (its operator lists the users it \
+             serves in the `users` setting)"
+        )));
+    }
+    if hello.by_kernel() {
+        if uid != Some(user) {
+            return Err(refused(&match uid {
+                Some(k) => format!("the connection claims uid {user}, the kernel says uid {k}"),
+                None => format!(
+                    "uid {user} offered no key, and the kernel cannot vouch for a connection \
+                     from another node: use your user key (PDCX_USER_KEY)"
+                ),
+            }));
+        }
+    } else {
+        if !hello.verify(key, nonce) {
+            return Err(refused(&format!(
+                "this client does not hold the key of uid {user}"
+            )));
+        }
+        if let Some(k) = uid.filter(|&k| k != user) {
+            return Err(refused(&format!(
+                "the connection proves the key of uid {user}, the kernel says it runs as uid {k}: \
+                 a user key is its user's alone"
+            )));
+        }
+    }
+    Ok(Caller {
+        uid: user,
+        deployment_user: user == me,
+        admin: false,
     })
 }
 

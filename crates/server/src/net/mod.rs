@@ -46,7 +46,7 @@ pub(crate) fn serve_connection(server: &Server, stream: Stream) {
     drop(pending);
     server.connections.fetch_add(1, Ordering::Relaxed);
     match role {
-        Role::Client => serve_client(server, caller, &mut reader, &mut writer),
+        Role::Client | Role::Admin => serve_client(server, caller, &mut reader, &mut writer),
         Role::Peer { rank } => serve_peer(server, rank, &mut reader, &mut writer),
     }
     server.connections.fetch_sub(1, Ordering::Relaxed);

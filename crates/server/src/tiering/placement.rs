@@ -402,6 +402,7 @@ mod tests {
                 .iter()
                 .map(|(k, v)| (k.to_string(), TagValue::Str(v.to_string())))
                 .collect(),
+            access: Default::default(),
         }
     }
 

@@ -194,7 +194,7 @@ pub fn raw(root: &std::path::Path) -> (BufReader<TcpStream>, TcpStream) {
     assert_eq!(h.kind, FrameKind::Challenge);
     let binding = protocol::tcp_binding(s.local_addr().unwrap(), s.peer_addr().unwrap());
     let hello = protocol::Hello::new(
-        &secret,
+        &protocol::Credential::deployment(&secret),
         &nonce,
         protocol::Role::Client,
         binding,

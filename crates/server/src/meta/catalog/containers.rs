@@ -1,10 +1,10 @@
 //! Containers and memberships: containers created, listed and deleted; objects added to and
 //! removed from them.
 
-use super::rows::{read_tags, write_tags};
+use super::rows::{access_column, access_from_column, read_tags, write_tags};
 use crate::meta::{db_err, lid_of, now, Metadata};
 use pdcx_core::model::{make_object_id, Tags};
-use pdcx_core::{ContainerInfo, Error, ErrorKind, ObjectId, Result};
+use pdcx_core::{Access, ContainerInfo, Error, ErrorKind, ObjectId, Result};
 use rusqlite::{params, OptionalExtension};
 
 impl Metadata {
@@ -13,12 +13,13 @@ impl Metadata {
         name: &str,
         tags: &Tags,
         creator: &str,
+        access: &Access,
     ) -> Result<ContainerInfo> {
         self.write(|tx| {
             let inserted = tx
                 .execute(
-                    "INSERT OR IGNORE INTO containers (name, creator, ctime) VALUES (?1, ?2, ?3)",
-                    params![name, creator, now()],
+                    "INSERT OR IGNORE INTO containers (name, creator, ctime, access) VALUES (?1, ?2, ?3, ?4)",
+                    params![name, creator, now(), access_column(access)],
                 )
                 .map_err(db_err)?;
             if inserted == 0 {
@@ -35,15 +36,15 @@ impl Metadata {
 
     pub fn get_container(&self, name: &str) -> Result<ContainerInfo> {
         let db = self.db();
-        let row: Option<(i64, String, f64)> = db
+        let row: Option<(i64, String, f64, String)> = db
             .query_row(
-                "SELECT lid, creator, ctime FROM containers WHERE name=?1",
+                "SELECT lid, creator, ctime, access FROM containers WHERE name=?1",
                 [name],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )
             .optional()
             .map_err(db_err)?;
-        let (lid, creator, ctime) =
+        let (lid, creator, ctime, access) =
             row.ok_or_else(|| Error::not_found(format!("no container named {name:?}")))?;
         Ok(ContainerInfo {
             id: make_object_id(self.rank, lid as u64),
@@ -52,6 +53,7 @@ impl Metadata {
             creator,
             ctime,
             tags: read_tags(&db, 1, lid)?,
+            access: access_from_column(&access),
         })
     }
 

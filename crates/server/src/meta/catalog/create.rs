@@ -4,7 +4,7 @@
 use crate::meta::{db_err, now, Metadata};
 use pdcx_core::model::{make_object_id, validate_dims};
 use pdcx_core::protocol::ObjectSpec;
-use pdcx_core::{Error, ErrorKind, ObjectMeta, Result, TagValue};
+use pdcx_core::{Access, Error, ErrorKind, ObjectMeta, Result, TagValue};
 use rusqlite::{Connection, OptionalExtension};
 
 impl Metadata {
@@ -20,7 +20,7 @@ impl Metadata {
     /// transaction rolls back, so no object is left half-created). Returns once the batch is
     /// durable.
     pub fn create_objects(&self, specs: &[ObjectSpec]) -> Vec<Result<ObjectMeta>> {
-        self.create_objects_with(specs, false)
+        self.create_objects_with(specs, false, &Access::default())
     }
 
     /// [`create_objects`](Self::create_objects), or with `lazy` answered without waiting for
@@ -30,8 +30,14 @@ impl Metadata {
     /// of the database, by the syncer (kicked here, so within about one transaction plus 5 ms)
     /// or by [`sync`](Metadata::sync) (`SyncMeta`), which also fsyncs. Without `lazy` this
     /// returns after that `sync`; with it, a kill -9 before the syncer ran loses the objects
-    /// (never their ids: see [`LidRange`]).
-    pub fn create_objects_with(&self, specs: &[ObjectSpec], lazy: bool) -> Vec<Result<ObjectMeta>> {
+    /// (never their ids: see [`LidRange`]). Every object is created with `access` (its owning
+    /// user: the caller's, never one a spec claims).
+    pub fn create_objects_with(
+        &self,
+        specs: &[ObjectSpec],
+        lazy: bool,
+        access: &Access,
+    ) -> Vec<Result<ObjectMeta>> {
         let t = now();
         let mut results = Vec::with_capacity(specs.len());
         {
@@ -42,7 +48,7 @@ impl Metadata {
             let mut names = self.names.write().unwrap_or_else(|p| p.into_inner());
             let mut made = Vec::new();
             for spec in specs {
-                let meta = match new_object(spec, t) {
+                let meta = match new_object(spec, t, access) {
                     Ok(m) => m,
                     Err(e) => {
                         results.push(Err(e));
@@ -163,7 +169,7 @@ impl LidRange {
 /// An object for `spec` (id and owner still to be set), or why the spec is refused. Builds
 /// the metadata the way `read_object` would read it back: memberships and tags sorted by
 /// name, the last value of a repeated tag winning.
-fn new_object(spec: &ObjectSpec, t: f64) -> Result<ObjectMeta> {
+fn new_object(spec: &ObjectSpec, t: f64, access: &Access) -> Result<ObjectMeta> {
     validate_dims(&spec.dims)?;
     let fill = match &spec.fill {
         None => vec![0u8; spec.dtype.size()],
@@ -201,5 +207,6 @@ fn new_object(spec: &ObjectSpec, t: f64) -> Result<ObjectMeta> {
             .into_iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        access: access.clone(),
     })
 }

@@ -9,6 +9,7 @@
 
 mod containers;
 mod create;
+mod grants;
 mod objects;
 mod rows;
 mod tags;

@@ -3,12 +3,12 @@
 
 use crate::meta::{db_err, grow_dims, lid_of, now, Metadata};
 use pdcx_core::model::{make_object_id, Tags};
-use pdcx_core::{Dtype, Error, ObjectId, ObjectMeta, Result, TagValue};
+use pdcx_core::{Access, Dtype, Error, ObjectId, ObjectMeta, Result, TagValue};
 use rusqlite::{params, Connection, OptionalExtension};
 
 impl Metadata {
     pub(super) fn read_object(&self, db: &Connection, lid: i64) -> Result<ObjectMeta> {
-        let (name, dtype, dims, fill, creator, ctime, mtime): (
+        let (name, dtype, dims, fill, creator, ctime, mtime, access): (
             String,
             u8,
             String,
@@ -16,9 +16,10 @@ impl Metadata {
             String,
             f64,
             f64,
+            String,
         ) = db
             .query_row(
-                "SELECT name, dtype, dims, fill, creator, ctime, mtime FROM objects WHERE lid=?1",
+                "SELECT name, dtype, dims, fill, creator, ctime, mtime, access FROM objects WHERE lid=?1",
                 [lid],
                 |r| {
                     Ok((
@@ -29,6 +30,7 @@ impl Metadata {
                         r.get(4)?,
                         r.get(5)?,
                         r.get(6)?,
+                        r.get(7)?,
                     ))
                 },
             )
@@ -55,6 +57,7 @@ impl Metadata {
             fill,
             containers,
             tags: read_tags(db, 0, lid)?,
+            access: access_from_column(&access),
         })
     }
 }
@@ -100,10 +103,20 @@ pub(in crate::meta) fn insert_rows(tx: &rusqlite::Transaction, m: &ObjectMeta) -
     let dims = serde_json::to_string(&m.dims).map_err(|e| Error::internal(e.to_string()))?;
     let lid = lid_of(m.id);
     tx.prepare_cached(
-        "INSERT INTO objects (lid, name, dtype, dims, fill, creator, ctime, mtime) VALUES (?1,?2,?3,?4,?5,?6,?7,?8)",
+        "INSERT INTO objects (lid, name, dtype, dims, fill, creator, ctime, mtime, access) VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9)",
     )
     .and_then(|mut st| {
-        st.execute(params![lid, m.name, m.dtype as u8, dims, m.fill, m.creator, m.ctime, m.mtime])
+        st.execute(params![
+            lid,
+            m.name,
+            m.dtype as u8,
+            dims,
+            m.fill,
+            m.creator,
+            m.ctime,
+            m.mtime,
+            access_column(&m.access)
+        ])
     })
     .map_err(db_err)?;
     let mut st = tx
@@ -113,6 +126,28 @@ pub(in crate::meta) fn insert_rows(tx: &rusqlite::Transaction, m: &ObjectMeta) -
         st.execute(params![lid, c]).map_err(db_err)?;
     }
     write_tags(tx, 0, lid, &m.tags)
+}
+
+/// An `Access` as a catalog column: empty for the default (the deployment's user, no grants),
+/// else JSON.
+pub(in crate::meta) fn access_column(a: &Access) -> String {
+    if *a == Access::default() {
+        String::new()
+    } else {
+        serde_json::to_string(a).unwrap_or_default()
+    }
+}
+
+/// An `Access` column read back. One this code cannot read keeps the row from every other
+/// user (fail closed): only the deployment's user reaches it.
+pub(in crate::meta) fn access_from_column(text: &str) -> Access {
+    if text.is_empty() {
+        return Access::default();
+    }
+    serde_json::from_str(text).unwrap_or(Access {
+        user: Some(u32::MAX),
+        grants: Vec::new(),
+    })
 }
 
 pub(super) fn write_tags(
