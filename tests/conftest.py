@@ -502,7 +502,17 @@ def enc_hello(
     role = varint(0) if peer_rank is None else varint(1) + varint(peer_rank)
     tag = hello_tag(secret, nonce, binding, peer_rank, client_nonce) if tag is None else tag
     b = binding.encode()
-    return role + varint(0) + varint(len(client_nonce)) + client_nonce + varint(len(b)) + b + varint(0) + varint(len(tag)) + tag
+    return (
+        role
+        + varint(0)
+        + varint(len(client_nonce))
+        + client_nonce
+        + varint(len(b))
+        + b
+        + varint(0)
+        + varint(len(tag))
+        + tag
+    )
 
 
 def decode_error(body: bytes, kind: int = RESPONSE) -> tuple[str, str] | None:

@@ -170,5 +170,5 @@ def test_another_user_is_refused_on_a_unix_socket_it_can_reach(deployment, tmp_p
     finally:
         shutil.rmtree(leaked)
     assert p.returncode != 0, (p.stdout, p.stderr)
-    assert "uid 65534" in p.stderr and "serves its own user" in p.stderr, p.stderr
+    assert "uid 65534" in p.stderr and "is not the deployment's user" in p.stderr, p.stderr
     assert honest_round_trip(dep) < 10

@@ -497,3 +497,42 @@ fn unauthenticated_connections_cannot_crowd_out_a_client() {
         .count();
     assert!(closed >= 36, "{closed} of 40 closed");
 }
+
+#[test]
+fn only_the_admin_role_stops_a_server_or_moves_data_between_tiers() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = deployment(dir.path());
+    let cf = ClusterFile::load(dir.path()).unwrap();
+    let secret = cf.secret_bytes().unwrap();
+    let addr = &cf.servers[0].addr;
+    // An application's connection: status yes, shutdown and migrate no.
+    let mut app = Conn::connect(addr, &secret).unwrap();
+    app.ask(protocol::admin::Stats {}, &[]).unwrap();
+    for e in [
+        app.ask(protocol::admin::Shutdown {}, &[]).unwrap_err(),
+        app.ask(
+            protocol::admin::Migrate {
+                id: 1,
+                tier: "x".into(),
+            },
+            &[],
+        )
+        .unwrap_err(),
+    ] {
+        assert_eq!(e.kind, ErrorKind::Auth, "{e}");
+        assert!(e.message.contains("needs the admin role"), "{e}");
+    }
+    assert!(!h.server.shutdown_requested());
+    // A user of the deployment may not even ask for the role: its Hello is refused.
+    let (mut s, nonce) = challenged(addr);
+    let key = protocol::user_key(&secret, 12345);
+    let cred = Credential::user_key(12345, key);
+    let h_admin = Hello::new(&cred, &nonce, Role::Admin, binding(&s), Wire::Plain);
+    let e = hello(&mut s, &h_admin).unwrap_err();
+    assert!(e.message.contains("connects as a client only"), "{e}");
+    // The operator's connection may.
+    let mut op = Conn::connect_as(addr, &secret, Role::Admin).unwrap();
+    op.ask(protocol::admin::Shutdown {}, &[]).unwrap();
+    assert!(h.server.shutdown_requested());
+    h.shutdown().unwrap();
+}
