@@ -40,6 +40,10 @@ pub enum Ty {
     Text,
     /// A file system path.
     Path,
+    /// Places, comma-separated in the environment (a list in `pdcx.toml`): absolute
+    /// directories, and with `s3` also `s3://BUCKET` or `s3://BUCKET/PREFIX` (see
+    /// [`Setting::parse_place`]).
+    Places { s3: bool },
 }
 
 impl Ty {
@@ -54,6 +58,8 @@ impl Ty {
             Ty::Words(_) => "word",
             Ty::Text => "text",
             Ty::Path => "path",
+            Ty::Places { s3: false } => "directories",
+            Ty::Places { s3: true } => "directories, s3 URLs",
         }
     }
 }
@@ -161,6 +167,10 @@ impl Setting {
             Ty::Words(w) => format!("one of {}", w.join(", ")),
             Ty::Text => "text".into(),
             Ty::Path => "a path".into(),
+            Ty::Places { s3: false } => "absolute directories, comma-separated".into(),
+            Ty::Places { s3: true } => {
+                "absolute directories or s3://BUCKET[/PREFIX], comma-separated".into()
+            }
         };
         match (self.min, self.max) {
             (Some(lo), Some(hi)) => {
@@ -232,8 +242,60 @@ impl Setting {
                     Err(self.malformed(value))
                 }
             }
+            Ty::Places { .. } => self.parse_places(value).map(drop),
             Ty::Flag | Ty::Text | Ty::Path => Ok(()),
         }
+    }
+
+    /// Parses a comma-separated list of places ([`Ty::Places`]), each normalized by
+    /// [`Setting::parse_place`]; blank items are skipped.
+    pub fn parse_places(&self, value: &str) -> Result<Vec<String>, ConfigError> {
+        value
+            .split(',')
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(|v| self.parse_place(v))
+            .collect()
+    }
+
+    /// One place of a [`Ty::Places`] setting, normalized (no trailing `/`): an absolute
+    /// directory without `..`, or (where the setting takes S3) `s3://BUCKET` or
+    /// `s3://BUCKET/PREFIX` with a bucket of letters, digits, `.`, `-`, `_` and a prefix of
+    /// non-empty `/`-separated parts other than `.` and `..`. A malformed one names the key.
+    pub fn parse_place(&self, value: &str) -> Result<String, ConfigError> {
+        let v = value.trim();
+        let bad = || self.malformed(value);
+        if v.contains('\0') {
+            return Err(bad());
+        }
+        let dot_part = |p: &str| p == "." || p == "..";
+        if let Some(rest) = v.strip_prefix("s3://") {
+            if !matches!(self.ty, Ty::Places { s3: true }) {
+                return Err(bad());
+            }
+            let rest = rest.trim_end_matches('/');
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            let bucket_ok = !bucket.is_empty()
+                && bucket
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+            if !bucket_ok
+                || (!prefix.is_empty() && prefix.split('/').any(|p| p.is_empty() || dot_part(p)))
+            {
+                return Err(bad());
+            }
+            return Ok(format!("s3://{rest}"));
+        }
+        if !v.starts_with('/') || v.split('/').any(dot_part) {
+            return Err(bad());
+        }
+        let trimmed = v.trim_end_matches('/');
+        Ok(if trimmed.is_empty() { "/" } else { trimmed }.to_string())
+    }
+
+    /// The places from the environment; `None` when unset or blank.
+    pub fn places(&self) -> Result<Option<Vec<String>>, ConfigError> {
+        self.raw().map(|v| self.parse_places(&v)).transpose()
     }
 
     /// The whole number from the environment, else the default (`None` if it has none).
@@ -467,6 +529,11 @@ settings! {
         unit: "parts", max: Some(64), cap: true, doc: "Parts of one home upload in flight at once (0: the default)." }
     CRASH_AT { name: "crash_at", env: Some("PDCX_CRASH_AT"),
         doc: "Crash-test builds: kill the server at crash point NAME (NAME:N: its Nth hit)." }
+    // ---- what clients may name: least privilege on a shared machine
+    HOMES { name: "access.homes", env: Some("PDCX_HOMES"), toml: Some("access.homes"), ty: Ty::Places { s3: true },
+        doc: "Where clients may have byte streams (`pdcx run` files) copied: absolute directories, s3://BUCKET or s3://BUCKET/PREFIX; listed: every caller is held to them; unset: only the deployment's user may name a home, any home. Environment: comma-separated; pdcx.toml: a list under [access]." }
+    IMPORT_PATHS { name: "access.import_paths", env: Some("PDCX_IMPORT_PATHS"), toml: Some("access.import_paths"), ty: Ty::Places { s3: false },
+        doc: "Directories whose files clients may import by reference (the server reads them); listed: every caller is held to them; unset: only the deployment's user may import by reference, from any file. Environment: comma-separated; pdcx.toml: a list under [access]." }
     // ---- transport, both sides
     UNIX { name: "unix", env: Some("PDCX_UNIX"), ty: Ty::Switch, default: "on", scope: Scope::Both,
         doc: "Use Unix-domain sockets between processes of one node." }
@@ -787,6 +854,40 @@ mod tests {
         assert_eq!(small.parse_size_bounded("0"), Ok(0));
         let e = small.parse_size_bounded("2GiB").unwrap_err().to_string();
         assert!(e.starts_with("PDCX_SMALL_WRITE_TO_OWNER=\"2GiB\""), "{e}");
+    }
+
+    #[test]
+    fn places_are_absolute_directories_or_s3_urls_and_errors_name_the_key() {
+        assert_eq!(
+            HOMES.parse_places(" /data/home/ , s3://bkt/runs/, s3://b2,/"),
+            Ok(vec![
+                "/data/home".to_string(),
+                "s3://bkt/runs".into(),
+                "s3://b2".into(),
+                "/".into()
+            ])
+        );
+        assert_eq!(HOMES.parse_places(" , "), Ok(vec![]));
+        for bad in [
+            "data/home",
+            "/data/../etc",
+            "/data/./x",
+            "s3://",
+            "s3:///key",
+            "s3://bkt//x",
+            "s3://bkt/a/../b",
+            "s3://bad bucket/x",
+        ] {
+            let e = HOMES.parse_places(bad).unwrap_err().to_string();
+            assert!(
+                e.starts_with("PDCX_HOMES=") && e.contains("s3://BUCKET[/PREFIX]"),
+                "{bad}: {e}"
+            );
+        }
+        // Imports read files, never S3 objects.
+        let e = IMPORT_PATHS.check("/ok,s3://bkt").unwrap_err().to_string();
+        assert!(e.starts_with("PDCX_IMPORT_PATHS=\"s3://bkt\""), "{e}");
+        assert_eq!(IMPORT_PATHS.check("/data/in,/scratch"), Ok(()));
     }
 
     #[test]

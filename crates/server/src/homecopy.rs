@@ -264,6 +264,10 @@ fn copy_pending(server: &Server) -> Result<()> {
 }
 
 fn copy_version(server: &Server, v: &VersionInfo) -> Result<()> {
+    // Checked again now that the copy starts: a symlink planted since the seal, or a version
+    // sealed before `access.homes` listed places, is held to what they allow. (Unlisted, only
+    // the deployment's user could have sealed it, so as that user.)
+    server.allowed.check_home(&v.home, true)?;
     server
         .meta
         .set_version_state(v.id, v.epoch, versions::WRITING, "")?;

@@ -26,6 +26,7 @@ pub mod meta;
 pub mod metrics;
 mod net;
 mod parallel;
+pub mod paths_allowed;
 pub mod peers;
 pub mod privacy;
 mod relay;
@@ -159,6 +160,8 @@ pub struct Server {
     shutdown_requested: AtomicBool,
     /// Wakes the `pdcx-home` thread that copies sealed byte-stream versions to their homes.
     pub(crate) homecopy: homecopy::HomeCopier,
+    /// The homes and files imported by reference that client requests may name.
+    pub(crate) allowed: paths_allowed::AllowedPaths,
     /// Counters for the Prometheus exporter that nothing else keeps.
     pub(crate) metrics: counters::Metrics,
     _lock: std::fs::File,
@@ -284,6 +287,7 @@ impl Server {
             .unwrap_or_else(|| config.root.join("pdcx.toml"));
         privacy::check_config(&config_path)?;
         let deployment = pdcx_tiers::DeploymentConfig::load(&config_path)?;
+        let allowed = paths_allowed::AllowedPaths::from_config(&deployment.access)?;
         let tiering = tiering::Tiering::open(
             &deployment,
             &tiering::deployment_id(&config.root)?,
@@ -379,6 +383,7 @@ impl Server {
             shm_bytes: AtomicU64::new(0),
             shutdown_requested: AtomicBool::new(false),
             homecopy: homecopy::HomeCopier::default(),
+            allowed,
             metrics: counters::Metrics::default(),
             _lock: lock,
         });

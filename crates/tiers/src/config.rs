@@ -356,6 +356,20 @@ pub struct MetricsConfig {
     pub bind: Option<String>,
 }
 
+/// What client requests may name (docs/OPERATIONS.md, `access.*`): each entry checked by
+/// its declared setting when the file is read. `PDCX_HOMES` / `PDCX_IMPORT_PATHS` take
+/// precedence (the server resolves them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessConfig {
+    /// Directories and S3 locations where byte streams may be sealed.
+    #[serde(default)]
+    pub homes: Vec<String>,
+    /// Directories from which files may be imported by reference.
+    #[serde(default)]
+    pub import_paths: Vec<String>,
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DeploymentConfig {
@@ -369,6 +383,8 @@ pub struct DeploymentConfig {
     pub shard: ShardConfig,
     #[serde(default)]
     pub metrics: MetricsConfig,
+    #[serde(default)]
+    pub access: AccessConfig,
 }
 
 impl DeploymentConfig {
@@ -553,6 +569,24 @@ fn check_declared(table: &toml::Table) -> std::result::Result<(), config::Config
 fn check_section(section: &str, t: &toml::Table) -> std::result::Result<(), config::ConfigError> {
     for (k, v) in t {
         let setting = config::toml_setting(&format!("{section}.{k}"))?;
+        // A list of places: every entry checked, named by its key in the file.
+        if let (config::Ty::Places { .. }, toml::Value::Array(items)) = (setting.ty, v) {
+            for item in items {
+                if item
+                    .as_str()
+                    .is_none_or(|p| setting.parse_place(p).is_err())
+                {
+                    return Err(config::ConfigError::Malformed {
+                        key: format!("{section}.{k}"),
+                        value: item
+                            .as_str()
+                            .map_or_else(|| item.to_string(), str::to_string),
+                        expected: setting.expected(),
+                    });
+                }
+            }
+            continue;
+        }
         let text = match v {
             toml::Value::String(s) => s.clone(),
             toml::Value::Integer(n) => n.to_string(),
@@ -775,6 +809,43 @@ timeout_ms = 2000
             "{}",
             e.message
         );
+    }
+
+    #[test]
+    fn access_section_lists_places_and_names_a_bad_one() {
+        let c = DeploymentConfig::parse(
+            "[access]\nhomes = ['/data/home', 's3://bkt/runs']\nimport_paths = ['/data/in']\n",
+            env(&[]),
+        )
+        .unwrap();
+        assert_eq!(c.access.homes, ["/data/home", "s3://bkt/runs"]);
+        assert_eq!(c.access.import_paths, ["/data/in"]);
+        assert_eq!(
+            DeploymentConfig::parse("", env(&[])).unwrap().access,
+            AccessConfig::default()
+        );
+        for (text, key, value) in [
+            (
+                "[access]\nhomes = ['relative/dir']\n",
+                "access.homes",
+                "relative/dir",
+            ),
+            ("[access]\nhomes = ['/a/../b']\n", "access.homes", "/a/../b"),
+            (
+                "[access]\nimport_paths = ['s3://bkt']\n",
+                "access.import_paths",
+                "s3://bkt",
+            ),
+            ("[access]\nimport_paths = [7]\n", "access.import_paths", "7"),
+        ] {
+            let e = DeploymentConfig::parse(text, env(&[])).unwrap_err();
+            assert!(
+                e.message
+                    .contains(&format!("{key}={value:?}: expected absolute directories")),
+                "{text}: {}",
+                e.message
+            );
+        }
     }
 
     #[test]

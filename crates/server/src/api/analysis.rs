@@ -1,6 +1,7 @@
 //! The analysis family: value queries where the data lives, references into files outside
 //! pdcx.
 
+use super::Session;
 use crate::engine::analysis;
 use crate::Server;
 use pdcx_core::model::owner_of_id;
@@ -8,7 +9,7 @@ use pdcx_core::protocol::{AnalysisRequest as Q, AnalysisResponse as A, Moved};
 use pdcx_core::{Error, ObjectId, ObjectMeta, Result};
 use std::sync::atomic::Ordering;
 
-pub(super) fn handle(server: &Server, req: Q) -> Result<(A, Vec<u8>)> {
+pub(super) fn handle(server: &Server, req: Q, sess: &Session) -> Result<(A, Vec<u8>)> {
     let moved = |(extents, bytes)| A::Imported(Moved { extents, bytes });
     Ok(match req {
         Q::ValueQuery(r) => {
@@ -24,6 +25,12 @@ pub(super) fn handle(server: &Server, req: Q) -> Result<(A, Vec<u8>)> {
         }
         Q::ImportRefs(r) => {
             let obj = owned(server, r.id, "import references")?;
+            // The server reads these files with the deployment user's rights.
+            for item in &r.items {
+                server
+                    .allowed
+                    .check_import(&item.path, sess.deployment_user())?;
+            }
             let store = server.engine.store();
             (moved(store.add_references(&obj, &r.items)?), Vec::new())
         }

@@ -58,10 +58,10 @@ pub(crate) fn handle(
             (Response::Read(resp), data)
         }
         Request::Analysis(r) => {
-            let (resp, data) = analysis::handle(server, r)?;
+            let (resp, data) = analysis::handle(server, r, sess)?;
             (Response::Analysis(resp), data)
         }
-        Request::Stream(r) => (Response::Stream(stream::handle(server, r)?), none()),
+        Request::Stream(r) => (Response::Stream(stream::handle(server, r, sess)?), none()),
         Request::Admin(r) => {
             if r.needs_admin() {
                 sess.require_admin(r.name())?;

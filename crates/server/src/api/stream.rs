@@ -1,10 +1,14 @@
 //! The byte-stream family: sizes, seals and versions, at the stream's owner.
 
+use super::Session;
 use crate::Server;
 use pdcx_core::protocol::{StreamRequest as Q, StreamResponse as A};
 use pdcx_core::{ObjectId, Result};
 
-pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
+pub(super) fn handle(server: &Server, req: Q, sess: &Session) -> Result<A> {
+    if let Q::Seal(r) = &req {
+        server.allowed.check_home(&r.home, sess.deployment_user())?;
+    }
     Ok(match req {
         Q::ExtendDims(r) => A::Object(server.meta.extend_dims(r.id, &r.dims)?),
         Q::SetSize(r) => A::Object(crate::streams::set_size(server, r.id, r.len)?),

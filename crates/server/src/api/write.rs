@@ -22,7 +22,13 @@ pub(super) fn handle(
     Ok(match req {
         Q::Stage(r) => stage(server, r, payload_len, reader, sess)?,
         Q::Reserve(r) => A::Reserved(reserve(server, r.items, r.crcs.as_deref(), sess)?),
-        Q::Commit(r) => A::Committed(commit(server, &mut sess.pending, &r.txns, &r.opts)?),
+        Q::Commit(r) => {
+            // Refused before anything is committed: the seal's home is the client's choice.
+            if let Some(s) = &r.opts.seal {
+                server.allowed.check_home(&s.home, sess.deployment_user())?;
+            }
+            A::Committed(commit(server, &mut sess.pending, &r.txns, &r.opts)?)
+        }
         Q::SyncObjects(r) => {
             let ids = (!r.ids.is_empty()).then_some(r.ids);
             server.engine.register_deferred(ids.as_deref())?;
