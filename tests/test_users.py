@@ -11,6 +11,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -175,3 +176,41 @@ def test_nobody_is_a_real_other_user():
     """The tests above mean something only if nobody and daemon are distinct from root."""
     assert pwd.getpwnam("nobody").pw_uid not in (0, os.geteuid())
     assert pwd.getpwnam("daemon").pw_uid not in (0, os.geteuid(), pwd.getpwnam("nobody").pw_uid)
+
+
+IMPORT_AS_NOBODY = """
+import json, sys
+import pdcx
+c = pdcx.connect(sys.argv[1])
+o = c.create_container("nob2").create_object("nob2/ref", (10,), "float64")
+item = [{"region": {"offset": [0], "count": [10]}, "path": sys.argv[2], "offset": 0,
+         "size": 80, "chunk": [10], "filters": []}]
+try:
+    c._c.import_refs(o.id, json.dumps(item))
+except Exception as e:
+    print("refused:", e)
+else:
+    print("imported")
+"""
+
+
+def test_a_user_cannot_make_the_server_read_a_file_for_it(shared, shared_dir):
+    """The servers read with the deployment user's rights: another user may not name a file for
+    them to import by reference unless `access.import_paths` lists its place."""
+    root = shared.root
+    private = shared_dir / "root-only.bin"
+    private.write_bytes(np.arange(10, dtype=np.float64).tobytes())
+    private.chmod(0o600)
+    script = shared_dir / "imp.py"
+    script.write_text(IMPORT_AS_NOBODY)
+    script.chmod(0o644)
+    p = subprocess.run(
+        [*NOBODY, sys.executable, str(script), str(root), str(private)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"PATH": os.environ["PATH"], "HOME": "/tmp"},
+    )
+    assert p.returncode == 0, p.stderr
+    assert "refused:" in p.stdout and "only the deployment's user" in p.stdout, p.stdout

@@ -120,10 +120,10 @@ VALUE QUERIES (--values: the servers holding the data evaluate it, only hits com
 
 pub(crate) const SHARE_EXAMPLES: &str = "\
 EXAMPLES:
-  pdcx share run1/energy --user alice            # alice may read it
-  pdcx share run1/energy --user alice --write    # and write it
+  pdcx share run1/energy --user nobody           # user nobody may read it
+  pdcx share run1/energy --user nobody --write   # and write it
   pdcx share run1 --container --everyone         # every user of the deployment may list it
-  pdcx share run1/energy --user alice --revoke   # take it back
+  pdcx share run1/energy --user nobody --revoke  # take it back
 
 A deployment serves users other than its own only if its `users` setting lists them
 (PDCX_USERS or `users` in pdcx.toml). Each reaches what it created and what is shared with it.";

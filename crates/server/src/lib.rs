@@ -43,7 +43,6 @@ use pdcx_core::{owner_of_name, Error, ErrorKind, Result};
 use pdcx_transport::cluster::{load_or_create_secret, write_private_atomic, ServerEntry};
 use pdcx_transport::Stream;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -192,41 +191,6 @@ pub fn unix_socket_path(root: &Path, rank: u32) -> PathBuf {
     root.join("run").join(format!("rank-{rank}.sock"))
 }
 
-/// Binds rank `rank`'s Unix-domain listener: `ROOT/run/rank-N.sock` (mode 0600, or 0666 when
-/// the deployment serves other users, whom the handshake then tells apart by the kernel's
-/// word), replacing a stale one (the caller holds the rank's lock, so no live server of this
-/// rank owns it); an abstract socket named from the root when that path does not fit in
-/// `sun_path`. Returns the listener and how clients name it.
-fn bind_unix(root: &Path, rank: u32, for_users: bool) -> std::io::Result<(UnixListener, String)> {
-    use std::os::unix::fs::PermissionsExt;
-    let path = unix_socket_path(root, rank);
-    // sun_path holds 108 bytes with the terminating NUL.
-    if path.as_os_str().len() < 108 {
-        match std::fs::remove_file(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-        let l = UnixListener::bind(&path)?;
-        let mode = if for_users { 0o666 } else { 0o600 };
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))?;
-        return Ok((l, path.to_string_lossy().into_owned()));
-    }
-    // Named after the canonical root so that two deployments never share a name; the kernel
-    // removes it with the last descriptor, so it is never stale.
-    let canon = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in canon.as_os_str().as_encoded_bytes() {
-        h = (h ^ *b as u64).wrapping_mul(0x0100_0000_01b3);
-    }
-    let spec = format!(
-        "{}pdcx-{h:016x}-{rank}",
-        pdcx_transport::stream::ABSTRACT_PREFIX
-    );
-    let addr = pdcx_transport::stream::unix_addr(&spec)?;
-    Ok((UnixListener::bind_addr(&addr)?, spec))
-}
-
 fn io<'a>(ctx: &str, path: &'a Path) -> impl Fn(std::io::Error) -> Error + 'a {
     let ctx = ctx.to_string();
     move |e| Error::io(&format!("{ctx} {}", path.display()), &e)
@@ -338,7 +302,7 @@ impl Server {
             users::open_root_to_users(&config.root)?;
         }
         let unix = if config.unix {
-            match bind_unix(&config.root, config.rank, !users.is_empty()) {
+            match net::bind_unix(&config.root, config.rank, !users.is_empty()) {
                 Ok(x) => Some(x),
                 Err(e) => {
                     tracing::warn!(
@@ -408,7 +372,7 @@ impl Server {
                     let Ok(stream) = stream else { continue };
                     s.metrics.accepted.fetch_add(1, Ordering::Relaxed);
                     let _ = stream.set_nodelay(true);
-                    accept(&s, &a, Stream::Tcp(stream));
+                    net::accept(&s, &a, Stream::Tcp(stream));
                 }
             })
             .map_err(|e| Error::io("spawning accept thread", &e))?;
@@ -428,7 +392,7 @@ impl Server {
                                 let Ok(stream) = stream else { continue };
                                 s.metrics.accepted.fetch_add(1, Ordering::Relaxed);
                                 s.unix_connections.fetch_add(1, Ordering::Relaxed);
-                                accept(&s, &a, Stream::Unix(stream));
+                                net::accept(&s, &a, Stream::Unix(stream));
                             }
                         })
                         .map_err(|e| Error::io("spawning accept thread", &e))?,
@@ -575,65 +539,6 @@ impl Server {
 
     pub fn shutdown_requested(&self) -> bool {
         self.shutdown_requested.load(Ordering::SeqCst)
-    }
-}
-
-/// Serves a new connection on its own thread, or refuses it with a message (at the connection
-/// limit, or when no thread can be started).
-fn accept(server: &Arc<Server>, admission: &limits::Admission, stream: Stream) {
-    let rank = server.config.rank;
-    let Some(slot) = admission.admit() else {
-        limits::refuse(
-            stream,
-            format!(
-                "pdcx server {rank} is at its limit of {} connections ({}); try again later",
-                admission.max(),
-                limits::ENV_MAX_CONNECTIONS
-            ),
-        );
-        return;
-    };
-    // A place among the handshakes before any thread or challenge is spent on it; this may
-    // wait (and the accept loop with it) while a flood holds every place (`net::Pending`).
-    let source = net::Source::of(&stream);
-    let pending = match server
-        .handshakes
-        .enter(&stream, source, &server.shutdown_requested)
-    {
-        Ok(p) => p,
-        Err(why) => {
-            let why = match why {
-                net::Refused::SourceFull { share } => format!(
-                    "pdcx server {rank} already has {share} connections from this source \
-                     authenticating ({}={}, a quarter per source); try again later",
-                    "PDCX_MAX_HANDSHAKES", server.config.limits.max_handshakes
-                ),
-                net::Refused::Busy => format!(
-                    "pdcx server {rank} has no room for another handshake ({} connections \
-                     authenticating, PDCX_MAX_HANDSHAKES); try again later",
-                    server.config.limits.max_handshakes
-                ),
-                net::Refused::Stopping => format!("pdcx server {rank} is shutting down"),
-            };
-            limits::refuse(stream, why);
-            return;
-        }
-    };
-    let Ok(spare) = stream.try_clone() else {
-        return;
-    };
-    let s = server.clone();
-    let spawned = std::thread::Builder::new()
-        .name("pdcx-conn".into())
-        .spawn(move || {
-            let _slot = slot;
-            net::serve_connection(&s, stream, pending)
-        });
-    if let Err(e) = spawned {
-        limits::refuse(
-            spare,
-            format!("pdcx server {rank} cannot start a thread for this connection: {e}"),
-        );
     }
 }
 

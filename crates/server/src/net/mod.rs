@@ -7,8 +7,10 @@
 //! closes the connection. Listening (TCP and Unix sockets) is in the crate root.
 
 mod handshake;
+mod listen;
 mod pending;
 
+pub(crate) use listen::{accept, bind_unix};
 pub(crate) use pending::{Entry, Pending, Refused, Source};
 
 use crate::api::{client_gone, drain, no_payload, Caller, Reader, Session};
