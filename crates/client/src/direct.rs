@@ -7,13 +7,26 @@
 //! the caller's buffer: page cache → user buffer, one copy, no server CPU for the bytes.
 //!
 //! Why a plan stays true until the client has read it: the server plans only spans inside a
-//! segment's *committed* length, and committed bytes of a segment file are never rewritten
-//! (the log only appends; recovery truncates only uncommitted tails; retirement and node
-//! loss remove whole files). So a span read later is either exactly the planned bytes, or
-//! its file is gone (ENOENT) or is another file at the same path (a new log after node loss:
+//! segment's *committed* length, and the log never rewrites committed bytes of a segment file
+//! (it only appends; recovery truncates only uncommitted tails; retirement and node loss
+//! remove whole files). So a span read later is either exactly the planned bytes, or its
+//! file is gone (ENOENT) or is another file at the same path (a new log after node loss:
 //! caught by the (st_dev, st_ino) the plan names). In both cases, and on a short read, the
 //! client reads that item the usual way. A plan is never trusted blindly: every span is
-//! checked against the output buffer before a byte is read.
+//! checked against the output buffer before a byte is read, and must lie inside one of the
+//! log records the plan names.
+//!
+//! What the log does not do, something else on the node may: a segment file is an ordinary
+//! file of the deployment's user, and a one-copy writer has its whole newest segment open
+//! (`direct_write.rs`), so a stray `pwrite` may change committed records and `truncate` may
+//! cut them. So nothing is returned unchecked: after its bytes are copied, every log record
+//! a span or piece read from is checked whole against its payload checksum (the plan carries
+//! each record's location and crc32c). A span that is a whole record is checked as it is
+//! read (1 MiB `pread`s folded into the checksum while in cache); any other record is
+//! checked from the mapped segment (or read again when it does not map). A mismatch is an
+//! error (the server would return the same damaged bytes); a segment cut under a mapping
+//! reads zeros instead of killing the client with SIGBUS (`pdcx_store::mapguard`) and the
+//! item is read the usual way, where the server reports the short file.
 //!
 //! `PDCX_DIRECT_READ=0` turns it off (reads then go through the server as before).
 
@@ -21,7 +34,7 @@ use crate::filecache::Window;
 use crate::segfile::SegFile;
 use pdcx_core::protocol::{PiecePlans, PlanPiece, PlanSpan, ReadPlan, ReadPlans};
 use pdcx_core::region::{fill_elements, gather_pieces, Region};
-use pdcx_core::{Error, Result};
+use pdcx_core::{Error, ErrorKind, Result};
 use std::collections::{HashMap, HashSet};
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::sync::{Arc, Mutex};
@@ -136,6 +149,16 @@ impl DirectReads {
         Some(f)
     }
 
+    /// Segment `seg` as [`file`](Self::file) opens it, once per read of `part`.
+    fn part_file(&self, part: &Part, seg: u64, dev: u64, ino: u64) -> Option<Arc<SegFile>> {
+        if let Some(f) = part.opened.borrow().get(&seg) {
+            return Some(f.clone());
+        }
+        let f = self.file(part.rank, &part.plans.dir, seg, dev, ino)?;
+        part.opened.borrow_mut().insert(seg, f.clone());
+        Some(f)
+    }
+
     /// A file outside the log a plan names, opened read-only unless the open one
     /// is already that very file; None when it is gone or another file.
     fn ref_file(&self, path: &str, dev: u64, ino: u64) -> Option<Arc<SegFile>> {
@@ -174,6 +197,7 @@ impl DirectReads {
         if let Some(pattern) = &plan.fill {
             fill_elements(out, pattern);
         }
+        let part = Part::new(rank, plans, &plan.records);
         if small_spans(&plan.spans) {
             if let Some(maps) = self.maps(
                 rank,
@@ -187,13 +211,66 @@ impl DirectReads {
                     out[s.dest as usize..(s.dest + s.len) as usize]
                         .copy_from_slice(&m[s.offset as usize..(s.offset + s.len) as usize]);
                 }
-                return Ok(Outcome::Done);
+                return self.verify(&part, &plan.spans, &[]);
             }
-            return self.execute_coalesced(rank, plans, &plan.spans, out);
+            return self.execute_coalesced(&part, &plan.spans, out);
         }
+        let mut checked = Vec::new();
         for s in &plan.spans {
-            if !self.read_span(rank, plans, s, out)? {
+            if !self.read_span(&part, s, out, &mut checked)? {
                 return Ok(Outcome::Fallback);
+            }
+        }
+        self.verify(&part, &plan.spans, &checked)
+    }
+
+    /// Checks whole every log record of `part` that `spans` read from, after their bytes
+    /// were copied, except those in `checked` (verified as they were read): `Done` when all
+    /// match their checksums; `Fallback` when a segment is gone, short or was cut under its
+    /// mapping (the caller reads the usual way); an error when a record's bytes do not match
+    /// its checksum (changed after it was committed: the server has the same bytes).
+    fn verify(&self, part: &Part, spans: &[PlanSpan], checked: &[usize]) -> Result<Outcome> {
+        let mut todo: Vec<usize> = Vec::new();
+        for s in spans {
+            if let Some(r) = record_of(part.records, s) {
+                todo.push(r);
+            }
+        }
+        todo.sort_unstable();
+        todo.dedup();
+        todo.retain(|r| !checked.contains(r));
+        for r in todo {
+            let (seg, offset, len, crc) = part.records[r];
+            let Some(&(_, dev, ino)) = part.plans.segments.iter().find(|x| x.0 == seg) else {
+                return Err(Error::protocol(
+                    "refused read plan: it names a segment it does not identify",
+                ));
+            };
+            let Some(f) = self.part_file(part, seg, dev, ino) else {
+                return Ok(Outcome::Fallback);
+            };
+            let (Ok(at), Ok(n)) = (usize::try_from(offset), usize::try_from(len)) else {
+                return Ok(Outcome::Fallback);
+            };
+            let ok = match offset.checked_add(len).and_then(|end| f.mapped(end)) {
+                Some(m) => {
+                    let ok = pdcx_store::payload_matches(&m[at..at + n], crc);
+                    if m.faulted() {
+                        f.unmap();
+                        return Ok(Outcome::Fallback);
+                    }
+                    ok
+                }
+                None => {
+                    let mut buf = vec![0u8; n];
+                    if f.file.read_exact_at(&mut buf, offset).is_err() {
+                        return Ok(Outcome::Fallback);
+                    }
+                    pdcx_store::payload_matches(&buf, crc)
+                }
+            };
+            if !ok {
+                return Err(damaged(part.rank, seg, offset, len));
             }
         }
         Ok(Outcome::Done)
@@ -205,8 +282,7 @@ impl DirectReads {
     /// buffers in the plan's order, so overlapping writes still resolve as planned.
     fn execute_coalesced(
         &self,
-        rank: u32,
-        plans: &ReadPlans,
+        part: &Part,
         spans: &[PlanSpan],
         out: &mut [u8],
     ) -> Result<Outcome> {
@@ -239,7 +315,7 @@ impl DirectReads {
                 len: end - start,
                 dest: 0,
             };
-            if !self.read_span(rank, plans, &whole, &mut buf)? {
+            if !self.read_span(part, &whole, &mut buf, &mut Vec::new())? {
                 return Ok(Outcome::Fallback);
             }
             bufs.push(buf);
@@ -250,7 +326,7 @@ impl DirectReads {
             out[s.dest as usize..(s.dest + s.len) as usize]
                 .copy_from_slice(&bufs[in_range[i]][from..from + s.len as usize]);
         }
-        Ok(Outcome::Done)
+        self.verify(part, spans, &[])
     }
 
     /// Executes the plans several holders gave for their parts of one item (each asked with
@@ -263,13 +339,15 @@ impl DirectReads {
     ) -> Result<Outcome> {
         let mut spans: Vec<(u64, usize, PlanSpan)> = Vec::new();
         let mut pattern: Option<&[u8]> = None;
-        for (k, (_, plans)) in parts.iter().enumerate() {
+        let mut checks: Vec<(Part, Vec<usize>)> = Vec::with_capacity(parts.len());
+        for (k, (rank, plans)) in parts.iter().enumerate() {
             let plan = plans
                 .plans
                 .first()
                 .and_then(Option::as_ref)
                 .ok_or_else(|| Error::internal("merged read of a part without a plan"))?;
             check(plans, plan, out.len())?;
+            checks.push((Part::new(*rank, plans, &plan.records), Vec::new()));
             if let Some(p) = &plan.fill {
                 pattern = Some(p);
             }
@@ -281,8 +359,14 @@ impl DirectReads {
             fill_elements(out, p);
         }
         for (_, k, s) in &spans {
-            let (rank, plans) = &parts[*k];
-            if !self.read_span(*rank, plans, s, out)? {
+            let (part, checked) = &mut checks[*k];
+            if !self.read_span(part, s, out, checked)? {
+                return Ok(Outcome::Fallback);
+            }
+        }
+        for (k, (part, checked)) in checks.iter().enumerate() {
+            let mine: Vec<PlanSpan> = spans.iter().filter(|x| x.1 == k).map(|x| x.2).collect();
+            if self.verify(part, &mine, checked)? == Outcome::Fallback {
                 return Ok(Outcome::Fallback);
             }
         }
@@ -315,20 +399,54 @@ impl DirectReads {
         let Some(end) = start.checked_add(len) else {
             return Ok(None);
         };
+        let Some(whole) = p
+            .region
+            .byte_len(1)
+            .ok()
+            .and_then(|l| p.offset.checked_add(l))
+        else {
+            return Ok(None);
+        };
         let Some(mut maps) = self.maps(
             rank,
             &plan.dir,
             &plan.segments,
-            std::iter::once((p.segment, end)),
+            std::iter::once((p.segment, end.max(whole))),
         )?
         else {
             return Ok(None);
         };
-        Ok(maps.remove(&p.segment).map(|map| Window::Mapped {
+        let Some(map) = maps.remove(&p.segment) else {
+            return Ok(None);
+        };
+        // The whole record is checked once, when the window is made: the window is then read
+        // within one file read-ahead (a later change to the record is not seen; a cut is).
+        let ok = pdcx_store::payload_matches(&map[p.offset as usize..whole as usize], p.crc);
+        if map.faulted() {
+            self.forget_map(rank, &plan.segments, p.segment);
+            return Ok(None);
+        }
+        if !ok {
+            return Err(damaged(rank, p.segment, p.offset, whole - p.offset));
+        }
+        Ok(Some(Window::Mapped {
             map,
             start: start as usize,
             len: n,
         }))
+    }
+
+    /// Drops the mapping of segment `seg` of server `rank` (a read found it cut under it).
+    fn forget_map(&self, rank: u32, segments: &[(u64, u64, u64)], seg: u64) {
+        let files = self.files.lock().unwrap_or_else(|p| p.into_inner());
+        if let (Some(f), Some(&(_, dev, ino))) = (
+            files.get(&(rank, seg)),
+            segments.iter().find(|x| x.0 == seg),
+        ) {
+            if f.is(dev, ino) {
+                f.unmap();
+            }
+        }
     }
 
     /// The log segments `ends` name (segment, end of the bytes needed), each mapped with at
@@ -341,7 +459,7 @@ impl DirectReads {
         dir: &str,
         segments: &[(u64, u64, u64)],
         ends: impl Iterator<Item = (u64, u64)>,
-    ) -> Result<Option<HashMap<u64, Arc<memmap2::Mmap>>>> {
+    ) -> Result<Option<HashMap<u64, Arc<pdcx_store::MappedFile>>>> {
         let mut need: HashMap<u64, u64> = HashMap::new();
         for (seg, end) in ends {
             let e = need.entry(seg).or_default();
@@ -433,24 +551,47 @@ impl DirectReads {
         // Stable: pieces of one part keep their order.
         pieces.sort_by_key(|x| x.0);
         let mut srcs = Vec::with_capacity(pieces.len());
+        let mut whose = Vec::with_capacity(pieces.len());
         for (_, k, p) in pieces {
             let m = &maps[k][&p.segment];
             let src = &m[p.offset as usize..p.offset as usize + p.region.byte_len(elem)? as usize];
             srcs.push((src, &p.region));
+            whose.push((k, p));
         }
         gather_pieces(&srcs, bbox, step, elem, out);
+        // Every extent checked whole after the copy, so a change made before or while it ran
+        // is seen; then whether a segment was cut under its mapping meanwhile.
+        let bad = srcs
+            .iter()
+            .zip(&whose)
+            .find(|((src, _), (_, p))| !pdcx_store::payload_matches(src, p.crc))
+            .map(|(_, &(k, p))| (k, p));
+        for (k, m) in maps.iter().enumerate() {
+            for (seg, map) in m {
+                if map.faulted() {
+                    self.forget_map(parts[k].0, &parts[k].1.segments, *seg);
+                    return Ok(Outcome::Fallback);
+                }
+            }
+        }
+        if let Some((k, p)) = bad {
+            let len = p.region.byte_len(elem)?;
+            return Err(damaged(parts[k].0, p.segment, p.offset, len));
+        }
         Ok(Outcome::Done)
     }
 
     /// Reads span `s` of a checked plan into `out`; false if its file is gone, another file
-    /// or too short.
+    /// or too short. A span that is a whole log record of `part` is checked against its
+    /// checksum as it is read (and the record added to `checked`): a mismatch is an error.
     fn read_span(
         &self,
-        rank: u32,
-        plans: &ReadPlans,
+        part: &Part,
         s: &PlanSpan,
         out: &mut [u8],
+        checked: &mut Vec<usize>,
     ) -> Result<bool> {
+        let (rank, plans) = (part.rank, part.plans);
         if let Some((_, path, dev, ino)) = plans.files.iter().find(|x| x.0 == s.segment) {
             // A file outside the log (an object imported by reference).
             let Some(f) = self.ref_file(path, *dev, *ino) else {
@@ -464,12 +605,77 @@ impl DirectReads {
                 "refused read plan: it names a segment it does not identify",
             ));
         };
-        let Some(f) = self.file(rank, &plans.dir, s.segment, dev, ino) else {
+        let Some(f) = self.part_file(part, s.segment, dev, ino) else {
             return Ok(false);
         };
         let dst = &mut out[s.dest as usize..(s.dest + s.len) as usize];
-        Ok(f.file.read_exact_at(dst, s.offset).is_ok())
+        let whole = record_of(part.records, s).filter(|&r| {
+            let (_, offset, len, _) = part.records[r];
+            (offset, len) == (s.offset, s.len)
+        });
+        let Some(r) = whole else {
+            return Ok(f.file.read_exact_at(dst, s.offset).is_ok());
+        };
+        // Read in pieces, each folded into the checksum while it is still in cache.
+        let mut crc = 0u32;
+        for (piece, at) in dst
+            .chunks_mut(CHECK_PIECE)
+            .zip((s.offset..).step_by(CHECK_PIECE))
+        {
+            if f.file.read_exact_at(piece, at).is_err() {
+                return Ok(false);
+            }
+            crc = crc32c::crc32c_append(crc, piece);
+        }
+        if crc != part.records[r].3 {
+            return Err(damaged(rank, s.segment, s.offset, s.len));
+        }
+        checked.push(r);
+        Ok(true)
     }
+}
+
+/// One server's plan as a read executes it: which server, its answer (log directory,
+/// segment identities) and the log records the plan reads from.
+struct Part<'a> {
+    rank: u32,
+    plans: &'a ReadPlans,
+    records: &'a [(u64, u64, u64, u32)],
+    /// The segment files this read opened: a record is checked through the very descriptor
+    /// its bytes were read through (a retired segment is no longer at its path).
+    opened: std::cell::RefCell<HashMap<u64, Arc<SegFile>>>,
+}
+
+impl<'a> Part<'a> {
+    fn new(rank: u32, plans: &'a ReadPlans, records: &'a [(u64, u64, u64, u32)]) -> Self {
+        Part {
+            rank,
+            plans,
+            records,
+            opened: Default::default(),
+        }
+    }
+}
+
+/// A span that is a whole record is read in pieces of this size, each checksummed as read.
+const CHECK_PIECE: usize = 1 << 20;
+
+/// The index of the record of `records` (sorted, see [`check`]) that span `s` lies in.
+fn record_of(records: &[(u64, u64, u64, u32)], s: &PlanSpan) -> Option<usize> {
+    let i = records.partition_point(|r| (r.0, r.1) <= (s.segment, s.offset));
+    let r = i.checked_sub(1)?;
+    let (seg, offset, len, _) = records[r];
+    (seg == s.segment && s.offset.checked_add(s.len)? <= offset.checked_add(len)?).then_some(r)
+}
+
+/// The error for a log record whose bytes no longer match its checksum.
+fn damaged(rank: u32, seg: u64, offset: u64, len: u64) -> Error {
+    Error::new(
+        ErrorKind::Io,
+        format!(
+            "the {len} bytes at offset {offset} of server {rank}'s log segment {seg} no longer match their checksum: a committed write was changed (a stray one-copy write?); the server returns the same damaged bytes"
+        ),
+    )
 }
 
 /// Spans closer than this in one file are read with one `pread` (the bytes between are read
@@ -508,12 +714,26 @@ fn check(plans: &ReadPlans, plan: &ReadPlan, len: usize) -> Result<()> {
     if let Some(f) = plans.files.iter().find(|f| !f.1.starts_with('/')) {
         return bad(format!("file {:?} is not absolute", f.1));
     }
+    if plan
+        .records
+        .windows(2)
+        .any(|w| (w[0].0, w[0].1) >= (w[1].0, w[1].1))
+    {
+        return bad("its records are not in order".into());
+    }
     for s in &plan.spans {
         let end = s.dest.checked_add(s.len);
         if !matches!(end, Some(e) if e <= len as u64) || s.offset.checked_add(s.len).is_none() {
             return bad(format!(
                 "span of {} bytes to {} is outside the {len}-byte buffer",
                 s.len, s.dest
+            ));
+        }
+        // Nothing is returned unchecked: a log span must lie in a record the plan names.
+        if in_log(s) && record_of(&plan.records, s).is_none() {
+            return bad(format!(
+                "span of {} bytes at {} of segment {} is in no record it names",
+                s.len, s.offset, s.segment
             ));
         }
     }
@@ -523,7 +743,7 @@ fn check(plans: &ReadPlans, plan: &ReadPlan, len: usize) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use pdcx_core::ErrorKind;
+    use std::os::unix::fs::FileExt;
 
     fn plans_for(dir: &str, seg: u64) -> ReadPlans {
         let path = pdcx_store::segment_path(dir, seg);
@@ -547,9 +767,16 @@ mod tests {
         }
     }
 
+    const DATA: &[u8] = b"0123456789abcdef";
+
+    /// The one record the tests' segment holds: all of it.
+    fn whole() -> Vec<(u64, u64, u64, u32)> {
+        vec![(1, 0, 16, crc32c::crc32c(DATA))]
+    }
+
     fn setup() -> (tempfile::TempDir, String) {
         let d = tempfile::tempdir().unwrap();
-        std::fs::write(pdcx_store::segment_path(d.path(), 1), b"0123456789abcdef").unwrap();
+        std::fs::write(pdcx_store::segment_path(d.path(), 1), DATA).unwrap();
         let s = d.path().to_str().unwrap().to_owned();
         (d, s)
     }
@@ -562,6 +789,7 @@ mod tests {
             len: 8,
             fill: Some(vec![b'.', b'-']),
             spans: vec![span(0, 4, 0), span(10, 2, 2)],
+            records: whole(),
         };
         let mut out = [0u8; 8];
         let r = DirectReads::default().execute(0, &plans, &plan, &mut out);
@@ -583,6 +811,7 @@ mod tests {
             len: 20,
             fill: None,
             spans,
+            records: whole(),
         };
         let mut out = [0u8; 20];
         let r = DirectReads::default().execute(0, &plans, &plan, &mut out);
@@ -600,6 +829,7 @@ mod tests {
                 len: 8,
                 fill: None,
                 spans: vec![span(0, 1, 0), bad],
+                records: whole(),
             };
             let err = DirectReads::default()
                 .execute(0, &plans, &plan, &mut out)
@@ -611,6 +841,7 @@ mod tests {
             len: 9,
             fill: None,
             spans: vec![],
+            records: whole(),
         };
         assert!(DirectReads::default()
             .execute(0, &plans, &wrong_len, &mut out)
@@ -619,6 +850,7 @@ mod tests {
             len: 8,
             fill: Some(vec![1, 2, 3]),
             spans: vec![],
+            records: whole(),
         };
         assert!(DirectReads::default()
             .execute(0, &plans, &bad_fill, &mut out)
@@ -634,6 +866,7 @@ mod tests {
             len: 4,
             fill: None,
             spans: vec![span(0, 4, 0)],
+            records: whole(),
         };
         let mut out = [0u8; 4];
         assert_eq!(
@@ -645,6 +878,8 @@ mod tests {
             len: 4,
             fill: None,
             spans: vec![span(14, 4, 0)],
+            // A record the file was cut inside of.
+            records: vec![(1, 14, 4, 0)],
         };
         assert_eq!(
             reads.execute(0, &plans, &short, &mut out).unwrap(),
@@ -692,6 +927,10 @@ mod tests {
             segment: 1,
             offset,
             region: Region::new(vec![o], vec![c]).unwrap(),
+            crc: crc32c::crc32c(
+                DATA.get(offset as usize..(offset + c) as usize)
+                    .unwrap_or(b""),
+            ),
         }
     }
 
@@ -739,6 +978,153 @@ mod tests {
                 .unwrap_err()
                 .kind,
             ErrorKind::Protocol
+        );
+    }
+
+    /// Overwrites bytes of the tests' segment the way a stray one-copy `pwrite` does.
+    fn scribble(dir: &str, at: u64, bytes: &[u8]) {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(pdcx_store::segment_path(dir, 1))
+            .unwrap();
+        f.write_all_at(bytes, at).unwrap();
+    }
+
+    #[test]
+    fn a_record_changed_after_its_commit_is_an_error_on_every_path() {
+        let (_d, dir) = setup();
+        let plans = plans_for(&dir, 1);
+        let reads = DirectReads::default();
+        let read = |plan: &ReadPlan| {
+            let mut out = vec![0u8; plan.len as usize];
+            reads.execute(0, &plans, plan, &mut out).map(|o| (o, out))
+        };
+        let whole_span = ReadPlan {
+            len: 16,
+            fill: None,
+            spans: vec![span(0, 16, 0)],
+            records: whole(),
+        };
+        let part_span = ReadPlan {
+            len: 2,
+            fill: None,
+            spans: vec![span(3, 2, 0)],
+            records: whole(),
+        };
+        let many_small = ReadPlan {
+            len: 20,
+            fill: None,
+            spans: (0..20).map(|i| span(i % 16, 1, i)).collect(),
+            records: whole(),
+        };
+        for plan in [&whole_span, &part_span, &many_small] {
+            assert_eq!(read(plan).unwrap().0, Outcome::Done);
+        }
+        assert_eq!(&read(&part_span).unwrap().1, b"34");
+        // Bytes the plan does not return, in the record it reads from: still refused (the
+        // record is checked whole).
+        scribble(&dir, 12, b"XY");
+        for plan in [&whole_span, &part_span, &many_small] {
+            let err = read(plan).unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Io, "{err}");
+            assert!(err.message.contains("checksum"), "{err}");
+        }
+        let bbox = Region::new(vec![0], vec![16]).unwrap();
+        let mut out = [0u8; 8];
+        let pieces = piece_plans(&dir, vec![piece(1, 0, 0, 16)], None);
+        // `piece` computed the checksum of the original bytes.
+        let err = reads
+            .gather(&[(0, pieces.clone())], &bbox, &[2], &mut out)
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Io, "{err}");
+        let err = reads
+            .map_piece(0, &pieces, &pieces.pieces[0], &bbox)
+            .err()
+            .expect("a damaged window is refused");
+        assert_eq!(err.kind, ErrorKind::Io, "{err}");
+        // Put back as committed: read again.
+        scribble(&dir, 12, b"cd");
+        assert_eq!(read(&whole_span).unwrap().1, DATA);
+    }
+
+    #[test]
+    fn a_span_in_no_named_record_is_refused_before_reading() {
+        let (_d, dir) = setup();
+        let plans = plans_for(&dir, 1);
+        let mut out = [7u8; 4];
+        for records in [
+            vec![],
+            vec![(1, 0, 2, 0)],
+            vec![(2, 0, 16, 0)],
+            vec![(1, 8, 8, 0), (1, 0, 8, 0)],
+        ] {
+            let plan = ReadPlan {
+                len: 4,
+                fill: None,
+                spans: vec![span(0, 4, 0)],
+                records,
+            };
+            let err = DirectReads::default()
+                .execute(0, &plans, &plan, &mut out)
+                .unwrap_err();
+            assert_eq!(err.kind, ErrorKind::Protocol, "{err}");
+            assert_eq!(out, [7u8; 4]);
+        }
+    }
+
+    #[test]
+    fn a_segment_cut_under_its_mapping_falls_back_instead_of_crashing() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().to_str().unwrap().to_owned();
+        let path = pdcx_store::segment_path(&dir, 1);
+        let data: Vec<u8> = (0..3 * 4096u32).map(|i| (i % 251) as u8).collect();
+        std::fs::write(&path, &data).unwrap();
+        let plans = plans_for(&dir, 1);
+        let reads = DirectReads::default();
+        let p = PlanPiece {
+            seq: 1,
+            segment: 1,
+            offset: 0,
+            region: Region::new(vec![0], vec![data.len() as u64]).unwrap(),
+            crc: crc32c::crc32c(&data),
+        };
+        let pp = PiecePlans {
+            dir: plans.dir.clone(),
+            segments: plans.segments.clone(),
+            elem: 1,
+            fill: None,
+            pieces: vec![p],
+            holders: vec![],
+        };
+        let bbox = Region::new(vec![0], vec![data.len() as u64]).unwrap();
+        let mut out = vec![0u8; data.len() / 3];
+        assert_eq!(
+            reads
+                .gather(&[(0, pp.clone())], &bbox, &[3], &mut out)
+                .unwrap(),
+            Outcome::Done
+        );
+        // Mapped now (and a window of it handed out); cut the file to one page.
+        let w = reads
+            .map_piece(0, &pp, &pp.pieces[0], &bbox)
+            .unwrap()
+            .unwrap();
+        let cut = std::fs::OpenOptions::new().write(true).open(&path);
+        cut.and_then(|f| f.set_len(4096)).unwrap();
+        assert_eq!(
+            reads
+                .gather(&[(0, pp.clone())], &bbox, &[3], &mut out)
+                .unwrap(),
+            Outcome::Fallback,
+            "the gather faulted past the new end: read the usual way"
+        );
+        let mut buf = vec![0u8; data.len()];
+        let err = w.copy_out(0, &mut buf).unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Io, "{err}");
+        // The cut mapping was dropped: the next gather maps no more than the file has.
+        assert_eq!(
+            reads.gather(&[(0, pp)], &bbox, &[3], &mut out).unwrap(),
+            Outcome::Fallback
         );
     }
 }

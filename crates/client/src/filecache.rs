@@ -29,20 +29,38 @@ use std::sync::{Arc, Mutex, MutexGuard};
 /// mapped log of a server on this node (one extent there; see `Client::stream_window`).
 pub(crate) enum Window {
     Heap(Vec<u8>),
-    /// Committed log bytes never change while a mapping lasts (`SegFile::mapped`).
+    /// Committed log bytes, checked against their record's checksum when the window was made
+    /// (`DirectReads::map_piece`); read through [`Window::copy_out`], which notices a segment
+    /// cut under the mapping (`SegFile::mapped`).
     Mapped {
-        map: Arc<memmap2::Mmap>,
+        map: Arc<pdcx_store::MappedFile>,
         start: usize,
         len: usize,
     },
 }
 
 impl Window {
-    pub(crate) fn as_slice(&self) -> &[u8] {
+    fn as_slice(&self) -> &[u8] {
         match self {
             Window::Heap(v) => v,
             Window::Mapped { map, start, len } => &map[*start..*start + *len],
         }
+    }
+
+    /// Copies bytes `at..at + out.len()` of the window into `out`. An error, instead of the
+    /// bytes, when the window is a mapping of a log segment that was cut under it (the copy
+    /// then read zeros of the replacement, see `pdcx_store::mapguard`).
+    pub(crate) fn copy_out(&self, at: usize, out: &mut [u8]) -> pdcx_core::Result<()> {
+        out.copy_from_slice(&self.as_slice()[at..at + out.len()]);
+        if let Window::Mapped { map, .. } = self {
+            if map.faulted() {
+                return Err(pdcx_core::Error::new(
+                    pdcx_core::ErrorKind::Io,
+                    "a server's log segment was cut short under this file's read-ahead window",
+                ));
+            }
+        }
+        Ok(())
     }
 
     pub(crate) fn len(&self) -> usize {

@@ -3,7 +3,7 @@
 //! never contains one), and known by its (st_dev, st_ino), so a client never uses another file
 //! that came to have the same path (a new log after node loss, another node's file).
 
-use memmap2::Mmap;
+use pdcx_store::MappedFile;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -16,7 +16,7 @@ pub(crate) struct SegFile {
     pub(crate) ino: u64,
     /// The file mapped read-only (log segments only, see [`SegFile::mapped`]), made on the
     /// first small read and remade larger when a span lies past its end (the log grew).
-    map: Mutex<Option<Arc<Mmap>>>,
+    map: Mutex<Option<Arc<MappedFile>>>,
 }
 
 impl SegFile {
@@ -58,13 +58,17 @@ impl SegFile {
     /// The file mapped read-only with at least `end` bytes, or None (the file is shorter, or
     /// mapping failed: the caller `pread`s instead).
     ///
-    /// Only for log segments, and only to read bytes of committed writes (whole records): those
-    /// are never rewritten and the file is never truncated below them (recovery and a failed
-    /// append cut only past the last whole record; retirement unlinks the whole file, which a
-    /// mapping outlives). So a mapped byte of a committed write is exactly the planned byte,
-    /// and reading it cannot fault past the end of the file. A file outside the log (an HDF5 file read by reference) can be cut by
-    /// anyone: it is never mapped.
-    pub(crate) fn mapped(&self, end: u64) -> Option<Arc<Mmap>> {
+    /// Only for log segments, and only to read bytes of committed writes (whole records): the
+    /// log never rewrites those nor cuts the file below them (recovery and a failed append cut
+    /// only past the last whole record; retirement unlinks the whole file, which a mapping
+    /// outlives). Something outside the log may (a stray one-copy `pwrite`, `truncate`), so a
+    /// reader checks each record it copies from against its checksum, and the mapping is a
+    /// [`MappedFile`]: a read past the end of a file cut under it reads zeros and flags the
+    /// mapping instead of killing the client with SIGBUS; a reader that finds it
+    /// [`faulted`](MappedFile::faulted) after copying drops it ([`SegFile::unmap`]) and does
+    /// not return what it copied. A file outside the log (an HDF5 file read by reference) is
+    /// never mapped.
+    pub(crate) fn mapped(&self, end: u64) -> Option<Arc<MappedFile>> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(m) = map.as_ref() {
             if m.len() as u64 >= end {
@@ -75,17 +79,15 @@ impl SegFile {
         if size < end {
             return None;
         }
-        // SAFETY: read-only mapping of a log segment, read only where committed (above).
-        let m = Arc::new(
-            unsafe {
-                memmap2::MmapOptions::new()
-                    .len(size as usize)
-                    .map(&self.file)
-            }
-            .ok()?,
-        );
+        let m = Arc::new(MappedFile::map(&self.file, size).ok()?);
         *map = Some(m.clone());
         Some(m)
+    }
+
+    /// Drops this file's mapping (a read found it cut under it); a later read maps it again
+    /// as long as it then is, or falls back.
+    pub(crate) fn unmap(&self) {
+        *self.map.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 
     /// Whether this is the file a server named by (st_dev, st_ino).

@@ -2,16 +2,24 @@
 //! read of many short rows copies only the selected elements out of the mapped extents,
 //! instead of reading each extent's span (most of it unselected) into a buffer first.
 //!
-//! Why a mapped committed byte is the right byte: as for a client's one-copy read
-//! (`pdcx_client::direct`), committed bytes of a segment are never rewritten and the file is
-//! never cut below them (recovery and a failed append cut only an uncommitted tail);
-//! retirement unlinks the whole file, which a mapping outlives. Only committed bytes are read
-//! ([`Engine::piece_plan`](crate::engine::Engine::piece_plan) plans only those), so a read
-//! cannot fault past the end of the file. A mapping is known by the file's (st_dev, st_ino)
-//! and dropped once that file is no longer at its path, so a retired segment's disk space is
-//! freed.
+//! Why a mapped committed byte is the right byte, or an error: committed bytes of a segment
+//! are never rewritten *by the log* and the file is never cut below them by it (recovery and
+//! a failed append cut only an uncommitted tail); retirement unlinks the whole file, which a
+//! mapping outlives. Only committed bytes are read
+//! ([`Engine::piece_plan`](crate::engine::Engine::piece_plan) plans only those). But the
+//! file is an ordinary file of the deployment's user: a one-copy writer's stray `pwrite`
+//! (it has the whole segment open) or any other program may change committed bytes, and
+//! `truncate` may cut them off. So every extent a gather copies from is checked whole
+//! against its record's payload checksum after the copy (`Engine::read_gathered`), and
+//! mappings are [`MappedFile`]s: a read past the end of a file cut after it was mapped reads
+//! zeros and flags the mapping ([`MappedFile::faulted`]) instead of killing the server with
+//! SIGBUS (see `pdcx_store::mapguard` for why a handler rather than `pread`); the read then
+//! fails with an error and the mapping is dropped ([`MappedSegments::forget`]).
+//!
+//! A mapping is known by the file's (st_dev, st_ino) and dropped once that file is no longer
+//! at its path, so a retired segment's disk space is freed.
 
-use memmap2::Mmap;
+use pdcx_store::MappedFile;
 use std::collections::HashMap;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::sync::{Arc, Mutex};
@@ -25,7 +33,7 @@ const SWEEP_EVERY: Duration = Duration::from_secs(1);
 struct Mapped {
     dev: u64,
     ino: u64,
-    map: Arc<Mmap>,
+    map: Arc<MappedFile>,
 }
 
 #[derive(Default)]
@@ -37,7 +45,14 @@ pub struct MappedSegments {
 impl MappedSegments {
     /// Segment `seg` of the log directory `dir`, mapped with at least `end` bytes, if it is
     /// the file (`dev`, `ino`) and that long; None otherwise (the caller reads the usual way).
-    pub fn get(&self, dir: &str, seg: u64, dev: u64, ino: u64, end: u64) -> Option<Arc<Mmap>> {
+    pub fn get(
+        &self,
+        dir: &str,
+        seg: u64,
+        dev: u64,
+        ino: u64,
+        end: u64,
+    ) -> Option<Arc<MappedFile>> {
         let path = pdcx_store::segment_path(dir, seg);
         self.sweep(dir);
         let mut maps = self.maps.lock().unwrap_or_else(|p| p.into_inner());
@@ -55,14 +70,7 @@ impl MappedSegments {
         if !meta.is_file() || (meta.dev(), meta.ino()) != (dev, ino) || meta.len() < end {
             return None;
         }
-        // SAFETY: a read-only mapping of a log segment, read only where committed (above).
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .len(meta.len() as usize)
-                .map(&file)
-        }
-        .ok()?;
-        let map = Arc::new(map);
+        let map = Arc::new(MappedFile::map(&file, meta.len()).ok()?);
         if maps.len() >= MAX_MAPS {
             maps.clear();
         }
@@ -75,6 +83,15 @@ impl MappedSegments {
             },
         );
         Some(map)
+    }
+
+    /// Drops the mapping of segment `seg` (a read found it cut: the next read maps the file
+    /// again, as long as it is now, or reads it the usual way).
+    pub fn forget(&self, seg: u64) {
+        self.maps
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&seg);
     }
 
     /// At most every [`SWEEP_EVERY`]: drops the mappings of segments no longer at their path

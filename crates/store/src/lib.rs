@@ -10,6 +10,7 @@ pub mod cache;
 pub mod commit_record;
 pub mod log;
 pub mod manifest;
+pub mod mapguard;
 pub mod record;
 
 pub use cache::Cache;
@@ -17,7 +18,8 @@ pub use commit_record::{CommitEntry, COMMIT_OBJECT};
 pub use log::{
     CommitPlan, LogOptions, LogSpan, ManifestPublisher, PendingManifest, Recovery, SegmentLog,
 };
+pub use mapguard::MappedFile;
 pub use record::{
-    parse_segment_file_name, scan_segment, scan_segment_in, segment_file_name, segment_path,
-    Location, RecordInfo, Scanned,
+    parse_segment_file_name, payload_matches, scan_segment, scan_segment_in, segment_file_name,
+    segment_path, Location, RecordInfo, Scanned,
 };

@@ -77,6 +77,12 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// Whether `payload` is a record's payload with checksum `crc` (readers that get a record's
+/// bytes without [`crate::LogSpan::read_verified`]: mapped gathers, same-node clients).
+pub fn payload_matches(payload: &[u8], crc: u32) -> bool {
+    crc32c::crc32c(payload) == crc
+}
+
 /// Header plus region bytes for a payload of `payload_len` bytes with crc `payload_crc`. The
 /// payload itself is written separately so large payloads are never copied.
 pub fn encode_prefix(

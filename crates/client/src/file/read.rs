@@ -57,8 +57,12 @@ impl File {
         if let Some((o, b)) = &self.ahead {
             if off >= *o && off + want as u64 <= o + b.len() as u64 {
                 let at = (off - o) as usize;
-                out.copy_from_slice(&b.as_slice()[at..at + want]);
-                return Ok(());
+                let r = b.copy_out(at, out);
+                if r.is_err() {
+                    // Its segment was cut: the next read plans again (and fails or falls back).
+                    self.ahead = None;
+                }
+                return r;
             }
         }
         if self.opts.prefetch == Prefetch::Off {
@@ -87,7 +91,7 @@ impl File {
                 Window::Heap(buf)
             }
         };
-        out.copy_from_slice(&buf.as_slice()[..want]);
+        buf.copy_out(0, out)?;
         let buf = Arc::new(buf);
         // A mapped window is not cached: reading it again costs one plan, and a cached
         // mapping would keep a retired segment's disk space allocated.

@@ -89,13 +89,15 @@ pub struct PiecePlans {
 }
 
 /// One extent whole: the elements of `region` in C order at byte `offset` of log segment
-/// `segment`, written by write `seq`.
+/// `segment`, written by write `seq`; `crc`: the crc32c of those bytes (the record's payload
+/// checksum), which a client checks before it returns any of them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PlanPiece {
     pub seq: u64,
     pub segment: u64,
     pub offset: u64,
     pub region: Region,
+    pub crc: u32,
 }
 
 /// Answer to `ReadPlan`: the server's log directory, the identity of every segment file a
@@ -127,6 +129,10 @@ pub struct ReadPlan {
     pub len: u64,
     pub fill: Option<Vec<u8>>,
     pub spans: Vec<PlanSpan>,
+    /// (segment, payload offset, payload length, payload crc32c) of every log record a span
+    /// reads from (spans of files outside the log excepted): a client checks each one whole
+    /// before it returns bytes of it.
+    pub records: Vec<(u64, u64, u64, u32)>,
 }
 
 /// `len` bytes at byte `offset` of log segment `segment`, to byte `dest` of the item's output;

@@ -73,8 +73,22 @@ impl Engine {
             }
         }
         let fill = (!covers(region, &pieces)).then(|| obj.fill.clone());
+        // Every log record a span reads from, whole, with its checksum: the client checks
+        // them before it returns their bytes (a record damaged after its commit, by a
+        // one-copy writer's stray `pwrite` or anything else, is an error, never its bytes).
+        let mut records: Vec<(u64, u64, u64, u32)> = in_log
+            .iter()
+            .map(|(e, _)| (e.loc.segment, e.loc.offset, e.loc.len, e.loc.crc))
+            .collect();
+        records.sort_unstable();
+        records.dedup();
         Ok(PlanOutcome::Plan(
-            ReadPlan { len, fill, spans },
+            ReadPlan {
+                len,
+                fill,
+                spans,
+                records,
+            },
             segments,
             files,
         ))
@@ -145,6 +159,7 @@ impl Engine {
                     segment: e.loc.segment,
                     offset: e.loc.offset,
                     region: e.region.clone(),
+                    crc: e.loc.crc,
                 })
                 .collect(),
             holders: Vec::new(),

@@ -178,7 +178,8 @@ impl Engine {
     /// copied by extent from the mapped log, so only the selected elements are touched.
     /// False when the region cannot be read so (other holders, extents not in the committed
     /// log, a segment retired meanwhile): the caller reads the usual way (`out` may be
-    /// partly written).
+    /// partly written). An error when an extent's bytes no longer match its record's
+    /// checksum or its segment was cut under the mapping (see `mapped.rs`).
     pub fn read_gathered(
         &self,
         id: ObjectId,
@@ -220,6 +221,36 @@ impl Engine {
             .map(|(p, (m, at, len))| (&m[*at..at + len], &p.region))
             .collect();
         gather_pieces(&srcs, region, step, elem, out);
+        // Checked after the copy, so a change made before or while it ran is seen.
+        let damaged = plan
+            .pieces
+            .iter()
+            .zip(&srcs)
+            .find(|(p, (src, _))| !pdcx_store::payload_matches(src, p.crc));
+        if let Some((p, _)) = plan
+            .pieces
+            .iter()
+            .zip(&maps)
+            .find(|(_, (m, _, _))| m.faulted())
+        {
+            self.mapped.forget(p.segment);
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "log segment {} of this server was cut short while object {id:#x} was read from it",
+                    p.segment
+                ),
+            ));
+        }
+        if let Some((p, _)) = damaged {
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "write {} of object {id:#x} (log segment {}, offset {}) no longer matches its checksum: its bytes were changed after it was committed",
+                    p.seq, p.segment, p.offset
+                ),
+            ));
+        }
         Ok(true)
     }
 
