@@ -249,7 +249,8 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// 5: mutual handshake (client nonce, channel binding, the server's proof in `Welcome`) and
 /// protected frames between nodes.
 /// 6: users besides the deployment's own (`Hello::user`, user keys, kernel credentials), the
-/// admin role, objects' and containers' owners and grants.
+/// admin role, objects' and containers' owners and grants; read plans name the records they
+/// read from (with their checksums), which the client checks.
 pub const VERSION: u16 = 6;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;
