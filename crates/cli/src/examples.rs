@@ -126,7 +126,7 @@ EXAMPLES:
   pdcx share run1/energy --user nobody --revoke  # take it back
 
 A deployment serves users other than its own only if its `users` setting lists them
-(PDCX_USERS or `users` in pdcx.toml). Each reaches what it created and what is shared with it.";
+(PDCX_USERS in the servers' environment). Each reaches what it created and what is shared with it.";
 
 pub(crate) const TAG_EXAMPLES: &str = "\
 EXAMPLES:
