@@ -89,7 +89,7 @@ fn connect(f: &Fixture) -> TcpStream {
     assert_eq!(h.kind, FrameKind::Challenge);
     let binding = protocol::tcp_binding(s.local_addr().unwrap(), s.peer_addr().unwrap());
     let hello = protocol::Hello::new(
-        &f.secret,
+        &protocol::Credential::deployment(&f.secret),
         &nonce,
         protocol::Role::Client,
         binding,

@@ -53,17 +53,13 @@ impl Metadata {
                 .execute(params![lid, KIND_TAG])
                 .map_err(db_err)
         })?;
-        // The cached copy changes the same way (data requests are checked against it).
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        let m = objects
-            .get_mut(&id)
-            .ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))?;
-        m.dtype = dtype;
-        m.dims = dims;
-        m.fill = fill;
-        m.mtime = mtime;
-        m.tags.retain(|(k, _)| k != KIND_TAG);
-        Ok(m.clone())
+        self.update_cached(id, |m| {
+            m.dtype = dtype;
+            m.dims = dims;
+            m.fill = fill;
+            m.mtime = mtime;
+            m.tags.retain(|(k, _)| k != KIND_TAG);
+        })
     }
 }
 

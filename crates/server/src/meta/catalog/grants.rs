@@ -17,13 +17,7 @@ impl Metadata {
                 .execute(params![text, lid_of(id)])
                 .map_err(db_err)
         })?;
-        // Data requests are checked against the cached copy: it changes the same way.
-        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
-        let m = objects
-            .get_mut(&id)
-            .ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))?;
-        m.access = access.clone();
-        Ok(m.clone())
+        self.update_cached(id, |m| m.access = access.clone())
     }
 
     /// Sets who reaches container `name`.

@@ -43,6 +43,21 @@ impl Metadata {
         Ok(())
     }
 
+    /// Changes the cached copy of object `id` as its row was just changed (data requests are
+    /// checked against it) and answers the object as it is now.
+    pub(in crate::meta) fn update_cached(
+        &self,
+        id: ObjectId,
+        change: impl FnOnce(&mut ObjectMeta),
+    ) -> Result<ObjectMeta> {
+        let mut objects = self.objects.write().unwrap_or_else(|p| p.into_inner());
+        let m = objects
+            .get_mut(&id)
+            .ok_or_else(|| Error::not_found(format!("no object with id {id:#x}")))?;
+        change(m);
+        Ok(m.clone())
+    }
+
     fn refresh(&self, id: ObjectId) -> Result<ObjectMeta> {
         let meta = self.read_object(&self.db(), lid_of(id))?;
         self.objects
