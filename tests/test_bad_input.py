@@ -397,15 +397,6 @@ def small_tmpfs(tmp_path):
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30, check=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known bug, found when reads began checking record crcs: after the disk is full, a "
-        "failed write (the sync or the async one below) leaves a committed record whose payload "
-        "was never written (a hole), so reading the rows it covers is a checksum error where "
-        "it must be nothing; it used to read back as zeros, which hid it"
-    ),
-)
 def test_full_disk_gives_nospace_and_loses_nothing(small_tmpfs, deployment):
     """Fill an 8 MiB tmpfs holding the whole root: writes fail with NoSpaceError, everything
     written before reads back intact, the server keeps answering, and (deleting nothing) a

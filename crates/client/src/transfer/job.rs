@@ -141,9 +141,33 @@ fn execute(client: &Client, rank: u32, c: &mut Conn, job: &Job) -> Result<()> {
             states.iter().for_each(|s| s.set(Phase::Delivered, None));
             Ok(())
         }
-        Job::Commit { request, states } => c.ask(request.clone(), &[]).map(|_| {
-            states.iter().for_each(|s| s.set(Phase::Done, None));
-        }),
+        Job::Commit { request, states } => {
+            // A write whose stage failed (a one-copy payload the device refused, its space
+            // punched out again) is not committed: its reservation holds no payload, and
+            // committing it would publish a record whose bytes were never written.
+            let failed = |s: &State| {
+                matches!(
+                    s.phase.lock().unwrap_or_else(|p| p.into_inner()).0,
+                    Phase::Failed(_)
+                )
+            };
+            let mut request = request.clone();
+            if request.txns.len() == states.len() {
+                request.txns = request
+                    .txns
+                    .iter()
+                    .zip(states.iter())
+                    .filter(|(_, s)| !failed(s))
+                    .map(|(t, _)| *t)
+                    .collect();
+                if request.txns.is_empty() {
+                    return Ok(());
+                }
+            }
+            c.ask(request, &[]).map(|_| {
+                states.iter().for_each(|s| s.set(Phase::Done, None));
+            })
+        }
         Job::Read {
             items,
             lens,
