@@ -155,7 +155,18 @@ impl ClusterFile {
         let me = unsafe { libc::getuid() };
         let cred = match pdcx_core::config::USER_KEY.text() {
             Some(file) => {
-                let hex = std::fs::read_to_string(&file).map_err(|e| {
+                // A key is 64 hex digits: read no more than a small bound of whatever is there.
+                let mut hex = String::new();
+                std::io::Read::read_to_string(
+                    &mut std::io::Read::take(
+                        std::fs::File::open(&file).map_err(|e| {
+                            Error::io(&format!("opening the user key PDCX_USER_KEY={file}"), &e)
+                        })?,
+                        4096,
+                    ),
+                    &mut hex,
+                )
+                .map_err(|e| {
                     Error::io(&format!("reading the user key PDCX_USER_KEY={file}"), &e)
                 })?;
                 Credential::user_key(me, decode_hex(hex.trim())?)
