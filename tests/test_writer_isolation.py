@@ -5,7 +5,8 @@ committed records straight from it (mapped or `pread`); the server gathers strid
 its own mappings. Each test here changes a segment file under a live deployment the way a
 buggy program of the same user can (a stray `pwrite` over committed records, `truncate`) and
 passes when every such read reports an error instead of returning the changed bytes, and the
-server keeps serving.
+server keeps serving. Each one-copy writer writes into a segment of its own, so the damage
+stays within its own writes.
 """
 
 from __future__ import annotations
@@ -84,8 +85,9 @@ def test_a_stray_write_over_committed_records_is_an_error_never_garbage(deployme
     ):
         with pytest.raises(pdcx.PdcxError, match="checksum"):
             read()
-    # Strided and short-row reads the server gathers from its own mappings.
-    for sel in ("[::3, ::5]", "[0:64, 7]"):
+    # Strided and short-row reads the server gathers from its own mappings, and a whole
+    # read the server makes with `pread` (whole records are checked there too).
+    for sel in ("[::3, ::5]", "[0:64, 7]", "[...]"):
         r = server_reads(dep, f"a = c.open_object('iso/a')\nprint(a{sel}.sum())\n")
         assert r.returncode != 0, r.stdout
         assert "checksum" in r.stderr, r.stderr
@@ -125,3 +127,36 @@ def test_a_segment_cut_under_mapped_reads_is_an_error_and_the_server_lives(deplo
         a[...]
     assert all(pid_alive(p) for p in dep.pids()), dep.server_log(0)
     new_object_round_trips(c, "still")
+
+
+def test_each_one_copy_writer_has_a_segment_of_its_own(deployment):
+    """A one-copy writer's file holds only its own records, so the most a buggy writer can
+    do (write over every byte of the file it was given) ruins only its own writes."""
+    dep = deployment(n=1)
+    _c, a, want = written(dep, "mine", 512)
+    other = dep.client()
+    b = other.create_container("theirs").create_object("theirs/b", (512, 512), "float32")
+    theirs = (np.arange(512 * 512, dtype="<f4") + 0.5).reshape(512, 512)
+    b[...] = theirs
+    small = other.create_container("small").create_object("small/s", (16,), "int64")
+    small[...] = np.arange(16, dtype="<i8") + 77
+    mine, _ = segment_with(dep, want[100, 0:64].tobytes())
+    seg_b, _ = segment_with(dep, theirs[100, 0:64].tobytes())
+    seg_small, _ = segment_with(dep, (np.arange(16, dtype="<i8") + 77).tobytes())
+    assert len({mine, seg_b, seg_small}) == 3, (mine, seg_b, seg_small)
+    # Everything a stray writer holding `mine` can reach: the whole file, from offset 0.
+    size = mine.stat().st_size
+    with open(mine, "r+b") as f:
+        f.write(b"\xa5" * size)
+    with pytest.raises(pdcx.PdcxError, match="checksum"):
+        a[...]
+    r = server_reads(dep, "a = c.open_object('mine/a')\nprint(a[...].sum())\n")
+    assert r.returncode != 0 and "checksum" in r.stderr, (r.stdout, r.stderr)
+    # The other writer's data, read one-copy and through the server, is untouched.
+    assert np.array_equal(b[...], theirs)
+    assert np.array_equal(small[...], np.arange(16, dtype="<i8") + 77)
+    r = server_reads(dep, "b = c.open_object('theirs/b')\nprint(b[...].astype('f8').sum())\n")
+    assert r.returncode == 0, r.stderr
+    assert float(r.stdout) == theirs.astype("f8").sum()
+    assert all(pid_alive(p) for p in dep.pids())
+    new_object_round_trips(other, "after")

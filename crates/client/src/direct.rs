@@ -17,9 +17,9 @@
 //! log records the plan names.
 //!
 //! What the log does not do, something else on the node may: a segment file is an ordinary
-//! file of the deployment's user, and a one-copy writer has its whole newest segment open
-//! (`direct_write.rs`), so a stray `pwrite` may change committed records and `truncate` may
-//! cut them. So nothing is returned unchecked: after its bytes are copied, every log record
+//! file of the deployment's user, and a one-copy writer has a segment open for writing
+//! (its own, `pdcx_store::WriterLease`, so it reaches only its own records), so a stray
+//! `pwrite` may change committed records and `truncate` may cut them. So nothing is returned unchecked: after its bytes are copied, every log record
 //! a span or piece read from is checked whole against its payload checksum (the plan carries
 //! each record's location and crc32c). A span that is a whole record is checked as it is
 //! read (1 MiB `pread`s folded into the checksum while in cache); any other record is

@@ -11,7 +11,8 @@
 //! Why this keeps the log's guarantees:
 //! - The client writes only inside the range the server reserved for that write, into the
 //!   file the server named (checked by st_dev and st_ino, so never another file that came to
-//!   have the same path).
+//!   have the same path). That file is the connection's own segment (`pdcx_store::WriterLease`):
+//!   no one else's record is in it.
 //! - A payload that does not match the checksum in its header (never written because the
 //!   client died, torn, or changed by its writer while written) is refused by reads and
 //!   skipped by recovery, which goes on to the records after it: a writer can ruin only its
@@ -271,8 +272,9 @@ impl DirectWrites {
                 return None;
             }
         };
-        // The server reserves only in its newest segment: older ones of this server are
-        // never written again (and an open descriptor would keep a retired one's space).
+        // The server reserves in each connection's own segment, a new one once it is full:
+        // older ones are rarely written again (another pooled connection's segment is
+        // reopened when needed), and an open descriptor would keep a retired one's space.
         files.retain(|&(r, s), _| r != rank || s > seg);
         if files.len() >= MAX_OPEN {
             files.clear();

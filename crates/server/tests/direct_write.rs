@@ -127,8 +127,17 @@ fn a_payload_that_does_not_match_its_checksum_ruins_only_its_own_write() {
     let ok = pattern(n as usize, 6);
     // The bad writer announces one payload and writes another (as a client changing its
     // buffer during the write would).
+    let (mut bad_writer, mut good_writer) =
+        (engine.store().writer_lease(), engine.store().writer_lease());
     let (s1, (dev, ino)) = engine
-        .reserve(1, bad, &r(0, n), n, crc32c::crc32c(&promised))
+        .reserve(
+            &mut bad_writer,
+            1,
+            bad,
+            &r(0, n),
+            n,
+            crc32c::crc32c(&promised),
+        )
         .unwrap();
     client_write(
         &engine,
@@ -136,15 +145,28 @@ fn a_payload_that_does_not_match_its_checksum_ruins_only_its_own_write() {
         &scribbled,
     );
     let (s2, (dev, ino)) = engine
-        .reserve(2, good, &r(0, n), n, crc32c::crc32c(&ok))
+        .reserve(&mut good_writer, 2, good, &r(0, n), n, crc32c::crc32c(&ok))
         .unwrap();
     client_write(&engine, (s2.loc.segment, dev, ino, s2.loc.offset), &ok);
     // A staged write after both, and a reservation never written at all.
     let (s3, _) = engine
-        .reserve(3, bad, &r(0, 10), 10, crc32c::crc32c(&[7u8; 10]))
+        .reserve(
+            &mut bad_writer,
+            3,
+            bad,
+            &r(0, 10),
+            10,
+            crc32c::crc32c(&[7u8; 10]),
+        )
         .unwrap();
     let s4 = engine.stage(4, good, &r(0, 100), &[8u8; 100]).unwrap();
+    assert_ne!(
+        s1.loc.segment, s2.loc.segment,
+        "each writer has its own segment"
+    );
+    assert_ne!(s4.loc.segment, s2.loc.segment);
     engine.commit(&[s1, s2, s3, s4], Durability::Local).unwrap();
+    drop((bad_writer, good_writer));
 
     let mut out = vec![0u8; n as usize];
     let mut want = ok.clone();
@@ -172,4 +194,50 @@ fn a_payload_that_does_not_match_its_checksum_ruins_only_its_own_write() {
     let (_meta, engine) = open(dir.path());
     engine.read(bad, &r(0, 4), &mut out[..4]).unwrap();
     assert_eq!(&out[..4], &[1, 2, 3, 0]);
+}
+
+/// A writer that writes through its segment file outside its reservation (a descriptor
+/// reused by a stray `write`, a bad offset) reaches only its own segment: another writer's
+/// committed data and the staged writes are untouched, before and after a restart.
+#[test]
+fn a_stray_write_through_a_writers_file_reaches_only_its_own_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let (meta, engine) = open(dir.path());
+    let n = 300_000u64;
+    let (mine, theirs) = (object(&meta, "mine", n), object(&meta, "theirs", n));
+    let (a_data, b_data) = (pattern(n as usize, 1), pattern(n as usize, 2));
+    let (mut a, mut b) = (engine.store().writer_lease(), engine.store().writer_lease());
+    let (sb, (dev, ino)) = engine
+        .reserve(&mut b, 1, theirs, &r(0, n), n, crc32c::crc32c(&b_data))
+        .unwrap();
+    client_write(&engine, (sb.loc.segment, dev, ino, sb.loc.offset), &b_data);
+    let (sa, (dev, ino)) = engine
+        .reserve(&mut a, 2, mine, &r(0, n), n, crc32c::crc32c(&a_data))
+        .unwrap();
+    let a_span = (sa.loc.segment, dev, ino, sa.loc.offset);
+    client_write(&engine, a_span, &a_data);
+    let staged = engine.stage(3, theirs, &r(0, 100), &[9u8; 100]).unwrap();
+    engine.commit(&[sb, sa, staged], Durability::Local).unwrap();
+    // Writer a, still connected, writes garbage from offset 0 over everything it can reach.
+    client_write(
+        &engine,
+        (a_span.0, a_span.1, a_span.2, 0),
+        &vec![0x5A; n as usize + 4096],
+    );
+
+    let mut want = b_data.clone();
+    want[..100].copy_from_slice(&[9u8; 100]);
+    let mut out = vec![0u8; n as usize];
+    engine.read(theirs, &r(0, n), &mut out).unwrap();
+    assert!(out == want, "another writer's data is untouched");
+    assert!(
+        engine.read(mine, &r(0, n), &mut out).is_err(),
+        "the scribbled write is an error, never garbage returned as data"
+    );
+    drop((a, b));
+    drop(engine);
+    drop(meta);
+    let (_meta, engine) = open(dir.path());
+    engine.read(theirs, &r(0, n), &mut out).unwrap();
+    assert!(out == want, "and after a restart");
 }

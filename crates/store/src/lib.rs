@@ -16,7 +16,8 @@ pub mod record;
 pub use cache::Cache;
 pub use commit_record::{CommitEntry, COMMIT_OBJECT};
 pub use log::{
-    CommitPlan, LogOptions, LogSpan, ManifestPublisher, PendingManifest, Recovery, SegmentLog,
+    verify_payload, CommitPlan, LogOptions, LogSpan, ManifestPublisher, PendingManifest, Recovery,
+    SegmentLog, WriterLease,
 };
 pub use mapguard::MappedFile;
 pub use record::{

@@ -39,6 +39,9 @@ pub(crate) struct Session {
     pub(crate) scratch: Vec<u8>,
     /// Shared-memory arenas the client attached (same-node clients only).
     pub(crate) shm: Attached,
+    /// The log segment this connection's one-copy writes go to, its own (made on its first
+    /// `Reserve`; released when the connection ends).
+    pub(crate) writer: Option<pdcx_store::WriterLease>,
 }
 
 impl Session {

@@ -203,12 +203,15 @@ fn reserve(
         total = total.saturating_add(item.len);
     }
     let mut spans = Vec::with_capacity(items.len());
+    let lease = sess
+        .writer
+        .get_or_insert_with(|| server.engine.store().writer_lease());
     for (i, item) in items.into_iter().enumerate() {
         let crc = crcs.map_or(0, |c| c[i]);
         let (mut staged, (dev, ino)) =
             server
                 .engine
-                .reserve(item.txn, item.id, &item.region, item.len, crc)?;
+                .reserve(lease, item.txn, item.id, &item.region, item.len, crc)?;
         staged.crc_late = crcs.is_none();
         spans.push((staged.loc.segment, dev, ino, staged.loc.offset));
         sess.pending.insert(item.txn, staged);

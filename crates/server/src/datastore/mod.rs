@@ -49,7 +49,7 @@ use index::{Deferred, Index, Pins, PROVISIONAL_BASE};
 use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::ExtentInfo;
 use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
-use pdcx_store::{Cache, LogOptions, Recovery, SegmentLog};
+use pdcx_store::{Cache, LogOptions, Recovery, SegmentLog, WriterLease};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -351,9 +351,11 @@ impl DataStore {
     /// Like [`stage`](Self::stage) for a payload a same-node client writes into the log
     /// itself ([`SegmentLog::reserve`]): the record's header is written and room reserved;
     /// the write stays invisible until committed, as a staged one. Also returns the segment
-    /// file's (st_dev, st_ino) for the client.
+    /// file's (st_dev, st_ino) for the client. The record goes to the segment of `lease`,
+    /// the writer's own ([`WriterLease`]).
     pub fn reserve(
         &self,
+        lease: &mut WriterLease,
         txn: u64,
         id: ObjectId,
         region: &Region,
@@ -363,7 +365,7 @@ impl DataStore {
         // Pinned under the log lock, as in `stage`.
         let (loc, ident, pin) = {
             let mut log = self.log();
-            let (loc, ident) = log.reserve(id, txn, region, len, crc)?;
+            let (loc, ident) = log.reserve(lease, id, txn, region, len, crc)?;
             (loc, ident, self.pins.pin(loc.segment))
         };
         let staged = Staged {
@@ -375,6 +377,12 @@ impl DataStore {
             _pin: pin,
         };
         Ok((staged, ident))
+    }
+
+    /// A lease for one writer's one-copy writes (one per client connection): a segment of
+    /// its own, made on its first reservation, released when dropped.
+    pub fn writer_lease(&self) -> WriterLease {
+        self.log().writer_lease()
     }
 
     /// Gives a write reserved without its payload checksum (`crc_late`) its checksum `crc`:

@@ -92,6 +92,9 @@ impl DataStore {
                 let span = log.span(e.loc.segment, e.loc.offset + lo, hi - lo)?;
                 drop(log);
                 span.read_into(out)?;
+                if (lo, hi) == (0, e.loc.len) {
+                    pdcx_store::verify_payload(&e.loc, out)?;
+                }
                 return Ok(fetched);
             }
         }
@@ -127,6 +130,9 @@ impl DataStore {
             for &m in &misses[served] {
                 let s = (pieces[m].0.loc.offset + spans[m].0 - start) as usize;
                 let e = (pieces[m].0.loc.offset + spans[m].1 - start) as usize;
+                if spans[m] == (0, pieces[m].0.loc.len) {
+                    pdcx_store::verify_payload(&pieces[m].0.loc, &buf[s..e])?;
+                }
                 fetched[m] = Some(Arc::new(buf[s..e].to_vec()));
             }
         }
@@ -175,11 +181,17 @@ impl DataStore {
             if let Some((e, r)) = refs.get(&s.seq) {
                 reads.push((
                     None,
+                    (s.segment, s.offset),
                     Some((*r, r.offset + (s.offset - e.loc.offset), s.len)),
                     s.dest,
                 ));
             } else {
-                reads.push((Some(log.span(s.segment, s.offset, s.len)?), None, s.dest));
+                reads.push((
+                    Some(log.span(s.segment, s.offset, s.len)?),
+                    (s.segment, s.offset),
+                    None,
+                    s.dest,
+                ));
             }
         }
         drop(log);
@@ -188,7 +200,13 @@ impl DataStore {
         }
         let mut files: std::collections::HashMap<&str, std::fs::File> =
             std::collections::HashMap::new();
-        for (span, file_span, dest) in reads {
+        // Spans that are whole records are checked against their checksums as read.
+        let whole: std::collections::HashMap<(u64, u64, u64), &pdcx_store::Location> = pieces
+            .iter()
+            .filter(|(e, _)| e.external.is_none() || e.home.is_some())
+            .map(|(e, _)| ((e.loc.segment, e.loc.offset, e.loc.len), &e.loc))
+            .collect();
+        for (span, span_at, file_span, dest) in reads {
             let len = span
                 .as_ref()
                 .map_or_else(|| file_span.map_or(0, |f| f.2), |s| s.len());
@@ -196,7 +214,12 @@ impl DataStore {
                 .get_mut(dest as usize..(dest + len) as usize)
                 .ok_or_else(|| Error::internal("read span outside the output"))?;
             match (span, file_span) {
-                (Some(span), _) => span.read_into(dst)?,
+                (Some(span), _) => {
+                    span.read_into(dst)?;
+                    if let Some(whole) = whole.get(&(span_at.0, span_at.1, len)) {
+                        pdcx_store::verify_payload(whole, dst)?;
+                    }
+                }
                 (None, Some((r, offset, _))) => {
                     use std::os::unix::fs::FileExt;
                     let f = match files.entry(r.path.as_str()) {

@@ -15,7 +15,8 @@ impl DataStore {
     ///    registration adds to the index before it takes a write off the deferred list), and of
     ///    every extent still in the log without a durable home;
     /// 3. under the log lock: the sealed segments neither blocked nor pinned by a staged write
-    ///    (appends pin under the same lock) — crash point `retire.before_manifest`;
+    ///    (appends pin under the same lock), segments leased to writers included (their
+    ///    leases are revoked) — crash point `retire.before_manifest`;
     /// 4. `SegmentLog::retire`: a new manifest without them (fsynced, renamed, directory
     ///    fsynced), then unlink the files — `retire.after_manifest`. A crash in between leaves
     ///    unlisted files, which the next open deletes; every extent they held has a durable home
@@ -38,6 +39,9 @@ impl DataStore {
         });
         let (ready, freed) = {
             let mut log = self.log();
+            // A writer that stays connected lets go of its segment once it holds nothing
+            // that must stay (its next reservation starts a new one).
+            log.revoke_leases(&|s| !blocked.contains(&s) && !self.pins.pinned(s));
             let ready: Vec<u64> = log
                 .sealed_segments()
                 .into_iter()

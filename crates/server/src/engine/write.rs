@@ -28,6 +28,7 @@ impl Engine {
     /// the log itself: checked like a stage, then reserved ([`DataStore::reserve`]).
     pub fn reserve(
         &self,
+        lease: &mut pdcx_store::WriterLease,
         txn: u64,
         id: ObjectId,
         region: &Region,
@@ -35,7 +36,7 @@ impl Engine {
         crc: u32,
     ) -> Result<(Staged, (u64, u64))> {
         self.check_stage_len(id, region, len)?;
-        self.store.reserve(txn, id, region, len, crc)
+        self.store.reserve(lease, txn, id, region, len, crc)
     }
 
     /// Fails unless a write of `len` bytes to `region` of object `id` has the right size.

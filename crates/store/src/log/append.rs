@@ -37,17 +37,25 @@ pub(super) fn zero_ahead(rec_len: u64) -> u64 {
 }
 
 impl SegmentLog {
-    /// The segment a record of `rec_len` bytes goes to, creating the next one if needed.
+    /// The shared segment a record of `rec_len` bytes goes to, creating the next one if
+    /// needed. Segments leased to one-copy writers ([`WriterLease`](super::WriterLease)) never
+    /// take shared records.
     fn segment_for(&mut self, rec_len: u64) -> Result<u64> {
-        let next = match self.segments.last_key_value() {
-            Some((&id, seg))
-                if seg.len == 0 || seg.len.saturating_add(rec_len) <= self.opts.segment_bytes =>
-            {
-                return Ok(id)
+        if let Some(id) = self.active {
+            if let Some(seg) = self.segments.get(&id) {
+                if seg.len == 0 || seg.len.saturating_add(rec_len) <= self.opts.segment_bytes {
+                    return Ok(id);
+                }
             }
-            Some((&id, _)) => id + 1,
-            None => 1,
-        };
+        }
+        let id = self.create_segment()?;
+        self.active = Some(id);
+        Ok(id)
+    }
+
+    /// Creates and lists the next segment (ids only grow, so never a retired one's id).
+    pub(super) fn create_segment(&mut self) -> Result<u64> {
+        let next = self.segments.last_key_value().map_or(1, |(&id, _)| id + 1);
         let path = self.segment_path(next);
         let file = self
             .fs
@@ -108,11 +116,16 @@ impl SegmentLog {
     ///   (never written, torn, or changed by its writer), skips only this record
     ///   ([`Scanned::Damaged`](crate::record::Scanned)) and goes on to the records after it.
     ///
+    /// The record goes into the segment leased to this writer (`lease`, one per client
+    /// connection), never into a segment holding anyone else's records: the file the client
+    /// opens can reach only its own writes (see [`WriterLease`](super::WriterLease)).
+    ///
     /// Returns where the payload goes and the segment file's (st_dev, st_ino), which the
     /// client checks so it never writes into another file at the same path. Fails with
     /// `Unavailable` when the log's files are not real files (a simulated disk).
     pub fn reserve(
         &mut self,
+        lease: &mut super::WriterLease,
         object: u64,
         txn: u64,
         region: &Region,
@@ -130,7 +143,7 @@ impl SegmentLog {
         let rec_len = (prefix.len() as u64)
             .checked_add(len)
             .ok_or_else(|| Error::invalid(format!("a record of {len} bytes is too large")))?;
-        let id = self.segment_for(rec_len)?;
+        let id = self.leased_segment_for(lease, rec_len)?;
         let path = self.segment_path(id);
         let seg = self
             .segments

@@ -12,21 +12,26 @@
 //! recovery scans (and are what the server's metadata replay starts from).
 //!
 //! By job: `recover` opens the log (recovery), `append` writes records, `commit` makes
-//! them durable and checkpoints them, `publish` writes MANIFESTs, `retire` removes
+//! them durable and checkpoints them, `lease` gives one-copy writers segments of their own,
+//! `publish` writes MANIFESTs, `retire` removes
 //! segments whose records live elsewhere, `read` reads appended bytes back.
 
 mod append;
 mod commit;
+mod lease;
 mod publish;
 mod read;
 mod recover;
 mod retire;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_lease;
 
 pub use commit::CommitPlan;
+pub use lease::WriterLease;
 pub use publish::{ManifestPublisher, PendingManifest};
-pub use read::LogSpan;
+pub use read::{verify_payload, LogSpan};
 
 use crate::commit_record::CommitEntry;
 use crate::record::{segment_file_name, Location};
@@ -107,6 +112,12 @@ pub struct SegmentLog {
     opts: LogOptions,
     fs: Arc<dyn Fs>,
     segments: BTreeMap<u64, Segment>,
+    /// The segment shared appends go to (staged writes, commit records). None after open:
+    /// the first append makes a new one rather than appending to a segment a one-copy
+    /// writer of the last incarnation may still hold open.
+    active: Option<u64>,
+    /// Segments leased to one-copy writers (`lease.rs`).
+    leased: lease::Leased,
     /// Segments written since the last sync.
     dirty: BTreeSet<u64>,
     /// Shared with `manifests`, which may poison the log without its lock.

@@ -65,6 +65,24 @@ impl LogSpan {
     }
 }
 
+/// Checks `bytes`, the whole payload of the record at `loc`, against its checksum: a read
+/// that covers whole records returns an error rather than bytes changed after they were
+/// written (by a one-copy writer outside its reservation, or by the device).
+pub fn verify_payload(loc: &Location, bytes: &[u8]) -> Result<()> {
+    if crate::record::payload_matches(bytes, loc.crc) {
+        return Ok(());
+    }
+    Err(Error::new(
+        ErrorKind::Io,
+        format!(
+            "the record at offset {} of log segment {} ({} bytes) no longer matches its \
+             checksum: it was changed after it was written (a one-copy writer wrote outside \
+             its reservation, or the device corrupted it); this write is lost, others are not",
+            loc.offset, loc.segment, loc.len
+        ),
+    ))
+}
+
 impl SegmentLog {
     /// True while `segment` is part of the log (not retired).
     pub fn has_segment(&self, segment: u64) -> bool {

@@ -205,6 +205,8 @@ impl SegmentLog {
             opts,
             fs,
             segments,
+            active: None,
+            leased: Default::default(),
             dirty: BTreeSet::new(),
             poisoned,
             manifests,

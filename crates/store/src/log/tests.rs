@@ -109,8 +109,10 @@ fn reserved_record_written_by_another_file_handle_survives_reopen() {
     let before = payload(1, 100);
     log.append(1, 1, &r(&[0], &[100]), &before).unwrap();
     let big = payload(2, 300_000);
+    let mut lease = log.writer_lease();
     let (loc, ident) = log
         .reserve(
+            &mut lease,
             2,
             7,
             &r(&[0], &[300_000]),
@@ -126,7 +128,10 @@ fn reserved_record_written_by_another_file_handle_survives_reopen() {
     drop(log);
     let (log, rec) = open(&dir);
     assert!(rec.damaged.is_empty());
-    assert_eq!(objects(&log.segment_path(1)), vec![1, 2, 3]);
+    // The reservation went to the writer's own segment, the appends around it to the
+    // shared one.
+    assert_eq!(objects(&log.segment_path(1)), vec![1, 3]);
+    assert_eq!(objects(&log.segment_path(loc.segment)), vec![2]);
     assert_eq!(log.read_payload(&loc).unwrap(), big);
     assert_eq!(log.read_payload(&after_loc).unwrap(), after);
 }
@@ -141,13 +146,18 @@ fn a_reserved_record_gets_its_checksum_after_its_payload() {
     let (mut log, _) = open(&dir);
     let big = payload(2, 300_000);
     let region = r(&[0], &[300_000]);
-    let (loc, ident) = log.reserve(2, 7, &region, big.len() as u64, 0).unwrap();
+    let mut lease = log.writer_lease();
+    let (loc, ident) = log
+        .reserve(&mut lease, 2, 7, &region, big.len() as u64, 0)
+        .unwrap();
     client_write(&log, &loc, ident, &big);
     let crc = crc32c::crc32c(&big);
     log.set_reserved_crc(2, 7, &region, &loc, crc).unwrap();
     let loc = Location { crc, ..loc };
     let other = payload(4, 200_000);
-    let (lost, ident) = log.reserve(4, 8, &region, other.len() as u64, 0).unwrap();
+    let (lost, ident) = log
+        .reserve(&mut lease, 4, 8, &region, other.len() as u64, 0)
+        .unwrap();
     client_write(&log, &lost, ident, &other);
     let after = payload(3, 50);
     let after_loc = log.append(3, 9, &r(&[0], &[50]), &after).unwrap();
@@ -177,8 +187,10 @@ fn reserved_record_never_written_loses_only_itself() {
     let dir = tmp.path().join("log");
     let (mut log, _) = open(&dir);
     let big = payload(2, 200_000);
+    let mut lease = log.writer_lease();
     let (loc, _) = log
         .reserve(
+            &mut lease,
             2,
             7,
             &r(&[0], &[200_000]),
@@ -204,7 +216,7 @@ fn reserved_record_never_written_loses_only_itself() {
     assert_eq!(log.read_payload(&after_loc).unwrap(), after);
     // A checkpoint over a reservation never written still reopens.
     let (loc2, _) = log
-        .reserve(4, 1, &r(&[0], &[100_000]), 100_000, 12345)
+        .reserve(&mut lease, 4, 1, &r(&[0], &[100_000]), 100_000, 12345)
         .unwrap();
     log.commit().unwrap();
     drop(log);
@@ -245,12 +257,16 @@ fn a_voided_commit_record_is_skipped_by_recovery() {
 fn reserve_refuses_simulated_files_and_commit_object() {
     let tmp = tempfile::tempdir().unwrap();
     let (mut log, _) = open(tmp.path());
+    let mut lease = log.writer_lease();
     let e = log
-        .reserve(COMMIT_OBJECT, 1, &r(&[0], &[8]), 8, 0)
+        .reserve(&mut lease, COMMIT_OBJECT, 1, &r(&[0], &[8]), 8, 0)
         .unwrap_err();
     assert_eq!(e.kind, ErrorKind::InvalidArgument);
     let mut log = sim_open(&pdcx_fsio::SimFs::new());
-    let e = log.reserve(1, 1, &r(&[0], &[8]), 8, 0).unwrap_err();
+    let mut lease = log.writer_lease();
+    let e = log
+        .reserve(&mut lease, 1, 1, &r(&[0], &[8]), 8, 0)
+        .unwrap_err();
     assert_eq!(e.kind, ErrorKind::Unavailable);
 }
 
@@ -284,7 +300,9 @@ fn torn_uncommitted_record_is_discarded_and_log_continues() {
     drop(log);
     let (log, rec) = open(tmp.path());
     assert_eq!(rec.discarded_bytes, 0);
-    assert_eq!(objects(&path), [1, 2, 4]);
+    // After a reopen appends go to a new segment (see `SegmentLog::active`).
+    assert_eq!(objects(&path), [1, 2]);
+    assert_eq!(objects(&log.segment_path(loc4.segment)), [4]);
     assert_eq!(log.read_payload(&loc4).unwrap(), payload(4, 64));
 }
 
