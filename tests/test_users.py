@@ -226,3 +226,38 @@ def test_a_user_cannot_make_the_server_read_a_file_for_it(shared, shared_dir):
     )
     assert p.returncode == 0, p.stderr
     assert "refused:" in p.stdout and "only the deployment's user" in p.stdout, p.stdout
+
+
+def test_users_listed_in_the_config_file(deployment, shared_dir, monkeypatch):
+    """`access.users` in ROOT/pdcx.toml works as PDCX_USERS does."""
+    need_second_user()
+    monkeypatch.delenv("PDCX_USERS", raising=False)
+    dep = deployment(n=1, root=shared_dir / "root", start=False)
+    dep.root.chmod(0o700)
+    conf = dep.root / "pdcx.toml"
+    conf.write_text('[access]\nusers = ["nobody"]\n')
+    conf.chmod(0o600)
+    dep.start()
+    assert stat.S_IMODE(dep.root.stat().st_mode) == 0o711
+    assert (dep.root / "cluster.pub.json").exists()
+    data = shared_dir / "mine.npy"
+    np.save(data, np.arange(6.0))
+    data.chmod(0o644)
+    p = as_user(NOBODY, dep.root, "put", data, "--name", "nob/mine", "--container", "nob")
+    assert p.returncode == 0, p.stderr
+    p = as_user(DAEMON, dep.root, "ls")
+    assert p.returncode != 0, p.stdout
+    # A name the node does not know is an error naming the setting, before anything starts.
+    bad = deployment(n=1, root=shared_dir / "bad", start=False)
+    bad.root.chmod(0o700)
+    (bad.root / "pdcx.toml").write_text('[access]\nusers = ["no-such-user-here"]\n')
+    (bad.root / "pdcx.toml").chmod(0o600)
+    p = subprocess.run(
+        [pdcx_bin(), "server", "start", "-n", "1", "--root", str(bad.root)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert p.returncode != 0, p.stdout
+    assert "access.users" in p.stdout + p.stderr + "".join(f.read_text() for f in (bad.root / "logs").glob("*.log"))

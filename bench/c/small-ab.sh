@@ -10,15 +10,26 @@
 #
 #   bench/c/small-ab.sh ROUNDS BEFORE_PDCX BEFORE_KERNELS AFTER_PDCX AFTER_KERNELS
 #
+# SMALL_AB_MODE=read measures 4 KiB read + wait instead (each run writes its 1000 slots at
+# `local`, then reads them back: the p50 of the reads), in run.sh's case (2 servers) and
+# owner-local (1 server).
 # *_KERNELS: a directory with `small_pdc` built against that build's libpdcx (bench/c/run.sh
 # leaves them in its work dir: build/ and build-before/). Prints one line per run:
 #   round=R case=SERVERS-PREFIX-DURABILITY-PIN build=before|after load=L p50_us=X
 set -u
 if (($# != 5)); then
-  sed -n '2,17p' "$0"
+  sed -n '2,21p' "$0"
   exit 2
 fi
 rounds=$1
+mode=${SMALL_AB_MODE:-write}
+m=(-M write)
+cases=("1 pclean memory free" "1 pclean memory split" "2 smallmem memory free"
+  "2 smallmem memory split" "1 pclean local free")
+if [[ $mode == read ]]; then
+  m=()
+  cases=("2 small local free" "1 pclean local free")
+fi
 builds=("before $2 $3" "after $4 $5")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 one() { # round name bin kernels servers prefix durability pin
@@ -29,14 +40,13 @@ one() { # round name bin kernels servers prefix durability pin
   "${s[@]}" "$bin" server start -n "$servers" --root "$root" --cache-mb 0 >/dev/null 2>&1
   out=$(PDCX_ROOT=$root "${c[@]}" mpirun --allow-run-as-root --oversubscribe --bind-to none \
     --mca mpi_yield_when_idle 1 -x PDCX_ROOT -n 1 "$kd/small_pdc" -d "$root/d" -S "$servers" \
-    -k 1000 -p "$pfx" "${y[@]}" -M write 2>&1 | grep -o 'p50_us=[0-9.]*')
+    -k 1000 -p "$pfx" "${y[@]}" "${m[@]}" 2>&1 | grep "mode=$mode" | grep -o 'p50_us=[0-9.]*')
   echo "round=$r case=$servers-$pfx-$dur-$pin build=$name load=$(cut -d' ' -f1 /proc/loadavg) ${out:-p50_us=FAILED}"
   "$bin" server stop --root "$root" >/dev/null 2>&1
   rm -rf "$root"
 }
 for r in $(seq "$rounds"); do
-  for cs in "1 pclean memory free" "1 pclean memory split" "2 smallmem memory free" \
-    "2 smallmem memory split" "1 pclean local free"; do
+  for cs in "${cases[@]}"; do
     for b in "${builds[@]}"; do
       # shellcheck disable=SC2086 # word splitting of the two lists is intended
       one "$r" $b $cs

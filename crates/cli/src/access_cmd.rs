@@ -60,7 +60,7 @@ pub fn user_key_cmd(root: &Path, user: &str) -> Result<()> {
     eprintln!(
         "the key of uid {uid}: give it to that user only; they keep it in a file only they can \
          read (chmod 600) and set PDCX_USER_KEY to its path. The deployment must list them in \
-         `users`."
+         `access.users`."
     );
     Ok(())
 }

@@ -526,7 +526,7 @@ pub(crate) enum ServerAction {
         #[arg(long, conflicts_with = "json")]
         markdown: bool,
     },
-    /// Print the key of USER, another user this deployment serves (`users`), which it needs
+    /// Print the key of USER, another user this deployment serves (`access.users`), which it needs
     /// to connect from other nodes (on this node the kernel vouches for it). Only the
     /// deployment's user can make one.
     UserKey {

@@ -125,8 +125,8 @@ EXAMPLES:
   pdcx share run1 --container --everyone         # every user of the deployment may list it
   pdcx share run1/energy --user nobody --revoke  # take it back
 
-A deployment serves users other than its own only if its `users` setting lists them
-(PDCX_USERS in the servers' environment). Each reaches what it created and what is shared with it.";
+A deployment serves users other than its own only if its `access.users` setting lists them
+(users = [..] under [access] in ROOT/pdcx.toml, or PDCX_USERS in the servers' environment). Each reaches what it created and what is shared with it.";
 
 pub(crate) const TAG_EXAMPLES: &str = "\
 EXAMPLES:

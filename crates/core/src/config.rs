@@ -505,8 +505,8 @@ settings! {
         unit: "connections", min: Some(1), max: Some(65536), doc: "Connections authenticating at once; a new one past it closes the oldest unauthenticated one." }
     GROUP_ACCESS { name: "group_access", env: Some("PDCX_GROUP_ACCESS"), ty: Ty::Words(GROUP_ACCESS_MODES), default: "none",
         doc: "Who besides the deployment's user may read its files: none (0600/0700) or read (its group too: 0640/0750); nobody else may ever write them." }
-    USERS { name: "users", env: Some("PDCX_USERS"),
-        doc: "Other users this deployment serves, comma-separated names or uids; each reaches only its own objects and what their owners share (`pdcx share`); unset: only the deployment's user." }
+    USERS { name: "access.users", env: Some("PDCX_USERS"), toml: Some("access.users"),
+        doc: "Other users this deployment serves, names or uids; each reaches only its own objects and what their owners share (`pdcx share`); unset: only the deployment's user. Environment: comma-separated; pdcx.toml: a list under [access]." }
     IDLE_TIMEOUT_S { name: "idle_timeout_s", env: Some("PDCX_IDLE_TIMEOUT_S"), ty: Ty::Count, default: "0",
         unit: "seconds", doc: "Idle connections are closed after this long (0: never)." }
     MAX_PAYLOAD_MB { name: "max_payload_mb", env: Some("PDCX_MAX_PAYLOAD_MB"), ty: Ty::Count, default: "4096",

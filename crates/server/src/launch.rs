@@ -80,7 +80,7 @@ pub fn assemble_cluster(root: &Path, size: u32, timeout: Duration) -> Result<Clu
             .collect(),
     };
     cf.store(root)?;
-    if !crate::users::Users::from_config()?.is_empty() {
+    if !crate::users::Users::of_root(root)?.is_empty() {
         cf.store_public(root)?;
     }
     Ok(cf)

@@ -297,7 +297,7 @@ impl Server {
             .local_addr()
             .map_err(|e| Error::io("local_addr", &e))?;
         // The Unix listener is an optimisation: without one, clients on this node use TCP.
-        let users = users::Users::from_config()?;
+        let users = users::Users::from_config(&deployment.access)?;
         if !users.is_empty() {
             users::open_root_to_users(&config.root)?;
         }

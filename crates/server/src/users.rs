@@ -1,4 +1,4 @@
-//! The users a deployment serves besides its own (`users` / `PDCX_USERS`), resolved to uids
+//! The users a deployment serves besides its own (`access.users` / `PDCX_USERS`), resolved to uids
 //! once at start-up.
 //!
 //! A deployment runs as one user, holds that user's files and acts with its rights. Another
@@ -15,10 +15,19 @@ pub struct Users {
 }
 
 impl Users {
-    /// The users named by the `users` setting (names or uids, comma-separated).
-    pub fn from_config() -> Result<Users> {
-        let text = pdcx_core::config::USERS.text().unwrap_or_default();
-        Users::parse(&text)
+    /// The users named by the `access.users` setting: `PDCX_USERS` (names or uids,
+    /// comma-separated) where set, else the config file's list.
+    pub fn from_config(access: &pdcx_tiers::config::AccessConfig) -> Result<Users> {
+        match pdcx_core::config::USERS.text() {
+            Some(text) if !text.trim().is_empty() => Users::parse(&text),
+            _ => Users::parse(&access.users.join(",")),
+        }
+    }
+
+    /// [`from_config`](Self::from_config) with the config file of `root` (`ROOT/pdcx.toml`).
+    pub fn of_root(root: &std::path::Path) -> Result<Users> {
+        let deployment = pdcx_tiers::DeploymentConfig::load(&root.join("pdcx.toml"))?;
+        Users::from_config(&deployment.access)
     }
 
     pub fn parse(text: &str) -> Result<Users> {
@@ -28,8 +37,8 @@ impl Users {
                 Ok(uid) => uid,
                 Err(_) => uid_of(word).ok_or_else(|| {
                     Error::invalid(format!(
-                        "users: no user named {word:?} on this node (give a name the node \
-                         knows or a numeric uid)"
+                        "access.users: no user named {word:?} on this node (give a name the \
+                         node knows or a numeric uid)"
                     ))
                 })?,
             };

@@ -368,6 +368,9 @@ pub struct AccessConfig {
     /// Directories from which files may be imported by reference.
     #[serde(default)]
     pub import_paths: Vec<String>,
+    /// Other users the deployment serves (names or uids).
+    #[serde(default)]
+    pub users: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]

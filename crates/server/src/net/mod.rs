@@ -40,13 +40,15 @@ pub(crate) fn serve_connection(server: &Server, stream: Stream, pending: Entry) 
     pending.bind_thread();
     let mut writer = BufWriter::with_capacity(256 << 10, stream);
     let (role, caller) = match handshake::handshake(server, &mut reader, &mut writer) {
-        Ok(auth) => (auth.role, auth.caller),
+        Ok(auth) => {
+            pending.verified();
+            (auth.role, auth.caller)
+        }
         Err(e) => {
             let _ = handshake::send_welcome(&mut writer, Err(e));
             return;
         }
     };
-    drop(pending);
     server.connections.fetch_add(1, Ordering::Relaxed);
     match role {
         Role::Client | Role::Admin => serve_client(server, caller, &mut reader, &mut writer),

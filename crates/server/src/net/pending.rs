@@ -7,11 +7,15 @@
 //! unverified connection, chosen by progress and by source:
 //! - a connection that has sent a complete, well-formed `Hello` is being verified: it is never
 //!   closed to make room (it is one HMAC away from done);
-//! - a connection younger than the grace period (`grace`, a tenth of the handshake timeout,
-//!   at most 1 s) is never closed either: every connection that gets a challenge has that long
-//!   to answer it. An honest client answers in one round trip; a flood that reconnects the
-//!   moment it is closed can only cycle its own connections that fast, not shorten anyone's
-//!   window;
+//! - a connection younger than the grace period is never closed either: every connection that
+//!   gets a challenge has that long to answer it. An honest client answers in one round trip;
+//!   a flood that reconnects the moment it is closed can only cycle its own connections that
+//!   fast, not shorten anyone's window. The grace adapts to how long the handshakes that
+//!   succeed take to send their `Hello` (`Pending::grace`): four times the slowest of the
+//!   last 64, at least 20 ms, at most a tenth of the handshake timeout (and 1 s), which is
+//!   also what it is until 8 have succeeded. A flood of connections that never answer
+//!   cannot move it (only verified handshakes count), and places turn over as fast as honest
+//!   clients actually answer instead of once a second;
 //! - a source (remote IP for TCP, peer uid for a Unix socket) that holds its share of the
 //!   places (`per_source`, a quarter) only makes room among its own connections, never
 //!   another source's; a source under its share takes the place of the oldest unverified
@@ -25,7 +29,7 @@
 
 use pdcx_transport::Stream;
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -75,27 +79,46 @@ struct Waiting {
     since: Instant,
     /// A complete, well-formed `Hello` has arrived: being verified, never closed for room.
     hello: bool,
+    /// How long after `since` it arrived.
+    hello_after: Option<Duration>,
     /// A duplicate of the connection's descriptor, to close it from here.
     spare: Stream,
 }
+
+/// How many verified handshakes' answer times the grace is derived from, and how many must
+/// have succeeded before it adapts at all.
+const ANSWERED_KEPT: usize = 64;
+const ANSWERED_MIN: usize = 8;
+/// The grace is this many times the slowest recent verified answer...
+const GRACE_FACTOR: u32 = 4;
+/// ...and never less than this.
+const GRACE_MIN: Duration = Duration::from_millis(20);
 
 #[derive(Default)]
 struct Table {
     waiting: Mutex<Vec<Waiting>>,
     /// Signalled when a place frees.
     freed: Condvar,
+    /// How long the last verified handshakes took from their place to their `Hello`, newest
+    /// last. Lock order: `waiting`, then this.
+    answered: Mutex<VecDeque<Duration>>,
 }
 
 impl Table {
     fn lock(&self) -> MutexGuard<'_, Vec<Waiting>> {
         self.waiting.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    fn answered(&self) -> MutexGuard<'_, VecDeque<Duration>> {
+        self.answered.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 pub(crate) struct Pending {
     max: usize,
     per_source: usize,
-    grace: Duration,
+    /// The longest grace, and the grace until enough handshakes have succeeded.
+    grace_max: Duration,
     /// Longest a new connection waits for a place before it is refused.
     patience: Duration,
     table: Arc<Table>,
@@ -130,6 +153,23 @@ impl Drop for Entry {
 }
 
 impl Entry {
+    /// The handshake succeeded: its answer time now counts towards the grace. Frees the place.
+    pub(crate) fn verified(self) {
+        let after = self
+            .table
+            .lock()
+            .iter()
+            .find(|x| x.id == self.id)
+            .and_then(|x| x.hello_after);
+        if let Some(after) = after {
+            let mut a = self.table.answered();
+            if a.len() == ANSWERED_KEPT {
+                a.pop_front();
+            }
+            a.push_back(after);
+        }
+    }
+
     /// Makes this the entry of the calling thread's handshake (`hello_received`).
     pub(crate) fn bind_thread(&self) {
         CURRENT.with(|c| *c.borrow_mut() = Some((self.table.clone(), self.id)));
@@ -149,6 +189,7 @@ pub(crate) fn hello_received() {
         if let Some((table, id)) = c.borrow().as_ref() {
             if let Some(x) = table.lock().iter_mut().find(|x| x.id == *id) {
                 x.hello = true;
+                x.hello_after = Some(x.since.elapsed());
             }
         }
     });
@@ -172,7 +213,7 @@ impl Pending {
         Pending {
             max,
             per_source: (max / 4).max(1),
-            grace: (handshake_timeout / 10)
+            grace_max: (handshake_timeout / 10)
                 .clamp(Duration::from_millis(20), Duration::from_secs(1)),
             patience: handshake_timeout,
             table: Arc::default(),
@@ -213,6 +254,7 @@ impl Pending {
                         source,
                         since: now,
                         hello: false,
+                        hello_after: None,
                         spare,
                     });
                     return Ok(Entry {
@@ -243,10 +285,22 @@ impl Pending {
         }
     }
 
+    /// How long a new connection has to answer its challenge before it may be closed for room
+    /// (see the module's comment).
+    fn grace(&self) -> Duration {
+        let a = self.table.answered();
+        if a.len() < ANSWERED_MIN {
+            return self.grace_max;
+        }
+        let slowest = a.iter().copied().max().unwrap_or(self.grace_max);
+        (slowest * GRACE_FACTOR).clamp(GRACE_MIN, self.grace_max.max(GRACE_MIN))
+    }
+
     fn decide(&self, w: &[Waiting], source: Source, now: Instant) -> Decision {
         if w.len() < self.max {
             return Decision::Admit(None);
         }
+        let grace = self.grace();
         let mut held: HashMap<Source, usize> = HashMap::new();
         for x in w {
             *held.entry(x.source).or_default() += 1;
@@ -259,19 +313,19 @@ impl Pending {
                 .filter(move |(_, x)| !x.hello && (!at_share || x.source == source))
         };
         let ripe = candidates()
-            .filter(|(_, x)| now.saturating_duration_since(x.since) >= self.grace)
+            .filter(|(_, x)| now.saturating_duration_since(x.since) >= grace)
             // The source holding the most first, then the oldest.
             .max_by_key(|(_, x)| (held[&x.source], std::cmp::Reverse(x.since)));
         if let Some((at, _)) = ripe {
             return Decision::Admit(Some(at));
         }
         match candidates().map(|(_, x)| x.since).min() {
-            Some(first) => Decision::Wait(first + self.grace),
+            Some(first) => Decision::Wait(first + grace),
             None if at_share => Decision::Refuse(Refused::SourceFull {
                 share: self.per_source,
             }),
             // Every place is being verified: one frees within a moment.
-            None => Decision::Wait(now + self.grace),
+            None => Decision::Wait(now + grace),
         }
     }
 }
@@ -420,5 +474,43 @@ mod tests {
         let (d, _d_far) = pair();
         let _ec = p.enter(&c, ip(1), &go()).unwrap();
         assert_eq!(p.enter(&d, ip(2), &stop).err(), Some(Refused::Stopping));
+    }
+
+    #[test]
+    fn the_grace_follows_verified_answers_and_ignores_silent_connections() {
+        let p = Pending::new(64, Duration::from_secs(10));
+        assert_eq!(p.grace(), Duration::from_secs(1));
+        // Connections that never answer (or answer and fail) do not count.
+        for _ in 0..20 {
+            let (s, _far) = pair();
+            drop(p.enter(&s, ip(9), &go()).unwrap());
+        }
+        assert_eq!(p.grace(), Duration::from_secs(1));
+        // Handshakes that answer within ~10 ms and succeed.
+        for _ in 0..ANSWERED_MIN {
+            let (s, _far) = pair();
+            let e = p.enter(&s, ip(1), &go()).unwrap();
+            std::thread::sleep(Duration::from_millis(10));
+            std::thread::scope(|sc| {
+                sc.spawn(|| {
+                    e.bind_thread();
+                    hello_received();
+                });
+            });
+            e.verified();
+        }
+        let g = p.grace();
+        assert!(
+            g >= Duration::from_millis(40) && g < Duration::from_millis(400),
+            "{g:?}"
+        );
+        // Never below the floor, never above the ceiling.
+        p.table
+            .answered()
+            .iter_mut()
+            .for_each(|d| *d = Duration::ZERO);
+        assert_eq!(p.grace(), GRACE_MIN);
+        p.table.answered().push_back(Duration::from_secs(5));
+        assert_eq!(p.grace(), Duration::from_secs(1));
     }
 }
