@@ -501,8 +501,8 @@ settings! {
         unit: "seconds", doc: "Longest a request may take to arrive once its first byte came (0: no limit)." }
     HANDSHAKE_TIMEOUT_S { name: "handshake_timeout_s", env: Some("PDCX_HANDSHAKE_TIMEOUT_S"), ty: Ty::Count, default: "10",
         unit: "seconds", min: Some(1), max: Some(600), doc: "Longest a connection may take to authenticate in all, however slowly its bytes come." }
-    MAX_HANDSHAKES { name: "max_handshakes", env: Some("PDCX_MAX_HANDSHAKES"), ty: Ty::Count, default: "256",
-        unit: "connections", min: Some(1), max: Some(65536), doc: "Connections authenticating at once; a new one past it closes the oldest unauthenticated one." }
+    MAX_HANDSHAKES { name: "max_handshakes", env: Some("PDCX_MAX_HANDSHAKES"), ty: Ty::Count, default: "1024",
+        unit: "connections", min: Some(1), max: Some(65536), doc: "Connections authenticating at once; past it, an unverified one past its grace is closed to make room (docs/SECURITY.md)." }
     GROUP_ACCESS { name: "group_access", env: Some("PDCX_GROUP_ACCESS"), ty: Ty::Words(GROUP_ACCESS_MODES), default: "none",
         doc: "Who besides the deployment's user may read its files: none (0600/0700) or read (its group too: 0640/0750); nobody else may ever write them." }
     USERS { name: "access.users", env: Some("PDCX_USERS"), toml: Some("access.users"),
