@@ -12,13 +12,15 @@
 #
 # SMALL_AB_MODE=read measures 4 KiB read + wait instead (each run writes its 1000 slots at
 # `local`, then reads them back: the p50 of the reads), in run.sh's case (2 servers) and
-# owner-local (1 server).
+# owner-local (1 server). SMALL_AB_MODE=vpic runs the VPIC write kernel instead (4 ranks,
+# 1,048,576 particles each, 2 servers, `local` and `memory`; a fresh deployment per run) and
+# prints mbps=X.
 # *_KERNELS: a directory with `small_pdc` built against that build's libpdcx (bench/c/run.sh
 # leaves them in its work dir: build/ and build-before/). Prints one line per run:
 #   round=R case=SERVERS-PREFIX-DURABILITY-PIN build=before|after load=L p50_us=X
 set -u
 if (($# != 5)); then
-  sed -n '2,21p' "$0"
+  sed -n '2,20p' "$0"
   exit 2
 fi
 rounds=$1
@@ -29,6 +31,8 @@ cases=("1 pclean memory free" "1 pclean memory split" "2 smallmem memory free"
 if [[ $mode == read ]]; then
   m=()
   cases=("2 small local free" "1 pclean local free")
+elif [[ $mode == vpic ]]; then
+  cases=("2 one local free" "2 onemem memory free")
 fi
 builds=("before $2 $3" "after $4 $5")
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -38,6 +42,15 @@ one() { # round name bin kernels servers prefix durability pin
   [[ $dur == memory ]] && y=(-y memory)
   root=$(mktemp -d "${TMPDIR:-/tmp}/small-ab.XXXX")
   "${s[@]}" "$bin" server start -n "$servers" --root "$root" --cache-mb 0 >/dev/null 2>&1
+  if [[ $mode == vpic ]]; then
+    out=$(PDCX_ROOT=$root mpirun --allow-run-as-root --oversubscribe --bind-to none \
+      --mca mpi_yield_when_idle 1 -x PDCX_ROOT -n 4 "$kd/vpic_pdc" -d "$root/d" -S "$servers" \
+      -n 1048576 -p "$pfx" "${y[@]}" 2>&1 | grep '^RESULT' | grep -o ' mbps=[0-9.]*' | tr -d ' ')
+    echo "round=$r case=$servers-$pfx-$dur-$pin build=$name load=$(cut -d' ' -f1 /proc/loadavg) ${out:-mbps=FAILED}"
+    "$bin" server stop --root "$root" >/dev/null 2>&1
+    rm -rf "$root"
+    return
+  fi
   out=$(PDCX_ROOT=$root "${c[@]}" mpirun --allow-run-as-root --oversubscribe --bind-to none \
     --mca mpi_yield_when_idle 1 -x PDCX_ROOT -n 1 "$kd/small_pdc" -d "$root/d" -S "$servers" \
     -k 1000 -p "$pfx" "${y[@]}" "${m[@]}" 2>&1 | grep "mode=$mode" | grep -o 'p50_us=[0-9.]*')

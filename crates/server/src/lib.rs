@@ -660,7 +660,8 @@ const DEFAULT_CHECKPOINT_INTERVAL: Duration = Duration::from_secs(1);
 /// The checkpoint thread: while commits happen, every `PDCX_CHECKPOINT_MS` (default 1 s)
 /// fsyncs the metadata WAL and records the log's synced lengths in its MANIFEST
 /// (`DataStore::checkpoint`), so recovery replays at most that much of the log. Commits
-/// themselves pay one fdatasync and never wait for it.
+/// themselves pay one fdatasync and never wait for it. It also makes log segments ahead for
+/// one-copy writers (`DataStore::replenish_writer_segments`).
 fn checkpointer(server: Weak<Server>) {
     let interval = match pdcx_core::config::CHECKPOINT_MS.count() {
         Ok(ms) => Duration::from_millis(ms),
@@ -679,6 +680,13 @@ fn checkpointer(server: Weak<Server>) {
             tracing::warn!(
                 rank = s.config.rank,
                 "promoting objects read by reference failed: {e}"
+            );
+        }
+        // One-copy writers starting later find a segment of their own ready.
+        if let Err(e) = s.engine.store().replenish_writer_segments() {
+            tracing::warn!(
+                rank = s.config.rank,
+                "making log segments ahead failed: {e}"
             );
         }
         if s.engine.store().commits_since_checkpoint() == 0 {

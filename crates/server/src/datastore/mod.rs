@@ -385,6 +385,12 @@ impl DataStore {
         self.log().writer_lease()
     }
 
+    /// Makes empty log segments ahead for writers' leases, once writers use them
+    /// (`SegmentLog::replenish_spares`): for the checkpoint thread.
+    pub fn replenish_writer_segments(&self) -> Result<usize> {
+        self.log().replenish_spares()
+    }
+
     /// Gives a write reserved without its payload checksum (`crc_late`) its checksum `crc`:
     /// the record's header is written again with it (`SegmentLog::set_reserved_crc`).
     pub fn set_reserved_crc(&self, s: &mut Staged, crc: u32) -> Result<()> {

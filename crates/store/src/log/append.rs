@@ -55,29 +55,52 @@ impl SegmentLog {
 
     /// Creates and lists the next segment (ids only grow, so never a retired one's id).
     pub(super) fn create_segment(&mut self) -> Result<u64> {
-        let next = self.segments.last_key_value().map_or(1, |(&id, _)| id + 1);
-        let path = self.segment_path(next);
-        let file = self
-            .fs
-            .open(&path, OpenMode::CreateNew)
-            .map_err(|e| Error::io(&format!("create {}", path.display()), &e))?;
-        let seg = Segment {
-            file,
-            len: 0,
-            synced: 0,
-            checkpointed: 0,
-            zeroed: 0,
+        let ids = self.create_segments(1)?;
+        ids.first()
+            .copied()
+            .ok_or_else(|| Error::internal("no segment was created"))
+    }
+
+    /// Creates the next `n` segments and lists them with one MANIFEST.
+    pub(super) fn create_segments(&mut self, n: usize) -> Result<Vec<u64>> {
+        let first = self.segments.last_key_value().map_or(1, |(&id, _)| id + 1);
+        let mut made = Vec::with_capacity(n);
+        let mut failed = None;
+        for next in (first..).take(n) {
+            let path = self.segment_path(next);
+            match self.fs.open(&path, OpenMode::CreateNew) {
+                Ok(file) => {
+                    let seg = Segment {
+                        file,
+                        len: 0,
+                        synced: 0,
+                        checkpointed: 0,
+                        zeroed: 0,
+                    };
+                    self.segments.insert(next, seg);
+                    made.push(next);
+                }
+                Err(e) => {
+                    failed = Some(Error::io(&format!("create {}", path.display()), &e));
+                    break;
+                }
+            }
+        }
+        // Listed before anything is appended to them (publishing the MANIFEST also fsyncs the
+        // directory, making the new files' entries durable): recovery scans only listed
+        // segments, and a sync of a file alone would not make its name durable.
+        let listed = match failed {
+            Some(e) => Err(e),
+            None => self.store_manifest(),
         };
-        self.segments.insert(next, seg);
-        // Listed before anything is appended to it (publishing the MANIFEST also fsyncs the
-        // directory, making the new file's entry durable): recovery scans only listed segments,
-        // and a sync of the file alone would not make its name durable. Once per segment.
-        if let Err(e) = self.store_manifest() {
-            self.segments.remove(&next);
-            let _ = self.fs.remove_file(&path);
+        if let Err(e) = listed {
+            for id in made {
+                self.segments.remove(&id);
+                let _ = self.fs.remove_file(&self.segment_path(id));
+            }
             return Err(e);
         }
-        Ok(next)
+        Ok(made)
     }
 
     /// Appends one record (a buffered write through the OS, no fsync) and returns where its

@@ -15,7 +15,13 @@
 //! connection ended) it is an ordinary sealed segment. A writer that stays connected does
 //! not hold its segment forever: retirement revokes a lease whose segment has nothing left
 //! that needs it ([`SegmentLog::revoke_leases`]), and the writer's next reservation starts a
-//! new segment. Nothing about it is durable state:
+//! new segment.
+//!
+//! Making a segment costs a MANIFEST publish (two fsyncs); so that a writer's first one-copy
+//! write does not wait for it, the log keeps a few empty, listed segments ahead
+//! ([`SegmentLog::replenish_spares`], run in the background once writers have leased any).
+//!
+//! Nothing about it is durable state:
 //! after a restart no segment is leased, and since a lease never outlives the process that
 //! granted it, recovery treats leased segments like any other (every listed segment's tail
 //! is scanned).
@@ -28,6 +34,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// The segments currently leased, shared by the log and its leases. Lock order: the log's
 /// lock, then this one (a lease being dropped takes only this one).
 pub(super) type Leased = Arc<Mutex<BTreeSet<u64>>>;
+
+/// Empty segments kept ahead for new leases (`SegmentLog::spares`): how many writers may
+/// start between two replenishments without making a segment themselves.
+const SPARES: usize = 4;
 
 /// One writer's claim on the segment its one-copy writes go to. Dropping it releases the
 /// segment: it takes no more records and may be sealed and retired like any other.
@@ -76,6 +86,26 @@ impl SegmentLog {
             .contains(&segment)
     }
 
+    /// Makes empty segments ahead for new leases, up to a few, listed with one MANIFEST, once
+    /// any writer has taken a lease (a log no one-copy writer uses gets none). For a
+    /// background thread: under the log's lock this waits for the MANIFEST's fsyncs, once
+    /// after leases took spares. Returns how many it made.
+    pub fn replenish_spares(&mut self) -> Result<usize> {
+        self.check_poisoned()?;
+        if !self.wants_spares || self.spares.len() >= SPARES {
+            return Ok(0);
+        }
+        let made = self.create_segments(SPARES - self.spares.len())?;
+        // Taken from the end: the lowest ids are used first.
+        self.spares.extend(made.iter().rev());
+        Ok(made.len())
+    }
+
+    /// True when `segment` is a spare (empty, waiting for a lease).
+    pub(super) fn is_spare(&self, segment: u64) -> bool {
+        self.spares.contains(&segment)
+    }
+
     /// Revokes the leases of segments for which `idle` holds (no reservation in them
     /// uncommitted, nothing in them the caller still needs) and that are otherwise sealed
     /// (synced and checkpointed), so that they can be retired. Under the log's lock, as every
@@ -106,7 +136,11 @@ impl SegmentLog {
                 }
             }
         }
-        let id = self.create_segment()?;
+        self.wants_spares = true;
+        let id = match self.spares.pop() {
+            Some(id) => id,
+            None => self.create_segment()?,
+        };
         lease.release();
         self.leased
             .lock()

@@ -118,6 +118,11 @@ pub struct SegmentLog {
     active: Option<u64>,
     /// Segments leased to one-copy writers (`lease.rs`).
     leased: lease::Leased,
+    /// Empty, listed segments kept for new leases (`lease.rs`), the next one last.
+    spares: Vec<u64>,
+    /// Whether to keep spares: a writer has leased a segment, or the last incarnation's
+    /// spares were found empty at open.
+    wants_spares: bool,
     /// Segments written since the last sync.
     dirty: BTreeSet<u64>,
     /// Shared with `manifests`, which may poison the log without its lock.

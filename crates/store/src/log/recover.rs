@@ -200,6 +200,13 @@ impl SegmentLog {
             poisoned: poisoned.clone(),
             published: std::sync::Mutex::new(0),
         });
+        // Empty listed segments (spares made ahead for writers, never used) are spares again.
+        let spares: Vec<u64> = segments
+            .iter()
+            .filter(|(_, s)| s.len == 0)
+            .map(|(&id, _)| id)
+            .rev()
+            .collect();
         let log = SegmentLog {
             dir: dir.to_path_buf(),
             opts,
@@ -207,6 +214,8 @@ impl SegmentLog {
             segments,
             active: None,
             leased: Default::default(),
+            wants_spares: !spares.is_empty(),
+            spares,
             dirty: BTreeSet::new(),
             poisoned,
             manifests,

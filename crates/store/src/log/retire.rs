@@ -49,7 +49,8 @@ impl SegmentLog {
             .collect()
     }
 
-    /// Neither the shared active segment, nor leased to a writer, nor the newest segment, and
+    /// Neither the shared active segment, nor leased to a writer or kept for one (a spare),
+    /// nor the newest segment, and
     /// every byte synced and checkpointed. The newest stays because the next segment's id is
     /// one past it: ids are never reused (plans and clients name segments by id), and the
     /// MANIFEST records no counter, so the newest listed segment is what carries it over a
@@ -57,6 +58,7 @@ impl SegmentLog {
     fn is_sealed(&self, id: u64, seg: &Segment) -> bool {
         Some(id) != self.active
             && Some(id) != self.segments.last_key_value().map(|(&k, _)| k)
+            && !self.is_spare(id)
             && !self.is_leased(id)
             && !self.dirty.contains(&id)
             && seg.len == seg.checkpointed

@@ -209,3 +209,44 @@ fn a_revoked_lease_lets_its_segment_go_and_its_writer_starts_a_new_one() {
     assert_eq!(a.segment(), Some(second.segment));
     assert!(log.is_leased(second.segment));
 }
+
+#[test]
+fn spares_are_made_ahead_once_writers_lease_and_taken_by_new_leases() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(tmp.path(), 64 << 20);
+    // No writer yet: no spares.
+    log.append(1, 1, &r(100), &payload(1, 100)).unwrap();
+    assert_eq!(log.replenish_spares().unwrap(), 0);
+    let mut a = log.writer_lease();
+    let first = write_reserved(&mut log, &mut a, 10, &payload(10, 300 * K));
+    let made = log.replenish_spares().unwrap();
+    assert!(made > 0);
+    assert_eq!(log.replenish_spares().unwrap(), 0, "already full");
+    let before = log.segment_ids();
+    // A new writer takes a spare: no segment is made for it.
+    let mut b = log.writer_lease();
+    let theirs = write_reserved(&mut log, &mut b, 20, &payload(20, 300 * K));
+    assert_eq!(log.segment_ids(), before);
+    assert_eq!(theirs.segment, first.segment + 1, "the lowest spare first");
+    log.commit().unwrap();
+    // Spares are never sealed (nor retired).
+    let sealed = log.sealed_segments();
+    assert!(before
+        .iter()
+        .all(|s| !log.is_spare(*s) || !sealed.contains(s)));
+    drop((a, b));
+    drop(log);
+    // After a restart the empty spares are spares again, not new files.
+    let (mut log, rec) = open(tmp.path(), 64 << 20);
+    assert_eq!(rec.removed_segments, 0);
+    let spares: Vec<u64> = before
+        .iter()
+        .copied()
+        .filter(|s| log.is_spare(*s))
+        .collect();
+    assert_eq!(spares.len(), made - 1);
+    let mut c = log.writer_lease();
+    let again = write_reserved(&mut log, &mut c, 30, &payload(30, 300 * K));
+    assert_eq!(again.segment, spares[0].min(spares[spares.len() - 1]));
+    assert_eq!(log.segment_ids(), before);
+}
