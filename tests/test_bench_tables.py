@@ -242,3 +242,23 @@ def test_ratios_the_design_decides_are_labelled(tmp_path, capsys):
     assert vm.startswith("| by design, async vs sync over 5 steps: VPIC app-visible I/O s"), vm
     co = next(line for line in out.splitlines() if "strong s / session s" in line)
     assert co.startswith("| by design, one wait vs one per op: consistency"), co
+
+
+def test_wire_ab_picks_each_figure_from_a_runs_result_lines(tmp_path):
+    wire = load("bench/c/wire_ab.py", "bench_wire_ab")
+    (tmp_path / "pdc-1.log").write_text(
+        "RESULT kernel=vpic backend=pdc ranks=4 bytes=1 seconds=0.5 mbps=400.0 steps=1 durability=local\n"
+        "RESULT kernel=vpic backend=pdc ranks=4 bytes=1 seconds=2.0 mbps=300.0 steps=5 durability=local\n"
+        "RESULT kernel=vpic backend=pdc ranks=4 bytes=1 seconds=0.1 mbps=2000.0 steps=1 durability=memory label=memory\n"
+        "RESULT kernel=small backend=pdc ranks=1 bytes=1 seconds=1 mbps=1 mode=read p50_us=50.0 servers=2\n"
+        "RESULT kernel=small backend=pdc ranks=1 bytes=1 seconds=1 mbps=1 mode=read p50_us=20.0 label=memory\n"
+        "noise line\n"
+    )
+    rows = wire.results(tmp_path)
+    got = {label: wire.pick(rows, k, sel, field) for label, k, sel, field, _ in wire.FIGURES}
+    assert got["VPIC write MB/s, local"] == 400.0
+    assert got["VPIC write MB/s, memory"] == 2000.0
+    assert got["VPIC 5 steps, app-visible I/O s"] == 2.0
+    # The `memory` variant of the read is not the figure (label must be absent).
+    assert got["4 KiB read p50 us"] == 50.0
+    assert got["HACC write MB/s, local"] is None
