@@ -50,9 +50,11 @@ int main(int argc, char **argv)
     CHECK(sz == 6 && strcmp(v, "hello") == 0 && t == PDC_STRING);
     free(v);
     CHECK_OK(PDCcont_del_tag(c1, "answer"));
-    /* As in PDC: a deleted tag reads as NULL, size 0. */
+    /* As in PDC: a deleted tag reads as NULL, size 0, and deleting it again succeeds. */
     CHECK_OK(PDCcont_get_tag(c1, "answer", &v, &t, &sz));
     CHECK(v == NULL && sz == 0);
+    CHECK_OK(PDCcont_del_tag(c1, "answer"));
+    CHECK_OK(PDCcont_del_tag(c1, "never-set"));
 
     /* container info */
     struct pdc_cont_info *ci = PDCcont_get_info("ct/one");
@@ -69,6 +71,7 @@ int main(int argc, char **argv)
     CHECK_OK(PDCobj_del_tag(a, "temp"));
     CHECK_OK(PDCobj_get_tag(a, "temp", &v, &t, &psz));
     CHECK(v == NULL && psz == 0);
+    CHECK_OK(PDCobj_del_tag(a, "temp"));
     int64_t step = 17;
     CHECK_OK(PDCobj_put_tag(b, "step", &step, PDC_INT64, sizeof step));
     int n = 0;

@@ -329,9 +329,7 @@ pub unsafe extern "C" fn PDCcont_del_tag(id: PdcId, name: *mut c_char) -> Perr {
         // SAFETY: the caller promises a C string.
         let key = unsafe { cstr(name, "tag name") }?;
         let cname = cont_name(&state(), id)?;
-        client()?
-            .delete_tag(TagTarget::Container(cname), key)
-            .map_err(err)
+        crate::tag_deleted(client()?.delete_tag(TagTarget::Container(cname), key))
     })
 }
 

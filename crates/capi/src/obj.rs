@@ -692,7 +692,7 @@ pub unsafe extern "C" fn PDCobj_del_tag(id: PdcId, name: *mut c_char) -> Perr {
     ffi_err("PDCobj_del_tag", || {
         // SAFETY: the caller promises a C string.
         let key = unsafe { cstr(name, "tag name") }?;
-        client()?.delete_tag(obj_target(id)?, key).map_err(err)
+        crate::tag_deleted(client()?.delete_tag(obj_target(id)?, key))
     })
 }
 
