@@ -140,9 +140,7 @@ pub fn err(e: pdcx_core::Error) -> String {
 /// container or object that does not exist included, stays an error.
 pub fn tag_deleted(r: pdcx_core::Result<()>) -> R<()> {
     match r {
-        Err(e) if e.kind == pdcx_core::ErrorKind::NotFound && e.message.starts_with("no tag ") => {
-            Ok(())
-        }
+        Err(e) if e.is_no_tag() => Ok(()),
         r => r.map_err(err),
     }
 }

@@ -28,6 +28,9 @@ pub struct Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How [`Error::no_tag`] begins.
+const NO_TAG: &str = "no tag ";
+
 impl Error {
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
@@ -40,6 +43,15 @@ impl Error {
     }
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::NotFound, message)
+    }
+    /// A tag `key` that its object or container does not have (as opposed to a missing
+    /// object or container: PDC's API treats deleting it as success, `is_no_tag`).
+    pub fn no_tag(key: &str) -> Self {
+        Self::not_found(format!("{NO_TAG}{key:?}"))
+    }
+    /// Whether this is [`no_tag`](Self::no_tag)'s error (it crosses the wire as a message).
+    pub fn is_no_tag(&self) -> bool {
+        self.kind == ErrorKind::NotFound && self.message.starts_with(NO_TAG)
     }
     pub fn protocol(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Protocol, message)
@@ -55,5 +67,17 @@ impl Error {
             ErrorKind::Io
         };
         Self::new(kind, format!("{context}: {err}"))
+    }
+}
+
+#[cfg(test)]
+mod no_tag_tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_tag_is_told_apart_from_a_missing_object() {
+        assert!(Error::no_tag("k").is_no_tag());
+        assert!(!Error::not_found("no object named \"k\"").is_no_tag());
+        assert!(!Error::invalid("no tag \"k\"").is_no_tag());
     }
 }

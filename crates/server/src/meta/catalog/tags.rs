@@ -95,7 +95,7 @@ impl Metadata {
                 .map_err(db_err)
         })?;
         if n == 0 {
-            return Err(Error::not_found(format!("no tag {key:?}")));
+            return Err(Error::no_tag(key));
         }
         if let TagTarget::Object(id) = target {
             self.refresh(*id)?;
