@@ -42,7 +42,7 @@ grep -E '^(test result|running|error|failures)|FAILED|panicked' /tmp/pdcx-cargo-
 echo "== rust: crash points of the data path (real SIGKILL at each, then recovery)"
 cargo clippy -q -p pdcx-server --features crash-points --all-targets -- -D warnings
 crash_rc=0
-cargo test -q -p pdcx-server --features crash-points --test crashpoints --test crash --test homecrash \
+cargo test -q -p pdcx-server --features crash-points --test crashpoints --test crash --test homecrash --test compact \
   --test seqmark -- --nocapture >/tmp/pdcx-crash-test.log 2>&1 || crash_rc=$?
 grep -E "^(test result|CRASH_SUMMARY)|panicked|FAILED" /tmp/pdcx-crash-test.log || true
 [[ $crash_rc -eq 0 ]] || { echo "crash-point tests failed ($crash_rc); full log in /tmp/pdcx-crash-test.log"; exit 1; }

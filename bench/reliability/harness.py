@@ -83,6 +83,10 @@ segment_bytes = "1MiB"
 
 [flush]
 interval_ms = 100
+
+[compaction]
+threshold = 0.9
+interval_ms = 300
 {"[shard]" + chr(10) + "strategy = 3" if shard else ""}
 """
 

@@ -2,10 +2,10 @@
 //! definitions (parsed in `main.rs`, carried out by the command modules).
 
 use crate::examples::{
-    COMPLETION_EXAMPLES, CP_EXAMPLES, FITS_EXAMPLES, FLUSH_EXAMPLES, GET_EXAMPLES, LS_EXAMPLES,
-    MIGRATE_EXAMPLES, PUT_EXAMPLES, QUERY_EXAMPLES, QUICK_START, RECOVER_EXAMPLES, RM_EXAMPLES,
-    RUN_EXAMPLES, SERVER_EXAMPLES, SHARE_EXAMPLES, SHOW_EXAMPLES, START_EXAMPLES, STATUS_EXAMPLES,
-    STOP_EXAMPLES, TAG_EXAMPLES, TOP_EXAMPLES,
+    COMPACT_EXAMPLES, COMPLETION_EXAMPLES, CP_EXAMPLES, FITS_EXAMPLES, FLUSH_EXAMPLES,
+    GET_EXAMPLES, LS_EXAMPLES, MIGRATE_EXAMPLES, PUT_EXAMPLES, QUERY_EXAMPLES, QUICK_START,
+    RECOVER_EXAMPLES, RM_EXAMPLES, RUN_EXAMPLES, SERVER_EXAMPLES, SHARE_EXAMPLES, SHOW_EXAMPLES,
+    START_EXAMPLES, STATUS_EXAMPLES, STOP_EXAMPLES, TAG_EXAMPLES, TOP_EXAMPLES,
 };
 use crate::xsite_cmd;
 use clap::{Args, Parser, Subcommand};
@@ -305,6 +305,19 @@ pub(crate) enum Command {
         /// Target tier (a name from the deployment's pdcx.toml).
         #[arg(long)]
         tier: String,
+    },
+
+    /// Give back the disk space of overwritten and deleted data now, server by server.
+    #[command(after_help = COMPACT_EXAMPLES)]
+    Compact {
+        /// Compact log segments whose live fraction is below this (above 0, at most 1; 1:
+        /// every segment with any garbage). The servers' background compaction uses
+        /// `compaction.threshold` (default 0.5).
+        #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
+        threshold: f64,
+        /// Print what each server did as JSON lines instead of a table.
+        #[arg(long)]
+        json: bool,
     },
 
     /// Live view of the servers: log, cache, flush queue, tier usage and throughput.

@@ -167,6 +167,28 @@ fn written_elements(extents: &[pdcx_core::protocol::ExtentInfo], total: u64) -> 
         .min(total)
 }
 
+/// Raw bytes of `extents`, and of those the bytes of extents newer ones cover entirely
+/// (checked for up to 256 extents; beyond, identical regions only).
+fn hidden_bytes(extents: &[pdcx_core::protocol::ExtentInfo]) -> (u64, u64) {
+    let mut by_age: Vec<&pdcx_core::protocol::ExtentInfo> = extents.iter().collect();
+    by_age.sort_unstable_by_key(|e| std::cmp::Reverse(e.seq));
+    let total = by_age.iter().map(|e| e.len).sum();
+    let hidden = by_age
+        .iter()
+        .enumerate()
+        .filter(|(i, e)| {
+            let newer = by_age[..*i].iter().map(|n| &n.region);
+            if by_age.len() <= 256 {
+                pdcx_core::cover::hidden_by(&e.region, newer)
+            } else {
+                newer.into_iter().any(|r| *r == e.region)
+            }
+        })
+        .map(|(_, e)| e.len)
+        .sum();
+    (total, hidden)
+}
+
 pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
     let client = connect(root)?;
     let o = resolve(&client, what)?;
@@ -187,6 +209,9 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
         let mut doc = object_json(&o);
         doc["owner_addr"] = json!(owner_addr);
         doc["written_fraction_upper_bound"] = json!(fraction);
+        let (bytes, hidden) = hidden_bytes(&extents);
+        doc["stored_bytes"] = json!(bytes);
+        doc["hidden_bytes"] = json!(hidden);
         doc["extents"] = extents
             .iter()
             .map(|e| {
@@ -240,6 +265,13 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
         crate::mpiio_cmd::print_versions(root, o.id)?;
     }
     println!("{:<11}{}", "extents", extents.len());
+    let (bytes, hidden) = hidden_bytes(&extents);
+    println!(
+        "{:<11}{} in extents, {} of them hidden by newer writes (garbage the next compaction frees)",
+        "stored",
+        human_bytes(bytes),
+        human_bytes(hidden)
+    );
     const SHOWN: usize = 100;
     let rows: Vec<Vec<String>> = extents
         .iter()

@@ -182,6 +182,18 @@ EXAMPLES:
 Placement for new data is set per object with tags: pdcx tag run1/x pdcx.tier=ssd:25%,s3
 or per region (appending a rule): pdcx tag run1/x 'pdcx.tier.regions=+0:1000,0:=ssd'";
 
+pub(crate) const COMPACT_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx compact                   # free every log segment under 90 % live; progress on stderr
+  pdcx compact --threshold 1     # also segments with a little garbage
+  pdcx compact --json            # one JSON line per server
+
+Servers compact in the background too (`compaction.threshold`, `compaction.rate_mib_s`,
+`compaction.interval_ms` in pdcx.toml); this runs a pass now, without the rate limit. Data
+that newer writes hide completely, and deleted objects' data, are garbage; live data is
+copied out of mostly-garbage segments, which are then deleted. Needs the deployment's own
+user (the admin role).";
+
 pub(crate) const TOP_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx top                          # refresh every second

@@ -1,4 +1,4 @@
-//! Commands for the storage hierarchy: flush, migrate, top.
+//! Commands for the storage hierarchy: flush, migrate, compact, top.
 
 use crate::common::{connect, human_bytes, msg, print_table, resolve};
 use anyhow::{bail, Result};
@@ -162,6 +162,12 @@ pub fn top(root: &Path, interval: f64, count: Option<u64>, csv: bool) -> Result<
                         s.rank.to_string(),
                         human_bytes(s.log_bytes),
                         format!(
+                            "{} ({:.0}%)",
+                            human_bytes(s.log_bytes.saturating_sub(s.log_live_bytes)),
+                            100.0 * s.log_bytes.saturating_sub(s.log_live_bytes) as f64
+                                / s.log_bytes.max(1) as f64
+                        ),
+                        format!(
                             "{}/{}",
                             human_bytes(s.cache_bytes),
                             human_bytes(s.cache_capacity)
@@ -177,7 +183,15 @@ pub fn top(root: &Path, interval: f64, count: Option<u64>, csv: bool) -> Result<
                 })
                 .collect();
             print_table(
-                &["SERVER", "LOG", "CACHE", "FLUSH QUEUE", "FLUSHED", "ERROR"],
+                &[
+                    "SERVER",
+                    "LOG",
+                    "GARBAGE",
+                    "CACHE",
+                    "FLUSH QUEUE",
+                    "FLUSHED",
+                    "ERROR",
+                ],
                 &rows,
             );
             let mut trows = Vec::new();
@@ -219,4 +233,68 @@ pub fn top(root: &Path, interval: f64, count: Option<u64>, csv: bool) -> Result<
         prev = Some((now, stats));
         std::thread::sleep(Duration::from_secs_f64(interval));
     }
+}
+
+/// Runs a compaction pass on every server in turn, with a progress line per server on stderr
+/// and a summary (or JSON lines) on stdout.
+pub fn compact(root: &Path, threshold: f64, json: bool) -> Result<()> {
+    if !(threshold > 0.0 && threshold <= 1.0) {
+        bail!("--threshold {threshold}: expected a live fraction above 0 and at most 1");
+    }
+    let client = connect(root)?;
+    let n = client.size();
+    let start = Instant::now();
+    let (mut before, mut after, mut moved, mut dropped) = (0u64, 0u64, 0u64, 0u64);
+    for rank in 0..n {
+        let log_before = client.stats(rank).map_err(msg)?.log_bytes;
+        if !json {
+            eprint!("\rcompact: server {} of {n}...      ", rank + 1);
+            let _ = std::io::stderr().flush();
+        }
+        let r = client.compact_server(rank, Some(threshold)).map_err(msg)?;
+        before += log_before;
+        after += r.log_bytes;
+        moved += r.moved_bytes;
+        dropped += r.dropped_writes;
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({
+                    "rank": rank,
+                    "log_bytes_before": log_before,
+                    "log_bytes": r.log_bytes,
+                    "live_bytes": r.live_bytes,
+                    "dropped_writes": r.dropped_writes,
+                    "moved_bytes": r.moved_bytes,
+                    "freed_bytes": r.freed_bytes,
+                    "retired_segments": r.retired_segments,
+                    "seconds": r.seconds,
+                })
+            );
+        } else {
+            eprintln!(
+                "\rcompact: server {} of {n}: log {} -> {} ({} live), {} hidden writes dropped, {} copied, {} segments freed in {:.1} s",
+                rank + 1,
+                human_bytes(log_before),
+                human_bytes(r.log_bytes),
+                human_bytes(r.live_bytes),
+                r.dropped_writes,
+                human_bytes(r.moved_bytes),
+                r.retired_segments,
+                r.seconds
+            );
+        }
+    }
+    if !json {
+        println!(
+            "compacted {n} servers: logs {} -> {} ({} freed, {} copied, {} hidden writes dropped) in {:.1} s",
+            human_bytes(before),
+            human_bytes(after),
+            human_bytes(before.saturating_sub(after)),
+            human_bytes(moved),
+            dropped,
+            start.elapsed().as_secs_f64()
+        );
+    }
+    Ok(())
 }

@@ -13,9 +13,9 @@ use crate::worker::Worker;
 use pdcx_core::model::{owner_of_id, validate_name, Tags};
 use pdcx_core::placement::{data_server, PlacementInput};
 use pdcx_core::protocol::{
-    admin, analysis, catalog, handshake, read, stream, write, Call, CommitOpts, Consistency,
-    Credential, Durability, ExtentInfo, FlushReport, Moved, ObjectKey, ObjectSpec, ReadItem,
-    ReadOpts, ReadPlans, Request, Role, Selection, ServerStats, StageItem, TagTarget,
+    admin, analysis, catalog, handshake, read, stream, write, Call, CommitOpts, CompactReport,
+    Consistency, Credential, Durability, ExtentInfo, FlushReport, Moved, ObjectKey, ObjectSpec,
+    ReadItem, ReadOpts, ReadPlans, Request, Role, Selection, ServerStats, StageItem, TagTarget,
 };
 use pdcx_core::{
     owner_of_name, Condition, ContainerInfo, Error, ErrorKind, ObjectId, ObjectMeta, Placement,

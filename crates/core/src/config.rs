@@ -608,6 +608,15 @@ settings! {
         unit: "milliseconds", min: Some(1), doc: "How often the background flusher looks for committed extents." }
     LOG_SEGMENT_BYTES { name: "log.segment_bytes", toml: Some("log.segment_bytes"), ty: Ty::Size, default: "1GiB",
         unit: "bytes", min: Some(1 << 20), doc: "Log segment size; flushed space is freed a sealed segment at a time." }
+    COMPACTION_THRESHOLD { name: "compaction.threshold", env: Some("PDCX_COMPACTION_THRESHOLD"), toml: Some("compaction.threshold"),
+        ty: Ty::Number, default: "0.5",
+        doc: "A log segment whose live fraction falls below this is compacted (its live data copied out, the segment freed): from 0.05 to 0.95, or 0 for no background compaction (`pdcx compact` still runs). Sealed segments then hold at most 1/threshold times their live bytes, and each byte copied frees at least (1-threshold)/threshold bytes (TiKV Titan's discardable ratio is 1 minus it)." }
+    COMPACTION_RATE_MIB_S { name: "compaction.rate_mib_s", env: Some("PDCX_COMPACTION_RATE_MIB_S"), toml: Some("compaction.rate_mib_s"),
+        ty: Ty::Count, default: "128", unit: "MiB/s", min: Some(1), max: Some(100_000),
+        doc: "Most bytes one server's compaction copies per second (`pdcx compact` is not limited)." }
+    COMPACTION_INTERVAL_MS { name: "compaction.interval_ms", env: Some("PDCX_COMPACTION_INTERVAL_MS"), toml: Some("compaction.interval_ms"),
+        ty: Ty::Count, default: "5000", unit: "milliseconds", min: Some(100), max: Some(3_600_000),
+        doc: "How often each server drops hidden writes and looks for segments to compact." }
     SHARD_STRATEGY { name: "shard.strategy", toml: Some("shard.strategy"), ty: Ty::Count, min: Some(1), max: Some(5),
         doc: "Object-sharding strategy of \"object sharding across storage layers\" (Table II row)." }
     SHARD_COMPOSITE { name: "shard.composite", toml: Some("shard.composite"), ty: Ty::Bool, default: "false",

@@ -2,6 +2,7 @@
 //! Nothing here performs I/O, so every rule about shapes, bounds and frames is unit-testable.
 
 pub mod config;
+pub mod cover;
 pub mod dtype;
 pub mod error;
 pub mod model;

@@ -28,6 +28,11 @@ pub const POINTS: &[&str] = &[
     // Retirement of flushed log segments.
     "retire.before_manifest",
     "retire.after_manifest",
+    // Compaction: live extents copied to the shared segment; the copies fdatasynced; their
+    // rows pointed at the copies (fsynced), the old segments not yet retired.
+    "compact.after_copy",
+    "compact.after_sync",
+    "compact.after_rows",
     // S3 multipart upload: parts uploaded, before completion.
     "s3.after_part_upload",
     // The segment log's own commit: segments fsynced, manifest not yet published.

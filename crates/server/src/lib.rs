@@ -12,6 +12,7 @@
 //! ```
 
 mod api;
+pub mod compactor;
 pub mod counters;
 pub mod datastore;
 pub mod engine;
@@ -163,6 +164,8 @@ pub struct Server {
     pub(crate) allowed: paths_allowed::AllowedPaths,
     /// Counters for the Prometheus exporter that nothing else keeps.
     pub(crate) metrics: counters::Metrics,
+    /// Compaction settings and totals (`compactor.rs`).
+    pub(crate) compactor: compactor::Compactor,
     _lock: std::fs::File,
 }
 
@@ -175,6 +178,7 @@ pub struct ServerHandle {
     registrar: Option<std::thread::JoinHandle<()>>,
     checkpointer: Option<std::thread::JoinHandle<()>>,
     homecopier: Option<std::thread::JoinHandle<()>>,
+    compactor: Option<std::thread::JoinHandle<()>>,
     exporter: Option<metrics::Exporter>,
 }
 
@@ -252,6 +256,7 @@ impl Server {
         privacy::check_config(&config_path)?;
         let deployment = pdcx_tiers::DeploymentConfig::load(&config_path)?;
         let allowed = paths_allowed::AllowedPaths::from_config(&deployment.access)?;
+        let compactor = compactor::Compactor::from_config(&deployment)?;
         let tiering = tiering::Tiering::open(
             &deployment,
             &tiering::deployment_id(&config.root)?,
@@ -349,6 +354,7 @@ impl Server {
             homecopy: homecopy::HomeCopier::default(),
             allowed,
             metrics: counters::Metrics::default(),
+            compactor,
             _lock: lock,
         });
         server.metrics.set_recovery(recovery_stats);
@@ -439,6 +445,11 @@ impl Server {
             .name("pdcx-home".into())
             .spawn(move || homecopy::run(weak))
             .map_err(|e| Error::io("spawning home copy thread", &e))?;
+        let weak = Arc::downgrade(&server);
+        let compactor = std::thread::Builder::new()
+            .name("pdcx-compact".into())
+            .spawn(move || compactor::run(weak))
+            .map_err(|e| Error::io("spawning compaction thread", &e))?;
         Ok(ServerHandle {
             server,
             acceptor: Some(acceptor),
@@ -447,6 +458,7 @@ impl Server {
             registrar: Some(registrar),
             checkpointer: Some(checkpointer),
             homecopier: Some(homecopier),
+            compactor: Some(compactor),
             exporter,
         })
     }
@@ -583,6 +595,10 @@ impl ServerHandle {
             let _ = t.join();
         }
         if let Some(t) = self.checkpointer.take() {
+            let _ = t.join();
+        }
+        // A pass in progress finishes its batch first (each is crash-consistent anyway).
+        if let Some(t) = self.compactor.take() {
             let _ = t.join();
         }
         // A copy in progress stops between chunks; the version is copied again at next start.

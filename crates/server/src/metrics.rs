@@ -321,6 +321,30 @@ pub fn render(server: &Server) -> String {
         st.log_bytes as f64,
     );
     t.one(
+        "pdcx_log_live_bytes",
+        "gauge",
+        "Bytes of the log some read still needs; the rest (pdcx_log_bytes minus this) is garbage compaction frees.",
+        st.log_live_bytes as f64,
+    );
+    t.one(
+        "pdcx_compaction_freed_bytes_total",
+        "counter",
+        "Log bytes compaction and retirement of garbage gave back to the file system.",
+        st.compacted.freed_bytes as f64,
+    );
+    t.one(
+        "pdcx_compaction_moved_bytes_total",
+        "counter",
+        "Live bytes compaction copied out of mostly-garbage log segments.",
+        st.compacted.moved_bytes as f64,
+    );
+    t.one(
+        "pdcx_compaction_dropped_writes_total",
+        "counter",
+        "Writes dropped because newer writes hide them or their object was deleted.",
+        st.compacted.dropped_writes as f64,
+    );
+    t.one(
         "pdcx_log_segments",
         "gauge",
         "Segment files in the log.",

@@ -20,6 +20,8 @@ pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
         containers,
         extents: server.engine.extent_count(),
         log_bytes: server.engine.log_bytes(),
+        log_live_bytes: server.engine.store().space().1,
+        compacted: server.compactor.totals(),
         cache_bytes: server.engine.cache().bytes(),
         cache_capacity: server.engine.cache().capacity(),
         connections: server.connections.load(Ordering::Relaxed),

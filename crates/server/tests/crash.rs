@@ -8,7 +8,7 @@
 //! retire log segments, device errors)
 //! runs while the test captures the disk as a crash would leave it: at random points between
 //! operations and, in a build with `--features crash-points`, at every named crash point of
-//! the data path (commit, flush, retirement, the log). Each capture yields two disks: the
+//! the data path (commit, flush, retirement, compaction, the log). Each capture yields two disks: the
 //! process died (kill -9: every completed write survives) and the power failed (only what was
 //! fsynced survives; half of the cuts tear the last write at a random byte).
 //!
@@ -401,6 +401,19 @@ fn run(seed: u64, t: &mut Totals) {
             89..=90 if !failed_device => {
                 faulty_device = false;
                 disk.set_faults(Faults::default());
+            }
+            91..=93 => {
+                // Compaction: hidden writes dropped, live extents copied out of segments
+                // mostly garbage, those retired. Device errors are reported, never fatal.
+                let mut report = Default::default();
+                let opts = pdcx_server::datastore::CompactOptions {
+                    threshold: 0.9,
+                    rate: 0,
+                    seal_min: 1,
+                };
+                let _ = engine
+                    .drop_hidden_writes()
+                    .and_then(|_| engine.store().compact(&opts, &mut report, &mut |_| {}));
             }
             _ => capture("between-ops", &mut torn.lock().unwrap()),
         }

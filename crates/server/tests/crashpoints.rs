@@ -14,7 +14,6 @@ use pdcx_server::engine::{Engine, Peers};
 use pdcx_server::meta::Metadata;
 use pdcx_tiers::DeploymentConfig;
 use std::io::Write;
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::sync::{Arc, OnceLock, Weak};
 
@@ -209,22 +208,9 @@ fn every_crash_point_loses_nothing_acknowledged_and_tears_nothing() {
         // write k = 2's (the in-process crash test only simulates this one with a hook).
         ("log.after_segment_sync", 3),
     ];
-    let exe = std::env::current_exe().unwrap();
     for (point, n) in points {
         let dir = tempfile::tempdir().unwrap();
-        let status = std::process::Command::new(&exe)
-            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
-            .env("PDCX_CRASH_CHILD", dir.path())
-            .env("PDCX_CRASH_AT", format!("{point}:{n}"))
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert_eq!(
-            status.signal(),
-            Some(9),
-            "{point}:{n} was never reached (child exited with {status})"
-        );
+        common::kill_child_at(dir.path(), point, n);
         let first = check(dir.path(), point);
         let second = check(dir.path(), point);
         assert_eq!(first, second, "{point}: a second recovery changed the data");

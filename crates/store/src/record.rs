@@ -29,6 +29,11 @@ use std::path::{Path, PathBuf};
 pub const MAGIC: u32 = 0x3152_5850;
 pub const HEADER_LEN: usize = 40;
 const DIM_LEN: usize = 16;
+
+/// Bytes a record of an `ndim`-dimensional region takes besides its payload.
+pub fn record_overhead(ndim: usize) -> u64 {
+    (HEADER_LEN + ndim * DIM_LEN) as u64
+}
 const HEADER_CRC_AT: usize = 32;
 
 /// Where a record's payload lives.

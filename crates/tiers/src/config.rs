@@ -146,6 +146,19 @@ pub struct LogConfig {
     pub segment_bytes: Option<u64>,
 }
 
+/// Background compaction of the log (`[compaction]`; the server's `compactor.rs` applies
+/// the bounds and the environment's overrides).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CompactionConfig {
+    #[serde(default)]
+    pub threshold: Option<f64>,
+    #[serde(default)]
+    pub rate_mib_s: Option<u64>,
+    #[serde(default)]
+    pub interval_ms: Option<u64>,
+}
+
 /// How flushed extents are grouped into blobs (*object shards*, "Object sharding across
 /// storage layers"). The extents of `objects` objects that `servers` consecutive servers (one per node: ranks [k*g, (k+1)*g))
 /// flush to one tier go into one shard blob, cut at `max_bytes`. With `servers = 1` each
@@ -382,6 +395,8 @@ pub struct DeploymentConfig {
     pub flush: FlushConfig,
     #[serde(default)]
     pub log: LogConfig,
+    #[serde(default)]
+    pub compaction: CompactionConfig,
     #[serde(default)]
     pub shard: ShardConfig,
     #[serde(default)]

@@ -42,6 +42,15 @@ pub fn status(root: &Path, json: bool) -> Result<u8> {
                         v["stats"] = serde_json::json!({
                             "objects": st.objects, "containers": st.containers,
                             "extents": st.extents, "log_bytes": st.log_bytes,
+                            "log_live_bytes": st.log_live_bytes,
+                            "log_garbage_bytes": st.log_bytes.saturating_sub(st.log_live_bytes),
+                            "compaction": {
+                                "dropped_writes": st.compacted.dropped_writes,
+                                "moved_bytes": st.compacted.moved_bytes,
+                                "freed_bytes": st.compacted.freed_bytes,
+                                "retired_segments": st.compacted.retired_segments,
+                                "seconds": st.compacted.seconds,
+                            },
                             "cache_bytes": st.cache_bytes, "cache_capacity": st.cache_capacity,
                             "connections": st.connections, "uptime_s": st.uptime_s,
                             "read_bytes": st.read_bytes, "shm_bytes": st.shm_bytes,
@@ -76,7 +85,11 @@ pub fn status(root: &Path, json: bool) -> Result<u8> {
                 "up".to_string(),
                 st.objects.to_string(),
                 st.extents.to_string(),
-                human_bytes(st.log_bytes),
+                format!(
+                    "{} ({} live)",
+                    human_bytes(st.log_bytes),
+                    human_bytes(st.log_live_bytes)
+                ),
                 format!(
                     "{}/{}",
                     human_bytes(st.cache_bytes),

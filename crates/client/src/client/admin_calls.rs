@@ -44,6 +44,12 @@ impl Client {
         self.call(rank, admin::Flush { wait })
     }
 
+    /// Runs a compaction pass on server `rank` now (admin role): see
+    /// `AdminRequest::Compact`. Returns what it did.
+    pub fn compact_server(&self, rank: u32, threshold: Option<f64>) -> Result<CompactReport> {
+        self.call_admin(rank, admin::Compact { threshold })
+    }
+
     /// Moves every extent of `id`, on every server holding some, to tier `tier`. Returns the
     /// extents and raw bytes moved.
     pub fn migrate(&self, id: ObjectId, tier: &str) -> Result<(u64, u64)> {

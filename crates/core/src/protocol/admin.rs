@@ -84,6 +84,13 @@ pub struct ServerStats {
     pub query_scanned_bytes: u64,
     #[serde(default)]
     pub query_skipped_bytes: u64,
+    /// Bytes of the log, and of them the bytes some read still needs (the rest is garbage
+    /// compaction frees).
+    #[serde(default)]
+    pub log_live_bytes: u64,
+    /// What compaction has done since start.
+    #[serde(default)]
+    pub compacted: CompactReport,
     /// Strided reads, and reads of many short rows, this server planned by extent for a
     /// same-node client, which gathered the selection from the mapped log itself
     /// (`PiecePlan`).
@@ -126,6 +133,25 @@ pub struct Moved {
     pub bytes: u64,
 }
 
+/// What a compaction pass did (`pdcx compact`, the background compactor).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CompactReport {
+    /// Writes dropped because newer ones hide them (or their object was deleted).
+    pub dropped_writes: u64,
+    /// Segments chosen for compaction (live fraction below the threshold).
+    pub victims: u64,
+    /// Live extents copied out of them, and their bytes.
+    pub moved_extents: u64,
+    pub moved_bytes: u64,
+    /// Segments retired, and their bytes (space given back to the file system).
+    pub retired_segments: u64,
+    pub freed_bytes: u64,
+    /// The log's size and its live bytes after the pass.
+    pub log_bytes: u64,
+    pub live_bytes: u64,
+    pub seconds: f64,
+}
+
 /// Replies of the admin family.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AdminResponse {
@@ -133,6 +159,7 @@ pub enum AdminResponse {
     Stats(Box<ServerStats>),
     Flushed(FlushReport),
     Migrated(Moved),
+    Compacted(CompactReport),
 }
 
 family! {
@@ -147,13 +174,21 @@ family! {
     Flush { wait: bool } => Flushed(FlushReport);
     /// Moves every extent of `id` this server holds to tier `tier`.
     Migrate { id: ObjectId, tier: String } => Migrated(Moved);
+    /// Runs a compaction pass now (`pdcx compact`): drops hidden writes, copies the live
+    /// extents out of log segments whose live fraction is below `threshold` (the configured
+    /// one when None; 1.0 compacts every segment with any garbage), retires what is left.
+    Compact { threshold: Option<f64> } => Compacted(CompactReport);
 }
 
 impl AdminRequest {
-    /// Whether only the admin role may send it: stopping a server and moving data between
-    /// tiers change the deployment for everyone. Status and a flush (which moves committed
+    /// Whether only the admin role may send it: stopping a server, moving data between
+    /// tiers and compacting (it copies data and takes disk bandwidth) change the deployment
+    /// for everyone. Status and a flush (which moves committed
     /// data where the deployment's rules already send it) are for every client.
     pub fn needs_admin(&self) -> bool {
-        matches!(self, AdminRequest::Shutdown(_) | AdminRequest::Migrate(_))
+        matches!(
+            self,
+            AdminRequest::Shutdown(_) | AdminRequest::Migrate(_) | AdminRequest::Compact(_)
+        )
     }
 }

@@ -105,7 +105,9 @@ pub mod read;
 pub mod stream;
 pub mod write;
 
-pub use admin::{AdminRequest, AdminResponse, FlushReport, Moved, ServerStats, TierStat};
+pub use admin::{
+    AdminRequest, AdminResponse, CompactReport, FlushReport, Moved, ServerStats, TierStat,
+};
 pub use analysis::{AnalysisRequest, AnalysisResponse, RefFilter, RefItem};
 pub use catalog::{CatalogRequest, CatalogResponse, ObjectKey, ObjectSpec, TagTarget};
 pub use handshake::{

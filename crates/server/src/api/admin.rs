@@ -18,6 +18,7 @@ pub(super) fn handle(server: &Server, req: Q) -> Result<A> {
             let (extents, bytes) = server.engine.flusher().migrate(r.id, &r.tier)?;
             A::Migrated(Moved { extents, bytes })
         }
+        Q::Compact(r) => A::Compacted(crate::compactor::pass(server, r.threshold, 0, &mut |_| {})?),
     })
 }
 

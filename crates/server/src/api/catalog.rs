@@ -153,6 +153,7 @@ pub(super) fn handle(server: &Server, req: Q, sess: &Session) -> Result<A> {
             let gone = md.delete_object(r.id)?;
             md.forget_versions(r.id)?;
             server.engine.forget(r.id);
+            server.compactor.kick();
             // The client drops a link its name left elsewhere (`meta/rename.rs`).
             A::Object(gone)
         }

@@ -9,6 +9,8 @@
 //! - [`commit`](DataStore::commit) (`commit.rs`) is THE commit: one function, its steps
 //!   numbered there;
 //! - [`retire_flushed`](DataStore::retire_flushed) (`retire.rs`) is segment retirement;
+//! - [`compact`](DataStore::compact) (`compact.rs`) copies what is live out of segments
+//!   that are mostly garbage, so they can be retired;
 //! - `read.rs` is the read path below the index: cache → log (merged reads) → home tier;
 //! - `homes.rs` records and publishes tier homes;
 //! - `index.rs` holds the index types, staged writes, pins and deferred writes.
@@ -30,6 +32,7 @@
 //! 7. the cache, the pin table, the tiering's counters and shard references (leaves).
 
 mod commit;
+mod compact;
 mod homes;
 mod index;
 mod read;
@@ -40,6 +43,7 @@ mod stats;
 pub use refs::{ExternalRef, MAX_REF_CHUNK_BYTES, REF_SEGMENT};
 
 pub use commit::{CommitGuard, Committed, OwnerGuard, OwnerLock, Registrar};
+pub use compact::{CompactOptions, SegmentSpace};
 pub use index::{Extent, Staged};
 pub use stats::ExtentRanges;
 
@@ -100,6 +104,8 @@ pub struct DataStore {
     /// Device and inode of log segments, as read plans name them (`read.rs`): stat once per
     /// segment, not once per plan. Segment ids are never reused while the log lives.
     segment_files: Mutex<HashMap<u64, (u64, u64)>>,
+    /// Held by a compaction pass (`compact.rs`): one at a time.
+    compacting: Mutex<()>,
 }
 
 /// What [`DataStore::open`] found.
@@ -281,6 +287,7 @@ impl DataStore {
             ref_reads: Mutex::new(HashMap::new()),
             hot_refs: Mutex::new(HashSet::new()),
             segment_files: Mutex::new(HashMap::new()),
+            compacting: Mutex::new(()),
         };
         // The replayed rows are durable now (`replay`), so the tails scanned need no replay
         // next time.
@@ -579,6 +586,11 @@ impl DataStore {
         }
     }
 
+    /// How many visible extents each object has here.
+    pub fn extent_counts(&self) -> Vec<(ObjectId, usize)> {
+        self.index().iter().map(|(id, v)| (*id, v.len())).collect()
+    }
+
     pub fn extent_count(&self) -> u64 {
         self.index().values().map(|v| v.len() as u64).sum()
     }
@@ -677,6 +689,9 @@ impl DataStore {
         if let (Some(r), None) = (&e.external, &e.home) {
             return self.read_reference(obj, e, r, (0, e.loc.len));
         }
+        // Compaction may have moved it since the caller looked it up: read it where it is now.
+        let now = self.extent(obj.id, e.seq).filter(|n| n.loc != e.loc);
+        let e = now.as_ref().unwrap_or(e);
         let span = {
             let log = self.log();
             if e.in_log && log.has_segment(e.loc.segment) {
@@ -692,10 +707,30 @@ impl DataStore {
         self.read_home(obj, e, (0, e.loc.len))
     }
 
-    /// An internal error for an extent found nowhere.
+    /// An internal error for an extent found nowhere: compaction dropped it (newer writes
+    /// hide it) or moved it after the reader looked it up. Reads that meet it start again
+    /// ([`again_if_moved`]), and find the newer state.
     fn lost(id: ObjectId, seq: u64) -> Error {
-        Error::internal(format!(
-            "extent {seq} of object {id:#x} is neither in the log nor on a tier"
-        ))
+        Error::internal(format!("extent {seq} of object {id:#x}{GONE}"))
+    }
+}
+
+/// How [`DataStore::lost`]'s message ends.
+const GONE: &str = " is neither in the log nor on a tier";
+
+/// Whether `e` says an extent a reader looked up is gone (see [`DataStore::lost`]).
+pub fn is_gone(e: &Error) -> bool {
+    e.kind == pdcx_core::ErrorKind::Internal && e.message.ends_with(GONE)
+}
+
+/// Runs a read, again (a few times) while it meets extents that compaction moved or dropped
+/// after the read looked them up: each attempt looks at the index afresh.
+pub fn again_if_moved<T>(mut read: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut attempts = 0;
+    loop {
+        match read() {
+            Err(e) if is_gone(&e) && attempts < 4 => attempts += 1,
+            r => return r,
+        }
     }
 }

@@ -61,8 +61,11 @@ impl DataStore {
         // lock is released (a tier read may be a slow network request; the log lock is a leaf).
         // While it is released the flusher may retire more segments, so the pieces left for the
         // log are checked again each time the lock is re-taken, until none moved.
+        // Without tiers a piece whose segment is gone was moved or dropped by compaction
+        // after the reader looked it up: `read_home` answers `lost`, and the read starts
+        // again (`again_if_moved`).
         let mut any_from_tier = false;
-        while self.tiering.is_some() {
+        loop {
             let (in_log, gone): (Vec<usize>, Vec<usize>) = misses.into_iter().partition(|&i| {
                 let e = &pieces[i].0;
                 e.in_log && log.has_segment(e.loc.segment)

@@ -26,6 +26,11 @@ impl DataStore {
     /// Without tiers no extent has a durable home: only segments holding no visible extent
     /// at all (those of dropped or deleted data) are retired.
     pub fn retire_flushed(&self) -> Result<u64> {
+        Ok(self.retire_unneeded()?.0)
+    }
+
+    /// [`retire_flushed`](Self::retire_flushed), returning (segments, bytes) freed.
+    pub fn retire_unneeded(&self) -> Result<(u64, u64)> {
         let t = self.tiering.clone();
         // Only checkpointed segments are sealed: a segment is retired only once no commit
         // record in it needs replaying (the rows it names are durable in the metadata). The
@@ -48,7 +53,7 @@ impl DataStore {
                 .filter(|s| !blocked.contains(s) && !self.pins.pinned(*s))
                 .collect();
             if ready.is_empty() {
-                return Ok(0);
+                return Ok((0, 0));
             }
             // Crash points retire.before_manifest / retire.after_manifest are inside.
             let freed = log.retire(&ready)?;
@@ -65,7 +70,7 @@ impl DataStore {
                 Arc::make_mut(e).in_log = false;
             }
         }
-        Ok(ready.len() as u64)
+        Ok((ready.len() as u64, freed))
     }
 
     /// Segments that must stay: holding deferred writes, or extents without a durable home.

@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
 pub mod analysis;
+mod drop;
 mod owner;
 mod plan;
 mod read;

@@ -99,14 +99,22 @@ impl Engine {
         holders
     }
 
-    /// Forgets every visible extent of a deleted object, here and in the region map (log
-    /// bytes become garbage, also on other holders, which keep their index entries until
-    /// compaction exists).
+    /// Forgets every visible extent of a deleted object, here, in the region map and on the
+    /// other servers holding its writes (`drop_remote_writes`): their log bytes become
+    /// garbage, which compaction frees.
     pub fn forget(&self, id: ObjectId) -> usize {
-        self.remote
+        let held = self
+            .remote
             .write()
             .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
-        self.store.forget(id)
+            .remove(&id)
+            .unwrap_or_default();
+        let mut by_holder: HashMap<u32, Vec<u64>> = HashMap::new();
+        for r in held.iter().filter(|r| r.holder != self.rank) {
+            by_holder.entry(r.holder).or_default().push(r.seq);
+        }
+        let n = self.store.forget(id);
+        self.drop_remote_writes(id, by_holder);
+        n + held.len()
     }
 }

@@ -170,6 +170,11 @@ impl Engine {
     /// each with its sequence number, bytes back to back.
     pub fn pieces(&self, id: ObjectId, region: &Region) -> Result<Pieces> {
         let obj = self.object_meta(id, false)?;
+        crate::datastore::again_if_moved(|| self.pieces_once(&obj, region))
+    }
+
+    fn pieces_once(&self, obj: &ObjectMeta, region: &Region) -> Result<Pieces> {
+        let id = obj.id;
         let elem = obj.dtype.size();
         let pieces = self.store.local_pieces(id, region);
         let list: Vec<(u64, Region)> = pieces.iter().map(|(e, i)| (e.seq, i.clone())).collect();
@@ -193,7 +198,7 @@ impl Engine {
             }
         }
         let spans = piece_spans(&pieces, elem);
-        let fetched = self.store.fetch(&obj, None, &pieces, &spans, &mut [])?;
+        let fetched = self.store.fetch(obj, None, &pieces, &spans, &mut [])?;
         let mut out = Vec::new();
         for (i, (e, inter)) in pieces.iter().enumerate() {
             let bytes = fetched[i]

@@ -254,7 +254,22 @@ impl Engine {
         Ok(true)
     }
 
+    /// [`read_here_once`](Self::read_here_once), again if compaction moved or dropped an
+    /// extent it had looked up.
     pub(super) fn read_here(
+        &self,
+        obj: &ObjectMeta,
+        region: &Region,
+        out: &mut [u8],
+        holders: &[u32],
+        seq_below: Option<u64>,
+    ) -> Result<()> {
+        crate::datastore::again_if_moved(|| {
+            self.read_here_once(obj, region, out, holders, seq_below)
+        })
+    }
+
+    fn read_here_once(
         &self,
         obj: &ObjectMeta,
         region: &Region,

@@ -1,7 +1,5 @@
-//! Writes: staging, commits and their durability, deferred registration, and dropping the
-//! writes a newer version shadows.
+//! Writes: staging, commits and their durability, deferred registration.
 
-use super::read::*;
 use super::*;
 
 impl Engine {
@@ -179,111 +177,11 @@ impl Engine {
         self.store.sync()
     }
 
-    /// Once version `seq_below` of byte stream `id` (owned here) is at its home, no
-    /// read ever needs an older version again. Drops every write numbered below it that newer
-    /// writes below it cover entirely (an epoch rewritten by the next: the checkpoint
-    /// pattern) — here, in the region map and on the servers holding them — and frees the log
-    /// segments left holding nothing. Returns how many were dropped. A holder that cannot be
-    /// reached keeps its shadowed extents (harmless: they stay shadowed).
-    pub fn drop_shadowed(&self, id: ObjectId, seq_below: u64) -> Result<usize> {
-        self.drop_writes_below(id, seq_below, false)
-    }
-
-    /// Once version `seq_below` of byte stream `id` (owned here) is its base (read
-    /// from its home, see `streambase.rs`), drops every write numbered below it, here, in the
-    /// region map and on its holders, and frees the log segments left holding nothing.
-    /// Returns how many were dropped; a holder that cannot be reached keeps its writes (reads
-    /// leave them out) and the next call (at the next start) tries again.
-    pub fn drop_below(&self, id: ObjectId, seq_below: u64) -> Result<usize> {
-        self.drop_writes_below(id, seq_below, true)
-    }
-
     /// The base of `obj` if it is a byte stream owned here that has one.
     pub(super) fn base_of(&self, obj: &ObjectMeta) -> Option<Base> {
         if self.bases.is_empty() || owner_of_id(obj.id) != self.rank || !obj.is_byte_stream() {
             return None;
         }
         self.bases.get(obj.id)
-    }
-
-    /// [`drop_shadowed`](Self::drop_shadowed) (only writes newer ones cover) or
-    /// [`drop_below`](Self::drop_below) (`all`).
-    pub(super) fn drop_writes_below(
-        &self,
-        id: ObjectId,
-        seq_below: u64,
-        all: bool,
-    ) -> Result<usize> {
-        let everything = all;
-        // (seq, holder, start, end), newest first.
-        let mut writes: Vec<(u64, u32, u64, u64)> = self
-            .store
-            .extents_of(id)
-            .iter()
-            .filter(|e| e.seq < seq_below && e.region.ndim() == 1)
-            .map(|e| (e.seq, self.rank, e.region.offset[0], e.region.end(0)))
-            .collect();
-        {
-            let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
-            writes.extend(
-                remote
-                    .get(&id)
-                    .into_iter()
-                    .flatten()
-                    .filter(|r| r.seq < seq_below && r.region.ndim() == 1)
-                    .map(|r| (r.seq, r.holder, r.region.offset[0], r.region.end(0))),
-            );
-        }
-        writes.sort_unstable_by_key(|x| std::cmp::Reverse(x.0));
-        let mut covered = Coverage::default();
-        let mut dead: HashMap<u32, Vec<u64>> = HashMap::new();
-        for (seq, holder, start, end) in writes {
-            if everything || covered.contains(start, end) {
-                dead.entry(holder).or_default().push(seq);
-            } else {
-                covered.insert(start, end);
-            }
-        }
-        let mut dropped = 0;
-        if let Some(mine) = dead.remove(&self.rank) {
-            dropped += self.store.drop_extents(id, &mine.into_iter().collect())?;
-        }
-        let mut rows = Vec::new();
-        let mut unreached = None;
-        for (holder, seqs) in dead {
-            match self.peers().and_then(|p| p.drop_extents(holder, id, &seqs)) {
-                Ok(n) => dropped += n as usize,
-                Err(e) => {
-                    tracing::warn!(
-                        "server {holder} keeps {} writes of {id:#x}: {}",
-                        seqs.len(),
-                        e.message
-                    );
-                    unreached.get_or_insert(e);
-                    continue;
-                }
-            }
-            rows.extend(seqs.iter().map(|&s| (id, s)));
-            let gone: HashSet<u64> = seqs.into_iter().collect();
-            if let Some(v) = self
-                .remote
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_mut(&id)
-            {
-                v.retain(|r| r.holder != holder || !gone.contains(&r.seq));
-            }
-        }
-        if !rows.is_empty() {
-            self.meta.delete_region_rows(&rows)?;
-        }
-        if dropped > 0 {
-            self.store.retire_flushed()?;
-        }
-        match unreached {
-            // Below a base they are garbage to be dropped later: say so.
-            Some(e) if everything => Err(e),
-            _ => Ok(dropped),
-        }
     }
 }

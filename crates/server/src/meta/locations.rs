@@ -159,6 +159,38 @@ impl Metadata {
         })
     }
 
+    /// Points extents at the copies compaction made of their bytes (`datastore/compact.rs`):
+    /// `(object, seq, new location)`, only where the row still names `from` (an extent
+    /// dropped or moved meanwhile keeps what it has). One durable transaction: the old
+    /// segment is retired only after this returns.
+    pub fn relocate_extents(&self, moves: &[(ObjectId, u64, Location, Location)]) -> Result<()> {
+        if moves.is_empty() {
+            return Ok(());
+        }
+        self.write(|tx| {
+            let mut st = tx
+                .prepare_cached(
+                    "UPDATE extent_map SET segment=?3, offset=?4, len=?5, crc=?6
+                     WHERE object=?1 AND seq=?2 AND segment=?7 AND offset=?8",
+                )
+                .map_err(db_err)?;
+            for (id, seq, from, to) in moves {
+                st.execute(params![
+                    *id as i64,
+                    *seq as i64,
+                    to.segment as i64,
+                    to.offset as i64,
+                    to.len as i64,
+                    to.crc,
+                    from.segment as i64,
+                    from.offset as i64
+                ])
+                .map_err(db_err)?;
+            }
+            Ok(())
+        })
+    }
+
     /// The holder's log incarnation: bumped when a log is found empty while extents were
     /// recorded (the node's log was lost), so deferred-write tokens (log locations) of the new
     /// log never match those the owners recorded for the old one. Kept in `settings`.

@@ -41,6 +41,20 @@ pub fn byte_object(c: &Client, name: &str, n: u64) -> ObjectMeta {
     .unwrap()
 }
 
+/// The spec of a 1-D f64 object of `n` elements, for tests that create objects through the
+/// metadata directly.
+pub fn f64_spec(name: &str, n: u64) -> ObjectSpec {
+    ObjectSpec {
+        name: name.into(),
+        dims: vec![n],
+        dtype: Dtype::Float64,
+        fill: None,
+        containers: vec![],
+        tags: vec![],
+        creator: "t".into(),
+    }
+}
+
 /// Two servers (ranks 0 and 1) on `root`, in this process, joined into one deployment.
 pub fn two_servers(root: &Path) -> Vec<ServerHandle> {
     let hs: Vec<ServerHandle> = (0..2)
@@ -208,4 +222,24 @@ pub fn raw(root: &std::path::Path) -> (BufReader<TcpStream>, TcpStream) {
         .unwrap()
         .unwrap();
     (r, w)
+}
+
+/// Runs this test binary's `crash_child` test as a child process in `dir`
+/// (`PDCX_CRASH_CHILD`) armed to die at hit `n` of crash point `point` (`PDCX_CRASH_AT`), and
+/// checks that it did (SIGKILL). For the crash-point tests.
+pub fn kill_child_at(dir: &Path, point: &str, n: u32) {
+    use std::os::unix::process::ExitStatusExt;
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+        .env("PDCX_CRASH_CHILD", dir)
+        .env("PDCX_CRASH_AT", format!("{point}:{n}"))
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "{point}:{n} was never reached (child exited with {status})"
+    );
 }

@@ -13,11 +13,12 @@
 //!
 //! By job: `recover` opens the log (recovery), `append` writes records, `commit` makes
 //! them durable and checkpoints them, `lease` gives one-copy writers segments of their own,
-//! `publish` writes MANIFESTs, `retire` removes
+//! `publish` writes MANIFESTs, `compact` lets compaction seal segments, `retire` removes
 //! segments whose records live elsewhere, `read` reads appended bytes back.
 
 mod append;
 mod commit;
+mod compact;
 mod lease;
 mod publish;
 mod read;

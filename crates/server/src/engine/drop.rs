@@ -1,0 +1,257 @@
+//! Dropping the writes no read needs any more, as the owner of their object decides: it
+//! knows every write (its own extents and the region map of other holders), drops them here,
+//! in the region map and on their holders. Their log bytes become garbage that compaction
+//! (`datastore/compact.rs`) and retirement free.
+//!
+//! - A write is **hidden** when newer writes cover every element of it: no read of the
+//!   latest data reaches it ([`drop_hidden_writes`](Engine::drop_hidden_writes), the
+//!   checkpoint-overwrite pattern). Byte streams keep theirs until their versions are home
+//!   (`drop_shadowed`, `homecopy.rs`), since a version read needs older writes.
+//! - Below a byte stream's base every write goes ([`drop_below`](Engine::drop_below)).
+
+use super::read::Coverage;
+use super::*;
+use pdcx_core::cover::hidden_by;
+
+/// Objects with more writes than this are checked for writes an identical newer region
+/// hides only (O(n)), not for any cover by the union of newer ones (O(n^2) box cuts).
+const FULL_COVER_CHECK_MAX: usize = 256;
+
+/// One write of an object, wherever held: (seq, holder, region).
+type Write = (u64, u32, Region);
+
+impl Engine {
+    /// Once version `seq_below` of byte stream `id` (owned here) is at its home, no
+    /// read ever needs an older version again. Drops every write numbered below it that newer
+    /// writes below it cover entirely (an epoch rewritten by the next: the checkpoint
+    /// pattern) — here, in the region map and on the servers holding them — and frees the log
+    /// segments left holding nothing. Returns how many were dropped. A holder that cannot be
+    /// reached keeps its shadowed extents (harmless: they stay shadowed).
+    pub fn drop_shadowed(&self, id: ObjectId, seq_below: u64) -> Result<usize> {
+        self.drop_writes_below(id, seq_below, false)
+    }
+
+    /// Once version `seq_below` of byte stream `id` (owned here) is its base (read
+    /// from its home, see `streambase.rs`), drops every write numbered below it, here, in the
+    /// region map and on its holders, and frees the log segments left holding nothing.
+    /// Returns how many were dropped; a holder that cannot be reached keeps its writes (reads
+    /// leave them out) and the next call (at the next start) tries again.
+    pub fn drop_below(&self, id: ObjectId, seq_below: u64) -> Result<usize> {
+        self.drop_writes_below(id, seq_below, true)
+    }
+
+    /// Drops the hidden writes of every object owned here that is not a byte stream (see the
+    /// module notes); compaction's first step. Does not retire segments (the caller does,
+    /// once). Returns how many writes were dropped.
+    pub fn drop_hidden_writes(&self) -> Result<u64> {
+        let mut counts: HashMap<ObjectId, usize> = HashMap::new();
+        for (id, n) in self.store.extent_counts() {
+            if owner_of_id(id) == self.rank {
+                *counts.entry(id).or_default() += n;
+            }
+        }
+        for (id, v) in self.remote.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            *counts.entry(*id).or_default() += v.len();
+        }
+        let mut dropped = 0u64;
+        for (id, n) in counts {
+            if n < 2 {
+                continue;
+            }
+            match self.meta.object(id) {
+                Ok(obj) if !obj.is_byte_stream() => {}
+                _ => continue,
+            }
+            dropped += self.drop_writes(id, u64::MAX, false)? as u64;
+        }
+        Ok(dropped)
+    }
+
+    /// [`drop_writes`](Self::drop_writes), then frees the segments left holding nothing.
+    pub(super) fn drop_writes_below(
+        &self,
+        id: ObjectId,
+        seq_below: u64,
+        all: bool,
+    ) -> Result<usize> {
+        let dropped = self.drop_writes(id, seq_below, all);
+        if matches!(dropped, Ok(n) if n > 0) {
+            self.store.retire_flushed()?;
+        }
+        dropped
+    }
+
+    /// Drops the writes of `id` numbered below `seq_below` that newer ones below it hide, or
+    /// all of them (`all`): here, on their holders and in the region map.
+    fn drop_writes(&self, id: ObjectId, seq_below: u64, all: bool) -> Result<usize> {
+        let mut writes: Vec<Write> = self
+            .store
+            .extents_of(id)
+            .into_iter()
+            .filter(|e| e.seq < seq_below)
+            .map(|e| (e.seq, self.rank, e.region))
+            .collect();
+        {
+            let remote = self.remote.read().unwrap_or_else(|p| p.into_inner());
+            writes.extend(
+                remote
+                    .get(&id)
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| r.seq < seq_below)
+                    .map(|r| (r.seq, r.holder, r.region.clone())),
+            );
+        }
+        let mut dead: HashMap<u32, Vec<u64>> = HashMap::new();
+        for (seq, holder) in if all {
+            writes.iter().map(|w| (w.0, w.1)).collect()
+        } else {
+            hidden(&mut writes)
+        } {
+            dead.entry(holder).or_default().push(seq);
+        }
+        let mut dropped = 0;
+        if let Some(mine) = dead.remove(&self.rank) {
+            dropped += self.store.drop_extents(id, &mine.into_iter().collect())?;
+        }
+        let mut rows = Vec::new();
+        let mut unreached = None;
+        for (holder, seqs) in dead {
+            match self.peers().and_then(|p| p.drop_extents(holder, id, &seqs)) {
+                Ok(n) => dropped += n as usize,
+                Err(e) => {
+                    tracing::warn!(
+                        "server {holder} keeps {} writes of {id:#x}: {}",
+                        seqs.len(),
+                        e.message
+                    );
+                    unreached.get_or_insert(e);
+                    continue;
+                }
+            }
+            rows.extend(seqs.iter().map(|&s| (id, s)));
+            let gone: HashSet<u64> = seqs.into_iter().collect();
+            if let Some(v) = self
+                .remote
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_mut(&id)
+            {
+                v.retain(|r| r.holder != holder || !gone.contains(&r.seq));
+            }
+        }
+        if !rows.is_empty() {
+            self.meta.delete_region_rows(&rows)?;
+        }
+        match unreached {
+            // Below a base they are garbage to be dropped later: say so.
+            Some(e) if all => Err(e),
+            _ => Ok(dropped),
+        }
+    }
+
+    /// Drops a deleted object's writes on the other servers holding them (the owner has
+    /// forgotten its own, `forget`): their log bytes become garbage there too. A holder that
+    /// cannot be reached keeps them (a known gap: nothing asks it again). `held`: (holder,
+    /// seqs).
+    pub(super) fn drop_remote_writes(&self, id: ObjectId, held: HashMap<u32, Vec<u64>>) {
+        for (holder, seqs) in held {
+            if let Err(e) = self.peers().and_then(|p| p.drop_extents(holder, id, &seqs)) {
+                tracing::warn!(
+                    "server {holder} keeps {} writes of deleted object {id:#x}: {}",
+                    seqs.len(),
+                    e.message
+                );
+            }
+        }
+    }
+}
+
+/// The hidden writes among `writes` (sorted here, newest first): (seq, holder) of each one
+/// that newer writes cover entirely.
+fn hidden(writes: &mut [Write]) -> Vec<(u64, u32)> {
+    writes.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
+    let mut out = Vec::new();
+    if writes.iter().all(|w| w.2.ndim() == 1) {
+        // 1-d: one sweep over the merged intervals of newer writes (exact, O(n log n)).
+        let mut covered = Coverage::default();
+        for (seq, holder, r) in writes.iter() {
+            let (start, end) = (r.offset[0], r.end(0));
+            if covered.contains(start, end) {
+                out.push((*seq, *holder));
+            } else {
+                covered.insert(start, end);
+            }
+        }
+    } else if writes.len() <= FULL_COVER_CHECK_MAX {
+        for (i, (seq, holder, r)) in writes.iter().enumerate() {
+            if hidden_by(r, writes[..i].iter().map(|w| &w.2)) {
+                out.push((*seq, *holder));
+            }
+        }
+    } else {
+        let mut seen: HashSet<&Region> = HashSet::new();
+        for (seq, holder, r) in writes.iter() {
+            if !seen.insert(r) {
+                out.push((*seq, *holder));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(seq: u64, offset: &[u64], count: &[u64]) -> Write {
+        (
+            seq,
+            0,
+            Region::new(offset.to_vec(), count.to_vec()).unwrap(),
+        )
+    }
+
+    fn seqs(mut writes: Vec<Write>) -> Vec<u64> {
+        let mut s: Vec<u64> = hidden(&mut writes).into_iter().map(|x| x.0).collect();
+        s.sort_unstable();
+        s
+    }
+
+    #[test]
+    fn only_writes_newer_ones_cover_are_hidden() {
+        // 1-d: 1 is covered by 3 and 4 together, 2 sticks out past them.
+        assert_eq!(
+            seqs(vec![
+                w(1, &[0], &[10]),
+                w(2, &[5], &[20]),
+                w(3, &[0], &[6]),
+                w(4, &[6], &[4])
+            ]),
+            vec![1]
+        );
+        // A newer write never hides by an older one.
+        assert!(seqs(vec![w(1, &[0], &[10]), w(2, &[0], &[4])]).is_empty());
+        // 2-d: the checkpoint pattern, and halves.
+        assert_eq!(
+            seqs(vec![
+                w(1, &[0, 0], &[4, 4]),
+                w(2, &[0, 0], &[4, 4]),
+                w(3, &[0, 0], &[4, 4])
+            ]),
+            vec![1, 2]
+        );
+        assert_eq!(
+            seqs(vec![
+                w(1, &[0, 0], &[4, 4]),
+                w(2, &[0, 0], &[2, 4]),
+                w(3, &[2, 0], &[2, 3])
+            ]),
+            Vec::<u64>::new()
+        );
+        // Many 2-d writes: identical regions only.
+        let mut many: Vec<Write> = (0..300).map(|i| w(i + 1, &[i, 0], &[1, 8])).collect();
+        many.push(w(1000, &[0, 0], &[1, 8]));
+        assert_eq!(seqs(many), vec![1]);
+    }
+}
