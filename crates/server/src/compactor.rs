@@ -121,6 +121,7 @@ pub fn pass(
     rate: u64,
     progress: &mut dyn FnMut(&CompactReport),
 ) -> Result<CompactReport> {
+    let forced = threshold.is_some();
     let threshold = match threshold {
         Some(t) if t > 0.0 && t <= 1.0 => t,
         Some(t) => {
@@ -133,7 +134,9 @@ pub fn pass(
     let started = Instant::now();
     let store = server.engine.store();
     let mut report = CompactReport {
-        dropped_writes: server.engine.drop_hidden_writes()?,
+        // `pdcx compact` (a threshold given) looks at every object, the background pass at
+        // those written since its last pass.
+        dropped_writes: server.engine.drop_hidden_writes(forced)?,
         ..Default::default()
     };
     let opts = CompactOptions {
@@ -180,7 +183,9 @@ pub fn run(server: Weak<Server>) {
             continue;
         }
         last = Instant::now();
-        match pass(&s, None, s.compactor.rate, &mut |_| {}) {
+        let result = pass(&s, None, s.compactor.rate, &mut |_| {});
+        give_back_memory();
+        match result {
             Ok(r) => {
                 after_last = r.log_bytes;
                 live_last = r.live_bytes;
@@ -201,6 +206,17 @@ pub fn run(server: Weak<Server>) {
                 tracing::warn!(rank = s.config.rank, "compaction failed: {e}")
             }
         }
+    }
+}
+
+/// Returns the allocator's free memory at the top of its heaps to the kernel: after a burst
+/// (a thousand connections' buffers, a large read's replies) glibc keeps the freed pages
+/// mapped, and the server's RSS would stay at its peak for good.
+fn give_back_memory() {
+    #[cfg(target_env = "gnu")]
+    // SAFETY: malloc_trim only releases free memory; it has no preconditions.
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 

@@ -49,7 +49,7 @@ fn write(engine: &Engine, id: ObjectId, k: u64, version: u64) {
 
 fn pass(engine: &Engine, threshold: f64) -> CompactReport {
     let mut report = CompactReport {
-        dropped_writes: engine.drop_hidden_writes().unwrap(),
+        dropped_writes: engine.drop_hidden_writes(true).unwrap(),
         ..Default::default()
     };
     let opts = CompactOptions {
@@ -171,7 +171,7 @@ fn writes_partly_covered_stay_and_only_whole_covers_drop() {
     let bytes = payload(0, 2)[..(CHUNK / 2 * 8) as usize].to_vec();
     let s = engine.stage(9, id, &half, &bytes).unwrap();
     engine.commit(&[s], Durability::Local).unwrap();
-    assert_eq!(engine.drop_hidden_writes().unwrap(), 0);
+    assert_eq!(engine.drop_hidden_writes(true).unwrap(), 0);
     let mut out = vec![0u8; CHUNK as usize * 8];
     engine.read(id, &region(0), &mut out).unwrap();
     let mut want = payload(0, 1);

@@ -412,7 +412,7 @@ fn run(seed: u64, t: &mut Totals) {
                     seal_min: 1,
                 };
                 let _ = engine
-                    .drop_hidden_writes()
+                    .drop_hidden_writes(true)
                     .and_then(|_| engine.store().compact(&opts, &mut report, &mut |_| {}));
             }
             _ => capture("between-ops", &mut torn.lock().unwrap()),

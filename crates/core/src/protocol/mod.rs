@@ -253,7 +253,9 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// 6: users besides the deployment's own (`Hello::user`, user keys, kernel credentials), the
 /// admin role, objects' and containers' owners and grants; read plans name the records they
 /// read from (with their checksums), which the client checks.
-pub const VERSION: u16 = 6;
+/// 7: `Compact` in the admin family; the log's live bytes and compaction totals in
+/// `ServerStats`.
+pub const VERSION: u16 = 7;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;
 pub const NONCE_LEN: usize = 32;

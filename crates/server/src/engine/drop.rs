@@ -40,18 +40,36 @@ impl Engine {
         self.drop_writes_below(id, seq_below, true)
     }
 
-    /// Drops the hidden writes of every object owned here that is not a byte stream (see the
-    /// module notes); compaction's first step. Does not retire segments (the caller does,
-    /// once). Returns how many writes were dropped.
-    pub fn drop_hidden_writes(&self) -> Result<u64> {
+    /// Notes that objects owned here got writes: the next pass looks at them for hidden ones.
+    pub(super) fn touch(&self, ids: impl Iterator<Item = ObjectId>) {
+        let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(set) = t.as_mut() {
+            set.extend(ids);
+        }
+    }
+
+    /// Drops the hidden writes of the objects owned here that are not byte streams (see the
+    /// module notes); compaction's first step. Looks at the objects written since the last
+    /// call (every object on the first call after start, or with `all`). Does not retire
+    /// segments (the caller does, once). Returns how many writes were dropped.
+    pub fn drop_hidden_writes(&self, all: bool) -> Result<u64> {
+        let touched = self
+            .touched
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(HashSet::new());
+        let touched = if all { None } else { touched };
         let mut counts: HashMap<ObjectId, usize> = HashMap::new();
+        let wanted = |id: &ObjectId| touched.as_ref().is_none_or(|t| t.contains(id));
         for (id, n) in self.store.extent_counts() {
-            if owner_of_id(id) == self.rank {
+            if owner_of_id(id) == self.rank && wanted(&id) {
                 *counts.entry(id).or_default() += n;
             }
         }
         for (id, v) in self.remote.read().unwrap_or_else(|p| p.into_inner()).iter() {
-            *counts.entry(*id).or_default() += v.len();
+            if wanted(id) {
+                *counts.entry(*id).or_default() += v.len();
+            }
         }
         let mut dropped = 0u64;
         for (id, n) in counts {

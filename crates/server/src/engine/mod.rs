@@ -139,6 +139,9 @@ pub struct Engine {
     store: DataStore,
     /// Owner side: regions of this server's objects held by other servers, in seq order.
     remote: RwLock<HashMap<ObjectId, Vec<RemoteExtent>>>,
+    /// Objects owned here that got a write since compaction last looked for hidden ones
+    /// (`drop.rs`); None: every object (nothing looked yet since start).
+    touched: std::sync::Mutex<Option<HashSet<ObjectId>>>,
     pub counters: RegisterCounters,
     pub(crate) meta: Arc<Metadata>,
     pub(crate) rank: u32,
@@ -246,6 +249,7 @@ impl Engine {
         let engine = Engine {
             store,
             remote: RwLock::new(remote),
+            touched: std::sync::Mutex::new(None),
             counters: RegisterCounters::default(),
             rank: meta.rank,
             meta,
