@@ -37,9 +37,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from pdcxbin import pdcx_bin  # noqa: E402
-
-import pdcx  # noqa: E402
+import pdcx
+from pdcxbin import pdcx_bin
 
 
 def log_disk(root: Path) -> int:
@@ -61,7 +60,7 @@ class Server:
         self.client = pdcx.connect(self.root)
 
     def pdcx(self, args: list[str]) -> str:
-        p = subprocess.run([pdcx_bin(), *args], env=self.env, capture_output=True, text=True, timeout=600)
+        p = subprocess.run([pdcx_bin(), *args], check=False, env=self.env, capture_output=True, text=True, timeout=600)
         if p.returncode != 0:
             raise SystemExit(f"pdcx {' '.join(args)} failed:\n{p.stderr}")
         return p.stdout
@@ -181,7 +180,7 @@ def main() -> int:
     if a.quick:
         a.rounds, a.mib, a.pause, a.steps, a.overwrites = 1, 8, 0.5, 4, 10
 
-    med = lambda rows, k: statistics.median(r[k] for r in rows)  # noqa: E731
+    med = lambda rows, k: statistics.median(r[k] for r in rows)
     ss = [steady_state(a.mib, a.pause) for _ in range(a.rounds)]
     print(f"## 1. Steady state: 2 x {a.mib} MiB rewritten 10 times, {a.pause} s pause (median of {a.rounds})")
     print("| | on disk / live | target |")
