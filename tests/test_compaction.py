@@ -111,3 +111,21 @@ def test_compact_help_teaches():
     p = run_pdcx("compact", "--root", "/nonexistent-pdcx-root", check=False, timeout=30)
     assert p.returncode != 0
     time.sleep(0)
+
+
+def test_reclaim_bench_quick_prints_its_tables():
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.run(
+        [sys.executable, str(repo / "bench/reclaim/run.py"), "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert p.returncode == 0, p.stderr
+    for heading in ("## 1. Steady state", "## 2. Foreground", "## 3. Read of 16 MiB"):
+        assert heading in p.stdout, p.stdout
+    assert "after `pdcx compact`" in p.stdout and "on / off" in p.stdout

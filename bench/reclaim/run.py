@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Space reclaim (issue 29): what a checkpoint rewritten in place costs on disk, what
+"""Space reclaim: what a checkpoint rewritten in place costs on disk, what
 compaction costs the foreground, and whether reads slow down with overwrites.
 
     python3 bench/reclaim/run.py [--rounds 3] [--mib 64] [--pause 1.0] [--quick]

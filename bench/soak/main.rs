@@ -90,6 +90,11 @@ struct Args {
     /// is sampled at its end (what idle connections pin).
     #[arg(long, default_value_t = 3)]
     linger: u64,
+    /// After every client has gone, server memory is sampled again this much later: what a
+    /// server gives back once the burst is over (its compactor trims the heap every
+    /// `compaction.interval_ms`, 5 s by default).
+    #[arg(long, default_value_t = 8)]
+    settle: u64,
     /// Write the results as JSON here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -411,6 +416,8 @@ fn run(args: Args) -> Result<u64> {
         );
     }
 
+    std::thread::sleep(Duration::from_secs(args.settle));
+    let mem_settled: Vec<Mem> = shared.targets.iter().map(|t| mem_of(t.pid)).collect();
     report(
         &shared,
         &mut all,
@@ -421,7 +428,7 @@ fn run(args: Args) -> Result<u64> {
         &mem_connected,
         &peak,
         &mem_idle,
-        &mem_end,
+        &[mem_end, mem_settled],
         stalled_ok,
     )
 }

@@ -26,7 +26,7 @@ pub(crate) fn report(
     connected: &[Mem],
     peak: &[Mem],
     idle: &[Mem],
-    end: &[Mem],
+    [end, settled]: &[Vec<Mem>; 2],
     stalled: usize,
 ) -> Result<u64> {
     let a = &sh.args;
@@ -87,7 +87,7 @@ pub(crate) fn report(
     let mut servers_json = Vec::new();
     for (i, t) in sh.targets.iter().enumerate() {
         println!(
-            "server {} (pid {}): RSS {:.0} MiB before, {:.0} MiB connected, peak {:.0} MiB, {:.0} MiB idle after the run (connections open), end {:.0} MiB (high water {:.0} MiB); threads peak {}, idle {}",
+            "server {} (pid {}): RSS {:.0} MiB before, {:.0} MiB connected, peak {:.0} MiB, {:.0} MiB idle after the run (connections open), end {:.0} MiB, {:.0} MiB {} s after the clients left (high water {:.0} MiB); threads peak {}, idle {}",
             t.rank,
             t.pid,
             before[i].rss_kb as f64 / 1024.0,
@@ -95,6 +95,8 @@ pub(crate) fn report(
             peak[i].rss_kb as f64 / 1024.0,
             idle[i].rss_kb as f64 / 1024.0,
             end[i].rss_kb as f64 / 1024.0,
+            settled[i].rss_kb as f64 / 1024.0,
+            a.settle,
             end[i].hwm_kb as f64 / 1024.0,
             peak[i].threads,
             idle[i].threads
@@ -105,6 +107,7 @@ pub(crate) fn report(
             "rss_mib_peak": peak[i].rss_kb as f64 / 1024.0,
             "rss_mib_idle": idle[i].rss_kb as f64 / 1024.0,
             "rss_mib_end": end[i].rss_kb as f64 / 1024.0,
+            "rss_mib_settled": settled[i].rss_kb as f64 / 1024.0,
             "hwm_mib": end[i].hwm_kb as f64 / 1024.0,
             "threads_peak": peak[i].threads, "threads_idle": idle[i].threads}));
     }

@@ -209,6 +209,7 @@ pub fn top(root: &Path, interval: f64, count: Option<u64>, csv: bool) -> Result<
                             ),
                             None => human_bytes(x.used),
                         },
+                        human_bytes(x.live),
                         format!("{:.1} MB/s", rate(r, i, x.put_bytes)),
                         human_bytes(x.put_bytes),
                         human_bytes(x.get_bytes),
@@ -218,7 +219,15 @@ pub fn top(root: &Path, interval: f64, count: Option<u64>, csv: bool) -> Result<
             if !trows.is_empty() {
                 println!();
                 print_table(
-                    &["SERVER", "TIER", "USED", "WRITE NOW", "WRITTEN", "READ"],
+                    &[
+                        "SERVER",
+                        "TIER",
+                        "USED",
+                        "LIVE HERE",
+                        "WRITE NOW",
+                        "WRITTEN",
+                        "READ",
+                    ],
                     &trows,
                 );
             } else {

@@ -145,6 +145,10 @@ pub fn pass(
         seal_min: if threshold >= 1.0 { 1 } else { SEAL_MIN },
     };
     store.compact(&opts, &mut report, progress)?;
+    // Tier shards mostly garbage: their live extents moved out, the shards deleted.
+    let (moved, bytes) = server.engine.flusher().repack(threshold)?;
+    report.moved_extents += moved;
+    report.moved_bytes += bytes;
     let (log_bytes, live_bytes) = store.space();
     report.log_bytes = log_bytes;
     report.live_bytes = live_bytes;

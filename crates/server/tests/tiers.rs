@@ -600,3 +600,58 @@ fn an_objects_durability_tag_raises_every_wait_on_it() {
     assert_eq!(durabilities(&engine, id)[0].1, "remote");
     assert_eq!(durabilities(&engine, plain)[0].1, "memory");
 }
+
+#[test]
+fn a_shard_mostly_overwritten_is_repacked_and_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    // Strategy 3: two objects per shard: one shard of 8 extents (4 MiB).
+    let cfg = config_with(dir.path(), "100GiB", "[shard]\nstrategy = 3");
+    let n = 4 * 65_536;
+    let per = 65_536u64;
+    let fast = dir.path().join("fast");
+    let (meta, engine) = open(dir.path(), &cfg);
+    let ids: Vec<u64> = (0..2)
+        .map(|j| object(&meta, &format!("v{j}"), n, vec![]))
+        .collect();
+    let mut expect = write_interleaved(&engine, &ids);
+    engine.flusher().flush_pass(u64::MAX).unwrap();
+    let old = shard_blobs(&fast);
+    assert_eq!(old.len(), 1, "{old:?}");
+    // Seven of its eight extents written again: one stays live in the old shard.
+    for (j, id) in ids.iter().enumerate() {
+        for k in 0..4u64 {
+            if (j, k) == (1, 3) {
+                continue;
+            }
+            let region = Region::new(vec![k * per], vec![per]).unwrap();
+            let bytes: Vec<u8> = (0..per)
+                .flat_map(|i| (i as f64 - 7.0).to_le_bytes())
+                .collect();
+            let at = (k * per * 8) as usize;
+            expect[j][at..at + bytes.len()].copy_from_slice(&bytes);
+            let s = engine.stage(k, *id, &region, &bytes).unwrap();
+            engine.commit(&[s], Durability::Local).unwrap();
+        }
+    }
+    engine.flusher().flush_pass(u64::MAX).unwrap();
+    assert_eq!(engine.drop_hidden_writes(true).unwrap(), 7);
+    assert!(
+        shard_blobs(&fast).iter().any(|b| b == &old[0]),
+        "the old shard still holds a live extent"
+    );
+    let (moved, _) = engine.flusher().repack(0.5).unwrap();
+    assert_eq!(moved, 1, "the one live extent moved out");
+    assert!(
+        !shard_blobs(&fast).iter().any(|b| b == &old[0]),
+        "the old shard was deleted with its last reference"
+    );
+    for (id, want) in ids.iter().zip(&expect) {
+        assert_eq!(&read_all(&engine, *id, n), want);
+    }
+    drop(engine);
+    drop(meta);
+    let (_meta, engine) = open(dir.path(), &cfg);
+    for (id, want) in ids.iter().zip(&expect) {
+        assert_eq!(&read_all(&engine, *id, n), want);
+    }
+}

@@ -124,6 +124,10 @@ pub struct TierStat {
     pub get_bytes: u64,
     /// Measured write bandwidth (bytes/s), 0 until measured.
     pub put_bandwidth: f64,
+    /// Stored bytes of this server's extents homed there (what `used` holds beyond the
+    /// servers' live bytes is garbage: blobs or parts of packed blobs no extent needs).
+    #[serde(default)]
+    pub live: u64,
 }
 
 /// Extents moved or recorded, and the raw bytes they stand for.

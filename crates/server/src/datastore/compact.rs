@@ -95,6 +95,29 @@ impl DataStore {
             .collect()
     }
 
+    /// Every extent held here that has a tier home, with its object.
+    pub fn homed_extents(&self) -> Vec<(ObjectId, super::Extent)> {
+        self.index()
+            .iter()
+            .flat_map(|(id, v)| {
+                v.iter()
+                    .filter(|e| e.home.is_some())
+                    .map(|e| (*id, (**e).clone()))
+            })
+            .collect()
+    }
+
+    /// (tier index, stored bytes) of the homes of this server's extents, per tier.
+    pub fn tier_live_bytes(&self) -> Vec<(usize, u64)> {
+        let mut live: HashMap<usize, u64> = HashMap::new();
+        for e in self.index().values().flatten() {
+            if let Some(h) = &e.home {
+                *live.entry(h.tier).or_default() += h.stored_len;
+            }
+        }
+        live.into_iter().collect()
+    }
+
     /// (log bytes, live bytes): what the log takes on disk and what of it must stay.
     pub fn space(&self) -> (u64, u64) {
         self.segment_space()

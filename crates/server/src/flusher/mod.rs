@@ -4,6 +4,7 @@
 //! retirement is done through the data store's methods (`crate::datastore`).
 
 mod group;
+mod repack;
 
 use crate::datastore::DataStore;
 use crate::datastore::{crash_point, Extent};
@@ -367,7 +368,13 @@ impl Flusher<'_> {
     /// Puts a copy of `e` on durable tier `tier` in its own blob, makes that its durable home,
     /// then releases the old copy: at every point some durable copy is reachable.
     /// Callers hold `t.moves`.
-    fn move_extent(&self, t: &Tiering, meta: &ObjectMeta, e: &Extent, tier: usize) -> Result<()> {
+    pub(super) fn move_extent(
+        &self,
+        t: &Tiering,
+        meta: &ObjectMeta,
+        e: &Extent,
+        tier: usize,
+    ) -> Result<()> {
         let key = t.key(meta.id, e.seq);
         let old = self.host.store().current_home(meta.id, e).ok();
         // A homed extent moves as stored (a lossy codec is never applied twice); one still
@@ -480,6 +487,11 @@ impl Flusher<'_> {
             return;
         };
         st.tiers = tier_stats(t);
+        for (tier, live) in self.host.store().tier_live_bytes() {
+            if let Some(x) = st.tiers.get_mut(tier) {
+                x.live = live;
+            }
+        }
         (st.flush_pending_extents, st.flush_pending_bytes) = self.host.store().pending();
         let fs = t.state();
         st.flushed_bytes = fs.flushed_bytes;
@@ -527,6 +539,7 @@ pub fn tier_stats(t: &Tiering) -> Vec<TierStat> {
             put_bytes: c.put_bytes.load(Ordering::Relaxed),
             get_bytes: c.get_bytes.load(Ordering::Relaxed),
             put_bandwidth: c.put_bandwidth().unwrap_or(0.0),
+            live: 0,
         })
         .collect()
 }
