@@ -126,6 +126,6 @@ def test_reclaim_bench_quick_prints_its_tables():
         check=False,
     )
     assert p.returncode == 0, p.stderr
-    for heading in ("## 1. Steady state", "## 2. Foreground", "## 3. Read of 16 MiB"):
+    for heading in ("## 1. Steady state", "## 2. Foreground", "## 3. Read of 16 MiB", "MiB kept per step"):
         assert heading in p.stdout, p.stdout
     assert "after `pdcx compact`" in p.stdout and "on / off" in p.stdout

@@ -606,7 +606,7 @@ settings! {
     // ---- pdcx.toml
     FLUSH_INTERVAL_MS { name: "flush.interval_ms", toml: Some("flush.interval_ms"), ty: Ty::Count, default: "200",
         unit: "milliseconds", min: Some(1), doc: "How often the background flusher looks for committed extents." }
-    LOG_SEGMENT_BYTES { name: "log.segment_bytes", toml: Some("log.segment_bytes"), ty: Ty::Size, default: "1GiB",
+    LOG_SEGMENT_BYTES { name: "log.segment_bytes", toml: Some("log.segment_bytes"), ty: Ty::Size, default: "64MiB",
         unit: "bytes", min: Some(1 << 20), doc: "Log segment size; flushed space is freed a sealed segment at a time." }
     COMPACTION_THRESHOLD { name: "compaction.threshold", env: Some("PDCX_COMPACTION_THRESHOLD"), toml: Some("compaction.threshold"),
         ty: Ty::Number, default: "0.5",

@@ -160,6 +160,32 @@ fn deleting_an_object_frees_its_log_space() {
     );
 }
 
+/// The owner's region map can name a write its holder never committed (the owner recorded
+/// the region, then crashed before answering; the holder's commit failed). Such a row must
+/// never be what hides a write that is there: each server drops only what its own newer
+/// writes hide. (The crash harness found this: an acknowledged write lost after a kill at
+/// `register.after_region_map`.)
+#[test]
+fn a_region_map_row_without_its_write_hides_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (meta, engine) = open(dir.path());
+    let id = create(&meta, "x");
+    write(&engine, id, 0, 1);
+    let phantom = pdcx_core::protocol::RegisterItem {
+        id,
+        region: region(0),
+        token: None,
+    };
+    let seqs = engine.register_batch(1, &[phantom]).unwrap();
+    assert!(seqs[0].is_some_and(|s| s > 1), "{seqs:?}");
+    assert_eq!(engine.drop_hidden_writes(true).unwrap(), 0);
+    assert_eq!(
+        engine.store().extents_of(id).len(),
+        1,
+        "the acknowledged write stays"
+    );
+}
+
 #[test]
 fn writes_partly_covered_stay_and_only_whole_covers_drop() {
     let dir = tempfile::tempdir().unwrap();

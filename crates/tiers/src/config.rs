@@ -141,7 +141,7 @@ impl Default for FlushConfig {
 #[serde(deny_unknown_fields)]
 pub struct LogConfig {
     /// Roll to a new segment after this many bytes. Only sealed segments are retired once
-    /// flushed, so smaller segments free log space sooner (default 1GiB).
+    /// flushed or compacted, so smaller segments free log space sooner (default 64MiB).
     #[serde(default, deserialize_with = "de_size", serialize_with = "ser_size")]
     pub segment_bytes: Option<u64>,
 }

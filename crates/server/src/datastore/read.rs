@@ -313,8 +313,15 @@ impl DataStore {
                     .get(&obj.id)
                     .and_then(|v| v.iter().find(|x| x.seq == e.seq))
                     .and_then(|x| x.home.clone());
+                let still = self
+                    .index()
+                    .get(&obj.id)
+                    .is_some_and(|v| v.iter().any(|x| x.seq == e.seq));
                 match now {
                     Some(moved) if moved != home => self.read_from_tier(obj, e, &moved, span),
+                    // Dropped (hidden by newer writes, or its object deleted) since the
+                    // reader looked it up: the read starts again (`again_if_moved`).
+                    _ if !still => Err(Self::lost(obj.id, e.seq)),
                     _ => Err(err),
                 }
             }

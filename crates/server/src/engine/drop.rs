@@ -1,13 +1,14 @@
-//! Dropping the writes no read needs any more, as the owner of their object decides: it
-//! knows every write (its own extents and the region map of other holders), drops them here,
-//! in the region map and on their holders. Their log bytes become garbage that compaction
-//! (`datastore/compact.rs`) and retirement free.
+//! Dropping the writes no read needs any more. Their log bytes become garbage that
+//! compaction (`datastore/compact.rs`) and retirement free.
 //!
 //! - A write is **hidden** when newer writes cover every element of it: no read of the
-//!   latest data reaches it ([`drop_hidden_writes`](Engine::drop_hidden_writes), the
+//!   latest data reaches it. Each server drops the hidden writes it holds, hidden by newer
+//!   writes it holds ([`drop_hidden_writes`](Engine::drop_hidden_writes), the
 //!   checkpoint-overwrite pattern). Byte streams keep theirs until their versions are home
-//!   (`drop_shadowed`, `homecopy.rs`), since a version read needs older writes.
+//!   (`drop_shadowed`, `homecopy.rs`), since a version read needs older writes: there the
+//!   owner decides, here, in the region map and on the holders.
 //! - Below a byte stream's base every write goes ([`drop_below`](Engine::drop_below)).
+//! - A deleted object's writes go on every holder (`drop_remote_writes`, told by the owner).
 
 use super::read::Coverage;
 use super::*;
@@ -40,7 +41,7 @@ impl Engine {
         self.drop_writes_below(id, seq_below, true)
     }
 
-    /// Notes that objects owned here got writes: the next pass looks at them for hidden ones.
+    /// Notes that objects got writes held here: the next pass looks at them for hidden ones.
     pub(super) fn touch(&self, ids: impl Iterator<Item = ObjectId>) {
         let mut t = self.touched.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(set) = t.as_mut() {
@@ -48,10 +49,14 @@ impl Engine {
         }
     }
 
-    /// Drops the hidden writes of the objects owned here that are not byte streams (see the
-    /// module notes); compaction's first step. Looks at the objects written since the last
-    /// call (every object on the first call after start, or with `all`). Does not retire
-    /// segments (the caller does, once). Returns how many writes were dropped.
+    /// Drops the writes held here that newer writes held here hide, for every object that is
+    /// not a byte stream (see the module notes); compaction's first step. Each server decides
+    /// for the writes it holds, from its own index: the owner's region map may name writes
+    /// whose holder never committed them (the owner recorded the region, then crashed before
+    /// answering), and such a row must never be what hides a write that is there. Looks at
+    /// the objects written here since the last call (every object on the first call after
+    /// start, or with `all`). Does not retire segments (the caller does, once). Returns how
+    /// many writes were dropped.
     pub fn drop_hidden_writes(&self, all: bool) -> Result<u64> {
         let touched = self
             .touched
@@ -59,28 +64,23 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
             .replace(HashSet::new());
         let touched = if all { None } else { touched };
-        let mut counts: HashMap<ObjectId, usize> = HashMap::new();
-        let wanted = |id: &ObjectId| touched.as_ref().is_none_or(|t| t.contains(id));
-        for (id, n) in self.store.extent_counts() {
-            if owner_of_id(id) == self.rank && wanted(&id) {
-                *counts.entry(id).or_default() += n;
-            }
-        }
-        for (id, v) in self.remote.read().unwrap_or_else(|p| p.into_inner()).iter() {
-            if wanted(id) {
-                *counts.entry(*id).or_default() += v.len();
-            }
-        }
         let mut dropped = 0u64;
-        for (id, n) in counts {
-            if n < 2 {
+        for (id, n) in self.store.extent_counts() {
+            if n < 2 || !touched.as_ref().is_none_or(|t| t.contains(&id)) {
                 continue;
             }
-            match self.meta.object(id) {
+            match self.object_meta(id, false) {
                 Ok(obj) if !obj.is_byte_stream() => {}
                 _ => continue,
             }
-            dropped += self.drop_writes(id, u64::MAX, false)? as u64;
+            let mut writes: Vec<Write> = self
+                .store
+                .extents_of(id)
+                .into_iter()
+                .map(|e| (e.seq, self.rank, e.region))
+                .collect();
+            let seqs: HashSet<u64> = hidden(&mut writes).into_iter().map(|w| w.0).collect();
+            dropped += self.store.drop_extents(id, &seqs)? as u64;
         }
         Ok(dropped)
     }

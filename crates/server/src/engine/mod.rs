@@ -139,7 +139,7 @@ pub struct Engine {
     store: DataStore,
     /// Owner side: regions of this server's objects held by other servers, in seq order.
     remote: RwLock<HashMap<ObjectId, Vec<RemoteExtent>>>,
-    /// Objects owned here that got a write since compaction last looked for hidden ones
+    /// Objects that got a write held here since compaction last looked for hidden ones
     /// (`drop.rs`); None: every object (nothing looked yet since start).
     touched: std::sync::Mutex<Option<HashSet<ObjectId>>>,
     pub counters: RegisterCounters,

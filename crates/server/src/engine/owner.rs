@@ -57,7 +57,6 @@ impl Engine {
             self.meta.kick_syncer();
             self.counters.unsynced.fetch_add(1, Ordering::Relaxed);
         }
-        self.touch(live.iter().map(|(id, _, _)| *id));
         let mut remote = self.remote.write().unwrap_or_else(|p| p.into_inner());
         for ((&k, (id, region, _)), (seq, new)) in at.iter().zip(&live).zip(got) {
             out[k] = Some(seq);

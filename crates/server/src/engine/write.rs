@@ -104,12 +104,7 @@ impl Engine {
         let committed = self
             .store
             .commit(staged, durability, relaxed, &PeerRegistrar(self))?;
-        self.touch(
-            staged
-                .iter()
-                .map(|s| s.id)
-                .filter(|&id| owner_of_id(id) == self.rank),
-        );
+        self.touch(staged.iter().map(|s| s.id));
         if remote {
             self.flusher().make_remote(&committed.visible)?;
         }

@@ -47,8 +47,14 @@ impl SegmentLog {
                     return Ok(id);
                 }
             }
+            // A rollover: the next one is a spare made ahead when there is one (no MANIFEST
+            // publish on the write path), and spares are kept from now on.
+            self.wants_spares = true;
         }
-        let id = self.create_segment()?;
+        let id = match self.take_fresh_spare() {
+            Some(id) => id,
+            None => self.create_segment()?,
+        };
         self.active = Some(id);
         Ok(id)
     }

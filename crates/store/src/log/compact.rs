@@ -28,7 +28,10 @@ impl SegmentLog {
         else {
             return Ok(None);
         };
-        let new = self.create_segment()?;
+        let new = match self.take_fresh_spare() {
+            Some(id) => id,
+            None => self.create_segment()?,
+        };
         self.active = Some(new);
         Ok(Some(old))
     }

@@ -101,6 +101,15 @@ impl SegmentLog {
         Ok(made.len())
     }
 
+    /// A spare this process made (see `made_here_from`), for the shared segment's rollover.
+    pub(super) fn take_fresh_spare(&mut self) -> Option<u64> {
+        let at = self
+            .spares
+            .iter()
+            .rposition(|&id| id >= self.made_here_from)?;
+        Some(self.spares.remove(at))
+    }
+
     /// True when `segment` is a spare (empty, waiting for a lease).
     pub(super) fn is_spare(&self, segment: u64) -> bool {
         self.spares.contains(&segment)

@@ -207,6 +207,7 @@ impl SegmentLog {
             .map(|(&id, _)| id)
             .rev()
             .collect();
+        let made_here_from = segments.last_key_value().map_or(1, |(&id, _)| id + 1);
         let log = SegmentLog {
             dir: dir.to_path_buf(),
             opts,
@@ -216,6 +217,7 @@ impl SegmentLog {
             leased: Default::default(),
             wants_spares: !spares.is_empty(),
             spares,
+            made_here_from,
             dirty: BTreeSet::new(),
             poisoned,
             manifests,

@@ -250,3 +250,40 @@ fn spares_are_made_ahead_once_writers_lease_and_taken_by_new_leases() {
     assert_eq!(again.segment, spares[0].min(spares[spares.len() - 1]));
     assert_eq!(log.segment_ids(), before);
 }
+
+#[test]
+fn the_shared_segment_rolls_over_into_a_spare_made_here_never_an_older_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let seg = 64 << 10;
+    {
+        let (mut log, _) = open(dir.path(), seg);
+        log.append(1, 1, &r(4), &payload(1, 4)).unwrap();
+        // A rollover: spares are kept from now on.
+        log.append(1, 2, &r(seg), &payload(2, seg as usize))
+            .unwrap();
+        assert_eq!(log.replenish_spares().unwrap(), 4);
+        let spares = log.spares.clone();
+        let next = log
+            .append(1, 3, &r(seg), &payload(3, seg as usize))
+            .unwrap();
+        assert!(
+            spares.contains(&next.segment),
+            "{next:?} not from {spares:?}"
+        );
+        sync(&mut log);
+    }
+    // After a restart the spares found empty may still be open in a writer of the last
+    // incarnation: the first shared appends and rollovers make segments of their own.
+    let (mut log, _) = open(dir.path(), seg);
+    let old: Vec<u64> = log.spares.clone();
+    assert!(!old.is_empty());
+    for k in 0..3 {
+        let at = log
+            .append(1, 10 + k, &r(seg), &payload(4, seg as usize))
+            .unwrap();
+        assert!(
+            !old.contains(&at.segment),
+            "shared append in an old spare {at:?}"
+        );
+    }
+}
