@@ -171,11 +171,15 @@ pub fn run(server: Weak<Server>) {
     let mut progressed = false;
     loop {
         let Some(s) = server.upgrade() else { return };
-        let Some(_) = s.compactor.threshold else {
-            return;
-        };
         if s.registrar_sleep(GROWTH_POLL.min(s.compactor.interval)) {
             return;
+        }
+        // Segments fill fast in a burst (64 MiB each): the next ones are made here, ahead.
+        if let Err(e) = s.engine.store().replenish_writer_segments() {
+            tracing::warn!(rank = s.config.rank, "making log segments ahead failed: {e}");
+        }
+        if s.compactor.threshold.is_none() {
+            continue;
         }
         let grown = s.engine.log_bytes().saturating_sub(after_last);
         let wanted = s.compactor.wanted.swap(false, Ordering::Relaxed);

@@ -35,9 +35,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 /// lock, then this one (a lease being dropped takes only this one).
 pub(super) type Leased = Arc<Mutex<BTreeSet<u64>>>;
 
-/// Empty segments kept ahead for new leases (`SegmentLog::spares`): how many writers may
-/// start between two replenishments without making a segment themselves.
-const SPARES: usize = 4;
+/// Empty segments kept ahead for new leases and rollovers (`SegmentLog::spares`): how many
+/// writers may start, or segments fill, between two replenishments (every 200 ms, by the
+/// compactor's poll) without making a segment on the write path.
+pub(super) const SPARES: usize = 8;
 
 /// One writer's claim on the segment its one-copy writes go to. Dropping it releases the
 /// segment: it takes no more records and may be sealed and retired like any other.

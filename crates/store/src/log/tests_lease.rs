@@ -261,7 +261,7 @@ fn the_shared_segment_rolls_over_into_a_spare_made_here_never_an_older_one() {
         // A rollover: spares are kept from now on.
         log.append(1, 2, &r(seg), &payload(2, seg as usize))
             .unwrap();
-        assert_eq!(log.replenish_spares().unwrap(), 4);
+        assert_eq!(log.replenish_spares().unwrap(), lease::SPARES);
         let spares = log.spares.clone();
         let next = log
             .append(1, 3, &r(seg), &payload(3, seg as usize))
