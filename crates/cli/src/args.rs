@@ -315,7 +315,7 @@ pub(crate) enum Command {
         /// `compaction.threshold` (default 0.5).
         #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
         threshold: f64,
-        /// Print what each server did as JSON lines instead of a table.
+        /// Print what each server did as JSON lines instead of progress lines and a summary.
         #[arg(long)]
         json: bool,
     },

@@ -190,9 +190,9 @@ EXAMPLES:
 
 Servers compact in the background too (`compaction.threshold`, `compaction.rate_mib_s`,
 `compaction.interval_ms` in pdcx.toml); this runs a pass now, without the rate limit. Data
-that newer writes hide completely, and deleted objects' data, are garbage; live data is
-copied out of mostly-garbage segments, which are then deleted. Needs the deployment's own
-user (the admin role).";
+that newer writes held by the same server hide completely, and deleted objects' data, are
+garbage; live data is copied out of mostly-garbage segments, which are then deleted. Needs the
+deployment's own user (the admin role).";
 
 pub(crate) const TOP_EXAMPLES: &str = "\
 EXAMPLES:
