@@ -30,9 +30,7 @@ pub(crate) fn handle(
             let seqs: std::collections::HashSet<u64> = seqs.into_iter().collect();
             let count = server.engine.store().drop_extents(id, &seqs)? as u64;
             if count > 0 {
-                // Freed by the compactor's next poll: an owner dropping many objects' writes
-                // must not wait for a checkpoint per object here.
-                server.compactor.kick();
+                server.engine.store().retire_flushed()?;
             }
             PeerResponse::Dropped { count }
         }
