@@ -174,13 +174,6 @@ pub fn run(server: Weak<Server>) {
         if s.registrar_sleep(GROWTH_POLL.min(s.compactor.interval)) {
             return;
         }
-        // Segments fill fast in a burst (64 MiB each): the next ones are made here, ahead.
-        if let Err(e) = s.engine.store().replenish_writer_segments() {
-            tracing::warn!(
-                rank = s.config.rank,
-                "making log segments ahead failed: {e}"
-            );
-        }
         if s.compactor.threshold.is_none() {
             continue;
         }

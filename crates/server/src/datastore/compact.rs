@@ -208,7 +208,12 @@ impl DataStore {
                 Some(_) => log.roll_shared()?.is_some(),
                 None => false,
             };
-            rolled || !leased.is_empty()
+            let sealed = rolled || !leased.is_empty();
+            if sealed {
+                // So that none of them is the newest segment, which is never retired.
+                log.spares_ahead()?;
+            }
+            sealed
         };
         if sealed_any {
             // The sealed segments' last appends are synced and checkpointed here.

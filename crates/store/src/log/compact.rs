@@ -45,6 +45,13 @@ impl SegmentLog {
         }
     }
 
+    /// Makes spare segments ahead now, so that the segments just sealed are not the newest
+    /// (the newest is never retired: its id carries the next one over a restart).
+    pub fn spares_ahead(&mut self) -> Result<usize> {
+        self.wants_spares = true;
+        self.replenish_spares()
+    }
+
     /// Whether `segment` is leased to a one-copy writer now.
     pub fn leased(&self, segment: u64) -> bool {
         self.is_leased(segment)

@@ -36,9 +36,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub(super) type Leased = Arc<Mutex<BTreeSet<u64>>>;
 
 /// Empty segments kept ahead for new leases and rollovers (`SegmentLog::spares`): how many
-/// writers may start, or segments fill, between two replenishments (every 200 ms, by the
-/// compactor's poll) without making a segment on the write path.
-pub(super) const SPARES: usize = 8;
+/// writers may start, or segments fill, between two replenishments (the checkpoint thread's)
+/// without making a segment on the write path.
+pub(super) const SPARES: usize = 4;
 
 /// One writer's claim on the segment its one-copy writes go to. Dropping it releases the
 /// segment: it takes no more records and may be sealed and retired like any other.
