@@ -6,9 +6,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # A clean clone builds everything once: incremental state would only add ~13 GB to target/.
 export CARGO_INCREMENTAL=0
+# Line tables are enough for a test's backtrace; full debug info made target/ several GB larger,
+# and a CI machine once ran out of disk building the fuzz targets after the tests.
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only
+disk() { echo "== disk ($1): $(df -h --output=avail . | tail -1 | tr -d ' ') free here, $(df -h --output=avail /tmp | tail -1 | tr -d ' ') in /tmp, target/ $(du -sh target 2>/dev/null | cut -f1)"; }
 # --test: besides what the demo needs, OpenMPI, pytest, ruff, libpdcx and the S3 server.
 bash scripts/setup.sh --test
-echo "== disk: $(df -h --output=avail . | tail -1 | tr -d ' ') free here, $(df -h --output=avail /tmp | tail -1 | tr -d ' ') in /tmp"
+disk "after setup"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # S3 tests fail instead of skipping when no S3 server is available (setup.sh --test installs one).
 export PDCX_REQUIRE_S3=1
@@ -56,9 +60,16 @@ grep -E "^test result|panicked|FAILED" /tmp/pdcx-crash-groupshard.log || true
   || { echo "the group shards' crash test did not pass ($crash_rc); full log in /tmp/pdcx-crash-groupshard.log"; exit 1; }
 # Every named crash point of the source, the S3 ones included, was reached by a real kill above.
 python3 scripts/crash_coverage.py "$PDCX_CRASH_LEDGER"
+disk "after the Rust tests"
+# The test executables have run; nothing below uses them (the libraries they linked stay, so the
+# crash-point build below relinks only pdcx; proc-macro .so files stay). Their gigabytes go
+# before the fuzz build needs room.
+find target/debug/deps -maxdepth 1 -type f -executable ! -name '*.so' ! -name '*.rlib' -delete
+disk "test executables removed"
 echo "== fuzz: a short run of every cargo-fuzz target (nightly toolchain)"
 command -v cargo-fuzz >/dev/null || cargo install -q cargo-fuzz
 FUZZ_DEV=1 FUZZ_SECONDS=10 bash scripts/fuzz-smoke.sh
+disk "after the fuzz run"
 # A pdcx whose servers die at named crash points, for the kill-loop harness's crash-point test
 # (tests/test_reliability.py); copied out, since the next plain build replaces target/debug/pdcx.
 cargo build -q -p pdcx-cli --features crash-points
