@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from conftest import run_pdcx, wait_until
+from conftest import client_on, owner_of_name, run_pdcx, wait_until
 
 N = 1 << 20  # float32 elements: 4 MiB per object
 
@@ -92,6 +92,29 @@ def test_deleted_objects_free_their_space_on_every_server_without_a_restart(depl
     for p in dep.root.glob("server-*/log"):
         per_server[p.parent.name] = sum(e.stat().st_blocks * 512 for e in os.scandir(p))
     assert all(v <= (2 << 20) for v in per_server.values()), per_server
+
+
+def test_an_owner_forgets_the_rows_of_writes_another_server_dropped(deployment, monkeypatch):
+    monkeypatch.setenv("PDCX_COMPACTION_THRESHOLD", "0")
+    dep = deployment(n=2)
+    name = next(f"rows{i}" for i in range(1000) if owner_of_name(f"rows{i}", 2) == 0)
+    writer = client_on(dep, 1)  # its writes are held by server 1, registered with server 0
+    obj = writer.create_container("rows").create_object(name, (1024,), "int64")
+    obj.set_consistency("relaxed")
+    for step in range(30):
+        obj.write_async(np.full(1024, step, "i8"), offset=(0,)).wait()
+        obj.sync()
+    p = run_pdcx("compact", "--root", dep.root, "--json", timeout=120)
+    reports = [json.loads(line) for line in p.stdout.splitlines()]
+    assert [r["rank"] for r in reports] == [0, 1]
+    assert reports[1]["dropped_writes"] == 29, reports
+    # Server 1 told server 0 of the 29 writes it dropped: their region-map rows went there.
+    assert reports[1]["forgotten_rows"] >= 29, reports
+    assert (dep.client().open_object(name)[...] == 29).all()
+    st = json.loads(run_pdcx("server", "status", "--root", dep.root, "--json").stdout)
+    assert all(s["stats"]["meta_bytes"] > 0 for s in st), st
+    assert st[0]["stats"]["compaction"]["forgotten_rows"] == 0, "server 0 forgot for server 1"
+    assert st[1]["stats"]["compaction"]["forgotten_rows"] >= 29
 
 
 def test_compaction_settings_out_of_bounds_are_refused(deployment, monkeypatch):

@@ -277,12 +277,14 @@ pub fn compact(root: &Path, threshold: f64, json: bool) -> Result<()> {
                     "moved_bytes": r.moved_bytes,
                     "freed_bytes": r.freed_bytes,
                     "retired_segments": r.retired_segments,
+                    "forgotten_rows": r.forgotten_rows,
+                    "meta_freed_bytes": r.meta_freed_bytes,
                     "seconds": r.seconds,
                 })
             );
         } else {
             eprintln!(
-                "\rcompact: server {} of {n}: log {} -> {} ({} live), {} hidden writes dropped, {} copied, {} segments freed in {:.1} s",
+                "\rcompact: server {} of {n}: log {} -> {} ({} live), {} hidden writes dropped, {} copied, {} segments freed, {} rows forgotten elsewhere, metadata {} smaller in {:.1} s",
                 rank + 1,
                 human_bytes(log_before),
                 human_bytes(r.log_bytes),
@@ -290,6 +292,8 @@ pub fn compact(root: &Path, threshold: f64, json: bool) -> Result<()> {
                 r.dropped_writes,
                 human_bytes(r.moved_bytes),
                 r.retired_segments,
+                r.forgotten_rows,
+                human_bytes(r.meta_freed_bytes),
                 r.seconds
             );
         }

@@ -93,6 +93,8 @@ impl Compactor {
         t.moved_bytes += r.moved_bytes;
         t.retired_segments += r.retired_segments;
         t.freed_bytes += r.freed_bytes;
+        t.forgotten_rows += r.forgotten_rows;
+        t.meta_freed_bytes += r.meta_freed_bytes;
         t.seconds += r.seconds;
         t.log_bytes = r.log_bytes;
         t.live_bytes = r.live_bytes;
@@ -149,6 +151,10 @@ pub fn pass(
     let (moved, bytes) = server.engine.flusher().repack(threshold)?;
     report.moved_extents += moved;
     report.moved_bytes += bytes;
+    // The owners' rows of writes dropped here, and settled tokens, can go there too.
+    report.forgotten_rows = server.engine.release_to_owners(0..server.config.size);
+    // Deleted objects' and forgotten rows' pages back to the file system.
+    report.meta_freed_bytes = server.meta.reclaim()?;
     let (log_bytes, live_bytes) = store.space();
     report.log_bytes = log_bytes;
     report.live_bytes = live_bytes;

@@ -345,6 +345,18 @@ pub fn render(server: &Server) -> String {
         st.compacted.dropped_writes as f64,
     );
     t.one(
+        "pdcx_meta_bytes",
+        "gauge",
+        "Bytes of the metadata shard on disk (database pages and WAL).",
+        st.meta_bytes as f64,
+    );
+    t.one(
+        "pdcx_compaction_forgotten_rows_total",
+        "counter",
+        "Rows of other servers' location tables forgotten because this server no longer needs them.",
+        st.compacted.forgotten_rows as f64,
+    );
+    t.one(
         "pdcx_log_segments",
         "gauge",
         "Segment files in the log.",

@@ -105,6 +105,15 @@ impl Peers for ClusterPeers {
         self.peers.drop_extents(holder, id, seqs)
     }
 
+    fn released(
+        &self,
+        owner: u32,
+        writes: &[(ObjectId, Vec<u64>)],
+        tokens_below: u64,
+    ) -> Result<u64> {
+        self.peers.released(owner, writes, tokens_below)
+    }
+
     fn extent_ranges(
         &self,
         holder: u32,

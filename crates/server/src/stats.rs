@@ -22,6 +22,7 @@ pub(crate) fn stats(server: &Server) -> Result<ServerStats> {
         log_bytes: server.engine.log_bytes(),
         log_live_bytes: server.engine.store().space().1,
         compacted: server.compactor.totals(),
+        meta_bytes: server.meta.file_bytes(),
         cache_bytes: server.engine.cache().bytes(),
         cache_capacity: server.engine.cache().capacity(),
         connections: server.connections.load(Ordering::Relaxed),

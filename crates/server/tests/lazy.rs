@@ -33,15 +33,25 @@ impl Peers for Loopback {
     fn pieces(&self, _holder: u32, id: ObjectId, region: &Region) -> Result<Pieces> {
         live(self.holder.get()).pieces(id, region)
     }
+    fn released(&self, _owner: u32, writes: &[(ObjectId, Vec<u64>)], below: u64) -> Result<u64> {
+        live(self.owner.get().map(|o| &o.1)).forget_released(1, writes, below)
+    }
 }
 
+/// An engine whose log segments are 1 MiB (a test of retirement fills a few).
 fn engine(dir: &Path, rank: u32) -> (Arc<Metadata>, Arc<Engine>) {
     let meta = Arc::new(Metadata::open(&dir.join("meta.sqlite"), rank, 2).unwrap());
-    let (engine, _, _) = Engine::open(&dir.join("log"), meta.clone(), 1 << 20).unwrap();
+    let opts = pdcx_store::LogOptions {
+        segment_bytes: 1 << 20,
+        ..pdcx_store::LogOptions::default()
+    };
+    let (engine, _, _) =
+        Engine::open_with(&dir.join("log"), meta.clone(), 1 << 20, opts, None).unwrap();
     (meta, Arc::new(engine))
 }
 
 struct Pair {
+    owner_meta: Arc<Metadata>,
     owner: Arc<Engine>,
     holder: Arc<Engine>,
 }
@@ -53,11 +63,15 @@ fn pair(owner_dir: &Path, holder_dir: &Path) -> Pair {
         owner: OnceLock::new(),
         holder: OnceLock::new(),
     });
-    let _ = peers.owner.set((om, Arc::downgrade(&owner)));
+    let _ = peers.owner.set((om.clone(), Arc::downgrade(&owner)));
     let _ = peers.holder.set(Arc::downgrade(&holder));
     owner.set_peers(peers.clone());
     holder.set_peers(peers);
-    Pair { owner, holder }
+    Pair {
+        owner_meta: om,
+        owner,
+        holder,
+    }
 }
 
 fn r(o: u64, c: u64) -> Region {
@@ -77,10 +91,14 @@ fn read(e: &Engine, id: ObjectId, region: &Region) -> Vec<u8> {
 const RELAXED: Consistency = Consistency::Relaxed { expected_writes: 0 };
 
 fn create(owner_dir: &Path) -> ObjectId {
+    create_sized(owner_dir, 16)
+}
+
+fn create_sized(owner_dir: &Path, n: u64) -> ObjectId {
     let meta = Metadata::open(&owner_dir.join("meta.sqlite"), 0, 2).unwrap();
     meta.create_object(&ObjectSpec {
         name: "o".into(),
-        dims: vec![16],
+        dims: vec![n],
         dtype: Dtype::UInt8,
         fill: Some(vec![9]),
         containers: vec![],
@@ -241,4 +259,64 @@ fn a_holder_that_lost_its_log_registers_new_relaxed_writes_under_new_numbers() {
     assert_eq!(read(&p.owner, id, &r(8, 4)), vec![2; 4]);
     let seqs: Vec<u64> = p.owner.extents(id).iter().map(|e| e.seq).collect();
     assert_eq!(seqs.len(), 2, "{seqs:?}");
+}
+
+#[test]
+fn an_owner_forgets_the_rows_of_writes_its_holder_dropped_and_settled_tokens() {
+    let (od, hd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // 256 KiB per write: a 1 MiB segment holds about four.
+    let n = 256 << 10;
+    let id = create_sized(od.path(), n);
+    let whole = r(0, n);
+    let writes = 40u64;
+    {
+        let p = pair(od.path(), hd.path());
+        for txn in 0..writes {
+            let s = p
+                .holder
+                .stage(txn, id, &whole, &bytes(n, txn as u8))
+                .unwrap();
+            p.holder
+                .commit_with(&[s], Durability::Local, RELAXED)
+                .unwrap();
+            assert_eq!(p.holder.register_deferred(None).unwrap(), 1);
+        }
+        let (rows, tokens) = p.owner_meta.location_rows().unwrap();
+        assert_eq!(
+            (rows, tokens),
+            (writes, writes),
+            "a row and a token per write"
+        );
+        // Nothing dropped or retired yet: the owner is told only of the token bound, which
+        // lets nothing go (the oldest segment is still there).
+        assert_eq!(p.holder.release_to_owners(0..2), 0);
+
+        assert_eq!(p.holder.drop_hidden_writes(true).unwrap(), writes - 1);
+        let opts = pdcx_server::datastore::CompactOptions {
+            threshold: 0.9,
+            rate: 0,
+            seal_min: 1,
+        };
+        let mut report = Default::default();
+        p.holder
+            .store()
+            .compact(&opts, &mut report, &mut |_| {})
+            .unwrap();
+        assert!(report.retired_segments >= 8, "{report:?}");
+        let forgot = p.holder.release_to_owners(0..2);
+        let (rows, tokens) = p.owner_meta.location_rows().unwrap();
+        assert_eq!(rows, 1, "only the live write keeps its row");
+        assert!(
+            tokens <= 5,
+            "{tokens} tokens left: only those in live segments may stay"
+        );
+        assert_eq!(forgot, (writes - 1) + (writes - tokens));
+        // Told again with no news: nothing sent, nothing forgotten.
+        assert_eq!(p.holder.release_to_owners(0..2), 0);
+        assert_eq!(read(&p.owner, id, &whole), bytes(n, writes as u8 - 1));
+    }
+    // After a restart of both, the owner still finds the live write through its one row.
+    let p = pair(od.path(), hd.path());
+    assert_eq!(p.owner_meta.location_rows().unwrap().0, 1);
+    assert_eq!(read(&p.owner, id, &whole), bytes(n, writes as u8 - 1));
 }

@@ -160,6 +160,24 @@ impl PeerClient {
         }
     }
 
+    /// Tells `owner` this server no longer holds `writes` of its objects and which of its
+    /// deferred-write tokens are settled (`PeerRequest::Released`); how many rows it forgot.
+    pub fn released(
+        &self,
+        owner: u32,
+        writes: &[(ObjectId, Vec<u64>)],
+        tokens_below: u64,
+    ) -> Result<u64> {
+        let req = PeerRequest::Released {
+            writes: writes.to_vec(),
+            tokens_below,
+        };
+        match self.call(owner, &req)? {
+            (PeerResponse::Dropped { count }, _) => Ok(count),
+            (r, _) => Err(unexpected("released", r)),
+        }
+    }
+
     /// A group-shard request (`PeerRequest::Shard*`, the server's `tiering` module builds and
     /// reads them) to server `to`: the reply and its payload.
     pub fn shard_call(&self, to: u32, req: &PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {

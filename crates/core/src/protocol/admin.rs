@@ -91,6 +91,9 @@ pub struct ServerStats {
     /// What compaction has done since start.
     #[serde(default)]
     pub compacted: CompactReport,
+    /// The metadata shard's size on disk (database pages and WAL).
+    #[serde(default)]
+    pub meta_bytes: u64,
     /// Strided reads, and reads of many short rows, this server planned by extent for a
     /// same-node client, which gathered the selection from the mapped log itself
     /// (`PiecePlan`).
@@ -153,6 +156,11 @@ pub struct CompactReport {
     /// The log's size and its live bytes after the pass.
     pub log_bytes: u64,
     pub live_bytes: u64,
+    /// Rows other servers' tables forgot because this server no longer needs them (the region
+    /// map rows of writes it dropped, settled deferred-write tokens).
+    pub forgotten_rows: u64,
+    /// Bytes the metadata shard gave back to the file system.
+    pub meta_freed_bytes: u64,
     pub seconds: f64,
 }
 

@@ -255,7 +255,9 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// read from (with their checksums), which the client checks.
 /// 7: `Compact` in the admin family; the log's live bytes and compaction totals in
 /// `ServerStats`.
-pub const VERSION: u16 = 7;
+/// 8: the metadata's size in `ServerStats`; forgotten rows and metadata bytes freed in
+/// `CompactReport`; `Released` in the peer family (an owner's tables stay bounded).
+pub const VERSION: u16 = 8;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;
 pub const NONCE_LEN: usize = 32;

@@ -34,6 +34,12 @@ pub(crate) fn handle(
             }
             PeerResponse::Dropped { count }
         }
+        PeerRequest::Released {
+            writes,
+            tokens_below,
+        } => PeerResponse::Dropped {
+            count: server.engine.forget_released(from, &writes, tokens_below)?,
+        },
         req @ (PeerRequest::ShardCandidates { .. }
         | PeerRequest::RecordShardHomes { .. }
         | PeerRequest::ShardRefs { .. }

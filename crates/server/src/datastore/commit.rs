@@ -356,6 +356,21 @@ impl DataStore {
             .collect()
     }
 
+    /// The token bound an owner may prune below (`PeerRequest::Released`): the oldest live log
+    /// segment, in the token's form (tagged with this log's incarnation). A token names a
+    /// deferred write's log location, and a segment holding one is not retired before the
+    /// owner's answer is applied and durable (its home row's WAL fsync comes first), so a
+    /// token below the oldest live segment, or of an older incarnation, is never presented
+    /// again.
+    pub fn settled_token_bound(&self) -> u64 {
+        let oldest = self
+            .log()
+            .segment_lengths()
+            .first()
+            .map_or(0, |&(id, _)| id);
+        oldest | (self.incarnation << super::index::INCARNATION_SHIFT)
+    }
+
     /// Applies the owner's answer to registered deferred writes: renumbers their rows, makes
     /// them visible (index), drops those whose object is gone, and takes them off the list.
     fn publish_registered(

@@ -80,7 +80,12 @@ impl Engine {
                 .map(|e| (e.seq, self.rank, e.region))
                 .collect();
             let seqs: HashSet<u64> = hidden(&mut writes).into_iter().map(|w| w.0).collect();
-            dropped += self.store.drop_extents(id, &seqs)? as u64;
+            let n = self.store.drop_extents(id, &seqs)?;
+            if n > 0 {
+                // Of an object owned elsewhere: its owner's rows of them can go too.
+                self.note_released(id, seqs.into_iter().collect());
+            }
+            dropped += n as u64;
         }
         Ok(dropped)
     }

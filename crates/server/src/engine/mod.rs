@@ -34,6 +34,7 @@ mod drop;
 mod owner;
 mod plan;
 mod read;
+mod release;
 mod write;
 
 pub use crate::datastore::{ExtentRanges, Staged};
@@ -75,6 +76,19 @@ pub trait Peers: Send + Sync {
         let _ = (id, seqs);
         Err(Error::invalid(format!(
             "server {holder} cannot be asked to drop extents here (no peer connections)"
+        )))
+    }
+    /// Tells `owner` this server no longer holds `writes` of its objects and that its
+    /// deferred-write tokens below `tokens_below` are settled; how many rows the owner forgot.
+    fn released(
+        &self,
+        owner: u32,
+        writes: &[(ObjectId, Vec<u64>)],
+        tokens_below: u64,
+    ) -> Result<u64> {
+        let _ = (writes, tokens_below);
+        Err(Error::invalid(format!(
+            "server {owner} cannot be told of released writes here (no peer connections)"
         )))
     }
     /// Sends a group-shard request (`PeerRequest::Shard*`, `tiering::group`) to server `to`.
@@ -142,6 +156,8 @@ pub struct Engine {
     /// Objects that got a write held here since compaction last looked for hidden ones
     /// (`drop.rs`); None: every object (nothing looked yet since start).
     touched: std::sync::Mutex<Option<HashSet<ObjectId>>>,
+    /// Holder side: what the owners are yet to be told they may forget (`release.rs`).
+    releases: std::sync::Mutex<release::Releases>,
     pub counters: RegisterCounters,
     pub(crate) meta: Arc<Metadata>,
     pub(crate) rank: u32,
@@ -250,6 +266,7 @@ impl Engine {
             store,
             remote: RwLock::new(remote),
             touched: std::sync::Mutex::new(None),
+            releases: Default::default(),
             counters: RegisterCounters::default(),
             rank: meta.rank,
             meta,

@@ -236,6 +236,46 @@ impl Metadata {
         })
     }
 
+    /// Owner side of a holder's `Released`: deletes the region-map rows `keys` that name
+    /// `holder`, and `holder`'s deferred-write tokens whose segment field is below
+    /// `tokens_below`. Answered at commit (a crash before the next WAL fsync only keeps rows
+    /// that are harmless). Returns how many tokens went.
+    pub fn forget_released(
+        &self,
+        holder: u32,
+        keys: &[(ObjectId, u64)],
+        tokens_below: u64,
+    ) -> Result<u64> {
+        self.write_lazy(|tx| {
+            let mut rows = tx
+                .prepare_cached("DELETE FROM region_map WHERE object=?1 AND seq=?2 AND holder=?3")
+                .map_err(db_err)?;
+            for (id, seq) in keys {
+                rows.execute(params![*id as i64, *seq as i64, holder as i64])
+                    .map_err(db_err)?;
+            }
+            let tokens = tx
+                .prepare_cached("DELETE FROM region_tokens WHERE holder=?1 AND segment<?2")
+                .map_err(db_err)?
+                .execute(params![holder as i64, tokens_below as i64])
+                .map_err(db_err)?;
+            Ok(tokens as u64)
+        })
+    }
+
+    /// Rows in the owner's region map and token table (bounded-table checks, status).
+    pub fn location_rows(&self) -> Result<(u64, u64)> {
+        let db = self.db();
+        let count = |table: &str| {
+            db.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .map(|n| n as u64)
+            .map_err(db_err)
+        };
+        Ok((count("region_map")?, count("region_tokens")?))
+    }
+
     /// Drops extents whose data the log does not hold as committed (written with `memory`
     /// durability just before a crash).
     pub fn delete_extents(&self, keys: &[(ObjectId, u64)]) -> Result<()> {

@@ -21,6 +21,7 @@ pub mod catalog;
 pub mod locations;
 pub mod rename;
 pub mod schema;
+mod space;
 #[cfg(test)]
 mod tests;
 pub mod untyped;
@@ -56,6 +57,8 @@ pub struct Metadata {
     /// The durable reserved sequence mark (`locations::Metadata::register_regions`).
     seq_reserved: std::sync::atomic::AtomicU64,
     pub rank: u32,
+    /// The shard's database file.
+    path: std::path::PathBuf,
 }
 
 /// What the syncer thread shares with the catalog: the connection, its group commit and the
@@ -333,6 +336,8 @@ impl Metadata {
         fs: std::sync::Arc<dyn pdcx_fsio::Fs>,
     ) -> Result<Metadata> {
         let db = Connection::open(path).map_err(db_err)?;
+        // Auto-vacuum is chosen before any table exists (`space.rs`).
+        space::prepare(&db)?;
         db.execute_batch(
             // NORMAL: commits write the WAL without fsync; GroupSync adds the (shared) fsync.
             // EXCLUSIVE (smallmem): this server is the shard's only user, so the
@@ -428,6 +433,7 @@ impl Metadata {
             syncer_thread: Some(syncer_thread),
             seq_reserved: seq_reserved.into(),
             rank,
+            path: path.to_path_buf(),
         };
         md.load_objects()?;
         md.load_links()?;

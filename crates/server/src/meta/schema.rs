@@ -203,7 +203,8 @@ CREATE TABLE IF NOT EXISTS region_map (
     PRIMARY KEY (object, seq));
 -- Owner side of deferred (relaxed) writes: the sequence number each one was registered
 -- under, by the holder's log location, so a holder that re-registers after a crash (it never
--- learned the answer) gets the same number back. Not pruned yet: one row per relaxed write.
+-- learned the answer) gets the same number back. Pruned when the holder reports its oldest live
+-- log segment (`engine/release.rs`).
 CREATE TABLE IF NOT EXISTS region_tokens (
     holder INTEGER NOT NULL, segment INTEGER NOT NULL, offset INTEGER NOT NULL,
     object INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY (holder, segment, offset));

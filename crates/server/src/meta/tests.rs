@@ -633,3 +633,64 @@ fn growths_are_queued_and_written_before_other_uses_of_the_database() {
     let md = Metadata::open(&path, 0, 1).unwrap();
     assert_eq!(md.object(a.id).unwrap().dims, vec![400]);
 }
+
+#[test]
+fn deleted_rows_give_their_pages_back_to_the_file_system() {
+    let dir = tempfile::tempdir().unwrap();
+    let md = Metadata::open(&dir.path().join("m.db"), 0, 1).unwrap();
+    let tags: Tags = vec![("note".into(), TagValue::Str("x".repeat(200)))];
+    let specs: Vec<ObjectSpec> = (0..20_000)
+        .map(|i| ObjectSpec {
+            containers: vec![],
+            ..spec(&format!("run/o{i}"), tags.clone())
+        })
+        .collect();
+    let ids: Vec<ObjectId> = md
+        .create_objects(&specs)
+        .into_iter()
+        .map(|r| r.unwrap().id)
+        .collect();
+    md.sync().unwrap();
+    let peak = md.file_bytes();
+    assert!(peak > 4 << 20, "{peak} bytes for 20,000 objects");
+    assert_eq!(md.reclaim().unwrap(), 0, "nothing free yet");
+    for id in &ids[..19_000] {
+        md.delete_object(*id).unwrap();
+    }
+    let freed = md.reclaim().unwrap();
+    assert!(freed > peak / 2, "{freed} of {peak} bytes freed");
+    // Checkpointed by `reclaim`, the file itself is that much smaller; what is left is there.
+    let db_len = std::fs::metadata(dir.path().join("m.db")).unwrap().len();
+    assert!(
+        db_len < peak / 4,
+        "{db_len} bytes on disk after deletes (peak {peak})"
+    );
+    assert_eq!(md.object(ids[19_500]).unwrap().name, "run/o19500");
+    assert!(md.object(ids[0]).is_err());
+}
+
+#[test]
+fn a_shard_made_without_auto_vacuum_is_rewritten_with_it_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.db");
+    {
+        let db = Connection::open(&path).unwrap();
+        db.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE old_rows (x BLOB);")
+            .unwrap();
+        let mode: i64 = db
+            .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(mode, 0, "the file starts as older pdcx made it");
+    }
+    let md = Metadata::open(&path, 0, 1).unwrap();
+    let mode: i64 = md
+        .db()
+        .query_row("PRAGMA auto_vacuum", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, 2, "incremental auto-vacuum after the rewrite");
+    md.create_object(&ObjectSpec {
+        containers: vec![],
+        ..spec("a", vec![])
+    })
+    .unwrap();
+}
