@@ -21,7 +21,7 @@ pub use os::OsFs;
 pub use publish::{
     create_once, publish_atomic, publish_atomic_via, publish_private, temp_path, PublishError,
 };
-pub use sim::{Faults, SimFs, SimRng, SimStats};
+pub use sim::{Cut, Faults, SimFs, SimRng, SimStats};
 
 use std::io;
 use std::path::{Path, PathBuf};

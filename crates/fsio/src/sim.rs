@@ -2,10 +2,13 @@
 //! bytes a completed fsync made durable and, per directory, the entries a directory fsync made
 //! durable. [`SimFs::power_cut`] returns the disk as it would be found after the power failed
 //! at that instant (LazyFS's "lose unsynced data" model), optionally with the last unsynced
-//! write torn at a random byte. [`Faults`] make fsync fail with EIO or writes with ENOSPC.
+//! write torn at a random byte; [`SimFs::cut`] also keeps a random subset of each file's
+//! unsynced writes (in any order, as page write-back does) and can find SQLite's files newer
+//! than their last durability point ([`Cut`]). [`Faults`] make fsync fail with EIO or writes
+//! with ENOSPC.
 //!
-//! Simplifications, all on the side of keeping *less*: nothing unsynced survives a cut (a real
-//! disk may keep some of it); directories themselves are durable once created (the durable
+//! Simplifications, all on the side of keeping *less*: unsynced directory entries never
+//! survive a cut (a real file system may keep some); directories themselves are durable once created (the durable
 //! path creates its directories once, before its first commit, and fsyncs their parents'
 //! contents through the files it publishes). Files outside the seam (SQLite's database and
 //! WAL) are snapshotted at the durability points the seam sees ([`Fs::sync_foreign`]) and put
@@ -69,6 +72,36 @@ struct Inode {
     durable: Vec<u8>,
     /// Lowest offset changed since the last sync (None: clean).
     dirty_from: Option<usize>,
+    /// The changes since the last sync, in order, for a cut that keeps a random subset of
+    /// them. Past `UNSYNCED_KEEP_MAX` bytes the rest is not recorded (such a cut keeps none of
+    /// it: less, never more, than a disk could).
+    unsynced: Vec<Unsynced>,
+    unsynced_bytes: usize,
+}
+
+/// Bytes of unsynced changes recorded per file.
+const UNSYNCED_KEEP_MAX: usize = 64 << 20;
+
+#[derive(Debug, Clone)]
+enum Unsynced {
+    Write { offset: usize, bytes: Vec<u8> },
+    SetLen(usize),
+}
+
+/// How a power cut finds the disk ([`SimFs::cut`]). The default is LazyFS's "lose unsynced
+/// data": every file as its last fsync left it, every directory as its last directory fsync.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cut {
+    /// The most recent write, if not yet durable, persists partly: its first `r % len` bytes.
+    pub torn: Option<u64>,
+    /// Each change (write, length change) made to a file since its last fsync persists or not,
+    /// at random from this seed, applied in order: the page cache writes back pages in any
+    /// order, so a later write may be on disk and an earlier one not.
+    pub keep_unsynced: Option<u64>,
+    /// Files outside the seam (SQLite's database and WAL) are found as they are now, newer
+    /// than their last durability point (the kernel may have written back everything SQLite
+    /// wrote), instead of as that point left them.
+    pub foreign_ahead: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -181,7 +214,43 @@ impl State {
             inode.durable.truncate(keep);
             inode.durable.extend_from_slice(&inode.data[keep..]);
         }
+        inode.unsynced.clear();
+        inode.unsynced_bytes = 0;
         Ok(())
+    }
+}
+
+impl Inode {
+    fn record(&mut self, change: Unsynced) {
+        let n = match &change {
+            Unsynced::Write { bytes, .. } => bytes.len(),
+            Unsynced::SetLen(_) => 0,
+        };
+        if self.unsynced_bytes + n <= UNSYNCED_KEEP_MAX {
+            self.unsynced_bytes += n;
+            self.unsynced.push(change);
+        }
+    }
+
+    /// The durable content with a random subset of the unsynced changes applied, in order.
+    fn durable_with_some_unsynced(&self, rng: &mut SimRng) -> Vec<u8> {
+        let mut data = self.durable.clone();
+        for change in &self.unsynced {
+            if rng.below(2) == 0 {
+                continue;
+            }
+            match change {
+                Unsynced::Write { offset, bytes } => {
+                    let end = offset + bytes.len();
+                    if data.len() < end {
+                        data.resize(end, 0);
+                    }
+                    data[*offset..end].copy_from_slice(bytes);
+                }
+                Unsynced::SetLen(len) => data.resize(*len, 0),
+            }
+        }
+        data
     }
 }
 
@@ -235,6 +304,10 @@ impl FsFile for SimFile {
         }
         inode.data[off..end].copy_from_slice(buf);
         inode.dirty_from = Some(inode.dirty_from.map_or(off, |d| d.min(off)));
+        inode.record(Unsynced::Write {
+            offset: off,
+            bytes: buf.to_vec(),
+        });
         st.last_write = Some(LastWrite {
             ino: self.ino,
             offset: off,
@@ -257,6 +330,7 @@ impl FsFile for SimFile {
         let from = len.min(inode.data.len());
         inode.data.resize(len, 0);
         inode.dirty_from = Some(inode.dirty_from.map_or(from, |d| d.min(from)));
+        inode.record(Unsynced::SetLen(len));
         Ok(())
     }
 
@@ -268,6 +342,24 @@ impl FsFile for SimFile {
     fn sync_all(&self) -> io::Result<()> {
         self.sync_data()
     }
+}
+
+/// The files outside the seam as they are on the real disk now (derived ones, such as
+/// SQLite's `-shm`, as absent: SQLite rebuilds them).
+fn current_foreign(
+    tracked: &BTreeMap<PathBuf, bool>,
+) -> io::Result<BTreeMap<PathBuf, Option<Vec<u8>>>> {
+    let mut foreign = BTreeMap::new();
+    for (path, derived) in tracked {
+        let content = match (derived, std::fs::read(path)) {
+            (true, _) => None,
+            (false, Ok(b)) => Some(b),
+            (false, Err(e)) if e.kind() == io::ErrorKind::NotFound => None,
+            (false, Err(e)) => return Err(e),
+        };
+        foreign.insert(path.clone(), content);
+    }
+    Ok(foreign)
 }
 
 impl SimFs {
@@ -296,10 +388,34 @@ impl SimFs {
     /// first `r % len` bytes (a random byte position chosen by the caller). Returns a separate
     /// disk; this one goes on unchanged (the "dead" process may still be running).
     pub fn power_cut(&self, torn: Option<u64>) -> SimFs {
+        let foreign = self.state().foreign.clone();
+        self.cut_with(
+            Cut {
+                torn,
+                ..Cut::default()
+            },
+            foreign,
+        )
+    }
+
+    /// The disk as found after a power failure now, as `how` says ([`Cut`]). Returns a
+    /// separate disk; this one goes on unchanged. Fails only when a file outside the seam
+    /// cannot be read (`foreign_ahead`).
+    pub fn cut(&self, how: Cut) -> io::Result<SimFs> {
+        let foreign = if how.foreign_ahead {
+            current_foreign(&self.state().tracked)?
+        } else {
+            self.state().foreign.clone()
+        };
+        Ok(self.cut_with(how, foreign))
+    }
+
+    fn cut_with(&self, how: Cut, foreign: BTreeMap<PathBuf, Option<Vec<u8>>>) -> SimFs {
         let st = self.state();
+        let mut rng = how.keep_unsynced.map(SimRng::new);
         let mut next = State {
             next_ino: st.next_ino,
-            foreign: st.foreign.clone(),
+            foreign,
             tracked: st.tracked.clone(),
             ..State::default()
         };
@@ -312,22 +428,25 @@ impl SimFs {
                 },
             );
             for &ino in dir.durable.values() {
-                let durable = st
-                    .inodes
-                    .get(&ino)
-                    .map(|i| i.durable.clone())
-                    .unwrap_or_default();
+                if next.inodes.contains_key(&ino) {
+                    continue; // a second name of the same file
+                }
+                let durable = match (st.inodes.get(&ino), rng.as_mut()) {
+                    (Some(i), Some(rng)) => i.durable_with_some_unsynced(rng),
+                    (Some(i), None) => i.durable.clone(),
+                    (None, _) => Vec::new(),
+                };
                 next.inodes.insert(
                     ino,
                     Inode {
                         data: durable.clone(),
                         durable,
-                        dirty_from: None,
+                        ..Inode::default()
                     },
                 );
             }
         }
-        if let (Some(r), Some(w)) = (torn, &st.last_write) {
+        if let (Some(r), Some(w)) = (how.torn, &st.last_write) {
             let unsynced = st
                 .inodes
                 .get(&w.ino)
@@ -358,16 +477,7 @@ impl SimFs {
     /// of the foreign files. Returns a separate disk; this one goes on unchanged.
     pub fn process_crash(&self) -> io::Result<SimFs> {
         let st = self.state();
-        let mut foreign = BTreeMap::new();
-        for (path, derived) in &st.tracked {
-            let content = match (derived, std::fs::read(path)) {
-                (true, _) => None,
-                (false, Ok(b)) => Some(b),
-                (false, Err(e)) if e.kind() == io::ErrorKind::NotFound => None,
-                (false, Err(e)) => return Err(e),
-            };
-            foreign.insert(path.clone(), content);
-        }
+        let foreign = current_foreign(&st.tracked)?;
         let mut inodes = HashMap::new();
         for (ino, inode) in &st.inodes {
             inodes.insert(
@@ -375,7 +485,7 @@ impl SimFs {
                 Inode {
                     data: inode.data.clone(),
                     durable: inode.data.clone(),
-                    dirty_from: None,
+                    ..Inode::default()
                 },
             );
         }
@@ -669,6 +779,53 @@ mod tests {
         assert_eq!(cut.read_file(&a).unwrap().unwrap(), b"0123abc");
         let cut = fs.power_cut(Some(8));
         assert_eq!(cut.read_file(&a).unwrap().unwrap(), b"0123");
+    }
+
+    #[test]
+    fn a_subset_cut_keeps_some_unsynced_writes_in_any_order_and_never_unwritten_bytes() {
+        let (fs, d) = setup();
+        let a = d.join("seg");
+        let f = fs.open(&a, OpenMode::CreateNew).unwrap();
+        fs.sync_dir(&d).unwrap();
+        f.write_all_at(b"0000", 0).unwrap();
+        f.sync_data().unwrap();
+        // Four unsynced writes, one byte each, at distinct places.
+        for (i, b) in [b"a", b"b", b"c", b"d"].into_iter().enumerate() {
+            f.write_all_at(b, i as u64).unwrap();
+        }
+        let mut seen = std::collections::HashSet::new();
+        for seed in 0..64 {
+            let cut = fs
+                .cut(Cut {
+                    keep_unsynced: Some(seed),
+                    ..Cut::default()
+                })
+                .unwrap();
+            let got = cut.read_file(&a).unwrap().unwrap();
+            assert_eq!(got.len(), 4);
+            for (i, &c) in got.iter().enumerate() {
+                assert!(
+                    c == b'0' || c == b"abcd"[i],
+                    "byte {i} is {c}: never written there"
+                );
+            }
+            seen.insert(got);
+        }
+        // Later writes kept without earlier ones: far more than all-or-nothing.
+        assert!(
+            seen.len() > 8,
+            "{} distinct states of 16: {seen:?}",
+            seen.len()
+        );
+        // A sync makes them all durable: every cut then keeps all of them.
+        f.sync_data().unwrap();
+        let cut = fs
+            .cut(Cut {
+                keep_unsynced: Some(1),
+                ..Cut::default()
+            })
+            .unwrap();
+        assert_eq!(cut.read_file(&a).unwrap().unwrap(), b"abcd");
     }
 
     #[test]

@@ -9,8 +9,11 @@
 //! runs while the test captures the disk as a crash would leave it: at random points between
 //! operations and, in a build with `--features crash-points`, at every named crash point of
 //! the data path (commit, flush, retirement, compaction, the log). Each capture yields two disks: the
-//! process died (kill -9: every completed write survives) and the power failed (only what was
-//! fsynced survives; half of the cuts tear the last write at a random byte).
+//! process died (kill -9: every completed write survives) and the power failed. A power cut
+//! keeps what was fsynced and, each at random (`pdcx_fsio::Cut`): half of the cuts tear the
+//! last write at a random byte; half keep a random subset of every file's unsynced writes
+//! (page write-back in any order); half find SQLite's files as SQLite last wrote them, newer
+//! than its last WAL fsync (the kernel may have written them back), instead of at that fsync.
 //!
 //! After the run, the server is reopened on every captured disk and an oracle (the history of
 //! what was issued and acknowledged, at which durability) checks: every element shows the last
@@ -25,7 +28,7 @@
 use pdcx_core::model::TagValue;
 use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
 use pdcx_core::{Dtype, Region};
-use pdcx_fsio::{Faults, Fs, SimFs, SimRng as Rng};
+use pdcx_fsio::{Cut, Faults, Fs, SimFs, SimRng as Rng};
 use pdcx_server::engine::Engine;
 use pdcx_server::meta::Metadata;
 use pdcx_server::tiering::Tiering;
@@ -79,7 +82,7 @@ struct Totals {
     checks: u64,
     power_cuts: u64,
     process_crashes: u64,
-    torn_cuts: u64,
+    cuts: CutCounts,
     points: BTreeMap<&'static str, u64>,
     acked_local_bytes: u64,
     acked_remote_bytes: u64,
@@ -87,6 +90,15 @@ struct Totals {
     lost_memory_bytes: u64,
     eio: u64,
     enospc: u64,
+}
+
+/// How many power cuts tore the last write, kept a subset of unsynced writes, found SQLite
+/// ahead of its last fsync.
+#[derive(Debug, Default, Clone, Copy)]
+struct CutCounts {
+    torn: u64,
+    subset: u64,
+    sqlite_ahead: u64,
 }
 
 fn tier_config() -> DeploymentConfig {
@@ -261,12 +273,18 @@ fn run(seed: u64, t: &mut Totals) {
     let capture = {
         let (disk, history, captures, rng) =
             (disk.clone(), history.clone(), captures.clone(), rng.clone());
-        move |point: &'static str, torn: &mut u64| {
+        move |point: &'static str, counts: &mut CutCounts| {
             let mut r = rng.lock().unwrap_or_else(|p| p.into_inner());
             let h = history.lock().unwrap_or_else(|p| p.into_inner()).clone();
-            let tear = r.below(2) == 0;
-            *torn += u64::from(tear);
-            let cut = disk.power_cut(tear.then(|| r.next_u64()));
+            let how = Cut {
+                torn: (r.below(2) == 0).then(|| r.next_u64()),
+                keep_unsynced: (r.below(2) == 0).then(|| r.next_u64()),
+                foreign_ahead: r.below(2) == 0,
+            };
+            counts.torn += u64::from(how.torn.is_some());
+            counts.subset += u64::from(how.keep_unsynced.is_some());
+            counts.sqlite_ahead += u64::from(how.foreign_ahead);
+            let cut = disk.cut(how).expect("snapshot of the database files");
             let killed = disk
                 .process_crash()
                 .expect("snapshot of the database files");
@@ -285,10 +303,10 @@ fn run(seed: u64, t: &mut Totals) {
             });
         }
     };
-    let torn = Arc::new(Mutex::new(0u64));
+    let counts = Arc::new(Mutex::new(CutCounts::default()));
     #[cfg(feature = "crash-points")]
     {
-        let (capture, torn, rng) = (capture.clone(), torn.clone(), rng.clone());
+        let (capture, counts, rng) = (capture.clone(), counts.clone(), rng.clone());
         let seen: Mutex<std::collections::HashSet<&'static str>> = Mutex::default();
         pdcx_fsio::crash::set_hook(Some(Box::new(move |point| {
             // Capture the first hit of every point, then about a third of the hits, so every
@@ -296,7 +314,7 @@ fn run(seed: u64, t: &mut Totals) {
             let first = seen.lock().unwrap_or_else(|p| p.into_inner()).insert(point);
             let take = first || rng.lock().unwrap_or_else(|p| p.into_inner()).below(3) == 0;
             if take {
-                capture(point, &mut torn.lock().unwrap_or_else(|p| p.into_inner()));
+                capture(point, &mut counts.lock().unwrap_or_else(|p| p.into_inner()));
             }
         })));
     }
@@ -415,15 +433,18 @@ fn run(seed: u64, t: &mut Totals) {
                     .drop_hidden_writes(true)
                     .and_then(|_| engine.store().compact(&opts, &mut report, &mut |_| {}));
             }
-            _ => capture("between-ops", &mut torn.lock().unwrap()),
+            _ => capture("between-ops", &mut counts.lock().unwrap()),
         }
     }
-    capture("end", &mut torn.lock().unwrap());
+    capture("end", &mut counts.lock().unwrap());
     #[cfg(feature = "crash-points")]
     pdcx_fsio::crash::set_hook(None);
     drop(engine);
     drop(meta);
-    t.torn_cuts += *torn.lock().unwrap();
+    let c = *counts.lock().unwrap();
+    t.cuts.torn += c.torn;
+    t.cuts.subset += c.subset;
+    t.cuts.sqlite_ahead += c.sqlite_ahead;
     let caps = std::mem::take(&mut *captures.lock().unwrap());
     for cap in &caps {
         verify(cap, sql, &ids, t);
@@ -448,7 +469,11 @@ fn the_durable_path_survives_crashes_and_power_cuts_at_every_point() {
         run(seed, &mut t);
     }
     assert!(
-        t.power_cuts > 0 && t.process_crashes > 0 && t.torn_cuts > 0,
+        t.power_cuts > 0
+            && t.process_crashes > 0
+            && t.cuts.torn > 0
+            && t.cuts.subset > 0
+            && t.cuts.sqlite_ahead > 0,
         "{t:?}"
     );
     if pdcx_fsio::crash::ENABLED {
@@ -480,12 +505,14 @@ fn the_durable_path_survives_crashes_and_power_cuts_at_every_point() {
         .map(|(k, v)| format!("\"{k}\":{v}"))
         .collect();
     println!(
-        "CRASH_SUMMARY {{\"layer\":\"server\",\"runs\":{},\"checks\":{},\"power_cuts\":{},\"process_crashes\":{},\"torn\":{},\"acked_local_bytes\":{},\"acked_remote_bytes\":{},\"acked_memory_bytes\":{},\"lost_local_bytes\":0,\"lost_remote_bytes\":0,\"memory_bytes_lost_summed_over_checks\":{},\"eio\":{},\"enospc\":{},\"crash_points\":{{{}}}}}",
+        "CRASH_SUMMARY {{\"layer\":\"server\",\"runs\":{},\"checks\":{},\"power_cuts\":{},\"process_crashes\":{},\"torn\":{},\"subset_cuts\":{},\"sqlite_ahead_cuts\":{},\"acked_local_bytes\":{},\"acked_remote_bytes\":{},\"acked_memory_bytes\":{},\"lost_local_bytes\":0,\"lost_remote_bytes\":0,\"memory_bytes_lost_summed_over_checks\":{},\"eio\":{},\"enospc\":{},\"crash_points\":{{{}}}}}",
         t.runs,
         t.checks,
         t.power_cuts,
         t.process_crashes,
-        t.torn_cuts,
+        t.cuts.torn,
+        t.cuts.subset,
+        t.cuts.sqlite_ahead,
         t.acked_local_bytes,
         t.acked_remote_bytes,
         t.acked_memory_bytes,
