@@ -185,6 +185,10 @@ pub(crate) enum Command {
         /// Output .npy file.
         #[arg(short = 'o', long = "output", value_name = "FILE.npy")]
         output: PathBuf,
+        /// Read the object as of this version (a number from `pdcx show`, or a name set with
+        /// `pdcx tag --version`) instead of its latest data.
+        #[arg(long, value_name = "N|NAME")]
+        version: Option<String>,
     },
 
     /// Find objects whose tags satisfy every condition, or (--values) the elements of objects
@@ -446,6 +450,13 @@ pub(crate) enum Command {
         /// Tag to delete; repeatable.
         #[arg(long = "delete", value_name = "KEY")]
         delete: Vec<String>,
+        /// Name a version (the newest, or --at N), so compaction keeps it readable (tag
+        /// pdcx.version.NAME).
+        #[arg(long = "version", value_name = "NAME")]
+        version: Option<String>,
+        /// With --version: the version to name (default: the newest).
+        #[arg(long, value_name = "N", requires = "version")]
+        at: Option<u64>,
     },
 }
 

@@ -212,6 +212,9 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
         let (bytes, hidden) = hidden_bytes(&extents);
         doc["stored_bytes"] = json!(bytes);
         doc["hidden_bytes"] = json!(hidden);
+        if !o.is_byte_stream() {
+            doc["versions"] = crate::versions_cmd::summary(&client, &o)?.1;
+        }
         doc["extents"] = extents
             .iter()
             .map(|e| {
@@ -263,6 +266,12 @@ pub fn show(root: &Path, what: &str, json_out: bool) -> Result<()> {
     );
     if o.is_byte_stream() {
         crate::mpiio_cmd::print_versions(root, o.id)?;
+    } else {
+        println!(
+            "{:<11}{}",
+            "versions",
+            crate::versions_cmd::summary(&client, &o)?.0
+        );
     }
     println!("{:<11}{}", "extents", extents.len());
     let (bytes, hidden) = hidden_bytes(&extents);
@@ -511,9 +520,18 @@ pub fn put(
     Ok(())
 }
 
-pub fn get(root: &Path, what: &str, region: Option<&str>, output: &Path) -> Result<()> {
+pub fn get(
+    root: &Path,
+    what: &str,
+    region: Option<&str>,
+    output: &Path,
+    version: Option<&str>,
+) -> Result<()> {
     let client = connect(root)?;
     let o = resolve(&client, what)?;
+    let version = version
+        .map(|v| crate::versions_cmd::resolve_version(&o, v))
+        .transpose()?;
     let region = match region {
         Some(spec) => region_arg::parse(spec, &o.dims)?,
         None => Region::whole(&o.dims),
@@ -549,9 +567,11 @@ pub fn get(root: &Path, what: &str, region: Option<&str>, output: &Path) -> Resu
         let mut progress = Progress::new(format!("get {}", o.name), total);
         for piece in &pieces {
             let len = piece.num_elements() as usize * elem;
-            client
-                .read_into(o.id, piece, &mut buf[..len])
-                .map_err(|e| anyhow!("reading {piece} of {}: {}", o.name, e.message))?;
+            match version {
+                Some(v) => client.read_version(o.id, piece, v, &mut buf[..len]),
+                None => client.read_into(o.id, piece, &mut buf[..len]),
+            }
+            .map_err(|e| anyhow!("reading {piece} of {}: {}", o.name, e.message))?;
             w.write_all(&buf[..len])
                 .with_context(|| format!("writing {}", tmp.display()))?;
             progress.add(len as u64);
@@ -769,13 +789,24 @@ pub fn value_query(root: &Path, text: &str, opts: &ValueQueryOpts) -> Result<()>
     Ok(())
 }
 
-pub fn tag(root: &Path, what: &str, set: &[String], delete: &[String]) -> Result<()> {
-    if set.is_empty() && delete.is_empty() {
-        bail!("nothing to do: give KEY=VALUE pairs to set and/or --delete KEY");
+pub fn tag(
+    root: &Path,
+    what: &str,
+    set: &[String],
+    delete: &[String],
+    version: Option<&str>,
+    at: Option<u64>,
+) -> Result<()> {
+    if set.is_empty() && delete.is_empty() && version.is_none() {
+        bail!("nothing to do: give KEY=VALUE pairs to set, --delete KEY or --version NAME");
     }
     let tags: Tags = set.iter().map(|t| parse_tag(t)).collect::<Result<_>>()?;
     let client = connect(root)?;
     let o = resolve(&client, what)?;
+    if let Some(name) = version {
+        let v = crate::versions_cmd::name_version(&client, &o, name, at)?;
+        eprintln!("{}: version {v} named {name}", o.name);
+    }
     if !tags.is_empty() {
         client
             .put_tags(TagTarget::Object(o.id), tags)

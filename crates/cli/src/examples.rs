@@ -102,7 +102,9 @@ pub(crate) const GET_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx get field -o field.npy                # the whole object
   pdcx get field --region 0:10,: -o top.npy  # rows 0..10, all columns
-  pdcx get cube --region :,5,100: -o s.npy   # all of dim 0, index 5 of dim 1, 100..end of dim 2";
+  pdcx get cube --region :,5,100: -o s.npy   # all of dim 0, index 5 of dim 1, 100..end of dim 2
+  pdcx get field --version 12 -o v12.npy     # as of write 12 (`pdcx show field` lists versions)
+  pdcx get field --version good -o good.npy  # a version named with `pdcx tag --version good`";
 
 pub(crate) const QUERY_EXAMPLES: &str = "\
 EXAMPLES:
@@ -132,7 +134,14 @@ pub(crate) const TAG_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx tag field step=4 species=electron   # numbers become numbers, anything else a string
   pdcx tag field 'label=\"007\"'            # quotes force a string
-  pdcx tag field --delete species";
+  pdcx tag field --delete species
+  pdcx tag field --version good            # name the newest version: compaction keeps it
+  pdcx tag field --version start --at 3    # name version 3 (refused if already dropped)
+  pdcx tag field pdcx.keep.last=5          # keep the last 5 versions readable
+  pdcx tag field pdcx.keep.seconds=86400   # keep every version of the last day
+
+Compaction keeps only an object's latest version unless its tags ask for more; a version it
+dropped cannot be read (`pdcx get --version` says so).";
 
 pub(crate) const FLUSH_EXAMPLES: &str = "\
 EXAMPLES:

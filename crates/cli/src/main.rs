@@ -14,6 +14,7 @@ mod local_dest;
 mod mpiio_cmd;
 mod remove_cmd;
 mod tiers_cmd;
+mod versions_cmd;
 mod xsite_cmd;
 
 use anyhow::{anyhow, Result};
@@ -236,7 +237,15 @@ fn run(mut cli: Cli) -> Result<u8> {
             object,
             region,
             output,
-        } => commands::get(&root, &object, region.as_deref(), &output).map(|()| 0),
+            version,
+        } => commands::get(
+            &root,
+            &object,
+            region.as_deref(),
+            &output,
+            version.as_deref(),
+        )
+        .map(|()| 0),
         Command::Query {
             conditions,
             values,
@@ -269,7 +278,9 @@ fn run(mut cli: Cli) -> Result<u8> {
             object,
             tags,
             delete,
-        } => commands::tag(&root, &object, &tags, &delete).map(|()| 0),
+            version,
+            at,
+        } => commands::tag(&root, &object, &tags, &delete, version.as_deref(), at).map(|()| 0),
         Command::Share {
             name,
             user,

@@ -466,6 +466,31 @@ impl Client {
         with_out(py, &out, |bytes| self.inner.read_into(id, &r, bytes))
     }
 
+    /// The box `offset`/`count` as of version `version` (the writes numbered up to it), read
+    /// by the object's owner into a buffer of the exact size.
+    fn read_version(
+        &self,
+        py: Python<'_>,
+        id: u64,
+        offset: Vec<u64>,
+        count: Vec<u64>,
+        version: u64,
+        out: PyBuffer<u8>,
+    ) -> R<()> {
+        let r = region(offset, count)?;
+        with_out(py, &out, |bytes| {
+            self.inner.read_version(id, &r, version, bytes)
+        })
+    }
+
+    /// The object's readable versions and dropped ranges (JSON).
+    fn versions(&self, py: Python<'_>, id: u64) -> R<String> {
+        let v = py
+            .allow_threads(|| self.inner.versions(id))
+            .map_err(to_py)?;
+        Ok(json!({"readable": v.readable, "dropped": v.dropped}).to_string())
+    }
+
     /// Elements of the box `offset`/`count` taken every `step` in each dim, selected by the
     /// object's owner (only they travel), into a buffer of the selection's exact size.
     fn read_strided(

@@ -109,9 +109,10 @@ impl Peers for ClusterPeers {
         &self,
         owner: u32,
         writes: &[(ObjectId, Vec<u64>)],
+        gone: &[(ObjectId, u64, u64)],
         tokens_below: u64,
     ) -> Result<u64> {
-        self.peers.released(owner, writes, tokens_below)
+        self.peers.released(owner, writes, gone, tokens_below)
     }
 
     fn extent_ranges(

@@ -160,16 +160,19 @@ impl PeerClient {
         }
     }
 
-    /// Tells `owner` this server no longer holds `writes` of its objects and which of its
-    /// deferred-write tokens are settled (`PeerRequest::Released`); how many rows it forgot.
+    /// Tells `owner` this server is dropping `writes` of its objects, which breaks the
+    /// versions `gone`, and which of its deferred-write tokens are settled
+    /// (`PeerRequest::Released`); how many rows it forgot.
     pub fn released(
         &self,
         owner: u32,
         writes: &[(ObjectId, Vec<u64>)],
+        gone: &[(ObjectId, u64, u64)],
         tokens_below: u64,
     ) -> Result<u64> {
         let req = PeerRequest::Released {
             writes: writes.to_vec(),
+            gone: gone.to_vec(),
             tokens_below,
         };
         match self.call(owner, &req)? {

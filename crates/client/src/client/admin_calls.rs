@@ -30,6 +30,12 @@ impl Client {
         Ok(all)
     }
 
+    /// The versions of `id` a read can ask for, from its owner (`ReadRequest::Versions`).
+    pub fn versions(&self, id: ObjectId) -> Result<pdcx_core::protocol::VersionList> {
+        let owner = self.id_owner(id)?;
+        self.call(owner, read::Versions { id })
+    }
+
     fn extents_on(&self, rank: u32, id: ObjectId) -> Result<Vec<ExtentInfo>> {
         self.call(rank, read::Extents { id })
     }

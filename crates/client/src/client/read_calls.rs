@@ -56,6 +56,31 @@ impl Client {
         Ok(())
     }
 
+    /// Reads `region` of object `id` as of version `version` (its writes numbered up to it)
+    /// into `out`, from its owner. A version compaction dropped is refused (NotFound).
+    pub fn read_version(
+        &self,
+        id: ObjectId,
+        region: &Region,
+        version: u64,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let owner = self.id_owner(id)?;
+        let req: Request = read::Read {
+            items: vec![ReadItem {
+                id,
+                region: region.clone(),
+            }],
+            opts: ReadOpts {
+                version: Some(version),
+                ..ReadOpts::default()
+            },
+        }
+        .into();
+        let resp = self.with_conn(owner, &mut |c| c.call_into(&req, &[], out))?;
+        <read::Read as Call>::reply(resp)
+    }
+
     /// Reads the elements of `region` taken every `step[d]` in each dim (`region` is the
     /// bounding box) into `out` (the selection's byte size, C order). The owner selects them,
     /// so only the selected bytes travel.

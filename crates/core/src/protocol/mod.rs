@@ -120,7 +120,7 @@ pub use peer::{
 };
 pub use read::{
     ExtentInfo, PiecePlans, PlanPiece, PlanSpan, ReadItem, ReadOpts, ReadPlan, ReadPlans,
-    ReadRequest, ReadResponse, Selection,
+    ReadRequest, ReadResponse, Selection, VersionList,
 };
 pub use stream::{StreamRequest, StreamResponse, VersionInfo};
 pub use write::{
@@ -256,7 +256,9 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// 7: `Compact` in the admin family; the log's live bytes and compaction totals in
 /// `ServerStats`.
 /// 8: the metadata's size in `ServerStats`; forgotten rows and metadata bytes freed in
-/// `CompactReport`; `Released` in the peer family (an owner's tables stay bounded).
+/// `CompactReport`; `Released` in the peer family (an owner's tables stay bounded, the
+/// versions a drop breaks); reads of a version (`ReadOpts::version`) and `Versions` in the
+/// read family.
 pub const VERSION: u16 = 8;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;

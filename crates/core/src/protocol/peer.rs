@@ -87,14 +87,16 @@ pub enum PeerRequest {
     /// A holder's extents of `id` inside `region`: each one's part of the region and its
     /// (min, max) if known. Answered with `ExtentRanges`.
     ExtentRanges { id: ObjectId, region: Region },
-    /// The sender (a holder) keeps the owner's tables bounded: it no longer holds `writes`
-    /// ((object, seqs) of objects this server owns; newer writes of its own hid them), so their
-    /// region-map rows go; and every deferred-write token of the sender whose segment field is
-    /// below `tokens_below` can never be registered again (that log segment is gone, or belongs
-    /// to an older incarnation of its log), so those go too. Answered with `Dropped` (rows
-    /// forgotten).
+    /// The sender (a holder) is about to drop `writes` ((object, seqs) of objects this server
+    /// owns; newer writes of its own hide them): record `gone` ((object, from, to): versions
+    /// `from <= v < to` may miss one of them) durably before answering, so a read of such a
+    /// version is refused; their region-map rows go. Every deferred-write token of the sender
+    /// whose segment field is below `tokens_below` can never be registered again (that log
+    /// segment is gone, or belongs to an older incarnation of its log), so those go too.
+    /// Answered with `Dropped` (rows forgotten).
     Released {
         writes: Vec<(ObjectId, Vec<u64>)>,
+        gone: Vec<(ObjectId, u64, u64)>,
         tokens_below: u64,
     },
 }

@@ -23,6 +23,11 @@ pub struct ReadOpts {
     pub shm: Option<Vec<ShmLoc>>,
     /// Which elements of the items' regions are read.
     pub select: Selection,
+    /// Read the objects as of this version (their writes numbered up to it) instead of their
+    /// latest data; at the owner, whole regions only. Refused for a version compaction
+    /// dropped (its retention did not keep it).
+    #[serde(default)]
+    pub version: Option<u64>,
 }
 
 /// Which elements a read selects.
@@ -156,6 +161,16 @@ pub enum ReadResponse {
     PiecePlans(Option<PiecePlans>),
     Located(Vec<Vec<u32>>),
     Extents(Vec<ExtentInfo>),
+    Versions(VersionList),
+}
+
+/// Answer to `Versions`: an object's readable versions (the write numbers still held, not
+/// inside a dropped range: each reads exactly as it did) and the ranges compaction dropped
+/// (`from <= v < to`, a read refused). Named versions are its `pdcx.version.*` tags.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct VersionList {
+    pub readable: Vec<u64>,
+    pub dropped: Vec<(u64, u64)>,
 }
 
 family! {
@@ -180,4 +195,6 @@ family! {
     Locate { items: Vec<ReadItem> } => Located(Vec<Vec<u32>>);
     /// The extents of `id` this server knows.
     Extents { id: ObjectId } => Extents(Vec<ExtentInfo>);
+    /// The owner's list of the versions of `id` a `Read` with `opts.version` can read.
+    Versions { id: ObjectId } => Versions(VersionList);
 }

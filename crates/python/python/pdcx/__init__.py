@@ -39,7 +39,7 @@ from ._native import (
     ProtocolError,
     UnavailableError,
 )
-from ._object import Object
+from ._object import Object, ObjectVersion
 from ._query import Condition, Hits
 from ._tags import FIELDS_TAG as FIELDS_TAG
 from ._tags import TIER_RULES_TAG as TIER_RULES_TAG
@@ -73,6 +73,7 @@ __all__ = [
     "NoSpaceError",
     "NotFoundError",
     "Object",
+    "ObjectVersion",
     "OutOfBoundsError",
     "PdcxError",
     "ProtocolError",

@@ -20,6 +20,9 @@ if TYPE_CHECKING:  # annotations only: the client imports this module
     from ._client import Client
 
 
+VERSION_TAG_PREFIX = "pdcx.version."
+
+
 class Object:
     """A typed N-d array stored in pdcx. Index it like a numpy array."""
 
@@ -146,6 +149,44 @@ class Object:
             else:
                 self._client._c.read_into(self.id, offset, count, buf)
         return out.reshape([c for d, c in enumerate(out.shape) if d not in drop]) if drop else out
+
+    # ---- versions (the object as of one of its writes) ----
+    def versions(self) -> list[dict]:
+        """The versions :meth:`at` can read, oldest first: ``{"version": n, "name": str | None}``.
+        A version is the object as of one of its writes (number ``n``: every write numbered up
+        to it). Compaction keeps only the latest unless the object's tags ask for more:
+        ``pdcx.keep.last`` (the last N versions), ``pdcx.keep.seconds`` (those of the last D
+        seconds) or a named version (:meth:`name_version`); a dropped one cannot be read."""
+        v = json.loads(self._client._c.versions(self.id))
+        names = {n: k[len(VERSION_TAG_PREFIX) :] for k, n in self.tags.items() if k.startswith(VERSION_TAG_PREFIX)}
+        dropped = v["dropped"]
+        kept = set(v["readable"]) | {n for n in names if not any(f <= n < t for f, t in dropped)}
+        return [{"version": n, "name": names.get(n)} for n in sorted(kept)]
+
+    def name_version(self, name: str, version: int | None = None) -> int:
+        """Names ``version`` (default: the latest), so compaction keeps it readable (tag
+        ``pdcx.version.NAME``); returns its number. A version already dropped is refused."""
+        if not name:
+            raise InvalidArgumentError("a version name must not be empty")
+        if version is None:
+            readable = json.loads(self._client._c.versions(self.id))["readable"]
+            if not readable:
+                raise InvalidArgumentError(f"{self.name} has no writes yet: nothing to name")
+            version = readable[-1]
+        self.tags[VERSION_TAG_PREFIX + name] = int(version)
+        return int(version)
+
+    def at(self, version: int | str) -> ObjectVersion:
+        """The object as of ``version`` (a number from :meth:`versions`, or a name), read-only:
+        ``obj.at(7)[0:10]``. Reading a version compaction dropped raises :class:`NotFoundError`."""
+        if isinstance(version, str):
+            n = self.tags.get(VERSION_TAG_PREFIX + version)
+            if not isinstance(n, int):
+                raise InvalidArgumentError(f"{self.name} has no version named {version!r}")
+            version = n
+        if not isinstance(version, int) or version < 0:
+            raise InvalidArgumentError(f"version {version!r}: expected a version number (int >= 0) or name")
+        return ObjectVersion(self, version)
 
     def points(self, coords: Any) -> np.ndarray:
         """The elements at ``coords`` (an ``(n, ndim)`` array of indices, e.g.
@@ -380,3 +421,36 @@ class _RecordView:
     def __repr__(self) -> str:
         what = "records" if self._field is None else f"field {self._field!r}"
         return f"<pdcx {what} of {self._obj.name!r} shape={self.shape}>"
+
+
+class ObjectVersion:
+    """An object as of one version (:meth:`Object.at`): read-only, indexed like numpy over the
+    object's current shape (whole boxes; no steps)."""
+
+    def __init__(self, obj: Object, version: int):
+        self._obj, self.version = obj, version
+
+    @property
+    def shape(self) -> tuple:
+        return self._obj.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._obj.dtype
+
+    def __array__(self, dtype=None, copy=None):
+        a = self[...]
+        return a if dtype is None else a.astype(dtype)
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        offset, count, step, drop = _normalize_index(key, self.shape)
+        if any(s != 1 for s in step):
+            raise InvalidArgumentError("a read of a version takes whole boxes (no steps)")
+        out = np.empty(count, dtype=self.dtype)
+        if out.size:
+            buf = memoryview(out.reshape(-1).view(np.uint8))
+            self._obj._client._c.read_version(self._obj.id, offset, count, self.version, buf)
+        return out.reshape([c for d, c in enumerate(out.shape) if d not in drop]) if drop else out
+
+    def __repr__(self) -> str:
+        return f"<pdcx version {self.version} of {self._obj.name}>"

@@ -114,6 +114,7 @@ pub(crate) fn check_request(server: &Server, sess: &Session, req: &Request) -> R
             }
             ReadRequest::Locate(r) => (r.items.iter().map(|i| i.id).collect(), Need::Read),
             ReadRequest::Extents(r) => (vec![r.id], Need::Read),
+            ReadRequest::Versions(r) => (vec![r.id], Need::Read),
         },
         Request::Stream(s) => match s {
             StreamRequest::ExtendDims(r) => (vec![r.id], Need::Write),

@@ -106,9 +106,13 @@ pub(super) fn handle(server: &Server, req: Q, sess: &Session) -> Result<A> {
             A::Done
         }
         Q::PutTags(r) => {
+            for (key, value) in &r.tags {
+                crate::engine::retention::check_tag(key, value)?;
+            }
             match r.target {
                 TagTarget::Object(id) => {
                     object(id, Need::Write)?;
+                    server.engine.check_names_kept(id, &r.tags)?;
                     crate::tiering::put_object_tags(
                         md,
                         server.engine.tiering.as_deref(),

@@ -36,9 +36,12 @@ pub(crate) fn handle(
         }
         PeerRequest::Released {
             writes,
+            gone,
             tokens_below,
         } => PeerResponse::Dropped {
-            count: server.engine.forget_released(from, &writes, tokens_below)?,
+            count: server
+                .engine
+                .forget_released(from, &writes, &gone, tokens_below)?,
         },
         req @ (PeerRequest::ShardCandidates { .. }
         | PeerRequest::RecordShardHomes { .. }

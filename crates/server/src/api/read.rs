@@ -13,10 +13,22 @@ use std::sync::atomic::Ordering;
 pub(super) fn handle(server: &Server, req: Q, sess: &mut Session) -> Result<(A, Vec<u8>)> {
     let resp = match req {
         Q::Read(r) => {
+            let at = Source {
+                held: r.opts.held,
+                version: r.opts.version,
+            };
+            if at.held && at.version.is_some() {
+                return Err(Error::invalid(
+                    "a read of a version goes to the owner (it knows which versions are kept)",
+                ));
+            }
             let data = match (r.opts.select, r.opts.shm) {
-                (Selection::Region, None) => read(server, r.items, &mut sess.scratch, r.opts.held)?,
-                (Selection::Region, Some(locs)) => {
-                    read_shm(server, r.items, r.opts.held, &locs, sess)?
+                (Selection::Region, None) => read(server, r.items, &mut sess.scratch, at)?,
+                (Selection::Region, Some(locs)) => read_shm(server, r.items, at, &locs, sess)?,
+                _ if at.version.is_some() => {
+                    return Err(Error::invalid(
+                        "a read of a version reads whole regions (not strided or by points)",
+                    ))
                 }
                 (select, None) if !r.opts.held => {
                     let [item] = <[ReadItem; 1]>::try_from(r.items).map_err(|items| {
@@ -67,6 +79,7 @@ pub(super) fn handle(server: &Server, req: Q, sess: &mut Session) -> Result<(A, 
                 .map(|i| server.engine.locate(i.id, &i.region))
                 .collect::<Result<_>>()?,
         ),
+        Q::Versions(r) => A::Versions(server.engine.versions(r.id)?),
         Q::Extents(r) => {
             if pdcx_core::model::owner_of_id(r.id) == server.config.rank {
                 server.meta.object(r.id)?;
@@ -77,21 +90,29 @@ pub(super) fn handle(server: &Server, req: Q, sess: &mut Session) -> Result<(A, 
     Ok((resp, Vec::new()))
 }
 
-/// `Read` at the owner, which merges other holders' pieces, or with `held` at a data server
-/// the owner named as the regions' only holder.
+/// Where a `Read` is answered from: with `held` at a data server the owner named as the
+/// regions' only holder, else at the owner, which merges other holders' pieces, at `version`
+/// or the latest.
+#[derive(Clone, Copy)]
+struct Source {
+    held: bool,
+    version: Option<u64>,
+}
+
+/// `Read` of whole regions into the reply.
 fn read(
     server: &Server,
     items: Vec<ReadItem>,
     scratch: &mut Vec<u8>,
-    held: bool,
+    source: Source,
 ) -> Result<Vec<u8>> {
-    let (sizes, total) = plan_read(server, &items, held)?;
+    let (sizes, total) = plan_read(server, &items, source.held)?;
     let mut out = std::mem::take(scratch);
     out.clear();
     out.resize(total as usize, 0);
     let mut at = 0;
     for (item, n) in items.iter().zip(sizes) {
-        read_item(server, item, held, &mut out[at..at + n])?;
+        read_item(server, item, source, &mut out[at..at + n])?;
         at += n;
     }
     server.read_bytes.fetch_add(total, Ordering::Relaxed);
@@ -103,7 +124,7 @@ fn read(
 fn read_shm(
     server: &Server,
     items: Vec<ReadItem>,
-    held: bool,
+    at: Source,
     locs: &[ShmLoc],
     sess: &mut Session,
 ) -> Result<Vec<u8>> {
@@ -114,12 +135,12 @@ fn read_shm(
             locs.len()
         )));
     }
-    let (sizes, total) = plan_read(server, &items, held)?;
+    let (sizes, total) = plan_read(server, &items, at.held)?;
     for (loc, &n) in locs.iter().zip(&sizes) {
         sess.shm.check(*loc, n as u64)?;
     }
     for ((item, loc), &n) in items.iter().zip(locs).zip(&sizes) {
-        read_item(server, item, held, sess.shm.slice_mut(*loc, n as u64)?)?;
+        read_item(server, item, at, sess.shm.slice_mut(*loc, n as u64)?)?;
     }
     server.read_bytes.fetch_add(total, Ordering::Relaxed);
     server.shm_bytes.fetch_add(total, Ordering::Relaxed);
@@ -171,11 +192,13 @@ fn read_plans(server: &Server, items: &[ReadItem], held: bool) -> Result<ReadPla
     })
 }
 
-fn read_item(server: &Server, item: &ReadItem, held: bool, dst: &mut [u8]) -> Result<()> {
-    if held {
-        server.engine.read_held(item.id, &item.region, dst)
-    } else {
-        server.engine.read(item.id, &item.region, dst)
+fn read_item(server: &Server, item: &ReadItem, from: Source, dst: &mut [u8]) -> Result<()> {
+    match from {
+        Source { held: true, .. } => server.engine.read_held(item.id, &item.region, dst),
+        Source {
+            version: Some(v), ..
+        } => server.engine.read_at(item.id, &item.region, v, dst),
+        _ => server.engine.read(item.id, &item.region, dst),
     }
 }
 

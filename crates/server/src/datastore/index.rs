@@ -30,6 +30,16 @@ pub struct Extent {
     pub stats: Option<(f64, f64)>,
     /// For an extent read by reference: where its bytes are outside pdcx.
     pub external: Option<Arc<super::refs::ExternalRef>>,
+    /// When this server made it visible (unix seconds; after a restart, the restart: a
+    /// retention by duration then keeps it longer, never shorter).
+    pub since: f64,
+}
+
+/// Now, in unix seconds.
+pub(super) fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// A write that reached the log but is not visible until committed.
@@ -136,6 +146,7 @@ pub(super) fn insert_by_seq(list: &mut Vec<Arc<Extent>>, seq: u64, region: Regio
             in_log: true,
             stats: None,
             external: None,
+            since: unix_now(),
         }),
     );
 }

@@ -255,6 +255,7 @@ impl DataStore {
             next_seq = next_seq.max(r.seq + 1);
         }
         let mut index: Index = HashMap::new();
+        let started = index::unix_now();
         for r in keep {
             index.entry(r.id).or_default().push(Arc::new(Extent {
                 seq: r.seq,
@@ -264,6 +265,7 @@ impl DataStore {
                 external: refs.get(&(r.id, r.seq)).cloned(),
                 region: r.region,
                 loc: r.loc,
+                since: started,
             }));
         }
         let store = DataStore {

@@ -11,8 +11,10 @@
 //! - A deleted object's writes go on every holder (`drop_remote_writes`, told by the owner).
 
 use super::read::Coverage;
+use super::retention::{epoch_of, Retention};
 use super::*;
 use pdcx_core::cover::hidden_by;
+use std::collections::BTreeMap;
 
 /// Objects with more writes than this are checked for writes an identical newer region
 /// hides only (O(n)), not for any cover by the union of newer ones (O(n^2) box cuts).
@@ -64,27 +66,28 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
             .replace(HashSet::new());
         let touched = if all { None } else { touched };
-        let mut hidden_writes = Vec::new();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let mut plans: Vec<HiddenPlan> = Vec::new();
         for (id, n) in self.store.extent_counts() {
             if n < 2 || !touched.as_ref().is_none_or(|t| t.contains(&id)) {
                 continue;
             }
-            match self.object_meta(id, false) {
-                Ok(obj) if !obj.is_byte_stream() => {}
+            // The owner's tags as they are now: a version named since would be kept.
+            let fresh = owner_of_id(id) != self.rank;
+            let policy = match self.object_meta(id, fresh) {
+                Ok(obj) if !obj.is_byte_stream() => Retention::of(&obj),
                 _ => continue,
-            }
-            let mut writes: Vec<Write> = self
-                .store
-                .extents_of(id)
-                .into_iter()
-                .map(|e| (e.seq, self.rank, e.region))
-                .collect();
-            let seqs: HashSet<u64> = hidden(&mut writes).into_iter().map(|w| w.0).collect();
-            if !seqs.is_empty() {
-                hidden_writes.push((id, seqs));
+            };
+            // A policy that cannot be read keeps everything.
+            let Some(policy) = policy else { continue };
+            if let Some(plan) = hidden_plan(id, self.rank, &self.store.extents_of(id), &policy, now)
+            {
+                plans.push(plan);
             }
         }
-        if hidden_writes.is_empty() {
+        if plans.is_empty() {
             return Ok(0);
         }
         // The writes that hide them may be `memory` commits whose records are not durable yet,
@@ -94,14 +97,36 @@ impl Engine {
         // write the index showed above has its record written, so one log sync here makes
         // them all durable before anything is dropped.
         self.store.sync_log_only()?;
+        // The versions a drop breaks are recorded at the owner, durably, before the drop, so
+        // a read of one is refused rather than answered without the dropped write.
+        let mut by_owner: HashMap<u32, Vec<HiddenPlan>> = HashMap::new();
+        for plan in plans {
+            by_owner.entry(owner_of_id(plan.id)).or_default().push(plan);
+        }
         let mut dropped = 0u64;
-        for (id, seqs) in hidden_writes {
-            let n = self.store.drop_extents(id, &seqs)?;
-            if n > 0 {
-                // Of an object owned elsewhere: its owner's rows of them can go too.
-                self.note_released(id, seqs.into_iter().collect());
+        for (owner, plans) in by_owner {
+            let gone: Vec<(ObjectId, u64, u64)> =
+                plans.iter().flat_map(|p| p.gone.iter().copied()).collect();
+            let told = if owner == self.rank {
+                self.meta.add_dropped_versions(&gone)
+            } else {
+                let writes: Vec<(ObjectId, Vec<u64>)> = plans
+                    .iter()
+                    .map(|p| (p.id, p.seqs.iter().copied().collect()))
+                    .collect();
+                self.tell_owner(owner, &writes, &gone)
+            };
+            if let Err(e) = told {
+                tracing::warn!(
+                    "keeping {} objects' hidden writes: their owner (server {owner}) did not record the versions dropping them breaks: {}",
+                    plans.len(),
+                    e.message
+                );
+                continue;
             }
-            dropped += n as u64;
+            for plan in plans {
+                dropped += self.store.drop_extents(plan.id, &plan.seqs)? as u64;
+            }
         }
         Ok(dropped)
     }
@@ -204,6 +229,50 @@ impl Engine {
             }
         }
     }
+}
+
+/// What one object's pass drops: its hidden writes held here, and the versions that breaks.
+struct HiddenPlan {
+    id: ObjectId,
+    seqs: HashSet<u64>,
+    /// (id, from, to) per epoch: versions `from <= v < to` may miss a dropped write.
+    gone: Vec<(ObjectId, u64, u64)>,
+}
+
+/// The writes of `id` held here (`extents`) that newer ones hide within their retention epoch
+/// (`retention.rs`: only writes up to the first retained version after a write may hide it),
+/// and the versions dropping them breaks: from the oldest dropped write up to (not
+/// including) the newest write of its epoch, merged over the epochs (a retained version is
+/// never inside: it ends its epoch). None: nothing to drop.
+fn hidden_plan(
+    id: ObjectId,
+    rank: u32,
+    extents: &[crate::datastore::Extent],
+    policy: &Retention,
+    now: f64,
+) -> Option<HiddenPlan> {
+    let times: Vec<(u64, f64)> = extents.iter().map(|e| (e.seq, e.since)).collect();
+    let bounds = policy.boundaries(&times, now);
+    let mut epochs: BTreeMap<u64, Vec<Write>> = BTreeMap::new();
+    for e in extents {
+        epochs
+            .entry(epoch_of(&bounds, e.seq))
+            .or_default()
+            .push((e.seq, rank, e.region.clone()));
+    }
+    let mut seqs = HashSet::new();
+    let mut gone = Vec::new();
+    for (_, mut writes) in epochs {
+        let newest = writes.iter().map(|w| w.0).max().unwrap_or(0);
+        let hidden = hidden(&mut writes);
+        if let Some(oldest) = hidden.iter().map(|w| w.0).min() {
+            // One range per epoch: merged across epochs it would cover the retained version
+            // between them.
+            gone.push((id, oldest, newest));
+            seqs.extend(hidden.into_iter().map(|w| w.0));
+        }
+    }
+    (!seqs.is_empty()).then_some(HiddenPlan { id, seqs, gone })
 }
 
 /// The hidden writes among `writes` (sorted here, newest first): (seq, holder) of each one

@@ -35,6 +35,7 @@ mod owner;
 mod plan;
 mod read;
 mod release;
+pub mod retention;
 mod write;
 
 pub use crate::datastore::{ExtentRanges, Staged};
@@ -78,15 +79,17 @@ pub trait Peers: Send + Sync {
             "server {holder} cannot be asked to drop extents here (no peer connections)"
         )))
     }
-    /// Tells `owner` this server no longer holds `writes` of its objects and that its
-    /// deferred-write tokens below `tokens_below` are settled; how many rows the owner forgot.
+    /// Tells `owner` this server is dropping `writes` of its objects, which breaks the
+    /// versions `gone`, and that its deferred-write tokens below `tokens_below` are settled;
+    /// how many rows the owner forgot.
     fn released(
         &self,
         owner: u32,
         writes: &[(ObjectId, Vec<u64>)],
+        gone: &[(ObjectId, u64, u64)],
         tokens_below: u64,
     ) -> Result<u64> {
-        let _ = (writes, tokens_below);
+        let _ = (writes, gone, tokens_below);
         Err(Error::invalid(format!(
             "server {owner} cannot be told of released writes here (no peer connections)"
         )))

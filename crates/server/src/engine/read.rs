@@ -6,17 +6,24 @@ use super::*;
 use pdcx_core::region::fill_elements;
 
 impl Engine {
+    /// Refuses a request for object `id` that only its owner answers, saying where to go
+    /// (`then`: "read it there").
+    fn owned_here(&self, id: ObjectId, then: &str) -> Result<()> {
+        let owner = owner_of_id(id);
+        if owner != self.rank {
+            return Err(Error::invalid(format!(
+                "object {id:#x} is owned by server {owner}, not {}: {then}",
+                self.rank
+            )));
+        }
+        Ok(())
+    }
+
     /// Fills `out` with `region` of object `id`: fill value where nothing was written, else the
     /// last committed write covering each element, wherever it is held. Reads are served by the
     /// owner, which knows every holder from its region map.
     pub fn read(&self, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
-        let owner = owner_of_id(id);
-        if owner != self.rank {
-            return Err(Error::invalid(format!(
-                "object {id:#x} is owned by server {owner}, not {}: read it there",
-                self.rank
-            )));
-        }
+        self.owned_here(id, "read it there")?;
         if pdcx_core::region::short_rows(region, out.len())
             && self.read_gathered(id, region, &vec![1; region.ndim()], out)?
         {
@@ -29,6 +36,82 @@ impl Engine {
         region.check_within(&obj.dims)?;
         let holders = self.remote_holders(id, region);
         self.read_here(&obj, region, out, &holders, None)
+    }
+
+    /// Fills `out` with `region` of object `id` (owned here) as of version `v`: the writes
+    /// numbered up to `v` (a client's `Read` with a version). Refused when compaction dropped
+    /// a write the version reads (`meta/dropped.rs`): checked again after the read, since a
+    /// drop is recorded before it happens, so a drop that raced the read is seen.
+    pub fn read_at(&self, id: ObjectId, region: &Region, v: u64, out: &mut [u8]) -> Result<()> {
+        self.owned_here(id, "read its versions there")?;
+        let obj = self.meta.object(id)?;
+        if obj.is_untyped() {
+            return Err(obj.untyped_error());
+        }
+        if obj.is_byte_stream() {
+            return Err(Error::invalid(format!(
+                "{} is a byte stream: its versions are its epochs (pdcx versions), not write numbers",
+                obj.name
+            )));
+        }
+        region.check_within(&obj.dims)?;
+        self.check_version_kept(&obj, v)?;
+        let holders = self.remote_holders(id, region);
+        self.read_here(&obj, region, out, &holders, Some(v.saturating_add(1)))?;
+        self.check_version_kept(&obj, v)
+    }
+
+    /// The versions of `id` (owned here) a read can ask for: the numbers of the writes held
+    /// anywhere, less those inside a range compaction dropped; and those ranges.
+    pub fn versions(&self, id: ObjectId) -> Result<pdcx_core::protocol::VersionList> {
+        self.owned_here(id, "list its versions there")?;
+        self.meta.object(id)?;
+        let dropped = self.meta.dropped_versions(id)?;
+        let mut seqs: Vec<u64> = self.store.extents_of(id).iter().map(|e| e.seq).collect();
+        if let Some(list) = self
+            .remote
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+        {
+            seqs.extend(list.iter().map(|r| r.seq));
+        }
+        seqs.sort_unstable();
+        seqs.dedup();
+        seqs.retain(|s| !dropped.iter().any(|&(from, to)| from <= *s && *s < to));
+        Ok(pdcx_core::protocol::VersionList {
+            readable: seqs,
+            dropped,
+        })
+    }
+
+    /// Refuses to name (`pdcx.version.NAME`) a version of `id` (owned here) that compaction
+    /// already dropped.
+    pub fn check_names_kept(&self, id: ObjectId, tags: &pdcx_core::model::Tags) -> Result<()> {
+        for (key, value) in tags {
+            if let (true, pdcx_core::model::TagValue::Int(v)) =
+                (key.starts_with(super::retention::VERSION_TAG_PREFIX), value)
+            {
+                self.check_version_kept(&self.meta.object(id)?, *v as u64)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_version_kept(&self, obj: &ObjectMeta, v: u64) -> Result<()> {
+        match self.meta.dropped_version(obj.id, v)? {
+            None => Ok(()),
+            Some((from, to)) => Err(Error::new(
+                ErrorKind::NotFound,
+                format!(
+                    "version {v} of {} was dropped by compaction (versions {from} to {} are gone): \
+                     name a version to keep it (pdcx tag --version), or keep the last N versions \
+                     or those of the last D seconds (tags pdcx.keep.last, pdcx.keep.seconds)",
+                    obj.name,
+                    to - 1
+                ),
+            )),
+        }
     }
 
     /// Reads `region` of object `id` (owned here) as of a version: only writes with a
@@ -159,13 +242,7 @@ impl Engine {
     /// The metadata of object `id`, which this server must own, with `region` checked
     /// against its dims (reads and read plans at the owner).
     pub(super) fn owned_meta(&self, id: ObjectId, region: &Region) -> Result<ObjectMeta> {
-        let owner = owner_of_id(id);
-        if owner != self.rank {
-            return Err(Error::invalid(format!(
-                "object {id:#x} is owned by server {owner}, not {}: read it there",
-                self.rank
-            )));
-        }
+        self.owned_here(id, "read it there")?;
         let obj = self.meta.object(id)?;
         if obj.is_untyped() {
             return Err(obj.untyped_error());

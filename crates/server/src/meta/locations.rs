@@ -66,6 +66,7 @@ pub(super) fn delete_object_rows(tx: &rusqlite::Transaction, id: ObjectId) -> Re
         "region_tokens",
         "extent_home",
         "extent_stats",
+        "dropped_versions",
     ] {
         tx.execute(&format!("DELETE FROM {table} WHERE object=?1"), [id as i64])
             .map_err(db_err)?;

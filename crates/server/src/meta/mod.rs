@@ -18,6 +18,7 @@
 //! pay one fsync together instead of one each.
 
 pub mod catalog;
+mod dropped;
 pub mod locations;
 pub mod rename;
 pub mod schema;

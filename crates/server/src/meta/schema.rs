@@ -15,6 +15,7 @@
 //! | 5 | + `extent_refs`: extents whose bytes stay in a file outside pdcx (HDF5 import by reference) |
 //! | 6 | + `name_links`: names that hash to this server for objects another server owns (renames: `rename.rs`) |
 //! | 7 | + `objects.access`, `containers.access`: the owning user and its grants (`pdcx_core::Access`, JSON; empty: the deployment's user, no grants) |
+//! | 8 | + `dropped_versions`: versions of an object compaction made unreadable (`dropped.rs`) |
 //!
 //! A database whose version is newer than this code knows is refused (it was written by a
 //! newer pdcx; this one might misread or corrupt it).
@@ -39,6 +40,7 @@ const MIGRATIONS: &[Step] = &[
     v5_extent_refs,
     v6_name_links,
     v7_access,
+    v8_dropped_versions,
 ];
 
 /// Version 1: today's tables. Also adopts an unversioned shard written by earlier code, which
@@ -174,6 +176,17 @@ fn v7_access(tx: &rusqlite::Transaction) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Version 8: the versions of each object compaction made unreadable (`versions.rs`):
+/// versions `from_seq <= v < to_seq` of `object` lost a write their reads needed.
+fn v8_dropped_versions(tx: &rusqlite::Transaction) -> Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS dropped_versions (
+            object INTEGER NOT NULL, from_seq INTEGER NOT NULL, to_seq INTEGER NOT NULL,
+            PRIMARY KEY (object, from_seq));",
+    )
+    .map_err(db_err)
 }
 
 const V1_SCHEMA: &str = "
