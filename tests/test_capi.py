@@ -268,6 +268,24 @@ def test_create_many_fails_alone_and_is_durable_at_pdcclose(build, dep):
     assert client.open_object("many/o123")[...].tolist() == [1, 2, 3, 4]
 
 
+def test_versions_from_c(build, dep):
+    """pdcx_ext.h PDCXobj_read_version / _latest_version / _name_version: four versions, the
+    last two kept by pdcx.keep.last and the first by its name; after `pdcx compact` the second
+    is refused, the others read as written."""
+    p = run([str(build("obj_versions")), "write"], dep.env())
+    assert p.returncode == 0 and "obj_versions write: ok" in p.stdout, p.stdout + p.stderr
+    versions = next(line.split()[1:] for line in p.stdout.splitlines() if line.startswith("versions "))
+    subprocess.run(
+        [os.environ.get("PDCX_BIN", "pdcx"), "compact", "--root", str(dep.root)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    p = run([str(build("obj_versions")), "read", *versions], dep.env())
+    assert p.returncode == 0 and "obj_versions read: ok" in p.stdout, p.stdout + p.stderr
+    assert "dropped by compaction" in p.stderr, p.stderr
+
+
 def test_sites_pull_and_push_from_c(build, sites):
     """pdcx_ext.h PDCXsite_pull / PDCXsite_push against two real linked sites."""
     import numpy as np

@@ -33,6 +33,18 @@ perr_t PDCXobj_create_many(pdcid_t cont_id, size_t n, const char *const *names, 
 perr_t PDCXsite_pull(const char *source, const char *region, const char *as_name);
 perr_t PDCXsite_push(const char *name, const char *to, const char *region);
 
+/* Versions: every write of an object is a version, the object as of that write (numbers
+ * grow with each write). Compaction keeps only the latest unless the object's tags ask for
+ * more: "pdcx.keep.last" (int N), "pdcx.keep.seconds" (int D), or a named version.
+ * PDCXobj_read_version: the elements of region_id (0: the whole object) as of version, into
+ * buf (dense, C order); FAIL (reason on stderr) for a version compaction dropped.
+ * PDCXobj_latest_version: the newest version's number.
+ * PDCXobj_name_version: names version (tag "pdcx.version.NAME") so compaction keeps it;
+ * FAIL for a version already dropped. */
+perr_t PDCXobj_read_version(pdcid_t obj_id, pdcid_t region_id, uint64_t version, void *buf);
+perr_t PDCXobj_latest_version(pdcid_t obj_id, uint64_t *version);
+perr_t PDCXobj_name_version(pdcid_t obj_id, const char *name, uint64_t version);
+
 #ifdef __cplusplus
 }
 #endif

@@ -212,6 +212,57 @@ pub unsafe fn tag_from_c(value: *const c_void, type_: c_int, size: u64) -> R<Tag
     Ok(TagValue::Bytes(bytes.to_vec()))
 }
 
+/// A tag pdcx itself reads (`pdcx.*`: retention, durability, ...) given from C with a
+/// numeric PDC type becomes a number, as from Python and the CLI; any other tag keeps PDC's
+/// bytes (PDC programs read back exactly what they stored).
+///
+/// # Safety
+/// As [`tag_from_c`].
+pub unsafe fn pdcx_tag_from_c(
+    key: &str,
+    value: *const c_void,
+    type_: c_int,
+    size: u64,
+) -> R<TagValue> {
+    // SAFETY: forwarded caller contract.
+    let v = unsafe { tag_from_c(value, type_, size)? };
+    let TagValue::Bytes(b) = &v else { return Ok(v) };
+    if !key.starts_with("pdcx.") {
+        return Ok(v);
+    }
+    let int = |signed: bool| -> Option<i64> {
+        Some(match (b.len(), signed) {
+            (1, true) => i8::from_ne_bytes(b[..1].try_into().ok()?) as i64,
+            (1, false) => b[0] as i64,
+            (2, true) => i16::from_ne_bytes(b[..2].try_into().ok()?) as i64,
+            (2, false) => u16::from_ne_bytes(b[..2].try_into().ok()?) as i64,
+            (4, true) => i32::from_ne_bytes(b[..4].try_into().ok()?) as i64,
+            (4, false) => u32::from_ne_bytes(b[..4].try_into().ok()?) as i64,
+            (8, true) => i64::from_ne_bytes(b[..8].try_into().ok()?),
+            (8, false) => i64::try_from(u64::from_ne_bytes(b[..8].try_into().ok()?)).ok()?,
+            _ => return None,
+        })
+    };
+    let typed = match type_ {
+        PDC_SHORT | PDC_INT | PDC_LONG | PDC_INT8 | PDC_INT16 | PDC_INT32 | PDC_INT64 => {
+            int(true).map(TagValue::Int)
+        }
+        PDC_UINT | PDC_UINT8 | PDC_UINT16 | PDC_UINT32 | PDC_UINT64 => {
+            int(false).map(TagValue::Int)
+        }
+        PDC_FLOAT if b.len() == 4 => b[..4]
+            .try_into()
+            .ok()
+            .map(|a| TagValue::Float(f32::from_ne_bytes(a) as f64)),
+        PDC_DOUBLE if b.len() == 8 => b[..8]
+            .try_into()
+            .ok()
+            .map(|a| TagValue::Float(f64::from_ne_bytes(a))),
+        _ => None,
+    };
+    Ok(typed.unwrap_or(v))
+}
+
 /// The bytes and PDC type returned for a pdcx tag: bytes as stored (type `PDC_CHAR`, since
 /// the writer's type is not recorded); strings NUL-terminated (`PDC_STRING`); integers as
 /// int64 (`PDC_INT64`); floats as double (`PDC_DOUBLE`).

@@ -16,6 +16,7 @@ pub mod prop;
 pub mod query;
 pub mod region;
 pub mod types;
+pub mod versions;
 pub mod xsite;
 
 use pdcx_client::Client;

@@ -637,7 +637,9 @@ pub unsafe extern "C" fn PDCobj_put_tag(
 ) -> Perr {
     ffi_err("PDCobj_put_tag", || {
         // SAFETY: forwarded caller contract.
-        let (key, v) = unsafe { (cstr(name, "tag name")?, tag_from_c(value, type_, size)?) };
+        let key = unsafe { cstr(name, "tag name")? };
+        // SAFETY: forwarded caller contract.
+        let v = unsafe { crate::cont::pdcx_tag_from_c(key, value, type_, size)? };
         client()?
             .put_tags(obj_target(id)?, vec![(key.to_string(), v)])
             .map_err(err)

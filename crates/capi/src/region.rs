@@ -40,7 +40,7 @@ pub struct Xfer {
     reported_complete: bool,
 }
 
-fn region_of(id: PdcId) -> R<Region> {
+pub(crate) fn region_of(id: PdcId) -> R<Region> {
     match state().get(id)? {
         Handle::Region(r) => Ok(r.region.clone()),
         h => Err(format!("id {id:#x} is a {}, not a region", h.kind())),
