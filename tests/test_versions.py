@@ -70,6 +70,28 @@ def test_versions_are_read_named_listed_and_kept_as_tags_ask(deployment, monkeyp
     assert p.returncode != 0 and "pdcx.keep.last" in p.stderr, p.stderr
 
 
+def test_two_versions_are_compared(deployment, monkeypatch):
+    monkeypatch.setenv("PDCX_COMPACTION_THRESHOLD", "0")
+    dep = deployment(n=1)
+    obj = dep.client().create_container("cmp").create_object("cmp/x", (N,), "float64")
+    obj.tags["pdcx.keep.last"] = 10
+    obj[:] = np.zeros(N)
+    a = obj.versions()[-1]["version"]
+    obj[100:200] = np.ones(100)
+    obj[150:160] = np.full(10, 2.0)
+    obj[1000:1010] = np.zeros(10)  # written, but the same values
+    b = obj.versions()[-1]["version"]
+    assert sorted(obj.changes(a, b)) == [((100,), (100,)), ((150,), (10,)), ((1000,), (10,))]
+    assert obj.changes(b) == []
+    d = json.loads(run_pdcx("diff", "--root", dep.root, "cmp/x", str(a), str(b), "--values", "--json").stdout)
+    got = {(tuple(c["offset"]), tuple(c["count"])): c["differing"] for c in d["changed"]}
+    assert got == {((100,), (100,)): 100, ((150,), (10,)): 10, ((1000,), (10,)): 0}, d
+    p = run_pdcx("diff", "--root", dep.root, "cmp/x", str(b), str(a), check=False)
+    assert p.returncode != 0 and "older one first" in p.stderr, p.stderr
+    text = run_pdcx("diff", "--root", dep.root, "cmp/x", str(a)).stdout
+    assert "3 region(s) written after version" in text, text
+
+
 def test_without_a_policy_only_the_latest_version_survives_compaction(deployment, monkeypatch):
     monkeypatch.setenv("PDCX_COMPACTION_THRESHOLD", "0")
     dep = deployment(n=1)

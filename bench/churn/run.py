@@ -24,7 +24,7 @@ Two phases on one deployment:
    the midpoint). Sampled after every step: disk used by the servers'
    directories (allocated blocks), of it the metadata (SQLite files), the servers' resident
    memory, the step's write and read throughput and per-write latency. Verdict per series: the
-   median of the last 10 % of the samples against the median of the 10 % around the midpoint:
+   mean of the last 10 % of the samples against the mean of the 10 % around the midpoint:
    disk, metadata, memory and latency may grow by at most 10 %, throughput may fall by at most
    10 %; disk must also stay under the quota.
 2. **Kills**: `--kills` times, one random server is killed with SIGKILL and restarted, then a
@@ -243,11 +243,14 @@ class Churn:
 
 
 def window(values: list[float], at: float, share: float = 0.1) -> float:
+    """The mean of the `share` of `values` around `at` (0..1). A mean, not a median: some
+    series alternate between two levels step by step (the objects read in turn are owned by
+    different servers), and a median then jumps between the levels."""
     n = len(values)
     k = max(3, int(n * share))
     mid = int(n * at)
     lo = max(0, min(n - k, mid - k // 2))
-    return statistics.median(values[lo : lo + k])
+    return statistics.fmean(values[lo : lo + k])
 
 
 def verdict(samples: list[dict], quota_mib: int) -> tuple[list[tuple], bool]:

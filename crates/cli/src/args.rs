@@ -2,10 +2,10 @@
 //! definitions (parsed in `main.rs`, carried out by the command modules).
 
 use crate::examples::{
-    COMPACT_EXAMPLES, COMPLETION_EXAMPLES, CP_EXAMPLES, FITS_EXAMPLES, FLUSH_EXAMPLES,
-    GET_EXAMPLES, LS_EXAMPLES, MIGRATE_EXAMPLES, PUT_EXAMPLES, QUERY_EXAMPLES, QUICK_START,
-    RECOVER_EXAMPLES, RM_EXAMPLES, RUN_EXAMPLES, SERVER_EXAMPLES, SHARE_EXAMPLES, SHOW_EXAMPLES,
-    START_EXAMPLES, STATUS_EXAMPLES, STOP_EXAMPLES, TAG_EXAMPLES, TOP_EXAMPLES,
+    COMPACT_EXAMPLES, COMPLETION_EXAMPLES, CP_EXAMPLES, DIFF_EXAMPLES, FITS_EXAMPLES,
+    FLUSH_EXAMPLES, GET_EXAMPLES, LS_EXAMPLES, MIGRATE_EXAMPLES, PUT_EXAMPLES, QUERY_EXAMPLES,
+    QUICK_START, RECOVER_EXAMPLES, RM_EXAMPLES, RUN_EXAMPLES, SERVER_EXAMPLES, SHARE_EXAMPLES,
+    SHOW_EXAMPLES, START_EXAMPLES, STATUS_EXAMPLES, STOP_EXAMPLES, TAG_EXAMPLES, TOP_EXAMPLES,
 };
 use crate::xsite_cmd;
 use clap::{Args, Parser, Subcommand};
@@ -153,6 +153,24 @@ pub(crate) enum Command {
     Show {
         /// Object name (or its id as 0x... hex).
         object: String,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Compare two versions of an object: the regions written between them, and with
+    /// --values how many elements differ in each.
+    #[command(after_help = DIFF_EXAMPLES)]
+    Diff {
+        /// Object name (or its id as 0x... hex).
+        object: String,
+        /// The older version (a number from `pdcx show`, or a name).
+        from: String,
+        /// The newer version (default: the newest).
+        to: Option<String>,
+        /// Also read both versions of each changed region and count the elements that differ.
+        #[arg(long)]
+        values: bool,
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,

@@ -106,6 +106,15 @@ EXAMPLES:
   pdcx get field --version 12 -o v12.npy     # as of write 12 (`pdcx show field` lists versions)
   pdcx get field --version good -o good.npy  # a version named with `pdcx tag --version good`";
 
+pub(crate) const DIFF_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx diff field 12             # what changed from version 12 to the newest
+  pdcx diff field good 40        # from the version named good to version 40
+  pdcx diff field 12 --values    # and how many elements differ in each changed region
+
+Every change between two readable versions is inside the regions listed (a write between
+them that compaction dropped was hidden by later writes between them).";
+
 pub(crate) const QUERY_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx query step=3                 # tag equals a number (or a string: species=electron)

@@ -227,6 +227,13 @@ fn run(mut cli: Cli) -> Result<u8> {
             files_cmd::cp(&root, &paths, &dst, recursive, quiet).map(|()| 0)
         }
         Command::Show { object, json } => commands::show(&root, &object, json).map(|()| 0),
+        Command::Diff {
+            object,
+            from,
+            to,
+            values,
+            json,
+        } => versions_cmd::diff(&root, &object, &from, to.as_deref(), values, json).map(|()| 0),
         Command::Put {
             file,
             name,

@@ -11,7 +11,7 @@ import numpy as np
 
 from ._dtypes import _np_dtype
 from ._indexing import _ints, _normalize_index, _tier_box
-from ._native import InvalidArgumentError
+from ._native import InvalidArgumentError, NotFoundError
 from ._query import Condition, Hits
 from ._tags import FIELDS_TAG, TIER_RULES_TAG, TIER_TAG, TagView, _decode_tags
 from ._transfer import Transfer
@@ -187,6 +187,26 @@ class Object:
         if not isinstance(version, int) or version < 0:
             raise InvalidArgumentError(f"version {version!r}: expected a version number (int >= 0) or name")
         return ObjectVersion(self, version)
+
+    def changes(self, since: int | str, until: int | str | None = None) -> list[tuple[tuple, tuple]]:
+        """The regions ``(offset, count)`` written after version ``since`` up to ``until``
+        (default: the newest): every change between the two versions is inside them (both
+        must be readable). Compare the values with ``obj.at(since)[box]`` and ``obj.at(until)[box]``;
+        ``pdcx diff`` does both."""
+        a = self.at(since).version
+        b = self.versions()[-1]["version"] if until is None else self.at(until).version
+        if a > b:
+            raise InvalidArgumentError(f"version {a} is newer than {b}: give the older one first")
+        v = json.loads(self._client._c.versions(self.id))
+        for n in (a, b):
+            if any(f <= n < t for f, t in v["dropped"]):
+                raise NotFoundError(f"version {n} of {self.name} was dropped by compaction")
+        out: list[tuple[tuple, tuple]] = []
+        for e in json.loads(self._client._c.extents(self.id)):
+            box = (tuple(e["offset"]), tuple(e["count"]))
+            if a < e["seq"] <= b and box not in out:
+                out.append(box)
+        return out
 
     def points(self, coords: Any) -> np.ndarray:
         """The elements at ``coords`` (an ``(n, ndim)`` array of indices, e.g.
