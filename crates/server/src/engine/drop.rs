@@ -74,18 +74,22 @@ impl Engine {
             if n < 2 || !touched.as_ref().is_none_or(|t| t.contains(&id)) {
                 continue;
             }
-            // The owner's tags as they are now: a version named since would be kept.
-            let fresh = owner_of_id(id) != self.rank;
-            let policy = match self.object_meta(id, fresh) {
-                Ok(obj) if !obj.is_byte_stream() => Retention::of(&obj),
-                _ => continue,
+            let extents = self.store.extents_of(id);
+            // First with the tags as cached here (most objects have nothing to drop), then,
+            // for an object of another owner, with its tags as they are now: a version named
+            // since would be kept. (Were the cache stale, the version would be refused when
+            // read, never read wrong: the owner records what a drop breaks first.)
+            let plan_with = |fresh: bool| match self.object_meta(id, fresh) {
+                // A policy that cannot be read keeps everything.
+                Ok(obj) if !obj.is_byte_stream() => Retention::of(&obj)
+                    .and_then(|policy| hidden_plan(id, self.rank, &extents, &policy, now)),
+                _ => None,
             };
-            // A policy that cannot be read keeps everything.
-            let Some(policy) = policy else { continue };
-            if let Some(plan) = hidden_plan(id, self.rank, &self.store.extents_of(id), &policy, now)
-            {
-                plans.push(plan);
-            }
+            let plan = match plan_with(false) {
+                Some(_) if owner_of_id(id) != self.rank => plan_with(true),
+                plan => plan,
+            };
+            plans.extend(plan);
         }
         if plans.is_empty() {
             return Ok(0);
