@@ -138,3 +138,22 @@ fn bad_retention_tags_are_refused_and_a_policy_that_cannot_be_read_keeps_everyth
     assert_eq!(compact(&engine), 0);
     assert!(read_at(&engine, id, seqs[0]).unwrap() == payload(1));
 }
+
+#[test]
+fn versions_of_the_last_seconds_are_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = DeploymentConfig::parse("", Vec::new()).unwrap();
+    let (meta, engine) = common::open_engine(dir.path(), 0, &cfg, "versions");
+    let id = meta.create_object(&common::f64_spec("x", N)).unwrap().id;
+    tag(&meta, id, "pdcx.keep.seconds", 3600);
+    let seqs: Vec<u64> = (1..=4).map(|v| write(&engine, id, v)).collect();
+    assert_eq!(compact(&engine), 0, "every version is of the last hour");
+    for (k, &s) in seqs.iter().enumerate() {
+        assert!(read_at(&engine, id, s).unwrap() == payload(k as u64 + 1));
+    }
+    // A window of 0 s keeps the latest only.
+    tag(&meta, id, "pdcx.keep.seconds", 0);
+    assert_eq!(compact(&engine), 3);
+    assert!(read_at(&engine, id, seqs[2]).is_err());
+    assert!(read_at(&engine, id, seqs[3]).unwrap() == payload(4));
+}
