@@ -393,8 +393,8 @@ def enc_commit(txns, local: bool = True) -> bytes:
 
 
 def enc_read(oid: int, off, cnt) -> bytes:
-    # ReadOpts: not held, no shared memory, the whole region.
-    return REQ["Read"] + varint(1) + varint(oid) + enc_region(off, cnt) + varint(0) + varint(0) + varint(0)
+    # ReadOpts: not held, no shared memory, the whole region, the latest version.
+    return REQ["Read"] + varint(1) + varint(oid) + enc_region(off, cnt) + varint(0) + varint(0) + varint(0) + varint(0)
 
 
 class RawConn:

@@ -99,6 +99,9 @@ SETUP_FOR = {
     "put": "",
     "import": "",
     "export": SETUP + "pdcx import -q run.h5\n",
+    # Versions: one named, as `pdcx tag --version` does.
+    "get": SETUP + "pdcx tag field --version good >/dev/null 2>&1\n",
+    "diff": SETUP + "pdcx tag field --version good >/dev/null 2>&1\n",
     "server stop": "pdcx server start -n 1 --root /tmp/pdcx >/dev/null\n",
     "server status": "pdcx server start -n 1 --root /tmp/pdcx >/dev/null\n",
     # After a node restart: a root with data whose servers are down.

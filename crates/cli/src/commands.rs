@@ -6,7 +6,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use pdcx_cli::{npy, region_arg};
 use pdcx_client::Client;
 use pdcx_core::model::Tags;
-use pdcx_core::protocol::{Durability, ObjectSpec, TagTarget};
+use pdcx_core::protocol::{Durability, ObjectSpec};
 use pdcx_core::region::slabs;
 use pdcx_core::{Condition, ContainerInfo, Dtype, ErrorKind, ObjectMeta, Region, TagValue};
 use serde_json::{json, Value};
@@ -29,7 +29,7 @@ fn id_str(id: u64) -> String {
     format!("{id:#018x}")
 }
 
-fn tags_str(tags: &Tags) -> String {
+pub(crate) fn tags_str(tags: &Tags) -> String {
     tags.iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect::<Vec<_>>()
@@ -395,7 +395,7 @@ impl Progress {
     }
 }
 
-fn parse_tag(kv: &str) -> Result<(String, TagValue)> {
+pub(crate) fn parse_tag(kv: &str) -> Result<(String, TagValue)> {
     let (k, v) = kv
         .split_once('=')
         .ok_or_else(|| anyhow!("tag {kv:?} is not key=value"))?;
@@ -786,39 +786,6 @@ pub fn value_query(root: &Path, text: &str, opts: &ValueQueryOpts) -> Result<()>
             String::new()
         }
     );
-    Ok(())
-}
-
-pub fn tag(
-    root: &Path,
-    what: &str,
-    set: &[String],
-    delete: &[String],
-    version: Option<&str>,
-    at: Option<u64>,
-) -> Result<()> {
-    if set.is_empty() && delete.is_empty() && version.is_none() {
-        bail!("nothing to do: give KEY=VALUE pairs to set, --delete KEY or --version NAME");
-    }
-    let tags: Tags = set.iter().map(|t| parse_tag(t)).collect::<Result<_>>()?;
-    let client = connect(root)?;
-    let o = resolve(&client, what)?;
-    if let Some(name) = version {
-        let v = crate::versions_cmd::name_version(&client, &o, name, at)?;
-        eprintln!("{}: version {v} named {name}", o.name);
-    }
-    if !tags.is_empty() {
-        client
-            .put_tags(TagTarget::Object(o.id), tags)
-            .map_err(msg)?;
-    }
-    for key in delete {
-        client
-            .delete_tag(TagTarget::Object(o.id), key)
-            .map_err(|e| anyhow!("deleting tag {key:?} of {}: {}", o.name, e.message))?;
-    }
-    let o = client.get_object(o.id).map_err(msg)?;
-    println!("{}: {}", o.name, tags_str(&o.tags));
     Ok(())
 }
 

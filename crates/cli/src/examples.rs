@@ -103,14 +103,13 @@ EXAMPLES:
   pdcx get field -o field.npy                # the whole object
   pdcx get field --region 0:10,: -o top.npy  # rows 0..10, all columns
   pdcx get cube --region :,5,100: -o s.npy   # all of dim 0, index 5 of dim 1, 100..end of dim 2
-  pdcx get field --version 12 -o v12.npy     # as of write 12 (`pdcx show field` lists versions)
-  pdcx get field --version good -o good.npy  # a version named with `pdcx tag --version good`";
+  pdcx get field --version good -o good.npy  # as of a version (a name or a number: `pdcx show field`)";
 
 pub(crate) const DIFF_EXAMPLES: &str = "\
 EXAMPLES:
-  pdcx diff field 12             # what changed from version 12 to the newest
-  pdcx diff field good 40        # from the version named good to version 40
-  pdcx diff field 12 --values    # and how many elements differ in each changed region
+  pdcx diff field good               # what changed from the version named good to the newest
+  pdcx diff field good --values      # and how many elements differ in each changed region
+  pdcx diff field good --json | jq .changed   # versions are numbers too (`pdcx show field`)
 
 Every change between two readable versions is inside the regions listed (a write between
 them that compaction dropped was hidden by later writes between them).";

@@ -13,6 +13,7 @@ mod interrupt;
 mod local_dest;
 mod mpiio_cmd;
 mod remove_cmd;
+mod tag_cmd;
 mod tiers_cmd;
 mod versions_cmd;
 mod xsite_cmd;
@@ -287,7 +288,7 @@ fn run(mut cli: Cli) -> Result<u8> {
             delete,
             version,
             at,
-        } => commands::tag(&root, &object, &tags, &delete, version.as_deref(), at).map(|()| 0),
+        } => tag_cmd::tag(&root, &object, &tags, &delete, version.as_deref(), at).map(|()| 0),
         Command::Share {
             name,
             user,
