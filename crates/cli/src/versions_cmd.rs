@@ -198,6 +198,9 @@ pub fn diff(
         o.name,
         rows.len()
     );
+    if rows.is_empty() {
+        return Ok(());
+    }
     let header: &[&str] = if values {
         &["REGION", "WRITES", "DIFFERING"]
     } else {
