@@ -136,37 +136,32 @@ def test_compact_help_teaches():
     time.sleep(0)
 
 
-def test_reclaim_bench_quick_prints_its_tables():
+def run_bench(script: str):
+    """`python3 bench/SCRIPT --quick`, which must succeed."""
     import subprocess
     import sys
 
     repo = Path(__file__).resolve().parents[1]
     p = subprocess.run(
-        [sys.executable, str(repo / "bench/reclaim/run.py"), "--quick"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert p.returncode == 0, p.stderr
-    for heading in ("## 1. Steady state", "## 2. Foreground", "## 3. Read of 16 MiB", "MiB kept per step"):
-        assert heading in p.stdout, p.stdout
-    assert "after `pdcx compact`" in p.stdout and "on / off" in p.stdout
-
-
-def test_churn_bench_quick_kills_servers_and_loses_nothing():
-    import subprocess
-    import sys
-
-    repo = Path(__file__).resolve().parents[1]
-    p = subprocess.run(
-        [sys.executable, str(repo / "bench/churn/run.py"), "--quick"],
+        [sys.executable, str(repo / "bench" / script), "--quick"],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     assert p.returncode == 0, p.stdout + p.stderr
+    return p
+
+
+def test_reclaim_bench_quick_prints_its_tables():
+    p = run_bench("reclaim/run.py")
+    for heading in ("## 1. Steady state", "## 2. Foreground", "## 3. Read of 16 MiB", "MiB kept per step"):
+        assert heading in p.stdout, p.stdout
+    assert "after `pdcx compact`" in p.stdout and "on / off" in p.stdout
+
+
+def test_churn_bench_quick_kills_servers_and_loses_nothing():
+    p = run_bench("churn/run.py")
     assert "4 kills" in p.stdout and "; 0 bytes lost" in p.stdout, p.stdout
     for series in ("disk_mib", "meta_mib", "rss_mib", "latency_ms", "write_mb_s", "read_mb_s"):
         assert series in p.stdout, p.stdout

@@ -36,7 +36,7 @@ pub struct Extent {
 }
 
 /// Now, in unix seconds.
-pub(super) fn unix_now() -> f64 {
+pub fn unix_now() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())

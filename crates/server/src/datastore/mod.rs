@@ -44,7 +44,7 @@ pub use refs::{ExternalRef, MAX_REF_CHUNK_BYTES, REF_SEGMENT};
 
 pub use commit::{CommitGuard, Committed, OwnerGuard, OwnerLock, Registrar};
 pub use compact::{CompactOptions, SegmentSpace};
-pub use index::{Extent, Staged};
+pub use index::{unix_now, Extent, Staged};
 pub use stats::ExtentRanges;
 
 use crate::meta::{ExtentRow, Metadata, Registration};

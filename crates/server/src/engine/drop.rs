@@ -66,9 +66,7 @@ impl Engine {
             .unwrap_or_else(|p| p.into_inner())
             .replace(HashSet::new());
         let touched = if all { None } else { touched };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0.0, |d| d.as_secs_f64());
+        let now = crate::datastore::unix_now();
         let mut plans: Vec<HiddenPlan> = Vec::new();
         for (id, n) in self.store.extent_counts() {
             if n < 2 || !touched.as_ref().is_none_or(|t| t.contains(&id)) {
@@ -245,9 +243,9 @@ struct HiddenPlan {
 
 /// The writes of `id` held here (`extents`) that newer ones hide within their retention epoch
 /// (`retention.rs`: only writes up to the first retained version after a write may hide it),
-/// and the versions dropping them breaks: from the oldest dropped write up to (not
-/// including) the newest write of its epoch, merged over the epochs (a retained version is
-/// never inside: it ends its epoch). None: nothing to drop.
+/// and the versions dropping them breaks: per epoch, from its oldest dropped write up to (not
+/// including) its newest write (a retained version is never inside: it ends its epoch).
+/// None: nothing to drop.
 fn hidden_plan(
     id: ObjectId,
     rank: u32,
