@@ -4,8 +4,9 @@
 use crate::examples::{
     COMPACT_EXAMPLES, COMPLETION_EXAMPLES, CP_EXAMPLES, DIFF_EXAMPLES, FITS_EXAMPLES,
     FLUSH_EXAMPLES, GET_EXAMPLES, LS_EXAMPLES, MIGRATE_EXAMPLES, PUT_EXAMPLES, QUERY_EXAMPLES,
-    QUICK_START, RECOVER_EXAMPLES, RM_EXAMPLES, RUN_EXAMPLES, SERVER_EXAMPLES, SHARE_EXAMPLES,
-    SHOW_EXAMPLES, START_EXAMPLES, STATUS_EXAMPLES, STOP_EXAMPLES, TAG_EXAMPLES, TOP_EXAMPLES,
+    QUICK_START, RECOVER_EXAMPLES, RESIZE_EXAMPLES, RM_EXAMPLES, RUN_EXAMPLES, SERVER_EXAMPLES,
+    SHARE_EXAMPLES, SHOW_EXAMPLES, START_EXAMPLES, STATUS_EXAMPLES, STOP_EXAMPLES, TAG_EXAMPLES,
+    TOP_EXAMPLES,
 };
 use crate::xsite_cmd;
 use clap::{Args, Parser, Subcommand};
@@ -338,6 +339,18 @@ pub(crate) enum Command {
         #[arg(long, default_value_t = 0.9, value_name = "FRACTION")]
         threshold: f64,
         /// Print what each server did as JSON lines instead of progress lines and a summary.
+        #[arg(long)]
+        json: bool,
+    },
+
+    /// Change the server count of a stopped deployment: records, names and data are
+    /// repartitioned so it restarts on that many servers, every id and name kept.
+    #[command(after_help = RESIZE_EXAMPLES)]
+    Resize {
+        /// The new server count (1..=4096).
+        #[arg(long, value_name = "M")]
+        to: u32,
+        /// Print the report as one JSON object instead of progress lines.
         #[arg(long)]
         json: bool,
     },

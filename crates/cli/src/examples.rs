@@ -211,6 +211,21 @@ that newer writes held by the same server hide completely, and deleted objects' 
 garbage; live data is copied out of mostly-garbage segments, which are then deleted. Needs the
 deployment's own user (the admin role).";
 
+pub(crate) const RESIZE_EXAMPLES: &str = "\
+EXAMPLES:
+  pdcx server stop --root /scratch/pdcx
+  pdcx resize --root /scratch/pdcx --to 2        # from however many it had
+  pdcx server start --root /scratch/pdcx -n 2
+  pdcx --root /scratch/pdcx ls
+
+The servers must be stopped cleanly (a crashed one: start and stop the deployment first). On a
+cluster: stop the job's servers, run `pdcx resize --to M` once on any node that sees the root,
+then launch M servers (`srun -n M pdcx server --root DIR`). Each object's record moves to its
+id's home modulo M, each name to the server it hashes to (a link where the two differ), and the
+logs of servers beyond M stay readable where they are, adopted by rank modulo M. Interrupted
+(crash, kill), it leaves ROOT/resize.json, servers refuse to start, and running it again
+finishes it.";
+
 pub(crate) const TOP_EXAMPLES: &str = "\
 EXAMPLES:
   pdcx top                          # refresh every second

@@ -367,6 +367,7 @@ fn run(mut cli: Cli) -> Result<u8> {
         }
         Command::Recover { stall, quiet } => mpiio_cmd::recover(&root, stall, quiet).map(|()| 0),
         Command::Migrate { object, tier } => tiers_cmd::migrate(&root, &object, &tier).map(|()| 0),
+        Command::Resize { to, json } => daemon::resize(&root, to, json).map(|()| 0),
         Command::Compact { threshold, json } => {
             tiers_cmd::compact(&root, threshold, json).map(|()| 0)
         }

@@ -480,7 +480,7 @@ impl Client {
     }
 
     pub fn id_owner(&self, id: ObjectId) -> Result<u32> {
-        let o = owner_of_id(id);
+        let o = owner_of_id(id, self.size());
         if o >= self.size() {
             return Err(Error::not_found(format!(
                 "object id {id:#x} names server {o}, which does not exist"

@@ -7,20 +7,31 @@ use serde::{Deserialize, Serialize};
 pub const MAX_DIMS: usize = 8;
 pub const MAX_NAME_LEN: usize = 1024;
 
-/// Object ids carry their metadata owner in the top 16 bits so any process can route by id.
+/// Object ids carry the server that created them (their *home*) in the top 16 bits, so any
+/// process routes by id without a lookup: the owner is the home modulo the server count
+/// ([`owner_of_id`]), the same server as long as the deployment keeps its size.
 pub type ObjectId = u64;
 
 pub fn make_object_id(owner: u32, local: u64) -> ObjectId {
     ((owner as u64) << 48) | (local & ((1 << 48) - 1))
 }
 
-pub fn owner_of_id(id: ObjectId) -> u32 {
+/// The server that created `id`.
+pub fn home_of_id(id: ObjectId) -> u32 {
     (id >> 48) as u32
 }
 
+/// The server owning object `id` in a deployment of `servers`: its home modulo the count. A
+/// resize (`pdcx resize`) moves every object's record to this server, so ids stay valid on
+/// any number of servers.
+pub fn owner_of_id(id: ObjectId, servers: u32) -> u32 {
+    home_of_id(id) % servers.max(1)
+}
+
 /// Stable owner of a name: FNV-1a 64 of its UTF-8 bytes, mixed by MurmurHash3's 64-bit
-/// finalizer, modulo the server count. Part of the on-disk contract: a deployment must restart
-/// with the same server count.
+/// finalizer, modulo the server count. Part of the on-disk contract: a deployment restarts with
+/// the same server count, or is resized first (`pdcx resize` leaves a name link where an
+/// object's name and record land on different servers).
 ///
 /// The finalizer matters: the low k bits of plain FNV-1a depend only on the low k bits of each
 /// byte, so modulo a power of two `run1/x`, `run3/x`, `run5/x`, ... would all land on one server.
@@ -313,7 +324,8 @@ mod tests {
     #[test]
     fn ids_route_to_owner_and_names_hash_stably() {
         let id = make_object_id(7, 12345);
-        assert_eq!(owner_of_id(id), 7);
+        assert_eq!(owner_of_id(id, 8), 7);
+        assert_eq!(owner_of_id(id, 4), 3);
         // Pinned values: changing the hash would orphan every stored object.
         assert_eq!(owner_of_name("vpic/x", 4), owner_of_name("vpic/x", 4));
         assert_eq!(owner_of_name("a", 1), 0);

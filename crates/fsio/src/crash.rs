@@ -51,6 +51,16 @@ pub const POINTS: &[&str] = &[
     "shard.after_group_put",
     // A group shard's multipart upload started and its marker put, no part uploaded.
     "shard.after_upload_started",
+    // A resize (`pdcx resize`): its journal published, nothing moved; records copied to a
+    // server, not yet deleted at the source; a retired server's log moved, its extents not yet
+    // adopted; adopted, not yet deleted at the retired shard; links rebuilt, counters not yet
+    // raised; the retired shards removed, the journal not yet.
+    "resize.after_journal",
+    "resize.after_copy",
+    "resize.after_log_move",
+    "resize.after_adopt",
+    "resize.after_links",
+    "resize.before_journal_removed",
 ];
 
 /// Marks crash point `name` (one of [`POINTS`]).

@@ -31,6 +31,7 @@ pub mod paths_allowed;
 pub mod peers;
 pub mod privacy;
 mod relay;
+pub mod resize;
 mod shm;
 mod stats;
 pub mod streambase;
@@ -202,7 +203,7 @@ fn io<'a>(ctx: &str, path: &'a Path) -> impl Fn(std::io::Error) -> Error + 'a {
 
 /// Takes the rank directory's lock so two servers can never share one log. The kernel drops it
 /// when the process dies, even by SIGKILL, so a crashed run never blocks a restart.
-fn lock_dir(dir: &Path) -> Result<std::fs::File> {
+pub(crate) fn lock_dir(dir: &Path) -> Result<std::fs::File> {
     use std::os::fd::AsRawFd;
     let path = dir.join("LOCK");
     let f = std::fs::OpenOptions::new()
@@ -239,6 +240,7 @@ impl Server {
             )));
         }
         privacy::prepare_root(&config.root)?;
+        resize::check_not_resizing(&config.root)?;
         let dir = rank_dir(&config.root, config.rank);
         std::fs::create_dir_all(&dir).map_err(io("creating", &dir))?;
         std::fs::create_dir_all(config.root.join("run")).map_err(io("creating", &config.root))?;
@@ -274,7 +276,11 @@ impl Server {
             log_opts,
             tiering,
         )?;
-        let peers = Arc::new(peers::ClusterPeers::new(config.root.clone(), config.rank));
+        let peers = Arc::new(peers::ClusterPeers::new(
+            config.root.clone(),
+            config.rank,
+            config.size,
+        ));
         engine.set_peers(peers.clone());
         if recovery.discarded_bytes > 0 || dropped > 0 || recovery.removed_segments > 0 {
             tracing::warn!(

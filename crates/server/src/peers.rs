@@ -14,14 +14,16 @@ use std::sync::RwLock;
 
 pub struct ClusterPeers {
     rank: u32,
+    size: u32,
     peers: PeerClient,
     objects: RwLock<HashMap<ObjectId, ObjectMeta>>,
 }
 
 impl ClusterPeers {
-    pub fn new(root: PathBuf, rank: u32) -> ClusterPeers {
+    pub fn new(root: PathBuf, rank: u32, size: u32) -> ClusterPeers {
         ClusterPeers {
             rank,
+            size,
             peers: PeerClient::new(root, rank),
             objects: RwLock::new(HashMap::new()),
         }
@@ -47,7 +49,7 @@ impl Peers for ClusterPeers {
                 return Ok(m.clone());
             }
         }
-        let owner = owner_of_id(id);
+        let owner = owner_of_id(id, self.size);
         debug_assert_ne!(owner, self.rank);
         let meta = self.peers.object(owner, id)?;
         self.objects

@@ -170,6 +170,7 @@ pub fn servers_on_disk(root: &Path) -> u32 {
 }
 
 fn check_server_count(root: &Path, n: u32) -> Result<()> {
+    pdcx_server::resize::check_not_resizing(root)?;
     let Ok(dir) = std::fs::read_dir(root) else {
         return Ok(());
     };
@@ -185,11 +186,12 @@ fn check_server_count(root: &Path, n: u32) -> Result<()> {
     if let Some(&max) = ranks.last() {
         if max + 1 != n {
             bail!(
-                "{} holds the data of a {}-server deployment; restart it with -n {} \
-                 (the server count of a root is fixed) or use a new root",
+                "{} holds the data of a {}-server deployment; restart it with -n {}, or \
+                 resize it first (`pdcx resize --root {} --to {n}`)",
                 root.display(),
                 max + 1,
-                max + 1
+                max + 1,
+                root.display()
             );
         }
     }

@@ -43,7 +43,7 @@ impl Client {
             len: data.len() as u64,
         };
         let dest = self.data_server(id, region, data.len() as u64)?;
-        let foreign = dest != owner_of_id(id);
+        let foreign = dest != owner_of_id(id, self.size());
         let opts = commit_opts(durability, self.consistency(id), foreign);
         let relaxed = opts.consistency != Consistency::Strong;
         if self.direct_writes(dest, data.len()) {
@@ -106,7 +106,7 @@ impl Client {
         write_behind: WriteBehind,
     ) -> Result<Option<Uncommitted>> {
         let dest = self.data_server(id, region, data.len() as u64)?;
-        if dest != owner_of_id(id)
+        if dest != owner_of_id(id, self.size())
             || !self.direct_writes(dest, data.len())
             || !matches!(self.consistency(id), Consistency::Strong)
         {
@@ -209,7 +209,7 @@ impl Client {
             })
             .collect();
         let payloads: Vec<&[u8]> = items.iter().map(|(_, d)| *d).collect();
-        let foreign = dest != owner_of_id(id);
+        let foreign = dest != owner_of_id(id, self.size());
         let opts = commit_opts(durability, self.consistency(id), foreign);
         let relaxed = opts.consistency != Consistency::Strong;
         let req: Request = write::Stage {

@@ -76,7 +76,7 @@ pub fn wait_all(transfers: &mut [&mut Transfer]) -> Result<()> {
         let durability = durability_of_code(durability);
         let foreign: Vec<ObjectId> = ids
             .into_iter()
-            .filter(|&id| owner_of_id(id) != dest)
+            .filter(|&id| owner_of_id(id, t.client.size()) != dest)
             .collect();
         let consistency = relaxed.map_or(Consistency::Strong, |expected_writes| {
             Consistency::Relaxed { expected_writes }

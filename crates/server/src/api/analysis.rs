@@ -4,7 +4,6 @@
 use super::Session;
 use crate::engine::analysis;
 use crate::Server;
-use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{AnalysisRequest as Q, AnalysisResponse as A, Moved};
 use pdcx_core::{Error, ObjectId, ObjectMeta, Result};
 use std::sync::atomic::Ordering;
@@ -46,7 +45,7 @@ pub(super) fn handle(server: &Server, req: Q, sess: &Session) -> Result<(A, Vec<
 
 /// The object, if this server owns it (`what` to do there otherwise).
 fn owned(server: &Server, id: ObjectId, what: &str) -> Result<ObjectMeta> {
-    let owner = owner_of_id(id);
+    let owner = server.meta.owner_of(id);
     if owner != server.config.rank {
         return Err(Error::invalid(format!(
             "object {id:#x} is owned by server {owner}: {what} there"

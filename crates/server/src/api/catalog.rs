@@ -240,7 +240,7 @@ fn create_object(
 fn owner_of_key(key: &ObjectKey, size: u32) -> u32 {
     match key {
         ObjectKey::Name(n) => owner_of_name(n, size),
-        ObjectKey::Id(id) => owner_of_id(*id),
+        ObjectKey::Id(id) => owner_of_id(*id, size),
     }
 }
 

@@ -81,7 +81,7 @@ pub(super) fn handle(server: &Server, req: Q, sess: &mut Session) -> Result<(A, 
         ),
         Q::Versions(r) => A::Versions(server.engine.versions(r.id)?),
         Q::Extents(r) => {
-            if pdcx_core::model::owner_of_id(r.id) == server.config.rank {
+            if server.meta.owns(r.id) {
                 server.meta.object(r.id)?;
             }
             A::Extents(server.engine.extents(r.id))
@@ -207,7 +207,7 @@ fn plan_read(server: &Server, items: &[ReadItem], held: bool) -> Result<(Vec<usi
     let mut sizes = Vec::with_capacity(items.len());
     let mut total = 0u64;
     for item in items {
-        let owner = pdcx_core::model::owner_of_id(item.id);
+        let owner = server.meta.owner_of(item.id);
         let obj = if held {
             server.engine.checked_meta(item.id, &item.region)?
         } else if owner != server.config.rank {

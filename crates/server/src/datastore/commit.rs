@@ -3,7 +3,6 @@
 use super::index::{insert_by_seq, Deferred, Staged};
 use super::{crash_point, DataStore};
 use crate::meta::ExtentRow;
-use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{Durability, RegisterItem};
 use pdcx_core::{Error, ObjectId, Result};
 use pdcx_store::CommitEntry;
@@ -267,7 +266,7 @@ impl DataStore {
         {
             let mut next_seq = self.next_seq.lock().unwrap_or_else(|p| p.into_inner());
             for (i, s) in staged.iter().enumerate() {
-                let owner = owner_of_id(s.id);
+                let owner = self.meta.owner_of(s.id);
                 if owner == self.rank {
                     seqs[i] = *next_seq;
                     *next_seq += 1;
@@ -282,7 +281,7 @@ impl DataStore {
         for (owner, idx) in &foreign {
             let lock = self.owner_lock(*owner);
             let g = lock.lock();
-            let earlier = self.deferred_where(|d| owner_of_id(d.id) == *owner);
+            let earlier = self.deferred_where(|d| self.meta.owner_of(d.id) == *owner);
             let mut items: Vec<RegisterItem> =
                 earlier.iter().map(|d| d.item(self.incarnation)).collect();
             items.extend(idx.iter().map(|&i| RegisterItem {
@@ -382,7 +381,7 @@ impl DataStore {
         if done.is_empty() {
             return Ok(());
         }
-        debug_assert!(done.iter().all(|d| owner_of_id(d.id) == g.owner));
+        debug_assert!(done.iter().all(|d| self.meta.owner_of(d.id) == g.owner));
         let updates: Vec<(ObjectId, u64, Option<u64>)> = done
             .iter()
             .zip(seqs)
@@ -422,7 +421,7 @@ impl DataStore {
         let mut owners: Vec<u32> = self
             .deferred_where(|d| wanted.as_ref().is_none_or(|w| w.contains(&d.id)))
             .iter()
-            .map(|d| owner_of_id(d.id))
+            .map(|d| self.meta.owner_of(d.id))
             .collect();
         owners.sort_unstable();
         owners.dedup();
@@ -433,7 +432,8 @@ impl DataStore {
             let g = lock.lock();
             // Under the owner's lock: a strong commit may have registered some meanwhile.
             let list = self.deferred_where(|d| {
-                owner_of_id(d.id) == owner && wanted.as_ref().is_none_or(|w| w.contains(&d.id))
+                self.meta.owner_of(d.id) == owner
+                    && wanted.as_ref().is_none_or(|w| w.contains(&d.id))
             });
             for chunk in list.chunks(REGISTER_CHUNK) {
                 let items: Vec<RegisterItem> =

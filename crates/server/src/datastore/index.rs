@@ -13,7 +13,7 @@ pub(super) type Index = HashMap<ObjectId, Vec<Arc<Extent>>>;
 
 /// Provisional sequence numbers (of deferred writes, in `extent_map`) start here; the owners'
 /// real numbers never get near it.
-pub(super) const PROVISIONAL_BASE: u64 = 1 << 62;
+pub(crate) const PROVISIONAL_BASE: u64 = 1 << 62;
 
 /// One committed, visible extent held by this server.
 #[derive(Debug, Clone)]

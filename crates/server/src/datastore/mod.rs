@@ -40,6 +40,7 @@ mod refs;
 mod retire;
 mod stats;
 
+pub(crate) use index::PROVISIONAL_BASE as FIRST_PROVISIONAL_SEQ;
 pub use refs::{ExternalRef, MAX_REF_CHUNK_BYTES, REF_SEGMENT};
 
 pub use commit::{CommitGuard, Committed, OwnerGuard, OwnerLock, Registrar};
@@ -50,7 +51,6 @@ pub use stats::ExtentRanges;
 use crate::meta::{ExtentRow, Metadata, Registration};
 use crate::tiering::Tiering;
 use index::{Deferred, Index, Pins, PROVISIONAL_BASE};
-use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::ExtentInfo;
 use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
 use pdcx_store::{Cache, LogOptions, Recovery, SegmentLog, WriterLease};
@@ -61,7 +61,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 /// Log segment numbers of extents whose bytes left the log for good start here (a log never
 /// gets near it).
-const OFF_LOG: u64 = 1 << 48;
+pub(crate) const OFF_LOG: u64 = 1 << 48;
 
 /// Writes up to this size are also kept in the cache when staged from a borrowed buffer.
 const CACHE_COPY_MAX: usize = 1 << 20;
@@ -140,7 +140,7 @@ fn replay(
         if have.contains(&(e.loc.segment, e.loc.offset)) || keys.contains(&(e.object, e.seq)) {
             continue;
         }
-        if owner_of_id(e.object) == meta.rank && meta.object(e.object).is_err() {
+        if meta.owns(e.object) && meta.object(e.object).is_err() {
             continue;
         }
         if !log.is_committed(&e.loc) || log.read_payload(&e.loc).is_err() {
@@ -251,7 +251,7 @@ impl DataStore {
             .last()
             .map_or(PROVISIONAL_BASE, |d| d.provisional + 1);
         let mut next_seq = min_next_seq.max(1);
-        for r in keep.iter().filter(|r| owner_of_id(r.id) == rank) {
+        for r in keep.iter().filter(|r| meta.owns(r.id)) {
             next_seq = next_seq.max(r.seq + 1);
         }
         let mut index: Index = HashMap::new();

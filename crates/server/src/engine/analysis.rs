@@ -6,7 +6,6 @@
 
 use super::Engine;
 use crate::datastore::ExtentRanges;
-use pdcx_core::model::owner_of_id;
 use pdcx_core::region::{gather_strided, Region};
 use pdcx_core::valuequery::{element_f64, QueryAnswer, QueryWant, ValueExpr, MAX_CONDITIONS};
 use pdcx_core::{Dtype, Error, ObjectId, ObjectMeta, Result};
@@ -31,7 +30,7 @@ fn slab_shape(count: &[u64], max: u64) -> (usize, u64) {
 
 /// The object's metadata wherever it is owned; an object without a type has no values.
 fn meta_of(engine: &Engine, id: ObjectId) -> Result<ObjectMeta> {
-    let obj = if owner_of_id(id) == engine.rank {
+    let obj = if engine.meta.owner_of(id) == engine.rank {
         engine.meta.object(id)?
     } else {
         engine.peers()?.object(id, true)?
@@ -50,7 +49,7 @@ fn typed(obj: ObjectMeta) -> Result<ObjectMeta> {
 /// `region` of `id` as a client's read would see it: through this server's engine when it
 /// owns the object, else from its owner.
 fn read_any(engine: &Engine, id: ObjectId, region: &Region, out: &mut [u8]) -> Result<()> {
-    let owner = owner_of_id(id);
+    let owner = engine.meta.owner_of(id);
     if owner == engine.rank {
         return engine.read(id, region, out);
     }
@@ -113,10 +112,10 @@ pub fn value_query(
         )));
     }
     let first = ids[0];
-    if owner_of_id(first) != engine.rank {
+    if engine.meta.owner_of(first) != engine.rank {
         return Err(Error::invalid(format!(
             "a value query goes to the owner of its first object {first:#x}, server {}, not {}",
-            owner_of_id(first),
+            engine.meta.owner_of(first),
             engine.rank
         )));
     }
@@ -309,7 +308,7 @@ pub fn value_query(
 /// None when they cannot be known here: an object another server owns, a holder that did not
 /// answer.
 fn pieces_of(engine: &Engine, obj: &ObjectMeta, slab: &Region) -> Option<ExtentRanges> {
-    if owner_of_id(obj.id) != engine.rank || obj.dtype == Dtype::Bytes {
+    if engine.meta.owner_of(obj.id) != engine.rank || obj.dtype == Dtype::Bytes {
         return None;
     }
     let mut pieces = engine.store().extent_ranges(obj.id, slab);

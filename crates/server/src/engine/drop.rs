@@ -84,7 +84,7 @@ impl Engine {
                 _ => None,
             };
             let plan = match plan_with(false) {
-                Some(_) if owner_of_id(id) != self.rank => plan_with(true),
+                Some(_) if self.meta.owner_of(id) != self.rank => plan_with(true),
                 plan => plan,
             };
             plans.extend(plan);
@@ -103,7 +103,10 @@ impl Engine {
         // a read of one is refused rather than answered without the dropped write.
         let mut by_owner: HashMap<u32, Vec<HiddenPlan>> = HashMap::new();
         for plan in plans {
-            by_owner.entry(owner_of_id(plan.id)).or_default().push(plan);
+            by_owner
+                .entry(self.meta.owner_of(plan.id))
+                .or_default()
+                .push(plan);
         }
         let mut dropped = 0u64;
         for (owner, plans) in by_owner {

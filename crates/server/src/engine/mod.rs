@@ -17,7 +17,6 @@ use crate::datastore::{DataStore, Extent, Registrar};
 use crate::meta::{Metadata, Registration};
 use crate::streambase::{Base, StreamBases};
 use crate::tiering::Tiering;
-use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{
     Consistency, Durability, ExtentInfo, PiecePlans, PlanPiece, PlanSpan, ReadPlan, RegisterItem,
 };
@@ -184,6 +183,10 @@ impl crate::flusher::FlushHost for Engine {
         self.rank
     }
 
+    fn owns(&self, id: ObjectId) -> bool {
+        self.meta.owns(id)
+    }
+
     fn tiering(&self) -> Option<&Arc<Tiering>> {
         self.tiering.as_ref()
     }
@@ -303,7 +306,7 @@ impl Engine {
 
     /// Metadata of any object: from the local shard if this server owns it, else its owner's.
     pub fn object_meta(&self, id: ObjectId, fresh: bool) -> Result<ObjectMeta> {
-        if owner_of_id(id) == self.rank {
+        if self.meta.owner_of(id) == self.rank {
             self.meta.object(id)
         } else {
             self.peers()?.object(id, fresh)
@@ -319,7 +322,7 @@ impl Engine {
         let mut obj = self.object_meta(id, false)?;
         // An object created without a type holds no data until its owner gives it one; a
         // foreign object's cached copy may predate that, so it is asked once more.
-        if obj.is_untyped() && owner_of_id(id) != self.rank {
+        if obj.is_untyped() && self.meta.owner_of(id) != self.rank {
             obj = self.object_meta(id, true)?;
         }
         if obj.is_untyped() {
@@ -327,7 +330,7 @@ impl Engine {
         }
         match region.check_within(&obj.dims) {
             Ok(()) => Ok(obj),
-            Err(_) if owner_of_id(id) != self.rank => {
+            Err(_) if self.meta.owner_of(id) != self.rank => {
                 let obj = self.object_meta(id, true)?;
                 region.check_within(&obj.dims)?;
                 Ok(obj)

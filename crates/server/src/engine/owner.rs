@@ -31,7 +31,7 @@ impl Engine {
         let mut live: Vec<Registration<'_>> = Vec::new();
         let mut at: Vec<usize> = Vec::new();
         for (k, item) in items.iter().enumerate() {
-            if owner_of_id(item.id) != self.rank {
+            if self.meta.owner_of(item.id) != self.rank {
                 return Err(Error::invalid(format!(
                     "server {holder} registered object {:#x} with server {}, which does not own it",
                     item.id, self.rank

@@ -9,7 +9,7 @@ impl Engine {
     /// Refuses a request for object `id` that only its owner answers, saying where to go
     /// (`then`: "read it there").
     fn owned_here(&self, id: ObjectId, then: &str) -> Result<()> {
-        let owner = owner_of_id(id);
+        let owner = self.meta.owner_of(id);
         if owner != self.rank {
             return Err(Error::invalid(format!(
                 "object {id:#x} is owned by server {owner}, not {}: {then}",

@@ -95,7 +95,7 @@ impl Engine {
         tokens_below: u64,
     ) -> Result<u64> {
         for id in writes.iter().map(|w| w.0).chain(gone.iter().map(|g| g.0)) {
-            if owner_of_id(id) != self.rank {
+            if self.meta.owner_of(id) != self.rank {
                 return Err(Error::invalid(format!(
                     "server {holder} released writes of object {id:#x}, which server {} does not own",
                     self.rank

@@ -141,7 +141,7 @@ impl Engine {
             }
             // An object deleted since its write was staged has no say (the commit goes on as
             // before; its extents are garbage). Own objects: no copy of the metadata.
-            let tag = if owner_of_id(s.id) == self.rank {
+            let tag = if self.meta.owner_of(s.id) == self.rank {
                 self.meta.object_tag(s.id, DURABILITY_TAG)
             } else {
                 let Ok(obj) = self.object_meta(s.id, false) else {
@@ -180,7 +180,8 @@ impl Engine {
 
     /// The base of `obj` if it is a byte stream owned here that has one.
     pub(super) fn base_of(&self, obj: &ObjectMeta) -> Option<Base> {
-        if self.bases.is_empty() || owner_of_id(obj.id) != self.rank || !obj.is_byte_stream() {
+        if self.bases.is_empty() || self.meta.owner_of(obj.id) != self.rank || !obj.is_byte_stream()
+        {
             return None;
         }
         self.bases.get(obj.id)

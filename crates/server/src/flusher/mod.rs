@@ -10,7 +10,6 @@ use crate::datastore::DataStore;
 use crate::datastore::{crash_point, Extent};
 use crate::tiering::placement::{candidates, Hints, TierHint, TierView};
 use crate::tiering::{codec, Home, Tiering};
-use pdcx_core::model::owner_of_id;
 use pdcx_core::protocol::{PeerRequest, PeerResponse, TierStat};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use std::collections::{HashMap, HashSet};
@@ -34,6 +33,8 @@ pub trait FlushHost: Sync {
     fn store(&self) -> &DataStore;
     /// This server's rank.
     fn rank(&self) -> u32;
+    /// Whether this server owns object `id`.
+    fn owns(&self, id: ObjectId) -> bool;
     /// The storage hierarchy; None when the config declares no tiers.
     fn tiering(&self) -> Option<&Arc<Tiering>>;
     /// An object's metadata wherever it is owned (`fresh`: ask a foreign owner again).
@@ -69,10 +70,7 @@ impl Flusher<'_> {
     /// fresh (once per pass): the cached copy predates placement tags set since; the cached
     /// one serves while the owner is unreachable. None: the object is gone.
     pub(super) fn placement_meta(&self, id: ObjectId) -> Option<ObjectMeta> {
-        match self
-            .host
-            .object_meta(id, owner_of_id(id) != self.host.rank())
-        {
+        match self.host.object_meta(id, !self.host.owns(id)) {
             Ok(m) => Some(m),
             Err(e) if e.kind == ErrorKind::NotFound => None,
             Err(_) => self.host.object_meta(id, false).ok(),

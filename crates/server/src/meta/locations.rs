@@ -10,7 +10,6 @@
 //! Only the data store (`crate::datastore`) and the owner side of registration use these.
 
 use super::{db_err, lid_of, now, Metadata};
-use pdcx_core::model::owner_of_id;
 use pdcx_core::{Error, ObjectId, Region, Result};
 use pdcx_store::Location;
 use rusqlite::{params, OptionalExtension};
@@ -90,7 +89,7 @@ impl Metadata {
             let mut touch = tx
                 .prepare_cached("UPDATE objects SET mtime=?1 WHERE lid=?2")
                 .map_err(db_err)?;
-            for r in rows.iter().filter(|r| owner_of_id(r.id) == self.rank) {
+            for r in rows.iter().filter(|r| self.owner_of(r.id) == self.rank) {
                 touch.execute(params![t, lid_of(r.id)]).map_err(db_err)?;
             }
             Ok(())
@@ -569,7 +568,7 @@ impl Metadata {
             let mut touch = tx
                 .prepare_cached("UPDATE objects SET mtime=?1 WHERE lid=?2")
                 .map_err(db_err)?;
-            for (r, _) in rows.iter().filter(|(r, _)| owner_of_id(r.id) == self.rank) {
+            for (r, _) in rows.iter().filter(|(r, _)| self.owner_of(r.id) == self.rank) {
                 touch.execute(params![t, lid_of(r.id)]).map_err(db_err)?;
             }
             Ok(())

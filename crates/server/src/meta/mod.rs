@@ -58,6 +58,8 @@ pub struct Metadata {
     /// The durable reserved sequence mark (`locations::Metadata::register_regions`).
     seq_reserved: std::sync::atomic::AtomicU64,
     pub rank: u32,
+    /// The deployment's server count.
+    pub size: u32,
     /// The shard's database file.
     path: std::path::PathBuf,
 }
@@ -317,11 +319,37 @@ pub(super) fn now() -> f64 {
         .unwrap_or(0.0)
 }
 
+/// The row key of object or container `id` (the whole id, schema version 9).
 pub(super) fn lid_of(id: ObjectId) -> i64 {
-    (id & ((1 << 48) - 1)) as i64
+    id as i64
+}
+
+/// The id of a row key.
+pub(super) fn id_of(lid: i64) -> ObjectId {
+    lid as ObjectId
+}
+
+/// Opens a shard's database with no server running on it (`resize`): WAL, every commit
+/// fsynced, brought up to the current schema.
+pub(crate) fn open_offline(path: &Path) -> Result<Connection> {
+    let db = Connection::open(path).map_err(db_err)?;
+    db.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;")
+        .map_err(db_err)?;
+    schema::migrate(&db, path)?;
+    Ok(db)
 }
 
 impl Metadata {
+    /// The server owning object `id` in this deployment.
+    pub fn owner_of(&self, id: ObjectId) -> u32 {
+        pdcx_core::model::owner_of_id(id, self.size)
+    }
+
+    /// Whether this server owns object `id`.
+    pub fn owns(&self, id: ObjectId) -> bool {
+        self.owner_of(id) == self.rank
+    }
+
     /// Opens the shard, refusing a directory that belongs to another rank or deployment size:
     /// name hashing depends on both, so serving it would hide objects.
     pub fn open(path: &Path, rank: u32, size: u32) -> Result<Metadata> {
@@ -434,6 +462,7 @@ impl Metadata {
             syncer_thread: Some(syncer_thread),
             seq_reserved: seq_reserved.into(),
             rank,
+            size,
             path: path.to_path_buf(),
         };
         md.load_objects()?;

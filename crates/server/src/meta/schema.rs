@@ -16,6 +16,7 @@
 //! | 6 | + `name_links`: names that hash to this server for objects another server owns (renames: `rename.rs`) |
 //! | 7 | + `objects.access`, `containers.access`: the owning user and its grants (`pdcx_core::Access`, JSON; empty: the deployment's user, no grants) |
 //! | 8 | + `dropped_versions`: versions of an object compaction made unreadable (`dropped.rs`) |
+//! | 9 | the `lid` of `objects`, `containers`, `tags` and `memberships.object_lid` hold the whole id (home rank in the top 16 bits), so a resize can bring rows of several homes into one shard |
 //!
 //! A database whose version is newer than this code knows is refused (it was written by a
 //! newer pdcx; this one might misread or corrupt it).
@@ -41,6 +42,7 @@ const MIGRATIONS: &[Step] = &[
     v6_name_links,
     v7_access,
     v8_dropped_versions,
+    v9_lids_are_ids,
 ];
 
 /// Version 1: today's tables. Also adopts an unversioned shard written by earlier code, which
@@ -176,6 +178,40 @@ fn v7_access(tx: &rusqlite::Transaction) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Version 9: local ids become whole ids (`rank << 48 | local`): after a resize a shard holds
+/// objects created by other servers, whose ids its rank does not give. Rows of rank 0 are
+/// unchanged; a row already whole (top bits set) is left alone, so the step is idempotent.
+fn v9_lids_are_ids(tx: &rusqlite::Transaction) -> Result<()> {
+    use rusqlite::OptionalExtension;
+    let rank: Option<String> = tx
+        .query_row("SELECT value FROM settings WHERE key='rank'", [], |r| {
+            r.get(0)
+        })
+        .optional()
+        .map_err(db_err)?;
+    let rank: i64 = match rank {
+        // A new file: its rank is recorded after the migrations, with nothing to rewrite.
+        None => return Ok(()),
+        Some(v) => v
+            .parse()
+            .map_err(|_| Error::internal(format!("settings.rank is not a number: {v:?}")))?,
+    };
+    if rank == 0 {
+        return Ok(());
+    }
+    let home = rank << 48;
+    let local = "< 281474976710656";
+    tx.execute_batch(&format!(
+        "UPDATE objects SET lid = lid + {home} WHERE lid {local};
+         UPDATE containers SET lid = lid + {home} WHERE lid {local};
+         UPDATE memberships SET object_lid = object_lid + {home} WHERE object_lid {local};
+         UPDATE tags SET lid = lid + {home} WHERE lid {local};
+         UPDATE sqlite_sequence SET seq = seq + {home}
+             WHERE name IN ('objects', 'containers') AND seq {local};"
+    ))
+    .map_err(db_err)
 }
 
 /// Version 8: the versions of each object compaction made unreadable (`versions.rs`):

@@ -1,9 +1,10 @@
 //! Containers and memberships: containers created, listed and deleted; objects added to and
 //! removed from them.
 
+use super::create::LOCAL_MASK;
 use super::rows::{access_column, access_from_column, read_tags, write_tags};
-use crate::meta::{db_err, lid_of, now, Metadata};
-use pdcx_core::model::{make_object_id, Tags};
+use crate::meta::{db_err, id_of, lid_of, now, Metadata};
+use pdcx_core::model::Tags;
 use pdcx_core::{Access, ContainerInfo, Error, ErrorKind, ObjectId, Result};
 use rusqlite::{params, OptionalExtension};
 
@@ -18,8 +19,17 @@ impl Metadata {
         self.write(|tx| {
             let inserted = tx
                 .execute(
-                    "INSERT OR IGNORE INTO containers (name, creator, ctime, access) VALUES (?1, ?2, ?3, ?4)",
-                    params![name, creator, now(), access_column(access)],
+                    // An id of this server's (a resize may have brought containers of other
+                    // homes here, whose ids AUTOINCREMENT would continue), never one used
+                    // before (the sequence keeps the highest after deletes).
+                    &format!(
+                        "INSERT OR IGNORE INTO containers (lid, name, creator, ctime, access) \
+                         VALUES (?5 | (1 + max(
+                             coalesce((SELECT max(lid & {LOCAL_MASK}) FROM containers), 0),
+                             coalesce((SELECT seq & {LOCAL_MASK} FROM sqlite_sequence WHERE name='containers'), 0))),
+                         ?1, ?2, ?3, ?4)"
+                    ),
+                    params![name, creator, now(), access_column(access), (self.rank as i64) << 48],
                 )
                 .map_err(db_err)?;
             if inserted == 0 {
@@ -47,7 +57,7 @@ impl Metadata {
         let (lid, creator, ctime, access) =
             row.ok_or_else(|| Error::not_found(format!("no container named {name:?}")))?;
         Ok(ContainerInfo {
-            id: make_object_id(self.rank, lid as u64),
+            id: id_of(lid),
             name: name.to_string(),
             owner: self.rank,
             creator,
@@ -135,7 +145,7 @@ impl Metadata {
                 .map_err(db_err)
         })?;
         for lid in &lids {
-            self.refresh(make_object_id(self.rank, *lid as u64))?;
+            self.refresh(id_of(*lid))?;
         }
         Ok(lids.len() as u64)
     }

@@ -119,6 +119,9 @@ const LID_BLOCK: u64 = 4096;
 /// every id below `end` may have been handed out, and `end` is on stable storage before any
 /// id at or above the old end is (so after a crash, ids restart at the recorded end, above
 /// any id a client may hold for an object the crash lost).
+/// The local part of a whole id (its low 48 bits).
+pub(in crate::meta) const LOCAL_MASK: i64 = (1 << 48) - 1;
+
 pub(crate) struct LidRange {
     next: u64,
     end: u64,
@@ -137,7 +140,11 @@ impl LidRange {
             .optional()
             .map_err(db_err)?;
         let max: Option<i64> = db
-            .query_row("SELECT max(lid) FROM objects", [], |r| r.get(0))
+            .query_row(
+                &format!("SELECT max(lid & {LOCAL_MASK}) FROM objects"),
+                [],
+                |r| r.get(0),
+            )
             .map_err(db_err)?;
         let reserved: Option<String> = db
             .query_row(
@@ -153,7 +160,8 @@ impl LidRange {
                 Error::internal(format!("settings.lids_reserved is not a number: {v:?}"))
             })?,
         };
-        let used = seq.unwrap_or(0).max(max.unwrap_or(0)).max(0) as u64;
+        // Row keys are whole ids (schema version 9); after a resize they have several homes.
+        let used = (seq.unwrap_or(0) & LOCAL_MASK).max(max.unwrap_or(0)).max(0) as u64;
         // Local id 0 is never used (rowids start at 1).
         let next = (used + 1).max(reserved).max(1);
         Ok(LidRange { next, end: next })

@@ -1,8 +1,8 @@
 //! The catalog's rows in SQLite: an object read back, a created object's rows and a queued
 //! growth of its dims written inside the caller's transaction, and tags written and read.
 
-use crate::meta::{db_err, grow_dims, lid_of, now, Metadata};
-use pdcx_core::model::{make_object_id, Tags};
+use crate::meta::{db_err, grow_dims, id_of, lid_of, now, Metadata};
+use pdcx_core::model::Tags;
 use pdcx_core::{Access, Dtype, Error, ObjectId, ObjectMeta, Result, TagValue};
 use rusqlite::{params, Connection, OptionalExtension};
 
@@ -46,7 +46,7 @@ impl Metadata {
             .collect::<std::result::Result<_, _>>()
             .map_err(db_err)?;
         Ok(ObjectMeta {
-            id: make_object_id(self.rank, lid as u64),
+            id: id_of(lid),
             name,
             owner: self.rank,
             creator,

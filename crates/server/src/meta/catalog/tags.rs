@@ -2,8 +2,8 @@
 //! yet) and deleted, and the objects matching a query's conditions.
 
 use super::rows::write_tags;
-use crate::meta::{db_err, lid_of, Metadata};
-use pdcx_core::model::{make_object_id, Tags};
+use crate::meta::{db_err, id_of, lid_of, Metadata};
+use pdcx_core::model::Tags;
 use pdcx_core::protocol::TagTarget;
 use pdcx_core::query::CmpOp;
 use pdcx_core::{Condition, Error, ObjectId, Result, TagValue};
@@ -122,11 +122,8 @@ impl Metadata {
                 Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
             })
             .map_err(db_err)?;
-        rows.map(|r| {
-            r.map(|(lid, name)| (make_object_id(self.rank, lid as u64), name))
-                .map_err(db_err)
-        })
-        .collect()
+        rows.map(|r| r.map(|(lid, name)| (id_of(lid), name)).map_err(db_err))
+            .collect()
     }
 }
 

@@ -1,0 +1,191 @@
+"""`pdcx resize`: a deployment written by N servers restarts on M, fewer or more, every object
+keeping its id, name, tags, containers, data and named versions; data a retired server held is
+read where it is (adopted by rank % M); an interrupted resize blocks starts until run again.
+Real server processes; the crash test kills a crash-point build of `pdcx resize` (SIGKILL) at
+each of its points."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import client_on, run_pdcx
+
+N_OBJECTS = 24
+ELEMS = 40_000  # 320 KB of float64: over the small-write size, so the writer's server holds it
+
+
+def first(i: int) -> np.ndarray:
+    return np.arange(ELEMS, dtype=np.float64) + i * 1e6
+
+
+def latest(i: int) -> np.ndarray:
+    a = first(i)
+    a[: ELEMS // 2] = -a[: ELEMS // 2]
+    return a
+
+
+def populate(dep) -> dict[str, int]:
+    """Objects written through every server (so every server holds data of objects others
+    own), overwritten once, the first version named; two containers; tags. Returns name -> id."""
+    ids = {}
+    clients = [client_on(dep, r) for r in range(dep.n)]
+    clients[0].create_container("run", tags={"kind": "sim"})
+    clients[0].create_container("odd")
+    for i in range(N_OBJECTS):
+        c = clients[i % dep.n]
+        o = c.open_container("run").create_object(f"field{i}", (ELEMS,), "float64", tags={"i": i, "s": f"v{i}"})
+        if i % 2:
+            c.open_container("odd").add(o)
+        o[...] = first(i)
+        o.name_version("start")
+        o[: ELEMS // 2] = latest(i)[: ELEMS // 2]
+        ids[o.name] = o.id
+    return ids
+
+
+def check(dep, ids: dict[str, int]) -> None:
+    for r in range(dep.n):
+        c = client_on(dep, r)
+        for i, (name, oid) in enumerate(sorted(ids.items(), key=lambda kv: int(kv[0].removeprefix("field")))):
+            o = c.open_object(name)
+            assert o.id == oid, (name, hex(o.id), hex(oid))
+            np.testing.assert_array_equal(o[...], latest(i), err_msg=name)
+            assert dict(o.tags)["i"] == i and dict(o.tags)["s"] == f"v{i}"
+            if r == 0:
+                np.testing.assert_array_equal(o.at("start")[...], first(i), err_msg=name)
+        assert sorted(o.name for o in c.open_container("run").objects()) == sorted(ids)
+        assert len(c.open_container("odd").objects()) == N_OBJECTS // 2
+        assert dict(c.open_container("run").tags)["kind"] == "sim"
+    # By id, through the CLI (routed by the id's home modulo the count).
+    for name, oid in list(ids.items())[:4]:
+        shown = json.loads(run_pdcx("show", hex(oid), "--json", "--root", dep.root).stdout)
+        assert shown["name"] == name
+
+
+def resize(dep, to: int, check_rc: bool = True, env=None, binary=None) -> subprocess.CompletedProcess:
+    args = [
+        binary or os.environ.get("PDCX_BIN") or "pdcx",
+        "resize",
+        "--root",
+        str(dep.root),
+        "--to",
+        str(to),
+        "--json",
+    ]
+    p = subprocess.run(args, capture_output=True, text=True, timeout=300, env=env, check=False)
+    if check_rc:
+        assert p.returncode == 0, p.stderr
+    return p
+
+
+def restart_as(dep, n: int) -> None:
+    dep.n = n
+    dep.start()
+
+
+def test_a_deployment_shrinks_and_grows_keeping_ids_names_tags_data_and_versions(deployment):
+    dep = deployment(n=4)
+    ids = populate(dep)
+    dep.stop()
+
+    report = json.loads(resize(dep, 2).stdout)
+    assert (report["from"], report["to"]) == (4, 2)
+    assert report["objects_moved"] > 0 and report["extents_adopted"] > 0, report
+    assert not (dep.root / "server-0002").exists() and not (dep.root / "resize.json").exists()
+    retired = list((dep.root / "retired").glob("*/server-0003/log"))
+    assert retired, "the retired server's log is kept where its adopter reads it"
+    restart_as(dep, 2)
+    check(dep, ids)
+    # New objects and containers after the resize get fresh ids that clash with none.
+    c = dep.client()
+    new = c.create_container("after").create_object("later", (10,), "int32")
+    new[...] = np.arange(10, dtype=np.int32)
+    assert new.id not in ids.values()
+    ids_after = dict(ids, later=new.id)
+    dep.stop()
+
+    # A count that is not a multiple: names now resolve through links.
+    report = json.loads(resize(dep, 5).stdout)
+    assert (report["from"], report["to"]) == (2, 5) and report["name_links"] > 0, report
+    restart_as(dep, 5)
+    del ids_after["later"]
+    check(dep, ids_after)
+    later = dep.client().open_object("later")
+    assert later.id == new.id
+    np.testing.assert_array_equal(later[...], np.arange(10, dtype=np.int32))
+    # Writes after the resize number above every earlier one (versions stay ordered).
+    o = dep.client().open_object("field3")
+    before = [v["version"] for v in o.versions()]
+    o[:10] = np.zeros(10)
+    assert o.versions()[-1]["version"] > max(before)
+    assert dep.client().open_object("field3").at("start")[:5].tolist() == first(3)[:5].tolist()
+
+
+def test_starting_with_another_count_names_the_resize_and_a_live_deployment_is_refused(deployment):
+    dep = deployment(n=2)
+    dep.client().create_container("c").create_object("x", (4,), "int8")
+    p = resize(dep, 1, check_rc=False)
+    assert p.returncode != 0 and "in use by another pdcx server" in p.stderr, p.stderr
+    dep.stop()
+    dep.n = 3
+    with pytest.raises(AssertionError, match=r"pdcx resize --root .* --to 3"):
+        dep.start()
+    p = resize(dep, 0, check_rc=False)
+    assert p.returncode != 0 and "--to must be 1..=4096" in p.stderr
+
+
+CRASH_POINTS = [
+    "resize.after_journal",
+    "resize.after_copy",
+    "resize.after_log_move",
+    "resize.after_adopt",
+    "resize.after_links",
+    "resize.before_journal_removed",
+]
+
+
+@pytest.mark.skipif(not os.environ.get("PDCX_CRASH_BIN"), reason="needs PDCX_CRASH_BIN: a pdcx built with crash points")
+@pytest.mark.parametrize("point", CRASH_POINTS)
+def test_a_resize_killed_anywhere_is_finished_by_running_it_again(deployment, point):
+    dep = deployment(n=3)
+    ids = populate(dep)
+    dep.stop()
+    env = dict(os.environ, PDCX_CRASH_AT=point)
+    p = resize(dep, 2, check_rc=False, env=env, binary=os.environ["PDCX_CRASH_BIN"])
+    assert p.returncode == -9, f"not killed at {point}: rc {p.returncode}\n{p.stderr}"
+    journal = dep.root / "resize.json"
+    assert journal.exists()
+    # Servers refuse a half-resized root, naming the command that finishes it.
+    dep.n = 2
+    with pytest.raises(AssertionError, match=r"did not finish.*pdcx resize --root"):
+        dep.start()
+    again = json.loads(resize(dep, 2).stdout)
+    assert again["resumed"] and not journal.exists()
+    dep.start()
+    check(dep, ids)
+
+
+def test_a_retired_servers_unregistered_writes_block_the_resize(deployment, tmp_path):
+    """Resize refuses (changing nothing) when a server to retire holds relaxed writes its
+    owners never numbered: only that server's restart can register them."""
+    dep = deployment(n=2)
+    dep.client().create_container("c").create_object("x", (4,), "int8")
+    dep.stop()
+    import sqlite3
+
+    db = sqlite3.connect(dep.root / "server-0001" / "meta.sqlite")
+    db.execute(
+        "INSERT INTO extent_map (object, seq, region, segment, offset, len, crc) VALUES (1, ?, x'00', 1, 0, 4, 0)",
+        (1 << 62,),
+    )
+    db.commit()
+    db.close()
+    p = resize(dep, 1, check_rc=False)
+    assert p.returncode != 0 and "relaxed writes not yet registered" in p.stderr, p.stderr
+    assert not (dep.root / "resize.json").exists()
+    assert Path(dep.root / "server-0001" / "meta.sqlite").exists()
