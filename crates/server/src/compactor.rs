@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 const THRESHOLD_MIN: f64 = 0.05;
 const THRESHOLD_MAX: f64 = 0.95;
 
+/// Bytes of adopted data (`engine/adopted.rs`) a background pass moves into the log, at
+/// least: the rest waits for the next passes.
+const ADOPTED_PER_PASS: u64 = 256 << 20;
+
 /// Segments that still take appends are sealed for compaction from this size on: sealing
 /// a small one would only add segments.
 const SEAL_MIN: u64 = 16 << 20;
@@ -32,6 +36,8 @@ pub struct Compactor {
     totals: Mutex<CompactReport>,
     /// Set when data was deleted: the next poll runs a pass.
     wanted: AtomicBool,
+    /// Retired servers' logs this server may remove (`retired.rs`).
+    retired: crate::retired::RetiredLogs,
 }
 
 impl Compactor {
@@ -68,6 +74,7 @@ impl Compactor {
             interval: Duration::from_millis(interval_ms),
             totals: Mutex::new(CompactReport::default()),
             wanted: AtomicBool::new(false),
+            retired: Default::default(),
         })
     }
 
@@ -147,6 +154,21 @@ pub fn pass(
         seal_min: if threshold >= 1.0 { 1 } else { SEAL_MIN },
     };
     store.compact(&opts, &mut report, progress)?;
+    // Data a resize adopted from retired servers moves into this log; their logs go once
+    // nothing reads from them.
+    let retired = server.config.root.join("retired");
+    if retired.exists() {
+        let budget = if forced { u64::MAX } else { ADOPTED_PER_PASS };
+        let (n, bytes) = server.engine.promote_adopted(&retired, budget)?;
+        report.moved_extents += n;
+        report.moved_bytes += bytes;
+        server.compactor.retired.remove_unreferenced(
+            &server.config.root,
+            server.config.rank,
+            store,
+            forced,
+        );
+    }
     // Tier shards mostly garbage: their live extents moved out, the shards deleted.
     let (moved, bytes) = server.engine.flusher().repack(threshold)?;
     report.moved_extents += moved;

@@ -32,6 +32,7 @@ pub mod peers;
 pub mod privacy;
 mod relay;
 pub mod resize;
+pub mod retired;
 mod shm;
 mod stats;
 pub mod streambase;

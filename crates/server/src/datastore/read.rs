@@ -168,7 +168,7 @@ impl DataStore {
             .collect();
         if refs
             .values()
-            .any(|(e, r)| !r.filters.is_empty() || r.chunk != e.region.count)
+            .any(|(e, r)| !r.filters.is_empty() || r.chunk != e.region.count || e.loc.crc != 0)
         {
             return Ok(false);
         }

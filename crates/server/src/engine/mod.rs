@@ -28,6 +28,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
 
+mod adopted;
 pub mod analysis;
 mod drop;
 mod owner;

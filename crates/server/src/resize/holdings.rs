@@ -115,6 +115,9 @@ pub(super) fn adopt(
             sync_dir(&crate::rank_dir(ctx.root, r))?;
             crash_point("resize.after_log_move");
         }
+        if moved.exists() {
+            set_holder(moved.parent().unwrap_or(ctx.root), adopter)?;
+        }
         let held = load_held(src)?;
         if held.is_empty() {
             continue;
@@ -125,6 +128,25 @@ pub(super) fn adopt(
             "tier, codec, stored_len, blob, blob_offset",
         )?;
         let refs = load_rows(src, "extent_refs", "path, offset, size, chunk, filters")?;
+        // References this server had adopted from servers retired before: their new holder.
+        let retired_root = ctx.root.join("retired");
+        let earlier: std::collections::BTreeSet<std::path::PathBuf> = refs
+            .values()
+            .filter_map(|v| match &v[0] {
+                rusqlite::types::Value::Text(p) => {
+                    let rel = std::path::Path::new(p).strip_prefix(&retired_root).ok()?;
+                    let mut parts = rel.components();
+                    let (a, b) = (parts.next()?, parts.next()?);
+                    Some(retired_root.join(a).join(b))
+                }
+                _ => None,
+            })
+            .collect();
+        for dir in &earlier {
+            if dir.exists() {
+                set_holder(dir, adopter)?;
+            }
+        }
         let stats = load_rows(src, "extent_stats", "min, max")?;
         let n = held.len() as u64;
         let b: u64 = held.iter().map(|h| h.len.max(0) as u64).sum();
@@ -186,7 +208,8 @@ pub(super) fn adopt(
                         REF_SEGMENT as i64,
                         h.seq,
                         h.len,
-                        0
+                        // The record's crc, kept: a whole read checks it (`read_reference`).
+                        h.crc
                     ])
                     .map_err(db_err)?;
                     reference
@@ -245,6 +268,18 @@ pub(super) fn remap_holders(ctx: &Ctx, dbs: &[Option<Connection>]) -> Result<()>
         })?;
     }
     Ok(())
+}
+
+/// Records that server `rank` holds the references into retired directory `dir`.
+fn set_holder(dir: &std::path::Path, rank: u32) -> Result<()> {
+    let path = dir.join(crate::retired::HOLDER);
+    pdcx_fsio::publish_private(pdcx_fsio::os().as_ref(), &path, rank.to_string().as_bytes())
+        .map_err(|e| {
+            Error::new(
+                pdcx_core::ErrorKind::Io,
+                format!("writing {}: {e}", path.display()),
+            )
+        })
 }
 
 fn load_held(db: &Connection) -> Result<Vec<Held>> {
