@@ -232,3 +232,32 @@ def test_adopted_data_that_changed_on_disk_is_an_error_not_other_bytes(deploymen
     restart_as(dep, 1)
     with pytest.raises(Exception, match="checksum"):
         dep.client().open_object("victim")[...]
+
+
+def test_data_flushed_to_a_tier_and_gone_from_the_log_stays_readable_after_a_shrink(deployment, tmp_path):
+    """A retired server's extents that only a tier holds (flushed, their log segments
+    retired) keep their blobs: the adopter reads them under the retired server's keys."""
+    dep = deployment(n=2, start=False)
+    (dep.root / "pdcx.toml").write_text(
+        f'[[tier]]\nname = "pfs"\nkind = "shared"\npath = "{tmp_path}/pfs"\n\n'
+        '[log]\nsegment_bytes = "1MiB"\n\n[flush]\ninterval_ms = 100\n'
+    )
+    dep.start()
+    c = client_on(dep, 1)
+    data = {}
+    for i in range(6):
+        o = c.open_container("t") if i else c.create_container("t")
+        obj = o.create_object(f"flushed{i}", (ELEMS,), "float64", tags={"pdcx.tier": "pfs"})
+        obj[...] = first(i)
+        data[obj.name] = (obj.id, first(i))
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+    shown = json.loads(run_pdcx("show", "flushed1", "--json", "--root", dep.root).stdout)
+    assert {e["tier"] for e in shown["extents"]} == {"pfs"}, shown["extents"]
+    dep.stop()
+    resize(dep, 1)
+    restart_as(dep, 1)
+    r = dep.client()
+    for name, (oid, want) in data.items():
+        o = r.open_object(name)
+        assert o.id == oid
+        np.testing.assert_array_equal(o[...], want, err_msg=name)

@@ -58,7 +58,10 @@ pub fn stop(root: &Path, timeout: u64) -> Result<()> {
     }
     let gone = |t: &Target| {
         if t.local {
-            !pid_alive(t.entry.pid)
+            // Its shard lock free too: a process whose main thread returned shows as a zombie
+            // while its other threads still finish (a large shard's maps take seconds to
+            // free), and a resize or start right after must find the shard free.
+            !pid_alive(t.entry.pid) && lock_holder(root, t.entry.rank) != Some(t.entry.pid)
         } else {
             ask_all(
                 std::slice::from_ref(&t.entry),

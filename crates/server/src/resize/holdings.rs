@@ -150,6 +150,7 @@ pub(super) fn adopt(
         let stats = load_rows(src, "extent_stats", "min, max")?;
         let n = held.len() as u64;
         let b: u64 = held.iter().map(|h| h.len.max(0) as u64).sum();
+        let mut lost = 0u64;
         in_tx(dest, |db| {
             let mut map = db
                 .prepare("INSERT OR REPLACE INTO extent_map (object, seq, region, segment, offset, len, crc) VALUES (?1,?2,?3,?4,?5,?6,?7)")
@@ -176,12 +177,21 @@ pub(super) fn adopt(
                             .execute(params![h.object, h.seq, v[0], v[1], v[2], v[3], v[4]])
                             .map_err(db_err)?;
                     }
-                } else if seg >= OFF_LOG {
+                } else if let Some(v) = homes.get(&key) {
+                    // On a tier (its log bytes retired, or still there: the tier copy is
+                    // read, so the retired log need not stay for it).
+                    let off_log = if seg >= OFF_LOG { seg } else { seg + OFF_LOG };
                     map.execute(params![
-                        h.object, h.seq, h.region, h.segment, h.offset, h.len, h.crc
+                        h.object,
+                        h.seq,
+                        h.region,
+                        off_log as i64,
+                        h.offset,
+                        h.len,
+                        h.crc
                     ])
                     .map_err(db_err)?;
-                    if let Some(v) = homes.get(&key) {
+                    {
                         let blob = match &v[3] {
                             rusqlite::types::Value::Text(k) => k.clone(),
                             _ => format!(
@@ -192,10 +202,12 @@ pub(super) fn adopt(
                         home.execute(params![h.object, h.seq, v[0], v[1], v[2], blob, v[4]])
                             .map_err(db_err)?;
                     }
+                } else if seg >= OFF_LOG || !in_segment(&moved, seg, h.offset, h.len) {
+                    // Neither on a tier nor in the log: a `memory` write a crash lost, which
+                    // the retired server would have dropped at its next start too.
+                    lost += 1;
                 } else {
-                    // In the log: a reference to its payload in the moved segment file. Its
-                    // tier copy, if any, is left to the retired rank's prefix (swept as
-                    // unreferenced when a server of that rank starts again).
+                    // In the log only: a reference to its payload in the moved segment file.
                     let region: Region = bincode::deserialize(&h.region)
                         .map_err(|e| Error::internal(format!("stored region: {e}")))?;
                     let path = pdcx_store::record::segment_path(&moved, seg);
@@ -239,8 +251,13 @@ pub(super) fn adopt(
             .map_err(db_err)
         })?;
         say(&format!(
-            "  server {r}: {n} extents ({b} bytes) adopted by server {adopter}, read from {}",
-            moved.display()
+            "  server {r}: {n} extents ({b} bytes) adopted by server {adopter}, read from {} or their tier{}",
+            moved.display(),
+            if lost > 0 {
+                format!(" ({lost} `memory` writes a crash had lost left out)")
+            } else {
+                String::new()
+            }
         ));
         extents += n;
         bytes += b;
@@ -280,6 +297,12 @@ fn set_holder(dir: &std::path::Path, rank: u32) -> Result<()> {
                 format!("writing {}: {e}", path.display()),
             )
         })
+}
+
+/// Whether the segment file `seg` of log `dir` holds `len` bytes at `offset`.
+fn in_segment(dir: &std::path::Path, seg: u64, offset: i64, len: i64) -> bool {
+    let path = pdcx_store::record::segment_path(dir, seg);
+    std::fs::metadata(path).is_ok_and(|m| (offset.max(0) + len.max(0)) as u64 <= m.len())
 }
 
 fn load_held(db: &Connection) -> Result<Vec<Held>> {
