@@ -4,8 +4,8 @@
 //! would otherwise open it as its own log and retire its segments), and each extent in it
 //! becomes a reference extent: the adopter reads its bytes from the moved segment file, as it
 //! reads an HDF5 chunk imported by reference, and may copy them into its own log later
-//! (`promote_references`). An extent only on a tier keeps its blob, the key made explicit
-//! (blob keys carry the rank that wrote them).
+//! (`promote_references`). An extent with a tier copy is read from the tier instead, its blob
+//! key made explicit (blob keys carry the rank that wrote them).
 
 use super::{in_tx, sync_dir, Ctx};
 use crate::datastore::{crash_point, FIRST_PROVISIONAL_SEQ, OFF_LOG, REF_SEGMENT};
