@@ -103,3 +103,31 @@ def test_without_a_policy_only_the_latest_version_survives_compaction(deployment
     with pytest.raises(pdcx.NotFoundError):
         obj.at(seqs[0])[:]
     assert (obj[:] == 2).all()
+
+
+def test_a_containers_policy_keeps_versions_of_its_objects_on_every_holder(deployment, monkeypatch):
+    """`pdcx.keep.last` on a container applies to its objects (held on another server than
+    the container's and the object's), an object's own tag wins, and an object in two
+    containers keeps what the more generous asks."""
+    monkeypatch.setenv("PDCX_COMPACTION_THRESHOLD", "0")
+    dep = deployment(n=3)
+    c = client_on(dep, 2)
+    kept = c.create_container("kept", tags={"pdcx.keep.last": 3})
+    c.create_container("kept-more", tags={"pdcx.keep.last": 4})
+    plain = c.create_container("plain")
+    inherits = kept.create_object("inherits", (N,), "float64")
+    both = kept.create_object("both", (N,), "float64")
+    c.open_container("kept-more").add(both)
+    own = kept.create_object("own", (N,), "float64", tags={"pdcx.keep.last": 1})
+    alone = plain.create_object("alone", (N,), "float64")
+    seqs = {o.name: checkpoints(o, 6) for o in (inherits, both, own, alone)}
+    run_pdcx("compact", "--root", dep.root, timeout=120)
+    versions = {name: [v["version"] for v in c.open_object(name).versions()] for name in seqs}
+    assert versions["inherits"] == seqs["inherits"][-3:], versions
+    assert versions["both"] == seqs["both"][-4:], versions
+    assert versions["own"] == seqs["own"][-1:], versions
+    assert versions["alone"] == seqs["alone"][-1:], versions
+    assert (c.open_object("inherits").at(seqs["inherits"][3])[:] == 3).all()
+    # A bad policy on a container is refused when set.
+    with pytest.raises(pdcx.InvalidArgumentError, match="pdcx.keep.last"):
+        plain.tags["pdcx.keep.last"] = "x"

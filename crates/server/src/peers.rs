@@ -38,6 +38,14 @@ impl ClusterPeers {
 }
 
 impl Peers for ClusterPeers {
+    fn container_tags(
+        &self,
+        owner: u32,
+        names: &[String],
+    ) -> Result<Vec<Option<pdcx_core::model::Tags>>> {
+        self.peers.container_tags(owner, names)
+    }
+
     fn object(&self, id: ObjectId, fresh: bool) -> Result<ObjectMeta> {
         if !fresh {
             if let Some(m) = self

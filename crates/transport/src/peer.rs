@@ -4,6 +4,7 @@
 use crate::cluster::ClusterFile;
 use crate::conn::Conn;
 use crate::pool::Pool;
+use pdcx_core::model::Tags;
 use pdcx_core::protocol::{
     Credential, ObjectKey, PeerRequest, PeerResponse, Pieces, RegisterItem, Role, UploadPart,
 };
@@ -101,6 +102,17 @@ impl PeerClient {
         match self.call(owner, &PeerRequest::Object { id })? {
             (PeerResponse::Object(o), _) => Ok(o),
             (r, _) => Err(unexpected("object", r)),
+        }
+    }
+
+    /// The tags of containers `names`, all hashing to server `to` (None: no such container).
+    pub fn container_tags(&self, to: u32, names: &[String]) -> Result<Vec<Option<Tags>>> {
+        let req = PeerRequest::ContainerTags {
+            names: names.to_vec(),
+        };
+        match self.call(to, &req)? {
+            (PeerResponse::ContainerTags(t), _) if t.len() == names.len() => Ok(t),
+            (r, _) => Err(unexpected("container tags", r)),
         }
     }
 

@@ -99,6 +99,9 @@ pub enum PeerRequest {
         gone: Vec<(ObjectId, u64, u64)>,
         tokens_below: u64,
     },
+    /// The tags of these containers, which hash to this server (a holder reading their
+    /// retention policy, `engine/retention.rs`). Answered with `ContainerTags`.
+    ContainerTags { names: Vec<String> },
 }
 
 /// See `PeerRequest::UploadShardPart`: part `part` of upload `upload_id` of `key` on tier
@@ -174,6 +177,7 @@ impl PeerRequest {
             PeerRequest::ShardBytes { .. } => "ShardBytes",
             PeerRequest::UploadShardPart(_) => "UploadShardPart",
             PeerRequest::Released { .. } => "Released",
+            PeerRequest::ContainerTags { .. } => "ContainerTags",
         }
     }
 }
@@ -213,4 +217,7 @@ pub enum PeerResponse {
     ShardBytes,
     /// Answer to `ExtentRanges`.
     ExtentRanges(Vec<(Region, Option<(f64, f64)>)>),
+    /// Answer to `ContainerTags`: each container's tags in request order (None: no such
+    /// container).
+    ContainerTags(Vec<Option<crate::model::Tags>>),
 }

@@ -17,6 +17,16 @@ pub(crate) fn handle(
             server.lookups.fetch_add(1, Ordering::Relaxed);
             PeerResponse::Object(server.meta.object(id)?)
         }
+        PeerRequest::ContainerTags { names } => PeerResponse::ContainerTags(
+            names
+                .iter()
+                .map(|n| match server.meta.get_container(n) {
+                    Ok(c) => Ok(Some(c.tags)),
+                    Err(e) if e.kind == pdcx_core::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(e),
+                })
+                .collect::<Result<_>>()?,
+        ),
         PeerRequest::Lookup { key, riders } => {
             PeerResponse::Object(super::catalog::relayed_lookup(server, key, riders)?)
         }

@@ -14,6 +14,7 @@ use super::read::Coverage;
 use super::retention::{epoch_of, Retention};
 use super::*;
 use pdcx_core::cover::hidden_by;
+use pdcx_core::model::Tags;
 use std::collections::BTreeMap;
 
 /// Objects with more writes than this are checked for writes an identical newer region
@@ -68,6 +69,7 @@ impl Engine {
         let touched = if all { None } else { touched };
         let now = crate::datastore::unix_now();
         let mut plans: Vec<HiddenPlan> = Vec::new();
+        let mut containers = ContainerTags::default();
         for (id, n) in self.store.extent_counts() {
             if n < 2 || !touched.as_ref().is_none_or(|t| t.contains(&id)) {
                 continue;
@@ -77,10 +79,20 @@ impl Engine {
             // for an object of another owner, with its tags as they are now: a version named
             // since would be kept. (Were the cache stale, the version would be refused when
             // read, never read wrong: the owner records what a drop breaks first.)
-            let plan_with = |fresh: bool| match self.object_meta(id, fresh) {
+            // A container's policy only keeps more, so it is looked up (once per container
+            // and pass) only for an object its own tags would drop writes of.
+            let mut plan_with = |fresh: bool| match self.object_meta(id, fresh) {
                 // A policy that cannot be read keeps everything.
                 Ok(obj) if !obj.is_byte_stream() => Retention::of(&obj)
-                    .and_then(|policy| hidden_plan(id, self.rank, &extents, &policy, now)),
+                    .and_then(|policy| hidden_plan(id, self.rank, &extents, &policy, now))
+                    .and_then(|plan| {
+                        if obj.containers.is_empty() {
+                            return Some(plan);
+                        }
+                        let tags = containers.of(self, &obj.containers)?;
+                        let policy = Retention::of_in(&obj, &tags.iter().collect::<Vec<_>>())?;
+                        hidden_plan(id, self.rank, &extents, &policy, now)
+                    }),
                 _ => None,
             };
             let plan = match plan_with(false) {
@@ -366,5 +378,45 @@ mod tests {
         let mut many: Vec<Write> = (0..300).map(|i| w(i + 1, &[i, 0], &[1, 8])).collect();
         many.push(w(1000, &[0, 0], &[1, 8]));
         assert_eq!(seqs(many), vec![1]);
+    }
+}
+
+/// Containers' tags, looked up once per compaction pass (None: the lookup failed).
+#[derive(Default)]
+struct ContainerTags(HashMap<String, Option<Tags>>);
+
+impl ContainerTags {
+    /// The tags of containers `names` (a container gone has none); None when one cannot be
+    /// read now (then the object keeps everything this pass).
+    fn of(&mut self, engine: &Engine, names: &[String]) -> Option<Vec<Tags>> {
+        let mut out = Vec::with_capacity(names.len());
+        for name in names {
+            let tags = self
+                .0
+                .entry(name.clone())
+                .or_insert_with(|| engine.container_tags(name).ok());
+            out.push(tags.clone()?);
+        }
+        Some(out)
+    }
+}
+
+impl Engine {
+    /// Container `name`'s tags, from the server its name hashes to (none if it is gone).
+    fn container_tags(&self, name: &str) -> Result<Tags> {
+        let owner = pdcx_core::model::owner_of_name(name, self.meta.size);
+        let found = if owner == self.rank {
+            match self.meta.get_container(name) {
+                Ok(c) => Some(c.tags),
+                Err(e) if e.kind == pdcx_core::ErrorKind::NotFound => None,
+                Err(e) => return Err(e),
+            }
+        } else {
+            self.peers()?
+                .container_tags(owner, &[name.to_string()])?
+                .pop()
+                .flatten()
+        };
+        Ok(found.unwrap_or_default())
     }
 }

@@ -54,6 +54,18 @@ pub trait Peers: Send + Sync {
     fn register_memory(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
         self.register(owner, items)
     }
+    /// The tags of containers `names`, which hash to server `owner` (None: no such
+    /// container); their retention policy applies to their objects.
+    fn container_tags(
+        &self,
+        owner: u32,
+        names: &[String],
+    ) -> Result<Vec<Option<pdcx_core::model::Tags>>> {
+        let _ = names;
+        Err(Error::invalid(format!(
+            "server {owner} cannot be asked for container tags here (no peer connections)"
+        )))
+    }
     /// `holder`'s committed pieces of `region` (seq, piece) and their bytes back to back.
     fn pieces(&self, holder: u32, id: ObjectId, region: &Region) -> Result<Pieces>;
     /// `owner`'s read of `region` of its object `id` (a value query over objects of

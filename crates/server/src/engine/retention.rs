@@ -6,6 +6,9 @@
 //! - `pdcx.keep.last = N`: the last `N` versions;
 //! - `pdcx.keep.seconds = D`: every version of the last `D` seconds.
 //!
+//! The two `keep` tags on a container apply to its objects that do not set them themselves
+//! (the most any of an object's containers asks).
+//!
 //! Each server decides for the writes it holds (`drop.rs`), knowing only its own writes, so a
 //! retained version becomes a *boundary*: a write numbered `s` may be hidden only by newer
 //! writes numbered up to the first boundary at or after `s`, and a version at a boundary
@@ -16,7 +19,7 @@
 //! last `D` seconds plus the newest one before (likewise). That keeps at least what the policy
 //! asks, sometimes more, never less.
 
-use pdcx_core::model::{ObjectMeta, TagValue};
+use pdcx_core::model::{ObjectMeta, TagValue, Tags};
 use pdcx_core::{Error, Result};
 
 pub const VERSION_TAG_PREFIX: &str = "pdcx.version.";
@@ -84,6 +87,36 @@ impl Retention {
             }
         }
         r.named.sort_by_key(|(_, v)| *v);
+        Some(r)
+    }
+
+    /// The policy of `obj` in containers whose tags are `containers`: what its own tags leave
+    /// unset of `pdcx.keep.last` and `pdcx.keep.seconds` comes from its containers, the most
+    /// any of them asks (an object in several keeps what each asks). None when a retention
+    /// tag, its own or a container's, cannot be read.
+    pub fn of_in(obj: &ObjectMeta, containers: &[&Tags]) -> Option<Retention> {
+        let mut r = Retention::of(obj)?;
+        let own = |key: &str| obj.tags.iter().any(|(k, _)| k == key);
+        let (own_last, own_seconds) = (own(KEEP_LAST_TAG), own(KEEP_SECONDS_TAG));
+        for tags in containers {
+            for (key, value) in tags.iter() {
+                if check_tag(key, value).is_err() {
+                    return None;
+                }
+                match (key.as_str(), value) {
+                    (KEEP_LAST_TAG, TagValue::Int(n)) if !own_last => {
+                        r.last = r.last.max(*n as u64)
+                    }
+                    (KEEP_SECONDS_TAG, v) if !own_seconds => {
+                        r.seconds = match (r.seconds, v.as_f64()) {
+                            (Some(a), Some(b)) => Some(a.max(b)),
+                            (a, b) => a.or(b),
+                        };
+                    }
+                    _ => {}
+                }
+            }
+        }
         Some(r)
     }
 
@@ -174,5 +207,29 @@ mod tests {
         assert_eq!(epoch_of(&[15, 30], 15), 15);
         assert_eq!(epoch_of(&[15, 30], 16), 30);
         assert_eq!(epoch_of(&[15, 30], 31), u64::MAX);
+    }
+
+    #[test]
+    fn containers_fill_what_the_object_leaves_unset_with_the_most_any_asks() {
+        let c1: Tags = vec![(KEEP_LAST_TAG.into(), TagValue::Int(3))];
+        let c2: Tags = vec![
+            (KEEP_LAST_TAG.into(), TagValue::Int(5)),
+            (KEEP_SECONDS_TAG.into(), TagValue::Float(60.0)),
+        ];
+        let plain = obj(vec![]);
+        let r = Retention::of_in(&plain, &[&c1, &c2]).unwrap();
+        assert_eq!((r.last, r.seconds), (5, Some(60.0)));
+        let own = obj(vec![(KEEP_LAST_TAG, TagValue::Int(1))]);
+        let r = Retention::of_in(&own, &[&c1, &c2]).unwrap();
+        assert_eq!(
+            (r.last, r.seconds),
+            (1, Some(60.0)),
+            "the object's own tag wins"
+        );
+        let bad: Tags = vec![(KEEP_LAST_TAG.into(), TagValue::Str("x".into()))];
+        assert!(
+            Retention::of_in(&plain, &[&bad]).is_none(),
+            "unreadable: keep everything"
+        );
     }
 }
