@@ -58,8 +58,6 @@ cargo test -q -p pdcx-server --features crash-points --test groupshard -- --exac
 grep -E "^test result|panicked|FAILED" /tmp/pdcx-crash-groupshard.log || true
 [[ $crash_rc -eq 0 ]] && grep -q "^test result: ok. 1 passed" /tmp/pdcx-crash-groupshard.log \
   || { echo "the group shards' crash test did not pass ($crash_rc); full log in /tmp/pdcx-crash-groupshard.log"; exit 1; }
-# Every named crash point of the source, the S3 ones included, was reached by a real kill above.
-python3 scripts/crash_coverage.py "$PDCX_CRASH_LEDGER"
 disk "after the Rust tests"
 # The test executables have run; nothing below uses them (the libraries they linked stay, so the
 # crash-point build below relinks only pdcx; proc-macro .so files stay). Their gigabytes go
@@ -79,3 +77,6 @@ echo "== python: integration tests (real servers, mpirun)"
 # A module that cannot be collected (a module-level skip under PDCX_NO_SKIPS, an import error)
 # fails the run without keeping the other modules from running.
 python3 -m pytest -q --continue-on-collection-errors tests
+# Every named crash point of the source was reached by a real kill: the Rust crash tests above
+# (the S3 ones included) and the crash-point build under pytest (a resize, `tests/test_resize.py`).
+python3 scripts/crash_coverage.py "$PDCX_CRASH_LEDGER"

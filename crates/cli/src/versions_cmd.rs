@@ -34,12 +34,6 @@ pub fn name_version(client: &Client, o: &ObjectMeta, name: &str, at: Option<u64>
     if name.is_empty() {
         bail!("a version name must not be empty");
     }
-    if o.is_byte_stream() {
-        bail!(
-            "{} is a byte stream: its versions are its epochs (`pdcx show` lists them), which are kept by the home copy",
-            o.name
-        );
-    }
     let v = match at {
         Some(v) => v,
         None => {

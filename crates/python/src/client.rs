@@ -488,7 +488,7 @@ impl Client {
         let v = py
             .allow_threads(|| self.inner.versions(id))
             .map_err(to_py)?;
-        Ok(json!({"readable": v.readable, "dropped": v.dropped}).to_string())
+        Ok(json!({"readable": v.readable, "dropped": v.dropped, "sizes": v.sizes}).to_string())
     }
 
     /// Elements of the box `offset`/`count` taken every `step` in each dim, selected by the

@@ -275,7 +275,12 @@ fn copy_version(server: &Server, v: &VersionInfo) -> Result<()> {
         Home::File(path) => copy_to_file(server, v, &path)?,
         Home::S3 { bucket, key } => copy_to_s3(server, v, &bucket, &key)?,
     }
-    if server.config.home_keep_log {
+    // The stream's retention tags may keep an older version readable: then the log keeps
+    // every write (`engine/streamversions.rs`).
+    let keeps_older = server
+        .engine
+        .stream_keeps_older(v.id, v.seal_seq.saturating_sub(1))?;
+    if server.config.home_keep_log || keeps_older {
         server
             .meta
             .set_version_state(v.id, v.epoch, versions::DONE, "")?;
@@ -283,7 +288,14 @@ fn copy_version(server: &Server, v: &VersionInfo) -> Result<()> {
         // `done` and "the stream's base" in one durable transaction (one WAL fsync).
         server.meta.set_version_done_base(v.id, v.epoch)?;
     }
-    free_log_space(server, v);
+    if !keeps_older {
+        // Every older version's writes may go now: reads of them are refused from here on
+        // (recorded durably before anything is dropped).
+        server
+            .meta
+            .add_dropped_versions(&[(v.id, 0, v.seal_seq.saturating_sub(1))])?;
+        free_log_space(server, v);
+    }
     Ok(())
 }
 

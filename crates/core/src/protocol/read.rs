@@ -171,6 +171,9 @@ pub enum ReadResponse {
 pub struct VersionList {
     pub readable: Vec<u64>,
     pub dropped: Vec<(u64, u64)>,
+    /// For a byte stream: each readable version's size in bytes (a version of a stream is
+    /// one of its sealed versions, numbered by the newest write it holds). Empty otherwise.
+    pub sizes: Vec<u64>,
 }
 
 family! {

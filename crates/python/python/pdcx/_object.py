@@ -156,10 +156,17 @@ class Object:
         A version is the object as of one of its writes (number ``n``: every write numbered up
         to it). Compaction keeps only the latest unless the object's tags ask for more:
         ``pdcx.keep.last`` (the last N versions), ``pdcx.keep.seconds`` (those of the last D
-        seconds) or a named version (:meth:`name_version`); a dropped one cannot be read."""
+        seconds) or a named version (:meth:`name_version`); a dropped one cannot be read.
+
+        A byte stream's versions are its consistency points (a sync or close under ``pdcx run``,
+        a file's close), numbered the same way (the newest write each holds), each with its
+        ``"size"`` in bytes."""
         v = json.loads(self._client._c.versions(self.id))
         names = {n: k[len(VERSION_TAG_PREFIX) :] for k, n in self.tags.items() if k.startswith(VERSION_TAG_PREFIX)}
         dropped = v["dropped"]
+        if v.get("sizes"):
+            sizes = dict(zip(v["readable"], v["sizes"]))
+            return [{"version": n, "name": names.get(n), "size": s} for n, s in sorted(sizes.items())]
         kept = set(v["readable"]) | {n for n in names if not any(f <= n < t for f, t in dropped)}
         return [{"version": n, "name": names.get(n)} for n in sorted(kept)]
 
@@ -418,6 +425,11 @@ class _RecordView:
 
     @property
     def shape(self) -> tuple:
+        """The object's shape now; a byte stream's version has its own size."""
+        if self._obj._meta["dtype"] == "bytes":
+            for v in self._obj.versions():
+                if v["version"] == self.version:
+                    return (v["size"],)
         return self._obj.shape[:-1]
 
     def _key(self, key: Any) -> tuple:

@@ -36,6 +36,7 @@ mod plan;
 mod read;
 mod release;
 pub mod retention;
+mod streamversions;
 mod write;
 
 pub use crate::datastore::{ExtentRanges, Staged};

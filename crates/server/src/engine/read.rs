@@ -49,12 +49,11 @@ impl Engine {
             return Err(obj.untyped_error());
         }
         if obj.is_byte_stream() {
-            return Err(Error::invalid(format!(
-                "{} is a byte stream: its versions are its epochs (pdcx versions), not write numbers",
-                obj.name
-            )));
+            let size = self.stream_version_size(&obj, v)?;
+            region.check_within(&[size])?;
+        } else {
+            region.check_within(&obj.dims)?;
         }
-        region.check_within(&obj.dims)?;
         self.check_version_kept(&obj, v)?;
         let holders = self.remote_holders(id, region);
         self.read_here(&obj, region, out, &holders, Some(v.saturating_add(1)))?;
@@ -65,8 +64,21 @@ impl Engine {
     /// anywhere, less those inside a range compaction dropped; and those ranges.
     pub fn versions(&self, id: ObjectId) -> Result<pdcx_core::protocol::VersionList> {
         self.owned_here(id, "list its versions there")?;
-        self.meta.object(id)?;
+        let obj = self.meta.object(id)?;
         let dropped = self.meta.dropped_versions(id)?;
+        if obj.is_byte_stream() {
+            let (readable, sizes) = self
+                .stream_versions(id)?
+                .into_iter()
+                .filter(|(v, _, _)| !dropped.iter().any(|&(from, to)| from <= *v && *v < to))
+                .map(|(v, size, _)| (v, size))
+                .unzip();
+            return Ok(pdcx_core::protocol::VersionList {
+                readable,
+                dropped,
+                sizes,
+            });
+        }
         let mut seqs: Vec<u64> = self.store.extents_of(id).iter().map(|e| e.seq).collect();
         if let Some(list) = self
             .remote
@@ -82,6 +94,7 @@ impl Engine {
         Ok(pdcx_core::protocol::VersionList {
             readable: seqs,
             dropped,
+            sizes: Vec::new(),
         })
     }
 
@@ -92,7 +105,11 @@ impl Engine {
             if let (true, pdcx_core::model::TagValue::Int(v)) =
                 (key.starts_with(super::retention::VERSION_TAG_PREFIX), value)
             {
-                self.check_version_kept(&self.meta.object(id)?, *v as u64)?;
+                let obj = self.meta.object(id)?;
+                if obj.is_byte_stream() {
+                    self.stream_version_size(&obj, *v as u64)?;
+                }
+                self.check_version_kept(&obj, *v as u64)?;
             }
         }
         Ok(())
