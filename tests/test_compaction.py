@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pdcx
 from conftest import client_on, owner_of_name, run_pdcx, wait_until
 
 N = 1 << 20  # float32 elements: 4 MiB per object
@@ -165,3 +166,45 @@ def test_churn_bench_quick_kills_servers_and_loses_nothing():
     assert "4 kills" in p.stdout and "; 0 bytes lost" in p.stdout, p.stdout
     for series in ("disk_mib", "meta_mib", "rss_mib", "latency_ms", "write_mb_s", "read_mb_s"):
         assert series in p.stdout, p.stdout
+
+
+def test_a_holder_down_when_an_object_is_deleted_frees_its_writes_once_back(tmp_path, monkeypatch):
+    """The owner cannot tell a holder that is down to drop a deleted object's writes; the
+    holder's compaction asks the owners about the objects it holds and forgets those gone.
+    Real `pdcx server` processes on fixed ports (bench/reliability/deploy.py), so server 1 can
+    be killed and started again alone."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench" / "reliability"))
+    from deploy import Servers
+
+    monkeypatch.setenv("PDCX_COMPACTION_THRESHOLD", "0")  # passes only when asked
+    root = tmp_path / "root"
+    root.mkdir(mode=0o700)
+    (tmp_path / "logs").mkdir()
+    servers = Servers(root, 2, dict(os.environ), tmp_path / "journal")
+    servers.start()
+    try:
+        servers.wait_ready()
+        name = next(f"gone{i}" for i in range(1000) if owner_of_name(f"gone{i}", 2) == 0)
+
+        class Dep:  # what client_on needs of a deployment
+            def client(self):
+                return pdcx.connect(root)
+
+        obj = client_on(Dep(), 1).create_container("c").create_object(name, (1 << 20,), "float64")
+        obj[...] = np.arange(1 << 20, dtype=np.float64)  # 8 MiB, held by server 1
+        assert {e["server"] for e in obj.extents()} == {1}
+        servers.kill9([1])
+        obj._client.delete_object(name)  # the owner deletes; server 1 cannot be told
+        servers.start([1])
+        servers.wait_ready()
+
+        def live(rank: int) -> int:
+            p = run_pdcx("compact", "--root", root, "--json", timeout=120)
+            return {r["rank"]: r for r in map(json.loads, p.stdout.splitlines())}[rank]["live_bytes"]
+
+        assert live(1) < 1 << 20, "server 1 still holds the deleted object's 8 MiB"
+    finally:
+        servers.stop()

@@ -18,6 +18,10 @@ use std::time::{Duration, Instant};
 const THRESHOLD_MIN: f64 = 0.05;
 const THRESHOLD_MAX: f64 = 0.95;
 
+/// Objects of other owners a background pass asks about (`engine/orphans.rs`): one lookup
+/// each, so a pass stays short; the next passes go on from there.
+const ORPHANS_PER_PASS: usize = 256;
+
 /// Bytes of adopted data (`engine/adopted.rs`) a background pass moves into the log, at
 /// least: the rest waits for the next passes.
 const ADOPTED_PER_PASS: u64 = 256 << 20;
@@ -148,6 +152,9 @@ pub fn pass(
         dropped_writes: server.engine.drop_hidden_writes(forced)?,
         ..Default::default()
     };
+    // Writes of objects deleted while this server could not be told.
+    let budget = if forced { usize::MAX } else { ORPHANS_PER_PASS };
+    report.dropped_writes += server.engine.forget_orphans(budget) as u64;
     let opts = CompactOptions {
         threshold,
         rate,

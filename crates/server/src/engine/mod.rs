@@ -31,6 +31,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 mod adopted;
 pub mod analysis;
 mod drop;
+mod orphans;
 mod owner;
 mod plan;
 mod read;
@@ -174,6 +175,9 @@ pub struct Engine {
     touched: std::sync::Mutex<Option<HashSet<ObjectId>>>,
     /// Holder side: what the owners are yet to be told they may forget (`release.rs`).
     releases: std::sync::Mutex<release::Releases>,
+    /// Holder side: where the last pass stopped asking owners about their objects
+    /// (`orphans.rs`).
+    orphan_cursor: std::sync::Mutex<ObjectId>,
     pub counters: RegisterCounters,
     pub(crate) meta: Arc<Metadata>,
     pub(crate) rank: u32,
@@ -287,6 +291,7 @@ impl Engine {
             remote: RwLock::new(remote),
             touched: std::sync::Mutex::new(None),
             releases: Default::default(),
+            orphan_cursor: Default::default(),
             counters: RegisterCounters::default(),
             rank: meta.rank,
             meta,
