@@ -104,6 +104,9 @@ SETUP_FOR = {
     "diff": SETUP + "pdcx tag field --version good >/dev/null 2>&1\n",
     "server stop": "pdcx server start -n 1 --root /tmp/pdcx >/dev/null\n",
     "server status": "pdcx server start -n 1 --root /tmp/pdcx >/dev/null\n",
+    # A deployment of 3 with data, to stop and resize.
+    "resize": "pdcx server start -n 3 --root /scratch/pdcx >/dev/null\n"
+    "PDCX_ROOT=/scratch/pdcx pdcx put energy.npy --name e >/dev/null\n",
     # After a node restart: a root with data whose servers are down.
     "recover": "pdcx server start -n 1 --root /local/pdcx >/dev/null\npdcx server stop --root /local/pdcx\n",
 }
