@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pdcx
+import pytest
 from conftest import client_on, owner_of_name, run_pdcx, wait_until
 
 N = 1 << 20  # float32 elements: 4 MiB per object
@@ -208,3 +209,32 @@ def test_a_holder_down_when_an_object_is_deleted_frees_its_writes_once_back(tmp_
         assert live(1) < 1 << 20, "server 1 still holds the deleted object's 8 MiB"
     finally:
         servers.stop()
+
+
+def test_a_write_hidden_by_another_servers_newer_write_is_dropped_by_the_owner(deployment, monkeypatch):
+    """A region rewritten from another node: the old write's holder never sees it hidden, so
+    the owner drops it (after the newer write's holder confirms it holds it), and records the
+    version it breaks; with `pdcx.keep.last = 2` it stays."""
+    monkeypatch.setenv("PDCX_COMPACTION_THRESHOLD", "0")  # passes only when asked
+    dep = deployment(n=3)
+    names = [n for n in (f"moved{i}" for i in range(1000)) if owner_of_name(n, 3) == 0][:2]
+    n = 1 << 20  # 8 MiB of float64 per write
+    objs = {}
+    for name, keep in zip(names, (None, 2)):
+        tags = {} if keep is None else {"pdcx.keep.last": keep}
+        obj = client_on(dep, 1).create_container(f"c{name}").create_object(name, (n,), "float64", tags=tags)
+        obj[...] = np.zeros(n)  # held by server 1
+        first = obj.versions()[-1]["version"]
+        client_on(dep, 2).open_object(name)[...] = np.ones(n)  # held by server 2
+        assert [e["server"] for e in obj.extents()] == [1, 2], obj.extents()
+        objs[name] = (obj, first)
+    p = run_pdcx("compact", "--root", dep.root, "--json", timeout=120)
+    reports = {r["rank"]: r for r in map(json.loads, p.stdout.splitlines())}
+    moved, kept = objs[names[0]][0], objs[names[1]][0]
+    assert [e["server"] for e in moved.extents()] == [2], moved.extents()
+    assert (moved[...] == 1).all()
+    with pytest.raises(pdcx.NotFoundError, match="dropped"):
+        moved.at(objs[names[0]][1])[...]
+    assert [e["server"] for e in kept.extents()] == [1, 2], "kept: its last 2 versions"
+    assert (kept.at(objs[names[1]][1])[...] == 0).all()
+    assert reports[1]["live_bytes"] < 9 << 20, reports[1]

@@ -152,6 +152,8 @@ pub fn pass(
         dropped_writes: server.engine.drop_hidden_writes(forced)?,
         ..Default::default()
     };
+    // Writes of objects owned here that another holder's newer writes hide.
+    report.dropped_writes += server.engine.drop_cross_hidden()?;
     // Writes of objects deleted while this server could not be told.
     let budget = if forced { usize::MAX } else { ORPHANS_PER_PASS };
     report.dropped_writes += server.engine.forget_orphans(budget) as u64;

@@ -38,6 +38,10 @@ impl ClusterPeers {
 }
 
 impl Peers for ClusterPeers {
+    fn confirm_held(&self, holder: u32, id: ObjectId, seqs: &[u64]) -> Result<Vec<u64>> {
+        self.peers.confirm_held(holder, id, seqs)
+    }
+
     fn container_tags(
         &self,
         owner: u32,

@@ -105,6 +105,18 @@ impl PeerClient {
         }
     }
 
+    /// Which of writes `seqs` of `id` server `holder` holds, made durable there first.
+    pub fn confirm_held(&self, holder: u32, id: ObjectId, seqs: &[u64]) -> Result<Vec<u64>> {
+        let req = PeerRequest::ConfirmHeld {
+            id,
+            seqs: seqs.to_vec(),
+        };
+        match self.call(holder, &req)? {
+            (PeerResponse::Held(h), _) => Ok(h),
+            (r, _) => Err(unexpected("confirm held", r)),
+        }
+    }
+
     /// The tags of containers `names`, all hashing to server `to` (None: no such container).
     pub fn container_tags(&self, to: u32, names: &[String]) -> Result<Vec<Option<Tags>>> {
         let req = PeerRequest::ContainerTags {

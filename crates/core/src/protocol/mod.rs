@@ -260,7 +260,8 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// versions a drop breaks); reads of a version (`ReadOpts::version`) and `Versions` in the
 /// read family.
 /// 9: `ContainerTags` in the peer family (a container's retention policy for its objects);
-/// `VersionList.sizes` (the versions of byte streams).
+/// `VersionList.sizes` (the versions of byte streams); `ConfirmHeld` in the peer family (an
+/// owner dropping writes another holder's newer writes hide).
 pub const VERSION: u16 = 9;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;

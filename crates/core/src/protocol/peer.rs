@@ -102,6 +102,9 @@ pub enum PeerRequest {
     /// The tags of these containers, which hash to this server (a holder reading their
     /// retention policy, `engine/retention.rs`). Answered with `ContainerTags`.
     ContainerTags { names: Vec<String> },
+    /// The owner is about to drop writes of `id` that these writes (`seqs`, held here) hide:
+    /// make them durable (a log sync) and answer with those held here (`Held`).
+    ConfirmHeld { id: ObjectId, seqs: Vec<u64> },
 }
 
 /// See `PeerRequest::UploadShardPart`: part `part` of upload `upload_id` of `key` on tier
@@ -178,6 +181,7 @@ impl PeerRequest {
             PeerRequest::UploadShardPart(_) => "UploadShardPart",
             PeerRequest::Released { .. } => "Released",
             PeerRequest::ContainerTags { .. } => "ContainerTags",
+            PeerRequest::ConfirmHeld { .. } => "ConfirmHeld",
         }
     }
 }
@@ -220,4 +224,6 @@ pub enum PeerResponse {
     /// Answer to `ContainerTags`: each container's tags in request order (None: no such
     /// container).
     ContainerTags(Vec<Option<crate::model::Tags>>),
+    /// Answer to `ConfirmHeld`: the writes held here, durably.
+    Held(Vec<u64>),
 }

@@ -51,11 +51,11 @@ mod frames {
             .message
             .contains("magic"));
         let mut b = good;
-        b[4] = 9;
+        b[4] = (VERSION + 1) as u8;
         let e = Header::decode(&b, 100).unwrap_err();
         assert!(
             e.message.contains("version mismatch")
-                && e.message.contains("protocol 9")
+                && e.message.contains(&format!("protocol {}", VERSION + 1))
                 && e.message.contains(&format!("this one {VERSION}")),
             "{e}"
         );

@@ -27,6 +27,15 @@ pub(crate) fn handle(
                 })
                 .collect::<Result<_>>()?,
         ),
+        PeerRequest::ConfirmHeld { id, seqs } => {
+            let store = server.engine.store();
+            store.sync_log_only()?;
+            PeerResponse::Held(
+                seqs.into_iter()
+                    .filter(|&s| store.extent(id, s).is_some())
+                    .collect(),
+            )
+        }
         PeerRequest::Lookup { key, riders } => {
             PeerResponse::Object(super::catalog::relayed_lookup(server, key, riders)?)
         }

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 const FULL_COVER_CHECK_MAX: usize = 256;
 
 /// One write of an object, wherever held: (seq, holder, region).
-type Write = (u64, u32, Region);
+pub(super) type Write = (u64, u32, Region);
 
 impl Engine {
     /// Once version `seq_below` of byte stream `id` (owned here) is at its home, no
@@ -294,7 +294,7 @@ fn hidden_plan(
 
 /// The hidden writes among `writes` (sorted here, newest first): (seq, holder) of each one
 /// that newer writes cover entirely.
-fn hidden(writes: &mut [Write]) -> Vec<(u64, u32)> {
+pub(super) fn hidden(writes: &mut [Write]) -> Vec<(u64, u32)> {
     writes.sort_unstable_by_key(|w| std::cmp::Reverse(w.0));
     let mut out = Vec::new();
     if writes.iter().all(|w| w.2.ndim() == 1) {
@@ -383,12 +383,12 @@ mod tests {
 
 /// Containers' tags, looked up once per compaction pass (None: the lookup failed).
 #[derive(Default)]
-struct ContainerTags(HashMap<String, Option<Tags>>);
+pub(super) struct ContainerTags(HashMap<String, Option<Tags>>);
 
 impl ContainerTags {
     /// The tags of containers `names` (a container gone has none); None when one cannot be
     /// read now (then the object keeps everything this pass).
-    fn of(&mut self, engine: &Engine, names: &[String]) -> Option<Vec<Tags>> {
+    pub(super) fn of(&mut self, engine: &Engine, names: &[String]) -> Option<Vec<Tags>> {
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let tags = self

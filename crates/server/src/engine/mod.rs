@@ -30,6 +30,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 
 mod adopted;
 pub mod analysis;
+mod crossdrop;
 mod drop;
 mod orphans;
 mod owner;
@@ -55,6 +56,13 @@ pub trait Peers: Send + Sync {
     /// answers before its metadata WAL fsync (`PeerRequest::RegisterMemory`).
     fn register_memory(&self, owner: u32, items: &[RegisterItem]) -> Result<Vec<Option<u64>>> {
         self.register(owner, items)
+    }
+    /// Which of writes `seqs` of `id` `holder` holds, made durable there first.
+    fn confirm_held(&self, holder: u32, id: ObjectId, seqs: &[u64]) -> Result<Vec<u64>> {
+        let _ = (id, seqs);
+        Err(Error::invalid(format!(
+            "server {holder} cannot be asked about its writes here (no peer connections)"
+        )))
     }
     /// The tags of containers `names`, which hash to server `owner` (None: no such
     /// container); their retention policy applies to their objects.
