@@ -22,12 +22,24 @@ impl Engine {
     /// `pdcx.keep.seconds` is left to its holders (the owner does not know when a holder made
     /// a write visible). Returns the writes dropped.
     pub fn drop_cross_hidden(&self) -> Result<u64> {
+        // Only objects with writes on two servers or more (a cheap look at the region map: an
+        // object written once, or only by one holder, costs nothing more).
+        let local: HashSet<ObjectId> = self
+            .store
+            .extent_counts()
+            .into_iter()
+            .map(|c| c.0)
+            .collect();
         let ids: Vec<ObjectId> = self
             .remote
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .filter(|(_, list)| !list.is_empty())
+            .filter(|(id, list)| {
+                let first = list.first().map(|r| r.holder);
+                list.iter().any(|r| Some(r.holder) != first)
+                    || (!list.is_empty() && local.contains(id))
+            })
             .map(|(id, _)| *id)
             .collect();
         let mut containers = ContainerTags::default();
