@@ -425,11 +425,6 @@ class _RecordView:
 
     @property
     def shape(self) -> tuple:
-        """The object's shape now; a byte stream's version has its own size."""
-        if self._obj._meta["dtype"] == "bytes":
-            for v in self._obj.versions():
-                if v["version"] == self.version:
-                    return (v["size"],)
         return self._obj.shape[:-1]
 
     def _key(self, key: Any) -> tuple:
@@ -464,6 +459,11 @@ class ObjectVersion:
 
     @property
     def shape(self) -> tuple:
+        """The object's shape now; a byte stream's version has its own size."""
+        if self._obj._meta["dtype"] == "bytes":
+            for v in self._obj.versions():
+                if v["version"] == self.version:
+                    return (v["size"],)
         return self._obj.shape
 
     @property
