@@ -46,8 +46,9 @@ def crash_points(spec: str) -> list[str]:
 # forms no group shards), or passes too rarely to arm (compaction copies only extents without
 # a durable tier home, and this deployment flushes every 100 ms: its compactor runs, every
 # 300 ms, but mostly drops hidden writes and retires): crates/server/tests/homecrash.rs,
-# groupshard.rs and compact.rs kill processes at each of them instead.
-NOT_IN_WORKLOAD = ("seal.", "home.", "s3.after_create_upload", "shard.", "compact.")
+# groupshard.rs and compact.rs kill processes at each of them instead. A resize runs with the
+# servers stopped (`pdcx resize`): tests/test_resize.py kills it at each of its points.
+NOT_IN_WORKLOAD = ("seal.", "home.", "s3.after_create_upload", "shard.", "compact.", "resize.")
 
 
 def crash_evidence(returncode: int | None, log_text: str, point: str) -> str | None:
