@@ -144,14 +144,19 @@ def test_starting_with_another_count_names_the_resize_and_a_live_deployment_is_r
     assert p.returncode != 0 and "--to must be 1..=4096" in p.stderr
 
 
-CRASH_POINTS = [
-    "resize.after_journal",
-    "resize.after_copy",
-    "resize.after_log_move",
-    "resize.after_adopt",
-    "resize.after_links",
-    "resize.before_journal_removed",
-]
+def resize_points() -> list[str]:
+    """The resize's crash points, as the crash-point build lists them (`pdcx server
+    crash-points --json`); none without that build (the test is then skipped)."""
+    crash_bin = os.environ.get("PDCX_CRASH_BIN")
+    if not crash_bin:
+        return []
+    out = subprocess.run([crash_bin, "server", "crash-points", "--json"], capture_output=True, text=True, check=True)
+    points = [p for p in json.loads(out.stdout)["points"] if p.startswith("resize.")]
+    assert points, f"{crash_bin} lists no resize crash points"
+    return points
+
+
+CRASH_POINTS = resize_points()
 
 
 @pytest.mark.skipif(not os.environ.get("PDCX_CRASH_BIN"), reason="needs PDCX_CRASH_BIN: a pdcx built with crash points")

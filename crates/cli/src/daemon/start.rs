@@ -156,34 +156,14 @@ fn refuse_if_running(root: &Path) -> Result<()> {
 /// Name hashing depends on the server count, so a root must restart with the count it has.
 /// How many servers the data under `root` belongs to (0: none yet).
 pub fn servers_on_disk(root: &Path) -> u32 {
-    let Ok(dir) = std::fs::read_dir(root) else {
-        return 0;
-    };
-    dir.flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let rank = name.strip_prefix("server-")?.parse::<u32>().ok()?;
-            e.path().join("meta.sqlite").exists().then_some(rank + 1)
-        })
-        .max()
-        .unwrap_or(0)
+    pdcx_server::resize::shard_ranks(root)
+        .last()
+        .map_or(0, |r| r + 1)
 }
 
 fn check_server_count(root: &Path, n: u32) -> Result<()> {
     pdcx_server::resize::check_not_resizing(root)?;
-    let Ok(dir) = std::fs::read_dir(root) else {
-        return Ok(());
-    };
-    let mut ranks: Vec<u32> = dir
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let rank = name.strip_prefix("server-")?.parse::<u32>().ok()?;
-            e.path().join("meta.sqlite").exists().then_some(rank)
-        })
-        .collect();
-    ranks.sort_unstable();
-    if let Some(&max) = ranks.last() {
+    if let Some(&max) = pdcx_server::resize::shard_ranks(root).last() {
         if max + 1 != n {
             bail!(
                 "{} holds the data of a {}-server deployment; restart it with -n {}, or \

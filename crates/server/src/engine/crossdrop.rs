@@ -169,16 +169,8 @@ impl Engine {
                     continue;
                 }
             }
-            let done: HashSet<u64> = seqs.iter().copied().collect();
             rows.extend(seqs.iter().map(|&s| (id, s)));
-            if let Some(v) = self
-                .remote
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_mut(&id)
-            {
-                v.retain(|r| r.holder != holder || !done.contains(&r.seq));
-            }
+            self.forget_remote(id, holder, &seqs);
         }
         if !rows.is_empty() {
             self.meta.delete_region_rows(&rows)?;

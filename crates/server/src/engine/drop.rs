@@ -211,15 +211,7 @@ impl Engine {
                 }
             }
             rows.extend(seqs.iter().map(|&s| (id, s)));
-            let gone: HashSet<u64> = seqs.into_iter().collect();
-            if let Some(v) = self
-                .remote
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .get_mut(&id)
-            {
-                v.retain(|r| r.holder != holder || !gone.contains(&r.seq));
-            }
+            self.forget_remote(id, holder, &seqs);
         }
         if !rows.is_empty() {
             self.meta.delete_region_rows(&rows)?;
@@ -228,6 +220,20 @@ impl Engine {
             // Below a base they are garbage to be dropped later: say so.
             Some(e) if all => Err(e),
             _ => Ok(dropped),
+        }
+    }
+
+    /// Forgets, in the owner's in-memory region map, writes `seqs` of `id` held by `holder`
+    /// (their rows are deleted by the caller).
+    pub(super) fn forget_remote(&self, id: ObjectId, holder: u32, seqs: &[u64]) {
+        let gone: HashSet<u64> = seqs.iter().copied().collect();
+        if let Some(v) = self
+            .remote
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_mut(&id)
+        {
+            v.retain(|r| r.holder != holder || !gone.contains(&r.seq));
         }
     }
 

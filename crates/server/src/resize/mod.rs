@@ -291,10 +291,12 @@ fn shard_path(root: &Path, rank: u32) -> PathBuf {
     rank_dir(root, rank).join("meta.sqlite")
 }
 
-/// How many servers the data under `root` belongs to: shards 0..N, none missing.
-fn servers_on_disk(root: &Path) -> Result<u32> {
-    let dir = std::fs::read_dir(root)
-        .map_err(|e| Error::io(&format!("reading {}", root.display()), &e))?;
+/// The ranks whose shard (`server-NNNN/meta.sqlite`) is under `root`, ascending (none when
+/// `root` cannot be read).
+pub fn shard_ranks(root: &Path) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
     let mut ranks: Vec<u32> = dir
         .flatten()
         .filter_map(|e| {
@@ -304,6 +306,12 @@ fn servers_on_disk(root: &Path) -> Result<u32> {
         })
         .collect();
     ranks.sort_unstable();
+    ranks
+}
+
+/// How many servers the data under `root` belongs to: shards 0..N, none missing.
+fn servers_on_disk(root: &Path) -> Result<u32> {
+    let ranks = shard_ranks(root);
     for (i, r) in ranks.iter().enumerate() {
         if *r != i as u32 {
             return Err(Error::invalid(format!(
