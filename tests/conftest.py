@@ -318,7 +318,7 @@ def owner_of_name(name: str, n: int) -> int:
 # -- raw wire protocol helpers (tests that speak to a server without the client library) -----
 
 MAGIC = b"PDCX"
-VERSION = 9
+VERSION = 10
 # Frame kinds (protocol::FrameKind).
 CHALLENGE, HELLO, WELCOME, REQUEST, RESPONSE, PEER_REQUEST, PEER_RESPONSE = 1, 2, 3, 4, 5, 6, 7
 ERROR_KINDS = [

@@ -8,7 +8,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_pdcx
+from conftest import run_pdcx, wait_until
 
 CHUNK = 32_768  # float64 elements per write: 256 KiB
 
@@ -182,3 +182,64 @@ def test_codec_and_tier_tags_are_checked_when_set(deployment, tmp_path):
     ext = json.loads(run_pdcx("show", "t/z", "--json", "--root", dep.root).stdout)["extents"]
     assert all(e["stored_len"] < e["len"] / 4 for e in ext), ext
     assert np.array_equal(obj[:], data)
+
+
+def test_a_group_shard_mostly_deleted_is_repacked_then_deleted(deployment, tmp_path, monkeypatch):
+    # No background compaction, and flush passes only when asked: each step is the command's.
+    monkeypatch.setenv("PDCX_COMPACTION_THRESHOLD", "0")
+    dep = deployment(n=2, start=False)
+    (dep.root / "pdcx.toml").write_text(
+        f"""
+[[tier]]
+name = "pfs"
+kind = "shared"
+path = "{tmp_path}/pfs"
+
+[shard]
+servers = 2
+objects = 4
+
+[flush]
+interval_ms = 60000
+"""
+    )
+    dep.start()
+    client = dep.client()
+    client.placement = "region-static"  # each object's regions on both servers
+    c = client.create_container("g")
+    n = 8 * CHUNK
+    objs = [c.create_object(f"g/o{i}", (n,), "float64") for i in range(4)]
+    data = [fill(o, i, n) for i, o in enumerate(objs)]
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+
+    def shard_files() -> dict[str, int]:
+        return {str(p): p.stat().st_size for p in (tmp_path / "pfs").rglob("*") if p.is_file() and "/shard/" in str(p)}
+
+    def extents_of(name: str) -> list[dict]:
+        return json.loads(run_pdcx("show", name, "--json", "--root", dep.root).stdout)["extents"]
+
+    kept = extents_of("g/o3")
+    assert {e["server"] for e in kept} == {0, 1}, kept
+    assert all(e["shard"] for e in kept), kept
+    before = shard_files()
+    # Group shards are put by the group's leader, server 0, under its prefix.
+    assert before and all("/g0000/shard/" in k for k in before), before
+    # Three objects of four go: the shards holding them are mostly garbage.
+    for o in objs[:3]:
+        client.delete_object(o.name)
+
+    def repacked() -> bool:
+        run_pdcx("compact", "--root", dep.root, timeout=120)
+        run_pdcx("flush", "--root", dep.root, timeout=120)  # the leader's check deletes them
+        return not set(before) & set(shard_files())
+
+    wait_until(repacked, 60, "the mostly deleted group shards to be repacked and deleted")
+    moved = extents_of("g/o3")
+    assert {e["server"] for e in moved} == {0, 1}, moved
+    assert all(e["shard"] == "" and e["tier"].removeprefix("log+") == "pfs" for e in moved), moved
+    # What stays on the tier is the kept object's bytes, not the deleted ones'.
+    on_tier = sum(p.stat().st_size for p in (tmp_path / "pfs").rglob("*") if p.is_file())
+    assert on_tier <= sum(e["stored_len"] for e in moved) + 4096, (on_tier, before, moved)
+    assert np.array_equal(objs[3][:], data[3])
+    dep.restart()
+    assert np.array_equal(dep.client().open_object("g/o3")[:], data[3])

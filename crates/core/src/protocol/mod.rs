@@ -262,7 +262,9 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// 9: `ContainerTags` in the peer family (a container's retention policy for its objects);
 /// `VersionList.sizes` (the versions of byte streams); `ConfirmHeld` in the peer family (an
 /// owner dropping writes another holder's newer writes hide).
-pub const VERSION: u16 = 9;
+/// 10: `ShardRefs` answers the stored bytes each server uses in a group shard; `RepackShards`
+/// in the peer family (a leader compacting its group shards).
+pub const VERSION: u16 = 10;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;
 pub const NONCE_LEN: usize = 32;

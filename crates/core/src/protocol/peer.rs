@@ -67,9 +67,13 @@ pub enum PeerRequest {
     /// durably and publish them (then their log segments can retire). Answered with
     /// `ShardRecorded`.
     RecordShardHomes { homes: Vec<ShardHome> },
-    /// Which group shard blobs whose key starts with `prefix` this server's homes reference.
-    /// Answered with `ShardRefs`.
+    /// Which group shard blobs whose key starts with `prefix` this server's homes reference,
+    /// with the stored bytes they use in each. Answered with `ShardRefs`.
     ShardRefs { prefix: String },
+    /// The sender leads these group shards ((tier, key)), now mostly garbage: move this
+    /// server's extents out of them, each to a blob of its own on the same tier (the shard
+    /// goes with its last reference). Answered with `ShardsRepacked`.
+    RepackShards { shards: Vec<(String, String)> },
     /// A member's last reference to group shard `key` on tier `tier` went: the leader deletes
     /// the blob once no member references it. Answered with `ShardReleased`.
     ShardRelease { tier: String, key: String },
@@ -177,6 +181,7 @@ impl PeerRequest {
             PeerRequest::RecordShardHomes { .. } => "RecordShardHomes",
             PeerRequest::ShardRefs { .. } => "ShardRefs",
             PeerRequest::ShardRelease { .. } => "ShardRelease",
+            PeerRequest::RepackShards { .. } => "RepackShards",
             PeerRequest::ShardBytes { .. } => "ShardBytes",
             PeerRequest::UploadShardPart(_) => "UploadShardPart",
             PeerRequest::Released { .. } => "Released",
@@ -213,8 +218,14 @@ pub enum PeerResponse {
     ShardRecorded {
         count: u64,
     },
-    /// Answer to `ShardRefs`: (tier, key) of every referenced group shard under the prefix.
-    ShardRefs(Vec<(String, String)>),
+    /// Answer to `ShardRefs`: (tier, key, stored bytes of this server's extents in it) of
+    /// every referenced group shard under the prefix.
+    ShardRefs(Vec<(String, String, u64)>),
+    /// Answer to `RepackShards`: extents moved out, and their stored bytes.
+    ShardsRepacked {
+        extents: u64,
+        bytes: u64,
+    },
     /// Answer to `ShardRelease` (the check itself happens at the leader's next flush pass).
     ShardReleased,
     /// Answer to `ShardBytes`; the payload holds the bytes.

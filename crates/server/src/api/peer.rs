@@ -66,6 +66,7 @@ pub(crate) fn handle(
         | PeerRequest::RecordShardHomes { .. }
         | PeerRequest::ShardRefs { .. }
         | PeerRequest::ShardRelease { .. }
+        | PeerRequest::RepackShards { .. }
         | PeerRequest::ShardBytes { .. }
         | PeerRequest::UploadShardPart(_)) => {
             let (resp, bytes) = server.engine.flusher().shard_request(from, req)?;

@@ -5,11 +5,12 @@
 //! same tier (`move_extent`: put, home recorded durably, then published, which releases the
 //! shard), and the shard is deleted with its last reference. A crash between the put and the
 //! home leaves an orphan blob that the extent's next move overwrites (same key); after the
-//! home, the shard holds one reference less. Group shards (several servers' extents) are left
-//! to their leader: no server alone knows their live bytes.
+//! home, the shard holds one reference less. Group shards (several servers' extents) are
+//! repacked by their leader, which asks every server its live bytes in them (`group/repack.rs`).
 
 use super::Flusher;
 use crate::datastore::Extent;
+use crate::tiering::Tiering;
 use pdcx_core::{ObjectId, Result};
 use std::collections::HashMap;
 
@@ -18,11 +19,20 @@ type ShardUse = (u64, Vec<(ObjectId, Extent)>);
 
 impl Flusher<'_> {
     /// Moves the live extents out of this server's own shards whose live stored bytes are
-    /// below `threshold` of their size. Returns (extents moved, their stored bytes).
+    /// below `threshold` of their size and, as a group leader, has its group shards below it
+    /// repacked. Returns (extents moved, their stored bytes), over every server for the
+    /// group shards.
     pub fn repack(&self, threshold: f64) -> Result<(u64, u64)> {
         let Some(t) = self.host.tiering().cloned() else {
             return Ok((0, 0));
         };
+        let (moved, bytes) = self.repack_own(&t, threshold)?;
+        // Without `moves`: the leader asks other servers, which may be asking it.
+        let (g_moved, g_bytes) = self.repack_group(&t, threshold)?;
+        Ok((moved + g_moved, bytes + g_bytes))
+    }
+
+    fn repack_own(&self, t: &Tiering, threshold: f64) -> Result<(u64, u64)> {
         let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
         let mut shards: HashMap<(usize, String), ShardUse> = HashMap::new();
         for (id, e) in self.host.store().homed_extents() {
@@ -44,7 +54,7 @@ impl Flusher<'_> {
             }
             for (id, e) in extents {
                 let meta = self.host.object_meta(id, false)?;
-                self.move_extent(&t, &meta, &e, tier)?;
+                self.move_extent(t, &meta, &e, tier)?;
                 moved += 1;
                 bytes += e.home.as_ref().map_or(0, |h| h.stored_len);
             }

@@ -1,6 +1,6 @@
 //! A member's side of group shards: its waiting extents offered to the leader (encoded, with
 //! their placement order), their bytes sent or uploaded as parts, its homes in a shard the
-//! leader put recorded, and the shards its homes reference.
+//! leader put recorded.
 
 use crate::flusher::Flusher;
 use crate::tiering::placement::{candidates, Hints, TierHint};
@@ -122,18 +122,6 @@ impl Flusher<'_> {
         self.host.store().set_homes(done);
         t.offered.lock().unwrap_or_else(|p| p.into_inner()).clear();
         Ok(n)
-    }
-
-    /// (tier, key) of every group shard under `prefix` this server's homes reference.
-    pub(super) fn shard_refs(&self, t: &Tiering, prefix: &str) -> Vec<(String, String)> {
-        // Waits for a `RecordShardHomes` being applied, so its keys are in the answer.
-        let _records = t.records.lock().unwrap_or_else(|p| p.into_inner());
-        let (_, referenced) = self.host.store().extents_to_flush(t);
-        referenced
-            .into_iter()
-            .filter(|(_, k)| k.starts_with(prefix))
-            .map(|(i, k)| (t.name(i).to_string(), k))
-            .collect()
     }
 }
 

@@ -28,13 +28,17 @@
 //! and then `records`; `ShardRefs` takes only `records`, and no handler sends a request while
 //! holding a lock, so two servers' passes asking each other never wait on each other.
 //!
-//! By job: `member` answers the leader (candidates, bytes, parts, homes, references),
-//! `leader` runs the leader's pass, `upload` has a shard uploaded to S3 by its members,
-//! `sweep` deletes the group shards no server references; this module dispatches the
-//! requests.
+//! - A shard mostly garbage is repacked: its leader learns every server's live bytes in it
+//!   and has them move their extents out (`repack`, run by the compactor).
+//!
+//! By job: `member` answers the leader (candidates, bytes, parts, homes), `leader` runs the
+//! leader's pass, `upload` has a shard uploaded to S3 by its members, `repack` compacts
+//! shards mostly garbage (and answers which shards a server uses), `sweep` deletes the group
+//! shards no server references; this module dispatches the requests.
 
 mod leader;
 mod member;
+mod repack;
 mod sweep;
 mod upload;
 
@@ -85,6 +89,13 @@ impl Flusher<'_> {
                 PeerResponse::ShardRefs(self.shard_refs(&t, &prefix)),
                 Vec::new(),
             ),
+            PeerRequest::RepackShards { shards } => {
+                let (extents, bytes) = {
+                    let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
+                    self.move_out_of_shards(&t, from, &shards)?
+                };
+                (PeerResponse::ShardsRepacked { extents, bytes }, Vec::new())
+            }
             PeerRequest::ShardRelease { tier, key } => {
                 let i = t
                     .tier_index(&tier)
@@ -105,7 +116,8 @@ impl Flusher<'_> {
     }
 
     /// Sends a group-shard request to server `to` (answered here when it is this server,
-    /// except `RecordShardHomes`, which the group pass applies itself under its lock).
+    /// except `RecordShardHomes`, which the group pass applies itself under its lock;
+    /// `RepackShards` takes `moves` here as its handler does).
     fn shard_ask(&self, t: &Tiering, to: u32, req: PeerRequest) -> Result<(PeerResponse, Vec<u8>)> {
         if to == self.host.rank() {
             return match req {
@@ -126,6 +138,11 @@ impl Flusher<'_> {
                     },
                     Vec::new(),
                 )),
+                PeerRequest::RepackShards { shards } => {
+                    let _moves = t.moves.lock().unwrap_or_else(|p| p.into_inner());
+                    let (extents, bytes) = self.move_out_of_shards(t, to, &shards)?;
+                    Ok((PeerResponse::ShardsRepacked { extents, bytes }, Vec::new()))
+                }
                 other => Err(Error::internal(format!(
                     "{} is not sent to this server itself",
                     other.name()

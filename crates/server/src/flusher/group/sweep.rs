@@ -65,7 +65,7 @@ impl Flusher<'_> {
                 },
             ) {
                 Ok((PeerResponse::ShardRefs(list), _)) => {
-                    for (tier, key) in list {
+                    for (tier, key, _) in list {
                         if let Some(i) = t.tier_index(&tier) {
                             refs.insert((i, key));
                         }
