@@ -2,7 +2,8 @@
 point (MPI_File_sync, MPI_File_close) of an unmodified MPI-IO program is a version numbered by
 the newest write it holds, listed (`obj.versions()`, with its size), read (`obj.at(v)`, `pdcx
 get --version`) and named; once a newer version is at home the older ones are refused, unless
-the stream's tags keep them (`pdcx.keep.last`), in which case the log keeps their writes.
+the stream's tags or a container's keep them (`pdcx.keep.last`), in which case the log keeps
+their writes.
 Real `mpirun` (4 ranks, OpenMPI's ompio) running tests/c/mpiio_epochs.c."""
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ def run_job(dep, tmp_path, epochs_prog, epochs: int) -> None:  # noqa: F811
     run_pdcx("flush", "--root", dep.root, "--stall", "60", timeout=120)
 
 
-def test_a_streams_versions_are_listed_read_named_and_kept_as_tags_ask(deployment, tmp_path, epochs_prog):  # noqa: F811
+@pytest.mark.parametrize("kept_by", ["its own tag", "its container's tag"])
+def test_a_streams_versions_are_listed_read_named_and_kept_as_tags_ask(deployment, tmp_path, epochs_prog, kept_by):  # noqa: F811
     check_run_available()
     dep = deployment(n=2)
     run_job(dep, tmp_path, epochs_prog, 2)
@@ -38,7 +40,10 @@ def test_a_streams_versions_are_listed_read_named_and_kept_as_tags_ask(deploymen
     with pytest.raises(pdcx.NotFoundError):
         obj.at(newest - 1)[...]
     # Kept on purpose: the next run's versions all stay readable, and are named like any.
-    run_pdcx("tag", "--root", dep.root, NAME, "pdcx.keep.last=10")
+    if kept_by == "its own tag":
+        run_pdcx("tag", "--root", dep.root, NAME, "pdcx.keep.last=10")
+    else:
+        c.create_container("kept", tags={"pdcx.keep.last": 10}).add(obj)
     run_job(dep, tmp_path, epochs_prog, 3)
     listed = [v for v in obj.versions() if v["version"] > newest]
     assert len(listed) >= 3, listed

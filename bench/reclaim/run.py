@@ -21,7 +21,8 @@ number is the median of `--rounds` runs.
    compaction copies out at `compaction.rate_mib_s`). Target >= 0.90.
 3. Reads after 100 overwrites of a 16 MiB object (then `pdcx compact`) against a read of a
    freshly written one, cold (page cache dropped) and warm, five each alternating which goes
-   first. Target within 10 %.
+   first. Target within 10 %. The two records must lie alike in their segment files (see
+   `overwritten_reads`: the kernel's read-ahead past a record reads what follows it).
 """
 
 from __future__ import annotations
@@ -161,28 +162,58 @@ def drop_caches() -> bool:
         return False
 
 
+def bytes_after(s: Server, name: str) -> int:
+    """The fewest bytes of its log segment file that follow any extent of object `name`."""
+    extents = json.loads(s.pdcx(["show", "--root", str(s.root), "--json", name]))["extents"]
+    log = s.root / "server-0000" / "log"
+    return min((log / f"seg-{e['segment']:08d}.log").stat().st_size - e["log_offset"] - e["len"] for e in extents)
+
+
+def read_ahead_bytes() -> int:
+    """The largest read-ahead of this machine's block devices (`read_ahead_kb`)."""
+    kbs = [int(p.read_text()) for p in Path("/sys/block").glob("*/queue/read_ahead_kb")]
+    return max(kbs, default=128) << 10
+
+
 def overwritten_reads(overwrites: int) -> dict:
-    s = Server({})
-    try:
-        elems = 4 << 20  # 16 MiB
-        fresh, old = objects(s.client, 2, elems, "rd")
-        for i in range(overwrites):
-            old[:] = np.full(elems, i, "f4")
-        fresh[:] = np.full(elems, overwrites - 1, "f4")
-        s.pdcx(["compact", "--root", str(s.root)])
-        out = {}
-        for label, o in (("fresh", fresh), ("overwritten", old)):
-            cold_ok = drop_caches()
-            t = time.perf_counter()
-            a = o[:]
-            out[f"{label}_cold_s"] = time.perf_counter() - t if cold_ok else float("nan")
-            t = time.perf_counter()
-            b = o[:]
-            out[f"{label}_warm_s"] = time.perf_counter() - t
-            assert (a == overwrites - 1).all() and (b == overwrites - 1).all()
-        return out
-    finally:
-        s.stop()
+    """Cold and warm reads of an object overwritten `overwrites` times (then compacted)
+    against a freshly written one. The kernel's read-ahead reads past a record into what
+    follows it in its segment file (up to `read_ahead_kb`), which a record at the end of its
+    file is spared; where compaction put the two records decides that, not the overwrites.
+    So the two must lie alike (both followed by a read-ahead's worth of bytes, or neither):
+    a deployment laid out otherwise is set up again (at most 5 times, counted in `redone`)."""
+    ra = read_ahead_bytes()
+    for redone in range(5):
+        s = Server({})
+        try:
+            elems = 4 << 20  # 16 MiB
+            fresh, old, after = objects(s.client, 3, elems, "rd")
+            for i in range(overwrites):
+                old[:] = np.full(elems, i, "f4")
+            fresh[:] = np.full(elems, overwrites - 1, "f4")
+            after[:] = np.zeros(elems, "f4")  # so that fewer layouts are unlike
+            s.pdcx(["compact", "--root", str(s.root)])
+            followed = [bytes_after(s, o.name) >= ra for o in (fresh, old)]
+            if followed[0] != followed[1] and redone < 4:
+                continue
+            times: dict[str, list[float]] = {}
+            pair = [("fresh", fresh), ("overwritten", old)]
+            for rep in range(5):  # five each, alternating which goes first
+                for label, o in pair if rep % 2 == 0 else pair[::-1]:
+                    cold_ok = drop_caches()
+                    t = time.perf_counter()
+                    a = o[:]
+                    cold = time.perf_counter() - t if cold_ok else float("nan")
+                    times.setdefault(f"{label}_cold_s", []).append(cold)
+                    t = time.perf_counter()
+                    b = o[:]
+                    times.setdefault(f"{label}_warm_s", []).append(time.perf_counter() - t)
+                    assert (a == overwrites - 1).all() and (b == overwrites - 1).all()
+            medians = {k: statistics.median(v) for k, v in times.items()}
+            return medians | {"redone": redone, "alike": followed[0] == followed[1]}
+        finally:
+            s.stop()
+    raise AssertionError("unreachable: the fifth layout is measured whatever it is")
 
 
 def main() -> int:
@@ -237,6 +268,12 @@ def main() -> int:
     for k in ("cold", "warm"):
         f, o = med(rd, f"fresh_{k}_s"), med(rd, f"overwritten_{k}_s")
         print(f"| {k} | {f * 1e3:.1f} | {o * 1e3:.1f} | {o / f:.2f} | <= 1.10 |")
+    redone = sum(r["redone"] for r in rd)
+    unlike = sum(not r["alike"] for r in rd)
+    print(
+        f"\nLayouts set up again because only one record ended its segment (read-ahead "
+        f"{read_ahead_bytes() >> 10} KiB here): {redone}; measured unlike anyway: {unlike}"
+    )
     return 0
 
 

@@ -5,6 +5,7 @@
 //! whose home copy freed the log are recorded as dropped (`homecopy.rs`), unless the stream's
 //! retention tags keep an older one, in which case nothing is freed.
 
+use super::drop::ContainerTags;
 use super::retention::Retention;
 use super::Engine;
 use pdcx_core::{Error, ObjectMeta, Result};
@@ -45,12 +46,16 @@ impl Engine {
         }
     }
 
-    /// Whether byte stream `id`'s retention tags keep a version older than `newest` (a
-    /// version number): then its home copy frees nothing. A policy that cannot be read keeps
+    /// Whether byte stream `id`'s retention tags (its own, else its containers') keep a
+    /// version older than `newest` (a version number): then its home copy frees nothing. A
+    /// policy that cannot be read, or a container whose tags cannot be read now, keeps
     /// everything.
     pub fn stream_keeps_older(&self, id: pdcx_core::ObjectId, newest: u64) -> Result<bool> {
         let obj = self.meta.object(id)?;
-        let Some(policy) = Retention::of(&obj) else {
+        let Some(containers) = ContainerTags::default().of(self, &obj.containers) else {
+            return Ok(true);
+        };
+        let Some(policy) = Retention::of_in(&obj, &containers.iter().collect::<Vec<_>>()) else {
             return Ok(true);
         };
         let versions: Vec<(u64, f64)> = self
