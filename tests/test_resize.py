@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import client_on, run_pdcx
+from conftest import client_on, run_pdcx, wait_until
 
 N_OBJECTS = 24
 ELEMS = 40_000  # 320 KB of float64: over the small-write size, so the writer's server holds it
@@ -266,3 +266,45 @@ def test_data_flushed_to_a_tier_and_gone_from_the_log_stays_readable_after_a_shr
         o = r.open_object(name)
         assert o.id == oid
         np.testing.assert_array_equal(o[...], want, err_msg=name)
+
+
+def test_group_shards_of_a_leader_gone_in_a_shrink_are_repacked_by_the_one_acting_for_it(
+    deployment, tmp_path, monkeypatch
+):
+    """Servers 2 and 3 form a shard group led by 2; after a shrink to 2 servers, server 0
+    leads the group that rank 2 falls in: it repacks and deletes those shards once mostly
+    garbage, as the leader would have."""
+    monkeypatch.setenv("PDCX_COMPACTION_THRESHOLD", "0")
+    dep = deployment(n=4, start=False)
+    (dep.root / "pdcx.toml").write_text(
+        f'[[tier]]\nname = "pfs"\nkind = "shared"\npath = "{tmp_path}/pfs"\n\n'
+        "[shard]\nservers = 2\nobjects = 4\n\n[flush]\ninterval_ms = 60000\n"
+    )
+    dep.start()
+    c = client_on(dep, 2)
+    c.placement = "region-static"  # each object's regions on every server
+    cont = c.create_container("g")
+    objs = [cont.create_object(f"g/o{i}", (ELEMS,), "float64") for i in range(4)]
+    for i, o in enumerate(objs):
+        o[...] = first(i)
+    run_pdcx("flush", "--root", dep.root, timeout=120)
+
+    def shards(leader: str) -> set[Path]:
+        return {p for p in (tmp_path / "pfs").rglob("*") if p.is_file() and f"/{leader}/shard/" in str(p)}
+
+    led_by_2 = shards("g0002")
+    assert led_by_2, "servers 2 and 3 put no group shard"
+    dep.stop()
+    resize(dep, 2)
+    restart_as(dep, 2)
+    c = dep.client()
+    for o in objs[:3]:
+        c.delete_object(o.name)
+
+    def repacked() -> bool:
+        run_pdcx("compact", "--root", dep.root, timeout=120)
+        run_pdcx("flush", "--root", dep.root, timeout=120)  # the acting leader's check deletes
+        return not led_by_2 & shards("g0002")
+
+    wait_until(repacked, 60, "the shards of the retired leader to be repacked and deleted")
+    np.testing.assert_array_equal(c.open_object("g/o3")[...], first(3))

@@ -34,6 +34,15 @@ impl Tiering {
         )
     }
 
+    /// The server that acts for the leader of group shard `key` (releases it, repacks it):
+    /// that leader while the deployment has it and it leads a group, else the leader of the
+    /// group its rank falls in modulo the server count (after a resize, or a change of
+    /// `shard.servers`). None for any other key.
+    pub fn acting_leader_of(&self, key: &str) -> Option<u32> {
+        let r = self.group_leader_of(key)? % self.size.max(1);
+        Some(r - r % self.group.max(1))
+    }
+
     /// The leader that put group shard `key`, or None for any other key.
     pub fn group_leader_of(&self, key: &str) -> Option<u32> {
         let rest = key.strip_prefix(&self.deployment)?.strip_prefix("/g")?;

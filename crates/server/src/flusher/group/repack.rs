@@ -11,6 +11,10 @@
 //! durably (`move_extent`), so an interrupted move leaves the shard referenced (and an orphan
 //! blob the extent's next move overwrites).
 //!
+//! A shard whose leader the deployment no longer has (a resize to fewer servers, another
+//! `shard.servers`) is repacked and released by the leader acting for it
+//! ([`Tiering::acting_leader_of`]).
+//!
 //! Locks: the leader holds no lock while it asks (a server using its shards may lead another
 //! group and be asking it the same); a server moving its extents out holds its own `moves`,
 //! as for its own shards, and sends nothing meanwhile.
@@ -34,7 +38,9 @@ impl Flusher<'_> {
         if !t.group_on() || t.group_leader() != rank {
             return Ok((0, 0));
         }
-        let prefix = format!("{}/", t.group_prefix_of(rank));
+        // Every group shard: those of leaders the deployment no longer has are this server's
+        // too when it acts for them.
+        let prefix = format!("{}/g", t.deployment);
         let mut uses = ShardUse::new();
         for r in 0..t.size {
             let req = PeerRequest::ShardRefs {
@@ -46,6 +52,9 @@ impl Flusher<'_> {
                         let Some(i) = t.tier_index(&tier) else {
                             continue;
                         };
+                        if t.acting_leader_of(&key) != Some(rank) {
+                            continue;
+                        }
                         let u = uses.entry((i, key)).or_default();
                         u.0 += live;
                         u.1.push(r);
@@ -103,7 +112,8 @@ impl Flusher<'_> {
     }
 
     /// Moves this server's extents out of `shards` ((tier name, key), each led by server
-    /// `leader`), each to a blob of its own on the same tier. Callers hold `t.moves`.
+    /// `leader` or one it acts for), each to a blob of its own on the same tier. Callers hold
+    /// `t.moves`.
     pub(super) fn move_out_of_shards(
         &self,
         t: &Tiering,
@@ -115,9 +125,10 @@ impl Flusher<'_> {
             let i = t
                 .tier_index(tier)
                 .ok_or_else(|| Error::invalid(format!("no tier named {tier:?}")))?;
-            if t.group_leader_of(key) != Some(leader) {
+            if t.acting_leader_of(key) != Some(leader) {
                 return Err(Error::invalid(format!(
-                    "server {leader} asked to repack {key:?}, which is not a group shard it leads"
+                    "server {leader} asked to repack {key:?}, which is not a group shard it leads \
+                     or acts for"
                 )));
             }
             wanted.insert((i, key.as_str()));

@@ -17,7 +17,7 @@ impl Flusher<'_> {
     pub(in crate::flusher) fn group_checks(&self, t: &Arc<Tiering>, report: &mut FlushReport) {
         let released = std::mem::take(&mut *t.released.lock().unwrap_or_else(|p| p.into_inner()));
         for (tier, key) in released {
-            let Some(leader) = t.group_leader_of(&key) else {
+            let Some(leader) = t.acting_leader_of(&key) else {
                 continue;
             };
             if leader == self.host.rank() {
