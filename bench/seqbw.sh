@@ -7,14 +7,22 @@ usage() {
   cat <<'EOF'
 Usage: bench/seqbw.sh DIR [SIZE_MB]
 
-Measures DIR's sequential write and read bandwidth with fio (buffered I/O,
-bs=1M, 2 jobs of SIZE_MB/2 each; the write includes a final fsync, the read
-starts after fio drops the test files from the page cache). Falls back to dd
-(conv=fdatasync, then iflag=nocache reads) if fio is not installed.
-SIZE_MB (units of 2^20 bytes) defaults to 1024; results are in MB/s
-with MB = 10^6 bytes. The test files are removed.
+Measures DIR's sequential write and read bandwidth with fio, two ways:
 
-Prints one line:  seq_write_MBps=<float> seq_read_MBps=<float> tool=<fio|dd>
+- the device (the ceiling): direct I/O (O_DIRECT, libaio, queue depth 16),
+  2 jobs of SIZE_MB/2 each, bs=1M; the write goes over files fio preallocates
+  and ends with an fsync, the read follows;
+- buffered (through the page cache, psync): the same sizes; the write includes
+  a final fsync, the read starts after fio drops the files from the page cache.
+
+Falls back to dd (oflag=direct / conv=fdatasync writes, iflag=direct /
+iflag=nocache reads) if fio is not installed. SIZE_MB (units of 2^20 bytes)
+defaults to 1024; results are in MB/s with MB = 10^6 bytes. The test files
+are removed.
+
+Prints one line:
+  seq_write_MBps=<f> seq_read_MBps=<f> dev_write_MBps=<f> dev_read_MBps=<f> tool=<fio|dd>
+(seq_*: buffered; dev_*: direct I/O, the device's figure).
 
 Environment: SEQBW_TOOL=dd forces the dd fallback.
 EOF
@@ -54,6 +62,16 @@ if [[ $tool == fio ]]; then
   fio "${common[@]}" --rw=read --invalidate=1 --output="$tmp/read.json" >/dev/null
   wbw=$(fio_bw "$tmp/write.json" write)
   rbw=$(fio_bw "$tmp/read.json" read)
+  rm -f "$tmp"/seqbw.*
+  # The device: O_DIRECT with 16 requests in flight per job, over preallocated files
+  # (fallocate=native, fio's default where supported), then read back the same way.
+  direct=(--name=devbw --directory="$tmp" --numjobs=2 --size="$((size_mb / 2))M"
+    --bs=1M --direct=1 --ioengine=libaio --iodepth=16 --fallocate=native
+    --group_reporting --output-format=json)
+  fio "${direct[@]}" --rw=write --end_fsync=1 --output="$tmp/dwrite.json" >/dev/null
+  fio "${direct[@]}" --rw=read --output="$tmp/dread.json" >/dev/null
+  dwbw=$(fio_bw "$tmp/dwrite.json" write)
+  drbw=$(fio_bw "$tmp/dread.json" read)
 else
   now() { date +%s.%N; }
   f="$tmp/seqbw.dd"
@@ -68,6 +86,16 @@ else
   bytes=$((size_mb * 1048576))
   wbw=$(awk -v b="$bytes" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.1f", b / (z - a) / 1e6 }')
   rbw=$(awk -v b="$bytes" -v a="$t2" -v z="$t3" 'BEGIN { printf "%.1f", b / (z - a) / 1e6 }')
+  # The device: O_DIRECT, one request in flight (dd has no queue depth).
+  d="$tmp/seqbw.direct"
+  t0=$(now)
+  dd if=/dev/zero of="$d" bs=1M count="$size_mb" oflag=direct conv=fsync status=none
+  t1=$(now)
+  dd if="$d" of=/dev/null bs=1M iflag=direct status=none
+  t2=$(now)
+  dwbw=$(awk -v b="$bytes" -v a="$t0" -v z="$t1" 'BEGIN { printf "%.1f", b / (z - a) / 1e6 }')
+  drbw=$(awk -v b="$bytes" -v a="$t1" -v z="$t2" 'BEGIN { printf "%.1f", b / (z - a) / 1e6 }')
 fi
 
-printf 'seq_write_MBps=%.1f seq_read_MBps=%.1f tool=%s\n' "$wbw" "$rbw" "$tool"
+printf 'seq_write_MBps=%.1f seq_read_MBps=%.1f dev_write_MBps=%.1f dev_read_MBps=%.1f tool=%s\n' \
+  "$wbw" "$rbw" "$dwbw" "$drbw" "$tool"

@@ -2,7 +2,8 @@
 """Summary table of a bench/run.sh run, from the --json outputs of vpic_bdcats.py.
 
 Prints a Markdown table (write/read MB/s of pdcx and hdf5, pdcx/hdf5 ratio,
-each as a % of the fio sequential bandwidth) and, with --append, appends a
+each as a % of the device's direct-I/O bandwidth and of the buffered one, both
+from bench/seqbw.sh) and, with --append, appends a
 dated block with the machine description, the command and the table to a
 Markdown file (bench/out/last.md) so it can be pasted into RESULTS.md.
 A backend whose JSON is missing (the run failed) is shown as FAILED.
@@ -73,14 +74,20 @@ def table(res: dict, seq: dict) -> str:
     """res maps backend -> list of per-repetition results (or None if it failed)."""
     sw = float(seq["seq_write_MBps"]) if "seq_write_MBps" in seq else None
     sr = float(seq["seq_read_MBps"]) if "seq_read_MBps" in seq else None
+    # The device's figures (direct I/O): the ceiling each write and read is a share of.
+    dw = float(seq["dev_write_MBps"]) if "dev_write_MBps" in seq else None
+    dr = float(seq["dev_read_MBps"]) if "dev_read_MBps" in seq else None
     rows = [
-        "| | write MB/s | read MB/s | write s | read s | write % of seq " + "| read % of seq |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        (
+            "| | write MB/s | read MB/s | write s | read s | write % of device | read % of device "
+            "| write % of buffered | read % of buffered |"
+        ),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name in ("pdcx", "hdf5"):
         runs = res.get(name)
         if runs is None:
-            rows.append(f"| {name} | FAILED | FAILED | | | | |")
+            rows.append(f"| {name} | FAILED | FAILED | | | | | | |")
             continue
         w, rd = med(runs, "write_MBps"), med(runs, "read_MBps")
         label = name
@@ -89,21 +96,22 @@ def table(res: dict, seq: dict) -> str:
         rows.append(
             f"| {label} | {cell(runs, 'write_MBps')} | {cell(runs, 'read_MBps')}"
             f" | {cell(runs, 'write_s', '{:.3f}')} | {cell(runs, 'read_s', '{:.3f}')}"
-            f" | {pct(w, sw)} | {pct(rd, sr)} |"
+            f" | {pct(w, dw)} | {pct(rd, dr)} | {pct(w, sw)} | {pct(rd, sr)} |"
         )
         if name == "hdf5" and med(runs, "write_fsync_MBps") is not None:
             wf = med(runs, "write_fsync_MBps")
             rows.append(
                 f"| hdf5, write + fsync | {cell(runs, 'write_fsync_MBps')} | "
-                f"| {cell(runs, 'write_fsync_s', '{:.3f}')} | | {pct(wf, sw)} | |"
+                f"| {cell(runs, 'write_fsync_s', '{:.3f}')} | | {pct(wf, dw)} | | {pct(wf, sw)} | |"
             )
     p, h = res.get("pdcx"), res.get("hdf5")
     pw, pr = med(p, "write_MBps"), med(p, "read_MBps")
-    rows.append(f"| pdcx / hdf5 | {ratio(pw, med(h, 'write_MBps'))} | {ratio(pr, med(h, 'read_MBps'))} | | | | |")
+    rows.append(f"| pdcx / hdf5 | {ratio(pw, med(h, 'write_MBps'))} | {ratio(pr, med(h, 'read_MBps'))} | | | | | | |")
     if h and med(h, "write_fsync_MBps") is not None:
-        rows.append(f"| pdcx / (hdf5 + fsync) | {ratio(pw, med(h, 'write_fsync_MBps'))} | | | | | |")
+        rows.append(f"| pdcx / (hdf5 + fsync) | {ratio(pw, med(h, 'write_fsync_MBps'))} | | | | | | | |")
     tool = seq.get("tool", "fio")
-    rows.append(f"| {tool} sequential | {fnum(sw)} | {fnum(sr)} | | | 100% | 100% |")
+    rows.append(f"| the device ({tool}, direct I/O) | {fnum(dw)} | {fnum(dr)} | | | 100% | 100% | | |")
+    rows.append(f"| {tool} buffered | {fnum(sw)} | {fnum(sr)} | | | | | 100% | 100% |")
     return "\n".join(rows)
 
 

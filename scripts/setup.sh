@@ -32,8 +32,9 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*"; }
 apt_pkgs=(libzfp-dev pkg-config)
 ((want_mpi)) && apt_pkgs+=(openmpi-bin libopenmpi-dev)
 # hdf5-filter-plugin-zfp-serial: H5Z-ZFP for h5dump (serial libhdf5), which tests/test_hdf5.py
-# uses to check that ZFP chunks and exported files are standard HDF5.
-((want_test)) && apt_pkgs+=(iproute2 curl hdf5-tools libhdf5-openmpi-dev hdf5-filter-plugin-zfp-serial)
+# uses to check that ZFP chunks and exported files are standard HDF5. fio: bench/seqbw.sh's
+# device figure (tests/test_bench_tools.py runs it).
+((want_test)) && apt_pkgs+=(iproute2 curl hdf5-tools libhdf5-openmpi-dev hdf5-filter-plugin-zfp-serial fio)
 # montage + libcfitsio-bin (fitscopy): unmodified CFITSIO programs that tests/test_montage.py
 # and bench/montage run on pdcx:// files.
 ((want_test || want_bench)) && apt_pkgs+=(montage libcfitsio-bin)

@@ -2,8 +2,14 @@
 bench/stats.py) and the profile table's parsers (bench/profile/table.py). No servers."""
 
 import importlib.util
+import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -262,3 +268,64 @@ def test_wire_ab_picks_each_figure_from_a_runs_result_lines(tmp_path):
     # The `memory` variant of the read is not the figure (label must be absent).
     assert got["4 KiB read p50 us"] == 50.0
     assert got["HACC write MB/s, local"] is None
+
+
+@pytest.mark.parametrize("tool", ["fio", "dd"])
+def test_seqbw_measures_the_device_with_direct_io_and_the_buffered_figures(tmp_path, tool):
+    if tool == "fio":
+        assert shutil.which("fio"), "fio is missing: scripts/setup.sh --test installs it"
+    env = dict(os.environ, SEQBW_TOOL=tool)
+    out = subprocess.run(
+        ["bash", str(REPO / "bench/seqbw.sh"), str(tmp_path / "d"), "16"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    figures = dict(tok.split("=", 1) for tok in out.split())
+    assert figures["tool"] == tool, out
+    for key in ("seq_write_MBps", "seq_read_MBps", "dev_write_MBps", "dev_read_MBps"):
+        assert float(figures[key]) > 0, out
+    assert list((tmp_path / "d").iterdir()) == [], "the test files stay behind"
+
+
+def test_the_c_bench_judges_writes_and_reads_against_the_device(tmp_path, capsys):
+    summ = load("bench/c/summarize.py", "bench_c_summarize_device")
+    pdc, h5 = _round(tmp_path, 1, 1700, 200, 40, 1000)
+    (tmp_path / "pdc-1.log").write_text(
+        Path(pdc).read_text() + "RESULT kernel=bdcats backend=pdc ranks=4 bytes=1 seconds=1 mbps=950 label=cold\n"
+    )
+    seq = tmp_path / "seqbw.txt"
+    seq.write_text("seq_write_MBps=700 seq_read_MBps=1500 dev_write_MBps=2000 dev_read_MBps=1000 tool=fio\n")
+    assert summ.main(["--pdc", pdc, "--hdf5", h5, "--seqbw", str(seq)]) == 0
+    out = capsys.readouterr().out.splitlines()
+
+    def row(start: str) -> str:
+        return next(line for line in out if line.startswith(start))
+
+    # 1700 of the device's 2000: 85 %, the target; of the buffered 700 it is only information.
+    vpic = row("| VPIC write MB/s, local (vs the device")
+    assert "| 85.0% |" in vpic and vpic.rstrip().endswith("| PASS |")
+    assert "| info |" in row("| VPIC write MB/s, local (vs fio buffered")
+    # memory 900 against local 1700: below 1.5x.
+    assert row("| VPIC write MB/s, memory (vs local)").rstrip().endswith("| miss |")
+    # 950 of 1000: 95 %, at least the 90 % asked.
+    bd = row("| BDCATS read MB/s, cold (vs the device")
+    assert "| 95.0% |" in bd and bd.rstrip().endswith("| PASS |")
+    assert any("direct I/O write 2,000 MB/s" in line for line in out), out
+
+
+def test_the_python_bench_prints_each_figure_as_a_share_of_the_device(tmp_path, capsys):
+    summ = load("bench/summarize.py", "bench_summarize_device")
+    run = {"ranks": 2, "particles": 1, "steps": 1, "bytes": 10**9, "write_MBps": 1000.0, "read_MBps": 900.0}
+    (tmp_path / "p.json").write_text(json.dumps(run | {"write_s": 1.0, "read_s": 1.1}))
+    (tmp_path / "s.txt").write_text(
+        "seq_write_MBps=500 seq_read_MBps=1800 dev_write_MBps=2000 dev_read_MBps=1200 tool=fio"
+    )
+    summ.main(["--pdcx", str(tmp_path / "p.json"), "--seqbw", str(tmp_path / "s.txt")])
+    out = capsys.readouterr().out.splitlines()
+    pdcx = next(line for line in out if line.startswith("| pdcx"))
+    # write 1000 of 2000 (device) and of 500 (buffered); read 900 of 1200 and of 1800.
+    assert pdcx.rstrip().endswith("| 50% | 75% | 200% | 50% |"), pdcx
+    assert "| the device (fio, direct I/O) | 2000.0 | 1200.0 | | | 100% | 100% | | |" in out, out
