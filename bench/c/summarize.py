@@ -204,6 +204,14 @@ def figures(pdc, h5, seq, servers):
             "info",
         ),
         Fig(
+            "HACC read MB/s (vs the device: direct-I/O read)",
+            num(p_hr, "mbps"),
+            dev_r,
+            pct(ratio(num(p_hr, "mbps"), dev_r)),
+            "%",
+            "info",
+        ),
+        Fig(
             f"by design, async vs sync over {steps} steps: VPIC app-visible I/O s (hdf5 s / pdc s; compute {cmp_s} s)",
             vmp,
             vmh,
