@@ -316,6 +316,22 @@ def test_the_c_bench_judges_writes_and_reads_against_the_device(tmp_path, capsys
     assert any("direct I/O write 2,000 MB/s" in line for line in out), out
 
 
+def test_the_c_bench_compares_each_round_with_the_device_measured_in_that_round(tmp_path, capsys):
+    summ = load("bench/c/summarize.py", "bench_c_summarize_rounds")
+    logs = [_round(tmp_path, i, 1700, 200, 40, 1000) for i in (1, 2, 3)]
+    seqs = []
+    for i, dev in enumerate((2000, 1000, 1700), 1):
+        seqs.append(tmp_path / f"seqbw-{i}.txt")
+        seqs[-1].write_text(f"seq_write_MBps=700 seq_read_MBps=1500 dev_write_MBps={dev} dev_read_MBps=1000 tool=fio\n")
+    argv = ["--pdc", *[p for p, _ in logs], "--hdf5", *[h for _, h in logs], "--seqbw", *map(str, seqs)]
+    assert summ.main(argv) == 0
+    out = capsys.readouterr().out.splitlines()
+    vpic = next(line for line in out if line.startswith("| VPIC write MB/s, local (vs the device"))
+    # 1700 against 2000, 1000 and 1700 in its own round: 85 %, 170 %, 100 %; median 100 %.
+    assert "| 100.0% (85.0%–170.0%) |" in vpic, vpic
+    assert any("3 run(s)" in line and "direct I/O write 1,700 (1,000–2,000) MB/s" in line for line in out), out
+
+
 def test_the_python_bench_prints_each_figure_as_a_share_of_the_device(tmp_path, capsys):
     summ = load("bench/summarize.py", "bench_summarize_device")
     run = {"ranks": 2, "particles": 1, "steps": 1, "bytes": 10**9, "write_MBps": 1000.0, "read_MBps": 900.0}

@@ -271,17 +271,17 @@ run_backend() {
   fi
 }
 
-# ---- fio reference --------------------------------------------------------
+# ---- rounds: the device, pdc, hdf5, the device, pdc, hdf5, ... --------------
+# Interleaved so that both backends see the same background load over the run; every
+# round starts fresh servers on a fresh root and writes fresh files. The device's own
+# figures (bench/seqbw.sh: direct I/O, the ceiling, and buffered) are measured in every
+# round too: on a virtual disk they vary by tens of percent from one minute to the next.
 vol_mib=$((ranks * particles * 38 / 1048576))
 seq_mib=$((vol_mib > 512 ? vol_mib : 512))
-log "seqbw.sh ($seq_mib MiB)"
-bash "$repo/bench/seqbw.sh" "$data/seqbw" "$seq_mib" | tee "$work/seqbw.txt"
-
-# ---- rounds: pdc, hdf5, pdc, hdf5, ... ---------------------------------------
-# Interleaved so that both backends see the same background load over the run; every
-# round starts fresh servers on a fresh root and writes fresh files.
 for ((round = 1; round <= repeat; round++)); do
   ((repeat > 1)) && log "round $round of $repeat"
+  log "seqbw.sh ($seq_mib MiB)"
+  bash "$repo/bench/seqbw.sh" "$data/seqbw" "$seq_mib" | tee "$work/seqbw-$round.txt"
   if ((have_pdc)) && [[ $only != hdf5 ]]; then
     # A before/after run alternates which build goes first, so drift in the background
     # load does not always favour the same one.
@@ -321,11 +321,12 @@ done
 
 # ---- table -------------------------------------------------------------------
 log "summary (also appended to bench/out/c-last.md)"
-pdc_logs=() hdf5_logs=() before_args=()
+pdc_logs=() hdf5_logs=() seq_logs=() before_args=()
 for ((round = 1; round <= repeat; round++)); do
-  touch "$work/pdc-$round.log" "$work/hdf5-$round.log"
+  touch "$work/pdc-$round.log" "$work/hdf5-$round.log" "$work/seqbw-$round.txt"
   pdc_logs+=("$work/pdc-$round.log")
   hdf5_logs+=("$work/hdf5-$round.log")
+  seq_logs+=("$work/seqbw-$round.txt")
   if ((have_before)); then
     touch "$work/pdc-before-$round.log"
     before_args+=("$work/pdc-before-$round.log")
@@ -337,7 +338,7 @@ if ((have_before)); then
 fi
 pdc_lib=""
 if ((have_pdc)); then pdc_lib=$(ldd "$bin/vpic_pdc" | awk '/libpdcx/ {print $3}'); fi
-python3 "$cdir/summarize.py" --pdc "${pdc_logs[@]}" --hdf5 "${hdf5_logs[@]}" --seqbw "$work/seqbw.txt" \
+python3 "$cdir/summarize.py" --pdc "${pdc_logs[@]}" --hdf5 "${hdf5_logs[@]}" --seqbw "${seq_logs[@]}" \
   --ranks "$ranks" --servers "$servers" --particles "$particles" --cache-mb "${cache_mb:-default}" \
   --load-start "$load_start" --load-end "$(cut -d' ' -f1-3 /proc/loadavg)" --cmd "$cmdline" \
   --notes "$work/notes.txt" --pdc-built "$have_pdc" --pdcx-bin "$pdcx_bin" --pdc-lib "$pdc_lib" "${before_args[@]}" \

@@ -88,6 +88,13 @@ def at_most(t):
     return lambda v: v <= t
 
 
+def read_seqbw(path: str) -> dict:
+    """bench/seqbw.sh's `key=value ...` line as a dict (empty when the file is missing)."""
+    if not Path(path).exists():
+        return {}
+    return dict(tok.split("=", 1) for tok in Path(path).read_text().split() if "=" in tok)
+
+
 def seq_figure(seq: dict, key: str) -> float | None:
     """A figure of bench/seqbw.sh's line (None when absent: an older line has no dev_*)."""
     return float(seq[key]) if key in seq else None
@@ -396,7 +403,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pdc", nargs="*", default=[], help="pdc log of each round, in order")
     ap.add_argument("--hdf5", nargs="*", default=[], help="hdf5 log of each round, in order")
-    ap.add_argument("--seqbw")
+    ap.add_argument("--seqbw", nargs="*", default=[], help="bench/seqbw.sh's output of each round")
     ap.add_argument("--ranks", type=int, default=0)
     ap.add_argument("--servers", type=int, default=1)
     ap.add_argument("--particles", type=int, default=0)
@@ -414,14 +421,10 @@ def main(argv=None):
     ap.add_argument("--append")
     a = ap.parse_args(argv)
 
-    seq = {}
-    if a.seqbw and Path(a.seqbw).exists():
-        for tok in Path(a.seqbw).read_text().split():
-            if "=" in tok:
-                k, v = tok.split("=", 1)
-                seq[k] = v
-    fio_w, fio_r = seq_figure(seq, "seq_write_MBps"), seq_figure(seq, "seq_read_MBps")
-    dev_w, dev_r = seq_figure(seq, "dev_write_MBps"), seq_figure(seq, "dev_read_MBps")
+    # bench/seqbw.sh's line of each round (one file: the same figures for every round).
+    seqs = [read_seqbw(p) for p in a.seqbw] or [{}]
+    seq_of = lambda i: seqs[i] if i < len(seqs) else seqs[-1]
+    device = lambda key: median_cell((seq_figure(s, key) for s in seqs), fmt)
 
     n = max(len(a.pdc), len(a.hdf5), 1)
     rounds, pdc_failed, h5_failed = [], set(), set()
@@ -430,14 +433,14 @@ def main(argv=None):
         h5, hf = parse(a.hdf5[i] if i < len(a.hdf5) else None)
         pdc_failed |= pf
         h5_failed |= hf
-        rounds.append(figures(pdc, h5, seq, a.servers))
+        rounds.append(figures(pdc, h5, seq_of(i), a.servers))
     rows = table(rounds)
     before_rounds, before_failed = [], set()
     for i in range(len(a.pdc_before)):
         pdc, pf = parse(a.pdc_before[i])
         h5, _ = parse(a.hdf5[i] if i < len(a.hdf5) else None)
         before_failed |= pf
-        before_rounds.append(figures(pdc, h5, seq, a.servers))
+        before_rounds.append(figures(pdc, h5, seq_of(i), a.servers))
 
     now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     load = a.load_start + (f"; after: {a.load_end}" if a.load_end else "")
@@ -450,8 +453,9 @@ def main(argv=None):
     reps = f"; {n} rounds (pdc, hdf5 interleaved), median (min–max)" if n > 1 else ""
     out.append(
         f"{a.ranks} ranks, {a.servers} pdcx servers (data cache {a.cache_mb} MiB), {a.particles} particles/rank"
-        f"{reps}; the device (bench/seqbw.sh, once, {seq.get('tool', 'n/a')}): direct I/O write {fmt(dev_w)} MB/s, "
-        f"read {fmt(dev_r)} MB/s; buffered write {fmt(fio_w)} MB/s, read {fmt(fio_r)} MB/s"
+        f"{reps}; the device (bench/seqbw.sh, {len(seqs)} run(s), {seqs[0].get('tool', 'n/a')}): direct I/O write "
+        f"{device('dev_write_MBps')} MB/s, read {device('dev_read_MBps')} MB/s; buffered write "
+        f"{device('seq_write_MBps')} MB/s, read {device('seq_read_MBps')} MB/s"
     )
     if a.pdc_built != "1":
         out.append("\n**PDC kernels not built (libpdcx not found): pdc columns are n/a.**")
