@@ -23,8 +23,8 @@ Usage: bench/run.sh [--ranks R] [--servers K] [--particles N] [--steps S]
   --no-setup      skip `scripts/setup.sh --bench` (dependencies + pdcx build)
   --keep          keep the data files (default: removed at the end)
 
-Steps: scripts/setup.sh --bench; work dir bench/out/run-<date>/; seqbw.sh
-there; N times: `pdcx server start -n K`, vpic_bdcats.py --backend pdcx,
+Steps: scripts/setup.sh --bench; work dir bench/out/run-<date>/; N times:
+seqbw.sh there (the device), `pdcx server start -n K`, vpic_bdcats.py --backend pdcx,
 server stop, vpic_bdcats.py --backend hdf5; summary table, also appended to
 bench/out/last.md. Exits nonzero if either backend failed.
 EOF
@@ -109,14 +109,15 @@ if ((evict)); then bench_args+=(--evict-cache); fi
 # Reference bandwidth: at least 1 GiB, or the benchmark's data volume.
 data_mib=$((ranks * particles * steps * 32 / 1048576))
 seq_mib=$((data_mib > 1024 ? data_mib : 1024))
-log "seqbw.sh ($seq_mib MiB)"
-bench/seqbw.sh "$work/seqbw" "$seq_mib" | tee "$work/seqbw.txt"
-
 failed=()
-pdcx_jsons=() hdf5_jsons=()
+pdcx_jsons=() hdf5_jsons=() seq_files=()
 for ((i = 1; i <= repeat; i++)); do
   sfx="" && ((repeat > 1)) && sfx="-$i"
   ((repeat > 1)) && log "repetition $i of $repeat"
+  # The device in every repetition: a virtual disk's figures move between minutes.
+  log "seqbw.sh ($seq_mib MiB)"
+  bench/seqbw.sh "$work/seqbw" "$seq_mib" | tee "$work/seqbw$sfx.txt"
+  seq_files+=("$work/seqbw$sfx.txt")
 
   log "pdcx: $servers servers, $ranks ranks"
   pdcx_root=$work/data/pdcx$sfx
@@ -158,7 +159,7 @@ done
 
 log "summary (also appended to bench/out/last.md)"
 python3 bench/summarize.py --pdcx "${pdcx_jsons[@]}" --hdf5 "${hdf5_jsons[@]}" \
-  --seqbw "$work/seqbw.txt" --servers "$servers" --cache-mb "${cache_mb:-256}" --load-start "$load_start" \
+  --seqbw "${seq_files[@]}" --servers "$servers" --cache-mb "${cache_mb:-256}" --load-start "$load_start" \
   --workdir "$work" --cmd "$cmdline" --append "$repo/bench/out/last.md" || true
 
 if ((${#failed[@]})); then

@@ -41,12 +41,22 @@ def load_runs(paths: list[str] | None) -> list[dict] | None:
     return runs
 
 
-def load_seqbw(path: str | None) -> dict:
-    """Parses the `key=value ...` line printed by seqbw.sh."""
-    if not path or not os.path.exists(path):
+def load_seqbw(paths: list[str] | None) -> dict:
+    """The `key=value ...` lines printed by seqbw.sh (one per repetition): each figure's
+    median over them (`runs`: how many were read)."""
+    lines = []
+    for path in paths or []:
+        if os.path.exists(path):
+            with open(path) as fh:
+                lines.append(dict(re.findall(r"(\w+)=(\S+)", fh.read())))
+    if not lines:
         return {}
-    with open(path) as fh:
-        return dict(re.findall(r"(\w+)=(\S+)", fh.read()))
+    out = {"tool": lines[0].get("tool", "fio"), "runs": str(len(lines))}
+    for key in ("seq_write_MBps", "seq_read_MBps", "dev_write_MBps", "dev_read_MBps"):
+        m = median(float(x[key]) for x in lines if key in x)
+        if m is not None:
+            out[key] = str(m)
+    return out
 
 
 def fnum(x: float | None, fmt: str = "{:.1f}") -> str:
@@ -110,7 +120,8 @@ def table(res: dict, seq: dict) -> str:
     if h and med(h, "write_fsync_MBps") is not None:
         rows.append(f"| pdcx / (hdf5 + fsync) | {ratio(pw, med(h, 'write_fsync_MBps'))} | | | | | | | |")
     tool = seq.get("tool", "fio")
-    rows.append(f"| the device ({tool}, direct I/O) | {fnum(dw)} | {fnum(dr)} | | | 100% | 100% | | |")
+    runs = f", median of {seq['runs']}" if int(seq.get("runs", "1")) > 1 else ""
+    rows.append(f"| the device ({tool}, direct I/O{runs}) | {fnum(dw)} | {fnum(dr)} | | | 100% | 100% | | |")
     rows.append(f"| {tool} buffered | {fnum(sw)} | {fnum(sr)} | | | | | 100% | 100% |")
     return "\n".join(rows)
 
@@ -183,7 +194,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pdcx", nargs="*", help="JSON(s) written by vpic_bdcats.py --backend pdcx, one per repetition")
     p.add_argument("--hdf5", nargs="*", help="JSON(s) written by vpic_bdcats.py --backend hdf5, one per repetition")
-    p.add_argument("--seqbw", help="file holding the output line of seqbw.sh")
+    p.add_argument("--seqbw", nargs="*", help="files holding the output line of seqbw.sh, one per repetition")
     p.add_argument("--servers", type=int, help="number of pdcx servers (K)")
     p.add_argument("--cache-mb", type=int, help="data cache of each pdcx server, MiB")
     p.add_argument("--load-start", help="/proc/loadavg before the run started")
@@ -218,8 +229,9 @@ def main(argv=None) -> int:
         "wait_all (pdcx) returns. pdcx with local durability has fdatasync'ed its "
         "log by then; HDF5's close does not fsync, so its data may still be in the "
         "page cache: the 'hdf5, write + fsync' row adds an fsync of the file, the same "
-        "guarantee. The sequential write includes an fsync and its read starts with "
-        "the file out of the page cache."
+        "guarantee. The device's figures are fio's in each repetition (bench/seqbw.sh): "
+        "direct I/O with 16 requests in flight per job (the ceiling), and buffered; both "
+        "writes end with an fsync, both reads start with the files out of the page cache."
     )
     print(params)
     print(tab)

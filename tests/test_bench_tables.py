@@ -336,12 +336,14 @@ def test_the_python_bench_prints_each_figure_as_a_share_of_the_device(tmp_path, 
     summ = load("bench/summarize.py", "bench_summarize_device")
     run = {"ranks": 2, "particles": 1, "steps": 1, "bytes": 10**9, "write_MBps": 1000.0, "read_MBps": 900.0}
     (tmp_path / "p.json").write_text(json.dumps(run | {"write_s": 1.0, "read_s": 1.1}))
-    (tmp_path / "s.txt").write_text(
-        "seq_write_MBps=500 seq_read_MBps=1800 dev_write_MBps=2000 dev_read_MBps=1200 tool=fio"
-    )
-    summ.main(["--pdcx", str(tmp_path / "p.json"), "--seqbw", str(tmp_path / "s.txt")])
+    # The device measured in each of three repetitions: its medians are the reference.
+    for i, (dw, dr) in enumerate(((2000, 1200), (1000, 1500), (2500, 1100))):
+        (tmp_path / f"s{i}.txt").write_text(
+            f"seq_write_MBps=500 seq_read_MBps=1800 dev_write_MBps={dw} dev_read_MBps={dr} tool=fio"
+        )
+    summ.main(["--pdcx", str(tmp_path / "p.json"), "--seqbw", *(str(tmp_path / f"s{i}.txt") for i in range(3))])
     out = capsys.readouterr().out.splitlines()
     pdcx = next(line for line in out if line.startswith("| pdcx"))
     # write 1000 of 2000 (device) and of 500 (buffered); read 900 of 1200 and of 1800.
     assert pdcx.rstrip().endswith("| 50% | 75% | 200% | 50% |"), pdcx
-    assert "| the device (fio, direct I/O) | 2000.0 | 1200.0 | | | 100% | 100% | | |" in out, out
+    assert "| the device (fio, direct I/O, median of 3) | 2000.0 | 1200.0 | | | 100% | 100% | | |" in out, out
