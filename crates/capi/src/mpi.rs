@@ -107,9 +107,15 @@ pub fn bcast(buf: &mut [u8], root: c_int, comm: Comm) -> Result<(), String> {
     Ok(())
 }
 
+/// Bytes of an answer that travel in [`bcast_result`]'s first broadcast: an object's metadata
+/// fits, so most answers take one collective (under oversubscription each costs a wake-up of
+/// every rank).
+const INLINE_ANSWER: usize = 1015;
+
 /// Broadcasts `root`'s variable-length answer — its bytes, or its error text, so every rank
-/// fails with the root's reason — to every rank of `comm` (two broadcasts: length, then
-/// bytes). What the other ranks pass is ignored.
+/// fails with the root's reason — to every rank of `comm`: one broadcast of its status, length
+/// and first [`INLINE_ANSWER`] bytes, and a second one for the rest of a longer answer. What
+/// the other ranks pass is ignored.
 pub fn bcast_result(
     msg: Result<Vec<u8>, String>,
     root: c_int,
@@ -120,20 +126,31 @@ pub fn bcast_result(
         Ok(b) => (1u8, b),
         Err(e) => (0u8, e.into_bytes()),
     };
-    let mut head = [0u8; 9];
+    let mut head = [0u8; 9 + INLINE_ANSWER];
     if me == root {
         head[0] = ok;
-        head[1..].copy_from_slice(&(body.len() as u64).to_le_bytes());
+        head[1..9].copy_from_slice(&(body.len() as u64).to_le_bytes());
+        let inline = body.len().min(INLINE_ANSWER);
+        head[9..9 + inline].copy_from_slice(&body[..inline]);
     }
     bcast(&mut head, root, comm)?;
     let mut len = [0u8; 8];
-    len.copy_from_slice(&head[1..]);
+    len.copy_from_slice(&head[1..9]);
     let n = usize::try_from(u64::from_le_bytes(len))
         .map_err(|_| "broadcast length does not fit in memory".to_string())?;
-    let mut buf = if me == root { body } else { vec![0u8; n] };
-    if n > 0 {
-        bcast(&mut buf, root, comm)?;
-    }
+    let buf = if n <= INLINE_ANSWER {
+        head[9..9 + n].to_vec()
+    } else {
+        let mut rest = if me == root {
+            body[INLINE_ANSWER..].to_vec()
+        } else {
+            vec![0u8; n - INLINE_ANSWER]
+        };
+        bcast(&mut rest, root, comm)?;
+        let mut all = head[9..].to_vec();
+        all.extend_from_slice(&rest);
+        all
+    };
     Ok(if head[0] == 1 {
         Ok(buf)
     } else {

@@ -334,7 +334,9 @@ pub unsafe extern "C" fn PDCXobj_create_many(
     })
 }
 
-/// Rank `rank_id` of `comm` creates the object; the others receive its id and open it.
+/// Rank `rank_id` of `comm` creates the object and broadcasts its metadata, which the others
+/// register as it is: no rank asks a server for it (a lookup at the owner, through the node's
+/// lookup relay and its aggregation window, per rank and object).
 ///
 /// # Safety
 /// `name` must be a NUL-terminated string; `comm` an MPI communicator (or anything when the
@@ -355,34 +357,31 @@ pub unsafe extern "C" fn PDCobj_create_mpi(
         }
         let comm = mpi::Comm(comm);
         let me = mpi::rank(comm)?;
-        let mut msg = [0u8; 9];
-        let mut local_err = None;
-        if me == rank_id {
+        // The creator's own outcome, and what it tells the others (the encoded metadata, or
+        // its error, so every rank fails with the creator's reason).
+        let (mine, msg) = if me == rank_id {
             match plan(cont_id, name, prop_id).and_then(|p| {
                 let meta = client()?.create_object(p.spec.clone()).map_err(err)?;
                 Ok((meta, p))
             }) {
                 Ok((meta, p)) => {
-                    msg[0] = 1;
-                    msg[1..].copy_from_slice(&meta.id.to_le_bytes());
-                    local_err = Some(Ok(register(meta, prop_id, p.settings)));
+                    let body = protocol::encode_body(&meta).map_err(err);
+                    (Some(Ok((meta, p))), body)
                 }
-                Err(e) => local_err = Some(Err(e)),
+                Err(e) => (Some(Err(e.clone())), Err(e)),
             }
+        } else {
+            (None, Ok(Vec::new()))
+        };
+        let told = mpi::bcast_result(msg, rank_id, comm)?;
+        match mine {
+            Some(Ok((meta, p))) => return Ok(register(meta, prop_id, p.settings)),
+            Some(Err(e)) => return Err(e),
+            None => {}
         }
-        mpi::bcast(&mut msg, rank_id, comm)?;
-        if let Some(r) = local_err {
-            return r;
-        }
-        if msg[0] != 1 {
-            return Err(format!("rank {rank_id} failed to create object {name:?}"));
-        }
-        let oid = u64::from_le_bytes(
-            msg[1..]
-                .try_into()
-                .map_err(|_| "bad broadcast".to_string())?,
-        );
-        let meta = client()?.get_object(oid).map_err(err)?;
+        let body =
+            told.map_err(|e| format!("rank {rank_id} failed to create object {name:?}: {e}"))?;
+        let meta: ObjectMeta = protocol::decode_body(&body).map_err(err)?;
         let settings = {
             let mut st = state();
             match obj_prop_mut(&mut st, prop_id) {
