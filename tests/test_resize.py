@@ -83,6 +83,11 @@ def resize(dep, to: int, check_rc: bool = True, env=None, binary=None) -> subpro
     return p
 
 
+def with_pfs_tier(dep, tmp_path, rest: str) -> None:
+    """Gives the deployment a shared-directory tier `pfs` under tmp_path, then `rest`."""
+    (dep.root / "pdcx.toml").write_text(f'[[tier]]\nname = "pfs"\nkind = "shared"\npath = "{tmp_path}/pfs"\n\n{rest}')
+
+
 def restart_as(dep, n: int) -> None:
     dep.n = n
     dep.start()
@@ -243,10 +248,7 @@ def test_data_flushed_to_a_tier_and_gone_from_the_log_stays_readable_after_a_shr
     """A retired server's extents that only a tier holds (flushed, their log segments
     retired) keep their blobs: the adopter reads them under the retired server's keys."""
     dep = deployment(n=2, start=False)
-    (dep.root / "pdcx.toml").write_text(
-        f'[[tier]]\nname = "pfs"\nkind = "shared"\npath = "{tmp_path}/pfs"\n\n'
-        '[log]\nsegment_bytes = "1MiB"\n\n[flush]\ninterval_ms = 100\n'
-    )
+    with_pfs_tier(dep, tmp_path, '[log]\nsegment_bytes = "1MiB"\n\n[flush]\ninterval_ms = 100\n')
     dep.start()
     c = client_on(dep, 1)
     data = {}
@@ -276,10 +278,7 @@ def test_group_shards_of_a_leader_gone_in_a_shrink_are_repacked_by_the_one_actin
     garbage, as the leader would have."""
     monkeypatch.setenv("PDCX_COMPACTION_THRESHOLD", "0")
     dep = deployment(n=4, start=False)
-    (dep.root / "pdcx.toml").write_text(
-        f'[[tier]]\nname = "pfs"\nkind = "shared"\npath = "{tmp_path}/pfs"\n\n'
-        "[shard]\nservers = 2\nobjects = 4\n\n[flush]\ninterval_ms = 60000\n"
-    )
+    with_pfs_tier(dep, tmp_path, "[shard]\nservers = 2\nobjects = 4\n\n[flush]\ninterval_ms = 60000\n")
     dep.start()
     c = client_on(dep, 2)
     c.placement = "region-static"  # each object's regions on every server

@@ -139,34 +139,31 @@ def figures(pdc, h5, seq, servers):
     vmp, vmh = num(p_vm, "seconds"), num(h_vm, "seconds")
     sync50 = num(h_sync, "p50_us")
     ranks = (p_me or h_me or {}).get("ranks", "R")
+
+    def writes(kernel, local, mem, h, h_fsync):
+        """A write kernel's rows: `local` against HDF5 + fsync, the device and the buffered
+        figure; `memory` against HDF5 without fsync and against `local`."""
+        w = f"{kernel} write MB/s"
+        return [
+            Fig(f"{w}, local (vs hdf5 + fsync)", local, h_fsync, ratio(local, h_fsync), "x", ">= 1.0x", at_least(1.0)),
+            Fig(
+                f"{w}, local (vs the device: direct-I/O write)",
+                local,
+                dev_w,
+                pct(ratio(local, dev_w)),
+                "%",
+                ">= 85%",
+                at_least(85),
+            ),
+            Fig(f"{w}, local (vs fio buffered write)", local, fio_w, pct(ratio(local, fio_w)), "%", "info"),
+            Fig(f"{w}, memory (vs hdf5, no fsync)", mem, h, ratio(mem, h), "x", ">= 1.0x", at_least(1.0)),
+            Fig(f"{w}, memory (vs local)", mem, local, ratio(mem, local), "x", ">= 1.5x", at_least(1.5)),
+        ]
+
     return [
-        Fig("VPIC write MB/s, local (vs hdf5 + fsync)", v1p, v1hf, ratio(v1p, v1hf), "x", ">= 1.0x", at_least(1.0)),
-        Fig(
-            "VPIC write MB/s, local (vs the device: direct-I/O write)",
-            v1p,
-            dev_w,
-            pct(ratio(v1p, dev_w)),
-            "%",
-            ">= 85%",
-            at_least(85),
-        ),
-        Fig("VPIC write MB/s, local (vs fio buffered write)", v1p, fio_w, pct(ratio(v1p, fio_w)), "%", "info"),
-        Fig("VPIC write MB/s, memory (vs hdf5, no fsync)", v1pm, v1h, ratio(v1pm, v1h), "x", ">= 1.0x", at_least(1.0)),
-        Fig("VPIC write MB/s, memory (vs local)", v1pm, v1p, ratio(v1pm, v1p), "x", ">= 1.5x", at_least(1.5)),
+        *writes("VPIC", v1p, v1pm, v1h, v1hf),
         Fig("VPIC write MB/s, local (vs hdf5, no fsync)", v1p, v1h, ratio(v1p, v1h), "x", "info"),
-        Fig("HACC write MB/s, local (vs hdf5 + fsync)", hwp, hwhf, ratio(hwp, hwhf), "x", ">= 1.0x", at_least(1.0)),
-        Fig(
-            "HACC write MB/s, local (vs the device: direct-I/O write)",
-            hwp,
-            dev_w,
-            pct(ratio(hwp, dev_w)),
-            "%",
-            ">= 85%",
-            at_least(85),
-        ),
-        Fig("HACC write MB/s, local (vs fio buffered write)", hwp, fio_w, pct(ratio(hwp, fio_w)), "%", "info"),
-        Fig("HACC write MB/s, memory (vs hdf5, no fsync)", hwpm, hwh, ratio(hwpm, hwh), "x", ">= 1.0x", at_least(1.0)),
-        Fig("HACC write MB/s, memory (vs local)", hwpm, hwp, ratio(hwpm, hwp), "x", ">= 1.5x", at_least(1.5)),
+        *writes("HACC", hwp, hwpm, hwh, hwhf),
         Fig(
             "BDCATS read MB/s, cold (vs hdf5)",
             num(p_bc, "mbps"),

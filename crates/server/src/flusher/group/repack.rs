@@ -78,7 +78,10 @@ impl Flusher<'_> {
         // Per server, the underfull shards it uses.
         let mut asks: BTreeMap<u32, Vec<(String, String)>> = BTreeMap::new();
         for ((tier, key), (live, users)) in uses {
-            let size = t.tiers[tier].len(&key)?;
+            // A blob gone meanwhile (or a tier not answering) is looked at next pass.
+            let Ok(size) = t.tiers[tier].len(&key) else {
+                continue;
+            };
             if size == 0 || live as f64 >= threshold * size as f64 {
                 continue;
             }
