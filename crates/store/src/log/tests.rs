@@ -629,17 +629,19 @@ fn a_small_record_after_a_large_one_zeroes_ahead_by_its_own_size() {
         .unwrap();
     let path = log.segment_path(1);
     assert_eq!(fs::metadata(&path).unwrap().len(), log.total_bytes());
-    // A commit-record-sized append past the end: 64 KiB of zeros, not 1 MiB.
+    // A commit-record-sized append past the end: the least zeros, not 1 MiB.
     log.append(2, 1, &r(&[0], &[100]), &payload(2, 100))
         .unwrap();
     let ahead = fs::metadata(&path).unwrap().len() - log.total_bytes();
     assert_eq!(ahead, PREZERO_MIN);
-    // A 16 KiB record zeroes room for 64 like it (1 MiB).
+    // A 16 KiB record zeroes room for 8 like it (128 KiB), a 64 KiB one at most 1 MiB.
     log.append(3, 1, &r(&[0], &[16 << 10]), &payload(3, 16 << 10))
         .unwrap();
     let len = fs::metadata(&path).unwrap().len();
     assert!(len - log.total_bytes() <= PREZERO, "zeroed {len}");
-    assert_eq!(zero_ahead(16 << 10), PREZERO);
+    assert_eq!(zero_ahead(16 << 10), 128 << 10);
+    assert_eq!(zero_ahead(PREZERO_MAX_RECORD), 512 << 10);
+    assert_eq!(zero_ahead(PREZERO_MAX_RECORD * 4), PREZERO);
 }
 
 #[test]
