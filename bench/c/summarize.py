@@ -16,7 +16,7 @@ from pathlib import Path
 
 # bench/stats.py: the median code shared with bench/summarize.py.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from stats import median, median_cell
+from stats import median, median_cell, read_seqbw, seq_figure
 
 
 def parse(path):
@@ -86,18 +86,6 @@ def at_least(t):
 
 def at_most(t):
     return lambda v: v <= t
-
-
-def read_seqbw(path: str) -> dict:
-    """bench/seqbw.sh's `key=value ...` line as a dict (empty when the file is missing)."""
-    if not Path(path).exists():
-        return {}
-    return dict(tok.split("=", 1) for tok in Path(path).read_text().split() if "=" in tok)
-
-
-def seq_figure(seq: dict, key: str) -> float | None:
-    """A figure of bench/seqbw.sh's line (None when absent: an older line has no dev_*)."""
-    return float(seq[key]) if key in seq else None
 
 
 def figures(pdc, h5, seq, servers):

@@ -14,7 +14,7 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                           [--every "K ..."] [--steps S] [--mib M] [--compute SEC]
                           [--recovery-outputs N] [--rate N] [--quiet-wait SEC]
                           [--micro-home DIR] [--micro-mib M] [--micro-dir DIR]
-                          [--quick] [--keep]
+                          [--seqbw-mib M] [--quick] [--keep]
 
   --only LIST     comma-separated subset of seg,append,e2e,recovery (default: all four)
   --repeat N      rounds; within a round every figure is measured directly and through
@@ -62,6 +62,11 @@ Usage: bench/mpiio/run.sh [--only LIST] [--repeat N] [--ranks R] [--micro-ranks 
                   (default: under bench/out, the repository's disk). ParaLog §8.7 also
                   measures a RAM disk: e.g. an ext4 on a loop device over a file in /dev/shm
                   (README.md shows how), where the device costs little and the software shows
+  --seqbw-mib M   the device's own figures: bench/seqbw.sh (fio; direct I/O, the ceiling,
+                  and buffered) with M MiB at the start of every round, on the directory of
+                  the pdcx log (--micro-dir's, else the repository's disk); the tables give
+                  each pdcx MB/s row as a % of that round's direct-I/O figure (default 512;
+                  0: not measured, the tables say so)
   --quick         smoke run: 1 round, fewer sizes, --steps 8 --mib 8 --compute 0.2 --every "1 4"
   --keep          keep the data directory
 
@@ -79,14 +84,14 @@ the home holds every version, and the home copies are compared with a direct run
 
 The pdcx runs need `pdcx run` ($PDCX_BIN, else pdcx on PATH): without it only the direct
 figures are measured (the tables say so). Output: bench/out/mpiio-run-<date>-XXXX/
-{micro,e2e}.log (RESULT lines), table.md; the table is also appended to
+{micro,e2e}.log (RESULT lines), seqbw-ROUND.txt (the device), table.md; the table is also appended to
 bench/out/mpiio-last.md.
 EOF
 }
 
 only="seg,append,e2e,recovery" repeat=3 ranks=2 micro_ranks=1 servers=1 home="" home_mbps=100
 every="1 4 20" steps=20 mib=32 compute=0.5 quick=0 keep=0 micro_home="" home_kind=""
-rec_outputs=16 rate="" quiet_wait=0 micro_mib=256 micro_dir=""
+rec_outputs=16 rate="" quiet_wait=0 micro_mib=256 micro_dir="" seqbw_mib=512
 cmdline="bench/mpiio/run.sh $*"
 while (($#)); do
   case $1 in
@@ -108,6 +113,7 @@ while (($#)); do
     --micro-home) micro_home=${2:?}; shift 2 ;;
     --micro-mib) micro_mib=${2:?}; shift 2 ;;
     --micro-dir) micro_dir=${2:?}; shift 2 ;;
+    --seqbw-mib) seqbw_mib=${2:?}; shift 2 ;;
     --quick) quick=1; shift ;;
     --keep) keep=1; shift ;;
     -h | --help) usage; exit 0 ;;
@@ -123,6 +129,8 @@ fi
 for v in repeat ranks micro_ranks servers home_mbps steps mib rec_outputs micro_mib; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --${v//_/-} must be a positive integer" >&2; exit 2; }
 done
+[[ $seqbw_mib =~ ^[0-9]+$ ]] && ((seqbw_mib == 0 || seqbw_mib >= 2)) ||
+  { echo "run.sh: --seqbw-mib takes MiB (0, or at least 2)" >&2; exit 2; }
 [[ $quiet_wait =~ ^[0-9]+$ ]] || { echo "run.sh: --quiet-wait takes seconds" >&2; exit 2; }
 [[ -z $rate || $rate =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --rate must be a positive integer" >&2; exit 2; }
 for k in $every; do [[ $k =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: --every takes positive integers" >&2; exit 2; }; done
@@ -576,6 +584,32 @@ if want seg || want append; then
   if [[ $micro_dir != "$local_dir" ]]; then where="$micro_dir ($(df --output=fstype,source "$micro_dir" | tail -n 1 | tr -s ' '))"; fi
   if ((have_pdcx)); then note "microbenchmarks: pdcx home $micro_home, log and direct files on $where"; else note "microbenchmarks: direct files on $where"; fi
 fi
+# The device the pdcx log writes to (the micro runs' directory, else the e2e runs' local
+# prefix and deployment), measured by bench/seqbw.sh at the start of every round: on a
+# virtual disk its figures vary by tens of percent from one minute to the next.
+seqbw_dir=$local_dir
+if want seg || want append; then seqbw_dir=$micro_dir; fi
+if ((seqbw_mib)); then
+  note "the device: bench/seqbw.sh $seqbw_mib MiB in $seqbw_dir at the start of every round"
+else
+  note "the device: not measured (--seqbw-mib 0)"
+fi
+# seqbw ROUND: bench/seqbw.sh's line into $work/seqbw-ROUND.txt (empty when it fails: the
+# tables then say "device not measured").
+seqbw() {
+  local f=$work/seqbw-$1.txt
+  : >"$f"
+  ((seqbw_mib)) || return 0
+  log "the device: bench/seqbw.sh $seqbw_dir/seqbw $seqbw_mib"
+  mkdir -p "$seqbw_dir/seqbw"
+  if bash "$repo/bench/seqbw.sh" "$seqbw_dir/seqbw" "$seqbw_mib" >"$f" 2>"$work/seqbw-$1.err"; then
+    cat "$f"
+  else
+    note "round $1: bench/seqbw.sh failed: $(tail -n 1 "$work/seqbw-$1.err")"
+    : >"$f"
+  fi
+  rm -rf "$seqbw_dir/seqbw"
+}
 if want e2e || want recovery; then
   if has_kind file; then setup_home; fi
   if has_kind s3; then setup_s3; fi
@@ -583,6 +617,7 @@ fi
 for ((round = 1; round <= repeat; round++)); do
   log "round $round of $repeat"
   note "round $round: load average $(cut -d' ' -f1-3 /proc/loadavg) at start"
+  seqbw "$round"
   # ---- §8.7 microbenchmarks ------------------------------------------------------------
   # Each size is measured directly and through pdcx back to back (in alternating order), so
   # the two figures of a pair see the same state of the machine (page cache, the VM's memory
@@ -643,8 +678,11 @@ for ((round = 1; round <= repeat; round++)); do
 done
 
 log "summary (also appended to bench/out/mpiio-last.md)"
+seq_files=()
+for ((round = 1; round <= repeat; round++)); do seq_files+=("$work/seqbw-$round.txt"); done
 python3 "$mdir/summarize.py" --micro "$work/micro.log" --e2e "$work/e2e.log" \
   --recovery "$work/recovery.log" --notes "$notes" \
+  --seqbw "${seq_files[@]}" --seqbw-dir "$seqbw_dir" \
   --cmd "$cmdline" --load-start "$load_start" --load-end "$(cut -d' ' -f1-3 /proc/loadavg)" \
   --have-pdcx "$have_pdcx" --pdcx-bin "${pdcx_bin:-none}" --home-mbps "$home_mbps" \
   --append "$repo/bench/out/mpiio-last.md" | tee "$work/table.md"

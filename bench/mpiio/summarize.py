@@ -3,7 +3,9 @@ unmodified MPI-IO programs.
 
 Lines look like `RESULT round=N bench=B label=direct|pdcx key=value ... seconds=S`. Every
 ratio is taken within its round (the direct figure measured next to the pdcx one) and the
-tables show the median over rounds with the min-max range (bench/stats.py).
+tables show the median over rounds with the min-max range (bench/stats.py). The device's own
+figures (bench/seqbw.sh, one file per round, `--seqbw`) give each MB/s row on the local device
+a share of the device's direct-I/O figure of the same round, for information.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from __future__ import annotations
 import argparse
 import datetime
 import platform
+import re
 import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from stats import median, median_cell
+from stats import median, median_cell, read_seqbw, seq_figure
 
 
 def parse(path: str | None) -> tuple[list[dict], list[str]]:
@@ -35,6 +38,57 @@ def parse(path: str | None) -> tuple[list[dict], list[str]]:
         elif line.startswith("FAILED "):
             failed.append(line)
     return results, failed
+
+
+NOT_MEASURED = "device not measured"
+
+
+def seqbw_rounds(paths: list[str]) -> dict[str, dict]:
+    """round -> bench/seqbw.sh's line of that round: run.sh's seqbw-N.txt is round N; another
+    name counts by position (the first file is round 1)."""
+    out = {}
+    for i, p in enumerate(paths, 1):
+        m = re.search(r"seqbw-(\d+)\.txt$", p)
+        out[m.group(1) if m else str(i)] = read_seqbw(p)
+    return out
+
+
+def device_cell(rounds: dict, devs: dict[str, dict], key: str = "dev_write_MBps") -> str:
+    """pdcx MB/s as a % of the device's figure `key` of the same round, median (min-max) over
+    rounds; "device not measured" when no round has the device's figure."""
+    shares, measured = [], False
+    for rnd, v in rounds.items():
+        dev = seq_figure(devs.get(rnd), key)
+        measured |= dev is not None
+        if dev is not None and "pdcx" in v and "mbps" in v["pdcx"]:
+            shares.append(float(v["pdcx"]["mbps"]) / dev * 100)
+    return median_cell(shares, "{:.1f}%".format) if measured else NOT_MEASURED
+
+
+def device_header(devs: dict[str, dict], where: str) -> str:
+    """The device's figures named in the header: median (min-max) over rounds."""
+    seqs = list(devs.values())
+
+    def fig(key: str) -> str:
+        return median_cell(seq_figure(s, key) for s in seqs)
+
+    if not any(seq_figure(s, "dev_write_MBps") for s in seqs):
+        return f"The device: {NOT_MEASURED} (bench/seqbw.sh gave no figure)."
+    tools = sorted({s.get("tool", "?") for s in seqs if s})
+    on = f" on {where}" if where else ""
+    return (
+        f"The device (bench/seqbw.sh{on}, start of each round, {len(seqs)} round(s), {'/'.join(tools)}): "
+        f"direct I/O write {fig('dev_write_MBps')} MB/s, read {fig('dev_read_MBps')} MB/s; buffered write "
+        f"{fig('seq_write_MBps')} MB/s, read {fig('seq_read_MBps')} MB/s. Every figure of this bench is a "
+        "write: no row compares with the read figures."
+    )
+
+
+DEVICE_NOTE = (
+    "pdcx vs the device = pdcx MB/s / the device's direct-I/O write MB/s (bench/seqbw.sh: fio O_DIRECT, "
+    "queue depth 16, on the directory of the pdcx log) of the same round; median (min–max) over rounds; "
+    "for information, no target. sync=0 figures stop at the page cache, so they may exceed 100%."
+)
 
 
 def home_of(r: dict) -> str:
@@ -85,7 +139,8 @@ def pct(v: float) -> str:
     return f"{v:+.1f}%"
 
 
-def micro_tables(results: list[dict], have_pdcx: bool) -> list[str]:
+def micro_tables(results: list[dict], have_pdcx: bool, devs: dict[str, dict] | None = None) -> list[str]:
+    devs = devs or {}
     out = []
     seg = by_round(results, "seg_create", ("sync", "size"))
     flush = by_round(results, "flush", ("of", "sync", "size"))
@@ -94,10 +149,11 @@ def micro_tables(results: list[dict], have_pdcx: bool) -> list[str]:
             "### Segment creation (ParaLog §8.7.1): open, write one segment, [sync,] close",
             "",
             (
-                "| sync | size | direct MB/s | pdcx MB/s | pdcx overhead (time) | then `pdcx flush` s "
+                "| sync | size | direct MB/s | pdcx MB/s | pdcx overhead (time) "
+                "| pdcx vs the device: direct-I/O write (info) | then `pdcx flush` s "
                 "| target (≤ +10% at ≥ 4 MiB, sync=1: both durable on the same disk at close) |"
             ),
-            "|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for (sync, size), rounds in sorted(seg.items(), key=lambda kv: (-int(kv[0][0]), int(kv[0][1]))):
             ov = ratios(rounds, overhead)
@@ -108,26 +164,31 @@ def micro_tables(results: list[dict], have_pdcx: bool) -> list[str]:
             out.append(
                 f"| {sync} | {human(int(size))} | {median_cell(col(rounds, 'direct', 'mbps'))} | "
                 f"{median_cell(col(rounds, 'pdcx', 'mbps'))} | {median_cell(ov, pct)} | "
+                f"{device_cell(rounds, devs)} | "
                 f"{median_cell(col(flush.get(('seg_create', sync, size), {}), 'pdcx', 'seconds'), '{:.2f}'.format)} | "
                 f"{target} |"
             )
-        out.append("")
+        out += ["", DEVICE_NOTE, ""]
     app = by_round(results, "append_seek", ("sync", "pattern", "size"))
     if app:
         out += [
             "### Append vs seek-and-write (ParaLog §8.7.2): 100 writes to one file per size",
             "",
-            "| sync | pattern | size | direct MB/s | pdcx MB/s | pdcx overhead (time) |",
-            "|---|---|---|---|---|---|",
+            (
+                "| sync | pattern | size | direct MB/s | pdcx MB/s | pdcx overhead (time) "
+                "| pdcx vs the device: direct-I/O write (info) |"
+            ),
+            "|---|---|---|---|---|---|---|",
         ]
         for (sync, pattern, size), rounds in sorted(
             app.items(), key=lambda kv: (-int(kv[0][0]), kv[0][1], int(kv[0][2]))
         ):
             out.append(
                 f"| {sync} | {pattern} | {human(int(size))} | {median_cell(col(rounds, 'direct', 'mbps'))} | "
-                f"{median_cell(col(rounds, 'pdcx', 'mbps'))} | {median_cell(ratios(rounds, overhead), pct)} |"
+                f"{median_cell(col(rounds, 'pdcx', 'mbps'))} | {median_cell(ratios(rounds, overhead), pct)} | "
+                f"{device_cell(rounds, devs)} |"
             )
-        out.append("")
+        out += ["", DEVICE_NOTE, ""]
     if out and not have_pdcx:
         out.append("pdcx columns are n/a: `pdcx run` was not available in this run.\n")
     return out
@@ -262,6 +323,11 @@ def e2e_table(results: list[dict], have_pdcx: bool, home_mbps: str, home: str = 
         "`pdcx flush` then waits for the last home copy."
     )
     out.append(E2E_VERDICT_S3 if s3 else E2E_VERDICT_FILE)
+    out.append(
+        "Not compared with the device: these figures are seconds, and the checkpoints' way to their "
+        + ("home is the S3 link" if s3 else f"home is throttled to {home_mbps} MB/s")
+        + " by design."
+    )
     for note in (verify_note(results, "e2e", home), idle_note([r for r in mine if r.get("bench") == "e2e"])):
         if note:
             out.append(note)
@@ -345,7 +411,7 @@ def cpu_table(results: list[dict]) -> list[str]:
     ]
 
 
-def recovery_table(results: list[dict]) -> list[str]:
+def recovery_table(results: list[dict], home_mbps: str = "100") -> list[str]:
     """ParaLog §8.6: what `pdcx recover` copied after every server was killed -9."""
     rec = [r for r in results if r.get("bench") == "recovery"]
     if not rec:
@@ -384,6 +450,10 @@ def recovery_table(results: list[dict]) -> list[str]:
             f"{median_cell(rate)} | {median_cell(raw)} | {median_cell(frac, '{:.0f}%'.format)} |"
         )
     out.append("")
+    out.append(
+        f"- recovered MB/s is not compared with the device: the home limits it by design ({home_mbps} MB/s, "
+        "throttled file home or S3 link); it is compared with the home's raw probe instead."
+    )
     note = idle_note(rec)
     if note:
         out.append(f"- {note}")
@@ -414,7 +484,7 @@ def machine() -> str:
     return f"{ncpu} cores ({cpu}), {mem} RAM, Linux {platform.release()}"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--micro")
     ap.add_argument("--e2e")
@@ -426,12 +496,15 @@ def main() -> int:
     ap.add_argument("--have-pdcx", default="0")
     ap.add_argument("--pdcx-bin", default="")
     ap.add_argument("--home-mbps", default="100")
+    ap.add_argument("--seqbw", nargs="*", default=[], help="bench/seqbw.sh's output of each round (seqbw-N.txt)")
+    ap.add_argument("--seqbw-dir", default="", help="the directory bench/seqbw.sh measured")
     ap.add_argument("--append")
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     micro, f1 = parse(a.micro)
     e2e, f2 = parse(a.e2e)
     rec, f3 = parse(a.recovery)
     have = a.have_pdcx == "1"
+    devs = seqbw_rounds(a.seqbw)
     lines = [
         f"## bench/mpiio ({datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC)",
         "",
@@ -440,16 +513,18 @@ def main() -> int:
             f"pdcx: {a.pdcx_bin if have else 'not used (no `pdcx run`)'}"
         ),
         "",
+        device_header(devs, a.seqbw_dir),
+        "",
     ]
     if a.notes and Path(a.notes).exists():
         lines += [f"- {ln.removeprefix('NOTE ')}" for ln in Path(a.notes).read_text().splitlines() if ln.strip()]
         lines.append("")
-    lines += micro_tables(micro, have)
+    lines += micro_tables(micro, have, devs)
     lines += e2e_table(e2e, have, a.home_mbps, "file")
     lines += e2e_table(e2e, have, a.home_mbps, "s3")
     lines += home_compare_table(e2e)
     lines += cpu_table(e2e)
-    lines += recovery_table(rec)
+    lines += recovery_table(rec, a.home_mbps)
     for f in f1 + f2 + f3:
         lines.append(f"- {f}")
     text = "\n".join(lines) + "\n"

@@ -13,7 +13,7 @@
 #
 # Usage: bench/shards/run.sh [--ranks R] [--servers K] [--particles N] [--chunks C]
 #                            [--tier shared|s3] [--repeat N] [--kernels "vpic-basic hacc"]
-#                            [--root-dir DIR] [--timeout S]
+#                            [--root-dir DIR] [--timeout S] [--seqbw-mb M]
 # The home tier is a shared directory on disk (default) or a private versitygw (--tier s3: one
 # S3 request per blob, where the blob count matters most). Prints MB/s as the median of --repeat
 # runs (min-max) and the ratio to the baseline's median. --root-dir puts the servers' log and
@@ -22,10 +22,14 @@
 # byte is written to that disk twice (log, then tier) while the baseline writes it once. A pdcx
 # run that fails or takes longer than --timeout seconds (default 300) is reported as FAILED in
 # the table (its servers' logs are kept under bench/out/shards-*/failed/) and the sweep goes on.
+# Every round first measures the device of the tier directory (the one the strategies' shared
+# tier and the baselines write to) with bench/seqbw.sh, --seqbw-mb MiB (default 512, 0 = skip),
+# into seqbw-rN.txt; the table gives each MB/s as a share of its round's direct-I/O write figure.
 # pdcx is the one on PATH (e.g. PATH=$SNAP:$PATH for a snapshot build in $SNAP).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ranks=4 servers=2 particles=$((1 << 18)) chunks=8 tier=shared repeat=3 root_dir='' timeout_s=300
+seqbw_mb=512
 kernels="vpic-basic vpic-composite hacc"
 while (($#)); do
   case $1 in
@@ -38,13 +42,16 @@ while (($#)); do
     --kernels) kernels=$2; shift 2 ;;
     --root-dir) root_dir=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
-    -h|--help) sed -n 2,25p "$0"; exit 0 ;;
+    --seqbw-mb) seqbw_mb=$2; shift 2 ;;
+    -h|--help) sed -n 2,28p "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ $tier == shared || $tier == s3 ]] || { echo "--tier must be shared or s3" >&2; exit 2; }
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "--repeat must be a positive integer" >&2; exit 2; }
 [[ $servers =~ ^[1-9][0-9]*$ ]] || { echo "--servers must be a positive integer" >&2; exit 2; }
+[[ $seqbw_mb =~ ^[0-9]+$ ]] && ((seqbw_mb == 0 || seqbw_mb >= 2)) \
+  || { echo "--seqbw-mb must be 0 or an integer >= 2" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mkdir -p bench/out
 work=$(mktemp -d "$PWD/bench/out/shards-XXXX")
@@ -93,6 +100,13 @@ shard_toml() {
 }
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$repeat"); do
+  # The device under the tier directory, this round (on a virtual disk it drifts between
+  # minutes): direct I/O (the ceiling) and buffered. A failure leaves no figure, not a stop.
+  if ((seqbw_mb > 0)); then
+    rm -rf "$work/pfs"; mkdir -p "$work/pfs"
+    bash bench/seqbw.sh "$work/pfs" "$seqbw_mb" > "$work/seqbw-r$round.txt" \
+      || { echo "seqbw.sh failed (round $round): device not measured" >&2; rm -f "$work/seqbw-r$round.txt"; }
+  fi
   for kernel in $kernels; do
     base=$(baseline_of "$kernel")
     rm -rf "$work/pfs"; mkdir -p "$work/pfs"

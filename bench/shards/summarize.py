@@ -1,7 +1,8 @@
 """Prints the sharding sweep table from run.sh's per-run files: median (min-max) MB/s of app
 write + flush to the home tier, ratio of medians to the baseline, blobs found on the home tier
 after each run next to the count Table II of the object-sharding paper gives for this many
-servers."""
+servers, and each MB/s as a share of the device's direct-I/O write figure (bench/seqbw.sh on the
+tier directory, measured in every round: seqbw-rN.txt beside the per-run files)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from stats import read_seqbw, seq_figure
+
+FIGURES = ("seq_write_MBps", "seq_read_MBps", "dev_write_MBps", "dev_read_MBps")
 
 # Table II, as docs/TIERS.md maps it to [shard]: objects per shard and servers per shard
 # (0 = all servers) of each strategy, basic and composite column.
@@ -26,6 +33,29 @@ def expected(setting: str, objects: int, extents: int, n: int) -> int:
     per_shard, group = table[int(setting.lstrip("c"))]
     group = n if group == 0 else min(group, n)
     return math.ceil(objects / per_shard) * math.ceil(n / group)
+
+
+def device_figures(path: Path) -> dict:
+    """bench/seqbw.sh's figures as numbers (a missing or failed figure is left out) and its
+    `tool`; empty when the file is missing or unreadable."""
+    raw = read_seqbw(path)
+    out: dict = {k: v for k in FIGURES if (v := seq_figure(raw, k)) is not None}
+    if "tool" in raw:
+        out["tool"] = raw["tool"]
+    return out
+
+
+def seqbw_of(run: Path) -> Path:
+    """The device figures of a per-run file's round: `KERNEL-SETTING-rN.EXT` -> `seqbw-rN.txt`."""
+    return run.parent / f"seqbw-{run.stem.rsplit('-', 1)[-1]}.txt"
+
+
+def spread(xs: list[float], f: str = "{:.0f}", unit: str = "") -> str:
+    """'median (min-max)', just the value with one run, 'n/a' with none."""
+    if not xs:
+        return "n/a"
+    m = f.format(statistics.median(xs)) + unit
+    return m if len(xs) == 1 else f"{m} ({f.format(min(xs))}{unit}-{f.format(max(xs))}{unit})"
 
 
 def label(setting: str, n: int) -> str:
@@ -59,11 +89,26 @@ def main() -> None:
         return out
 
     def rates(kernel: str, setting: str) -> list[float]:
-        out = []
+        return [mbps(f) for f in runs(kernel, setting, "json")]
+
+    def mbps(f: Path) -> float:
+        d = json.loads(f.read_text())
+        return d["bytes"] / d["total_s"] / 1e6
+
+    # The device of the tier directory, per round of every work dir (bench/seqbw.sh's line).
+    seqbw = {f: device_figures(f) for w in a.work for f in (w / f"seqbw-r{r}.txt" for r in range(1, repeat + 1))}
+    dev_w = [s["dev_write_MBps"] for s in seqbw.values() if s.get("dev_write_MBps", 0) > 0]
+
+    def share(kernel: str, setting: str) -> str:
+        """Each run's MB/s as a % of its round's direct-I/O write figure (the median over the
+        measured rounds when its own round has none), median (min-max) over the runs."""
+        if not dev_w:
+            return "n/a"
+        pcts = []
         for f in runs(kernel, setting, "json"):
-            d = json.loads(f.read_text())
-            out.append(d["bytes"] / d["total_s"] / 1e6)
-        return out
+            dev = seqbw.get(seqbw_of(f), {}).get("dev_write_MBps", 0) or statistics.median(dev_w)
+            pcts.append(100 * mbps(f) / dev)
+        return spread(pcts, "{:.1f}", "%")
 
     def blobs(kernel: str, setting: str) -> tuple[str, str, str]:
         """All blobs of the deployment, the shard blobs among them (group shards in brackets),
@@ -91,6 +136,9 @@ def main() -> None:
     def fmt(xs: list[float]) -> str:
         return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})"
 
+    def device(key: str) -> str:
+        return spread([s[key] for s in seqbw.values() if key in s and s.get("dev_write_MBps", 0) > 0])
+
     print(
         f"object-sharding sweep: {a.ranks} ranks, {n} servers, {a.particles} particles/rank in "
         f"{a.chunks} regions per variable, home tier = {a.tier}, server log on {a.log_on}; "
@@ -98,9 +146,20 @@ def main() -> None:
         + (f" ({len(a.work)} sweeps pooled)" if len(a.work) > 1 else "")
         + f"; load at start {a.load}, at end {a.load_end}"
     )
+    measured = sum(1 for s in seqbw.values() if s.get("dev_write_MBps", 0) > 0)
+    tools = list(dict.fromkeys(s["tool"] for s in seqbw.values() if "tool" in s))
+    if measured:
+        print(
+            f"device of the tier directory (bench/seqbw.sh, {'/'.join(tools) or '?'}, {measured} of {len(seqbw)} "
+            f"round(s) measured, median (min-max)): direct I/O write {device('dev_write_MBps')} MB/s, read "
+            f"{device('dev_read_MBps')} MB/s; buffered write {device('seq_write_MBps')} MB/s, read "
+            f"{device('seq_read_MBps')} MB/s"
+        )
+    else:
+        print("device of the tier directory: device not measured (no bench/seqbw.sh figure); % dev write = n/a")
     print(
         f"{'kernel':<15} {'setting':<28} {'blobs':>6} {'shards':>12} {'Table II':>8} {'tier MB':>7} "
-        f"{'put MB by server':>16} {'MB/s median (min-max)':>22} {'x baseline':>10}"
+        f"{'put MB by server':>16} {'MB/s median (min-max)':>22} {'x baseline':>10} {'% dev write (info)':>22}"
     )
     notes = []
     for kernel in a.kernels.split():
@@ -112,7 +171,7 @@ def main() -> None:
             continue
         print(
             f"{kernel:<15} {base + ' (baseline)':<28} {'1':>6} {'-':>12} {'-':>8} {'-':>7} {'-':>16} "
-            f"{fmt(b):>22} {1.0:>10.2f}"
+            f"{fmt(b):>22} {1.0:>10.2f} {share(kernel, base):>22}"
         )
         settings = ["off", "1", "2", "3", "4", "5"] if kernel == "vpic-basic" else ["off", "2", "c1", "c3", "c4"]
         for s in settings:
@@ -134,7 +193,7 @@ def main() -> None:
                 rate = f"{rate} [{len(fails)} failed]" if xs else rate
             print(
                 f"{kernel:<15} {label(s, n):<28} {nb:>6} {ns:>12} {exp:>8} {mb:>7} {puts(kernel, s):>16} "
-                f"{rate:>22} {ratio:>10}"
+                f"{rate:>22} {ratio:>10} {share(kernel, s) if xs else '-':>22}"
             )
     for note in notes:
         print(f"note: {note}")
@@ -142,7 +201,8 @@ def main() -> None:
         "blobs: files of the deployment on the home tier after the run; shards: those under "
         ".../shard/ (grp: group shards under gLEADER/); Table II: its count for these servers "
         "(off: one blob per extent); tier MB: their bytes; put MB by server: each server's "
-        "put_bytes counter (a group shard is counted at its leader)"
+        "put_bytes counter (a group shard is counted at its leader); % dev write (info, no "
+        "target): MB/s as a share of the round's direct-I/O write figure of the tier directory's device"
     )
 
 
