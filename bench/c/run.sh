@@ -199,7 +199,9 @@ if ((nodes > 1)); then
   log "netns: $nodes nodes (prefix $PDCX_NETNS_PREFIX)"
   netns_up=1
   "${netns[@]}" up --nodes "$nodes" --subnet "10.76.$(($$ % 250))"
-  echo "NOTE --nodes $nodes: network namespaces on one host (scripts/netns.sh); MPI over TCP, 1 server per node" >>"$work/notes.txt"
+  echo "NOTE --nodes $nodes: network namespaces on one host (scripts/netns.sh); MPI over TCP, 1 server per node." \
+    "The nodes share this host's one device and its cores: the device rows compare their aggregate with that" \
+    "one device, and aggregate against nodes x a per-node device needs one host per node." >>"$work/notes.txt"
 fi
 start_servers() {
   servers_up=1 # set first: a start that fails half way may leave some running

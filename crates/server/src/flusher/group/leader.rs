@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 /// the group; `flush_all` runs passes until nothing waits.
 const GROUP_PASS_BYTES: u64 = 256 << 20;
 const MIN_MEMBER_BYTES: u64 = 1 << 20;
+/// Members a leader asks at once (for their extents, to record their homes).
+const ASK_THREADS: usize = 8;
 
 impl Flusher<'_> {
     /// The leader's part of a flush pass (under `moves`): pulls every member's waiting
@@ -45,18 +47,23 @@ impl Flusher<'_> {
         if t.kicked.swap(false, Ordering::Relaxed) {
             idle.clear();
         }
+        // A member that had nothing (or did not answer) is asked again after 1, 3, 7, ...
+        // up to 31 passes, or at once after a kick (`pdcx flush`).
+        let mut ask = Vec::with_capacity(members.len());
         for m in members {
-            // A member that had nothing (or did not answer) is asked again after 1, 3, 7, ...
-            // up to 31 passes, or at once after a kick (`pdcx flush`).
-            if let Some((_, wait)) = idle.get_mut(&m).filter(|(_, w)| *w > 0) {
-                *wait -= 1;
-                continue;
+            match idle.get_mut(&m).filter(|(_, w)| *w > 0) {
+                Some((_, wait)) => *wait -= 1,
+                None => ask.push(m),
             }
-            let req = PeerRequest::ShardCandidates {
-                max_bytes: per_member,
-                bytes: !keep_bytes,
-            };
-            let got = self.shard_ask(t, m, req);
+        }
+        // The members read and encode their extents at the same time; their answers are
+        // taken in rank order below, so the shards formed do not depend on who answers first.
+        let req = PeerRequest::ShardCandidates {
+            max_bytes: per_member,
+            bytes: !keep_bytes,
+        };
+        let answers = self.ask_each(t, &ask, |_| req.clone());
+        for (m, got) in ask.into_iter().zip(answers) {
             let nothing = !matches!(&got, Ok((PeerResponse::ShardCandidates { list, .. }, _)) if !list.is_empty());
             if nothing {
                 let e = idle.entry(m).or_insert((0, 0));
@@ -172,23 +179,32 @@ impl Flusher<'_> {
                 e.2 += x.stored_len;
             }
         }
-        for (m, (homes, raw, stored)) in per {
-            let n = homes.len() as u64;
-            let keys: HashSet<(String, String)> = homes
-                .iter()
-                .map(|h| (h.tier.clone(), h.key.clone()))
-                .collect();
-            let r = if m == self.host.rank() {
-                self.record_shard_homes(t, homes)
+        // Every member records its homes (a durable metadata write each) at the same time.
+        let per: Vec<_> = per.into_iter().collect();
+        let recorded = crate::parallel::try_each(per.len(), ASK_THREADS, |k| {
+            let (m, (homes, _, _)) = &per[k];
+            Ok(if *m == self.host.rank() {
+                self.record_shard_homes(t, homes.clone())
             } else {
-                match self.shard_ask(t, m, PeerRequest::RecordShardHomes { homes }) {
+                let req = PeerRequest::RecordShardHomes {
+                    homes: homes.clone(),
+                };
+                match self.shard_ask(t, *m, req) {
                     Ok((PeerResponse::ShardRecorded { count }, _)) => Ok(count),
                     Ok((other, _)) => Err(Error::protocol(format!(
                         "unexpected reply to RecordShardHomes: {other:?}"
                     ))),
                     Err(e) => Err(e),
                 }
-            };
+            })
+        })
+        .unwrap_or_else(|e| vec![Err(e); per.len()]);
+        for ((m, (homes, raw, stored)), r) in per.into_iter().zip(recorded) {
+            let n = homes.len() as u64;
+            let keys: HashSet<(String, String)> = homes
+                .iter()
+                .map(|h| (h.tier.clone(), h.key.clone()))
+                .collect();
             match r {
                 Ok(_) => {
                     report.extents += n;
@@ -216,6 +232,20 @@ impl Flusher<'_> {
         }
     }
 
+    /// Asks each server of `to` its request (`req_for(server)`), at most [`ASK_THREADS`] at
+    /// once; the answers in the order of `to`, each its own success or failure.
+    fn ask_each(
+        &self,
+        t: &Tiering,
+        to: &[u32],
+        req_for: impl Fn(u32) -> PeerRequest + Sync,
+    ) -> Vec<pdcx_core::Result<(PeerResponse, Vec<u8>)>> {
+        crate::parallel::try_each(to.len(), ASK_THREADS, |k| {
+            Ok(self.shard_ask(t, to[k], req_for(to[k])))
+        })
+        .unwrap_or_else(|e| to.iter().map(|_| Err(e.clone())).collect())
+    }
+
     /// Fills the blobs of `jobs` with their extents' bytes, fetched from the servers that
     /// offered them (one `ShardBytes` per server); drops the jobs of a server that does not
     /// answer (their extents wait in the logs).
@@ -233,20 +263,18 @@ impl Flusher<'_> {
         }
         let mut got: HashMap<(ObjectId, u64), Vec<u8>> = HashMap::new();
         let mut down: HashSet<u32> = HashSet::new();
-        for (m, list) in want {
+        let servers: Vec<u32> = want.keys().copied().collect();
+        let answers = self.ask_each(t, &servers, |m| PeerRequest::ShardBytes {
+            extents: want.get(&m).cloned().unwrap_or_default(),
+        });
+        for ((m, list), answer) in want.into_iter().zip(answers) {
             let lens: Vec<u64> = jobs
                 .iter()
                 .flat_map(|j| j.members.iter())
                 .filter(|x| x.from == m)
                 .map(|x| x.stored_len)
                 .collect();
-            match self.shard_ask(
-                t,
-                m,
-                PeerRequest::ShardBytes {
-                    extents: list.clone(),
-                },
-            ) {
+            match answer {
                 Ok((PeerResponse::ShardBytes, bytes))
                     if bytes.len() as u64 == lens.iter().sum::<u64>() =>
                 {
