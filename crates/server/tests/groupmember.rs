@@ -10,7 +10,6 @@ use pdcx_core::protocol::{
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectId, ObjectMeta, Region, Result};
 use pdcx_server::engine::{Engine, Peers};
 use pdcx_server::meta::Metadata;
-use pdcx_tiers::DeploymentConfig;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -72,14 +71,7 @@ struct Pair {
 }
 
 fn open_pair(base: &Path) -> Pair {
-    let cfg = DeploymentConfig::parse(
-        &format!(
-            "[[tier]]\nname = \"pfs\"\nkind = \"shared\"\npath = \"{}/pfs\"\n[shard]\nstrategy = 1\n",
-            base.display()
-        ),
-        Vec::new(),
-    )
-    .unwrap();
+    let cfg = common::shared_group_config(base);
     let one = |rank: u32| common::open_engine(base, rank, &cfg, "dep");
     let (meta, leader) = one(0);
     let (_m, member) = one(1);

@@ -172,10 +172,37 @@ pub fn open_engine(
     std::sync::Arc<pdcx_server::meta::Metadata>,
     std::sync::Arc<pdcx_server::engine::Engine>,
 ) {
+    open_engine_of(base, rank, 2, cfg, deployment)
+}
+
+/// A deployment config with one shared-directory tier `pfs` under `base` and group shards of
+/// every server (`[shard] strategy = 1`).
+pub fn shared_group_config(base: &Path) -> pdcx_tiers::DeploymentConfig {
+    pdcx_tiers::DeploymentConfig::parse(
+        &format!(
+            "[[tier]]\nname = \"pfs\"\nkind = \"shared\"\npath = \"{}/pfs\"\n[shard]\nstrategy = 1\n",
+            base.display()
+        ),
+        Vec::new(),
+    )
+    .unwrap()
+}
+
+/// [`open_engine`] of a deployment of `size` servers.
+pub fn open_engine_of(
+    base: &Path,
+    rank: u32,
+    size: u32,
+    cfg: &pdcx_tiers::DeploymentConfig,
+    deployment: &str,
+) -> (
+    std::sync::Arc<pdcx_server::meta::Metadata>,
+    std::sync::Arc<pdcx_server::engine::Engine>,
+) {
     let dir = base.join(format!("server-{rank}"));
     std::fs::create_dir_all(&dir).unwrap();
     let meta = std::sync::Arc::new(
-        pdcx_server::meta::Metadata::open(&dir.join("meta.sqlite"), rank, 2).unwrap(),
+        pdcx_server::meta::Metadata::open(&dir.join("meta.sqlite"), rank, size).unwrap(),
     );
     let (engine, _, _) = pdcx_server::engine::Engine::open_with(
         &dir.join("log"),
@@ -185,7 +212,7 @@ pub fn open_engine(
             segment_bytes: 1 << 20,
             ..pdcx_store::LogOptions::default()
         },
-        pdcx_server::tiering::Tiering::open(cfg, deployment, rank, 2).unwrap(),
+        pdcx_server::tiering::Tiering::open(cfg, deployment, rank, size).unwrap(),
     )
     .unwrap();
     (meta, std::sync::Arc::new(engine))
