@@ -8,10 +8,11 @@
 //! - A member's flush pass leaves the extents whose first placement choice is such a tier in
 //!   its log ([`Tiering::waits_for_group`]).
 //! - The leader's pass asks every member for them, all at once (`ShardCandidates`: encoded as
-//!   the member would store them, with the member's placement order), forms shards per (object group,
-//!   placement) across all members' extents (cut at `max_bytes`), puts each blob once under
-//!   `DEPLOYMENT/gLEADER/shard/`, and only after the put succeeded has each member record its
-//!   homes durably (`RecordShardHomes`); the members' log segments then retire as usual.
+//!   the member would store them, with the member's placement order), forms shards per
+//!   (object group, placement) across all members' extents (cut at `max_bytes`), puts each
+//!   blob once under `DEPLOYMENT/gLEADER/shard/`, and only after the put succeeded has each
+//!   member record its homes durably (`RecordShardHomes`); the members' log segments then
+//!   retire as usual.
 //!   With an S3 tier only sizes travel: a shard of two parts or more on S3 is a multipart
 //!   upload whose parts the members upload from their own extents (`UploadShardPart`), the
 //!   others' bytes are fetched (`ShardBytes`) and put by the leader.
