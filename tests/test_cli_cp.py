@@ -107,20 +107,26 @@ def test_ctrl_c_leaves_nothing_under_a_final_name(deployment, tmp_path):
     dep = deployment(n=1)
     env = dep.env()
 
-    # Into pdcx://: reading standard input that never ends, interrupted.
-    cp = subprocess.Popen(
-        [pdcx_bin(), "cp", "-q", "-", "pdcx://out/partial.bin"], env=env, stdin=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    cp.stdin.write(os.urandom(9 << 20))  # more than one 8 MiB chunk: some bytes reached the servers
-    cp.stdin.flush()
-    time.sleep(0.5)
-    cp.send_signal(signal.SIGINT)
-    _, err = cp.communicate(timeout=60)
-    lines = err.decode().strip().splitlines()
-    assert cp.returncode == 130 and len(lines) == 1 and "interrupted" in lines[0], err
-    assert "Traceback" not in err.decode() and "panicked" not in err.decode()
-    listing = run_pdcx("ls", "pdcx://out/", env=env, check=False)
-    assert "partial.bin" not in listing.stdout and "pdcx-cp" not in listing.stdout, listing.stdout
+    # Into pdcx://: reading standard input that never ends, interrupted at several moments.
+    # Removing the temporary makes the copy's next write fail; that failure must not beat the
+    # interruption to the exit (it once did: "no object named ..." and exit status 1).
+    for delay in (0.1, 0.3, 0.5, 0.8):
+        cp = subprocess.Popen(
+            [pdcx_bin(), "cp", "-q", "-", "pdcx://out/partial.bin"],
+            env=env,
+            stdin=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        cp.stdin.write(os.urandom(9 << 20))  # more than one 8 MiB chunk: some bytes reached the servers
+        cp.stdin.flush()
+        time.sleep(delay)
+        cp.send_signal(signal.SIGINT)
+        _, err = cp.communicate(timeout=60)
+        lines = err.decode().strip().splitlines()
+        assert cp.returncode == 130 and len(lines) == 1 and "interrupted" in lines[0], (delay, err)
+        assert "Traceback" not in err.decode() and "panicked" not in err.decode()
+        listing = run_pdcx("ls", "pdcx://out/", env=env, check=False)
+        assert "partial.bin" not in listing.stdout and "pdcx-cp" not in listing.stdout, listing.stdout
 
     # Out of pdcx:// into a local file: interrupted while the temporary is being written.
     _put(dep, "big.bin", os.urandom(256 << 20))

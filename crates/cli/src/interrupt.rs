@@ -50,7 +50,11 @@ pub fn install(what: &'static str) {
         };
         std::thread::spawn(move || {
             if let Some(sig) = signals.forever().next() {
-                let note = match pending().take() {
+                // The lock is held until the process exits: the copy, whose next write fails
+                // once its temporary is gone, then blocks in `Armed`'s drop instead of
+                // reporting that failure and exiting 1 before this thread exits 128+signal.
+                let mut slot = pending();
+                let note = match slot.take() {
                     Some(p) => {
                         remove(p.temp);
                         format!("; {} was not written", p.shown)
