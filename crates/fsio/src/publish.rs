@@ -45,20 +45,21 @@ pub fn temp_path(path: &Path) -> PathBuf {
 /// a leftover `NAME.tmp` is garbage the owner removes at open. On a write error the temp file
 /// is removed (best effort).
 pub fn publish_atomic(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<(), PublishError> {
-    publish_atomic_via(fs, path, &temp_path(path), bytes)
+    publish_atomic_via(fs, path, &temp_path(path), &[bytes])
 }
 
 /// [`publish_atomic`] through a temp file of the caller's choosing (in the same directory):
 /// for writers that may publish the same name concurrently, or that create the temp file
 /// themselves first (e.g. to give it a Lustre layout; an existing `tmp` is emptied, keeping
-/// its layout).
+/// its layout). The content is `parts` back to back, written where they lie: a shard of
+/// many extents is never first copied into one buffer.
 pub fn publish_atomic_via(
     fs: &dyn Fs,
     path: &Path,
     tmp: &Path,
-    bytes: &[u8],
+    parts: &[&[u8]],
 ) -> Result<(), PublishError> {
-    publish(fs, path, tmp, bytes, OpenMode::Truncate)
+    publish(fs, path, tmp, parts, OpenMode::Truncate)
 }
 
 /// [`publish_atomic`] of a file only its owner may read (mode 0600, e.g. the cluster file with
@@ -66,7 +67,13 @@ pub fn publish_atomic_via(
 pub fn publish_private(fs: &dyn Fs, path: &Path, bytes: &[u8]) -> Result<(), PublishError> {
     let mut tmp = temp_path(path).into_os_string();
     tmp.push(format!(".{}", std::process::id()));
-    publish(fs, path, Path::new(&tmp), bytes, OpenMode::TruncatePrivate)
+    publish(
+        fs,
+        path,
+        Path::new(&tmp),
+        &[bytes],
+        OpenMode::TruncatePrivate,
+    )
 }
 
 /// Creates `path` with `bytes` unless it exists, durably, with one winner among racing
@@ -119,7 +126,7 @@ fn publish(
     fs: &dyn Fs,
     path: &Path,
     tmp: &Path,
-    bytes: &[u8],
+    parts: &[&[u8]],
     mode: OpenMode,
 ) -> Result<(), PublishError> {
     let tmp = tmp.to_path_buf();
@@ -131,10 +138,14 @@ fn publish(
     let file = fs
         .open(&tmp, mode)
         .map_err(|e| write_err("create", &tmp, e))?;
-    if let Err(e) = file.write_all_at(bytes, 0) {
-        drop(file);
-        let _ = fs.remove_file(&tmp);
-        return Err(write_err("write", &tmp, e));
+    let mut at = 0u64;
+    for part in parts {
+        if let Err(e) = file.write_all_at(part, at) {
+            drop(file);
+            let _ = fs.remove_file(&tmp);
+            return Err(write_err("write", &tmp, e));
+        }
+        at += part.len() as u64;
     }
     file.sync_all().map_err(|source| PublishError::Sync {
         path: tmp.clone(),
@@ -176,6 +187,28 @@ mod tests {
         assert!(e.is_sync(), "{e}");
         let after = fs.power_cut(None);
         assert_eq!(after.read_file(p).unwrap().as_deref(), Some(&b"one"[..]));
+    }
+
+    #[test]
+    fn parts_land_back_to_back_and_a_failure_between_them_leaves_the_old_file() {
+        let fs = SimFs::new();
+        fs.create_dir_all(Path::new("/d")).unwrap();
+        let (p, tmp) = (Path::new("/d/shard"), Path::new("/d/shard.tmp-1"));
+        publish_atomic_via(&fs, p, tmp, &[b"ab", b"", b"cde"]).unwrap();
+        assert_eq!(fs.read_file(p).unwrap().as_deref(), Some(&b"abcde"[..]));
+        // The disk fills during the second part: the publish fails before the rename, the
+        // old shard stays whole (also after a power cut) and the temp file is gone.
+        // (The disk holds the 5-byte shard; room for 6 more.)
+        fs.set_faults(Faults {
+            capacity: Some(5 + 6),
+            ..Faults::default()
+        });
+        let e = publish_atomic_via(&fs, p, tmp, &[b"12345", b"67890"]).unwrap_err();
+        assert!(!e.is_sync(), "{e}");
+        assert_eq!(fs.read_file(p).unwrap().as_deref(), Some(&b"abcde"[..]));
+        assert_eq!(fs.list_dir(Path::new("/d")).unwrap(), vec!["shard"]);
+        let after = fs.power_cut(None);
+        assert_eq!(after.read_file(p).unwrap().as_deref(), Some(&b"abcde"[..]));
     }
 
     #[test]

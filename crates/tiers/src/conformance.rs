@@ -4,7 +4,7 @@
 use crate::Tier;
 use pdcx_core::ErrorKind;
 
-/// Exercises put/get/range/len/list/delete and the error kinds on an empty tier.
+/// Exercises put/put_parts/get/range/len/list/delete and the error kinds on an empty tier.
 pub fn check(t: &dyn Tier) {
     let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
     t.put("c/obj-1/ext-1", &data).expect("put");
@@ -42,6 +42,19 @@ pub fn check(t: &dyn Tier) {
         ErrorKind::NotFound
     );
     assert!(t.put("../escape", b"x").is_err());
+    // A shard put as parts reads back as their concatenation, any range of it too, and
+    // replaces what was there like a put.
+    let parts: [&[u8]; 4] = [&data[..70_000], b"", b"-mid-", &data[70_000..]];
+    t.put_parts("c/obj-3/shard-1", &parts).expect("put parts");
+    let whole = parts.concat();
+    assert_eq!(t.get("c/obj-3/shard-1").expect("get parts"), whole);
+    t.get_range("c/obj-3/shard-1", 69_998, &mut part)
+        .expect("range across parts");
+    assert_eq!(part, whole[69_998..70_998]);
+    t.put_parts("c/obj-3/shard-1", &[b"a", b"b"])
+        .expect("replace parts");
+    assert_eq!(t.get("c/obj-3/shard-1").expect("get replaced parts"), b"ab");
+    assert!(t.put_parts("../escape", &[b"x", b"y"]).is_err());
     for (k, _) in t.list("c/").expect("list all") {
         t.delete(&k).expect("cleanup");
     }

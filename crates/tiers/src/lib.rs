@@ -38,6 +38,14 @@ pub trait Tier: Send + Sync {
     /// blob, the new one or none, never a torn one. `NoSpace` if the tier's configured capacity
     /// (or the device) cannot take it; the caller then spills to the next tier.
     fn put(&self, key: &str, data: &[u8]) -> Result<()>;
+    /// [`Tier::put`] of `parts` back to back (a shard of many extents). Directory tiers write
+    /// the parts where they lie; the default joins them first.
+    fn put_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        match parts {
+            [one] => self.put(key, one),
+            _ => self.put(key, &parts.concat()),
+        }
+    }
     /// Fills `out` with the bytes of `key` starting at `offset`. `OutOfBounds` if the blob is
     /// shorter than `offset + out.len()`.
     fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()>;

@@ -118,16 +118,22 @@ impl DirTier {
         &self.root
     }
 
-    /// [`Tier::put`] with the temporary file first made by `create` (which must create it,
-    /// empty, on the real file system). The shared tier uses this to give a file its Lustre
+    /// [`Tier::put_parts`] with the temporary file first made by `create` (which must create
+    /// it, empty, on the real file system). The shared tier uses this to give a file its Lustre
     /// layout before the first byte is written, which is the only time a layout can be set.
-    pub fn put_with(&self, key: &str, data: &[u8], create: Option<PrepareTemp<'_>>) -> Result<()> {
+    pub fn put_with(
+        &self,
+        key: &str,
+        parts: &[&[u8]],
+        create: Option<PrepareTemp<'_>>,
+    ) -> Result<()> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
         let path = self.path(key)?;
         if let Some(t) = &self.throttle {
-            t.wait(data.len());
+            t.wait(len);
         }
         let old = self.fs.size(&path).ok().flatten().unwrap_or(0);
-        let grow = (data.len() as u64).saturating_sub(old);
+        let grow = (len as u64).saturating_sub(old);
         let _reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
         let used = self.used.load(Ordering::Relaxed);
         if let Some(cap) = self.capacity {
@@ -156,7 +162,7 @@ impl DirTier {
         if let Some(create) = create {
             create(&tmp).map_err(|e| Error::io(&self.ctx("creating", key), &e))?;
         }
-        if let Err(e) = publish_atomic_via(&*self.fs, &path, &tmp, data) {
+        if let Err(e) = publish_atomic_via(&*self.fs, &path, &tmp, parts) {
             let _ = self.fs.remove_file(&tmp);
             let (what, at, source) = match e {
                 pdcx_fsio::PublishError::Write { what, path, source } => (what, path, source),
@@ -166,7 +172,7 @@ impl DirTier {
             return Err(Error::io(&ctx, &source));
         }
         self.used
-            .store(used - old.min(used) + data.len() as u64, Ordering::Relaxed);
+            .store(used - old.min(used) + len as u64, Ordering::Relaxed);
         Ok(())
     }
 
@@ -221,7 +227,11 @@ impl Tier for DirTier {
     }
 
     fn put(&self, key: &str, data: &[u8]) -> Result<()> {
-        self.put_with(key, data, None)
+        self.put_with(key, &[data], None)
+    }
+
+    fn put_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        self.put_with(key, parts, None)
     }
 
     fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()> {

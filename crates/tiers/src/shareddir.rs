@@ -89,8 +89,13 @@ impl Tier for SharedTier {
     }
 
     fn put(&self, key: &str, data: &[u8]) -> Result<()> {
-        let Some(stripe) = self.stripe_for(data.len() as u64) else {
-            return self.dir.put(key, data);
+        self.put_parts(key, &[data])
+    }
+
+    fn put_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let Some(stripe) = self.stripe_for(len) else {
+            return self.dir.put_parts(key, parts);
         };
         // lfs creates the file, empty, with the layout; the publish then writes into it (or
         // creates it plainly when lfs did not).
@@ -111,7 +116,7 @@ impl Tier for SharedTier {
                 }
             }
         };
-        self.dir.put_with(key, data, Some(&with_layout))
+        self.dir.put_with(key, parts, Some(&with_layout))
     }
 
     fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()> {

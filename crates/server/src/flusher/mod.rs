@@ -10,6 +10,7 @@ use crate::datastore::DataStore;
 use crate::datastore::{crash_point, Extent};
 use crate::tiering::placement::{candidates, Hints, TierHint, TierView};
 use crate::tiering::{codec, Home, Tiering};
+use bytes::Bytes;
 use pdcx_core::protocol::{PeerRequest, PeerResponse, TierStat};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use std::collections::{HashMap, HashSet};
@@ -148,7 +149,8 @@ impl Flusher<'_> {
                         let raw = self.host.store().extent_bytes(&meta, e)?;
                         self.host.store().note_stats(&meta, e.seq, &raw);
                         let (stored, codec_used) =
-                            codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
+                            codec::encode(chosen.as_ref(), meta.dtype, &e.region, raw)?;
+                        let stored = Bytes::from(stored);
                         let order = candidates(&hint, stored.len() as u64, per, &self.views(&t));
                         // Assume the first choice takes it (later quota decisions of this
                         // batch see it); corrected below if the put spilled or failed.
@@ -267,7 +269,8 @@ impl Flusher<'_> {
             let chosen = codec::codec_for(&meta).unwrap_or(None);
             let raw = self.host.store().extent_bytes(&meta, &e)?;
             self.host.store().note_stats(&meta, e.seq, &raw);
-            let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
+            let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, raw)?;
+            let stored = Bytes::from(stored);
             per[first] += e.loc.len;
             batch.push(Encoded {
                 id,
@@ -387,7 +390,7 @@ impl Flusher<'_> {
                 let raw = self.host.store().extent_bytes(meta, e)?;
                 self.host.store().note_stats(meta, e.seq, &raw);
                 let chosen = codec::codec_for(meta).unwrap_or(None);
-                codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?
+                codec::encode(chosen.as_ref(), meta.dtype, &e.region, raw)?
             }
         };
         t.put(tier, &key, &stored)?;
@@ -561,7 +564,7 @@ pub(super) struct Encoded {
     pub(super) group: Option<usize>,
     /// The encoded bytes, or nothing when they stay with `from` (S3 group shards: see
     /// `group/`); `len` is their length either way.
-    pub(super) stored: Vec<u8>,
+    pub(super) stored: Bytes,
     pub(super) len: u64,
     pub(super) codec: String,
     /// Tiers to try: the placement's choice, then spill targets.
@@ -609,8 +612,9 @@ pub(super) struct Member {
 pub(super) struct PutJob {
     pub(super) key: String,
     pub(super) shard: bool,
-    /// The blob (empty while its extents' bytes stay with their servers); `len` its length.
-    pub(super) stored: Vec<u8>,
+    /// The blob as its members' stored bytes back to back (none while they stay with their
+    /// servers); `len` its length. Put as parts: a shard is never copied into one buffer.
+    pub(super) parts: Vec<Bytes>,
     pub(super) len: u64,
     pub(super) members: Vec<Member>,
     /// Tiers to try: the placement's choice, then spill targets.
@@ -655,7 +659,7 @@ pub(super) fn form_jobs(t: &Tiering, batch: Vec<Encoded>, cross: bool) -> Vec<Pu
                 key: t.key(x.id, x.seq),
                 shard: false,
                 members: vec![member(0)],
-                stored: x.stored,
+                parts: vec![x.stored],
                 len: x.len,
                 order: x.order,
             });
@@ -665,7 +669,7 @@ pub(super) fn form_jobs(t: &Tiering, batch: Vec<Encoded>, cross: bool) -> Vec<Pu
         match open.get(&slot).map(|&j| &mut jobs[j]) {
             Some(job) if job.len + x.len <= t.max_shard_bytes => {
                 job.members.push(member(job.len));
-                job.stored.extend_from_slice(&x.stored);
+                job.parts.push(x.stored);
                 job.len += x.len;
             }
             _ => {
@@ -678,7 +682,7 @@ pub(super) fn form_jobs(t: &Tiering, batch: Vec<Encoded>, cross: bool) -> Vec<Pu
                     },
                     shard: true,
                     members: vec![member(0)],
-                    stored: x.stored,
+                    parts: vec![x.stored],
                     len: x.len,
                     order: x.order,
                 });
@@ -718,7 +722,7 @@ pub(super) fn run_puts(
             {
                 break;
             }
-            match t.put(tier, &job.key, &job.stored) {
+            match t.put_parts(tier, &job.key, &job.parts) {
                 Ok(()) => {
                     *results[i].lock().unwrap_or_else(|p| p.into_inner()) = Some(tier);
                     break;

@@ -7,6 +7,7 @@
 use pdcx_codec::{Codec, Header};
 use pdcx_core::model::TagValue;
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectMeta, Region, Result};
+use std::sync::Arc;
 
 pub const CODEC_TAG: &str = "pdcx.codec";
 
@@ -36,17 +37,19 @@ pub fn codec_for(obj: &ObjectMeta) -> Result<Option<Codec>> {
 }
 
 /// Encodes an extent; returns the stored bytes and the name of the codec actually used
-/// ("none" for raw bytes without a header).
+/// ("none" for raw bytes without a header). Raw bytes are handed on as they are, copied only
+/// when someone else still holds them (the read cache).
 pub fn encode(
     codec: Option<&Codec>,
     dtype: Dtype,
     region: &Region,
-    raw: &[u8],
+    raw: Arc<Vec<u8>>,
 ) -> Result<(Vec<u8>, String)> {
     let Some(codec) = codec else {
-        return Ok((raw.to_vec(), "none".to_string()));
+        let raw = Arc::try_unwrap(raw).unwrap_or_else(|shared| shared.as_ref().clone());
+        return Ok((raw, "none".to_string()));
     };
-    let enc = pdcx_codec::encode(codec, dtype, &region.count, raw).map_err(Error::from)?;
+    let enc = pdcx_codec::encode(codec, dtype, &region.count, &raw).map_err(Error::from)?;
     let used = Header::parse(&enc).map_err(Error::from)?.codec.to_string();
     // A header-carrying blob is never called "none": reads must decode it.
     let used = if used == "none" {

@@ -396,12 +396,23 @@ impl Tiering {
 
     /// Stores a blob on `tier`, counting traffic and bandwidth.
     pub(crate) fn put(&self, tier: usize, key: &str, data: &[u8]) -> Result<()> {
+        self.put_slices(tier, key, &[data])
+    }
+
+    /// Stores a blob made of `parts` back to back on `tier` (a shard: see `Tier::put_parts`).
+    pub(crate) fn put_parts(&self, tier: usize, key: &str, parts: &[bytes::Bytes]) -> Result<()> {
+        let slices: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        self.put_slices(tier, key, &slices)
+    }
+
+    fn put_slices(&self, tier: usize, key: &str, parts: &[&[u8]]) -> Result<()> {
         let t0 = std::time::Instant::now();
-        let r = self.tiers[tier].put(key, data);
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        let r = self.tiers[tier].put_parts(key, parts);
         match &r {
             Ok(()) => {
                 let c = &self.counters[tier];
-                c.put_bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+                c.put_bytes.fetch_add(len, Ordering::Relaxed);
                 c.put_nanos
                     .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
                 c.extents.fetch_add(1, Ordering::Relaxed);

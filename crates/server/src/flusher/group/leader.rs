@@ -5,6 +5,7 @@
 use crate::datastore::crash_point;
 use crate::flusher::{form_jobs, run_puts, Encoded, Flusher, PutJob, ShardGroups};
 use crate::tiering::Tiering;
+use bytes::Bytes;
 use pdcx_core::protocol::{FlushReport, PeerRequest, PeerResponse, ShardHome};
 use pdcx_core::{Error, ObjectId};
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -90,20 +91,23 @@ impl Flusher<'_> {
                 // This server's own waiting extents are already in its pending count.
                 report.pending_extents += more;
             }
+            // Each candidate's part is a slice of the answer, not a copy of it.
+            let bytes = Bytes::from(bytes);
             let mut at = 0usize;
             for c in list {
                 let stored = if keep_bytes {
-                    Vec::new()
+                    Bytes::new()
                 } else {
                     let end = at.saturating_add(c.stored_len as usize);
-                    let Some(stored) = bytes.get(at..end) else {
+                    if end > bytes.len() {
                         report.error = Some(format!(
                             "server {m} sent shard candidates whose lengths exceed their bytes"
                         ));
                         break;
-                    };
+                    }
+                    let stored = bytes.slice(at..end);
                     at = end;
-                    stored.to_vec()
+                    stored
                 };
                 let order: Vec<usize> = c.order.iter().filter_map(|n| t.tier_index(n)).collect();
                 if order.is_empty() {
@@ -261,7 +265,7 @@ impl Flusher<'_> {
                 want.entry(x.from).or_default().push((x.id, x.seq));
             }
         }
-        let mut got: HashMap<(ObjectId, u64), Vec<u8>> = HashMap::new();
+        let mut got: HashMap<(ObjectId, u64), Bytes> = HashMap::new();
         let mut down: HashSet<u32> = HashSet::new();
         let servers: Vec<u32> = want.keys().copied().collect();
         let answers = self.ask_each(t, &servers, |m| PeerRequest::ShardBytes {
@@ -278,9 +282,10 @@ impl Flusher<'_> {
                 Ok((PeerResponse::ShardBytes, bytes))
                     if bytes.len() as u64 == lens.iter().sum::<u64>() =>
                 {
+                    let bytes = Bytes::from(bytes);
                     let mut at = 0usize;
                     for (key, len) in list.into_iter().zip(lens) {
-                        got.insert(key, bytes[at..at + len as usize].to_vec());
+                        got.insert(key, bytes.slice(at..at + len as usize));
                         at += len as usize;
                     }
                 }
@@ -302,12 +307,11 @@ impl Flusher<'_> {
         }
         jobs.retain(|j| j.members.iter().all(|x| !down.contains(&x.from)));
         for job in &mut jobs {
-            job.stored = Vec::with_capacity(job.len as usize);
-            for x in &job.members {
-                if let Some(b) = got.remove(&(x.id, x.seq)) {
-                    job.stored.extend_from_slice(&b);
-                }
-            }
+            job.parts = job
+                .members
+                .iter()
+                .filter_map(|x| got.remove(&(x.id, x.seq)))
+                .collect();
         }
         jobs
     }

@@ -52,7 +52,7 @@ impl Flusher<'_> {
             let chosen = codec::codec_for(&meta).unwrap_or(None);
             let raw = self.host.store().extent_bytes(&meta, e)?;
             self.host.store().note_stats(&meta, e.seq, &raw);
-            let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, &raw)?;
+            let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, raw)?;
             let order = candidates(&hint, stored.len() as u64, per, &views);
             per[order[0]] += e.loc.len;
             list.push(ShardCandidate {
