@@ -89,8 +89,9 @@ def pdcx_write(a, comm, recs: np.ndarray) -> dict:
     else:
         got = client.open_object("shards/p").records[rank * n : rank * n + q]
         assert got.tobytes() == recs[:q].tobytes()
-    # Bytes each server put to the home tier (its counter; a group shard's put is counted at the
-    # leader that formed it): shows who wrote the group's bytes.
+    # Bytes each server put to the home tier (its counter; the bytes of a group shard its
+    # members wrote are counted at each writer, of one the leader put at the leader): shows
+    # who wrote the group's bytes.
     puts = [sum(t["put_bytes"] for t in s["tiers"]) for s in client.stats()] if rank == 0 else []
     return {"app_s": t_app, "total_s": t_all, "put_bytes": puts}
 

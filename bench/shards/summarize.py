@@ -201,7 +201,7 @@ def main() -> None:
         "blobs: files of the deployment on the home tier after the run; shards: those under "
         ".../shard/ (grp: group shards under gLEADER/); Table II: its count for these servers "
         "(off: one blob per extent); tier MB: their bytes; put MB by server: each server's "
-        "put_bytes counter (a group shard is counted at its leader); % dev write (info, no "
+        "put_bytes counter (a group shard's bytes at the server that wrote them); % dev write (info, no "
         "target): MB/s as a share of the round's direct-I/O write figure of the tier directory's device"
     )
 

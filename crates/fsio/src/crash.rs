@@ -51,6 +51,9 @@ pub const POINTS: &[&str] = &[
     "shard.after_group_put",
     // A group shard's multipart upload started and its marker put, no part uploaded.
     "shard.after_upload_started",
+    // A group shard on a shared directory: every member wrote its part into the leader's
+    // temporary, the leader has not published it.
+    "shard.after_parts_written",
     // A resize (`pdcx resize`): its journal published, nothing moved; records copied to a
     // server, not yet deleted at the source; a retired server's log moved, its extents not yet
     // adopted; adopted, not yet deleted at the retired shard; links rebuilt, counters not yet

@@ -134,7 +134,13 @@ fn check_bytes_of(root: &Path, n: u32, ids: &[u64], first: usize, part: u64) {
 fn tier(dir: &Path, s3: bool) -> Arc<dyn Tier> {
     let cfg = DeploymentConfig::parse(&tier_toml(dir, s3), Vec::new()).unwrap();
     let tc: &TierConfig = &cfg.tiers[0];
-    pdcx_tiers::open(tc).unwrap()
+    // As a server of no deployment's ranks: opening the shared directory removes only the
+    // temporaries of the rank it opens as, and the servers' must stay theirs.
+    let outsider = pdcx_tiers::OpenContext {
+        rank: 9999,
+        size: 1,
+    };
+    pdcx_tiers::open_in(tc, &outsider).unwrap()
 }
 
 /// Group shard blobs per leader prefix (`gLEADER`), and every other blob of the deployment.
@@ -307,12 +313,26 @@ fn group_child() {
                         h.server.engine.flusher().group_parts_uploaded()
                     );
                 }
-            } else {
+            } else if spec.s3 {
                 let parts: u64 = hs
                     .iter()
                     .map(|h| h.server.engine.flusher().group_parts_uploaded())
                     .sum();
                 assert_eq!(parts, 0, "small shards are put whole by the leader");
+            } else {
+                // On the shared directory every server wrote its own extents into the shards
+                // (and counted them as its puts), none went through the leader.
+                let c = client_at(&root, 0);
+                for (r, h) in hs.iter().enumerate() {
+                    let f = h.server.engine.flusher();
+                    assert!(
+                        f.group_parts_uploaded() >= 1,
+                        "server {r} wrote no part of a group shard"
+                    );
+                    let st = c.stats(r as u32).unwrap();
+                    let put: u64 = st.tiers.iter().map(|x| x.put_bytes).sum();
+                    assert!(put > 0, "server {r} counted no bytes put");
+                }
             }
         }
         "check" | "check_after_crash" => {
@@ -469,9 +489,12 @@ fn sigkill_between_the_group_put_and_the_members_records_loses_nothing() {
     let put = "shard.after_group_put:1";
     let started = "shard.after_upload_started:1";
     let parts_up = "s3.after_part_upload:1";
+    let written = "shard.after_parts_written:1";
     let mut cases = vec![
         (2, "strategy = 1", 2, 2, false, PART, put),
         (4, "servers = 2\nobjects = 2", 2, 1, false, PART, put),
+        // The members wrote their parts of a shared-directory shard; not published.
+        (2, "strategy = 1", 2, 2, false, PART, written),
     ];
     if gateway.is_some() {
         cases.push((2, "strategy = 1", 2, 2, true, BIG, put));
@@ -499,9 +522,17 @@ fn sigkill_between_the_group_put_and_the_members_records_loses_nothing() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let left = temporaries(dir.path());
         let t = tier(dir.path(), s3);
         let (groups, other) = blobs(&spec.root(), &*t);
-        if point == started {
+        if point == written {
+            // Nothing published: only the leader's temporary, which no listing shows.
+            assert!(
+                groups.is_empty() && other.is_empty(),
+                "{groups:?} {other:?}"
+            );
+            assert_eq!(left, 1, "the interrupted shard's temporary");
+        } else if point == started {
             // Only the marker of the upload in flight; no shard was completed.
             assert!(groups.is_empty(), "{groups:?}");
             assert_eq!(other.len(), 1, "{other:?}");
@@ -537,7 +568,27 @@ fn sigkill_between_the_group_put_and_the_members_records_loses_nothing() {
         );
         // A second restart changes nothing.
         phase(&spec, "check", &[]);
+        // The leader's restart removed the interrupted shard's temporary.
+        assert_eq!(temporaries(dir.path()), 0, "{point}: a temporary stayed");
     }
+}
+
+/// Temporary files under `dir` (a blob being written: `.pdcx-tmp-` in its name).
+#[cfg(feature = "crash-points")]
+fn temporaries(dir: &Path) -> usize {
+    fn walk(d: &Path, n: &mut usize) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, n);
+            } else if p.to_string_lossy().contains(".pdcx-tmp-") {
+                *n += 1;
+            }
+        }
+    }
+    let mut n = 0;
+    walk(dir, &mut n);
+    n
 }
 
 #[test]

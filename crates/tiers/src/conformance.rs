@@ -59,3 +59,58 @@ pub fn check(t: &dyn Tier) {
         t.delete(&k).expect("cleanup");
     }
 }
+
+/// Exercises a tier's [`PartWriter`](crate::PartWriter) (`t.part_writer()` must be some): two
+/// writers' parts out of order make one blob; a blob missing its end is refused and its key
+/// never appears; temporaries are not listed; names that are not temporaries are refused.
+/// `other` is a second handle on the same tier (another server's), writing into the first's
+/// temporary.
+pub fn check_part_writer(t: &dyn Tier, other: &dyn Tier) {
+    let (w, w2) = (
+        t.part_writer().expect("a part writer"),
+        other.part_writer().expect("a part writer"),
+    );
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let temp = w.begin("g/shard/1", 300_000).expect("begin");
+    assert!(
+        t.list("g/").expect("list").is_empty(),
+        "a temporary is listed"
+    );
+    w2.write(
+        &temp,
+        100_000,
+        &[&data[100_000..150_000], &data[150_000..250_000]],
+    )
+    .expect("the other writer's part");
+    // The end is not there yet: refused, nothing published.
+    let err = w.publish(&temp, "g/shard/1", 300_000).expect_err("short");
+    assert_eq!(err.kind, ErrorKind::Io, "{err}");
+    assert_eq!(
+        t.len("g/shard/1").expect_err("unpublished").kind,
+        ErrorKind::NotFound
+    );
+    w.write(&temp, 250_000, &[&data[250_000..]])
+        .expect("the end");
+    w.write(&temp, 0, &[&data[..100_000]]).expect("own part");
+    w.publish(&temp, "g/shard/1", 300_000).expect("publish");
+    assert_eq!(t.get("g/shard/1").expect("get"), data);
+    assert_eq!(other.get("g/shard/1").expect("the other sees it"), data);
+    // Aborted: gone, and a write into it fails rather than creating it.
+    let temp = w.begin("g/shard/2", 10).expect("begin");
+    w.abort(&temp);
+    assert!(w2.write(&temp, 0, &[b"0123456789"]).is_err());
+    assert_eq!(
+        t.len("g/shard/2").expect_err("aborted").kind,
+        ErrorKind::NotFound
+    );
+    // Only temporaries are written into, inside the tier.
+    assert!(
+        w2.write("g/shard/1", 0, &[b"x"]).is_err(),
+        "wrote into a published blob"
+    );
+    assert_eq!(t.get("g/shard/1").expect("get"), data);
+    assert!(w2.write("../x.pdcx-tmp-r0-1-1", 0, &[b"x"]).is_err());
+    for (k, _) in t.list("g/").expect("list all") {
+        t.delete(&k).expect("cleanup");
+    }
+}

@@ -67,6 +67,37 @@ pub trait Tier: Send + Sync {
     fn capacity(&self) -> Option<u64>;
     /// Bytes this tier currently holds for this deployment (as far as this process knows).
     fn used(&self) -> u64;
+    /// Blobs several servers write together, where every server reaches the tier as one file
+    /// system (shared directories); `None` elsewhere.
+    fn part_writer(&self) -> Option<&dyn PartWriter> {
+        None
+    }
+}
+
+/// A blob several servers write together, each its own bytes at their offset, as collective
+/// I/O does (a group shard whose members write their extents): the leader [`begin`]s it (an
+/// empty temporary file), every writer [`write`]s its bytes and makes them durable, and the
+/// leader [`publish`]es it under its key once every write succeeded, or [`abort`]s it. Until
+/// the publish nobody sees the key; a crash leaves only the temporary, which the leader's next
+/// open of the tier removes.
+///
+/// [`begin`]: PartWriter::begin
+/// [`write`]: PartWriter::write
+/// [`publish`]: PartWriter::publish
+/// [`abort`]: PartWriter::abort
+pub trait PartWriter: Send + Sync {
+    /// Creates the temporary of a `len`-byte blob for `key`; returns its name, which the
+    /// writers pass to [`PartWriter::write`]. `NoSpace` if the tier cannot take `len` bytes.
+    fn begin(&self, key: &str, len: u64) -> Result<String>;
+    /// Writes `parts` back to back at byte `at` of temporary `temp` (which must exist: a
+    /// writer never creates one) and makes them durable.
+    fn write(&self, temp: &str, at: u64, parts: &[&[u8]]) -> Result<()>;
+    /// Publishes temporary `temp` as `key`: durable, then renamed, then the rename made
+    /// durable. The caller publishes only once every writer succeeded; a temporary that does
+    /// not hold `len` bytes (its last writer failed) is refused all the same.
+    fn publish(&self, temp: &str, key: &str, len: u64) -> Result<()>;
+    /// Removes temporary `temp` (best effort).
+    fn abort(&self, temp: &str);
 }
 
 /// Facts about the server opening a tier that are not in the tier's config: the shared tier's

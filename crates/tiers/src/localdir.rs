@@ -15,6 +15,12 @@ use std::sync::{Arc, Mutex};
 /// Temporary files carry this marker; they are never listed and are removed at open.
 pub(crate) const TMP_MARK: &str = ".pdcx-tmp-";
 
+/// Room reserved for a put: the bytes of the blob it replaces, and how much it grows `used`.
+struct Room {
+    old: u64,
+    grow: u64,
+}
+
 /// Makes a put's temporary file on the real file system before it is written (see
 /// [`DirTier::put_with`]).
 pub type PrepareTemp<'a> = &'a dyn Fn(&Path) -> std::io::Result<()>;
@@ -127,13 +133,38 @@ impl DirTier {
         parts: &[&[u8]],
         create: Option<PrepareTemp<'_>>,
     ) -> Result<()> {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
         let path = self.path(key)?;
         if let Some(t) = &self.throttle {
-            t.wait(len);
+            t.wait(len as usize);
         }
-        let old = self.fs.size(&path).ok().flatten().unwrap_or(0);
-        let grow = (len as u64).saturating_sub(old);
+        let room = self.reserve(&path, len)?;
+        let tmp = self
+            .temp_beside(&path)
+            .inspect_err(|_| self.release(room.grow))?;
+        let created = match create {
+            Some(create) => create(&tmp).map_err(|e| Error::io(&self.ctx("creating", key), &e)),
+            None => Ok(()),
+        };
+        let published = created.and_then(|()| {
+            publish_atomic_via(&*self.fs, &path, &tmp, parts)
+                .map_err(|e| self.publish_error(key, e))
+        });
+        if let Err(e) = published {
+            let _ = self.fs.remove_file(&tmp);
+            self.release(room.grow);
+            return Err(e);
+        }
+        self.release(room.old.saturating_sub(len));
+        Ok(())
+    }
+
+    /// Counts `len` bytes about to replace the blob at `path` in `used` at once (so puts in
+    /// parallel see each other's), or `NoSpace` if the capacity cannot take them. The caller
+    /// [`release`](Self::release)s the growth if the put fails, and the shrink if it succeeds.
+    fn reserve(&self, path: &Path, len: u64) -> Result<Room> {
+        let old = self.fs.size(path).ok().flatten().unwrap_or(0);
+        let grow = len.saturating_sub(old);
         let _reserve = self.reserve.lock().unwrap_or_else(|p| p.into_inner());
         let used = self.used.load(Ordering::Relaxed);
         if let Some(cap) = self.capacity {
@@ -149,31 +180,165 @@ impl DirTier {
                 ));
             }
         }
+        self.used.fetch_add(grow, Ordering::Relaxed);
+        Ok(Room { old, grow })
+    }
+
+    fn release(&self, bytes: u64) {
+        let _ = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |u| {
+                Some(u.saturating_sub(bytes))
+            });
+    }
+
+    /// A fresh temporary name beside `path` (its directory created), marked as this server's.
+    fn temp_beside(&self, path: &Path) -> Result<PathBuf> {
         let parent = path.parent().unwrap_or(&self.root).to_path_buf();
-        create_dir_durable(&*self.fs, &parent)
-            .map_err(|e| Error::io(&self.ctx("creating the directory of", key), &e))?;
+        create_dir_durable(&*self.fs, &parent).map_err(|e| {
+            Error::io(
+                &format!("tier {:?}: creating {}", self.name, parent.display()),
+                &e,
+            )
+        })?;
         let n = self.tmp_counter.fetch_add(1, Ordering::Relaxed);
         let file_name = path.file_name().and_then(|n| n.to_str()).unwrap_or("blob");
-        let tmp = parent.join(format!(
+        Ok(parent.join(format!(
             "{file_name}{TMP_MARK}{}{}-{n}",
             self.owner,
             std::process::id()
-        ));
-        if let Some(create) = create {
-            create(&tmp).map_err(|e| Error::io(&self.ctx("creating", key), &e))?;
+        )))
+    }
+
+    fn publish_error(&self, key: &str, e: pdcx_fsio::PublishError) -> Error {
+        let (what, at, source) = match e {
+            pdcx_fsio::PublishError::Write { what, path, source } => (what, path, source),
+            pdcx_fsio::PublishError::Sync { path, source } => ("fsync", path, source),
+        };
+        let ctx = format!("{}: {what} {}", self.ctx("writing", key), at.display());
+        Error::io(&ctx, &source)
+    }
+
+    /// [`PartWriter::begin`], the temporary first made by `create` (a Lustre layout).
+    pub fn begin_parts(
+        &self,
+        key: &str,
+        len: u64,
+        create: Option<PrepareTemp<'_>>,
+    ) -> Result<String> {
+        let path = self.path(key)?;
+        let room = self.reserve(&path, len)?;
+        // Nothing is written yet: the reservation only checks that `len` bytes fit now.
+        self.release(room.grow);
+        let tmp = self.temp_beside(&path)?;
+        let created = match create {
+            Some(create) => create(&tmp).map_err(|e| Error::io(&self.ctx("creating", key), &e)),
+            None => Ok(()),
+        };
+        created.and_then(|()| {
+            self.fs
+                .open(&tmp, OpenMode::CreateNew)
+                .or_else(|e| match e.kind() {
+                    // `create` made it (empty, with its layout).
+                    std::io::ErrorKind::AlreadyExists => self.fs.open(&tmp, OpenMode::ReadWrite),
+                    _ => Err(e),
+                })
+                .map(drop)
+                .map_err(|e| Error::io(&self.ctx("creating a temporary for", key), &e))
+        })?;
+        let rel = tmp
+            .strip_prefix(&self.root)
+            .ok()
+            .and_then(|r| r.to_str())
+            .ok_or_else(|| {
+                Error::internal(format!("temporary {} outside the tier", tmp.display()))
+            })?;
+        Ok(rel.to_string())
+    }
+
+    /// The path of temporary `temp` (a name [`begin_parts`](Self::begin_parts) returned).
+    fn temp_path(&self, temp: &str) -> Result<PathBuf> {
+        let name = temp.rsplit('/').next().unwrap_or(temp);
+        if !name.contains(TMP_MARK) {
+            return Err(Error::invalid(format!(
+                "tier {:?}: {temp:?} is not a temporary blob",
+                self.name
+            )));
         }
-        if let Err(e) = publish_atomic_via(&*self.fs, &path, &tmp, parts) {
-            let _ = self.fs.remove_file(&tmp);
-            let (what, at, source) = match e {
-                pdcx_fsio::PublishError::Write { what, path, source } => (what, path, source),
-                pdcx_fsio::PublishError::Sync { path, source } => ("fsync", path, source),
-            };
-            let ctx = format!("{}: {what} {}", self.ctx("writing", key), at.display());
-            return Err(Error::io(&ctx, &source));
+        self.path(temp)
+    }
+
+    /// [`PartWriter::write`].
+    pub fn write_part(&self, temp: &str, at: u64, parts: &[&[u8]]) -> Result<()> {
+        let path = self.temp_path(temp)?;
+        let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
+        if let Some(t) = &self.throttle {
+            t.wait(len as usize);
         }
-        self.used
-            .store(used - old.min(used) + len as u64, Ordering::Relaxed);
-        Ok(())
+        let ctx = || self.ctx("writing part of", temp);
+        let file = self
+            .fs
+            .open(&path, OpenMode::ReadWrite)
+            .map_err(|e| Error::io(&ctx(), &e))?;
+        let mut off = at;
+        for part in parts {
+            file.write_all_at(part, off)
+                .map_err(|e| Error::io(&ctx(), &e))?;
+            off += part.len() as u64;
+        }
+        file.sync_data().map_err(|e| Error::io(&ctx(), &e))
+    }
+
+    /// [`PartWriter::publish`].
+    pub fn publish_parts(&self, temp: &str, key: &str, len: u64) -> Result<()> {
+        let tmp = self.temp_path(temp)?;
+        let path = self.path(key)?;
+        let ctx = || self.ctx("publishing", key);
+        let file = self
+            .fs
+            .open(&tmp, OpenMode::ReadWrite)
+            .map_err(|e| Error::io(&ctx(), &e))?;
+        let size = file.size().map_err(|e| Error::io(&ctx(), &e))?;
+        if size != len {
+            return Err(Error::new(
+                ErrorKind::Io,
+                format!(
+                    "{}: its temporary holds {size} of {len} bytes (a writer did not finish)",
+                    ctx()
+                ),
+            ));
+        }
+        let room = self.reserve(&path, len)?;
+        let published = file
+            .sync_all()
+            .map_err(|e| Error::io(&ctx(), &e))
+            .and_then(|()| {
+                drop(file);
+                self.fs
+                    .rename(&tmp, &path)
+                    .map_err(|e| Error::io(&ctx(), &e))
+            })
+            .and_then(|()| {
+                let dir = path.parent().unwrap_or(&self.root);
+                self.fs.sync_dir(dir).map_err(|e| Error::io(&ctx(), &e))
+            });
+        match published {
+            Ok(()) => {
+                self.release(room.old.saturating_sub(len));
+                Ok(())
+            }
+            Err(e) => {
+                self.release(room.grow);
+                Err(e)
+            }
+        }
+    }
+
+    /// [`PartWriter::abort`].
+    pub fn abort_parts(&self, temp: &str) {
+        if let Ok(p) = self.temp_path(temp) {
+            let _ = self.fs.remove_file(&p);
+        }
     }
 
     fn path(&self, key: &str) -> Result<PathBuf> {
@@ -376,6 +541,41 @@ mod tests {
             open(&after).len("srv-1/obj-8/ext-1").unwrap_err().kind,
             ErrorKind::NotFound
         );
+    }
+
+    #[test]
+    fn a_blob_written_in_parts_is_whole_or_absent_after_power_cuts() {
+        let disk = pdcx_fsio::SimFs::new();
+        let open = |d: &pdcx_fsio::SimFs, owner: &str| {
+            let c = cfg(Path::new("/pfs/tier"), None);
+            DirTier::open_owned(&c, Arc::new(d.clone()), owner).unwrap()
+        };
+        let (leader, member) = (open(&disk, "r0"), open(&disk, "r1"));
+        let data: Vec<u8> = (0..9000u32).map(|i| i as u8).collect();
+        for seed in 0..20u64 {
+            let key = format!("g0000/shard/{seed}");
+            let temp = leader.begin_parts(&key, 9000, None).unwrap();
+            member.write_part(&temp, 4000, &[&data[4000..]]).unwrap();
+            leader.write_part(&temp, 0, &[&data[..4000]]).unwrap();
+            // Cut before the publish, at any write: the key is absent, and the leader's next
+            // open removes the temporary (the member's open leaves it alone).
+            let cut = disk.power_cut(Some(seed * 104_729));
+            assert_eq!(
+                open(&cut, "r1").len(&key).unwrap_err().kind,
+                ErrorKind::NotFound
+            );
+            let reopened = open(&cut, "r0");
+            assert_eq!(reopened.len(&key).unwrap_err().kind, ErrorKind::NotFound);
+            assert!(cut
+                .list_dir(Path::new("/pfs/tier/g0000/shard"))
+                .unwrap_or_default()
+                .iter()
+                .all(|n| !n.contains(TMP_MARK)));
+            // Published: whole after any cut.
+            leader.publish_parts(&temp, &key, 9000).unwrap();
+            let cut = disk.power_cut(Some(seed * 7919));
+            assert_eq!(open(&cut, "r1").get(&key).unwrap(), data);
+        }
     }
 
     #[test]

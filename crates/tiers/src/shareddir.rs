@@ -12,7 +12,7 @@
 use crate::config::TierConfig;
 use crate::localdir::DirTier;
 use crate::lustre;
-use crate::{OpenContext, Tier, TierKind};
+use crate::{OpenContext, PartWriter, Tier, TierKind};
 use pdcx_core::Result;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -72,6 +72,24 @@ impl SharedTier {
         self.dir.root()
     }
 
+    /// Creates temporary `tmp`, empty, with layout `stripe` (lfs), before its first byte is
+    /// written; when lfs cannot, striping is off for the rest of the run and the writer
+    /// creates the file plainly.
+    fn lay_out(&self, tmp: &Path, stripe: &lustre::Stripe) -> std::io::Result<()> {
+        if let Err(e) = lustre::apply(tmp, stripe) {
+            if self.striping.swap(false, Ordering::Relaxed) {
+                tracing::warn!(
+                    tier = %self.dir.name(),
+                    "tier {:?}: striping disabled for this run: {}",
+                    self.dir.name(),
+                    e.message
+                );
+            }
+            let _ = std::fs::remove_file(tmp);
+        }
+        Ok(())
+    }
+
     /// The layout a blob of `bytes` gets, or `None` if it gets the directory's default.
     pub fn stripe_for(&self, bytes: u64) -> Option<lustre::Stripe> {
         let osts = self.osts?;
@@ -94,29 +112,13 @@ impl Tier for SharedTier {
 
     fn put_parts(&self, key: &str, parts: &[&[u8]]) -> Result<()> {
         let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
-        let Some(stripe) = self.stripe_for(len) else {
-            return self.dir.put_parts(key, parts);
-        };
-        // lfs creates the file, empty, with the layout; the publish then writes into it (or
-        // creates it plainly when lfs did not).
-        let with_layout = |tmp: &Path| -> std::io::Result<()> {
-            match lustre::apply(tmp, &stripe) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    if self.striping.swap(false, Ordering::Relaxed) {
-                        tracing::warn!(
-                            tier = %self.dir.name(),
-                            "tier {:?}: striping disabled for this run: {}",
-                            self.dir.name(),
-                            e.message
-                        );
-                    }
-                    let _ = std::fs::remove_file(tmp);
-                    Ok(())
-                }
+        match self.stripe_for(len) {
+            None => self.dir.put_parts(key, parts),
+            Some(stripe) => {
+                self.dir
+                    .put_with(key, parts, Some(&|tmp: &Path| self.lay_out(tmp, &stripe)))
             }
-        };
-        self.dir.put_with(key, parts, Some(&with_layout))
+        }
     }
 
     fn get_range(&self, key: &str, offset: u64, out: &mut [u8]) -> Result<()> {
@@ -136,6 +138,32 @@ impl Tier for SharedTier {
     }
     fn used(&self) -> u64 {
         self.dir.used()
+    }
+    fn part_writer(&self) -> Option<&dyn PartWriter> {
+        Some(self)
+    }
+}
+
+/// Every server of a deployment sees the directory as one file system: a group shard's
+/// members write their own extents into it.
+impl PartWriter for SharedTier {
+    fn begin(&self, key: &str, len: u64) -> Result<String> {
+        match self.stripe_for(len) {
+            None => self.dir.begin_parts(key, len, None),
+            Some(stripe) => {
+                self.dir
+                    .begin_parts(key, len, Some(&|tmp: &Path| self.lay_out(tmp, &stripe)))
+            }
+        }
+    }
+    fn write(&self, temp: &str, at: u64, parts: &[&[u8]]) -> Result<()> {
+        self.dir.write_part(temp, at, parts)
+    }
+    fn publish(&self, temp: &str, key: &str, len: u64) -> Result<()> {
+        self.dir.publish_parts(temp, key, len)
+    }
+    fn abort(&self, temp: &str) {
+        self.dir.abort_parts(temp)
     }
 }
 
@@ -159,6 +187,8 @@ mod tests {
         let t = SharedTier::open(&cfg(dir.path()), &OpenContext { rank: 1, size: 4 }).unwrap();
         assert_eq!(t.kind(), TierKind::Shared);
         conformance::check(&t);
+        let other = SharedTier::open(&cfg(dir.path()), &OpenContext { rank: 2, size: 4 }).unwrap();
+        conformance::check_part_writer(&t, &other);
     }
 
     #[test]

@@ -264,7 +264,9 @@ pub const MAGIC: [u8; 4] = *b"PDCX";
 /// owner dropping writes another holder's newer writes hide).
 /// 10: `ShardRefs` answers the stored bytes each server uses in a group shard; `RepackShards`
 /// in the peer family (a leader compacting its group shards).
-pub const VERSION: u16 = 10;
+/// 11: `ShardPart.at`: the members of a group shard on a shared directory write their own
+/// extents into it (`UploadShardPart`).
+pub const VERSION: u16 = 11;
 pub const HEADER_LEN: usize = 32;
 pub const MAX_BODY: u32 = 64 << 20;
 pub const NONCE_LEN: usize = 32;

@@ -80,9 +80,10 @@ pub enum PeerRequest {
     /// The encoded bytes of these extents offered by the last `ShardCandidates` (without
     /// bytes), back to back in the payload. Answered with `ShardBytes`.
     ShardBytes { extents: Vec<(ObjectId, u64)> },
-    /// Upload one part of the leader's multipart upload of a group shard on an S3 tier from
-    /// this server's extents offered by the last `ShardCandidates`. Answered with
-    /// `PartUploaded`.
+    /// Write one part of the leader's group shard from this server's extents offered by the
+    /// last `ShardCandidates`: on an S3 tier a part of the leader's multipart upload, on a
+    /// shared directory the bytes at their place in the leader's temporary blob, made
+    /// durable. Answered with `PartUploaded`.
     UploadShardPart(ShardPart),
     /// The owner's whole answer for `region` of its object `id`, as a client's `Read` gets it
     /// (a value query over objects of several owners). Answered with `Pieces` holding one
@@ -111,9 +112,11 @@ pub enum PeerRequest {
     ConfirmHeld { id: ObjectId, seqs: Vec<u64> },
 }
 
-/// See `PeerRequest::UploadShardPart`: part `part` of upload `upload_id` of `key` on tier
-/// `tier` is bytes [`skip`, `skip + len`) of `extents`' encoded bytes back to back, zeros
-/// past their end (padding up to S3's smallest part).
+/// See `PeerRequest::UploadShardPart`: bytes [`skip`, `skip + len`) of `extents`' encoded
+/// bytes back to back, zeros past their end (padding up to S3's smallest part), for group
+/// shard `key` on tier `tier`. On S3 they are part `part` of multipart upload `upload_id`; on
+/// a shared directory they are written at byte `at` of the leader's temporary blob
+/// `upload_id` (a name `PartWriter::begin` gave).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ShardPart {
     pub tier: String,
@@ -123,6 +126,7 @@ pub struct ShardPart {
     pub extents: Vec<(ObjectId, u64)>,
     pub skip: u64,
     pub len: u64,
+    pub at: u64,
 }
 
 /// One extent a member offers its group's leader (`PeerRequest::ShardCandidates`).

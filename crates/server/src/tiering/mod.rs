@@ -100,7 +100,7 @@ pub struct FlushState {
 }
 
 /// Encoded extents a member offered its group's leader, by (object, seq).
-type Offered = HashMap<(ObjectId, u64), Vec<u8>>;
+type Offered = HashMap<(ObjectId, u64), bytes::Bytes>;
 
 pub struct Tiering {
     pub tiers: Vec<Arc<dyn Tier>>,

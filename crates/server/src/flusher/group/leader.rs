@@ -7,7 +7,7 @@ use crate::flusher::{form_jobs, run_puts, Encoded, Flusher, PutJob, ShardGroups}
 use crate::tiering::Tiering;
 use bytes::Bytes;
 use pdcx_core::protocol::{FlushReport, PeerRequest, PeerResponse, ShardHome};
-use pdcx_core::{Error, ObjectId};
+use pdcx_core::{Error, ErrorKind, ObjectId};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -25,10 +25,11 @@ impl Flusher<'_> {
     /// extents, puts them as group shards, then has each member record its homes. A member
     /// that does not answer is skipped (its extents wait in its log for the next pass).
     ///
-    /// With an S3 tier the members keep their encoded bytes: a shard of at least two parts
-    /// going to S3 is a multipart upload whose parts the members holding the bytes upload
-    /// ([`Flusher::upload_by_members`]); the bytes of every other shard are fetched
-    /// (`ShardBytes`) and the shard put by the leader.
+    /// With an S3 or shared-directory tier the members keep their encoded bytes: a shard
+    /// going to a shared directory is written by the members holding the bytes
+    /// ([`Flusher::write_by_members`]), one of at least two parts going to S3 is a multipart
+    /// upload whose parts they upload ([`Flusher::upload_by_members`]); the bytes of every
+    /// other shard are fetched (`ShardBytes`) and the shard put by the leader.
     pub(in crate::flusher) fn group_pass(&self, t: &Arc<Tiering>, report: &mut FlushReport) {
         if !t.group_on()
             || t.group_leader() != self.host.rank()
@@ -39,7 +40,9 @@ impl Flusher<'_> {
         let leader = self.host.rank();
         let members = t.group_members();
         let per_member = (GROUP_PASS_BYTES / members.len().max(1) as u64).max(MIN_MEMBER_BYTES);
-        let keep_bytes = (0..t.tiers.len()).any(|i| t.off_node(i) && t.s3[i].is_some());
+        // Members keep their bytes where they can put them themselves.
+        let keep_bytes = (0..t.tiers.len())
+            .any(|i| t.off_node(i) && (t.s3[i].is_some() || t.tiers[i].part_writer().is_some()));
         let mut batch: Vec<Encoded> = Vec::new();
         // Objects are grouped in the order the pass meets them: members by rank, each in its
         // log order. At least one object per shard: a group shard is never an own blob.
@@ -143,6 +146,22 @@ impl Flusher<'_> {
                             t.note_error(first, &e);
                             report.error = Some(format!(
                                 "uploading group shard {} to tier {:?}: {}; its extents wait in their logs",
+                                job.key,
+                                t.name(first),
+                                e.message
+                            ));
+                        }
+                    }
+                }
+                None if keep_bytes && t.tiers[first].part_writer().is_some() => {
+                    match self.write_by_members(t, first, &job) {
+                        Ok(()) => landed.push((job, Some(first))),
+                        // Full: the leader puts it, spilling to the next tier.
+                        Err(e) if e.kind == ErrorKind::NoSpace => plain.push(job),
+                        Err(e) => {
+                            t.note_error(first, &e);
+                            report.error = Some(format!(
+                                "writing group shard {} to tier {:?}: {}; its extents wait in their logs",
                                 job.key,
                                 t.name(first),
                                 e.message

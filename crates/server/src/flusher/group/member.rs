@@ -5,6 +5,7 @@
 use crate::flusher::Flusher;
 use crate::tiering::placement::{candidates, Hints, TierHint};
 use crate::tiering::{codec, Home, Tiering};
+use bytes::Bytes;
 use pdcx_core::protocol::{ShardCandidate, ShardHome, ShardPart};
 use pdcx_core::{Error, ObjectId, ObjectMeta, Result};
 use std::collections::{HashMap, HashSet};
@@ -67,7 +68,7 @@ impl Flusher<'_> {
             if with_bytes {
                 bytes.extend_from_slice(&stored);
             } else {
-                offered.insert((*id, e.seq), stored);
+                offered.insert((*id, e.seq), Bytes::from(stored));
             }
         }
         // The previous offer is over: a leader asks again each pass.
@@ -141,43 +142,76 @@ pub(super) fn offered_bytes(t: &Tiering, extents: &[(ObjectId, u64)]) -> Result<
     Ok(out)
 }
 
-/// Uploads one part of a group shard from this server's offered extents (`UploadShardPart`):
-/// bytes [`skip`, `skip + len`) of their encoded bytes back to back, zeros past the end.
+/// Writes one part of a group shard from this server's offered extents (`UploadShardPart`):
+/// bytes [`skip`, `skip + len`) of their encoded bytes back to back (zeros past the end on
+/// S3), as a part of the leader's multipart upload (S3; answers its ETag) or at byte `at` of
+/// the leader's temporary blob on a shared directory (answers an empty tag). The bytes are
+/// counted as this server's puts.
 pub(super) fn upload_shard_part(t: &Tiering, p: &ShardPart) -> Result<String> {
     let tier = t
         .tier_index(&p.tier)
         .ok_or_else(|| Error::invalid(format!("no tier named {:?}", p.tier)))?;
-    let s3 = t.s3[tier]
-        .clone()
-        .ok_or_else(|| Error::invalid(format!("tier {:?} is not an S3 tier", p.tier)))?;
     if p.len > 5 << 30 {
         return Err(Error::invalid(format!(
             "part of {} bytes is too large",
             p.len
         )));
     }
-    let mut buf = vec![0u8; p.len as usize];
-    {
-        let offered = t.offered.lock().unwrap_or_else(|p| p.into_inner());
-        let (mut at, end) = (0u64, p.skip + p.len);
-        for k in &p.extents {
-            let b = offered.get(k).ok_or_else(|| {
-                Error::not_found(format!(
-                    "extent {} of object {:#x} is not offered for a group shard here",
-                    k.1, k.0
-                ))
-            })?;
-            let (lo, hi) = (at, at + b.len() as u64);
-            // The overlap of [lo, hi) with [skip, end), copied to its place in the part.
-            let (from, to) = (lo.max(p.skip), hi.min(end));
-            if from < to {
-                buf[(from - p.skip) as usize..(to - p.skip) as usize]
-                    .copy_from_slice(&b[(from - lo) as usize..(to - lo) as usize]);
-            }
-            at = hi;
+    let t0 = std::time::Instant::now();
+    let etag = if let Some(s3) = t.s3[tier].clone() {
+        let mut buf = vec![0u8; p.len as usize];
+        for (at, b) in part_slices(t, p)? {
+            buf[at..at + b.len()].copy_from_slice(&b);
         }
-    }
-    let etag = s3.put_part(&p.key, &p.upload_id, p.part as usize, buf)?;
+        s3.put_part(&p.key, &p.upload_id, p.part as usize, buf)?
+    } else if let Some(w) = t.tiers[tier].part_writer() {
+        let slices = part_slices(t, p)?;
+        let parts: Vec<&[u8]> = slices.iter().map(|(_, b)| &b[..]).collect();
+        if parts.iter().map(|b| b.len() as u64).sum::<u64>() != p.len {
+            return Err(Error::invalid(format!(
+                "part {} of {} runs past the end of its extents",
+                p.part, p.key
+            )));
+        }
+        w.write(&p.upload_id, p.at, &parts)?;
+        String::new()
+    } else {
+        return Err(Error::invalid(format!(
+            "tier {:?} takes no group shard parts (neither S3 nor a shared directory)",
+            p.tier
+        )));
+    };
+    let c = &t.counters[tier];
+    c.put_bytes.fetch_add(p.len, Ordering::Relaxed);
+    c.put_nanos
+        .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
     t.group_parts_uploaded.fetch_add(1, Ordering::Relaxed);
     Ok(etag)
+}
+
+/// The offered bytes part `p` covers, each with its offset in the part: slices of the offered
+/// extents (no copy), taken under the lock and written without it.
+fn part_slices(t: &Tiering, p: &ShardPart) -> Result<Vec<(usize, Bytes)>> {
+    let offered = t.offered.lock().unwrap_or_else(|p| p.into_inner());
+    let (mut at, end) = (0u64, p.skip + p.len);
+    let mut out = Vec::new();
+    for k in &p.extents {
+        let b = offered.get(k).ok_or_else(|| {
+            Error::not_found(format!(
+                "extent {} of object {:#x} is not offered for a group shard here",
+                k.1, k.0
+            ))
+        })?;
+        let (lo, hi) = (at, at + b.len() as u64);
+        // The overlap of [lo, hi) with [skip, end), at its place in the part.
+        let (from, to) = (lo.max(p.skip), hi.min(end));
+        if from < to {
+            out.push((
+                (from - p.skip) as usize,
+                b.slice((from - lo) as usize..(to - lo) as usize),
+            ));
+        }
+        at = hi;
+    }
+    Ok(out)
 }

@@ -13,13 +13,18 @@
 //!   blob once under `DEPLOYMENT/gLEADER/shard/`, and only after the put succeeded has each
 //!   member record its homes durably (`RecordShardHomes`); the members' log segments then
 //!   retire as usual.
-//!   With an S3 tier only sizes travel: a shard of two parts or more on S3 is a multipart
-//!   upload whose parts the members upload from their own extents (`UploadShardPart`), the
-//!   others' bytes are fetched (`ShardBytes`) and put by the leader.
+//!   With an S3 or shared-directory tier only sizes travel: a shard on a shared directory is
+//!   one file the members write their own extents into at their offsets (`UploadShardPart`,
+//!   all at once, as collective I/O writes a shared file), which the leader publishes once
+//!   every member answered; a shard of two parts or more on S3 is a multipart upload whose
+//!   parts the members upload from their own extents; the others' bytes are fetched
+//!   (`ShardBytes`) and put by the leader.
 //! - Crash between the put and the members' records: the unrecorded extents are still only in
 //!   their logs and are pulled again by a later pass (into a blob of the same or another key);
 //!   a blob no server references is deleted by the leader's first pass after its start, but
-//!   only when every server answered which group shards it references.
+//!   only when every server answered which group shards it references. A crash before a
+//!   shared-directory shard is published leaves only its temporary, which the leader's tier
+//!   removes when it next opens.
 //! - A shard is deleted when no server references it any more: a server whose last reference
 //!   went tells the leader (`ShardRelease`), which asks every server at its next pass and
 //!   deletes the blob only if every one answered and none references it.
@@ -33,9 +38,10 @@
 //!   and has them move their extents out (`repack`, run by the compactor).
 //!
 //! By job: `member` answers the leader (candidates, bytes, parts, homes), `leader` runs the
-//! leader's pass, `upload` has a shard uploaded to S3 by its members, `repack` compacts
-//! shards mostly garbage (and answers which shards a server uses), `sweep` deletes the group
-//! shards no server references; this module dispatches the requests.
+//! leader's pass, `upload` has a shard written (shared directory) or uploaded (S3) by its
+//! members, `repack` compacts shards mostly garbage (and answers which shards a server uses),
+//! `sweep` deletes the group shards no server references; this module dispatches the
+//! requests.
 
 mod leader;
 mod member;

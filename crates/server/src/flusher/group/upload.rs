@@ -1,6 +1,8 @@
-//! Group shards on S3 uploaded by their members: a multipart upload whose parts the servers
-//! holding the bytes upload, with a marker naming the upload so that a crashed leader's
-//! upload is aborted at its next start.
+//! Group shards whose members put their own bytes: on S3 a multipart upload whose parts the
+//! servers holding the bytes upload, with a marker naming the upload so that a crashed
+//! leader's upload is aborted at its next start; on a shared directory one file the servers
+//! write at their extents' offsets, as collective I/O writes a shared file, published by the
+//! leader (a crashed leader's temporary is removed at its next start).
 
 use crate::datastore::crash_point;
 use crate::flusher::{Flusher, PutJob, LOG_TARGET};
@@ -25,14 +27,7 @@ impl Flusher<'_> {
     ) -> Result<()> {
         const MIN_PART: u64 = 5 << 20;
         let part_size = s3.part_size() as u64;
-        // Runs of consecutive members held by one server.
-        let mut runs: Vec<(u32, Vec<usize>)> = Vec::new();
-        for (i, x) in job.members.iter().enumerate() {
-            match runs.last_mut() {
-                Some((from, v)) if *from == x.from => v.push(i),
-                _ => runs.push((x.from, vec![i])),
-            }
-        }
+        let runs = runs(job);
         let mut parts: Vec<(u32, ShardPart)> = Vec::new();
         let mut off = 0u64;
         let nruns = runs.len();
@@ -62,6 +57,7 @@ impl Flusher<'_> {
                         extents: extents.clone(),
                         skip,
                         len,
+                        at: off,
                     },
                 ));
                 skip += n;
@@ -81,7 +77,6 @@ impl Flusher<'_> {
         for (_, p) in &mut parts {
             p.upload_id = upload_id.clone();
         }
-        let t0 = std::time::Instant::now();
         let result = self
             .upload_parts(t, &parts)
             .and_then(|etags| s3.complete_upload(&job.key, &upload_id, etags));
@@ -97,13 +92,54 @@ impl Flusher<'_> {
             }
             return Err(e);
         }
-        let c = &t.counters[tier];
-        c.put_bytes.fetch_add(job.len, Ordering::Relaxed);
-        c.put_nanos
-            .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-        c.extents.fetch_add(1, Ordering::Relaxed);
+        // (Each part's bytes are counted by the server that uploaded it.)
+        t.counters[tier].extents.fetch_add(1, Ordering::Relaxed);
         t.clear_error(tier);
         Ok(())
+    }
+
+    /// Puts `job` on shared-directory tier `tier` written by the servers holding its bytes:
+    /// the leader begins the blob (an empty temporary), each server writes its run of
+    /// extents at their offsets and makes it durable (`UploadShardPart`, all at once), and the
+    /// leader publishes the blob once every server answered. Any failure removes the
+    /// temporary; after a crash the leader's next start does.
+    pub(super) fn write_by_members(&self, t: &Tiering, tier: usize, job: &PutJob) -> Result<()> {
+        let w = t.tiers[tier]
+            .part_writer()
+            .ok_or_else(|| Error::internal(format!("tier {:?} takes no parts", t.name(tier))))?;
+        let temp = w.begin(&job.key, job.len)?;
+        let parts: Vec<(u32, ShardPart)> = runs(job)
+            .into_iter()
+            .enumerate()
+            .map(|(r, (from, idx))| {
+                let members = idx.iter().map(|&i| &job.members[i]);
+                let part = ShardPart {
+                    tier: t.name(tier).to_string(),
+                    key: job.key.clone(),
+                    upload_id: temp.clone(),
+                    part: r as u32,
+                    extents: members.clone().map(|m| (m.id, m.seq)).collect(),
+                    skip: 0,
+                    len: members.clone().map(|m| m.stored_len).sum(),
+                    at: job.members[idx[0]].offset,
+                };
+                (from, part)
+            })
+            .collect();
+        let written = self.upload_parts(t, &parts);
+        crash_point("shard.after_parts_written");
+        match written.and_then(|_| w.publish(&temp, &job.key, job.len)) {
+            Ok(()) => {
+                // (Each part's bytes are counted by the server that wrote it.)
+                t.counters[tier].extents.fetch_add(1, Ordering::Relaxed);
+                t.clear_error(tier);
+                Ok(())
+            }
+            Err(e) => {
+                w.abort(&temp);
+                Err(e)
+            }
+        }
     }
 
     /// Has each part uploaded by its server, a few at once; the ETags in part order.
@@ -125,6 +161,18 @@ impl Flusher<'_> {
             }
         })
     }
+}
+
+/// Runs of consecutive members of `job` held by one server: (server, member indices).
+fn runs(job: &PutJob) -> Vec<(u32, Vec<usize>)> {
+    let mut runs: Vec<(u32, Vec<usize>)> = Vec::new();
+    for (i, x) in job.members.iter().enumerate() {
+        match runs.last_mut() {
+            Some((from, v)) if *from == x.from => v.push(i),
+            _ => runs.push((x.from, vec![i])),
+        }
+    }
+    runs
 }
 
 /// Group shard parts in flight at once per upload.
