@@ -28,6 +28,9 @@ impl PublishError {
     }
 }
 
+/// Bytes of a file being published after which its writeback is started (see `publish`).
+const WRITE_BEHIND_BYTES: u64 = 1 << 20;
+
 /// The temp file `publish_atomic` writes before renaming it over `path`.
 pub fn temp_path(path: &Path) -> PathBuf {
     let mut name = path.file_name().unwrap_or_default().to_os_string();
@@ -138,7 +141,7 @@ fn publish(
     let file = fs
         .open(&tmp, mode)
         .map_err(|e| write_err("create", &tmp, e))?;
-    let mut at = 0u64;
+    let (mut at, mut behind) = (0u64, 0u64);
     for part in parts {
         if let Err(e) = file.write_all_at(part, at) {
             drop(file);
@@ -146,6 +149,12 @@ fn publish(
             return Err(write_err("write", &tmp, e));
         }
         at += part.len() as u64;
+        // The device starts on what is written while the next parts are copied, so the
+        // fsync below waits for the tail only (a hint: durability is still the fsync's).
+        if at - behind >= WRITE_BEHIND_BYTES {
+            file.write_behind(behind, at - behind);
+            behind = at;
+        }
     }
     file.sync_all().map_err(|source| PublishError::Sync {
         path: tmp.clone(),
