@@ -1,6 +1,6 @@
 //! The one atomic publish of a durable file.
 
-use crate::{Fs, OpenMode};
+use crate::{Fs, FsFile, OpenMode};
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -30,6 +30,22 @@ impl PublishError {
 
 /// Bytes of a file being published after which its writeback is started (see `publish`).
 const WRITE_BEHIND_BYTES: u64 = 1 << 20;
+
+/// Writes `parts` back to back into `file` from byte `at`, starting the writeback of every
+/// MiB written: the device works on it while the next parts are copied, so the fsync that
+/// follows waits for the tail only (a hint: durability is still that fsync's).
+pub fn write_parts(file: &dyn FsFile, at: u64, parts: &[&[u8]]) -> io::Result<()> {
+    let (mut end, mut behind) = (at, at);
+    for part in parts {
+        file.write_all_at(part, end)?;
+        end += part.len() as u64;
+        if end - behind >= WRITE_BEHIND_BYTES {
+            file.write_behind(behind, end - behind);
+            behind = end;
+        }
+    }
+    Ok(())
+}
 
 /// The temp file `publish_atomic` writes before renaming it over `path`.
 pub fn temp_path(path: &Path) -> PathBuf {
@@ -141,20 +157,10 @@ fn publish(
     let file = fs
         .open(&tmp, mode)
         .map_err(|e| write_err("create", &tmp, e))?;
-    let (mut at, mut behind) = (0u64, 0u64);
-    for part in parts {
-        if let Err(e) = file.write_all_at(part, at) {
-            drop(file);
-            let _ = fs.remove_file(&tmp);
-            return Err(write_err("write", &tmp, e));
-        }
-        at += part.len() as u64;
-        // The device starts on what is written while the next parts are copied, so the
-        // fsync below waits for the tail only (a hint: durability is still the fsync's).
-        if at - behind >= WRITE_BEHIND_BYTES {
-            file.write_behind(behind, at - behind);
-            behind = at;
-        }
+    if let Err(e) = write_parts(&*file, 0, parts) {
+        drop(file);
+        let _ = fs.remove_file(&tmp);
+        return Err(write_err("write", &tmp, e));
     }
     file.sync_all().map_err(|source| PublishError::Sync {
         path: tmp.clone(),

@@ -280,12 +280,7 @@ impl DirTier {
             .fs
             .open(&path, OpenMode::ReadWrite)
             .map_err(|e| Error::io(&ctx(), &e))?;
-        let mut off = at;
-        for part in parts {
-            file.write_all_at(part, off)
-                .map_err(|e| Error::io(&ctx(), &e))?;
-            off += part.len() as u64;
-        }
+        pdcx_fsio::write_parts(&*file, at, parts).map_err(|e| Error::io(&ctx(), &e))?;
         file.sync_data().map_err(|e| Error::io(&ctx(), &e))
     }
 
