@@ -318,7 +318,18 @@ def owner_of_name(name: str, n: int) -> int:
 # -- raw wire protocol helpers (tests that speak to a server without the client library) -----
 
 MAGIC = b"PDCX"
-VERSION = 10
+
+
+def _protocol_version() -> int:
+    """The version the servers speak, read from the protocol's source (never a copy that
+    drifts when the protocol moves on)."""
+    src = (REPO / "crates/core/src/protocol/mod.rs").read_text()
+    m = re.search(r"^pub const VERSION: u16 = (\d+);", src, re.MULTILINE)
+    assert m, "no `pub const VERSION: u16 = N;` in crates/core/src/protocol/mod.rs"
+    return int(m.group(1))
+
+
+VERSION = _protocol_version()
 # Frame kinds (protocol::FrameKind).
 CHALLENGE, HELLO, WELCOME, REQUEST, RESPONSE, PEER_REQUEST, PEER_RESPONSE = 1, 2, 3, 4, 5, 6, 7
 ERROR_KINDS = [
