@@ -320,11 +320,14 @@ def owner_of_name(name: str, n: int) -> int:
 MAGIC = b"PDCX"
 
 
-def _protocol_version() -> int:
+def _protocol_version() -> int | None:
     """The version the servers speak, read from the protocol's source (never a copy that
-    drifts when the protocol moves on)."""
-    src = (REPO / "crates/core/src/protocol/mod.rs").read_text()
-    m = re.search(r"^pub const VERSION: u16 = (\d+);", src, re.MULTILINE)
+    drifts when the protocol moves on). None only where this file runs outside the repository
+    (tests/test_ci_honesty.py runs a copy of it), where no test speaks raw frames."""
+    path = REPO / "crates/core/src/protocol/mod.rs"
+    if not path.exists():
+        return None
+    m = re.search(r"^pub const VERSION: u16 = (\d+);", path.read_text(), re.MULTILINE)
     assert m, "no `pub const VERSION: u16 = N;` in crates/core/src/protocol/mod.rs"
     return int(m.group(1))
 
