@@ -249,12 +249,16 @@ run_kernel() {
 run_backend() {
   local be=$1 d=$2
   local common=(-d "$d" -S "$servers")
+  # The write rows start on a quiet device: the dirty pages the previous backend's kernels
+  # left (HDF5 closes without fsync) would otherwise be written back during this one's write.
+  sync
   run_kernel "$be" vpic "$ranks" "${common[@]}" -n "$particles" -p one
   if ((can_drop)); then drop_caches; fi
   run_kernel "$be" bdcats "$ranks" "${common[@]}" -n "$particles" -p one -L cold
   # The same read again at once: the data is in the page cache now (warm).
   run_kernel "$be" bdcats "$ranks" "${common[@]}" -n "$particles" -p one -L warm
   run_kernel "$be" vpic "$ranks" "${common[@]}" -n "$particles" -p multi -s "$steps" -c "$compute"
+  sync
   run_kernel "$be" hacc "$ranks" "${common[@]}" -n "$particles" -p hacc -D
   run_kernel "$be" small 1 "${common[@]}" -p small -k "$ops_small"
   run_kernel "$be" consist "$ranks" "${common[@]}" -p consist
