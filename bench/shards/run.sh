@@ -98,6 +98,10 @@ shard_toml() {
     *) printf '\n[shard]\nstrategy = %s\n' "$1" ;;
   esac
 }
+# Ranks waiting in MPI (barriers, collectives) yield their core instead of spinning: this
+# machine may have fewer cores than ranks plus servers, and a spinning rank takes a core the
+# ranks still writing (baseline and pdcx alike) or the servers need (as bench/c/run.sh).
+mpi=(mpirun -n "$ranks" --oversubscribe --mca mpi_yield_when_idle 1)
 load=$(cut -d' ' -f1-3 /proc/loadavg)
 for round in $(seq 1 "$repeat"); do
   # The device under the tier directory, this round (on a virtual disk it drifts between
@@ -110,7 +114,7 @@ for round in $(seq 1 "$repeat"); do
   for kernel in $kernels; do
     base=$(baseline_of "$kernel")
     rm -rf "$work/pfs"; mkdir -p "$work/pfs"
-    mpirun -n "$ranks" --oversubscribe python3 bench/shards/kernel.py "$base" "$kernel" --dir "$work/pfs" \
+    "${mpi[@]}" python3 bench/shards/kernel.py "$base" "$kernel" --dir "$work/pfs" \
       --particles "$particles" --chunks "$chunks" --out "$work/$kernel-$base-r$round.json"
     for setting in $(settings_of "$kernel"); do
       tag=$kernel-$setting-r$round
@@ -126,7 +130,7 @@ for round in $(seq 1 "$repeat"); do
         continue
       fi
       rc=0
-      timeout --kill-after=10 "$timeout_s" mpirun -n "$ranks" --oversubscribe python3 bench/shards/kernel.py pdcx \
+      timeout --kill-after=10 "$timeout_s" "${mpi[@]}" python3 bench/shards/kernel.py pdcx \
         "$kernel" --root "$root" --particles "$particles" --chunks "$chunks" --out "$work/$tag.json" || rc=$?
       dep=$(cat "$root/deployment-id")
       # Blobs of this deployment on the home tier: all of them, the shards among them (per-server

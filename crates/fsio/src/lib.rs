@@ -66,6 +66,11 @@ pub trait FsFile: Send + Sync {
     fn identity(&self) -> Option<(u64, u64)> {
         None
     }
+    /// The operating system's file, for what only a real file can do (a read-only mapping of
+    /// log pages to flush them without copying); None for simulated files.
+    fn os_file(&self) -> Option<&std::fs::File> {
+        None
+    }
 
     fn read_exact_at(&self, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
         while !buf.is_empty() {

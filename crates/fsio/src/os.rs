@@ -33,6 +33,9 @@ impl FsFile for OsFile {
     fn sync_all(&self) -> io::Result<()> {
         self.0.sync_all()
     }
+    fn os_file(&self) -> Option<&File> {
+        Some(&self.0)
+    }
     fn identity(&self) -> Option<(u64, u64)> {
         use std::os::unix::fs::MetadataExt;
         let m = self.0.metadata().ok()?;

@@ -53,7 +53,7 @@ use crate::tiering::Tiering;
 use index::{Deferred, Index, Pins, PROVISIONAL_BASE};
 use pdcx_core::protocol::ExtentInfo;
 use pdcx_core::{Error, ObjectId, ObjectMeta, Region, Result};
-use pdcx_store::{Cache, LogOptions, Recovery, SegmentLog, WriterLease};
+use pdcx_store::{Cache, Location, LogOptions, LogSpan, Recovery, SegmentLog, WriterLease};
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -691,22 +691,30 @@ impl DataStore {
         if let (Some(r), None) = (&e.external, &e.home) {
             return self.read_reference(obj, e, r, (0, e.loc.len));
         }
-        // Compaction may have moved it since the caller looked it up: read it where it is now.
-        let now = self.extent(obj.id, e.seq).filter(|n| n.loc != e.loc);
-        let e = now.as_ref().unwrap_or(e);
-        let span = {
-            let log = self.log();
-            if e.in_log && log.has_segment(e.loc.segment) {
-                Some(log.span(e.loc.segment, e.loc.offset, e.loc.len)?)
-            } else {
-                None
-            }
-        };
         // Read without the log's lock (see `SegmentLog::span`).
-        if let Some(span) = span {
-            return Ok(Arc::new(span.read_verified(e.loc.crc)?));
+        if let Some((span, loc)) = self.extent_span(obj.id, e)? {
+            return Ok(Arc::new(span.read_verified(loc.crc)?));
         }
-        self.read_home(obj, e, (0, e.loc.len))
+        let now = self.extent(obj.id, e.seq).filter(|n| n.loc != e.loc);
+        self.read_home(obj, now.as_ref().unwrap_or(e), (0, e.loc.len))
+    }
+
+    /// Where extent `e`'s bytes lie in the log now, with the location its checksum is in:
+    /// None when they are not in the log (on a tier only, or a reference to a file the
+    /// extent was not copied from). Compaction may have moved it since the caller looked it
+    /// up: this is where it is now.
+    pub fn extent_span(&self, id: ObjectId, e: &Extent) -> Result<Option<(LogSpan, Location)>> {
+        if let (Some(_), None) = (&e.external, &e.home) {
+            return Ok(None);
+        }
+        let now = self.extent(id, e.seq).filter(|n| n.loc != e.loc);
+        let e = now.as_ref().unwrap_or(e);
+        let log = self.log();
+        if e.in_log && log.has_segment(e.loc.segment) {
+            let span = log.span(e.loc.segment, e.loc.offset, e.loc.len)?;
+            return Ok(Some((span, e.loc)));
+        }
+        Ok(None)
     }
 
     /// An internal error for an extent found nowhere: compaction dropped it (newer writes

@@ -4,13 +4,16 @@
 //! retirement is done through the data store's methods (`crate::datastore`).
 
 mod group;
+mod logpages;
 mod repack;
 
 use crate::datastore::DataStore;
 use crate::datastore::{crash_point, Extent};
+use crate::tiering::flushbytes::{self, FlushBytes};
 use crate::tiering::placement::{candidates, Hints, TierHint, TierView};
 use crate::tiering::{codec, Home, Tiering};
 use bytes::Bytes;
+use logpages::{keep_unchanged, LogPages};
 use pdcx_core::protocol::{PeerRequest, PeerResponse, TierStat};
 use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use std::collections::{HashMap, HashSet};
@@ -115,6 +118,10 @@ impl Flusher<'_> {
         let mut considered = 0u64;
         let batch_limit = PUT_BATCH_BYTES.max(t.max_shard_bytes);
         let mut shard_groups = ShardGroups::new(t.objects_per_shard);
+        let mut pages = LogPages::new(self.host.store());
+        // The log's pages each put read, until their homes are recorded (to check them again:
+        // `FlushBytes::unchanged`). They are the page cache's, so holding them costs no memory.
+        let mut taken_bytes: HashMap<(ObjectId, u64), FlushBytes> = HashMap::new();
         let last = todo.len();
         for (k, (id, e)) in todo.iter().enumerate() {
             if considered < max_bytes {
@@ -146,11 +153,14 @@ impl Flusher<'_> {
                     // An extent whose first choice is a tier the whole shard group reaches
                     // waits for the group's leader to pull it into a group shard (`group/`).
                     if !t.waits_for_group(&hint, e.loc.len, per, &self.views(&t)) {
-                        let raw = self.host.store().extent_bytes(&meta, e)?;
-                        self.host.store().note_stats(&meta, e.seq, &raw);
-                        let (stored, codec_used) =
+                        let raw = pages.take(&meta, e)?;
+                        self.host.store().note_stats(&meta, e.seq, &raw.bytes);
+                        let (taken, codec_used) =
                             codec::encode(chosen.as_ref(), meta.dtype, &e.region, raw)?;
-                        let stored = Bytes::from(stored);
+                        let stored = taken.bytes.clone();
+                        if taken.is_mapped() {
+                            taken_bytes.insert((*id, e.seq), taken);
+                        }
                         let order = candidates(&hint, stored.len() as u64, per, &self.views(&t));
                         // Assume the first choice takes it (later quota decisions of this
                         // batch see it); corrected below if the put spilled or failed.
@@ -197,6 +207,11 @@ impl Flusher<'_> {
         if let Some(e) = put_error.into_inner().unwrap_or_else(|p| p.into_inner()) {
             report.error = Some(e);
         }
+        drop(pages);
+        if let Some(changed) = keep_unchanged(&mut done, &taken_bytes) {
+            report.error = Some(changed);
+        }
+        drop(taken_bytes);
         self.host.store().record_homes(&t, &done)?;
         self.host.store().set_homes(done);
         (report.pending_extents, report.pending_bytes) = self.host.store().pending();
@@ -269,8 +284,9 @@ impl Flusher<'_> {
             let chosen = codec::codec_for(&meta).unwrap_or(None);
             let raw = self.host.store().extent_bytes(&meta, &e)?;
             self.host.store().note_stats(&meta, e.seq, &raw);
+            let raw = FlushBytes::copied(flushbytes::shared(raw));
             let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, raw)?;
-            let stored = Bytes::from(stored);
+            let stored = stored.bytes;
             per[first] += e.loc.len;
             batch.push(Encoded {
                 id,
@@ -384,13 +400,15 @@ impl Flusher<'_> {
             Some(h) => {
                 let mut blob = vec![0u8; h.stored_len as usize];
                 t.get_range(h.tier, &t.blob_key(meta.id, e.seq, h), h.offset, &mut blob)?;
-                (blob, h.codec.clone())
+                (Bytes::from(blob), h.codec.clone())
             }
             None => {
                 let raw = self.host.store().extent_bytes(meta, e)?;
                 self.host.store().note_stats(meta, e.seq, &raw);
                 let chosen = codec::codec_for(meta).unwrap_or(None);
-                codec::encode(chosen.as_ref(), meta.dtype, &e.region, raw)?
+                let raw = FlushBytes::copied(flushbytes::shared(raw));
+                let (stored, used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, raw)?;
+                (stored.bytes, used)
             }
         };
         t.put(tier, &key, &stored)?;
@@ -550,6 +568,7 @@ type ColdBlob = (u32, u64, Vec<(ObjectId, Extent)>);
 
 /// Bytes of encoded extents the flusher puts in parallel before recording their homes.
 const PUT_BATCH_BYTES: u64 = 64 << 20;
+
 /// Concurrent puts per flush batch (S3 and parallel file systems want several in flight).
 const PUT_THREADS: usize = 4;
 

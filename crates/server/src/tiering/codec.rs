@@ -4,10 +4,11 @@
 //! encoded extents carry a header naming the codec actually used (`pdcx-codec`), so an object's
 //! codec can change and old extents still decode.
 
+use super::flushbytes::FlushBytes;
+use bytes::Bytes;
 use pdcx_codec::{Codec, Header};
 use pdcx_core::model::TagValue;
 use pdcx_core::{Dtype, Error, ErrorKind, ObjectMeta, Region, Result};
-use std::sync::Arc;
 
 pub const CODEC_TAG: &str = "pdcx.codec";
 
@@ -37,19 +38,25 @@ pub fn codec_for(obj: &ObjectMeta) -> Result<Option<Codec>> {
 }
 
 /// Encodes an extent; returns the stored bytes and the name of the codec actually used
-/// ("none" for raw bytes without a header). Raw bytes are handed on as they are, copied only
-/// when someone else still holds them (the read cache).
+/// ("none" for raw bytes without a header). Raw bytes are handed on as they are, never copied
+/// (they may be the log's own mapped pages, see `flushbytes`).
 pub fn encode(
     codec: Option<&Codec>,
     dtype: Dtype,
     region: &Region,
-    raw: Arc<Vec<u8>>,
-) -> Result<(Vec<u8>, String)> {
+    raw: FlushBytes,
+) -> Result<(FlushBytes, String)> {
     let Some(codec) = codec else {
-        let raw = Arc::try_unwrap(raw).unwrap_or_else(|shared| shared.as_ref().clone());
         return Ok((raw, "none".to_string()));
     };
-    let enc = pdcx_codec::encode(codec, dtype, &region.count, &raw).map_err(Error::from)?;
+    let enc = pdcx_codec::encode(codec, dtype, &region.count, &raw.bytes).map_err(Error::from)?;
+    if !raw.unchanged() {
+        // Encoded from the log's pages, which changed meanwhile (see `flushbytes`).
+        return Err(Error::new(
+            ErrorKind::Io,
+            "an extent changed in the log while it was encoded; left in the log",
+        ));
+    }
     let used = Header::parse(&enc).map_err(Error::from)?.codec.to_string();
     // A header-carrying blob is never called "none": reads must decode it.
     let used = if used == "none" {
@@ -57,7 +64,7 @@ pub fn encode(
     } else {
         used
     };
-    Ok((enc, used))
+    Ok((FlushBytes::copied(Bytes::from(enc)), used))
 }
 
 /// Decodes a stored blob back to the extent's raw bytes (checksums verified).

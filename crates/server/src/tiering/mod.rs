@@ -10,6 +10,7 @@
 //! in the log and nothing is acknowledged differently.
 
 pub mod codec;
+pub mod flushbytes;
 mod groupkeys;
 pub mod placement;
 
@@ -100,7 +101,7 @@ pub struct FlushState {
 }
 
 /// Encoded extents a member offered its group's leader, by (object, seq).
-type Offered = HashMap<(ObjectId, u64), bytes::Bytes>;
+type Offered = HashMap<(ObjectId, u64), flushbytes::FlushBytes>;
 
 pub struct Tiering {
     pub tiers: Vec<Arc<dyn Tier>>,

@@ -26,6 +26,24 @@ impl LogSpan {
         self.len == 0
     }
 
+    /// Where the span starts in its segment file.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The span's whole segment file mapped read-only (guarded: a file cut under the mapping
+    /// reads as zeros and flags it, see [`crate::mapguard`]), for reading the span's bytes
+    /// where they lie in the page cache. None when the file is simulated, too short for the
+    /// span, or cannot be mapped: the caller reads it ([`Self::read_verified`]).
+    pub fn map_segment(&self) -> Option<crate::MappedFile> {
+        let file = self.file.os_file()?;
+        let len = file.metadata().ok()?.len();
+        if len < self.offset.checked_add(self.len)? {
+            return None;
+        }
+        crate::MappedFile::map(file, len).ok()
+    }
+
     /// Reads the whole span (a record's payload) and checks it against `crc`.
     pub fn read_verified(&self, crc: u32) -> Result<Vec<u8>> {
         let len = usize::try_from(self.len)

@@ -714,3 +714,30 @@ fn second_open_of_same_dir_is_refused() {
         .unwrap();
     assert_eq!(e.kind, ErrorKind::Unavailable);
 }
+
+#[test]
+fn a_span_maps_its_segment_where_the_file_is_real() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (mut log, _) = open(tmp.path());
+    let data = payload(9, 300_000);
+    let at = log
+        .append(1, 1, &r(&[0], &[data.len() as u64]), &data)
+        .unwrap();
+    log.commit().unwrap();
+    let span = log.span(at.segment, at.offset, at.len).unwrap();
+    let map = span.map_segment().expect("a real segment file maps");
+    let off = span.offset() as usize;
+    map.populate(off, data.len());
+    assert_eq!(&map[off..off + data.len()], &data[..]);
+    assert_eq!(crc32c::crc32c(&map[off..off + data.len()]), at.crc);
+
+    // A simulated disk has no file to map: the caller reads instead.
+    let mut sim = sim_open(&pdcx_fsio::SimFs::new());
+    let at = sim.append(1, 1, &r(&[0], &[4]), b"abcd").unwrap();
+    sim.commit().unwrap();
+    assert!(sim
+        .span(at.segment, at.offset, at.len)
+        .unwrap()
+        .map_segment()
+        .is_none());
+}

@@ -2,12 +2,13 @@
 //! their placement order), their bytes sent or uploaded as parts, its homes in a shard the
 //! leader put recorded.
 
+use crate::flusher::logpages::LogPages;
 use crate::flusher::Flusher;
 use crate::tiering::placement::{candidates, Hints, TierHint};
 use crate::tiering::{codec, Home, Tiering};
 use bytes::Bytes;
 use pdcx_core::protocol::{ShardCandidate, ShardHome, ShardPart};
-use pdcx_core::{Error, ObjectId, ObjectMeta, Result};
+use pdcx_core::{Error, ErrorKind, ObjectId, ObjectMeta, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 
@@ -23,6 +24,7 @@ impl Flusher<'_> {
         with_bytes: bool,
     ) -> Result<(Vec<ShardCandidate>, Vec<u8>, u64)> {
         let mut offered = HashMap::new();
+        let mut pages = LogPages::new(self.host.store());
         let mut total = 0u64;
         let (todo, _) = self.host.store().extents_to_flush(t);
         let names: Vec<&str> = t.tiers.iter().map(|x| x.name()).collect();
@@ -51,24 +53,27 @@ impl Flusher<'_> {
                 continue;
             }
             let chosen = codec::codec_for(&meta).unwrap_or(None);
-            let raw = self.host.store().extent_bytes(&meta, e)?;
-            self.host.store().note_stats(&meta, e.seq, &raw);
+            let raw = pages.take(&meta, e)?;
+            self.host.store().note_stats(&meta, e.seq, &raw.bytes);
             let (stored, codec_used) = codec::encode(chosen.as_ref(), meta.dtype, &e.region, raw)?;
-            let order = candidates(&hint, stored.len() as u64, per, &views);
+            let order = candidates(&hint, stored.bytes.len() as u64, per, &views);
             per[order[0]] += e.loc.len;
             list.push(ShardCandidate {
                 id: *id,
                 seq: e.seq,
                 raw_len: e.loc.len,
-                stored_len: stored.len() as u64,
+                stored_len: stored.bytes.len() as u64,
                 codec: codec_used,
                 order: order.iter().map(|&i| t.name(i).to_string()).collect(),
             });
-            total += stored.len() as u64;
+            total += stored.bytes.len() as u64;
             if with_bytes {
-                bytes.extend_from_slice(&stored);
+                bytes.extend_from_slice(&stored.bytes);
+                if !stored.unchanged() {
+                    return Err(changed_in_log(e.seq, &meta.name));
+                }
             } else {
-                offered.insert((*id, e.seq), Bytes::from(stored));
+                offered.insert((*id, e.seq), stored);
             }
         }
         // The previous offer is over: a leader asks again each pass.
@@ -82,9 +87,15 @@ impl Flusher<'_> {
     /// after giving up on this request. Callers hold `t.moves`.
     pub(super) fn record_shard_homes(&self, t: &Tiering, homes: Vec<ShardHome>) -> Result<u64> {
         let _records = t.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut offered = t.offered.lock().unwrap_or_else(|p| p.into_inner());
         let mut present: HashSet<(usize, String)> = HashSet::new();
         let mut done = Vec::new();
         for h in homes {
+            // Bytes written from the log's pages that changed since: the shard holds what the
+            // log held then, which may not be what was checked (`tiering::flushbytes`).
+            if offered.get(&(h.id, h.seq)).is_some_and(|b| !b.unchanged()) {
+                return Err(changed_in_log(h.seq, &format!("object {:#x}", h.id)));
+            }
             let tier = t.tier_index(&h.tier).ok_or_else(|| {
                 Error::invalid(format!(
                     "group shard on tier {:?}, which this server does not declare",
@@ -121,9 +132,20 @@ impl Flusher<'_> {
         self.host.store().record_homes(t, &done)?;
         let n = done.len() as u64;
         self.host.store().set_homes(done);
-        t.offered.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        offered.clear();
         Ok(n)
     }
+}
+
+/// The error for an offered extent whose bytes in the log changed after they were checked.
+fn changed_in_log(seq: u64, what: &str) -> Error {
+    Error::new(
+        ErrorKind::Io,
+        format!(
+            "extent {seq} of {what} changed in the log while it was flushed (another writer of \
+             its segment files?); left in the log, not homed"
+        ),
+    )
 }
 
 /// The encoded bytes of `extents` from this server's last offer, back to back.
@@ -137,7 +159,7 @@ pub(super) fn offered_bytes(t: &Tiering, extents: &[(ObjectId, u64)]) -> Result<
                 k.1, k.0
             ))
         })?;
-        out.extend_from_slice(b);
+        out.extend_from_slice(&b.bytes);
     }
     Ok(out)
 }
@@ -202,13 +224,13 @@ fn part_slices(t: &Tiering, p: &ShardPart) -> Result<Vec<(usize, Bytes)>> {
                 k.1, k.0
             ))
         })?;
-        let (lo, hi) = (at, at + b.len() as u64);
+        let (lo, hi) = (at, at + b.bytes.len() as u64);
         // The overlap of [lo, hi) with [skip, end), at its place in the part.
         let (from, to) = (lo.max(p.skip), hi.min(end));
         if from < to {
             out.push((
                 (from - p.skip) as usize,
-                b.slice((from - lo) as usize..(to - lo) as usize),
+                b.bytes.slice((from - lo) as usize..(to - lo) as usize),
             ));
         }
         at = hi;
