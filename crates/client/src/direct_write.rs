@@ -55,15 +55,15 @@ pub(crate) enum WriteBehind {
     /// and made `memory` writes 1.5-3x slower (bench/RESULTS.md, "Fast path: small writes",
     /// 2026-11-24).
     Never,
-    /// Once every payload is written: writes a later `local` commit syncs, so the device
-    /// works while the caller computes and that commit's fdatasync finds little left (the
-    /// 5-step VPIC run).
-    AfterAll,
     /// Each [`PIPELINE_CHUNK`] of a payload as soon as it is written, so the device writes
-    /// one piece while the next is copied: for writes a sync follows right away (a `local`
-    /// write, a byte stream's write before its consistency point). The fdatasync then finds
-    /// only the last piece left, where writing the whole payload first and syncing it after
-    /// pays the copy and the device one after the other (segment creation).
+    /// one piece while the next is copied: for writes a sync follows (a `local` write, a
+    /// transfer at `local` or `remote`, a byte stream's write before its consistency point).
+    /// The fdatasync then finds only the last piece left, where writing the whole payload
+    /// first and syncing it after pays the copy and the device one after the other. Transfers
+    /// used to start the writeback once every payload of a stage was written (so the device
+    /// sat idle while the first payloads were copied): the C VPIC kernel's `wait_all` at
+    /// `local` took 97-109 ms that way against 84-95 ms pipelined (bench/RESULTS.md, "the
+    /// VPIC `local` row: writeback started as the payload is copied").
     Pipelined,
 }
 
@@ -223,14 +223,6 @@ impl DirectWrites {
                     kind,
                     format!("write {} bytes into server {rank}'s log: {e}", bytes.len()),
                 ));
-            }
-        }
-        if write_behind == WriteBehind::AfterAll {
-            for (i, d) in data.iter().enumerate() {
-                let (seg, dev, ino, offset) = resv.spans[i];
-                if let Some(f) = self.file(rank, &resv, seg, dev, ino) {
-                    start_writeback(&f, offset, d.len());
-                }
             }
         }
         if !late_crcs {

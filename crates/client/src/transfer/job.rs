@@ -200,7 +200,7 @@ fn stage(
         let d_items: Vec<StageItem> = direct.iter().map(|&i| items[i].clone()).collect();
         let d_parts: Vec<&[u8]> = direct.iter().map(|&i| data[i].as_slice()).collect();
         let write_behind = if write_behind {
-            crate::direct_write::WriteBehind::AfterAll
+            crate::direct_write::WriteBehind::Pipelined
         } else {
             crate::direct_write::WriteBehind::Never
         };
