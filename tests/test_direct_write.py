@@ -100,3 +100,45 @@ def test_memory_durability_writes_are_visible_at_once(deployment):
     b = dep.client()
     assert np.array_equal(b.open_object("m/x")[...], v)
     assert direct_bytes(a) >= 8 * MIB
+
+
+def test_an_array_may_change_as_soon_as_start_returns(deployment):
+    # A large transfer to a server on this node is written into its log from the array itself
+    # before `start` returns (no copy in the client); a small one, or one whose server takes no
+    # one-copy writes, is copied at start. Either way the bytes stored are those the array held
+    # at start, whatever the program does to it afterwards.
+    import pdcx
+
+    dep = deployment(n=2)
+    c = client_on(dep, 0)
+    o = c.create_container("re").create_object("re/a", (6 * MIB,), "u1")
+    buf = np.zeros(MIB, np.uint8)
+    before = direct_bytes(c)
+    ts = []
+    for k in range(4):
+        buf[:] = k + 1
+        ts.append(o.write_async(buf, offset=(k * MIB,)))
+        # Written from the array before start returned: the server already holds the bytes.
+        assert ts[-1].status() == "complete"
+    buf[:] = 99
+    small = np.full(1000, 7, np.uint8)
+    ts.append(o.write_async(small, offset=(4 * MIB,)))
+    small[:] = 98
+    pdcx.wait_all(ts)
+    want = np.zeros(6 * MIB, np.uint8)
+    want[: 4 * MIB] = np.repeat(np.arange(1, 5, dtype=np.uint8), MIB)
+    want[4 * MIB : 4 * MIB + 1000] = 7
+    assert np.array_equal(o[...], want)
+    assert direct_bytes(c) - before == 4 * MIB, "the large writes went one-copy"
+
+    # start_all: writes from their arrays, a read of the same object in the same batch.
+    parts = [np.full(MIB // 2, 50 + k, np.uint8) for k in range(2)]
+    ws = [o.transfer("w", p, (5 * MIB + k * (MIB // 2),)) for k, p in enumerate(parts)]
+    r = o.transfer("r", offset=(0,), shape=(MIB,))
+    pdcx.start_all(ws + [r])
+    for p in parts:
+        p[:] = 0
+    pdcx.wait_all(ws + [r])
+    assert np.array_equal(r.result(), want[:MIB])
+    want[5 * MIB :] = np.repeat(np.array([50, 51], np.uint8), MIB // 2)
+    assert np.array_equal(o[...], want)

@@ -22,4 +22,4 @@ pub use bytestream::ByteStream;
 pub use client::Client;
 pub use cluster::ClusterFile;
 pub use file::{flush_all, File, FileOptions, FileStat, OpenMode, Prefetch};
-pub use transfer::{start_all, wait_all, Status, Transfer};
+pub use transfer::{start_all, start_all_from, wait_all, Status, Transfer};

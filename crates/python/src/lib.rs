@@ -64,6 +64,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<transfer::Buffer>()?;
     m.add_class::<embedded::EmbeddedServer>()?;
     m.add_function(wrap_pyfunction!(transfer::start_all, m)?)?;
+    m.add_function(wrap_pyfunction!(transfer::start_all_from, m)?)?;
     m.add_function(wrap_pyfunction!(transfer::wait_all, m)?)?;
     m.add_function(wrap_pyfunction!(_encode_request, m)?)?;
     m.add_function(wrap_pyfunction!(requests_sent, m)?)?;

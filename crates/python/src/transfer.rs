@@ -33,6 +33,18 @@ impl Transfer {
         self.inner.start().map_err(to_py)
     }
 
+    /// Starts a write with `data` as its bytes, which the caller may reuse once this returns:
+    /// a write that goes straight into the log of a server on this node is written from
+    /// `data` itself (no copy in this process), any other is copied first, as `load` does.
+    /// Holds the GIL while the bytes are written, so no Python code changes them meanwhile.
+    fn start_from(&mut self, data: PyBuffer<u8>) -> R<()> {
+        let (ptr, len) = byte_view(&data)?;
+        // SAFETY: `data` keeps the memory alive for the call, which returns only once the
+        // transfer no longer reads it (`start_all_from`).
+        let src = unsafe { std::slice::from_raw_parts(ptr as *const u8, len) };
+        self.inner.start_from(src).map_err(to_py)
+    }
+
     fn wait(&mut self, py: Python<'_>) -> R<()> {
         let t = &mut self.inner;
         py.allow_threads(|| t.wait()).map_err(to_py)
@@ -124,6 +136,24 @@ where
 #[pyfunction]
 pub(crate) fn start_all(py: Python<'_>, transfers: Vec<PyRefMut<'_, Transfer>>) -> R<()> {
     with_transfers(py, transfers, pdcx_client::start_all)
+}
+
+/// Starts writes with `buffers[i]` as the bytes of `transfers[i]`, one message per server;
+/// the buffers may be reused once this returns (see `Transfer.start_from`).
+#[pyfunction]
+pub(crate) fn start_all_from(
+    mut transfers: Vec<PyRefMut<'_, Transfer>>,
+    buffers: Vec<PyBuffer<u8>>,
+) -> R<()> {
+    let mut srcs = Vec::with_capacity(buffers.len());
+    for b in &buffers {
+        let (ptr, len) = byte_view(b)?;
+        // SAFETY: `buffers` keeps every buffer alive for the call, which returns only once no
+        // transfer reads them (`start_all_from`).
+        srcs.push(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) });
+    }
+    let mut refs: Vec<&mut RustTransfer> = transfers.iter_mut().map(|t| &mut t.inner).collect();
+    pdcx_client::start_all_from(&mut refs, &srcs).map_err(to_py)
 }
 
 /// Waits for transfers (one commit message per server); raises the first failure.

@@ -22,14 +22,17 @@
 //! `Complete` still ends.
 //!
 //! This module is the `Transfer` itself; by job: `state` (what it shares with its worker),
-//! `job` (what the worker runs), `start` (`start_all`), `wait` (`wait_all`, the consistency
-//! point).
+//! `job` (what the worker runs), `start` (`start_all`), `borrowed` (`start_all_from`: writes
+//! started from the caller's bytes, which it may reuse on return), `wait` (`wait_all`, the
+//! consistency point).
 
+mod borrowed;
 mod job;
 mod start;
 mod state;
 mod wait;
 
+pub use borrowed::start_all_from;
 pub use start::start_all;
 pub use state::Status;
 pub use wait::wait_all;

@@ -25,15 +25,19 @@ class Transfer:
         self._shape = shape
         self._result = None
 
-    def _load(self) -> None:
-        if self._t.is_write:
-            buf = np.ascontiguousarray(self._array, dtype=self.object.dtype)
-            self._t.load(memoryview(buf.reshape(-1).view(np.uint8)))
+    def _bytes(self) -> memoryview:
+        """A write's data as the bytes the server stores (C order, the object's dtype)."""
+        buf = np.ascontiguousarray(self._array, dtype=self.object.dtype)
+        return memoryview(buf.reshape(-1).view(np.uint8))
 
     def start(self) -> None:
-        """Copies the data now (writes) and sends it in the background. May be restarted after wait."""
-        self._load()
-        self._t.start()
+        """Takes the data now (writes) and sends it in the background; the array may be reused
+        when this returns. A large write to a server on this node is written into its log from
+        the array itself before this returns, any other is copied. May be restarted after wait."""
+        if self._t.is_write:
+            self._t.start_from(self._bytes())
+        else:
+            self._t.start()
 
     def status(self) -> str:
         """ "idle" (not started), "pending", "complete" (the server holds the data) or "failed"."""
@@ -84,9 +88,12 @@ def requests_sent() -> int:
 def start_all(transfers: Iterable[Transfer]) -> None:
     """Starts many transfers with one message per destination server."""
     ts = _unique(transfers)
-    for t in ts:
-        t._load()
-    _native.start_all([t._t for t in ts])
+    writes = [t for t in ts if t._t.is_write]
+    reads = [t for t in ts if not t._t.is_write]
+    if writes:
+        _native.start_all_from([t._t for t in writes], [t._bytes() for t in writes])
+    if reads:
+        _native.start_all([t._t for t in reads])
 
 
 def wait_all(transfers: Iterable[Transfer]) -> None:
