@@ -138,38 +138,31 @@ impl Flusher<'_> {
         let mut plain = Vec::new();
         for mut job in jobs {
             let first = job.order[0];
-            match t.s3[first].clone() {
+            // Members write their own bytes: parts of an S3 multipart upload, or runs of a
+            // shared directory's file; any other shard is put by the leader.
+            let by_members = match t.s3[first].clone() {
                 Some(s3) if keep_bytes && job.len >= 2 * s3.part_size() as u64 => {
-                    match self.upload_by_members(t, first, &s3, &mut job) {
-                        Ok(()) => landed.push((job, Some(first))),
-                        Err(e) => {
-                            t.note_error(first, &e);
-                            report.error = Some(format!(
-                                "uploading group shard {} to tier {:?}: {}; its extents wait in their logs",
-                                job.key,
-                                t.name(first),
-                                e.message
-                            ));
-                        }
-                    }
+                    Some(("uploading", self.upload_by_members(t, first, &s3, &mut job)))
                 }
                 None if keep_bytes && t.tiers[first].part_writer().is_some() => {
-                    match self.write_by_members(t, first, &job) {
-                        Ok(()) => landed.push((job, Some(first))),
-                        // Full: the leader puts it, spilling to the next tier.
-                        Err(e) if e.kind == ErrorKind::NoSpace => plain.push(job),
-                        Err(e) => {
-                            t.note_error(first, &e);
-                            report.error = Some(format!(
-                                "writing group shard {} to tier {:?}: {}; its extents wait in their logs",
-                                job.key,
-                                t.name(first),
-                                e.message
-                            ));
-                        }
-                    }
+                    Some(("writing", self.write_by_members(t, first, &job)))
                 }
-                _ => plain.push(job),
+                _ => None,
+            };
+            match by_members {
+                None => plain.push(job),
+                Some((_, Ok(()))) => landed.push((job, Some(first))),
+                // A full shared directory: the leader puts it, spilling to the next tier.
+                Some(("writing", Err(e))) if e.kind == ErrorKind::NoSpace => plain.push(job),
+                Some((verb, Err(e))) => {
+                    t.note_error(first, &e);
+                    report.error = Some(format!(
+                        "{verb} group shard {} to tier {:?}: {}; its extents wait in their logs",
+                        job.key,
+                        t.name(first),
+                        e.message
+                    ));
+                }
             }
         }
         if keep_bytes {

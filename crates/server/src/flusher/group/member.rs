@@ -137,6 +137,25 @@ impl Flusher<'_> {
     }
 }
 
+/// The largest part a member writes or uploads (S3's largest part).
+const MAX_PART: u64 = 5 << 30;
+
+/// Refuses a part larger than S3 takes, or one that would end past where any group shard of
+/// this deployment ends (a shard is cut at `max_shard_bytes`, past it by one extent at most):
+/// a wrong `at` must not make a huge sparse file on the tier.
+fn check_part_bounds(at: u64, len: u64, max_shard_bytes: u64) -> Result<()> {
+    if len > MAX_PART {
+        return Err(Error::invalid(format!("part of {len} bytes is too large")));
+    }
+    let limit = max_shard_bytes.saturating_add(MAX_PART);
+    if at.checked_add(len).is_none_or(|end| end > limit) {
+        return Err(Error::invalid(format!(
+            "part of {len} bytes at byte {at} ends past the largest group shard ({limit} bytes)"
+        )));
+    }
+    Ok(())
+}
+
 /// The error for an offered extent whose bytes in the log changed after they were checked.
 fn changed_in_log(seq: u64, what: &str) -> Error {
     Error::new(
@@ -173,12 +192,7 @@ pub(super) fn upload_shard_part(t: &Tiering, p: &ShardPart) -> Result<String> {
     let tier = t
         .tier_index(&p.tier)
         .ok_or_else(|| Error::invalid(format!("no tier named {:?}", p.tier)))?;
-    if p.len > 5 << 30 {
-        return Err(Error::invalid(format!(
-            "part of {} bytes is too large",
-            p.len
-        )));
-    }
+    check_part_bounds(p.at, p.len, t.max_shard_bytes)?;
     let t0 = std::time::Instant::now();
     let etag = if let Some(s3) = t.s3[tier].clone() {
         let mut buf = vec![0u8; p.len as usize];
@@ -236,4 +250,27 @@ fn part_slices(t: &Tiering, p: &ShardPart) -> Result<Vec<(usize, Bytes)>> {
         at = hi;
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_is_bounded_by_s3s_largest_part_and_the_largest_shard() {
+        let max = 256 << 20;
+        assert!(check_part_bounds(0, 8 << 20, max).is_ok());
+        assert!(
+            check_part_bounds(max, MAX_PART, max).is_ok(),
+            "one extent past the cut"
+        );
+        assert!(check_part_bounds(0, MAX_PART + 1, max).is_err());
+        let e = check_part_bounds(u64::MAX - 4, 8, max).unwrap_err();
+        assert!(
+            e.message.contains("ends past the largest group shard"),
+            "{}",
+            e.message
+        );
+        assert!(check_part_bounds(max + MAX_PART, 1, max).is_err());
+    }
 }
