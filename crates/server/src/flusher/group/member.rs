@@ -70,7 +70,7 @@ impl Flusher<'_> {
             if with_bytes {
                 bytes.extend_from_slice(&stored.bytes);
                 if !stored.unchanged() {
-                    return Err(changed_in_log(e.seq, &meta.name));
+                    return Err(changed_in_log(1));
                 }
             } else {
                 offered.insert((*id, e.seq), stored);
@@ -90,11 +90,14 @@ impl Flusher<'_> {
         let mut offered = t.offered.lock().unwrap_or_else(|p| p.into_inner());
         let mut present: HashSet<(usize, String)> = HashSet::new();
         let mut done = Vec::new();
+        let mut changed = 0usize;
         for h in homes {
             // Bytes written from the log's pages that changed since: the shard holds what the
-            // log held then, which may not be what was checked (`tiering::flushbytes`).
+            // log held then, which may not be what was checked (`tiering::flushbytes`). The
+            // extent gets no home and stays in the log; its bytes in the shard are unused.
             if offered.get(&(h.id, h.seq)).is_some_and(|b| !b.unchanged()) {
-                return Err(changed_in_log(h.seq, &format!("object {:#x}", h.id)));
+                changed += 1;
+                continue;
             }
             let tier = t.tier_index(&h.tier).ok_or_else(|| {
                 Error::invalid(format!(
@@ -133,6 +136,14 @@ impl Flusher<'_> {
         let n = done.len() as u64;
         self.host.store().set_homes(done);
         offered.clear();
+        if changed > 0 {
+            tracing::warn!(
+                target: crate::flusher::LOG_TARGET,
+                rank = self.host.rank(),
+                "{}",
+                changed_in_log(changed).message
+            );
+        }
         Ok(n)
     }
 }
@@ -156,13 +167,13 @@ fn check_part_bounds(at: u64, len: u64, max_shard_bytes: u64) -> Result<()> {
     Ok(())
 }
 
-/// The error for an offered extent whose bytes in the log changed after they were checked.
-fn changed_in_log(seq: u64, what: &str) -> Error {
+/// The error for offered extents whose bytes in the log changed after they were checked.
+fn changed_in_log(extents: usize) -> Error {
     Error::new(
         ErrorKind::Io,
         format!(
-            "extent {seq} of {what} changed in the log while it was flushed (another writer of \
-             its segment files?); left in the log, not homed"
+            "{extents} extent(s) changed in the log while they were flushed into a group shard \
+             (another writer of its segment files?); left in the log, not homed"
         ),
     )
 }
