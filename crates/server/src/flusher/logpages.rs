@@ -82,16 +82,8 @@ mod tests {
 
     #[test]
     fn an_extent_changed_in_the_log_after_it_was_taken_gets_no_home() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("seg");
         let data = vec![5u8; 8192];
-        std::fs::write(&path, &data).unwrap();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let map = Arc::new(MappedFile::map(&f, data.len() as u64).unwrap());
+        let (_tmp, f, map) = crate::tiering::flushbytes::mapped_test_file(&data);
         let crc = crc32c::crc32c(&data[..4096]);
         let what = String::new;
         let mut taken = HashMap::new();

@@ -122,6 +122,22 @@ impl AsRef<[u8]> for SharedVec {
     }
 }
 
+/// A file holding `data`, open for writing (as another writer of a segment has it), and its
+/// mapping: the log segment the flush tests take bytes from.
+#[cfg(test)]
+pub(crate) fn mapped_test_file(data: &[u8]) -> (tempfile::TempDir, std::fs::File, Arc<MappedFile>) {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("seg");
+    std::fs::write(&path, data).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let map = Arc::new(MappedFile::map(&f, data.len() as u64).unwrap());
+    (tmp, f, map)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -133,16 +149,8 @@ mod tests {
 
     #[test]
     fn mapped_bytes_are_checked_when_taken_and_a_later_change_is_seen() {
-        let tmp = tempfile::tempdir().unwrap();
-        let path = tmp.path().join("seg");
         let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&path, &data).unwrap();
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&path)
-            .unwrap();
-        let map = Arc::new(MappedFile::map(&f, data.len() as u64).unwrap());
+        let (_tmp, f, map) = mapped_test_file(&data);
         let (off, len) = (4000, 5000);
         let crc = crc32c::crc32c(&data[off..off + len]);
 
