@@ -142,3 +142,28 @@ def test_an_array_may_change_as_soon_as_start_returns(deployment):
     assert np.array_equal(r.result(), want[:MIB])
     want[5 * MIB :] = np.repeat(np.array([50, 51], np.uint8), MIB // 2)
     assert np.array_equal(o[...], want)
+
+
+def test_a_transfer_goes_one_copy_from_64_kib_and_a_synchronous_write_from_256_kib(deployment):
+    # A transfer past the one-message size is staged by a worker and committed at `wait` in
+    # messages of its own: reserving instead costs no round trip, so it goes one-copy. A
+    # synchronous write of the same size travels with its commit in one message: staged.
+    dep = deployment(n=1)
+    c = dep.client()
+    o = c.create_container("mid").create_object("mid/x", (MIB,), "u1")
+    chunk = 128 << 10
+    before = direct_bytes(c)
+    o[0:chunk] = np.full(chunk, 1, np.uint8)
+    assert direct_bytes(c) == before, "a 128 KiB synchronous write is staged"
+    ts = [o.write_async(np.full(chunk, k + 2, np.uint8), offset=(chunk * (k + 1),)) for k in range(3)]
+    for t in ts:
+        t.wait()
+    assert direct_bytes(c) - before == 3 * chunk, "128 KiB transfers went one-copy"
+    small = o.write_async(np.full(64 << 10, 9, np.uint8), offset=(4 * chunk,))
+    small.wait()
+    assert direct_bytes(c) - before == 3 * chunk, "a 64 KiB transfer is sent with its commit"
+    want = np.zeros(MIB, np.uint8)
+    for k in range(4):
+        want[k * chunk : (k + 1) * chunk] = k + 1
+    want[4 * chunk : 4 * chunk + (64 << 10)] = 9
+    assert np.array_equal(o[...], want)

@@ -33,9 +33,19 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::sync::{Arc, Mutex};
 
-/// Writes at least this large go straight into the log; smaller ones are staged (the
-/// reservation round trip costs more than the copy it saves).
+/// A write sent on its own with its commit (a synchronous write, a byte stream's write) goes
+/// straight into the log from this size; a smaller one is staged with its commit in one
+/// message, since reserving first would add a round trip that costs more than the copy it
+/// saves.
 pub const DIRECT_WRITE_MIN: usize = 256 << 10;
+
+/// A transfer's write goes straight into the log from this size. A transfer this large is
+/// sent by a worker and committed at `wait` in messages of its own (`transfer::ONE_MESSAGE_MAX`),
+/// so reserving instead of staging costs no round trip and saves two copies: into the
+/// transfer's payload (fresh pages in a fresh process) and the server's into its log. The
+/// sharding bench's VPIC kernel writes 128 KiB chunks: one-copy cut its write phase from
+/// 73-86 ms to 64-75 ms (4 ranks, `write_async`; bench/RESULTS.md).
+pub const DIRECT_TRANSFER_MIN: usize = 64 << 10;
 
 /// Open segment files kept per client; beyond this many the cache is emptied.
 const MAX_OPEN: usize = 64;

@@ -624,7 +624,7 @@ fn large_writes_are_committed_by_the_seal() {
     let home = dir.path().join("home");
     let c = client_at(&root, 0);
     assert!(
-        c.direct_writes_possible(1 << 20),
+        c.direct_transfers_possible(1 << 20),
         "this test needs one-copy writes (a server on this node)"
     );
     let kinds = [

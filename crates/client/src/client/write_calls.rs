@@ -263,11 +263,9 @@ impl Client {
         }
     }
 
-    /// Whether a write of `len` bytes to server `rank` may be written into its log by this
-    /// client (same node, large enough, not refused).
-    pub(crate) fn direct_writes(&self, rank: u32, len: usize) -> bool {
-        len >= crate::direct_write::DIRECT_WRITE_MIN
-            && self.inner.same_node.get(rank as usize) == Some(&true)
+    /// Whether this client may write server `rank`'s log itself (same node, not refused).
+    fn log_writable(&self, rank: u32) -> bool {
+        self.inner.same_node.get(rank as usize) == Some(&true)
             && self
                 .inner
                 .direct_write
@@ -275,10 +273,22 @@ impl Client {
                 .is_some_and(|d| d.allowed(rank))
     }
 
-    /// Whether some server on this node may take one-copy writes of `len` bytes (the C API
-    /// then hands over the caller's buffer instead of copying it at start).
-    pub fn direct_writes_possible(&self, len: usize) -> bool {
-        (0..self.size()).any(|r| self.direct_writes(r, len))
+    /// Whether a write of `len` bytes sent with its commit (synchronous, byte streams) to
+    /// server `rank` is written into its log by this client (`DIRECT_WRITE_MIN`).
+    pub(crate) fn direct_writes(&self, rank: u32, len: usize) -> bool {
+        len >= crate::direct_write::DIRECT_WRITE_MIN && self.log_writable(rank)
+    }
+
+    /// Whether a transfer's write of `len` bytes to server `rank` is written into its log by
+    /// this client (`DIRECT_TRANSFER_MIN`).
+    pub(crate) fn direct_transfers(&self, rank: u32, len: usize) -> bool {
+        len >= crate::direct_write::DIRECT_TRANSFER_MIN && self.log_writable(rank)
+    }
+
+    /// Whether some server on this node may take a transfer's one-copy write of `len` bytes
+    /// (the C API then hands over the caller's buffer instead of copying it at start).
+    pub fn direct_transfers_possible(&self, len: usize) -> bool {
+        (0..self.size()).any(|r| self.direct_transfers(r, len))
     }
 }
 

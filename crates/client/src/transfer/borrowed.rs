@@ -31,7 +31,7 @@ pub fn start_all_from(transfers: &mut [&mut Transfer], srcs: &[&[u8]]) -> Result
         }
         // Large enough to be written by the worker (never kept for `wait`, which would read
         // the bytes after this returned) and to go one-copy to some server on this node.
-        if t.byte_len > ONE_MESSAGE_MAX && t.client.direct_writes_possible(t.byte_len) {
+        if t.byte_len > ONE_MESSAGE_MAX && t.client.direct_transfers_possible(t.byte_len) {
             // SAFETY: `src` is valid and unchanged for as long as this call runs (a shared
             // borrow), and the transfer reads it only until its stage is done, which this
             // call waits for below; then the transfer forgets the pointer.

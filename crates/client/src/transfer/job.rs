@@ -195,7 +195,7 @@ fn stage(
     write_behind: bool,
 ) -> Result<()> {
     let (mut direct, mut usual): (Vec<usize>, Vec<usize>) =
-        (0..items.len()).partition(|&i| client.direct_writes(rank, items[i].len as usize));
+        (0..items.len()).partition(|&i| client.direct_transfers(rank, items[i].len as usize));
     if let (false, Some(dw)) = (direct.is_empty(), client.inner.direct_write.as_ref()) {
         let d_items: Vec<StageItem> = direct.iter().map(|&i| items[i].clone()).collect();
         let d_parts: Vec<&[u8]> = direct.iter().map(|&i| data[i].as_slice()).collect();

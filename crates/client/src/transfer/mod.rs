@@ -165,7 +165,7 @@ impl Transfer {
     /// Whether [`set_write_source`](Self::set_write_source) can save this write a copy: a
     /// write large enough for one-copy writes, with some server on this node taking them.
     pub fn direct_write_possible(&self) -> bool {
-        self.is_write && self.client.direct_writes_possible(self.byte_len)
+        self.is_write && self.client.direct_transfers_possible(self.byte_len)
     }
 
     fn check_load(&self, len: usize) -> Result<()> {
@@ -326,3 +326,7 @@ impl Transfer {
 /// Transfers of at most this many bytes are sent by `wait` on the calling thread, a write as
 /// one `Stage` carrying its commit (see the module comment); larger ones go through the worker at `start`.
 pub const ONE_MESSAGE_MAX: usize = 64 << 10;
+
+// A transfer `wait` sends with its commit in one message is never reserved (one-copy): the
+// reservation would be a round trip of its own.
+const _: () = assert!(crate::direct_write::DIRECT_TRANSFER_MIN >= ONE_MESSAGE_MAX);

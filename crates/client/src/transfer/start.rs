@@ -34,7 +34,7 @@ pub fn start_all(transfers: &mut [&mut Transfer]) -> Result<()> {
             // The caller's own buffer goes straight into the log of a server on this node;
             // for any other destination it is copied now, as `load_from` would have.
             if t.data.as_ref().is_some_and(|d| d.is_user())
-                && !t.client.direct_writes(t.dest, t.byte_len)
+                && !t.client.direct_transfers(t.dest, t.byte_len)
             {
                 let src = t.data.take().expect("checked above");
                 t.data =
