@@ -203,11 +203,16 @@ def main() -> int:
         (commit.*, log.*). For an armed s3.* point rank 0's object-static rounds write whole
         slots: on every owner one extent above the S3 part size per round, a multipart upload
         when flushed to the objects' S3 tier (one rank only: every round's extent stays, and
-        the oracle reads them all back)."""
+        the oracle reads them all back). Each such round is flushed before the next: with
+        `[shard]` on, rounds flushed in one pass would share one blob, one upload, and the
+        point's Nth hit would wait for the mix's rare large writes (seen: never within the
+        harness's wait). The flush fails when the armed server dies at its point: expected."""
         slot = cfg["big_write"]
         whole = armed.startswith("s3.") and place == "object-static" and rank == 0
         cnt = slot if whole else 1024
         write_batch([(name, [rank * slot], [cnt]) for name in sorted(cfg["prime"].values())], "local", place)
+        if whole:
+            client.flush(wait=True)
 
     def prime_region_local() -> None:
         prime_round("region-local")
