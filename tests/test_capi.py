@@ -128,14 +128,40 @@ def test_cont_tags_iter_and_python_tags(build, dep):
     assert "ct/two" not in [c.name for c in client.containers()]
 
 
-def test_mpi_collective(build, dep):
+def container_creates(port: int, servers: int) -> int:
+    """`CreateContainer` requests the servers answered, from their metrics (rank r: port + r)."""
+    import urllib.request
+
+    total = 0
+    for r in range(servers):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port + r}/metrics", timeout=10) as f:
+            for line in f.read().decode().splitlines():
+                if line.startswith('pdcx_requests_total{kind="CreateContainer"}'):
+                    total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def test_mpi_collective(build, deployment, server_bin, monkeypatch):
+    """PDCcont_create_col and PDCobj_create_mpi as in PDC: rank 0 creates and broadcasts, so
+    the servers answer one container create per call however many ranks make it (each rank
+    creating it raced the others and the losers looked it up again)."""
+    import socket
+
     if shutil.which("mpirun") is None:
         pytest.skip("mpirun not installed")
+    with socket.socket() as s:  # a free port for rank 0's metrics (rank 1: the next one)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("PDCX_METRICS_ADDR", f"127.0.0.1:{port}")
+    dep = deployment(n=2)
+    before = container_creates(port, 2)
     exe = build("mpi_collective")
     cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-n", str(RANKS), str(exe)]
     p = run(cmd, dep.env(), timeout=180)
     assert p.returncode == 0, p.stdout + p.stderr
     assert sorted(re.findall(r"rank \d+/\d+: ok", p.stdout)) == [f"rank {r}/{RANKS}: ok" for r in range(RANKS)]
+    # Two PDCcont_create_col calls: one create each (the second answered "exists", then a lookup).
+    assert container_creates(port, 2) - before == 2
     import numpy as np
 
     o = dep.client().open_object("mpi/field")

@@ -1,4 +1,5 @@
-/* N MPI ranks: rank 0 creates the object with PDCobj_create_mpi, every rank writes its own
+/* N MPI ranks: rank 0 creates the container (PDCcont_create_col, twice: the second call
+ * finds it) and the object (PDCobj_create_mpi) and broadcasts them, every rank writes its own
  * rows of a 2-D double object, then every rank reads the whole object back and checks all. */
 #include "pdc.h"
 #include "check.h"
@@ -16,8 +17,11 @@ int main(int argc, char **argv)
     pdcid_t pdc = PDCinit("pdc");
     CHECK_ID(pdc);
     pdcid_t cprop = PDCprop_create(PDC_CONT_CREATE, pdc);
+    pdcid_t first = PDCcont_create_col("mpi", cprop);
+    CHECK_ID(first);
     pdcid_t cont = PDCcont_create_col("mpi", cprop);
     CHECK_ID(cont);
+    CHECK_OK(PDCcont_close(first));
     pdcid_t prop = PDCprop_create(PDC_OBJ_CREATE, pdc);
     uint64_t dims[2] = {(uint64_t)size * ROWS_PER_RANK, COLS};
     CHECK_OK(PDCprop_set_obj_dims(prop, 2, dims));

@@ -51,13 +51,16 @@ fn check_prop(prop: PdcId) -> R<()> {
 
 /// Creates `name`, or opens it if it exists already (so every rank may call it).
 fn create_or_open(name: &str) -> R<PdcId> {
+    Ok(register(&create_or_open_info(name)?))
+}
+
+fn create_or_open_info(name: &str) -> R<ContainerInfo> {
     let c = client()?;
-    let info = match c.create_container(name, vec![]) {
-        Ok(i) => i,
-        Err(e) if e.kind == ErrorKind::AlreadyExists => c.get_container(name).map_err(err)?,
-        Err(e) => return Err(err(e)),
-    };
-    Ok(register(&info))
+    match c.create_container(name, vec![]) {
+        Ok(i) => Ok(i),
+        Err(e) if e.kind == ErrorKind::AlreadyExists => c.get_container(name).map_err(err),
+        Err(e) => Err(err(e)),
+    }
 }
 
 /// # Safety
@@ -72,15 +75,32 @@ pub unsafe extern "C" fn PDCcont_create(name: *const c_char, prop: PdcId) -> Pdc
     })
 }
 
+/// Collective over MPI_COMM_WORLD, as in PDC (`PDC_Client_create_cont_id_mpi`): rank 0
+/// creates the container (or opens it if it exists) and broadcasts it, so the servers see one
+/// create however many ranks call it (each rank creating it raced the others at its owner and
+/// the losers looked it up again). Without MPI this is `PDCcont_create`.
+///
 /// # Safety
-/// `name` must be a NUL-terminated string.
+/// `name` must be a NUL-terminated string (read on rank 0 only, under MPI).
 #[no_mangle]
 pub unsafe extern "C" fn PDCcont_create_col(name: *const c_char, prop: PdcId) -> PdcId {
     ffi("PDCcont_create_col", 0, || {
-        // SAFETY: the caller promises a C string.
-        let name = unsafe { cstr(name, "container name") }?;
-        check_prop(prop)?;
-        create_or_open(name)
+        // Checked on every rank, but only after the broadcast every rank must join.
+        let prop_ok = check_prop(prop);
+        if !crate::mpi::active() {
+            prop_ok?;
+            // SAFETY: the caller promises a C string.
+            return create_or_open(unsafe { cstr(name, "container name") }?);
+        }
+        let body = crate::mpi::root_answers(|| {
+            prop_ok.clone()?;
+            // SAFETY: the caller promises a C string on rank 0.
+            let name = unsafe { cstr(name, "container name") }?;
+            pdcx_core::protocol::encode_body(&create_or_open_info(name)?).map_err(err)
+        });
+        prop_ok?;
+        let info: ContainerInfo = pdcx_core::protocol::decode_body(&body?).map_err(err)?;
+        Ok(register(&info))
     })
 }
 
