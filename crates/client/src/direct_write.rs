@@ -44,7 +44,7 @@ pub const DIRECT_WRITE_MIN: usize = 256 << 10;
 /// so reserving instead of staging costs no round trip and saves two copies: into the
 /// transfer's payload (fresh pages in a fresh process) and the server's into its log. The
 /// sharding bench's VPIC kernel writes 128 KiB chunks: one-copy cut its write phase from
-/// 73-86 ms to 64-75 ms (4 ranks, `write_async`; bench/RESULTS.md).
+/// 73-86 ms to 66-75 ms (4 ranks, `write_async`; bench/RESULTS.md).
 pub const DIRECT_TRANSFER_MIN: usize = 64 << 10;
 
 /// Open segment files kept per client; beyond this many the cache is emptied.

@@ -173,6 +173,7 @@ fn a_small_write_and_wait_is_one_message() {
             "CommitRelaxed",
             "StageCommit",
             "StageShmCommit",
+            "ReserveWrite",
         ]
         .map(|k| requests(h, k))
     };
@@ -189,15 +190,17 @@ fn a_small_write_and_wait_is_one_message() {
     assert_eq!(sent[..4], [0, 0, 0, 0], "{sent:?}");
     assert_eq!(sent[4] + sent[5], 2, "{sent:?}");
 
-    // A large transfer keeps the worker path: a stage at start, a commit at wait. (Not a
-    // one-copy write here: those reserve instead of staging, tests/direct_write.rs.)
+    // A large transfer keeps the worker path: a stage at start, a commit at wait. Here the
+    // stage is a reservation: the server is on this node and a transfer past the one-message
+    // size goes one-copy (tests/direct_write.rs).
     let big = vec![9u8; 200 << 10];
     let mut t = Transfer::write(&c, &o, r(1 << 19, 200 << 10)).unwrap();
     t.load_from(&big).unwrap();
     t.start().unwrap();
     t.wait().unwrap();
     let later = count(&h);
-    assert_eq!(later[0] + later[1] - after[0] - after[1], 1);
+    assert_eq!(later[0] + later[1] - after[0] - after[1], 0);
+    assert_eq!(later[6] - after[6], 1, "one reservation");
     assert_eq!(later[2] - after[2], 1);
 
     // Polling status of a started small write sends it (as a stage), so a poll loop ends;
