@@ -13,7 +13,7 @@
 #
 # Usage: bench/shards/run.sh [--ranks R] [--servers K] [--particles N] [--chunks C]
 #                            [--tier shared|s3] [--repeat N] [--kernels "vpic-basic hacc"]
-#                            [--root-dir DIR] [--timeout S] [--seqbw-mb M]
+#                            [--root-dir DIR] [--timeout S] [--seqbw-mb M] [--steps S]
 # The home tier is a shared directory on disk (default) or a private versitygw (--tier s3: one
 # S3 request per blob, where the blob count matters most). Prints MB/s as the median of --repeat
 # runs (min-max) and the ratio to the baseline's median. --root-dir puts the servers' log and
@@ -25,11 +25,14 @@
 # Every round first measures the device of the tier directory (the one the strategies' shared
 # tier and the baselines write to) with bench/seqbw.sh, --seqbw-mb MiB (default 512, 0 = skip),
 # into seqbw-rN.txt; the table gives each MB/s as a share of its round's direct-I/O write figure.
+# --steps S (default 1, at most 64) writes S bursts back to back: pdcx hands each to its flushers
+# as it ends, so its flush overlaps the next burst; the baselines fsync once after the last (the
+# same durability at the end). Every run also reports the machine's CPU time over its clock.
 # pdcx is the one on PATH (e.g. PATH=$SNAP:$PATH for a snapshot build in $SNAP).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ranks=4 servers=2 particles=$((1 << 18)) chunks=8 tier=shared repeat=3 root_dir='' timeout_s=300
-seqbw_mb=512
+seqbw_mb=512 steps=1
 kernels="vpic-basic vpic-composite hacc"
 while (($#)); do
   case $1 in
@@ -43,13 +46,15 @@ while (($#)); do
     --root-dir) root_dir=$2; shift 2 ;;
     --timeout) timeout_s=$2; shift 2 ;;
     --seqbw-mb) seqbw_mb=$2; shift 2 ;;
-    -h|--help) sed -n 2,28p "$0"; exit 0 ;;
+    --steps) steps=$2; shift 2 ;;
+    -h|--help) sed -n 2,31p "$0"; exit 0 ;;
     *) echo "unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 [[ $tier == shared || $tier == s3 ]] || { echo "--tier must be shared or s3" >&2; exit 2; }
 [[ $repeat =~ ^[1-9][0-9]*$ ]] || { echo "--repeat must be a positive integer" >&2; exit 2; }
 [[ $servers =~ ^[1-9][0-9]*$ ]] || { echo "--servers must be a positive integer" >&2; exit 2; }
+[[ $steps =~ ^[1-9][0-9]*$ ]] && ((steps <= 64)) || { echo "--steps must be an integer 1..64" >&2; exit 2; }
 [[ $seqbw_mb =~ ^[0-9]+$ ]] && ((seqbw_mb == 0 || seqbw_mb >= 2)) \
   || { echo "--seqbw-mb must be 0 or an integer >= 2" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -115,7 +120,7 @@ for round in $(seq 1 "$repeat"); do
     base=$(baseline_of "$kernel")
     rm -rf "$work/pfs"; mkdir -p "$work/pfs"
     "${mpi[@]}" python3 bench/shards/kernel.py "$base" "$kernel" --dir "$work/pfs" \
-      --particles "$particles" --chunks "$chunks" --out "$work/$kernel-$base-r$round.json"
+      --particles "$particles" --chunks "$chunks" --steps "$steps" --out "$work/$kernel-$base-r$round.json"
     for setting in $(settings_of "$kernel"); do
       tag=$kernel-$setting-r$round
       rm -rf "$root" "$work/pfs"; mkdir -p "$root" "$work/pfs"
@@ -131,7 +136,8 @@ for round in $(seq 1 "$repeat"); do
       fi
       rc=0
       timeout --kill-after=10 "$timeout_s" "${mpi[@]}" python3 bench/shards/kernel.py pdcx \
-        "$kernel" --root "$root" --particles "$particles" --chunks "$chunks" --out "$work/$tag.json" || rc=$?
+        "$kernel" --root "$root" --particles "$particles" --chunks "$chunks" --steps "$steps" \
+        --out "$work/$tag.json" || rc=$?
       dep=$(cat "$root/deployment-id")
       # Blobs of this deployment on the home tier: all of them, the shards among them (per-server
       # DEP/sRANK/shard/..., group DEP/gLEADER/shard/...), upload markers left (should be 0), bytes.
@@ -150,6 +156,6 @@ for round in $(seq 1 "$repeat"); do
   done
 done
 python3 bench/shards/summarize.py "$work" --ranks "$ranks" --servers "$servers" --particles "$particles" \
-  --chunks "$chunks" --tier "$tier" --repeat "$repeat" --kernels "$kernels" --load "$load" \
+  --chunks "$chunks" --steps "$steps" --tier "$tier" --repeat "$repeat" --kernels "$kernels" --load "$load" \
   --load-end "$(cut -d' ' -f1-3 /proc/loadavg)" \
   --log-on "$(df --output=fstype "$root" | tail -1) (${root_dir:-same disk as the tier})"

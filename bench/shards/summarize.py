@@ -3,7 +3,9 @@ write + flush to the home tier, ratio of medians to the baseline, blobs found on
 after each run next to the count Table II of the object-sharding paper gives for this many
 servers, and each MB/s as a share of the device's direct-I/O write figure (bench/seqbw.sh on the
 tier directory, measured in every round: seqbw-rN.txt beside the per-run files), and for
-information pdcx's flush phase alone against the baseline (the paper's I/O rate)."""
+information pdcx's flush phase alone against the baseline (the paper's I/O rate) and the
+machine's CPU time over each run's clock (busy, and idle waiting for I/O: which of the cores and
+the device bound the run)."""
 
 from __future__ import annotations
 
@@ -74,7 +76,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     # Several work dirs (runs of the same command) pool their rounds: the table is over all.
     ap.add_argument("work", type=Path, nargs="+")
-    for opt in ("ranks", "servers", "particles", "chunks", "tier", "repeat", "kernels", "load", "load-end", "log-on"):
+    for opt in (
+        "ranks",
+        "servers",
+        "particles",
+        "chunks",
+        "steps",
+        "tier",
+        "repeat",
+        "kernels",
+        "load",
+        "load-end",
+        "log-on",
+    ):
         ap.add_argument(f"--{opt}", required=True)
     a = ap.parse_args()
     n, repeat = int(a.servers), int(a.repeat)
@@ -145,6 +159,17 @@ def main() -> None:
                 return "/".join(f"{b / 1e6:.0f}" for b in per_server)
         return "?"
 
+    def cpu(kernel: str, setting: str) -> str:
+        """Median CPU seconds busy / idle waiting for I/O over the run's clock, machine-wide
+        (ranks, servers, kernel threads); '-' from a kernel.py that did not record them."""
+        got = [json.loads(f.read_text()) for f in runs(kernel, setting, "json")]
+        got = [d for d in got if "cpu_busy_s" in d]
+        if not got:
+            return "-"
+        busy = statistics.median(d["cpu_busy_s"] for d in got)
+        wait = statistics.median(d["cpu_iowait_s"] for d in got)
+        return f"{busy:.2f} / {wait:.2f}"
+
     def fmt(xs: list[float]) -> str:
         return f"{statistics.median(xs):.0f} ({min(xs):.0f}-{max(xs):.0f})"
 
@@ -153,7 +178,13 @@ def main() -> None:
 
     print(
         f"object-sharding sweep: {a.ranks} ranks, {n} servers, {a.particles} particles/rank in "
-        f"{a.chunks} regions per variable, home tier = {a.tier}, server log on {a.log_on}; "
+        f"{a.chunks} regions per variable"
+        + (
+            f", {a.steps} bursts back to back (flush overlapping the next; baselines fsync after the last)"
+            if int(a.steps) > 1
+            else ""
+        )
+        + f", home tier = {a.tier}, server log on {a.log_on}; "
         f"{repeat * len(a.work)} run(s) per point"
         + (f" ({len(a.work)} sweeps pooled)" if len(a.work) > 1 else "")
         + f"; load at start {a.load}, at end {a.load_end}"
@@ -172,7 +203,7 @@ def main() -> None:
     print(
         f"{'kernel':<15} {'setting':<28} {'blobs':>6} {'shards':>12} {'Table II':>8} {'tier MB':>7} "
         f"{'put MB by server':>16} {'MB/s median (min-max)':>22} {'x baseline':>10} {'% dev write (info)':>22} "
-        f"{'flush alone MB/s (x baseline)':>30}"
+        f"{'flush alone MB/s (x baseline)':>30} {'CPU s busy / iowait':>20}"
     )
     notes = []
     for kernel in a.kernels.split():
@@ -184,7 +215,7 @@ def main() -> None:
             continue
         print(
             f"{kernel:<15} {base + ' (baseline)':<28} {'1':>6} {'-':>12} {'-':>8} {'-':>7} {'-':>16} "
-            f"{fmt(b):>22} {1.0:>10.2f} {share(kernel, base):>22} {'-':>30}"
+            f"{fmt(b):>22} {1.0:>10.2f} {share(kernel, base):>22} {'-':>30} {cpu(kernel, base):>20}"
         )
         settings = ["off", "1", "2", "3", "4", "5"] if kernel == "vpic-basic" else ["off", "2", "c1", "c3", "c4"]
         for s in settings:
@@ -208,7 +239,7 @@ def main() -> None:
             alone = f"{statistics.median(fl):.0f} ({statistics.median(fl) / statistics.median(b):.2f}x)" if fl else "-"
             print(
                 f"{kernel:<15} {label(s, n):<28} {nb:>6} {ns:>12} {exp:>8} {mb:>7} {puts(kernel, s):>16} "
-                f"{rate:>22} {ratio:>10} {share(kernel, s) if xs else '-':>22} {alone:>30}"
+                f"{rate:>22} {ratio:>10} {share(kernel, s) if xs else '-':>22} {alone:>30} {cpu(kernel, s):>20}"
             )
     for note in notes:
         print(f"note: {note}")
@@ -221,7 +252,9 @@ def main() -> None:
         "MB/s and x baseline: pdcx's app writes + flush until every byte is on its tier, fsynced (the "
         "verdict's figure); flush alone (info): the flush phase only, from the servers' logs to the "
         "tier, fsynced (the paper's I/O rate, 'the time taken for storing the data in the file "
-        "system'), against the baseline's whole write"
+        "system'), against the baseline's whole write; CPU s (info): the machine's CPU seconds busy "
+        "and idle waiting for I/O over the run's clock, median (a run using about cores x its time is "
+        "bound by the cores)"
     )
 
 
