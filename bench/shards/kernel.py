@@ -33,7 +33,7 @@ import numpy as np
 from mpi4py import MPI
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from flushwait import flush_to_home
+from flushwait import flush_to_home, sleeping_barrier
 
 VPIC = (
     [(n, "<f4") for n in ("x", "y", "z")] + [("id1", "<i4"), ("id2", "<i4")] + [(n, "<f4") for n in ("px", "py", "pz")]
@@ -113,7 +113,7 @@ def pdcx_write(a, comm, recs: np.ndarray) -> dict:
             # every run starts its flushes at the same points). Ranks still committing this
             # burst are picked up by the next kick or the final flush.
             client.flush(wait=False)
-    comm.Barrier()
+    sleeping_barrier(comm)
     t_app = time.perf_counter() - t0
     flush_to_home(client, comm)
     t_all = time.perf_counter() - t0
@@ -155,7 +155,7 @@ def hdf5_write(a, comm, recs: np.ndarray) -> dict:
         fd = os.open(path, os.O_RDONLY)
         os.fsync(fd)
         os.close(fd)
-    comm.Barrier()
+    sleeping_barrier(comm)
     t_all = time.perf_counter() - t0
     cpu = cpu_since(cpu0)
     with h5py.File(path, "r", driver="mpio", comm=comm) as f:
@@ -178,7 +178,7 @@ def mpiio_write(a, comm, recs: np.ndarray) -> dict:
             fh.Write_at_all(step * burst + (rank * n + k * q) * rb, recs[k * q : (k + 1) * q].view(np.uint8))
     fh.Sync()
     fh.Close()
-    comm.Barrier()
+    sleeping_barrier(comm)
     t_all = time.perf_counter() - t0
     cpu = cpu_since(cpu0)
     back = np.empty(q * rb, dtype=np.uint8)
