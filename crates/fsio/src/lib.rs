@@ -20,7 +20,7 @@ mod sim;
 pub use os::OsFs;
 pub use publish::{
     create_once, publish_atomic, publish_atomic_via, publish_private, temp_path, write_parts,
-    PublishError,
+    PublishError, ALLOCATE_MIN,
 };
 pub use sim::{Cut, Faults, SimFs, SimRng, SimStats};
 
@@ -60,6 +60,12 @@ pub trait FsFile: Send + Sync {
     /// A hint to start writing `[offset, offset+len)` back now, without waiting (Linux
     /// `sync_file_range(SYNC_FILE_RANGE_WRITE)`); promises nothing about durability.
     fn write_behind(&self, _offset: u64, _len: u64) {}
+    /// A hint that the file is about to be written with `len` bytes from its start: their
+    /// blocks are allocated at once (Linux `fallocate` with `FALLOC_FL_KEEP_SIZE`: the size
+    /// still grows only as the writes land), so the writes fill allocated space instead of
+    /// reserving it page by page. Promises nothing: a file system without `fallocate`, or
+    /// without room, leaves the writes to find out as they would have.
+    fn allocate(&self, _len: u64) {}
     /// (st_dev, st_ino) when this is a real file another process can open by its path and
     /// find to be this very file; None for simulated files. A same-node client writes its
     /// payload into the log only through such a file (one-copy writes).

@@ -70,29 +70,32 @@ pub fn check_part_writer(t: &dyn Tier, other: &dyn Tier) {
         t.part_writer().expect("a part writer"),
         other.part_writer().expect("a part writer"),
     );
-    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
-    let temp = w.begin("g/shard/1", 300_000).expect("begin");
+    // Past `pdcx_fsio::ALLOCATE_MIN`, so a real file's blocks are allocated at `begin`: its
+    // size must still tell a blob missing its end.
+    const N: usize = 1_500_000;
+    let data: Vec<u8> = (0..N as u32).map(|i| (i * 13 % 251) as u8).collect();
+    let temp = w.begin("g/shard/1", N as u64).expect("begin");
     assert!(
         t.list("g/").expect("list").is_empty(),
         "a temporary is listed"
     );
     w2.write(
         &temp,
-        100_000,
-        &[&data[100_000..150_000], &data[150_000..250_000]],
+        500_000,
+        &[&data[500_000..750_000], &data[750_000..1_250_000]],
     )
     .expect("the other writer's part");
     // The end is not there yet: refused, nothing published.
-    let err = w.publish(&temp, "g/shard/1", 300_000).expect_err("short");
+    let err = w.publish(&temp, "g/shard/1", N as u64).expect_err("short");
     assert_eq!(err.kind, ErrorKind::Io, "{err}");
     assert_eq!(
         t.len("g/shard/1").expect_err("unpublished").kind,
         ErrorKind::NotFound
     );
-    w.write(&temp, 250_000, &[&data[250_000..]])
+    w.write(&temp, 1_250_000, &[&data[1_250_000..]])
         .expect("the end");
-    w.write(&temp, 0, &[&data[..100_000]]).expect("own part");
-    w.publish(&temp, "g/shard/1", 300_000).expect("publish");
+    w.write(&temp, 0, &[&data[..500_000]]).expect("own part");
+    w.publish(&temp, "g/shard/1", N as u64).expect("publish");
     assert_eq!(t.get("g/shard/1").expect("get"), data);
     assert_eq!(other.get("g/shard/1").expect("the other sees it"), data);
     // Aborted: gone, and a write into it fails rather than creating it.

@@ -243,7 +243,13 @@ impl DirTier {
                     std::io::ErrorKind::AlreadyExists => self.fs.open(&tmp, OpenMode::ReadWrite),
                     _ => Err(e),
                 })
-                .map(drop)
+                // Its writers fill allocated blocks (the size still grows as parts land, so
+                // `publish_parts` can tell a writer that did not finish).
+                .map(|f| {
+                    if len >= pdcx_fsio::ALLOCATE_MIN {
+                        f.allocate(len);
+                    }
+                })
                 .map_err(|e| Error::io(&self.ctx("creating a temporary for", key), &e))
         })?;
         let rel = tmp
