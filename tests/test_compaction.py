@@ -93,7 +93,11 @@ def test_deleted_objects_free_their_space_on_every_server_without_a_restart(depl
     wait_until(lambda: disk_bytes(dep.root) <= peak * 0.02 + (2 << 20), 30, "deleted data's space to come back")
     for p in dep.root.glob("server-*/log"):
         per_server[p.parent.name] = sum(e.stat().st_blocks * 512 for e in os.scandir(p))
-    assert all(v <= (2 << 20) for v in per_server.values()), per_server
+    # Each server held ~24 MiB. What a log keeps when idle is not data: the zeros it writes
+    # ahead of small records (up to 1 MiB in each segment that takes them, `PREZERO` in
+    # crates/store/src/log/append.rs) and its MANIFEST. A 2 MiB bound once failed at
+    # 2 MiB + 4 KiB (two segments' zeros and the MANIFEST).
+    assert all(v <= (3 << 20) for v in per_server.values()), per_server
 
 
 def test_an_owner_forgets_the_rows_of_writes_another_server_dropped(deployment, monkeypatch):
