@@ -110,7 +110,7 @@ trap 'exit 130' INT TERM
 # its log and metadata).
 devices() {
   local k=$1 r=$2 i img loop mnt mm bps=$((node_mbps * 1000000))
-  mkdir -p "$shm"
+  mkdir -p -m 700 "$shm" # the node images are private to this user, as every file pdcx writes
   for ((i = 0; i < k; i++)); do
     img=$shm/node-$i.img
     truncate -s "${per_node_mib}M" "$img"

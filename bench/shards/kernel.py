@@ -12,10 +12,11 @@ I/O rate measures: data stored on the file system). With `--steps S` every syste
 bursts of these bytes back to back (new objects, datasets or file ranges per burst): pdcx hands
 each burst to its flushers as it ends (`flush(wait=False)`), so a burst's flush overlaps the next
 burst, and the clock stops when every burst is on the tier; the baselines fsync once, after the
-last burst (the same durability at the end, none promised between bursts). Baselines in the same run, writing the
-same bytes to the same directory, fsynced: parallel HDF5 (h5py, one dataset per variable,
-collective) for VPIC basic; MPI-IO (one shared file of records, `Write_at_all`) for the
-composite kernels. Each run reads back a sample to check it stored the right bytes, and
+last burst (the same durability at the end, none promised between bursts).
+
+Baselines in the same run, writing the same bytes to the same directory, fsynced: parallel
+HDF5 (h5py, one dataset per variable, collective) for VPIC basic; MPI-IO (one shared file of
+records, `Write_at_all`) for the composite kernels. Each run reads back a sample to check it stored the right bytes, and
 records the machine's CPU time over its clock (/proc/stat: busy, and idle waiting for I/O),
 which tells a run bound by the cores from one bound by the device.
 """

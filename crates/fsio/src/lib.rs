@@ -19,8 +19,8 @@ mod sim;
 
 pub use os::OsFs;
 pub use publish::{
-    create_once, publish_atomic, publish_atomic_via, publish_private, temp_path, write_parts,
-    PublishError, ALLOCATE_MIN,
+    allocate_ahead, create_once, publish_atomic, publish_atomic_via, publish_private, temp_path,
+    write_parts, PublishError,
 };
 pub use sim::{Cut, Faults, SimFs, SimRng, SimStats};
 

@@ -192,6 +192,12 @@ mod tests {
         let (a, b) = data.split_at(1_234_567);
         crate::publish_atomic_via(&OsFs, &path, &crate::temp_path(&path), &[a, b]).unwrap();
         assert_eq!(fs::read(&path).unwrap(), data);
+        // Allocated for exactly its length: no blocks held past its end.
+        let blocks = fs::metadata(&path).unwrap().blocks() * 512;
+        assert!(
+            blocks <= data.len() as u64 + 4096,
+            "{blocks} bytes of blocks"
+        );
         // Published over a larger file: nothing of it is left past the new end.
         crate::publish_atomic_via(
             &OsFs,

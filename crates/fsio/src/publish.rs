@@ -37,7 +37,17 @@ const WRITE_BEHIND_BYTES: u64 = 1 << 20;
 /// whole 99-106 ms against 106-128 ms; the page-by-page delayed allocation was the flush
 /// threads' largest kernel cost after the copy itself (bench/RESULTS.md). Small files (the
 /// MANIFEST, metadata) keep one syscall fewer.
-pub const ALLOCATE_MIN: u64 = 1 << 20;
+const ALLOCATE_MIN: u64 = 1 << 20;
+
+/// Allocates the blocks of a file about to be written with `len` bytes from its start
+/// ([`FsFile::allocate`]), when it is large enough for that to pay ([`ALLOCATE_MIN`]): every
+/// writer of a durable file that knows its length first (a publish, a temporary written in
+/// parts) goes through here.
+pub fn allocate_ahead(file: &dyn FsFile, len: u64) {
+    if len >= ALLOCATE_MIN {
+        file.allocate(len);
+    }
+}
 
 /// Writes `parts` back to back into `file` from byte `at`, starting the writeback of every
 /// MiB written: the device works on it while the next parts are copied, so the fsync that
@@ -165,10 +175,7 @@ fn publish(
     let file = fs
         .open(&tmp, mode)
         .map_err(|e| write_err("create", &tmp, e))?;
-    let len: u64 = parts.iter().map(|p| p.len() as u64).sum();
-    if len >= ALLOCATE_MIN {
-        file.allocate(len);
-    }
+    allocate_ahead(&*file, parts.iter().map(|p| p.len() as u64).sum());
     if let Err(e) = write_parts(&*file, 0, parts) {
         drop(file);
         let _ = fs.remove_file(&tmp);

@@ -70,7 +70,7 @@ pub fn check_part_writer(t: &dyn Tier, other: &dyn Tier) {
         t.part_writer().expect("a part writer"),
         other.part_writer().expect("a part writer"),
     );
-    // Past `pdcx_fsio::ALLOCATE_MIN`, so a real file's blocks are allocated at `begin`: its
+    // Past the size from which `pdcx_fsio::allocate_ahead` allocates, so a real file's blocks are allocated at `begin`: its
     // size must still tell a blob missing its end.
     const N: usize = 1_500_000;
     let data: Vec<u8> = (0..N as u32).map(|i| (i * 13 % 251) as u8).collect();

@@ -245,11 +245,7 @@ impl DirTier {
                 })
                 // Its writers fill allocated blocks (the size still grows as parts land, so
                 // `publish_parts` can tell a writer that did not finish).
-                .map(|f| {
-                    if len >= pdcx_fsio::ALLOCATE_MIN {
-                        f.allocate(len);
-                    }
-                })
+                .map(|f| pdcx_fsio::allocate_ahead(&*f, len))
                 .map_err(|e| Error::io(&self.ctx("creating a temporary for", key), &e))
         })?;
         let rel = tmp
